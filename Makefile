@@ -1,0 +1,48 @@
+# Stamp: every target sets up what it needs (a .venv with the project installed) first.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+INSTALLED := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: setup run test test-quick proto lint bench down clean
+
+setup: $(INSTALLED)
+
+$(INSTALLED): pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Stamp needs Python 3.11"'
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test]'
+	touch $@
+
+## run: start a local stamp on the default config (./stamp-data) and show a short demo
+run: setup
+	$(BIN)/stamp up
+	$(BIN)/stamp demo
+	@echo "The stamp keeps running: '$(BIN)/stamp status' shows it, '$(BIN)/stamp down' stops it."
+
+## test: the whole suite (real processes included)
+test: setup
+	$(BIN)/ruff check .
+	$(BIN)/pytest -q $(PYTEST_ARGS)
+
+## test-quick: everything but the slow probe tests
+test-quick: setup
+	$(BIN)/pytest -q -m 'not slow' $(PYTEST_ARGS)
+
+## proto: regenerate the gRPC code in common/proto from its .proto files
+proto: setup
+	$(BIN)/python -m common.proto.generate
+
+lint: setup
+	$(BIN)/ruff check .
+
+bench: setup
+	$(BIN)/stamp bench extent-append --json
+
+down: setup
+	$(BIN)/stamp down
+
+clean:
+	rm -rf $(VENV) stamp-data

@@ -1,0 +1,124 @@
+"""Stamp's configuration: the processes of a stamp and every limit, as named constants with
+their unit last (STYLE.md). `stamp up` uses `default_config()`; a TOML file given with
+`--config` overrides any field, e.g.
+
+    data_dir = "/srv/stamp"
+    [extent_node]
+    extent_bytes_max = 67108864
+    [[extent_nodes]]
+    name = "en-1"
+    fault_domain = "fd-1"
+    ...
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from common.errors import InvalidArgument
+
+KiB = 1024
+MiB = 1024 * KiB
+
+HOST = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class ExtentNodeLimits:
+    """Limits of one extent node. Every queue and batch is bounded by one of these."""
+
+    block_bytes_max: int = 4 * MiB
+    extent_bytes_max: int = 256 * MiB
+    append_blocks_max: int = 256
+    append_bytes_max: int = 16 * MiB
+    # Appends a primary holds in flight per extent before it stops reading new ones.
+    inflight_appends_max: int = 4096
+    # One journal write+fsync covers at most this much (group commit).
+    journal_batch_bytes_max: int = 8 * MiB
+    # Appends wait (back-pressure) while this much is queued for the journal.
+    journal_queue_bytes_max: int = 64 * MiB
+    journal_segment_bytes_max: int = 64 * MiB
+    # Bytes durable in the journal but not yet written to extent files (served from memory).
+    pending_file_bytes_max: int = 256 * MiB
+    forward_batch_bytes_max: int = 4 * MiB
+    checkpoint_interval_ms: int = 2000
+    read_bytes_max: int = 16 * MiB
+    sync_batch_bytes_max: int = 4 * MiB
+    rpc_message_bytes_max: int = 64 * MiB
+    read_deadline_ms: int = 2000
+    append_deadline_ms: int = 10000
+    forward_connect_timeout_ms: int = 2000
+    # How long a CLI/test waits for a started process to report that it is serving.
+    start_timeout_ms: int = 20000
+
+
+@dataclass(frozen=True)
+class ExtentNodeSpec:
+    name: str
+    fault_domain: str
+    upgrade_domain: str
+    port: int  # 0: pick a free port at start (tests, benchmarks)
+
+
+def _default_extent_nodes() -> tuple[ExtentNodeSpec, ...]:
+    # 9 ENs in 3 fault domains (§9); upgrade domains cut across fault domains.
+    return tuple(
+        ExtentNodeSpec(name=f"en-{i + 1}", fault_domain=f"fd-{i // 3 + 1}",
+                       upgrade_domain=f"ud-{i % 3 + 1}", port=7101 + i)
+        for i in range(9)
+    )
+
+
+@dataclass(frozen=True)
+class StampConfig:
+    data_dir: str = "stamp-data"
+    host: str = HOST
+    extent_node: ExtentNodeLimits = field(default_factory=ExtentNodeLimits)
+    extent_nodes: tuple[ExtentNodeSpec, ...] = field(default_factory=_default_extent_nodes)
+
+    def with_ephemeral_ports(self) -> StampConfig:
+        """The same stamp on free ports: for tests and benchmarks that run beside `stamp up`."""
+        return dataclasses.replace(
+            self, extent_nodes=tuple(dataclasses.replace(n, port=0) for n in self.extent_nodes))
+
+
+def default_config() -> StampConfig:
+    return StampConfig()
+
+
+def load_config(path: str | Path | None) -> StampConfig:
+    """The default config, overridden by the TOML file at `path` when given."""
+    config = default_config()
+    if path is None:
+        return config
+    try:
+        raw = tomllib.loads(Path(path).read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise InvalidArgument(f"cannot read config {path}: {exc}") from exc
+    return _apply(config, raw)
+
+
+def _apply(config: StampConfig, raw: dict[str, Any]) -> StampConfig:
+    changes: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key == "extent_node":
+            changes[key] = _replace_checked(config.extent_node, value, "extent_node")
+        elif key == "extent_nodes":
+            changes[key] = tuple(ExtentNodeSpec(**node) for node in value)
+        elif key in ("data_dir", "host"):
+            changes[key] = str(value)
+        else:
+            raise InvalidArgument(f"unknown config key {key!r}")
+    return dataclasses.replace(config, **changes)
+
+
+def _replace_checked(obj: Any, values: dict[str, Any], section: str) -> Any:
+    known = {f.name for f in dataclasses.fields(obj)}
+    for key in values:
+        if key not in known:
+            raise InvalidArgument(f"unknown config key {section}.{key}")
+    return dataclasses.replace(obj, **values)

@@ -1,0 +1,149 @@
+"""Fault points: named places in production code that a test can arm to delay, fail or
+crash the process (FoundationDB's BUGGIFY). Inert unless armed: an unarmed point is one dict
+lookup.
+
+Arming, in a process:
+- from the environment at start: STAMP_FAULTS="name=action[:arg][,after=N][,times=N]; ..."
+  e.g. STAMP_FAULTS="journal.before_fsync=delay:200; en.forward.after_send=crash,after=50"
+- at run time through the Faults gRPC service every Stamp server exposes (`common.rpc`),
+- or in-process with `arm(...)` (unit tests).
+
+Actions: `delay:MS` sleeps, `fail` raises FaultInjected, `crash` SIGKILLs the process itself
+(nothing is flushed, exactly as kill -9 from outside), `torn` is for points whose code does a
+custom partial action (the journal writes half a batch, then crashes).
+`after=N` lets the first N hits pass; `times=N` disarms after N firings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass
+
+from common.errors import FaultInjected, InvalidArgument
+
+log = logging.getLogger(__name__)
+
+ACTIONS = ("delay", "fail", "crash", "torn")
+ENV_VAR = "STAMP_FAULTS"
+
+
+@dataclass
+class FaultSpec:
+    action: str
+    arg: float = 0.0
+    after: int = 0
+    times: int | None = None
+    hits: int = 0
+    fired: int = 0
+
+    def describe(self) -> str:
+        arg = f":{self.arg:g}" if self.action == "delay" else ""
+        return (f"{self.action}{arg},after={self.after},times={self.times},"
+                f"hits={self.hits},fired={self.fired}")
+
+
+_armed: dict[str, FaultSpec] = {}
+_lock = threading.Lock()
+
+
+def arm(name: str, action: str, arg: float = 0.0, after: int = 0,
+        times: int | None = None) -> None:
+    if action not in ACTIONS:
+        raise InvalidArgument(f"unknown fault action {action!r}; one of {', '.join(ACTIONS)}")
+    with _lock:
+        _armed[name] = FaultSpec(action, arg, after, times)
+    log.warning("fault point %s armed: %s", name, _armed[name].describe())
+
+
+def disarm(name: str | None = None) -> None:
+    """Disarm one point, or all of them when `name` is None."""
+    with _lock:
+        if name is None:
+            _armed.clear()
+        else:
+            _armed.pop(name, None)
+
+
+def armed() -> dict[str, str]:
+    with _lock:
+        return {name: spec.describe() for name, spec in _armed.items()}
+
+
+def parse(text: str) -> list[tuple[str, str, float, int, int | None]]:
+    """Parse the STAMP_FAULTS syntax into (name, action, arg, after, times) tuples."""
+    parsed = []
+    for item in filter(None, (part.strip() for part in text.split(";"))):
+        name, sep, rest = item.partition("=")
+        if not sep or not name.strip():
+            raise InvalidArgument(f"fault spec {item!r} is not name=action[...]")
+        action_part, *options = rest.split(",")
+        action, _, arg = action_part.strip().partition(":")
+        after, times = 0, None
+        for option in options:
+            key, _, value = option.strip().partition("=")
+            if key == "after":
+                after = int(value)
+            elif key == "times":
+                times = int(value)
+            else:
+                raise InvalidArgument(f"unknown fault option {key!r} in {item!r}")
+        parsed.append((name.strip(), action, float(arg or 0), after, times))
+    return parsed
+
+
+def arm_from_env() -> None:
+    for name, action, arg, after, times in parse(os.environ.get(ENV_VAR, "")):
+        arm(name, action, arg, after, times)
+
+
+def hit(name: str) -> FaultSpec | None:
+    """Count a hit at `name`; return its spec if it fires now, else None."""
+    if not _armed:
+        return None
+    with _lock:
+        spec = _armed.get(name)
+        if spec is None:
+            return None
+        spec.hits += 1
+        if spec.hits <= spec.after:
+            return None
+        spec.fired += 1
+        if spec.times is not None and spec.fired >= spec.times:
+            del _armed[name]
+        return spec
+
+
+def crash(name: str) -> None:
+    log.critical("fault point %s: crashing the process (SIGKILL)", name)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def point(name: str) -> None:
+    """A fault point on a thread (blocking code)."""
+    spec = hit(name)
+    if spec is None:
+        return
+    if spec.action == "delay":
+        time.sleep(spec.arg / 1000.0)
+    elif spec.action == "fail":
+        raise FaultInjected(f"fault injected at {name}")
+    elif spec.action == "crash":
+        crash(name)
+
+
+async def apoint(name: str) -> None:
+    """A fault point on the event loop: a delay sleeps without blocking the loop."""
+    spec = hit(name)
+    if spec is None:
+        return
+    if spec.action == "delay":
+        await asyncio.sleep(spec.arg / 1000.0)
+    elif spec.action == "fail":
+        raise FaultInjected(f"fault injected at {name}")
+    elif spec.action == "crash":
+        crash(name)

@@ -1,0 +1,118 @@
+"""Starting, finding and killing Stamp's server processes. Everything is by PID, never by name.
+
+Contract between a server and whoever started it: once the server accepts RPCs it writes
+`<proc dir>/ready.json` = {"name", "pid", "address"} atomically (tmp + rename). The starter
+removes any stale ready.json before spawning and waits for one carrying the new pid.
+A server's stdout and stderr go to `<proc dir>/server.log`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from common.errors import Unavailable
+
+READY_FILE = "ready.json"
+LOG_FILE = "server.log"
+
+
+@dataclass(frozen=True)
+class Ready:
+    name: str
+    pid: int
+    address: str
+
+
+def write_ready(proc_dir: str | Path, name: str, address: str) -> None:
+    proc_dir = Path(proc_dir)
+    tmp = proc_dir / (READY_FILE + ".tmp")
+    tmp.write_text(json.dumps({"name": name, "pid": os.getpid(), "address": address}))
+    os.replace(tmp, proc_dir / READY_FILE)
+
+
+def read_ready(proc_dir: str | Path) -> Ready | None:
+    try:
+        raw = json.loads((Path(proc_dir) / READY_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return Ready(raw["name"], int(raw["pid"]), raw["address"])
+
+
+def stamp_command(*args: str) -> list[str]:
+    """argv that runs the `stamp` CLI with this interpreter (works without the venv on PATH)."""
+    return [sys.executable, "-m", "tools.cli", *args]
+
+
+def spawn(argv: Sequence[str], proc_dir: str | Path, env: dict[str, str] | None = None
+          ) -> subprocess.Popen[bytes]:
+    """Start a server in its own session (so a terminal's ^C does not reach it)."""
+    proc_dir = Path(proc_dir)
+    proc_dir.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        (proc_dir / READY_FILE).unlink()
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    with open(proc_dir / LOG_FILE, "ab") as log:
+        return subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, env=full_env, start_new_session=True,
+                                cwd=os.getcwd())
+
+
+def wait_ready(proc_dir: str | Path, pid: int, timeout_s: float,
+               popen: subprocess.Popen[bytes] | None = None) -> Ready:
+    """Wait until the server with `pid` reports ready; raise Unavailable if it dies or hangs."""
+    deadline = time.monotonic() + timeout_s
+    delay = 0.005
+    while time.monotonic() < deadline:
+        ready = read_ready(proc_dir)
+        if ready is not None and ready.pid == pid:
+            return ready
+        if (popen is not None and popen.poll() is not None) or not is_alive(pid):
+            raise Unavailable(f"process {pid} in {proc_dir} exited before it was ready:\n"
+                              f"{log_tail(proc_dir)}")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.1)
+    raise Unavailable(f"process {pid} in {proc_dir} not ready after {timeout_s:g}s:\n"
+                      f"{log_tail(proc_dir)}")
+
+
+def log_tail(proc_dir: str | Path, lines: int = 20) -> str:
+    try:
+        text = (Path(proc_dir) / LOG_FILE).read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def is_alive(pid: int) -> bool:
+    """True if `pid` is a running process (a zombie counts as dead)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def kill(pid: int, sig: int = signal.SIGKILL, wait_s: float = 10.0) -> None:
+    """Send `sig` to `pid` and, for SIGKILL/SIGTERM, wait until it is gone."""
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + wait_s
+    while is_alive(pid) and time.monotonic() < deadline:
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(pid, os.WNOHANG)
+        time.sleep(0.005)
+    if is_alive(pid):
+        raise Unavailable(f"process {pid} did not exit within {wait_s:g}s of signal {sig}")

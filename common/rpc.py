@@ -1,0 +1,136 @@
+"""gRPC plumbing shared by every Stamp server and client.
+
+- Channel and server options (message size limits) in one place.
+- The one mapping of `common.errors` to gRPC status and back: a servicer method wrapped in
+  `@rpc_errors` turns a StampError into its status code plus trailing metadata
+  `stamp-error: <ClassName>`; `from_rpc_error` rebuilds the typed error on the client.
+- The Faults service every server exposes, so tests arm fault points at run time.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+from grpc import aio
+
+from common import errors, faults
+from common.proto import faults_pb2, faults_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+ERROR_KEY = "stamp-error"
+T = TypeVar("T")
+
+
+def channel_options(message_bytes_max: int) -> list[tuple[str, Any]]:
+    return [
+        ("grpc.max_send_message_length", message_bytes_max),
+        ("grpc.max_receive_message_length", message_bytes_max),
+        # Loopback peers: notice a dead peer quickly instead of waiting for TCP timeouts.
+        ("grpc.keepalive_time_ms", 10_000),
+        ("grpc.keepalive_timeout_ms", 5_000),
+        ("grpc.initial_reconnect_backoff_ms", 100),
+        ("grpc.max_reconnect_backoff_ms", 1_000),
+        ("grpc.enable_retries", 0),
+    ]
+
+
+def aio_channel(address: str, message_bytes_max: int) -> aio.Channel:
+    return aio.insecure_channel(address, options=channel_options(message_bytes_max))
+
+
+def sync_channel(address: str, message_bytes_max: int) -> grpc.Channel:
+    return grpc.insecure_channel(address, options=channel_options(message_bytes_max))
+
+
+def aio_server(message_bytes_max: int) -> aio.Server:
+    return aio.server(options=channel_options(message_bytes_max))
+
+
+def error_name(exc: BaseException) -> str:
+    return type(exc).__name__ if isinstance(exc, errors.StampError) else "Internal"
+
+
+def error_from_name(kind: str, message: str) -> errors.StampError:
+    """Rebuild the error a server named in a streamed reply (`error_kind` fields)."""
+    return errors.ERRORS_BY_NAME.get(kind, errors.Internal)(message)
+
+
+def from_rpc_error(exc: grpc.RpcError) -> errors.StampError:
+    """The typed Stamp error behind a failed call (transport failures become Unavailable)."""
+    code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
+    details = (exc.details() if hasattr(exc, "details") else None) or str(code)
+    metadata = exc.trailing_metadata() if hasattr(exc, "trailing_metadata") else None
+    for key, value in metadata or ():
+        if key == ERROR_KEY:
+            return errors.ERRORS_BY_NAME.get(value, errors.Internal)(details)
+    return errors.ERRORS_BY_CODE.get(code, errors.Internal)(f"{code.name}: {details}")
+
+
+async def _abort(context: aio.ServicerContext, exc: BaseException) -> None:
+    if isinstance(exc, errors.StampError):
+        await context.abort(exc.grpc_code, str(exc) or type(exc).__name__,
+                            trailing_metadata=((ERROR_KEY, type(exc).__name__),))
+    log.exception("unexpected error in RPC handler")
+    await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {exc!r}",
+                        trailing_metadata=((ERROR_KEY, "Internal"),))
+
+
+def rpc_errors(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Map StampErrors raised by an aio servicer method (unary or server-streaming) to status."""
+    if inspect.isasyncgenfunction(method):
+        @functools.wraps(method)
+        async def stream_wrapper(self: Any, request: Any,
+                                 context: aio.ServicerContext) -> AsyncIterator[Any]:
+            try:
+                async for item in method(self, request, context):
+                    yield item
+            except Exception as exc:
+                await _abort(context, exc)
+        return stream_wrapper
+
+    @functools.wraps(method)
+    async def unary_wrapper(self: Any, request: Any, context: aio.ServicerContext) -> Any:
+        try:
+            return await method(self, request, context)
+        except Exception as exc:
+            await _abort(context, exc)
+    return unary_wrapper
+
+
+async def call(awaitable: Awaitable[T]) -> T:
+    """Await an aio call, raising the typed Stamp error if it fails."""
+    try:
+        return await awaitable
+    except grpc.RpcError as exc:
+        raise from_rpc_error(exc) from None
+
+
+class FaultsServicer(faults_pb2_grpc.FaultsServicer):
+    @rpc_errors
+    async def Arm(self, request: faults_pb2.ArmRequest,
+                  context: aio.ServicerContext) -> faults_pb2.ArmReply:
+        for name, action, arg, after, times in faults.parse(request.spec):
+            faults.arm(name, action, arg, after, times)
+        return faults_pb2.ArmReply()
+
+    @rpc_errors
+    async def Disarm(self, request: faults_pb2.DisarmRequest,
+                     context: aio.ServicerContext) -> faults_pb2.DisarmReply:
+        faults.disarm(request.name or None)
+        return faults_pb2.DisarmReply(armed=faults.armed())
+
+
+def arm_remote(address: str, spec: str, timeout_s: float = 5.0) -> None:
+    """Arm fault points in the server at `address` (blocking; for tests and `stamp fault`)."""
+    with sync_channel(address, 4 * 1024 * 1024) as channel:
+        try:
+            faults_pb2_grpc.FaultsStub(channel).Arm(faults_pb2.ArmRequest(spec=spec),
+                                                    timeout=timeout_s)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
