@@ -23,6 +23,7 @@ from common.errors import InvalidArgument
 
 KiB = 1024
 MiB = 1024 * KiB
+GiB = 1024 * MiB
 
 HOST = "127.0.0.1"
 

@@ -1,0 +1,279 @@
+"""Talking to extent nodes: appends, reads, seals and admin, for the stream client, tools and
+tests.
+
+`AsyncExtentClient` is the asyncio core. Appends to one primary share one AppendStream; what
+callers queue while the stream is busy goes out as one message, so many concurrent appenders
+cost few messages. Every block carries its CRC32C from here to the disk, and every read is
+verified here again (end to end, §5). Every read carries a deadline.
+
+`ExtentClient` is the blocking, thread-safe facade: it runs the async core on a private event
+loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+from collections import deque
+from collections.abc import Awaitable, Coroutine, Sequence
+from typing import Any, TypeVar
+
+import grpc
+
+from common import rpc
+from common.checksums import crc32c
+from common.config import ExtentNodeLimits
+from common.errors import StampError, Unavailable
+from common.proto import extent_node_pb2 as pb
+from common.proto import extent_node_pb2_grpc as pb_grpc
+from stream_layer import framing
+from stream_layer.framing import Location
+
+T = TypeVar("T")
+
+
+def locations(extent_id: int, offset: int, blocks: Sequence[bytes]) -> list[Location]:
+    """Where each block of an append acknowledged at `offset` lives."""
+    out = []
+    for block in blocks:
+        size = framing.frame_bytes(len(block))
+        out.append(Location(extent_id, offset, size))
+        offset += size
+    return out
+
+
+class _AppendSession:
+    """One AppendStream to one primary, multiplexing every caller's appends."""
+
+    def __init__(self, address: str, stub: pb_grpc.ExtentNodeStub,
+                 limits: ExtentNodeLimits) -> None:
+        self.address = address
+        self._stub = stub
+        self._limits = limits
+        self._ids = itertools.count(1)
+        self._queue: deque[pb.AppendRequest] = deque()
+        self._waiting: dict[int, asyncio.Future[pb.AppendAck]] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def append(self, extent_id: int, blocks: Sequence[bytes],
+                     crcs: Sequence[int] | None = None) -> pb.AppendAck:
+        request_id = next(self._ids)
+        crcs = crcs if crcs is not None else [crc32c(b) for b in blocks]
+        request = pb.AppendRequest(request_id=request_id, extent_id=extent_id,
+                                   blocks=[pb.Block(data=b, crc=c) for b, c in zip(blocks, crcs,
+                                                                                  strict=True)])
+        future: asyncio.Future[pb.AppendAck] = asyncio.get_running_loop().create_future()
+        self._waiting[request_id] = future
+        self._queue.append(request)
+        self._wake.set()
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+        ack = await future
+        if ack.error_kind:
+            raise rpc.error_from_name(ack.error_kind, ack.error_message)
+        return ack
+
+    async def _run(self) -> None:
+        call = self._stub.AppendStream()
+        reader = asyncio.get_running_loop().create_task(self._read(call))
+        error: StampError = Unavailable(f"append stream to {self.address} ended")
+        try:
+            while not reader.done():
+                await self._wake.wait()
+                self._wake.clear()
+                while self._queue:
+                    batch = pb.AppendBatch()
+                    size = 0
+                    while self._queue and (size == 0 or size + self._queue[0].ByteSize()
+                                           <= self._limits.forward_batch_bytes_max):
+                        request = self._queue.popleft()
+                        size += request.ByteSize()
+                        batch.appends.append(request)
+                    await call.write(batch)
+        except asyncio.CancelledError:
+            error = Unavailable("client closed")
+            raise
+        except (grpc.RpcError, grpc.aio.UsageError) as exc:
+            error = rpc.from_rpc_error(exc) if isinstance(exc, grpc.RpcError) else Unavailable(
+                str(exc))
+        finally:
+            call.cancel()
+            reader.cancel()
+            self._task = None
+            self._queue.clear()
+            waiting, self._waiting = self._waiting, {}
+            for future in waiting.values():
+                if not future.done():
+                    future.set_exception(type(error)(
+                        f"append to {self.address} lost: {error}"))
+
+    async def _read(self, call: grpc.aio.StreamStreamCall) -> None:
+        try:
+            async for acks in call:
+                for ack in acks.acks:
+                    future = self._waiting.pop(ack.request_id, None)
+                    if future is not None and not future.done():
+                        future.set_result(ack)
+        except grpc.RpcError:
+            pass
+        finally:
+            self._wake.set()
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+
+class AsyncExtentClient:
+    def __init__(self, limits: ExtentNodeLimits | None = None) -> None:
+        self.limits = limits or ExtentNodeLimits()
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._sessions: dict[str, _AppendSession] = {}
+
+    def stub(self, address: str) -> pb_grpc.ExtentNodeStub:
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = rpc.aio_channel(address, self.limits.rpc_message_bytes_max)
+            self._channels[address] = channel
+        return pb_grpc.ExtentNodeStub(channel)
+
+    async def close(self) -> None:
+        for session in self._sessions.values():
+            await session.close()
+        for channel in self._channels.values():
+            await channel.close()
+        self._sessions.clear()
+        self._channels.clear()
+
+    # ---- data path ------------------------------------------------------------------------
+
+    async def append(self, primary: str, extent_id: int, blocks: Sequence[bytes],
+                     crcs: Sequence[int] | None = None) -> list[Location]:
+        """Append blocks atomically at the extent's primary; one Location per block."""
+        session = self._sessions.get(primary)
+        if session is None:
+            session = _AppendSession(primary, self.stub(primary), self.limits)
+            self._sessions[primary] = session
+        ack = await session.append(extent_id, blocks, crcs)
+        return locations(extent_id, ack.offset, blocks)
+
+    async def read_frames(self, address: str, extent_id: int, offset: int, length: int,
+                          timeout_s: float | None = None) -> bytes:
+        """Whole frames from one replica, verified here (end to end)."""
+        reply = await rpc.call(self.stub(address).Read(
+            pb.ReadRequest(extent_id=extent_id, offset=offset, length=length),
+            timeout=timeout_s or self.limits.read_deadline_ms / 1000.0))
+        framing.verify_frames(reply.frames, f"read of extent {extent_id} at {offset} from "
+                              f"{address}")
+        return reply.frames
+
+    async def read(self, address: str, location: Location,
+                   timeout_s: float | None = None) -> bytes:
+        """The block at `location`, from one replica."""
+        frames = await self.read_frames(address, location.extent_id, location.offset,
+                                        location.length, timeout_s)
+        blocks = framing.payloads(frames, f"extent {location.extent_id} at {location.offset}")
+        if len(blocks) != 1 or len(frames) != location.length:
+            raise Unavailable(f"{address} returned {len(frames)} bytes for a "
+                              f"{location.length}-byte block at {location}")
+        return blocks[0]
+
+    # ---- control --------------------------------------------------------------------------
+
+    async def create_extent(self, address: str, extent_id: int, replicas: Sequence[str]) -> None:
+        await rpc.call(self.stub(address).CreateExtent(
+            pb.CreateExtentRequest(extent_id=extent_id, replicas=list(replicas)),
+            timeout=self.limits.append_deadline_ms / 1000.0))
+
+    async def create_replicated(self, extent_id: int, replicas: Sequence[str]) -> None:
+        """Create the extent's replica on each node of `replicas` (replicas[0] primary)."""
+        await asyncio.gather(*(self.create_extent(a, extent_id, replicas) for a in replicas))
+
+    async def commit_length(self, address: str, extent_id: int,
+                            timeout_s: float | None = None) -> tuple[int, bool]:
+        reply = await rpc.call(self.stub(address).CommitLength(
+            pb.CommitLengthRequest(extent_id=extent_id),
+            timeout=timeout_s or self.limits.read_deadline_ms / 1000.0))
+        return reply.length, reply.sealed
+
+    async def seal(self, address: str, extent_id: int, length: int,
+                   sources: Sequence[str] = (), timeout_s: float | None = None) -> int:
+        reply = await rpc.call(self.stub(address).Seal(
+            pb.SealRequest(extent_id=extent_id, length=length, sources=list(sources)),
+            timeout=timeout_s or self.limits.append_deadline_ms / 1000.0))
+        return reply.length
+
+    async def delete_extent(self, address: str, extent_id: int) -> None:
+        await rpc.call(self.stub(address).DeleteExtent(
+            pb.DeleteExtentRequest(extent_id=extent_id), timeout=10.0))
+
+    async def list_extents(self, address: str) -> list[pb.ExtentInfo]:
+        reply = await rpc.call(self.stub(address).ListExtents(pb.ListExtentsRequest(),
+                                                              timeout=10.0))
+        return list(reply.extents)
+
+    async def checkpoint(self, address: str) -> int:
+        reply = await rpc.call(self.stub(address).Checkpoint(pb.CheckpointRequest(),
+                                                             timeout=60.0))
+        return reply.journal_bytes
+
+    async def node_status(self, address: str, timeout_s: float = 2.0) -> pb.NodeStatusReply:
+        return await rpc.call(self.stub(address).NodeStatus(pb.NodeStatusRequest(),
+                                                            timeout=timeout_s))
+
+
+class ExtentClient:
+    """Blocking, thread-safe facade over AsyncExtentClient (a private event loop thread)."""
+
+    def __init__(self, limits: ExtentNodeLimits | None = None) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="extent-client",
+                                        daemon=True)
+        self._thread.start()
+        self.aio: AsyncExtentClient = self.run(self._make(limits))
+
+    @staticmethod
+    async def _make(limits: ExtentNodeLimits | None) -> AsyncExtentClient:
+        return AsyncExtentClient(limits)
+
+    def run(self, coro: Coroutine[Any, Any, T] | Awaitable[T]) -> T:
+        """Run a coroutine on the client's loop and wait for its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        if self._loop.is_closed():
+            return
+        self.run(self.aio.close())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+        self._loop.close()
+
+    def __enter__(self) -> ExtentClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def append(self, primary: str, extent_id: int, blocks: Sequence[bytes]) -> list[Location]:
+        return self.run(self.aio.append(primary, extent_id, blocks))
+
+    def read(self, address: str, location: Location, timeout_s: float | None = None) -> bytes:
+        return self.run(self.aio.read(address, location, timeout_s))
+
+    def read_frames(self, address: str, extent_id: int, offset: int, length: int) -> bytes:
+        return self.run(self.aio.read_frames(address, extent_id, offset, length))
+
+    def create_replicated(self, extent_id: int, replicas: Sequence[str]) -> None:
+        self.run(self.aio.create_replicated(extent_id, replicas))
+
+    def commit_length(self, address: str, extent_id: int) -> tuple[int, bool]:
+        return self.run(self.aio.commit_length(address, extent_id))
+
+    def checkpoint(self, address: str) -> int:
+        return self.run(self.aio.checkpoint(address))
+
+    def list_extents(self, address: str) -> list[pb.ExtentInfo]:
+        return self.run(self.aio.list_extents(address))

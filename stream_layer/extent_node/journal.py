@@ -1,0 +1,245 @@
+"""The extent node's journal: a write-ahead log on its own directory, with group commit (§2).
+
+Contract:
+- `append(record)` returns once the record is in the journal file AND the file is fsync'd.
+  Records are written in the order `append` was called. Many waiting appends share one
+  write+fdatasync (group commit): while one batch is being synced, the next one gathers.
+- A record is `[u32 body length][u32 crc32c(body)][body]`. On restart `replay()` yields every
+  whole record in order and cuts a torn tail (a partial or corrupt last record) from the last
+  segment. A bad record before the last segment's tail is corruption, not a torn write, and
+  stops the node rather than silently losing what follows.
+- The journal is a sequence of segment files. `rotate()` starts a new segment;
+  `drop_through(segment)` deletes old ones once the extent files hold what they held
+  (the checkpoint's job, see store.py).
+- An I/O error on the journal is fatal: durability can no longer be promised, so the process
+  exits and recovers from disk on restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import struct
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from common import faults
+from common.checksums import crc32c
+from common.errors import Internal
+
+log = logging.getLogger(__name__)
+
+RECORD_HEADER = struct.Struct("<II")
+SEGMENT_PREFIX = "journal-"
+SEGMENT_SUFFIX = ".log"
+
+
+def encode_record(body: bytes) -> bytes:
+    return RECORD_HEADER.pack(len(body), crc32c(body)) + body
+
+
+def segment_name(seq: int) -> str:
+    return f"{SEGMENT_PREFIX}{seq:012d}{SEGMENT_SUFFIX}"
+
+
+def segment_seq(path: Path) -> int:
+    return int(path.name[len(SEGMENT_PREFIX):-len(SEGMENT_SUFFIX)])
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class _Pending:
+    data: bytes
+    future: asyncio.Future[None]
+
+
+class Journal:
+    def __init__(self, directory: Path, batch_bytes_max: int, queue_bytes_max: int,
+                 segment_bytes_max: int) -> None:
+        self.directory = directory
+        self.batch_bytes_max = batch_bytes_max
+        self.queue_bytes_max = queue_bytes_max
+        self.segment_bytes_max = segment_bytes_max
+        directory.mkdir(parents=True, exist_ok=True)
+        self._queue: deque[_Pending] = deque()
+        self._queued_bytes = 0
+        self._space = asyncio.Condition()
+        self._work = asyncio.Event()
+        # One thread does all journal I/O, so writes land in append order.
+        self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="journal")
+        self._fd = -1
+        self._segment = 0
+        self._segment_bytes = 0
+        self._rotate_requested = False
+        self._rotated = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.syncs = 0
+        self.records = 0
+
+    # ---- recovery -------------------------------------------------------------------------
+
+    def segments(self) -> list[Path]:
+        return sorted(self.directory.glob(f"{SEGMENT_PREFIX}*{SEGMENT_SUFFIX}"), key=segment_seq)
+
+    def replay(self) -> Iterator[tuple[int, bytes]]:
+        """Yield (segment seq, body) of every whole record in order; cut a torn tail.
+
+        Must be called before `start()`.
+        """
+        segments = self.segments()
+        for index, path in enumerate(segments):
+            data = path.read_bytes()
+            pos = 0
+            while pos < len(data):
+                body = self._record_at(data, pos)
+                if body is None:
+                    break
+                yield segment_seq(path), body
+                pos += RECORD_HEADER.size + len(body)
+            if pos < len(data):
+                if index != len(segments) - 1:
+                    raise Internal(f"journal segment {path} is corrupt at byte {pos} and is not "
+                                   f"the last segment: refusing to drop what follows")
+                log.warning("journal: cutting torn tail of %s at byte %d (%d bytes dropped)",
+                            path.name, pos, len(data) - pos)
+                with open(path, "r+b") as f:
+                    f.truncate(pos)
+                    os.fsync(f.fileno())
+
+    @staticmethod
+    def _record_at(data: bytes, pos: int) -> bytes | None:
+        if pos + RECORD_HEADER.size > len(data):
+            return None
+        length, crc = RECORD_HEADER.unpack_from(data, pos)
+        start = pos + RECORD_HEADER.size
+        if start + length > len(data):
+            return None
+        body = data[start:start + length]
+        return body if crc32c(body) == crc else None
+
+    # ---- running --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Open a fresh segment after the existing ones and start the group-commit loop."""
+        existing = self.segments()
+        self._open_segment(segment_seq(existing[-1]) + 1 if existing else 1)
+        self._task = asyncio.get_running_loop().create_task(self._flush_loop(), name="journal")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        self._io.shutdown(wait=True)
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    @property
+    def current_segment(self) -> int:
+        return self._segment
+
+    def held_bytes(self) -> int:
+        """Bytes in all segments on disk (what recovery would read)."""
+        return sum(p.stat().st_size for p in self.segments())
+
+    async def append(self, body: bytes) -> None:
+        """Write one record; return when it is durable (fsync'd)."""
+        data = encode_record(body)
+        # Back-pressure: a bounded queue, but a record larger than the bound still goes alone.
+        async with self._space:
+            await self._space.wait_for(
+                lambda: self._queued_bytes == 0
+                or self._queued_bytes + len(data) <= self.queue_bytes_max)
+            self._queued_bytes += len(data)
+        future = asyncio.get_running_loop().create_future()
+        self._queue.append(_Pending(data, future))
+        self._work.set()
+        await future
+
+    async def rotate(self) -> int:
+        """Start a new segment once what is queued now is durable; return the closed one."""
+        closed = self._segment
+        self._rotated.clear()
+        self._rotate_requested = True
+        self._work.set()
+        await self._rotated.wait()
+        return closed
+
+    async def drop_through(self, segment: int) -> None:
+        """Delete every segment numbered <= `segment` (their contents are checkpointed)."""
+        def drop() -> None:
+            for path in self.segments():
+                if segment_seq(path) <= segment:
+                    path.unlink()
+            fsync_dir(self.directory)
+        await asyncio.get_running_loop().run_in_executor(self._io, drop)
+
+    async def _flush_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._work.wait()
+            self._work.clear()
+            while self._queue:
+                batch: list[_Pending] = []
+                size = 0
+                while self._queue and (not batch or
+                                       size + len(self._queue[0].data) <= self.batch_bytes_max):
+                    item = self._queue.popleft()
+                    batch.append(item)
+                    size += len(item.data)
+                try:
+                    await loop.run_in_executor(self._io, self._write_and_sync,
+                                               b"".join(item.data for item in batch))
+                except BaseException:
+                    log.critical("journal write failed: exiting, recovery will replay the "
+                                 "journal", exc_info=True)
+                    os._exit(70)
+                self.syncs += 1
+                self.records += len(batch)
+                for item in batch:
+                    if not item.future.done():
+                        item.future.set_result(None)
+                async with self._space:
+                    self._queued_bytes -= size
+                    self._space.notify_all()
+            if self._rotate_requested or self._segment_bytes >= self.segment_bytes_max:
+                self._rotate_requested = False
+                await loop.run_in_executor(self._io, self._open_segment, self._segment + 1)
+                self._rotated.set()
+
+    def _write_and_sync(self, data: bytes) -> None:
+        torn = faults.hit("journal.torn_write")
+        if torn is not None:
+            # A torn write: half the batch reaches the disk, then the process dies.
+            os.write(self._fd, data[:max(1, len(data) // 2)])
+            os.fdatasync(self._fd)
+            faults.crash("journal.torn_write")
+        view = memoryview(data)
+        while view:
+            written = os.write(self._fd, view)
+            view = view[written:]
+        faults.point("journal.before_fsync")
+        os.fdatasync(self._fd)
+        faults.point("journal.after_fsync")
+        self._segment_bytes += len(data)
+
+    def _open_segment(self, seq: int) -> None:
+        if self._fd >= 0:
+            os.fdatasync(self._fd)
+            os.close(self._fd)
+        path = self.directory / segment_name(seq)
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        fsync_dir(self.directory)
+        self._segment = seq
+        self._segment_bytes = os.fstat(self._fd).st_size

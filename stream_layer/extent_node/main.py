@@ -1,0 +1,81 @@
+"""The extent node process: `stamp serve extent-node --name en-1 --dir DIR --port P ...`.
+
+Recovers from disk (commit points + journal) before it accepts any RPC, then writes
+`DIR/ready.json` (common/process.py). SIGTERM stops it cleanly (checkpoint first); SIGKILL is
+what the tests use, and recovery is built for it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+from pathlib import Path
+
+from common import faults, rpc
+from common.config import HOST, load_config
+from common.process import write_ready
+from common.proto import extent_node_pb2_grpc, faults_pb2_grpc
+from stream_layer.extent_node.node import ExtentNode
+from stream_layer.extent_node.server import ExtentNodeServicer
+from stream_layer.extent_node.store import ExtentStore
+
+log = logging.getLogger("stamp.extent_node")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="stamp serve extent-node",
+                                description="Run one extent node (a stream-layer storage server).")
+    p.add_argument("--name", required=True, help="process name, e.g. en-1")
+    p.add_argument("--dir", required=True, type=Path,
+                   help="the node's directory: extent files, ready.json, server.log")
+    p.add_argument("--journal-dir", type=Path,
+                   help="journal directory (its own disk in production); default DIR/journal")
+    p.add_argument("--host", default=HOST)
+    p.add_argument("--port", type=int, default=0, help="gRPC port; 0 picks a free one")
+    p.add_argument("--fault-domain", default="fd-1")
+    p.add_argument("--upgrade-domain", default="ud-1")
+    p.add_argument("--config", help="stamp config file (TOML) for limits")
+    return p
+
+
+async def serve(args: argparse.Namespace) -> None:
+    limits = load_config(args.config).extent_node
+    store = ExtentStore(args.dir / "extents", args.journal_dir or args.dir / "journal", limits)
+    store.recover()
+    server = rpc.aio_server(limits.rpc_message_bytes_max)
+    port = server.add_insecure_port(f"{args.host}:{args.port}")
+    address = f"{args.host}:{port}"
+    node = ExtentNode(address, store, limits)
+    extent_node_pb2_grpc.add_ExtentNodeServicer_to_server(
+        ExtentNodeServicer(node, args.name, args.fault_domain, args.upgrade_domain), server)
+    faults_pb2_grpc.add_FaultsServicer_to_server(rpc.FaultsServicer(), server)
+    await store.start()
+    await server.start()
+    write_ready(args.dir, args.name, address)
+    log.info("%s serving on %s (fault domain %s)", args.name, address, args.fault_domain)
+
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stopping.set)
+    loop.add_signal_handler(signal.SIGINT, stopping.set)
+    await stopping.wait()
+    log.info("%s stopping", args.name)
+    await server.stop(grace=1.0)
+    await node.close()
+    await store.checkpoint()
+    await store.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    args.dir.mkdir(parents=True, exist_ok=True)
+    logging.basicConfig(level=logging.INFO,
+                        format=f"%(asctime)s {args.name} %(levelname)s %(name)s: %(message)s")
+    faults.arm_from_env()
+    asyncio.run(serve(args))
+
+
+if __name__ == "__main__":
+    main()

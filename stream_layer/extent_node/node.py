@@ -1,0 +1,179 @@
+"""An extent node's behaviour, between the gRPC servicer (server.py) and the store (store.py):
+the primary's append path, the secondary's forward path, and sealing with sync from peers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+
+import grpc
+
+from common import faults, rpc
+from common.checksums import verify
+from common.config import ExtentNodeLimits
+from common.errors import (
+    InvalidArgument,
+    NotPrimary,
+    ReplicationFailed,
+    StampError,
+    Unavailable,
+)
+from common.proto import extent_node_pb2 as pb
+from common.proto import extent_node_pb2_grpc as pb_grpc
+from stream_layer import framing
+from stream_layer.extent_node.replica import Replica
+from stream_layer.extent_node.replication import LOCAL, Forwarder, PrimaryPipeline
+from stream_layer.extent_node.store import ExtentStore
+
+log = logging.getLogger(__name__)
+
+
+class ExtentNode:
+    def __init__(self, address: str, store: ExtentStore, limits: ExtentNodeLimits) -> None:
+        self.address = address
+        self.store = store
+        self.limits = limits
+        self._pipelines: dict[int, PrimaryPipeline] = {}
+        self._forwarders: dict[str, Forwarder] = {}
+
+    async def close(self) -> None:
+        for forwarder in self._forwarders.values():
+            await forwarder.close()
+
+    # ---- primary ----------------------------------------------------------------------------
+
+    def validate_blocks(self, request: pb.AppendRequest) -> bytes:
+        """Check limits and every block's CRC32C (before the journal); return the frames."""
+        blocks = request.blocks
+        if not blocks or len(blocks) > self.limits.append_blocks_max:
+            raise InvalidArgument(f"an append carries 1..{self.limits.append_blocks_max} "
+                                  f"blocks, not {len(blocks)}")
+        total = 0
+        for index, block in enumerate(blocks):
+            if len(block.data) > self.limits.block_bytes_max:
+                raise InvalidArgument(f"block {index} has {len(block.data)} bytes; the limit "
+                                      f"is {self.limits.block_bytes_max}")
+            verify(block.data, block.crc, f"block {index} of an append to extent "
+                   f"{request.extent_id}")
+            total += len(block.data)
+        if total > self.limits.append_bytes_max:
+            raise InvalidArgument(f"an append carries at most {self.limits.append_bytes_max} "
+                                  f"bytes, not {total}")
+        return framing.encode_frames([(b.data, b.crc) for b in blocks])
+
+    def start_append(self, extent_id: int, frames: bytes) -> asyncio.Future[tuple[int, int]]:
+        """Place an append on this primary and replicate it; future -> (offset, end).
+
+        Synchronous up to the returned future, so appends on one extent are placed in the
+        order this is called.
+        """
+        replica = self.store.get(extent_id)
+        if not replica.is_primary(self.address):
+            raise NotPrimary(f"extent {extent_id}: this node ({self.address}) is not its "
+                             f"primary ({replica.meta.replicas[0]})")
+        pipeline = self._pipeline(replica)
+        if pipeline.failed is not None:
+            raise ReplicationFailed(f"extent {extent_id}: replication failed earlier "
+                                    f"({pipeline.failed}); seal it")
+        offset = replica.accepted_end
+        local = self.store.accept_append(extent_id, offset, frames)
+        end = offset + len(frames)
+        acked = pipeline.submit(offset, end)
+        local.add_done_callback(lambda f: f.cancelled() or f.exception() is not None
+                                or pipeline.on_durable(LOCAL, end))
+        for secondary in replica.secondaries():
+            pipeline.sent[secondary] = end
+            self._forwarder(secondary).send(extent_id, offset, frames)
+        return acked
+
+    def _pipeline(self, replica: Replica) -> PrimaryPipeline:
+        pipeline = self._pipelines.get(replica.extent_id)
+        if pipeline is None:
+            pipeline = PrimaryPipeline(replica.extent_id, replica.secondaries(),
+                                       replica.durable_end)
+            self._pipelines[replica.extent_id] = pipeline
+        return pipeline
+
+    def _forwarder(self, address: str) -> Forwarder:
+        forwarder = self._forwarders.get(address)
+        if forwarder is None:
+            forwarder = Forwarder(address, self.limits, self._on_forward_ack,
+                                  self._on_forward_broken)
+            self._forwarders[address] = forwarder
+        return forwarder
+
+    def _on_forward_ack(self, secondary: str, ack: pb.ForwardAck) -> None:
+        pipeline = self._pipelines.get(ack.extent_id)
+        if pipeline is None:
+            return
+        if ack.error_kind:
+            pipeline.fail(rpc.error_from_name(
+                ack.error_kind, f"secondary {secondary}: {ack.error_message}"))
+        else:
+            pipeline.on_durable(secondary, ack.durable_end)
+
+    def _on_forward_broken(self, secondary: str, error: StampError) -> None:
+        for pipeline in self._pipelines.values():
+            if pipeline.outstanding_to(secondary):
+                pipeline.fail(error)
+
+    def forget_pipeline(self, extent_id: int, error: StampError) -> None:
+        """Fail what is in flight on an extent that is being sealed or deleted."""
+        pipeline = self._pipelines.pop(extent_id, None)
+        if pipeline is not None:
+            pipeline.fail(error)
+
+    # ---- secondary --------------------------------------------------------------------------
+
+    def accept_forward(self, entry: pb.ForwardEntry) -> asyncio.Future[int]:
+        """A secondary takes a forwarded write: at its end, checksums verified first."""
+        framing.verify_frames(entry.frames, f"forward to extent {entry.extent_id} at "
+                              f"{entry.offset}")
+        return self.store.accept_append(entry.extent_id, entry.offset, entry.frames)
+
+    # ---- sealing ----------------------------------------------------------------------------
+
+    async def seal(self, extent_id: int, length: int, sources: Sequence[str]) -> int:
+        self.forget_pipeline(extent_id, ReplicationFailed(f"extent {extent_id} is being sealed"))
+
+        async def fetch_missing(replica: Replica, target: int) -> None:
+            await self._sync_from_peers(replica, target, sources)
+        return await self.store.seal(extent_id, length, fetch_missing)
+
+    async def _sync_from_peers(self, replica: Replica, target: int,
+                               sources: Sequence[str]) -> None:
+        """Bring `replica` to `target` bytes from the first peer that has them (SyncInit, then
+        SyncReplicate streamed in batches)."""
+        peers = [s for s in sources if s != self.address]
+        if not peers:
+            raise Unavailable(f"extent {replica.extent_id}: at {replica.durable_end}, needs "
+                              f"{target}, and no peer to sync from")
+        for peer in peers:
+            start = replica.durable_end
+            try:
+                async with rpc.aio_channel(peer, self.limits.rpc_message_bytes_max) as channel:
+                    stub = pb_grpc.ExtentNodeStub(channel)
+                    init = await stub.SyncInit(pb.SyncInitRequest(
+                        extent_id=replica.extent_id, from_offset=start, to_offset=target),
+                        timeout=self.limits.read_deadline_ms / 1000.0)
+                    if init.available_end < target:
+                        log.info("extent %d: peer %s has only %d of %d", replica.extent_id,
+                                 peer, init.available_end, target)
+                        continue
+                    last: asyncio.Future[int] | None = None
+                    async for chunk in stub.SyncReplicate(pb.SyncReplicateRequest(
+                            extent_id=replica.extent_id, from_offset=start, to_offset=target)):
+                        last = self.store.accept_synced(replica, chunk.offset, chunk.frames)
+                        await faults.apoint("en.sync.after_chunk")
+                    if last is not None:
+                        await last
+                if replica.durable_end == target:
+                    log.info("extent %d: synced [%d, %d) from %s", replica.extent_id, start,
+                             target, peer)
+                    return
+            except (grpc.RpcError, StampError) as exc:
+                log.warning("extent %d: sync from %s failed: %s", replica.extent_id, peer, exc)
+        raise Unavailable(f"extent {replica.extent_id}: no peer of {peers} could supply "
+                          f"[{replica.durable_end}, {target})")

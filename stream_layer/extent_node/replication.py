@@ -1,0 +1,165 @@
+"""The primary's side of the append protocol (§2 "Append protocol").
+
+Contract:
+- The primary hands out offsets, writes to its own journal, and forwards (offset, frames) to
+  every secondary. An append is acknowledged only when this replica AND every secondary have
+  it durable; because each of them makes appends durable in offset order, "durable up to X
+  everywhere" acknowledges exactly the appends ending at or below X, in offset order.
+- Any replica failure fails the append, every append in flight behind it, and every later
+  append on that extent (sticky): the extent can no longer promise three durable copies, and
+  the client must seal it and continue on a new one.
+- Forwarding is one bidi stream per secondary shared by all extents; whatever is queued when
+  the stream is free goes in one message (bounded), not one RPC per block.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import grpc
+
+from common import faults, rpc
+from common.config import ExtentNodeLimits
+from common.errors import ReplicationFailed, StampError, Unavailable
+from common.proto import extent_node_pb2 as pb
+from common.proto import extent_node_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
+
+LOCAL = ""  # this replica, in a pipeline's durability map
+
+
+@dataclass
+class _Inflight:
+    offset: int
+    end: int
+    future: asyncio.Future[tuple[int, int]]
+
+
+class PrimaryPipeline:
+    """The appends in flight on one extent at its primary, and how far each replica has them."""
+
+    def __init__(self, extent_id: int, secondaries: list[str], start: int) -> None:
+        self.extent_id = extent_id
+        self.durable: dict[str, int] = {LOCAL: start, **{s: start for s in secondaries}}
+        self.sent: dict[str, int] = {s: start for s in secondaries}
+        self.inflight: deque[_Inflight] = deque()
+        self.failed: StampError | None = None
+
+    def submit(self, offset: int, end: int) -> asyncio.Future[tuple[int, int]]:
+        """Track an append placed at [offset, end); its future resolves to (offset, end)."""
+        if self.failed is not None:
+            raise ReplicationFailed(f"extent {self.extent_id}: replication already failed "
+                                    f"({self.failed}); seal it")
+        assert not self.inflight or self.inflight[-1].end == offset, "appends out of order"
+        future: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
+        self.inflight.append(_Inflight(offset, end, future))
+        return future
+
+    def on_durable(self, who: str, end: int) -> None:
+        if end <= self.durable.get(who, end):
+            return
+        self.durable[who] = end
+        acked = min(self.durable.values())
+        while self.inflight and self.inflight[0].end <= acked:
+            item = self.inflight.popleft()
+            if not item.future.done():
+                item.future.set_result((item.offset, item.end))
+
+    def outstanding_to(self, secondary: str) -> bool:
+        return self.sent.get(secondary, 0) > self.durable.get(secondary, 0)
+
+    def fail(self, error: StampError) -> None:
+        if self.failed is None:
+            log.warning("extent %d: replication failed: %s", self.extent_id, error)
+            self.failed = error
+        while self.inflight:
+            item = self.inflight.popleft()
+            if not item.future.done():
+                item.future.set_exception(ReplicationFailed(
+                    f"extent {self.extent_id}: append at {item.offset} not replicated: {error}"))
+
+
+AckHandler = Callable[[str, pb.ForwardAck], None]
+BrokenHandler = Callable[[str, StampError], None]
+
+
+class Forwarder:
+    """The forwarding stream from this primary to one secondary, for all extents."""
+
+    def __init__(self, address: str, limits: ExtentNodeLimits, on_ack: AckHandler,
+                 on_broken: BrokenHandler) -> None:
+        self.address = address
+        self.limits = limits
+        self._on_ack = on_ack
+        self._on_broken = on_broken
+        self._channel = rpc.aio_channel(address, limits.rpc_message_bytes_max)
+        self._queue: deque[pb.ForwardEntry] = deque()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def send(self, extent_id: int, offset: int, frames: bytes) -> None:
+        self._queue.append(pb.ForwardEntry(extent_id=extent_id, offset=offset, frames=frames))
+        self._wake.set()
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name=f"forward-{self.address}")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        await self._channel.close()
+
+    async def _run(self) -> None:
+        stub = pb_grpc.ExtentNodeStub(self._channel)
+        call = stub.ForwardStream()
+        reader = asyncio.get_running_loop().create_task(self._read_acks(call))
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                while self._queue:
+                    batch = pb.ForwardBatch()
+                    size = 0
+                    while self._queue and (size == 0 or size + len(self._queue[0].frames)
+                                           <= self.limits.forward_batch_bytes_max):
+                        entry = self._queue.popleft()
+                        size += len(entry.frames)
+                        batch.entries.append(entry)
+                    await call.write(batch)
+                    await faults.apoint("en.forward.after_send")
+                if reader.done():
+                    break
+        except asyncio.CancelledError:
+            call.cancel()
+            reader.cancel()
+            raise
+        except (grpc.RpcError, grpc.aio.UsageError, StampError) as exc:
+            error = exc if isinstance(exc, StampError) else Unavailable(
+                f"forwarding to {self.address} failed: {exc}")
+            self._broken(error, call, reader)
+            return
+        self._broken(Unavailable(f"forward stream to {self.address} ended"), call, reader)
+
+    async def _read_acks(self, call: grpc.aio.StreamStreamCall) -> None:
+        try:
+            async for acks in call:
+                for ack in acks.acks:
+                    self._on_ack(self.address, ack)
+        except grpc.RpcError as exc:
+            log.warning("forward stream to %s broke: %s", self.address, exc.code())
+        finally:
+            self._wake.set()  # let the writer notice the stream is gone
+
+    def _broken(self, error: StampError, call: grpc.aio.StreamStreamCall,
+                reader: asyncio.Task[None]) -> None:
+        call.cancel()
+        reader.cancel()
+        self._queue.clear()
+        self._task = None
+        self._on_broken(self.address, error)

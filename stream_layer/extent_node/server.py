@@ -1,0 +1,226 @@
+"""The extent node's gRPC servicer: protobuf in and out, streams, and error mapping. The
+behaviour lives in node.py and store.py."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import AsyncIterator
+
+from grpc import aio
+
+from common import faults, rpc
+from common.errors import NotFound, StampError
+from common.proto import extent_node_pb2 as pb
+from common.proto import extent_node_pb2_grpc as pb_grpc
+from stream_layer.extent_node.node import ExtentNode
+
+log = logging.getLogger(__name__)
+
+
+class ExtentNodeServicer(pb_grpc.ExtentNodeServicer):
+    def __init__(self, node: ExtentNode, name: str, fault_domain: str,
+                 upgrade_domain: str) -> None:
+        self.node = node
+        self.store = node.store
+        self.limits = node.limits
+        self.name = name
+        self.fault_domain = fault_domain
+        self.upgrade_domain = upgrade_domain
+
+    # ---- appends --------------------------------------------------------------------------
+
+    async def AppendStream(self, request_iterator: AsyncIterator[pb.AppendBatch],
+                           context: aio.ServicerContext) -> None:
+        """Client -> primary. Acks are written as appends complete, batched per message."""
+        acks: asyncio.Queue[pb.AppendAck | None] = asyncio.Queue()
+        slots = asyncio.Semaphore(self.limits.inflight_appends_max)
+
+        def finish(request_id: int, future: asyncio.Future[tuple[int, int]]) -> None:
+            slots.release()
+            if future.cancelled():
+                return
+            error = future.exception()
+            if error is None:
+                offset, end = future.result()
+                acks.put_nowait(pb.AppendAck(request_id=request_id, offset=offset, end=end))
+            else:
+                acks.put_nowait(_error_ack(request_id, error))
+
+        async def read_requests() -> None:
+            try:
+                async for batch in request_iterator:
+                    for request in batch.appends:
+                        await slots.acquire()
+                        try:
+                            frames = self.node.validate_blocks(request)
+                            await self.store.wait_for_room(len(frames))
+                            future = self.node.start_append(request.extent_id, frames)
+                        except Exception as exc:
+                            slots.release()
+                            acks.put_nowait(_error_ack(request.request_id, exc))
+                            continue
+                        future.add_done_callback(
+                            lambda f, rid=request.request_id: finish(rid, f))
+            finally:
+                acks.put_nowait(None)
+
+        reader = asyncio.get_running_loop().create_task(read_requests())
+        try:
+            await self._write_acks(acks, context, pb.AppendAcks, "acks", "en.primary.before_ack")
+        finally:
+            reader.cancel()
+
+    async def ForwardStream(self, request_iterator: AsyncIterator[pb.ForwardBatch],
+                            context: aio.ServicerContext) -> None:
+        """Primary -> secondary. Entries are taken in order; acks say "durable up to"."""
+        ordered: asyncio.Queue[tuple[int, asyncio.Future[int] | BaseException] | None] = \
+            asyncio.Queue()
+
+        async def read_entries() -> None:
+            try:
+                async for batch in request_iterator:
+                    for entry in batch.entries:
+                        try:
+                            await self.store.wait_for_room(len(entry.frames))
+                            ordered.put_nowait((entry.extent_id, self.node.accept_forward(entry)))
+                        except Exception as exc:
+                            ordered.put_nowait((entry.extent_id, exc))
+            finally:
+                ordered.put_nowait(None)
+
+        acks: asyncio.Queue[pb.ForwardAck | None] = asyncio.Queue()
+
+        async def ack_in_order() -> None:
+            # Entries become durable in the order they were taken: ack them in that order.
+            while (item := await ordered.get()) is not None:
+                extent_id, outcome = item
+                try:
+                    if isinstance(outcome, BaseException):
+                        raise outcome
+                    acks.put_nowait(pb.ForwardAck(extent_id=extent_id,
+                                                  durable_end=await outcome))
+                except Exception as exc:
+                    acks.put_nowait(_error_forward_ack(extent_id, exc))
+            acks.put_nowait(None)
+
+        reader = asyncio.get_running_loop().create_task(read_entries())
+        acker = asyncio.get_running_loop().create_task(ack_in_order())
+        try:
+            await self._write_acks(acks, context, pb.ForwardAcks, "acks",
+                                   "en.secondary.before_ack")
+        finally:
+            reader.cancel()
+            acker.cancel()
+
+    @staticmethod
+    async def _write_acks(queue: asyncio.Queue, context: aio.ServicerContext,
+                          message_type: type, field: str, fault_point: str) -> None:
+        """Write everything queued as one message per wake-up, until a None arrives."""
+        while True:
+            first = await queue.get()
+            if first is None:
+                return
+            items = [first]
+            done = False
+            while not queue.empty():
+                item = queue.get_nowait()
+                if item is None:
+                    done = True
+                    break
+                items.append(item)
+            await faults.apoint(fault_point)
+            message = message_type()
+            getattr(message, field).extend(items)
+            await context.write(message)
+            if done:
+                return
+
+    # ---- unary ----------------------------------------------------------------------------
+
+    @rpc.rpc_errors
+    async def CreateExtent(self, request: pb.CreateExtentRequest,
+                           context: aio.ServicerContext) -> pb.CreateExtentReply:
+        await self.store.create(request.extent_id, list(request.replicas))
+        return pb.CreateExtentReply()
+
+    @rpc.rpc_errors
+    async def Read(self, request: pb.ReadRequest, context: aio.ServicerContext) -> pb.ReadReply:
+        await faults.apoint("en.read")
+        frames = await self.store.read(request.extent_id, request.offset, request.length)
+        return pb.ReadReply(frames=frames)
+
+    @rpc.rpc_errors
+    async def CommitLength(self, request: pb.CommitLengthRequest,
+                           context: aio.ServicerContext) -> pb.CommitLengthReply:
+        length, sealed = self.store.commit_length(request.extent_id)
+        return pb.CommitLengthReply(length=length, sealed=sealed)
+
+    @rpc.rpc_errors
+    async def Seal(self, request: pb.SealRequest, context: aio.ServicerContext) -> pb.SealReply:
+        length = await self.node.seal(request.extent_id, request.length, list(request.sources))
+        return pb.SealReply(length=length)
+
+    @rpc.rpc_errors
+    async def SyncInit(self, request: pb.SyncInitRequest,
+                       context: aio.ServicerContext) -> pb.SyncInitReply:
+        length, sealed = self.store.commit_length(request.extent_id)
+        return pb.SyncInitReply(available_end=length, sealed=sealed)
+
+    @rpc.rpc_errors
+    async def SyncReplicate(self, request: pb.SyncReplicateRequest,
+                            context: aio.ServicerContext) -> AsyncIterator[pb.SyncChunk]:
+        offset = request.from_offset
+        while offset < request.to_offset:
+            want = min(self.limits.sync_batch_bytes_max, request.to_offset - offset)
+            frames = await self.store.read(request.extent_id, offset, want)
+            yield pb.SyncChunk(offset=offset, frames=frames)
+            offset += len(frames)
+
+    @rpc.rpc_errors
+    async def DeleteExtent(self, request: pb.DeleteExtentRequest,
+                           context: aio.ServicerContext) -> pb.DeleteExtentReply:
+        self.node.forget_pipeline(request.extent_id, NotFound("extent deleted"))
+        await self.store.delete(request.extent_id)
+        return pb.DeleteExtentReply()
+
+    @rpc.rpc_errors
+    async def ListExtents(self, request: pb.ListExtentsRequest,
+                          context: aio.ServicerContext) -> pb.ListExtentsReply:
+        reply = pb.ListExtentsReply()
+        for extent_id, replica in sorted(self.store.replicas.items()):
+            length, sealed = self.store.commit_length(extent_id)
+            reply.extents.append(pb.ExtentInfo(extent_id=extent_id, length=length,
+                                               sealed=sealed, replicas=replica.meta.replicas))
+        return reply
+
+    @rpc.rpc_errors
+    async def Checkpoint(self, request: pb.CheckpointRequest,
+                         context: aio.ServicerContext) -> pb.CheckpointReply:
+        await self.store.checkpoint()
+        return pb.CheckpointReply(journal_bytes=self.store.journal.held_bytes())
+
+    @rpc.rpc_errors
+    async def NodeStatus(self, request: pb.NodeStatusRequest,
+                         context: aio.ServicerContext) -> pb.NodeStatusReply:
+        return pb.NodeStatusReply(
+            name=self.name, fault_domain=self.fault_domain, upgrade_domain=self.upgrade_domain,
+            extents=len(self.store.replicas),
+            bytes=sum(r.durable_end for r in self.store.replicas.values()),
+            journal_bytes=self.store.journal.held_bytes(),
+            pending_file_bytes=self.store.pending_bytes, pid=os.getpid())
+
+
+def _error_ack(request_id: int, exc: BaseException) -> pb.AppendAck:
+    if not isinstance(exc, StampError):
+        log.error("append %d failed unexpectedly", request_id, exc_info=exc)
+    return pb.AppendAck(request_id=request_id, error_kind=rpc.error_name(exc),
+                        error_message=str(exc))
+
+
+def _error_forward_ack(extent_id: int, exc: BaseException) -> pb.ForwardAck:
+    if not isinstance(exc, StampError):
+        log.error("forward to extent %d failed unexpectedly", extent_id, exc_info=exc)
+    return pb.ForwardAck(extent_id=extent_id, error_kind=rpc.error_name(exc),
+                         error_message=str(exc))

@@ -1,0 +1,503 @@
+"""An extent node's replicas and its journal: accepting appends, reads, seals, checkpoints and
+recovery (§2). No networking here; the servicer and the replication pipeline sit around it.
+
+Contracts:
+- `accept_append` gives an append its place synchronously (offsets are handed out in call
+  order, a write not at the replica's end is refused) and returns a future that resolves when
+  the append is durable in the journal. Appends become durable in the order they were accepted.
+- Reads serve only bytes below the replica's durable end, verifying every frame's checksum.
+- `seal(length)` stops appends for good, waits for what was accepted to be durable, fetches
+  what is missing (through the `fetch_missing` callback, from peers), writes a SEAL record,
+  truncates what lies beyond, and records the seal in the commit point.
+- A checkpoint writes the journal's contents through to the data files, fsyncs them, records
+  each touched replica's commit point, and drops the journal segments it covered.
+- `recover()` (at start, before serving) rebuilds every replica from its commit point plus the
+  journal, then checkpoints, so a node starts with an empty journal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import struct
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from common import faults
+from common.config import ExtentNodeLimits
+from common.errors import (
+    AlreadyExists,
+    ChecksumError,
+    ExtentFull,
+    Internal,
+    InvalidArgument,
+    NotFound,
+    OutOfRange,
+    PreconditionFailed,
+    Sealed,
+    Unavailable,
+    WrongOffset,
+)
+from stream_layer import framing
+from stream_layer.extent_node.journal import Journal, fsync_dir
+from stream_layer.extent_node.replica import (
+    Replica,
+    ReplicaMeta,
+    pending_slice,
+    read_range_from_file,
+    replica_paths,
+    write_meta,
+)
+
+log = logging.getLogger(__name__)
+
+RECORD = struct.Struct("<BQQ")  # kind, extent id, offset (APPEND) or length (SEAL)
+APPEND, SEAL = 1, 2
+
+FetchMissing = Callable[[Replica, int], Awaitable[None]]
+
+
+class ExtentStore:
+    def __init__(self, data_dir: Path, journal_dir: Path, limits: ExtentNodeLimits) -> None:
+        self.data_dir = data_dir
+        self.limits = limits
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.replicas: dict[int, Replica] = {}
+        self.journal = Journal(journal_dir, limits.journal_batch_bytes_max,
+                               limits.journal_queue_bytes_max, limits.journal_segment_bytes_max)
+        # Data-file writes in one thread (in order); reads in a few; metadata in one (in order).
+        self._writes = ThreadPoolExecutor(max_workers=1, thread_name_prefix="extent-write")
+        self._reads = ThreadPoolExecutor(max_workers=4, thread_name_prefix="extent-read")
+        self._meta_io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="extent-meta")
+        self._to_write: dict[int, None] = {}  # extent ids with pending bytes, in order
+        self._writer_wake: asyncio.Event | None = None
+        self._written: asyncio.Condition | None = None
+        self._pending_total = 0
+        self._checkpoint_lock: asyncio.Lock | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._records_at_checkpoint = 0
+
+    # ---- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._writer_wake = asyncio.Event()
+        self._written = asyncio.Condition()
+        self._checkpoint_lock = asyncio.Lock()
+        self.journal.start()
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._write_loop(), name="extent-writer"),
+                       loop.create_task(self._checkpoint_loop(), name="checkpointer")]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.journal.stop()
+        for pool in (self._writes, self._reads, self._meta_io):
+            pool.shutdown(wait=True)
+
+    # ---- replicas -------------------------------------------------------------------------
+
+    def get(self, extent_id: int) -> Replica:
+        replica = self.replicas.get(extent_id)
+        if replica is None:
+            raise NotFound(f"extent {extent_id} has no replica here")
+        return replica
+
+    async def create(self, extent_id: int, replicas: list[str]) -> Replica:
+        """Create an empty replica; idempotent for the same replica set."""
+        existing = self.replicas.get(extent_id)
+        if existing is not None:
+            if existing.meta.replicas != replicas:
+                raise AlreadyExists(f"extent {extent_id} exists with replicas "
+                                    f"{existing.meta.replicas}")
+            return existing
+        if len(replicas) < 1 or len(set(replicas)) != len(replicas):
+            raise InvalidArgument(f"replica set {replicas} must be distinct addresses")
+        data_path, meta_path = replica_paths(self.data_dir, extent_id)
+        replica = Replica(ReplicaMeta(extent_id, list(replicas)), data_path, meta_path)
+        self.replicas[extent_id] = replica
+
+        def create_files() -> None:
+            # The commit point first: a data file without one is an orphan recovery deletes.
+            write_meta(replica.meta_path, replica.meta.encode())
+            fd = os.open(data_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.fsync(fd)
+            os.close(fd)
+            fsync_dir(self.data_dir)
+        try:
+            await self._in(self._meta_io, create_files)
+        except BaseException:
+            self.replicas.pop(extent_id, None)
+            raise
+        return replica
+
+    async def delete(self, extent_id: int) -> None:
+        replica = self.get(extent_id)
+        del self.replicas[extent_id]
+        replica.sealing = True
+        self._pending_total -= replica.pending_bytes
+        replica.pending.clear()
+
+        def remove_files() -> None:
+            with contextlib.suppress(FileNotFoundError):
+                replica.meta_path.unlink()
+            fsync_dir(self.data_dir)
+            with contextlib.suppress(FileNotFoundError):
+                replica.data_path.unlink()
+        await self._in(self._meta_io, remove_files)
+
+    # ---- appends --------------------------------------------------------------------------
+
+    async def wait_for_room(self, nbytes: int) -> None:
+        """Back-pressure: wait while too much is durable but not yet in data files."""
+        assert self._written is not None
+        if self._pending_total + nbytes <= self.limits.pending_file_bytes_max:
+            return
+        async with self._written:
+            await self._written.wait_for(
+                lambda: self._pending_total == 0
+                or self._pending_total + nbytes <= self.limits.pending_file_bytes_max)
+
+    def accept_append(self, extent_id: int, offset: int, frames: bytes) -> asyncio.Future[int]:
+        """Place `frames` at `offset`, which must be the replica's end; future -> new end."""
+        replica = self.get(extent_id)
+        if replica.sealed or replica.sealing:
+            raise Sealed(f"extent {extent_id} is sealed")
+        if offset != replica.accepted_end:
+            raise WrongOffset(f"extent {extent_id}: write at {offset}, but this replica ends "
+                              f"at {replica.accepted_end}")
+        if offset + len(frames) > self.limits.extent_bytes_max:
+            raise ExtentFull(f"extent {extent_id} would grow past "
+                             f"{self.limits.extent_bytes_max} bytes")
+        return self._accept(replica, offset, frames)
+
+    def _accept(self, replica: Replica, offset: int, frames: bytes) -> asyncio.Future[int]:
+        assert offset == replica.accepted_end, (offset, replica.accepted_end)
+        end = offset + len(frames)
+        replica.accepted_end = end
+        replica.pending.append((offset, frames))
+        replica.pending_bytes += len(frames)
+        self._pending_total += len(frames)
+        body = RECORD.pack(APPEND, replica.extent_id, offset) + frames
+        future = asyncio.ensure_future(self._make_durable(replica, body, end))
+        replica.tail = future
+        return future
+
+    async def _make_durable(self, replica: Replica, body: bytes, end: int) -> int:
+        await self.journal.append(body)
+        # The journal completes appends in order, so durable_end only grows.
+        replica.durable_end = max(replica.durable_end, end)
+        self._to_write[replica.extent_id] = None
+        assert self._writer_wake is not None
+        self._writer_wake.set()
+        return end
+
+    async def wait_durable(self, replica: Replica) -> None:
+        """Wait until everything accepted so far on `replica` is durable."""
+        tail = replica.tail
+        if tail is not None:
+            await asyncio.shield(tail)
+
+    # ---- data files -----------------------------------------------------------------------
+
+    async def _write_loop(self) -> None:
+        """Write durable pending bytes into data files, behind the journal."""
+        assert self._writer_wake is not None and self._written is not None
+        while True:
+            await self._writer_wake.wait()
+            self._writer_wake.clear()
+            while self._to_write:
+                jobs = []
+                for extent_id in list(self._to_write):
+                    del self._to_write[extent_id]
+                    replica = self.replicas.get(extent_id)
+                    if replica is None:
+                        continue
+                    runs = [(o, d) for o, d in replica.pending if o + len(d) <= replica.durable_end]
+                    if runs:
+                        jobs.append((replica, runs))
+                if not jobs:
+                    break
+                await self._in(self._writes, _write_runs,
+                               [(r.data_path, runs) for r, runs in jobs])
+                for replica, runs in jobs:
+                    written = sum(len(d) for _, d in runs)
+                    for _ in runs:
+                        replica.pending.popleft()
+                    replica.pending_bytes -= written
+                    self._pending_total -= written
+                    replica.file_end = runs[-1][0] + len(runs[-1][1])
+                    replica.dirty = True
+                    replica.check_lengths()
+                async with self._written:
+                    self._written.notify_all()
+
+    async def _drain(self, targets: dict[int, int]) -> None:
+        """Wait until each replica's data file reaches the given length (or it is gone)."""
+        assert self._written is not None
+
+        def done() -> bool:
+            return all(extent_id not in self.replicas
+                       or self.replicas[extent_id].file_end >= end
+                       for extent_id, end in targets.items())
+        async with self._written:
+            await self._written.wait_for(done)
+
+    # ---- reads ----------------------------------------------------------------------------
+
+    def commit_length(self, extent_id: int) -> tuple[int, bool]:
+        replica = self.get(extent_id)
+        if replica.sealed:
+            return replica.meta.sealed_length, True
+        return replica.durable_end, False
+
+    async def read(self, extent_id: int, offset: int, length: int) -> bytes:
+        """Whole verified frames starting at `offset`, within `length` (at least one frame)."""
+        replica = self.get(extent_id)
+        limit, _ = self.commit_length(extent_id)
+        if length <= 0 or length > self.limits.read_bytes_max:
+            raise InvalidArgument(f"read length {length} not in 1..{self.limits.read_bytes_max}")
+        if offset >= limit:
+            raise OutOfRange(f"extent {extent_id}: offset {offset} is at or past its commit "
+                             f"length {limit}")
+        data = await self._read_bytes(replica, offset, min(offset + length, limit))
+        if len(data) < framing.HEADER_BYTES:
+            raise ChecksumError(f"extent {extent_id}: no whole frame header at {offset}")
+        first = framing.frame_bytes(framing.HEADER.unpack_from(data)[0])
+        if first > len(data):
+            if offset + first > limit:
+                raise ChecksumError(f"extent {extent_id}: frame at {offset} claims {first} "
+                                    f"bytes past the commit length {limit} (corrupt, or not a "
+                                    f"block boundary)")
+            data = await self._read_bytes(replica, offset, offset + first)
+        whole = framing.valid_prefix(data)
+        if whole == 0:
+            framing.verify_frames(data[:first], f"extent {extent_id} at {offset}")
+            raise ChecksumError(f"extent {extent_id}: bad frame at {offset}")
+        return data[:whole] if whole == len(data) else self._cut(data, whole, extent_id, offset)
+
+    @staticmethod
+    def _cut(data: bytes, whole: int, extent_id: int, offset: int) -> bytes:
+        # A frame past `whole` either did not fit the requested length (fine) or is corrupt.
+        rest = memoryview(data)[whole:]
+        if len(rest) >= framing.HEADER_BYTES:
+            size = framing.frame_bytes(framing.HEADER.unpack_from(rest)[0])
+            if size <= len(rest):
+                framing.verify_frames(rest[:size], f"extent {extent_id} at {offset + whole}")
+        return data[:whole]
+
+    async def _read_bytes(self, replica: Replica, start: int, end: int) -> bytes:
+        file_end = replica.file_end
+        pending = list(replica.pending)
+        parts = []
+        if start < file_end:
+            part = await self._in(self._reads, read_range_from_file, replica.data_path,
+                                  start, min(end, file_end))
+            if len(part) != min(end, file_end) - start:
+                raise Unavailable(f"extent {replica.extent_id} changed during the read")
+            parts.append(part)
+        if end > file_end:
+            parts.append(pending_slice(pending, max(start, file_end), end))
+        return b"".join(parts)
+
+    # ---- sealing --------------------------------------------------------------------------
+
+    async def seal(self, extent_id: int, length: int, fetch_missing: FetchMissing) -> int:
+        """Fix the replica at `length` (§2 "Sealing"); idempotent for the same length."""
+        replica = self.get(extent_id)
+        async with replica.seal_lock:
+            return await self._seal_locked(replica, length, fetch_missing)
+
+    async def _seal_locked(self, replica: Replica, length: int,
+                           fetch_missing: FetchMissing) -> int:
+        extent_id = replica.extent_id
+        if replica.sealed:
+            if replica.meta.sealed_length != length:
+                raise PreconditionFailed(f"extent {extent_id} is sealed at "
+                                         f"{replica.meta.sealed_length}, not {length}")
+            return length
+        replica.sealing = True
+        await self.wait_durable(replica)
+        if replica.durable_end < length:
+            await fetch_missing(replica, length)
+            await self.wait_durable(replica)
+            if replica.durable_end != length:
+                raise Unavailable(f"extent {extent_id}: could only reach {replica.durable_end} "
+                                  f"of the sealed length {length}")
+        await faults.apoint("en.seal.before_record")
+        await self.journal.append(RECORD.pack(SEAL, extent_id, length))
+        if replica.durable_end > length:
+            await self._truncate(replica, length)
+        replica.meta.sealed = True
+        replica.meta.sealed_length = length
+        replica.meta.file_length = min(replica.meta.file_length, length)
+        await self._in(self._meta_io, write_meta, replica.meta_path, replica.meta.encode())
+        log.info("extent %d sealed at %d", extent_id, length)
+        return length
+
+    def accept_synced(self, replica: Replica, offset: int, frames: bytes) -> asyncio.Future[int]:
+        """Accept frames fetched from a peer while sealing (appends are refused by then)."""
+        framing.verify_frames(frames, f"extent {replica.extent_id} sync at {offset}")
+        if offset != replica.accepted_end:
+            raise WrongOffset(f"sync chunk at {offset}, replica ends at {replica.accepted_end}")
+        return self._accept(replica, offset, frames)
+
+    async def _truncate(self, replica: Replica, length: int) -> None:
+        await self._drain({replica.extent_id: replica.durable_end})
+        await self._in(self._meta_io, _truncate_file, replica.data_path, length)
+        replica.accepted_end = replica.durable_end = replica.file_end = length
+        replica.dirty = True
+
+    # ---- checkpoints ----------------------------------------------------------------------
+
+    async def checkpoint(self) -> None:
+        """Write the journal through to data files and drop the segments it covered."""
+        assert self._checkpoint_lock is not None
+        async with self._checkpoint_lock:
+            self._records_at_checkpoint = self.journal.records
+            closed = await self.journal.rotate()
+            await self._drain({r.extent_id: r.durable_end for r in self.replicas.values()})
+            for replica in [r for r in self.replicas.values() if r.dirty]:
+                replica.dirty = False
+                length = replica.file_end
+                await self._in(self._meta_io, _fsync_file, replica.data_path)
+                if replica.extent_id not in self.replicas:
+                    continue
+                replica.meta.file_length = length
+                await self._in(self._meta_io, write_meta, replica.meta_path,
+                               replica.meta.encode())
+            await faults.apoint("en.checkpoint.before_drop")
+            await self.journal.drop_through(closed)
+
+    async def _checkpoint_loop(self) -> None:
+        interval = self.limits.checkpoint_interval_ms / 1000.0
+        while True:
+            await asyncio.sleep(interval)
+            if self.journal.records != self._records_at_checkpoint:
+                try:
+                    await self.checkpoint()
+                except Exception:
+                    log.exception("checkpoint failed; will retry")
+
+    # ---- recovery -------------------------------------------------------------------------
+
+    def recover(self) -> None:
+        """Rebuild every replica from its commit point and the journal (blocking, at start)."""
+        for tmp in self.data_dir.glob("*.meta.tmp"):
+            tmp.unlink()
+        for meta_path in sorted(self.data_dir.glob("ext-*.meta")):
+            meta = ReplicaMeta.decode(meta_path.read_bytes(), str(meta_path))
+            data_path, _ = replica_paths(self.data_dir, meta.extent_id)
+            replica = Replica(meta, data_path, meta_path)
+            size = data_path.stat().st_size if data_path.exists() else 0
+            end = min(size, meta.file_length)
+            if size < meta.file_length:
+                log.error("extent %d: data file has %d bytes, its commit point claims %d",
+                          meta.extent_id, size, meta.file_length)
+            _truncate_file(data_path, end)  # bytes past the commit point come from the journal
+            replica.accepted_end = replica.durable_end = replica.file_end = end
+            self.replicas[meta.extent_id] = replica
+        known = {r.data_path for r in self.replicas.values()}
+        for orphan in self.data_dir.glob("ext-*.dat"):
+            if orphan not in known:
+                log.warning("deleting %s: no commit point (deleted or never created)", orphan)
+                orphan.unlink()
+
+        last_segment = 0
+        replayed = 0
+        for segment, body in self.journal.replay():
+            last_segment = segment
+            replayed += 1
+            self._replay_record(body)
+        for replica in self.replicas.values():
+            if replica.dirty:
+                _fsync_file(replica.data_path)
+                replica.meta.file_length = replica.file_end
+                write_meta(replica.meta_path, replica.meta.encode())
+                replica.dirty = False
+        for path in self.journal.segments():
+            if int(path.stem.split("-")[1]) <= last_segment:
+                path.unlink()
+        fsync_dir(self.journal.directory)
+        log.info("recovered %d extents, replayed %d journal records",
+                 len(self.replicas), replayed)
+
+    def _replay_record(self, body: bytes) -> None:
+        kind, extent_id, offset = RECORD.unpack_from(body)
+        replica = self.replicas.get(extent_id)
+        if replica is None:
+            return  # deleted since, or never got its commit point
+        end = replica.file_end
+        if kind == SEAL:
+            if end < offset:
+                log.error("extent %d: sealed at %d but holds only %d", extent_id, offset, end)
+            elif end > offset:
+                _truncate_file(replica.data_path, offset)
+            replica.accepted_end = replica.durable_end = replica.file_end = min(end, offset)
+            replica.meta.sealed, replica.meta.sealed_length = True, offset
+            replica.dirty = True
+            return
+        if kind != APPEND:
+            raise Internal(f"unknown journal record kind {kind}")
+        frames = memoryview(body)[RECORD.size:]
+        record_end = offset + len(frames)
+        if replica.sealed or record_end <= end:
+            return  # already in the data file, or cut by the seal
+        if offset > end:
+            log.error("extent %d: journal record at %d, but the replica ends at %d: "
+                      "the replica stays at %d", extent_id, offset, end, end)
+            return
+        suffix = frames[end - offset:]
+        framing.verify_frames(suffix, f"journal replay of extent {extent_id} at {end}")
+        _write_runs([(replica.data_path, [(end, bytes(suffix))])])
+        replica.accepted_end = replica.durable_end = replica.file_end = record_end
+        replica.dirty = True
+
+    # ---- helpers --------------------------------------------------------------------------
+
+    @property
+    def pending_bytes(self) -> int:
+        return self._pending_total
+
+    @staticmethod
+    async def _in(pool: ThreadPoolExecutor, fn: Callable[..., object], *args: object) -> object:
+        return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+
+
+def _write_runs(jobs: list[tuple[Path, list[tuple[int, bytes]]]]) -> None:
+    for path, runs in jobs:
+        try:
+            fd = os.open(path, os.O_WRONLY)
+        except FileNotFoundError:
+            continue  # the extent was deleted meanwhile
+        try:
+            for offset, data in runs:
+                view = memoryview(data)
+                while view:
+                    written = os.pwrite(fd, view, offset)
+                    view, offset = view[written:], offset + written
+        finally:
+            os.close(fd)
+
+
+def _fsync_file(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _truncate_file(path: Path, length: int) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        if os.fstat(fd).st_size != length:
+            os.ftruncate(fd, length)
+            os.fsync(fd)
+    finally:
+        os.close(fd)

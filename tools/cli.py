@@ -1,0 +1,76 @@
+"""`stamp`: the one entry point for Stamp's servers and operators.
+
+Each command module registers its subcommands; a handler returns an exit code. Heavy imports
+happen inside handlers, so `stamp --help` and server start-up stay quick. A user mistake or a
+Stamp error prints one line, `stamp: error: ...`, and exits 1 — never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from common.errors import StampError
+
+DEFAULT_DATA_DIR = os.environ.get("STAMP_DATA_DIR", "stamp-data")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from tools import cmd_bench, cmd_extent, cmd_stamp
+
+    parser = argparse.ArgumentParser(
+        prog="stamp",
+        description="Stamp: a layered, strongly consistent storage service. Start a local "
+                    "stamp with 'stamp up', look at it with 'stamp status', stop it with "
+                    "'stamp down'.")
+    parser.add_argument("--data-dir", default=DEFAULT_DATA_DIR,
+                        help="the stamp's data directory (default: ./stamp-data, or "
+                             "$STAMP_DATA_DIR)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    cmd_stamp.register(commands)
+    cmd_extent.register(commands)
+    cmd_bench.register(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serve"]:
+        _serve(argv[1:])
+        return
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        code = args.handler(args)
+    except StampError as exc:
+        print(f"stamp: error: {exc}", file=sys.stderr)
+        code = 1
+    except KeyboardInterrupt:
+        print("stamp: interrupted", file=sys.stderr)
+        code = 130
+    sys.exit(code or 0)
+
+
+SERVERS = {
+    "extent-node": "stream_layer.extent_node.main",
+}
+
+
+def _serve(argv: list[str]) -> None:
+    """`stamp serve KIND ...`: run one server process in the foreground."""
+    if not argv or argv[0] not in SERVERS:
+        print(f"usage: stamp serve {{{','.join(SERVERS)}}} [options]\n"
+              f"Runs one Stamp server process in the foreground ('stamp up' runs them all).",
+              file=sys.stderr)
+        sys.exit(0 if argv[:1] in (["-h"], ["--help"]) else 2)
+    import importlib
+
+    importlib.import_module(SERVERS[argv[0]]).main(argv[1:])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""`stamp bench NAME`: benchmarks, printed as a table or, with --json, as one JSON object
+`{"bench": NAME, "results": [{"params": {...}, "metrics": {...}}, ...]}` (DESIGN.md §9).
+Unless told otherwise a bench starts its own stamp in a temporary directory and stops it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+Rows = list[dict[str, Any]]
+
+
+def _extent_append(args: argparse.Namespace) -> Rows:
+    from tools.bench.extent_append import run
+
+    return run(seconds=args.seconds, progress=_progress(args))
+
+
+def _ec(args: argparse.Namespace) -> Rows:
+    from erasure.bench import bench_codec
+
+    return bench_codec()
+
+
+BENCHES: dict[str, tuple[str, Callable[[argparse.Namespace], Rows]]] = {
+    "extent-append": ("3-way replicated appends to one extent: 4 KiB with 1/8/32 appenders, "
+                      "1 MiB blocks, and the disk's own 4 KiB append+fsync rate",
+                      _extent_append),
+    "ec": ("Reed-Solomon RS(6,3) encode/decode throughput against zfec", _ec),
+}
+
+
+def register(commands: Any) -> None:
+    bench = commands.add_parser(
+        "bench", help="run a benchmark (table, or JSON with --json)",
+        description="Benchmarks: " + "; ".join(f"{n}: {d}" for n, (d, _) in BENCHES.items()))
+    bench.add_argument("name", choices=sorted(BENCHES), help="which benchmark")
+    bench.add_argument("--json", action="store_true", help="print one JSON object")
+    bench.add_argument("--seconds", type=float, default=5.0,
+                       help="how long each measured phase runs (default 5)")
+    bench.set_defaults(handler=cmd_bench)
+
+
+def _progress(args: argparse.Namespace) -> Callable[[str], None]:
+    def say(message: str) -> None:
+        print(f"[bench {args.name}] {message}", file=sys.stderr, flush=True)
+    return say
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    rows = BENCHES[args.name][1](args)
+    if args.json:
+        print(json.dumps({"bench": args.name, "results": rows}))
+    else:
+        print(format_table(rows))
+    return 0
+
+
+def format_table(rows: Rows) -> str:
+    params = sorted({k for row in rows for k in row["params"]})
+    metrics = sorted({k for row in rows for k in row["metrics"]})
+    header = params + metrics
+    table = [header] + [[_cell(row["params"].get(k)) for k in params]
+                        + [_cell(row["metrics"].get(k)) for k in metrics] for row in rows]
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True))
+                     for r in table)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.2f}" if abs(value) < 1e6 else f"{value:,.0f}"
+    return str(value)

@@ -1,0 +1,116 @@
+"""`stamp extent ls | seal | read`: extents as the extent nodes hold them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from common.config import load_config
+from common.errors import NotFound, StampError
+from stream_layer import framing
+from tools.local_stamp import LocalStamp
+
+
+def register(commands: Any) -> None:
+    extent = commands.add_parser("extent", help="list, seal and read extents")
+    sub = extent.add_subparsers(dest="extent_command", metavar="ACTION", required=True)
+
+    ls = sub.add_parser("ls", help="every extent on every live extent node")
+    ls.add_argument("--json", action="store_true", help="print JSON")
+    ls.set_defaults(handler=cmd_ls)
+
+    seal = sub.add_parser("seal", help="seal an extent at the smallest commit length of its "
+                                       "reachable replicas")
+    seal.add_argument("extent_id", type=_extent_id, help="extent id (decimal or 0x...)")
+    seal.set_defaults(handler=cmd_seal)
+
+    read = sub.add_parser("read", help="print the blocks of an extent from one replica")
+    read.add_argument("extent_id", type=_extent_id, help="extent id (decimal or 0x...)")
+    read.add_argument("--node", help="replica to read from (default: the first that has it)")
+    read.add_argument("--offset", type=int, default=0)
+    read.add_argument("--length", type=int, default=1 << 20)
+    read.set_defaults(handler=cmd_read)
+
+
+def _extent_id(text: str) -> int:
+    try:
+        return int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an extent id: {text!r}") from None
+
+
+def _collect(stamp: LocalStamp) -> dict[int, dict[str, Any]]:
+    from stream_layer.extent_client import ExtentClient
+
+    extents: dict[int, dict[str, Any]] = {}
+    with ExtentClient() as client:
+        for node in stamp.extent_nodes():
+            if not stamp.alive(node.name):
+                continue
+            try:
+                infos = client.list_extents(node.address)
+            except StampError:
+                continue
+            for info in infos:
+                entry = extents.setdefault(info.extent_id, {
+                    "extent_id": info.extent_id, "replicas": list(info.replicas), "holders": {}})
+                entry["holders"][node.name] = {"length": info.length, "sealed": info.sealed}
+    return extents
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    stamp = LocalStamp.load(args.data_dir, load_config(None))
+    extents = _collect(stamp)
+    if args.json:
+        print(json.dumps(sorted(extents.values(), key=lambda e: e["extent_id"]), indent=2))
+        return 0
+    print(f"{'EXTENT':<20} {'STATE':<7} {'LENGTH':>12}  REPLICAS (length per holder)")
+    for extent_id, entry in sorted(extents.items()):
+        holders = entry["holders"]
+        sealed = any(h["sealed"] for h in holders.values())
+        length = max(h["length"] for h in holders.values())
+        where = ", ".join(f"{name}:{h['length']}" for name, h in sorted(holders.items()))
+        print(f"{extent_id:<#20x} {'sealed' if sealed else 'open':<7} {length:>12}  {where}")
+    return 0
+
+
+def cmd_seal(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from stream_layer.extent_client import AsyncExtentClient
+    from stream_layer.seal import seal_extent
+
+    stamp = LocalStamp.load(args.data_dir, load_config(None))
+    entry = _collect(stamp).get(args.extent_id)
+    if entry is None:
+        raise NotFound(f"no live extent node holds extent {args.extent_id:#x}")
+
+    async def seal() -> tuple[int, list[str]]:
+        client = AsyncExtentClient()
+        try:
+            return await seal_extent(client, args.extent_id, entry["replicas"])
+        finally:
+            await client.close()
+    length, sealed = asyncio.run(seal())
+    print(f"extent {args.extent_id:#x} sealed at {length} on "
+          f"{', '.join(stamp.name_of(a) for a in sealed)}")
+    return 0
+
+
+def cmd_read(args: argparse.Namespace) -> int:
+    from stream_layer.extent_client import ExtentClient
+
+    stamp = LocalStamp.load(args.data_dir, load_config(None))
+    entry = _collect(stamp).get(args.extent_id)
+    if entry is None:
+        raise NotFound(f"no live extent node holds extent {args.extent_id:#x}")
+    node = args.node or sorted(entry["holders"])[0]
+    with ExtentClient() as client:
+        frames = client.read_frames(stamp.address(node), args.extent_id, args.offset,
+                                    args.length)
+    for pos, payload in framing.iter_frames(frames, f"extent {args.extent_id:#x}"):
+        text = bytes(payload[:60])
+        print(f"{args.offset + pos:>10}  {len(payload):>8} bytes  {text!r}"
+              f"{'...' if len(payload) > 60 else ''}")
+    return 0

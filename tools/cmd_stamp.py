@@ -1,0 +1,140 @@
+"""`stamp up | down | status | kill | start | fault | demo`: running a local stamp."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from common import rpc
+from common.config import load_config
+from common.errors import StampError
+from tools.local_stamp import LocalStamp
+
+
+def register(commands: Any) -> None:
+    up = commands.add_parser("up", help="start a whole stamp on this machine",
+                             description="Start every process of the stamp (default config: 9 "
+                                         "extent nodes in 3 fault domains) and wait until all "
+                                         "serve. Processes already running are left alone.")
+    up.add_argument("--config", help="a stamp config file (TOML) overriding the default")
+    up.set_defaults(handler=cmd_up)
+
+    down = commands.add_parser("down", help="stop the stamp (SIGTERM, then SIGKILL)")
+    down.set_defaults(handler=cmd_down)
+
+    status = commands.add_parser("status", help="show every process of the stamp")
+    status.add_argument("--json", action="store_true", help="print JSON")
+    status.set_defaults(handler=cmd_status)
+
+    kill = commands.add_parser("kill", help="SIGKILL one process by name (e.g. en-3)")
+    kill.add_argument("name")
+    kill.set_defaults(handler=cmd_kill)
+
+    start = commands.add_parser("start", help="restart one stopped process by name")
+    start.add_argument("name")
+    start.set_defaults(handler=cmd_start)
+
+    fault = commands.add_parser(
+        "fault", help="arm or disarm fault points in a running process (testing)",
+        description="Arm fault points in a running server, e.g. "
+                    "stamp fault en-2 'journal.before_fsync=delay:200'.")
+    fault.add_argument("name", help="process name")
+    fault.add_argument("spec", nargs="?", default="",
+                       help="name=action[:arg][,after=N][,times=N]; ... (empty: disarm all)")
+    fault.set_defaults(handler=cmd_fault)
+
+    demo = commands.add_parser("demo", help="a short demo of replicated appends and reads")
+    demo.set_defaults(handler=cmd_demo)
+
+
+def _stamp(args: argparse.Namespace) -> LocalStamp:
+    return LocalStamp.load(args.data_dir, load_config(None))
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    try:
+        stamp = LocalStamp.load(args.data_dir, config)
+    except StampError:
+        stamp = LocalStamp(args.data_dir, config, args.config)
+    started = stamp.up()
+    running = len(stamp.records) - len(started)
+    print(f"stamp up in {stamp.data_dir}: started {len(started)} processes"
+          + (f", {running} already running" if running else ""))
+    print(f"endpoints: {stamp.stamp_file}")
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    stopped = _stamp(args).down()
+    print(f"stopped {len(stopped)} processes" if stopped else "nothing was running")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from stream_layer.extent_client import ExtentClient
+
+    stamp = _stamp(args)
+    rows = []
+    with ExtentClient() as client:
+        for rec in stamp.records.values():
+            row: dict[str, Any] = {"name": rec.name, "kind": rec.kind, "pid": rec.pid,
+                                   "address": rec.address, "fault_domain": rec.fault_domain,
+                                   "alive": stamp.alive(rec.name)}
+            if row["alive"]:
+                try:
+                    status = client.run(client.aio.node_status(rec.address))
+                    row.update(extents=status.extents, bytes=status.bytes,
+                               journal_bytes=status.journal_bytes, serving=True)
+                except StampError as exc:
+                    row.update(serving=False, error=str(exc))
+            rows.append(row)
+    if args.json:
+        print(json.dumps({"data_dir": str(stamp.data_dir), "processes": rows}, indent=2))
+        return 0
+    print(f"{'NAME':<8} {'KIND':<12} {'PID':>7}  {'ADDRESS':<16} {'FD':<5} {'STATE':<8} "
+          f"{'EXTENTS':>7} {'BYTES':>12} {'JOURNAL':>10}")
+    for row in rows:
+        state = "serving" if row.get("serving") else ("up" if row["alive"] else "down")
+        print(f"{row['name']:<8} {row['kind']:<12} {row['pid'] or '-':>7}  {row['address']:<16} "
+              f"{row['fault_domain']:<5} {state:<8} {row.get('extents', '-'):>7} "
+              f"{row.get('bytes', '-'):>12} {row.get('journal_bytes', '-'):>10}")
+    return 0
+
+
+def cmd_kill(args: argparse.Namespace) -> int:
+    stamp = _stamp(args)
+    pid = stamp.record(args.name).pid
+    stamp.kill(args.name)
+    print(f"killed {args.name} (pid {pid}) with SIGKILL")
+    return 0
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    stamp = _stamp(args)
+    stamp.start(args.name)
+    rec = stamp.record(args.name)
+    print(f"started {args.name} (pid {rec.pid}) on {rec.address}")
+    return 0
+
+
+def cmd_fault(args: argparse.Namespace) -> int:
+    address = _stamp(args).address(args.name)
+    if args.spec:
+        rpc.arm_remote(address, args.spec)
+        print(f"{args.name}: armed {args.spec}")
+    else:
+        with rpc.sync_channel(address, 1 << 20) as channel:
+            from common.proto import faults_pb2, faults_pb2_grpc
+            faults_pb2_grpc.FaultsStub(channel).Disarm(faults_pb2.DisarmRequest(), timeout=5)
+        print(f"{args.name}: all fault points disarmed")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from tools.demo import run_demo
+
+    run_demo(_stamp(args))
+    return 0
+

@@ -1,0 +1,203 @@
+"""A stamp's processes on this machine (§9): start, stop, kill and restart them by name, and
+record them in `<data dir>/stamp.json` (endpoints, names, pids) for clients and tools.
+
+Used by `stamp up/down/status/kill/start`, by benchmarks, and by the probe tests, so all three
+run exactly the same processes. Every process is handled by PID, never by name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from common import process
+from common.config import StampConfig
+from common.errors import InvalidArgument, NotFound, Unavailable
+
+STAMP_FILE = "stamp.json"
+KIND_EXTENT_NODE = "extent-node"
+
+
+@dataclass
+class ProcessRecord:
+    name: str
+    kind: str
+    dir: str
+    argv: list[str]
+    address: str = ""
+    pid: int = 0
+    fault_domain: str = ""
+    upgrade_domain: str = ""
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+def free_port(host: str) -> int:
+    """A port free right now on `host` (the process binds it moments later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+class LocalStamp:
+    def __init__(self, data_dir: str | Path, config: StampConfig,
+                 config_path: str | None = None) -> None:
+        self.data_dir = Path(data_dir).resolve()
+        self.config = config
+        self.config_path = config_path
+        self.records: dict[str, ProcessRecord] = {}
+        self._popens: dict[int, subprocess.Popen[bytes]] = {}
+
+    # ---- the record -----------------------------------------------------------------------
+
+    @property
+    def stamp_file(self) -> Path:
+        return self.data_dir / STAMP_FILE
+
+    @classmethod
+    def load(cls, data_dir: str | Path, config: StampConfig) -> LocalStamp:
+        stamp = cls(data_dir, config)
+        try:
+            raw = json.loads(stamp.stamp_file.read_text())
+        except FileNotFoundError:
+            raise NotFound(f"no stamp in {stamp.data_dir} (no {STAMP_FILE}): run 'stamp up' "
+                           f"first") from None
+        stamp.config_path = raw.get("config")
+        stamp.records = {name: ProcessRecord(**rec) for name, rec in raw["processes"].items()}
+        return stamp
+
+    def save(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.stamp_file.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps({
+            "data_dir": str(self.data_dir), "config": self.config_path,
+            "processes": {name: asdict(rec) for name, rec in self.records.items()},
+        }, indent=2))
+        os.replace(tmp, self.stamp_file)
+
+    def plan(self) -> None:
+        """Decide every process's directory, port and command line (once per data dir)."""
+        host = self.config.host
+        for spec in self.config.extent_nodes:
+            if spec.name in self.records:
+                continue
+            proc_dir = self.data_dir / spec.name
+            port = spec.port or free_port(host)
+            argv = process.stamp_command(
+                "serve", "extent-node", "--name", spec.name, "--dir", str(proc_dir),
+                "--host", host, "--port", str(port), "--fault-domain", spec.fault_domain,
+                "--upgrade-domain", spec.upgrade_domain)
+            if self.config_path:
+                argv += ["--config", self.config_path]
+            self.records[spec.name] = ProcessRecord(
+                spec.name, KIND_EXTENT_NODE, str(proc_dir), argv, address=f"{host}:{port}",
+                fault_domain=spec.fault_domain, upgrade_domain=spec.upgrade_domain)
+
+    # ---- processes ------------------------------------------------------------------------
+
+    def up(self) -> list[str]:
+        """Start every process that is not running; return the names started."""
+        self.plan()
+        started = [name for name, rec in self.records.items()
+                   if not (rec.pid and process.is_alive(rec.pid))]
+        self._start_many(started)
+        return started
+
+    def start(self, name: str, env: dict[str, str] | None = None) -> None:
+        rec = self.record(name)
+        if rec.pid and process.is_alive(rec.pid):
+            raise InvalidArgument(f"{name} is already running (pid {rec.pid})")
+        self._start_many([name], env)
+
+    def _start_many(self, names: Sequence[str], env: dict[str, str] | None = None) -> None:
+        for name in names:
+            rec = self.records[name]
+            popen = process.spawn(rec.argv, rec.dir, env)
+            self._popens[popen.pid] = popen
+            rec.pid = popen.pid
+        self.save()
+        timeout_s = self.config.extent_node.start_timeout_ms / 1000.0
+        for name in names:
+            rec = self.records[name]
+            ready = process.wait_ready(rec.dir, rec.pid, timeout_s, self._popens.get(rec.pid))
+            rec.address = ready.address
+        self.save()
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        """Send `sig` (SIGKILL by default) to the process and wait until it is gone."""
+        rec = self.record(name)
+        if rec.pid:
+            process.kill(rec.pid, sig)
+            popen = self._popens.pop(rec.pid, None)
+            if popen is not None:
+                popen.wait(timeout=10)
+
+    def down(self, grace_s: float = 10.0) -> list[str]:
+        """Stop every process: SIGTERM, then SIGKILL whatever is still there after grace_s."""
+        running = [rec for rec in self.records.values() if rec.pid and process.is_alive(rec.pid)]
+        for rec in running:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(rec.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for rec in running:
+            while process.is_alive(rec.pid) and time.monotonic() < deadline:
+                self._reap(rec.pid)
+                time.sleep(0.02)
+            if process.is_alive(rec.pid):
+                process.kill(rec.pid)
+            self._reap(rec.pid)
+        for rec in self.records.values():
+            rec.pid = 0
+        if self.records:
+            self.save()
+        return [rec.name for rec in running]
+
+    def kill_all(self) -> None:
+        """SIGKILL every process (test teardown: nothing must outlive the test)."""
+        for name, rec in self.records.items():
+            if rec.pid:
+                with contextlib.suppress(Unavailable):
+                    self.kill(name)
+
+    def _reap(self, pid: int) -> None:
+        popen = self._popens.get(pid)
+        if popen is not None and popen.poll() is not None:
+            del self._popens[pid]
+
+    # ---- queries --------------------------------------------------------------------------
+
+    def record(self, name: str) -> ProcessRecord:
+        rec = self.records.get(name)
+        if rec is None:
+            raise NotFound(f"no process named {name!r}; the stamp has "
+                           f"{', '.join(sorted(self.records, key=_name_key))}")
+        return rec
+
+    def address(self, name: str) -> str:
+        return self.record(name).address
+
+    def alive(self, name: str) -> bool:
+        rec = self.record(name)
+        return bool(rec.pid) and process.is_alive(rec.pid)
+
+    def extent_nodes(self) -> list[ProcessRecord]:
+        return sorted((r for r in self.records.values() if r.kind == KIND_EXTENT_NODE),
+                      key=lambda r: _name_key(r.name))
+
+    def name_of(self, address: str) -> str:
+        for rec in self.records.values():
+            if rec.address == address:
+                return rec.name
+        raise NotFound(f"no process at {address}")
+
+
+def _name_key(name: str) -> tuple[str, int]:
+    prefix, _, number = name.rpartition("-")
+    return (prefix, int(number)) if number.isdigit() else (name, 0)
