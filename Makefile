@@ -13,7 +13,7 @@ setup: $(INSTALLED)
 $(INSTALLED): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Stamp needs Python 3.11"'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test,bench]'
 	touch $@
 
 ## run: start a local stamp on the default config (./stamp-data) and show a short demo

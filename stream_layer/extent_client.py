@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import threading
+import time
 from collections import deque
 from collections.abc import Awaitable, Coroutine, Sequence
 from typing import Any, TypeVar
@@ -223,6 +224,18 @@ class AsyncExtentClient:
     async def node_status(self, address: str, timeout_s: float = 2.0) -> pb.NodeStatusReply:
         return await rpc.call(self.stub(address).NodeStatus(pb.NodeStatusRequest(),
                                                             timeout=timeout_s))
+
+    async def wait_serving(self, address: str, timeout_s: float = 15.0) -> None:
+        """Wait until a (re)started node answers; its channel may be in reconnect backoff."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                await self.node_status(address, timeout_s=0.5)
+                return
+            except StampError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.05)
 
 
 class ExtentClient:

@@ -6,7 +6,6 @@ import argparse
 import json
 from typing import Any
 
-from common.config import load_config
 from common.errors import NotFound, StampError
 from stream_layer import framing
 from tools.local_stamp import LocalStamp
@@ -60,7 +59,7 @@ def _collect(stamp: LocalStamp) -> dict[int, dict[str, Any]]:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    stamp = LocalStamp.load(args.data_dir, load_config(None))
+    stamp = LocalStamp.load(args.data_dir)
     extents = _collect(stamp)
     if args.json:
         print(json.dumps(sorted(extents.values(), key=lambda e: e["extent_id"]), indent=2))
@@ -81,7 +80,7 @@ def cmd_seal(args: argparse.Namespace) -> int:
     from stream_layer.extent_client import AsyncExtentClient
     from stream_layer.seal import seal_extent
 
-    stamp = LocalStamp.load(args.data_dir, load_config(None))
+    stamp = LocalStamp.load(args.data_dir)
     entry = _collect(stamp).get(args.extent_id)
     if entry is None:
         raise NotFound(f"no live extent node holds extent {args.extent_id:#x}")
@@ -101,7 +100,7 @@ def cmd_seal(args: argparse.Namespace) -> int:
 def cmd_read(args: argparse.Namespace) -> int:
     from stream_layer.extent_client import ExtentClient
 
-    stamp = LocalStamp.load(args.data_dir, load_config(None))
+    stamp = LocalStamp.load(args.data_dir)
     entry = _collect(stamp).get(args.extent_id)
     if entry is None:
         raise NotFound(f"no live extent node holds extent {args.extent_id:#x}")

@@ -8,7 +8,7 @@ from typing import Any
 
 from common import rpc
 from common.config import load_config
-from common.errors import StampError
+from common.errors import NotFound, StampError
 from tools.local_stamp import LocalStamp
 
 
@@ -49,15 +49,17 @@ def register(commands: Any) -> None:
 
 
 def _stamp(args: argparse.Namespace) -> LocalStamp:
-    return LocalStamp.load(args.data_dir, load_config(None))
+    return LocalStamp.load(args.data_dir)
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    config = load_config(args.config)
+    """Start the stamp: an existing one keeps its config unless --config names another."""
     try:
-        stamp = LocalStamp.load(args.data_dir, config)
-    except StampError:
-        stamp = LocalStamp(args.data_dir, config, args.config)
+        stamp = LocalStamp.load(args.data_dir)
+        if args.config:
+            stamp.config, stamp.config_path = load_config(args.config), args.config
+    except NotFound:
+        stamp = LocalStamp(args.data_dir, load_config(args.config), args.config)
     started = stamp.up()
     running = len(stamp.records) - len(started)
     print(f"stamp up in {stamp.data_dir}: started {len(started)} processes"

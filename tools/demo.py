@@ -28,19 +28,6 @@ def pick_replicas(nodes: list[ProcessRecord]) -> list[ProcessRecord]:
     return [by_domain[d] for d in sorted(by_domain)[:3]]
 
 
-async def wait_serving(client: AsyncExtentClient, address: str, timeout_s: float = 10.0) -> None:
-    """Wait until a (re)started node answers: its channel may still be in reconnect backoff."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            await client.node_status(address, timeout_s=0.5)
-            return
-        except StampError:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.05)
-
-
 def run_demo(stamp: LocalStamp) -> None:
     live = [n for n in stamp.extent_nodes() if stamp.alive(n.name)]
     replicas = pick_replicas(live)
@@ -83,7 +70,7 @@ async def _demo(stamp: LocalStamp, replicas: list[ProcessRecord]) -> None:
         print(f"  sealed at length {length} on {len(sealed_on)} reachable replicas "
               f"(the smallest commit length)")
         stamp.start(victim.name)
-        await wait_serving(client, victim.address)
+        await client.wait_serving(victim.address)
         await client.seal(victim.address, extent_id, length, sources=sealed_on)
         print(f"  {victim.name} restarted and synced to the sealed length")
         images = [await client.read_frames(a, extent_id, 0, length) for a in addresses]

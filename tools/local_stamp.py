@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from common import process
-from common.config import StampConfig
+from common.config import StampConfig, load_config
 from common.errors import InvalidArgument, NotFound, Unavailable
 
 STAMP_FILE = "stamp.json"
@@ -62,14 +62,15 @@ class LocalStamp:
         return self.data_dir / STAMP_FILE
 
     @classmethod
-    def load(cls, data_dir: str | Path, config: StampConfig) -> LocalStamp:
-        stamp = cls(data_dir, config)
+    def load(cls, data_dir: str | Path) -> LocalStamp:
+        """The stamp recorded in `data_dir`, with the config it was started with."""
+        path = Path(data_dir).resolve() / STAMP_FILE
         try:
-            raw = json.loads(stamp.stamp_file.read_text())
+            raw = json.loads(path.read_text())
         except FileNotFoundError:
-            raise NotFound(f"no stamp in {stamp.data_dir} (no {STAMP_FILE}): run 'stamp up' "
+            raise NotFound(f"no stamp in {path.parent} (no {STAMP_FILE}): run 'stamp up' "
                            f"first") from None
-        stamp.config_path = raw.get("config")
+        stamp = cls(data_dir, load_config(raw.get("config")), raw.get("config"))
         stamp.records = {name: ProcessRecord(**rec) for name, rec in raw["processes"].items()}
         return stamp
 

@@ -101,6 +101,8 @@ class Forwarder:
         self._queue: deque[pb.ForwardEntry] = deque()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        # Named per destination, so a test can hold back one secondary and not the other.
+        self._before_send = f"en.forward.before_send@{address}"
 
     def send(self, extent_id: int, offset: int, frames: bytes) -> None:
         self._queue.append(pb.ForwardEntry(extent_id=extent_id, offset=offset, frames=frames))
@@ -131,6 +133,7 @@ class Forwarder:
                         entry = self._queue.popleft()
                         size += len(entry.frames)
                         batch.entries.append(entry)
+                    await faults.apoint(self._before_send)
                     await call.write(batch)
                     await faults.apoint("en.forward.after_send")
                 if reader.done():

@@ -444,9 +444,13 @@ class ExtentStore:
         if kind != APPEND:
             raise Internal(f"unknown journal record kind {kind}")
         frames = memoryview(body)[RECORD.size:]
+        if replica.sealed:
+            # A seal recorded in the commit point cuts what lies beyond it, but what lies
+            # below it may still be only in the journal (sealed before any checkpoint).
+            frames = frames[:max(0, replica.meta.sealed_length - offset)]
         record_end = offset + len(frames)
-        if replica.sealed or record_end <= end:
-            return  # already in the data file, or cut by the seal
+        if record_end <= end:
+            return  # already in the data file, or wholly cut by the seal
         if offset > end:
             log.error("extent %d: journal record at %d, but the replica ends at %d: "
                       "the replica stays at %d", extent_id, offset, end, end)

@@ -1,0 +1,71 @@
+"""Workloads that record what was acknowledged, and checkers that prove, after faults, that
+nothing acknowledged was lost, reordered or changed (STYLE.md: "a checker, not hope")."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+from common.errors import StampError
+from stream_layer import framing
+from stream_layer.extent_client import AsyncExtentClient
+from stream_layer.framing import Location
+
+
+@dataclass
+class AppendHistory:
+    acked: list[tuple[Location, bytes]] = field(default_factory=list)
+    failed: list[tuple[bytes, str]] = field(default_factory=list)
+
+
+async def pipelined_appends(client: AsyncExtentClient, primary: str, extent_id: int,
+                            appenders: int, stop: asyncio.Event, deadline_s: float = 30.0,
+                            block_bytes: int = 512) -> AppendHistory:
+    """Concurrent appenders, each block unique, until `stop` is set or every appender has
+    seen an error (the extent is broken) or the deadline passes."""
+    history = AppendHistory()
+    ends = time.monotonic() + deadline_s
+
+    async def appender(index: int) -> None:
+        n = 0
+        while not stop.is_set() and time.monotonic() < ends:
+            blocks = [f"a{index}-n{n}-b{b}|".encode().ljust(block_bytes, b".")
+                      for b in range(1 + n % 3)]
+            n += 1
+            try:
+                locs = await client.append(primary, extent_id, blocks)
+            except StampError as exc:
+                history.failed.extend((b, type(exc).__name__) for b in blocks)
+                return
+            history.acked.extend(zip(locs, blocks, strict=True))
+
+    await asyncio.gather(*(appender(i) for i in range(appenders)))
+    return history
+
+
+def check_extent_image(image: bytes, history: AppendHistory, extent_id: int) -> None:
+    """Every acknowledged block is in the sealed image, at its location, unchanged; the image
+    is whole frames whose checksums hold; no location is acknowledged twice."""
+    by_offset = {off: bytes(p) for off, p in framing.iter_frames(image, "sealed image")}
+    seen = set()
+    for loc, data in history.acked:
+        assert loc.extent_id == extent_id
+        assert loc not in seen, f"location {loc} acknowledged twice"
+        seen.add(loc)
+        assert loc.end <= len(image), f"acknowledged {loc} lies past the seal at {len(image)}"
+        assert by_offset.get(loc.offset) == data, f"acknowledged block at {loc} changed or lost"
+
+
+async def read_image(client: AsyncExtentClient, address: str, extent_id: int,
+                     length: int) -> bytes:
+    """The whole extent [0, length) from one replica, in verified chunks."""
+    parts = []
+    offset = 0
+    while offset < length:
+        frames = await client.read_frames(address, extent_id, offset,
+                                          min(4 << 20, length - offset))
+        parts.append(frames)
+        offset += len(frames)
+    return b"".join(parts)
+

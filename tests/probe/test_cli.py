@@ -1,0 +1,75 @@
+"""The `stamp` command as a user runs it: up, status, kill, start, demo, extent, down."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from common.errors import NotFound
+from tools.local_stamp import LocalStamp
+
+pytestmark = pytest.mark.slow
+
+CONFIG = "".join(f'[[extent_nodes]]\nname = "en-{i}"\nfault_domain = "fd-{i}"\n'
+                 f'upgrade_domain = "ud-{i}"\nport = 0\n' for i in (1, 2, 3))
+
+
+def stamp(data_dir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run([sys.executable, "-m", "tools.cli", "--data-dir", str(data_dir),
+                             *args], capture_output=True, text=True, timeout=120)
+    if check and result.returncode != 0:
+        raise AssertionError(f"stamp {' '.join(args)} failed:\n{result.stdout}{result.stderr}")
+    return result
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Iterator[Path]:
+    (tmp_path / "stamp.toml").write_text(CONFIG)
+    yield tmp_path / "data"
+    with contextlib.suppress(NotFound):
+        LocalStamp.load(tmp_path / "data").kill_all()
+
+
+def test_up_status_kill_start_demo_down(data_dir: Path) -> None:
+    out = stamp(data_dir, "up", "--config", str(data_dir.parent / "stamp.toml")).stdout
+    assert "started 3 processes" in out
+    assert "already running" in stamp(data_dir, "up").stdout
+
+    status = json.loads(stamp(data_dir, "status", "--json").stdout)
+    assert {p["name"]: p["serving"] for p in status["processes"]} == {
+        "en-1": True, "en-2": True, "en-3": True}
+
+    demo = stamp(data_dir, "demo").stdout
+    assert "bitwise identical" in demo
+
+    listing = json.loads(stamp(data_dir, "extent", "ls", "--json").stdout)
+    assert len(listing) == 1 and len(listing[0]["holders"]) == 3
+    extent_id = hex(listing[0]["extent_id"])
+    blocks = stamp(data_dir, "extent", "read", extent_id, "--node", "en-2").stdout
+    assert "hello, stamp" in blocks
+
+    assert "SIGKILL" in stamp(data_dir, "kill", "en-2").stdout
+    status = json.loads(stamp(data_dir, "status", "--json").stdout)
+    assert [p["alive"] for p in status["processes"] if p["name"] == "en-2"] == [False]
+    assert "started en-2" in stamp(data_dir, "start", "en-2").stdout
+
+    assert "stopped 3 processes" in stamp(data_dir, "down").stdout
+    assert "nothing was running" in stamp(data_dir, "down").stdout
+
+
+def test_user_mistakes_are_one_line_errors(tmp_path: Path) -> None:
+    result = stamp(tmp_path / "nowhere", "status", check=False)
+    assert result.returncode == 1
+    assert result.stderr.startswith("stamp: error: no stamp in")
+    assert "Traceback" not in result.stderr
+    result = stamp(tmp_path, "extent", "seal", "banana", check=False)
+    assert result.returncode == 2 and "not an extent id" in result.stderr
+    (tmp_path / "bad.toml").write_text("[extent_node]\nspeed = 1\n")
+    result = stamp(tmp_path / "d", "up", "--config", str(tmp_path / "bad.toml"), check=False)
+    assert result.returncode == 1 and "unknown config key extent_node.speed" in result.stderr
