@@ -43,6 +43,9 @@ class ExtentNodeLimits:
     # Appends wait (back-pressure) while this much is queued for the journal.
     journal_queue_bytes_max: int = 64 * MiB
     journal_segment_bytes_max: int = 64 * MiB
+    # Appends this large skip the journal's copy: their frames are written to the extent file
+    # and fdatasync'd, and the journal records only where they are (one disk write, not two).
+    journal_bypass_bytes_min: int = 256 * KiB
     # Bytes durable in the journal but not yet written to extent files (served from memory).
     pending_file_bytes_max: int = 256 * MiB
     forward_batch_bytes_max: int = 4 * MiB

@@ -225,7 +225,7 @@ class NodeStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class NodeStatusReply(_message.Message):
-    __slots__ = ("name", "fault_domain", "upgrade_domain", "extents", "bytes", "journal_bytes", "pending_file_bytes", "pid")
+    __slots__ = ("name", "fault_domain", "upgrade_domain", "extents", "bytes", "journal_bytes", "pending_file_bytes", "pid", "journal_syncs", "journal_records")
     NAME_FIELD_NUMBER: _ClassVar[int]
     FAULT_DOMAIN_FIELD_NUMBER: _ClassVar[int]
     UPGRADE_DOMAIN_FIELD_NUMBER: _ClassVar[int]
@@ -234,6 +234,8 @@ class NodeStatusReply(_message.Message):
     JOURNAL_BYTES_FIELD_NUMBER: _ClassVar[int]
     PENDING_FILE_BYTES_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
+    JOURNAL_SYNCS_FIELD_NUMBER: _ClassVar[int]
+    JOURNAL_RECORDS_FIELD_NUMBER: _ClassVar[int]
     name: str
     fault_domain: str
     upgrade_domain: str
@@ -242,4 +244,6 @@ class NodeStatusReply(_message.Message):
     journal_bytes: int
     pending_file_bytes: int
     pid: int
-    def __init__(self, name: _Optional[str] = ..., fault_domain: _Optional[str] = ..., upgrade_domain: _Optional[str] = ..., extents: _Optional[int] = ..., bytes: _Optional[int] = ..., journal_bytes: _Optional[int] = ..., pending_file_bytes: _Optional[int] = ..., pid: _Optional[int] = ...) -> None: ...
+    journal_syncs: int
+    journal_records: int
+    def __init__(self, name: _Optional[str] = ..., fault_domain: _Optional[str] = ..., upgrade_domain: _Optional[str] = ..., extents: _Optional[int] = ..., bytes: _Optional[int] = ..., journal_bytes: _Optional[int] = ..., pending_file_bytes: _Optional[int] = ..., pid: _Optional[int] = ..., journal_syncs: _Optional[int] = ..., journal_records: _Optional[int] = ...) -> None: ...

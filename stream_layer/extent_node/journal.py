@@ -11,6 +11,9 @@ Contract:
 - The journal is a sequence of segment files. `rotate()` starts a new segment;
   `drop_through(segment)` deletes old ones once the extent files hold what they held
   (the checkpoint's job, see store.py).
+- A record may stand for bytes written elsewhere (`FileWrite`, for large appends, so they
+  reach the disk once rather than twice): those are written and fdatasync'd in the same batch
+  before the journal write, so a durable record always points at durable bytes.
 - An I/O error on the journal is fatal: durability can no longer be promised, so the process
   exits and recovers from disk on restart.
 """
@@ -58,10 +61,25 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+@dataclass(frozen=True)
+class FileWrite:
+    """Bytes a record stands for but does not carry: written to `path` at `offset` and
+    fdatasync'd in the same batch, before the record itself (the large-append bypass)."""
+
+    path: Path
+    offset: int
+    data: bytes
+
+
 @dataclass
 class _Pending:
     data: bytes
     future: asyncio.Future[None]
+    file_write: FileWrite | None = None
+
+    @property
+    def size(self) -> int:
+        return len(self.data) + (len(self.file_write.data) if self.file_write else 0)
 
 
 class Journal:
@@ -153,19 +171,33 @@ class Journal:
         """Bytes in all segments on disk (what recovery would read)."""
         return sum(p.stat().st_size for p in self.segments())
 
-    async def append(self, body: bytes) -> None:
-        """Write one record; return when it is durable (fsync'd)."""
-        data = encode_record(body)
-        # Back-pressure: a bounded queue, but a record larger than the bound still goes alone.
+    def has_room(self, nbytes: int) -> bool:
+        return self._queued_bytes == 0 or self._queued_bytes + nbytes <= self.queue_bytes_max
+
+    async def wait_for_room(self, nbytes: int) -> None:
+        """Back-pressure: wait while the queue is full (a record larger than the bound still
+        goes, alone)."""
+        if self.has_room(nbytes):
+            return
         async with self._space:
-            await self._space.wait_for(
-                lambda: self._queued_bytes == 0
-                or self._queued_bytes + len(data) <= self.queue_bytes_max)
-            self._queued_bytes += len(data)
-        future = asyncio.get_running_loop().create_future()
-        self._queue.append(_Pending(data, future))
+            await self._space.wait_for(lambda: self.has_room(nbytes))
+
+    def submit(self, body: bytes, file_write: FileWrite | None = None) -> asyncio.Future[None]:
+        """Queue one record; the future resolves when it (and its file write) is durable.
+        Records become durable in submission order. Callers bound the queue with
+        `wait_for_room` first."""
+        item = _Pending(encode_record(body), asyncio.get_running_loop().create_future(),
+                        file_write)
+        self._queued_bytes += item.size
+        future = item.future
+        self._queue.append(item)
         self._work.set()
-        await future
+        return future
+
+    async def append(self, body: bytes) -> None:
+        """Write one record and wait until it is durable."""
+        await self.wait_for_room(len(body))
+        await self.submit(body)
 
     async def rotate(self) -> int:
         """Start a new segment once what is queued now is durable; return the closed one."""
@@ -194,13 +226,14 @@ class Journal:
                 batch: list[_Pending] = []
                 size = 0
                 while self._queue and (not batch or
-                                       size + len(self._queue[0].data) <= self.batch_bytes_max):
+                                       size + self._queue[0].size <= self.batch_bytes_max):
                     item = self._queue.popleft()
                     batch.append(item)
-                    size += len(item.data)
+                    size += item.size
                 try:
-                    await loop.run_in_executor(self._io, self._write_and_sync,
-                                               b"".join(item.data for item in batch))
+                    await loop.run_in_executor(
+                        self._io, self._write_and_sync, b"".join(item.data for item in batch),
+                        [item.file_write for item in batch if item.file_write is not None])
                 except BaseException:
                     log.critical("journal write failed: exiting, recovery will replay the "
                                  "journal", exc_info=True)
@@ -218,7 +251,9 @@ class Journal:
                 await loop.run_in_executor(self._io, self._open_segment, self._segment + 1)
                 self._rotated.set()
 
-    def _write_and_sync(self, data: bytes) -> None:
+    def _write_and_sync(self, data: bytes, file_writes: list[FileWrite]) -> None:
+        if file_writes:
+            _write_files(file_writes)
         torn = faults.hit("journal.torn_write")
         if torn is not None:
             # A torn write: half the batch reaches the disk, then the process dies.
@@ -243,3 +278,25 @@ class Journal:
         fsync_dir(self.directory)
         self._segment = seq
         self._segment_bytes = os.fstat(self._fd).st_size
+
+
+def _write_files(file_writes: list[FileWrite]) -> None:
+    """pwrite each FileWrite, then fdatasync every file touched (once each)."""
+    fds: dict[Path, int] = {}
+    try:
+        for write in file_writes:
+            fd = fds.get(write.path)
+            if fd is None:
+                try:
+                    fd = fds[write.path] = os.open(write.path, os.O_WRONLY)
+                except FileNotFoundError:
+                    continue  # the extent was deleted meanwhile: its record is moot too
+            view, offset = memoryview(write.data), write.offset
+            while view:
+                written = os.pwrite(fd, view, offset)
+                view, offset = view[written:], offset + written
+        for fd in fds.values():
+            os.fdatasync(fd)
+    finally:
+        for fd in fds.values():
+            os.close(fd)

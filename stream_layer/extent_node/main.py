@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 from pathlib import Path
 
@@ -74,7 +75,11 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO,
                         format=f"%(asctime)s {args.name} %(levelname)s %(name)s: %(message)s")
     faults.arm_from_env()
-    asyncio.run(serve(args))
+    if os.environ.get("STAMP_UVLOOP", "1") == "1":
+        import uvloop
+        uvloop.run(serve(args))
+    else:
+        asyncio.run(serve(args))
 
 
 if __name__ == "__main__":

@@ -127,7 +127,7 @@ class ExtentNode:
 
     # ---- secondary --------------------------------------------------------------------------
 
-    def accept_forward(self, entry: pb.ForwardEntry) -> asyncio.Future[int]:
+    def accept_forward(self, entry: pb.ForwardEntry) -> asyncio.Future[None]:
         """A secondary takes a forwarded write: at its end, checksums verified first."""
         framing.verify_frames(entry.frames, f"forward to extent {entry.extent_id} at "
                               f"{entry.offset}")
@@ -162,7 +162,7 @@ class ExtentNode:
                         log.info("extent %d: peer %s has only %d of %d", replica.extent_id,
                                  peer, init.available_end, target)
                         continue
-                    last: asyncio.Future[int] | None = None
+                    last: asyncio.Future[None] | None = None
                     async for chunk in stub.SyncReplicate(pb.SyncReplicateRequest(
                             extent_id=replica.extent_id, from_offset=start, to_offset=target)):
                         last = self.store.accept_synced(replica, chunk.offset, chunk.frames)

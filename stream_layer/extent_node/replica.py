@@ -62,8 +62,9 @@ class Replica:
     accepted_end: int = 0
     durable_end: int = 0
     file_end: int = 0
-    # (offset, frames) durable or being made durable, not yet written to the data file.
-    pending: deque[tuple[int, bytes]] = field(default_factory=deque)
+    # (offset, frames, in_file) durable or being made durable, not yet known to be in the
+    # data file; in_file marks large appends the journal writes to the data file itself.
+    pending: deque[tuple[int, bytes, bool]] = field(default_factory=deque)
     pending_bytes: int = 0
     # Set when a seal starts: no append is accepted after it, whatever the seal's outcome.
     sealing: bool = False
@@ -71,7 +72,7 @@ class Replica:
     dirty: bool = False
     # The future of the last accepted append: appends become durable in order, so awaiting
     # it waits for all of them.
-    tail: asyncio.Future[int] | None = None
+    tail: asyncio.Future[None] | None = None
     seal_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
@@ -122,10 +123,10 @@ def read_range_from_file(path: Path, start: int, end: int) -> bytes:
         os.close(fd)
 
 
-def pending_slice(pending: list[tuple[int, bytes]], start: int, end: int) -> bytes:
-    """Bytes [start, end) out of pending (offset, frames) runs that cover the range."""
+def pending_slice(pending: list[tuple[int, bytes, bool]], start: int, end: int) -> bytes:
+    """Bytes [start, end) out of pending (offset, frames, in_file) runs that cover the range."""
     parts = []
-    for offset, data in pending:
+    for offset, data, _ in pending:
         lo, hi = max(start, offset), min(end, offset + len(data))
         if lo < hi:
             parts.append(data[lo - offset:hi - offset])

@@ -75,7 +75,7 @@ class ExtentNodeServicer(pb_grpc.ExtentNodeServicer):
     async def ForwardStream(self, request_iterator: AsyncIterator[pb.ForwardBatch],
                             context: aio.ServicerContext) -> None:
         """Primary -> secondary. Entries are taken in order; acks say "durable up to"."""
-        ordered: asyncio.Queue[tuple[int, asyncio.Future[int] | BaseException] | None] = \
+        ordered: asyncio.Queue[tuple[int, int, asyncio.Future[None] | BaseException] | None] = \
             asyncio.Queue()
 
         async def read_entries() -> None:
@@ -84,9 +84,11 @@ class ExtentNodeServicer(pb_grpc.ExtentNodeServicer):
                     for entry in batch.entries:
                         try:
                             await self.store.wait_for_room(len(entry.frames))
-                            ordered.put_nowait((entry.extent_id, self.node.accept_forward(entry)))
+                            ordered.put_nowait((entry.extent_id,
+                                                entry.offset + len(entry.frames),
+                                                self.node.accept_forward(entry)))
                         except Exception as exc:
-                            ordered.put_nowait((entry.extent_id, exc))
+                            ordered.put_nowait((entry.extent_id, 0, exc))
             finally:
                 ordered.put_nowait(None)
 
@@ -95,12 +97,12 @@ class ExtentNodeServicer(pb_grpc.ExtentNodeServicer):
         async def ack_in_order() -> None:
             # Entries become durable in the order they were taken: ack them in that order.
             while (item := await ordered.get()) is not None:
-                extent_id, outcome = item
+                extent_id, end, outcome = item
                 try:
                     if isinstance(outcome, BaseException):
                         raise outcome
-                    acks.put_nowait(pb.ForwardAck(extent_id=extent_id,
-                                                  durable_end=await outcome))
+                    await outcome
+                    acks.put_nowait(pb.ForwardAck(extent_id=extent_id, durable_end=end))
                 except Exception as exc:
                     acks.put_nowait(_error_forward_ack(extent_id, exc))
             acks.put_nowait(None)
@@ -209,7 +211,8 @@ class ExtentNodeServicer(pb_grpc.ExtentNodeServicer):
             extents=len(self.store.replicas),
             bytes=sum(r.durable_end for r in self.store.replicas.values()),
             journal_bytes=self.store.journal.held_bytes(),
-            pending_file_bytes=self.store.pending_bytes, pid=os.getpid())
+            pending_file_bytes=self.store.pending_bytes, pid=os.getpid(),
+            journal_syncs=self.store.journal.syncs, journal_records=self.store.journal.records)
 
 
 def _error_ack(request_id: int, exc: BaseException) -> pb.AppendAck:

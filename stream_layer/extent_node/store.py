@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from common import faults
+from common.checksums import crc32c
 from common.config import ExtentNodeLimits
 from common.errors import (
     AlreadyExists,
@@ -42,7 +43,7 @@ from common.errors import (
     WrongOffset,
 )
 from stream_layer import framing
-from stream_layer.extent_node.journal import Journal, fsync_dir
+from stream_layer.extent_node.journal import FileWrite, Journal, fsync_dir
 from stream_layer.extent_node.replica import (
     Replica,
     ReplicaMeta,
@@ -54,8 +55,14 @@ from stream_layer.extent_node.replica import (
 
 log = logging.getLogger(__name__)
 
-RECORD = struct.Struct("<BQQ")  # kind, extent id, offset (APPEND) or length (SEAL)
-APPEND, SEAL = 1, 2
+RECORD = struct.Struct("<BQQ")  # kind, extent id, offset (APPEND*) or length (SEAL)
+IN_FILE = struct.Struct("<QI")  # APPEND_IN_FILE: frames length, crc32c of the frames
+# APPEND carries its frames; APPEND_IN_FILE points at frames the journal wrote to the data file
+# (and fdatasync'd) in the same batch: large appends reach the disk once, not twice.
+APPEND, SEAL, APPEND_IN_FILE = 1, 2, 3
+# Data-file writes up to this size are done on the event loop: a page-cache write of a few
+# KiB costs less than handing it to a thread and back.
+INLINE_WRITE_BYTES_MAX = 256 * 1024
 
 FetchMissing = Callable[[Replica, int], Awaitable[None]]
 
@@ -153,8 +160,10 @@ class ExtentStore:
     # ---- appends --------------------------------------------------------------------------
 
     async def wait_for_room(self, nbytes: int) -> None:
-        """Back-pressure: wait while too much is durable but not yet in data files."""
+        """Back-pressure: wait while the journal queue is full or too much is durable but not
+        yet in data files."""
         assert self._written is not None
+        await self.journal.wait_for_room(nbytes)
         if self._pending_total + nbytes <= self.limits.pending_file_bytes_max:
             return
         async with self._written:
@@ -162,8 +171,9 @@ class ExtentStore:
                 lambda: self._pending_total == 0
                 or self._pending_total + nbytes <= self.limits.pending_file_bytes_max)
 
-    def accept_append(self, extent_id: int, offset: int, frames: bytes) -> asyncio.Future[int]:
-        """Place `frames` at `offset`, which must be the replica's end; future -> new end."""
+    def accept_append(self, extent_id: int, offset: int, frames: bytes) -> asyncio.Future[None]:
+        """Place `frames` at `offset`, which must be the replica's end; the future resolves
+        when they are durable."""
         replica = self.get(extent_id)
         if replica.sealed or replica.sealing:
             raise Sealed(f"extent {extent_id} is sealed")
@@ -175,26 +185,32 @@ class ExtentStore:
                              f"{self.limits.extent_bytes_max} bytes")
         return self._accept(replica, offset, frames)
 
-    def _accept(self, replica: Replica, offset: int, frames: bytes) -> asyncio.Future[int]:
+    def _accept(self, replica: Replica, offset: int, frames: bytes) -> asyncio.Future[None]:
         assert offset == replica.accepted_end, (offset, replica.accepted_end)
         end = offset + len(frames)
         replica.accepted_end = end
-        replica.pending.append((offset, frames))
+        in_file = len(frames) >= self.limits.journal_bypass_bytes_min
+        replica.pending.append((offset, frames, in_file))
         replica.pending_bytes += len(frames)
         self._pending_total += len(frames)
-        body = RECORD.pack(APPEND, replica.extent_id, offset) + frames
-        future = asyncio.ensure_future(self._make_durable(replica, body, end))
-        replica.tail = future
-        return future
+        # A future and a callback, not a task per append: this is the hot path.
+        if in_file:
+            durable = self.journal.submit(
+                RECORD.pack(APPEND_IN_FILE, replica.extent_id, offset)
+                + IN_FILE.pack(len(frames), crc32c(frames)),
+                FileWrite(replica.data_path, offset, frames))
+        else:
+            durable = self.journal.submit(RECORD.pack(APPEND, replica.extent_id, offset) + frames)
+        durable.add_done_callback(lambda _: self._on_durable(replica, end))
+        replica.tail = durable
+        return durable
 
-    async def _make_durable(self, replica: Replica, body: bytes, end: int) -> int:
-        await self.journal.append(body)
-        # The journal completes appends in order, so durable_end only grows.
+    def _on_durable(self, replica: Replica, end: int) -> None:
+        # The journal completes records in order, so durable_end only grows.
         replica.durable_end = max(replica.durable_end, end)
         self._to_write[replica.extent_id] = None
         assert self._writer_wake is not None
         self._writer_wake.set()
-        return end
 
     async def wait_durable(self, replica: Replica) -> None:
         """Wait until everything accepted so far on `replica` is durable."""
@@ -217,15 +233,20 @@ class ExtentStore:
                     replica = self.replicas.get(extent_id)
                     if replica is None:
                         continue
-                    runs = [(o, d) for o, d in replica.pending if o + len(d) <= replica.durable_end]
+                    runs = [run for run in replica.pending
+                            if run[0] + len(run[1]) <= replica.durable_end]
                     if runs:
                         jobs.append((replica, runs))
                 if not jobs:
                     break
-                await self._in(self._writes, _write_runs,
-                               [(r.data_path, runs) for r, runs in jobs])
+                batch = [(r.data_path, [(o, d) for o, d, in_file in runs if not in_file])
+                         for r, runs in jobs]
+                if sum(len(d) for _, runs in batch for _, d in runs) <= INLINE_WRITE_BYTES_MAX:
+                    _write_runs(batch)  # into the page cache: cheaper than a thread hop
+                else:
+                    await self._in(self._writes, _write_runs, batch)
                 for replica, runs in jobs:
-                    written = sum(len(d) for _, d in runs)
+                    written = sum(len(d) for _, d, _ in runs)
                     for _ in runs:
                         replica.pending.popleft()
                     replica.pending_bytes -= written
@@ -339,7 +360,7 @@ class ExtentStore:
         log.info("extent %d sealed at %d", extent_id, length)
         return length
 
-    def accept_synced(self, replica: Replica, offset: int, frames: bytes) -> asyncio.Future[int]:
+    def accept_synced(self, replica: Replica, offset: int, frames: bytes) -> asyncio.Future[None]:
         """Accept frames fetched from a peer while sealing (appends are refused by then)."""
         framing.verify_frames(frames, f"extent {replica.extent_id} sync at {offset}")
         if offset != replica.accepted_end:
@@ -398,7 +419,8 @@ class ExtentStore:
             if size < meta.file_length:
                 log.error("extent %d: data file has %d bytes, its commit point claims %d",
                           meta.extent_id, size, meta.file_length)
-            _truncate_file(data_path, end)  # bytes past the commit point come from the journal
+            # Bytes past the commit point are garbage or journaled; the replay settles which,
+            # and the file is cut to the replayed end afterwards.
             replica.accepted_end = replica.durable_end = replica.file_end = end
             self.replicas[meta.extent_id] = replica
         known = {r.data_path for r in self.replicas.values()}
@@ -414,6 +436,7 @@ class ExtentStore:
             replayed += 1
             self._replay_record(body)
         for replica in self.replicas.values():
+            _truncate_file(replica.data_path, replica.file_end)
             if replica.dirty:
                 _fsync_file(replica.data_path)
                 replica.meta.file_length = replica.file_end
@@ -441,6 +464,9 @@ class ExtentStore:
             replica.meta.sealed, replica.meta.sealed_length = True, offset
             replica.dirty = True
             return
+        if kind == APPEND_IN_FILE:
+            self._replay_in_file(replica, offset, *IN_FILE.unpack_from(body, RECORD.size))
+            return
         if kind != APPEND:
             raise Internal(f"unknown journal record kind {kind}")
         frames = memoryview(body)[RECORD.size:]
@@ -458,6 +484,28 @@ class ExtentStore:
         suffix = frames[end - offset:]
         framing.verify_frames(suffix, f"journal replay of extent {extent_id} at {end}")
         _write_runs([(replica.data_path, [(end, bytes(suffix))])])
+        replica.accepted_end = replica.durable_end = replica.file_end = record_end
+        replica.dirty = True
+
+    def _replay_in_file(self, replica: Replica, offset: int, length: int, crc: int) -> None:
+        """The frames of an APPEND_IN_FILE record were fdatasync'd before the record: check
+        they are there and move the replica's end past them."""
+        end = replica.file_end
+        record_end = offset + length
+        if replica.sealed:
+            record_end = min(record_end, replica.meta.sealed_length)
+        if record_end <= end:
+            return
+        if offset != end:
+            log.error("extent %d: journal record at %d, but the replica ends at %d",
+                      replica.extent_id, offset, end)
+            return
+        frames = read_range_from_file(replica.data_path, offset, offset + length)
+        if len(frames) != length or crc32c(frames) != crc:
+            raise Internal(f"extent {replica.extent_id}: the {length} bytes at {offset} that "
+                           f"the journal says were synced to the data file are not there")
+        framing.verify_frames(frames[:record_end - offset],
+                              f"journal replay of extent {replica.extent_id} at {offset}")
         replica.accepted_end = replica.durable_end = replica.file_end = record_end
         replica.dirty = True
 

@@ -79,9 +79,10 @@ def test_secondary_refuses_write_not_at_its_end(stamp_factory: StampFactory) -> 
     asyncio.run(scenario())
 
 
-@pytest.mark.parametrize("victim_index", [1, 0], ids=["secondary", "primary"])
-def test_kill_replica_during_pipelined_load(stamp_factory: StampFactory,
-                                            victim_index: int) -> None:
+@pytest.mark.parametrize(("victim_index", "block_bytes"), [(1, 512), (0, 512), (2, 300_000)],
+                         ids=["secondary", "primary", "secondary-large-blocks"])
+def test_kill_replica_during_pipelined_load(stamp_factory: StampFactory, victim_index: int,
+                                            block_bytes: int) -> None:
     stamp = stamp_factory(3)
     replicas = addresses(stamp)
     victim = stamp.extent_nodes()[victim_index]
@@ -90,7 +91,8 @@ def test_kill_replica_during_pipelined_load(stamp_factory: StampFactory,
         client = AsyncExtentClient()
         extent_id = await new_extent(client, replicas)
         stop = asyncio.Event()
-        load = asyncio.ensure_future(pipelined_appends(client, replicas[0], extent_id, 16, stop))
+        load = asyncio.ensure_future(pipelined_appends(client, replicas[0], extent_id, 16, stop,
+                                                       block_bytes=block_bytes))
         await asyncio.sleep(0.5)  # the load runs a while: the kill lands mid-pipeline
         assert not load.done()
         stamp.kill(victim.name)
