@@ -66,6 +66,8 @@ class ExtentNodeSpec:
     fault_domain: str
     upgrade_domain: str
     port: int  # 0: pick a free port at start (tests, benchmarks)
+    # The journal's own directory (its own disk, in production); "" means <node dir>/journal.
+    journal_dir: str = ""
 
 
 def _default_extent_nodes() -> tuple[ExtentNodeSpec, ...]:

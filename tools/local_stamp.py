@@ -95,6 +95,8 @@ class LocalStamp:
                 "serve", "extent-node", "--name", spec.name, "--dir", str(proc_dir),
                 "--host", host, "--port", str(port), "--fault-domain", spec.fault_domain,
                 "--upgrade-domain", spec.upgrade_domain)
+            if spec.journal_dir:
+                argv += ["--journal-dir", spec.journal_dir]
             if self.config_path:
                 argv += ["--config", self.config_path]
             self.records[spec.name] = ProcessRecord(

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import uvloop
+
 from common.checksums import crc32c
 from common.config import ExtentNodeSpec, GiB, KiB, MiB, default_config
 from common.ids import random_extent_id
@@ -52,7 +54,7 @@ def run(seconds: float = 5.0, progress: Callable[[str], None] = lambda _: None
             progress(f"disk: 4 KiB append+fsync on {journal_dir}")
             rows = [disk_fsync_rate(journal_dir, min(seconds, 3.0))]
             addresses = [n.address for n in stamp.extent_nodes()]
-            rows += asyncio.run(_phases(addresses, seconds, progress))
+            rows += uvloop.run(_phases(addresses, seconds, progress))
         finally:
             stamp.down()
     return rows
