@@ -61,6 +61,35 @@ class ExtentNodeLimits:
 
 
 @dataclass(frozen=True)
+class StreamManagerLimits:
+    """The stream manager's timing and throttles (§2)."""
+
+    replicas: int = 3
+    heartbeat_interval_ms: int = 1000
+    # A node unheard for this long is not given new extents (soft, on the leader)...
+    suspect_after_ms: int = 3000
+    # ...and for this long is dead: its sealed extents are re-replicated, its open ones sealed.
+    dead_after_ms: int = 30_000
+    monitor_interval_ms: int = 500
+    rereplication_copies_max: int = 2
+    rereplication_bytes_per_s: int = 64 * MiB
+    # How long the seal protocol waits for a replica's commit length before leaving it out.
+    seal_probe_timeout_ms: int = 500
+    create_extent_timeout_ms: int = 2000
+    extent_ids_reserved: int = 256
+    rpc_message_bytes_max: int = 16 * MiB
+    # A client gives up finding a leader after this long (an election takes ~1 s).
+    leader_wait_ms: int = 10_000
+
+
+@dataclass(frozen=True)
+class StreamManagerSpec:
+    name: str
+    port: int  # gRPC; 0: pick a free port at first start
+    raft_port: int
+
+
+@dataclass(frozen=True)
 class ExtentNodeSpec:
     name: str
     fault_domain: str
@@ -79,17 +108,27 @@ def _default_extent_nodes() -> tuple[ExtentNodeSpec, ...]:
     )
 
 
+def _default_stream_managers() -> tuple[StreamManagerSpec, ...]:
+    return tuple(StreamManagerSpec(f"sm-{i}", port=7000 + i, raft_port=7010 + i)
+                 for i in (1, 2, 3))
+
+
 @dataclass(frozen=True)
 class StampConfig:
     data_dir: str = "stamp-data"
     host: str = HOST
     extent_node: ExtentNodeLimits = field(default_factory=ExtentNodeLimits)
     extent_nodes: tuple[ExtentNodeSpec, ...] = field(default_factory=_default_extent_nodes)
+    stream_manager: StreamManagerLimits = field(default_factory=StreamManagerLimits)
+    stream_managers: tuple[StreamManagerSpec, ...] = field(
+        default_factory=_default_stream_managers)
 
     def with_ephemeral_ports(self) -> StampConfig:
         """The same stamp on free ports: for tests and benchmarks that run beside `stamp up`."""
         return dataclasses.replace(
-            self, extent_nodes=tuple(dataclasses.replace(n, port=0) for n in self.extent_nodes))
+            self, extent_nodes=tuple(dataclasses.replace(n, port=0) for n in self.extent_nodes),
+            stream_managers=tuple(dataclasses.replace(s, port=0, raft_port=0)
+                                  for s in self.stream_managers))
 
 
 def default_config() -> StampConfig:
@@ -111,10 +150,12 @@ def load_config(path: str | Path | None) -> StampConfig:
 def _apply(config: StampConfig, raw: dict[str, Any]) -> StampConfig:
     changes: dict[str, Any] = {}
     for key, value in raw.items():
-        if key == "extent_node":
-            changes[key] = _replace_checked(config.extent_node, value, "extent_node")
+        if key in ("extent_node", "stream_manager"):
+            changes[key] = _replace_checked(getattr(config, key), value, key)
         elif key == "extent_nodes":
             changes[key] = tuple(ExtentNodeSpec(**node) for node in value)
+        elif key == "stream_managers":
+            changes[key] = tuple(StreamManagerSpec(**sm) for sm in value)
         elif key in ("data_dir", "host"):
             changes[key] = str(value)
         else:

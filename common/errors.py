@@ -130,8 +130,13 @@ ERRORS_BY_NAME: dict[str, type[StampError]] = {
 }
 
 # What a bare gRPC status (no `stamp-error` detail: a transport failure, a dead peer) means.
+# Stamp's servers tag every error they send on purpose, their own Internal included, so an
+# untagged INTERNAL or UNKNOWN comes from the transport (e.g. "Internal error from Core" when a
+# stream's peer is SIGKILLed): the peer is unavailable, and the call may be retried elsewhere.
 ERRORS_BY_CODE: dict[grpc.StatusCode, type[StampError]] = {
     grpc.StatusCode.UNAVAILABLE: Unavailable,
+    grpc.StatusCode.INTERNAL: Unavailable,
+    grpc.StatusCode.UNKNOWN: Unavailable,
     grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceeded,
     grpc.StatusCode.CANCELLED: Unavailable,
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,

@@ -24,6 +24,7 @@ from common.proto import faults_pb2, faults_pb2_grpc
 log = logging.getLogger(__name__)
 
 ERROR_KEY = "stamp-error"
+LEADER_KEY = "stamp-leader"  # with NotLeader: the leader's address, when known
 T = TypeVar("T")
 
 
@@ -65,17 +66,22 @@ def from_rpc_error(exc: grpc.RpcError) -> errors.StampError:
     """The typed Stamp error behind a failed call (transport failures become Unavailable)."""
     code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
     details = (exc.details() if hasattr(exc, "details") else None) or str(code)
-    metadata = exc.trailing_metadata() if hasattr(exc, "trailing_metadata") else None
-    for key, value in metadata or ():
-        if key == ERROR_KEY:
-            return errors.ERRORS_BY_NAME.get(value, errors.Internal)(details)
-    return errors.ERRORS_BY_CODE.get(code, errors.Internal)(f"{code.name}: {details}")
+    metadata = dict(exc.trailing_metadata() or ()) if hasattr(exc, "trailing_metadata") else {}
+    kind = metadata.get(ERROR_KEY)
+    if kind == errors.NotLeader.__name__:
+        return errors.NotLeader(details, leader=metadata.get(LEADER_KEY) or None)
+    if kind is not None:
+        return errors.ERRORS_BY_NAME.get(kind, errors.Internal)(details)
+    return errors.ERRORS_BY_CODE.get(code, errors.Unavailable)(f"{code.name}: {details}")
 
 
 async def _abort(context: aio.ServicerContext, exc: BaseException) -> None:
     if isinstance(exc, errors.StampError):
+        metadata: tuple[tuple[str, str], ...] = ((ERROR_KEY, type(exc).__name__),)
+        if isinstance(exc, errors.NotLeader) and exc.leader:
+            metadata += ((LEADER_KEY, exc.leader),)
         await context.abort(exc.grpc_code, str(exc) or type(exc).__name__,
-                            trailing_metadata=((ERROR_KEY, type(exc).__name__),))
+                            trailing_metadata=metadata)
     log.exception("unexpected error in RPC handler")
     await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {exc!r}",
                         trailing_metadata=((ERROR_KEY, "Internal"),))

@@ -10,32 +10,46 @@ from pathlib import Path
 
 import pytest
 
-from common.config import ExtentNodeSpec, StampConfig, default_config
+from common.config import ExtentNodeSpec, StampConfig, StreamManagerSpec, default_config
 from tools.local_stamp import LocalStamp
 
 
-def extent_node_config(count: int, **limits: int) -> StampConfig:
-    """`count` extent nodes, one fault domain each up to 3, on free ports."""
+def stamp_config(extent_nodes: int, stream_managers: int = 0,
+                 extent_node: dict[str, int] | None = None,
+                 stream_manager: dict[str, int] | None = None) -> StampConfig:
+    """`extent_nodes` ENs in 3 fault domains (round robin) and `stream_managers` SMs, on
+    free ports, with limits overridden."""
     base = default_config()
     return dataclasses.replace(
         base,
-        extent_node=dataclasses.replace(base.extent_node, **limits),
+        extent_node=dataclasses.replace(base.extent_node, **(extent_node or {})),
+        stream_manager=dataclasses.replace(base.stream_manager, **(stream_manager or {})),
         extent_nodes=tuple(ExtentNodeSpec(f"en-{i}", f"fd-{(i - 1) % 3 + 1}", f"ud-{i}", 0)
-                           for i in range(1, count + 1)))
+                           for i in range(1, extent_nodes + 1)),
+        stream_managers=tuple(StreamManagerSpec(f"sm-{i}", 0, 0)
+                              for i in range(1, stream_managers + 1)))
+
+
+def config_toml(**sections: dict[str, int] | None) -> str:
+    return "".join(f"[{name}]\n" + "".join(f"{k} = {v}\n" for k, v in values.items())
+                   for name, values in sections.items() if values)
 
 
 @pytest.fixture
 def stamp_factory(tmp_path: Path) -> Iterator[Callable[..., LocalStamp]]:
-    """Start a local stamp of extent nodes: factory(count=3, **limits) -> LocalStamp."""
+    """Start a local stamp: factory(extent_nodes=3, stream_managers=0, extent_node={limits},
+    stream_manager={limits}) -> LocalStamp, started and healthy."""
     stamps: list[LocalStamp] = []
 
-    def make(count: int = 3, **limits: int) -> LocalStamp:
-        config = extent_node_config(count, **limits)
+    def make(extent_nodes: int = 3, stream_managers: int = 0,
+             extent_node: dict[str, int] | None = None,
+             stream_manager: dict[str, int] | None = None) -> LocalStamp:
+        config = stamp_config(extent_nodes, stream_managers, extent_node, stream_manager)
         config_path = None
-        if limits:
+        if extent_node or stream_manager:
             config_path = tmp_path / f"stamp-{len(stamps)}.toml"
-            config_path.write_text("[extent_node]\n" + "".join(
-                f"{key} = {value}\n" for key, value in limits.items()))
+            config_path.write_text(config_toml(extent_node=extent_node,
+                                               stream_manager=stream_manager))
         stamp = LocalStamp(tmp_path / f"stamp-{len(stamps)}", config,
                            str(config_path) if config_path else None)
         stamps.append(stamp)

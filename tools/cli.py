@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> None:
 
 SERVERS = {
     "extent-node": "stream_layer.extent_node.main",
+    "stream-manager": "stream_layer.stream_manager.main",
 }
 
 

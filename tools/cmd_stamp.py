@@ -75,34 +75,60 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from stream_layer.extent_client import ExtentClient
+    import asyncio
 
     stamp = _stamp(args)
-    rows = []
-    with ExtentClient() as client:
-        for rec in stamp.records.values():
-            row: dict[str, Any] = {"name": rec.name, "kind": rec.kind, "pid": rec.pid,
-                                   "address": rec.address, "fault_domain": rec.fault_domain,
-                                   "alive": stamp.alive(rec.name)}
-            if row["alive"]:
-                try:
-                    status = client.run(client.aio.node_status(rec.address))
-                    row.update(extents=status.extents, bytes=status.bytes,
-                               journal_bytes=status.journal_bytes, serving=True)
-                except StampError as exc:
-                    row.update(serving=False, error=str(exc))
-            rows.append(row)
+    rows = asyncio.run(_status_rows(stamp))
     if args.json:
         print(json.dumps({"data_dir": str(stamp.data_dir), "processes": rows}, indent=2))
         return 0
-    print(f"{'NAME':<8} {'KIND':<12} {'PID':>7}  {'ADDRESS':<16} {'FD':<5} {'STATE':<8} "
-          f"{'EXTENTS':>7} {'BYTES':>12} {'JOURNAL':>10}")
+    print(f"{'NAME':<7} {'KIND':<15} {'PID':>7}  {'ADDRESS':<16} {'FD':<5} {'STATE':<9} "
+          f"{'EXTENTS':>7} {'BYTES':>12}  DETAIL")
     for row in rows:
-        state = "serving" if row.get("serving") else ("up" if row["alive"] else "down")
-        print(f"{row['name']:<8} {row['kind']:<12} {row['pid'] or '-':>7}  {row['address']:<16} "
-              f"{row['fault_domain']:<5} {state:<8} {row.get('extents', '-'):>7} "
-              f"{row.get('bytes', '-'):>12} {row.get('journal_bytes', '-'):>10}")
+        state = row.get("role") or ("serving" if row.get("serving") else
+                                    "up" if row["alive"] else "down")
+        detail = (f"journal {row['journal_bytes']} B" if "journal_bytes" in row else
+                  f"applied {row['applied_index']}, {row['streams']} streams"
+                  if "applied_index" in row else row.get("error", ""))
+        print(f"{row['name']:<7} {row['kind']:<15} {row['pid'] or '-':>7}  "
+              f"{row['address']:<16} {row['fault_domain'] or '-':<5} {state:<9} "
+              f"{row.get('extents', '-'):>7} {row.get('bytes', '-'):>12}  {detail}")
     return 0
+
+
+async def _status_rows(stamp: LocalStamp) -> list[dict[str, Any]]:
+    """One row per process: alive by pid, and what it says of itself when asked."""
+    from stream_layer.extent_client import AsyncExtentClient
+    from stream_layer.sm_client import AsyncStreamManagerClient
+    from tools.local_stamp import KIND_EXTENT_NODE, KIND_STREAM_MANAGER
+
+    extents = AsyncExtentClient()
+    sms = AsyncStreamManagerClient([r.address for r in stamp.stream_managers()] or ["-"])
+    rows = []
+    try:
+        for rec in stamp.records.values():
+            row: dict[str, Any] = {"name": rec.name, "kind": rec.kind, "pid": rec.pid,
+                                   "address": rec.address, "fault_domain": rec.fault_domain,
+                                   "alive": stamp.alive(rec.name), "serving": False}
+            rows.append(row)
+            if not row["alive"]:
+                continue
+            try:
+                if rec.kind == KIND_EXTENT_NODE:
+                    status = await extents.node_status(rec.address)
+                    row.update(extents=status.extents, bytes=status.bytes,
+                               journal_bytes=status.journal_bytes, serving=True)
+                elif rec.kind == KIND_STREAM_MANAGER:
+                    sm = await sms.status(rec.address)
+                    row.update(role="leader" if sm.leader else "follower",
+                               applied_index=sm.applied_index, streams=sm.streams,
+                               extents=sm.extents, serving=True)
+            except StampError as exc:
+                row.update(error=str(exc))
+    finally:
+        await extents.close()
+        await sms.close()
+    return rows
 
 
 def cmd_kill(args: argparse.Namespace) -> int:

@@ -21,9 +21,10 @@ from pathlib import Path
 from common import process
 from common.config import StampConfig, load_config
 from common.errors import InvalidArgument, NotFound, Unavailable
+from common.stamp_file import STAMP_FILE, read_stamp
 
-STAMP_FILE = "stamp.json"
 KIND_EXTENT_NODE = "extent-node"
+KIND_STREAM_MANAGER = "stream-manager"
 
 
 @dataclass
@@ -64,12 +65,7 @@ class LocalStamp:
     @classmethod
     def load(cls, data_dir: str | Path) -> LocalStamp:
         """The stamp recorded in `data_dir`, with the config it was started with."""
-        path = Path(data_dir).resolve() / STAMP_FILE
-        try:
-            raw = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise NotFound(f"no stamp in {path.parent} (no {STAMP_FILE}): run 'stamp up' "
-                           f"first") from None
+        raw = read_stamp(data_dir)
         stamp = cls(data_dir, load_config(raw.get("config")), raw.get("config"))
         stamp.records = {name: ProcessRecord(**rec) for name, rec in raw["processes"].items()}
         return stamp
@@ -84,8 +80,10 @@ class LocalStamp:
         os.replace(tmp, self.stamp_file)
 
     def plan(self) -> None:
-        """Decide every process's directory, port and command line (once per data dir)."""
+        """Decide every process's directory, ports and command line (once per data dir)."""
         host = self.config.host
+        self._plan_stream_managers()
+        sm_addresses = ",".join(r.address for r in self.stream_managers())
         for spec in self.config.extent_nodes:
             if spec.name in self.records:
                 continue
@@ -97,11 +95,66 @@ class LocalStamp:
                 "--upgrade-domain", spec.upgrade_domain)
             if spec.journal_dir:
                 argv += ["--journal-dir", spec.journal_dir]
+            if sm_addresses:
+                argv += ["--sm", sm_addresses]
             if self.config_path:
                 argv += ["--config", self.config_path]
             self.records[spec.name] = ProcessRecord(
                 spec.name, KIND_EXTENT_NODE, str(proc_dir), argv, address=f"{host}:{port}",
                 fault_domain=spec.fault_domain, upgrade_domain=spec.upgrade_domain)
+
+    def _plan_stream_managers(self) -> None:
+        host = self.config.host
+        new = [spec for spec in self.config.stream_managers if spec.name not in self.records]
+        if not new:
+            return
+        if len(new) != len(self.config.stream_managers):
+            raise InvalidArgument("a Raft group's membership is fixed: cannot add stream "
+                                  "managers to an existing stamp")
+        ports = {spec.name: (spec.port or free_port(host), spec.raft_port or free_port(host))
+                 for spec in new}
+        peers = ",".join(f"{host}:{raft}={host}:{port}" for port, raft in ports.values())
+        for spec in new:
+            port, raft_port = ports[spec.name]
+            proc_dir = self.data_dir / spec.name
+            argv = process.stamp_command(
+                "serve", "stream-manager", "--name", spec.name, "--dir", str(proc_dir),
+                "--host", host, "--port", str(port), "--raft-port", str(raft_port),
+                "--peers", peers)
+            if self.config_path:
+                argv += ["--config", self.config_path]
+            self.records[spec.name] = ProcessRecord(
+                spec.name, KIND_STREAM_MANAGER, str(proc_dir), argv, address=f"{host}:{port}",
+                extra={"raft_address": f"{host}:{raft_port}"})
+
+    def wait_healthy(self, timeout_s: float = 30.0) -> None:
+        """Wait until the stream managers have a leader that knows every extent node."""
+        if not self.stream_managers():
+            return
+        import asyncio
+
+        from stream_layer.sm_client import AsyncStreamManagerClient
+
+        async def check() -> None:
+            client = AsyncStreamManagerClient([r.address for r in self.stream_managers()],
+                                              self.config.stream_manager)
+            deadline = time.monotonic() + timeout_s
+            wanted = {r.name for r in self.extent_nodes() if self.alive(r.name)}
+            try:
+                while True:
+                    try:
+                        nodes = await client.list_nodes()
+                        if wanted <= {n.name for n in nodes if n.state == "alive"}:
+                            return
+                    except Unavailable:
+                        pass
+                    if time.monotonic() > deadline:
+                        raise Unavailable(f"the stream manager did not see every extent node "
+                                          f"within {timeout_s:g}s")
+                    await asyncio.sleep(0.05)
+            finally:
+                await client.close()
+        asyncio.run(check())
 
     # ---- processes ------------------------------------------------------------------------
 
@@ -111,6 +164,7 @@ class LocalStamp:
         started = [name for name, rec in self.records.items()
                    if not (rec.pid and process.is_alive(rec.pid))]
         self._start_many(started)
+        self.wait_healthy()
         return started
 
     def start(self, name: str, env: dict[str, str] | None = None) -> None:
@@ -191,7 +245,13 @@ class LocalStamp:
         return bool(rec.pid) and process.is_alive(rec.pid)
 
     def extent_nodes(self) -> list[ProcessRecord]:
-        return sorted((r for r in self.records.values() if r.kind == KIND_EXTENT_NODE),
+        return self._of_kind(KIND_EXTENT_NODE)
+
+    def stream_managers(self) -> list[ProcessRecord]:
+        return self._of_kind(KIND_STREAM_MANAGER)
+
+    def _of_kind(self, kind: str) -> list[ProcessRecord]:
+        return sorted((r for r in self.records.values() if r.kind == kind),
                       key=lambda r: _name_key(r.name))
 
     def name_of(self, address: str) -> str:

@@ -18,9 +18,11 @@ from common import faults, rpc
 from common.config import HOST, load_config
 from common.process import write_ready
 from common.proto import extent_node_pb2_grpc, faults_pb2_grpc
+from stream_layer.extent_node.heartbeat import heartbeat_forever
 from stream_layer.extent_node.node import ExtentNode
 from stream_layer.extent_node.server import ExtentNodeServicer
 from stream_layer.extent_node.store import ExtentStore
+from stream_layer.sm_client import AsyncStreamManagerClient
 
 log = logging.getLogger("stamp.extent_node")
 
@@ -38,11 +40,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--fault-domain", default="fd-1")
     p.add_argument("--upgrade-domain", default="ud-1")
     p.add_argument("--config", help="stamp config file (TOML) for limits")
+    p.add_argument("--sm", default="",
+                   help="stream manager gRPC addresses (comma-separated) to heartbeat to")
     return p
 
 
 async def serve(args: argparse.Namespace) -> None:
-    limits = load_config(args.config).extent_node
+    config = load_config(args.config)
+    limits = config.extent_node
     store = ExtentStore(args.dir / "extents", args.journal_dir or args.dir / "journal", limits)
     store.recover()
     server = rpc.aio_server(limits.rpc_message_bytes_max)
@@ -56,6 +61,12 @@ async def serve(args: argparse.Namespace) -> None:
     await server.start()
     write_ready(args.dir, args.name, address)
     log.info("%s serving on %s (fault domain %s)", args.name, address, args.fault_domain)
+    heartbeats = None
+    if args.sm:
+        sm = AsyncStreamManagerClient(args.sm.split(","), config.stream_manager)
+        heartbeats = asyncio.get_running_loop().create_task(heartbeat_forever(
+            sm, store, args.name, address, args.fault_domain, args.upgrade_domain,
+            config.stream_manager.heartbeat_interval_ms / 1000))
 
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -63,6 +74,8 @@ async def serve(args: argparse.Namespace) -> None:
     loop.add_signal_handler(signal.SIGINT, stopping.set)
     await stopping.wait()
     log.info("%s stopping", args.name)
+    if heartbeats is not None:
+        heartbeats.cancel()
     await server.stop(grace=1.0)
     await node.close()
     await store.checkpoint()

@@ -200,7 +200,7 @@ def test_restart_after_torn_journal_tail(stamp_factory: StampFactory) -> None:
 def test_kill_all_replicas_acknowledged_data_survives(stamp_factory: StampFactory) -> None:
     """Acknowledged appends live in the journals only (no checkpoint yet) when every node is
     SIGKILLed; on restart the journals are replayed."""
-    stamp = stamp_factory(3, checkpoint_interval_ms=600_000)
+    stamp = stamp_factory(3, extent_node={"checkpoint_interval_ms": 600_000})
     replicas = addresses(stamp)
 
     async def scenario() -> None:

@@ -1,0 +1,195 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Empty(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ExtentInfo(_message.Message):
+    __slots__ = ("extent_id", "replicas", "addresses", "state", "sealed_length", "streams")
+    EXTENT_ID_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    ADDRESSES_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    SEALED_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    STREAMS_FIELD_NUMBER: _ClassVar[int]
+    extent_id: int
+    replicas: _containers.RepeatedScalarFieldContainer[str]
+    addresses: _containers.RepeatedScalarFieldContainer[str]
+    state: str
+    sealed_length: int
+    streams: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, extent_id: _Optional[int] = ..., replicas: _Optional[_Iterable[str]] = ..., addresses: _Optional[_Iterable[str]] = ..., state: _Optional[str] = ..., sealed_length: _Optional[int] = ..., streams: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class StreamInfo(_message.Message):
+    __slots__ = ("name", "extents")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    EXTENTS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    extents: _containers.RepeatedCompositeFieldContainer[ExtentInfo]
+    def __init__(self, name: _Optional[str] = ..., extents: _Optional[_Iterable[_Union[ExtentInfo, _Mapping]]] = ...) -> None: ...
+
+class StreamRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class RenameRequest(_message.Message):
+    __slots__ = ("old", "new")
+    OLD_FIELD_NUMBER: _ClassVar[int]
+    NEW_FIELD_NUMBER: _ClassVar[int]
+    old: str
+    new: str
+    def __init__(self, old: _Optional[str] = ..., new: _Optional[str] = ...) -> None: ...
+
+class ListStreamsRequest(_message.Message):
+    __slots__ = ("prefix",)
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    prefix: str
+    def __init__(self, prefix: _Optional[str] = ...) -> None: ...
+
+class ListStreamsReply(_message.Message):
+    __slots__ = ("streams",)
+    STREAMS_FIELD_NUMBER: _ClassVar[int]
+    streams: _containers.RepeatedCompositeFieldContainer[StreamInfo]
+    def __init__(self, streams: _Optional[_Iterable[_Union[StreamInfo, _Mapping]]] = ...) -> None: ...
+
+class SealAndAddRequest(_message.Message):
+    __slots__ = ("stream", "last_extent_id")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    LAST_EXTENT_ID_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    last_extent_id: int
+    def __init__(self, stream: _Optional[str] = ..., last_extent_id: _Optional[int] = ...) -> None: ...
+
+class SealExtentRequest(_message.Message):
+    __slots__ = ("extent_id",)
+    EXTENT_ID_FIELD_NUMBER: _ClassVar[int]
+    extent_id: int
+    def __init__(self, extent_id: _Optional[int] = ...) -> None: ...
+
+class ConcatRequest(_message.Message):
+    __slots__ = ("target", "source")
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    target: str
+    source: str
+    def __init__(self, target: _Optional[str] = ..., source: _Optional[str] = ...) -> None: ...
+
+class StreamOp(_message.Message):
+    __slots__ = ("create", "delete", "rename", "concat")
+    CREATE_FIELD_NUMBER: _ClassVar[int]
+    DELETE_FIELD_NUMBER: _ClassVar[int]
+    RENAME_FIELD_NUMBER: _ClassVar[int]
+    CONCAT_FIELD_NUMBER: _ClassVar[int]
+    create: str
+    delete: str
+    rename: RenameRequest
+    concat: ConcatRequest
+    def __init__(self, create: _Optional[str] = ..., delete: _Optional[str] = ..., rename: _Optional[_Union[RenameRequest, _Mapping]] = ..., concat: _Optional[_Union[ConcatRequest, _Mapping]] = ...) -> None: ...
+
+class MultiModifyRequest(_message.Message):
+    __slots__ = ("ops",)
+    OPS_FIELD_NUMBER: _ClassVar[int]
+    ops: _containers.RepeatedCompositeFieldContainer[StreamOp]
+    def __init__(self, ops: _Optional[_Iterable[_Union[StreamOp, _Mapping]]] = ...) -> None: ...
+
+class MultiModifyReply(_message.Message):
+    __slots__ = ("streams",)
+    STREAMS_FIELD_NUMBER: _ClassVar[int]
+    streams: _containers.RepeatedCompositeFieldContainer[StreamInfo]
+    def __init__(self, streams: _Optional[_Iterable[_Union[StreamInfo, _Mapping]]] = ...) -> None: ...
+
+class ListExtentsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListExtentsReply(_message.Message):
+    __slots__ = ("extents",)
+    EXTENTS_FIELD_NUMBER: _ClassVar[int]
+    extents: _containers.RepeatedCompositeFieldContainer[ExtentInfo]
+    def __init__(self, extents: _Optional[_Iterable[_Union[ExtentInfo, _Mapping]]] = ...) -> None: ...
+
+class NodeInfo(_message.Message):
+    __slots__ = ("name", "address", "fault_domain", "upgrade_domain", "state", "suspect", "silent_s", "used_bytes", "extents")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    FAULT_DOMAIN_FIELD_NUMBER: _ClassVar[int]
+    UPGRADE_DOMAIN_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    SUSPECT_FIELD_NUMBER: _ClassVar[int]
+    SILENT_S_FIELD_NUMBER: _ClassVar[int]
+    USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    EXTENTS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    address: str
+    fault_domain: str
+    upgrade_domain: str
+    state: str
+    suspect: bool
+    silent_s: float
+    used_bytes: int
+    extents: int
+    def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., fault_domain: _Optional[str] = ..., upgrade_domain: _Optional[str] = ..., state: _Optional[str] = ..., suspect: _Optional[bool] = ..., silent_s: _Optional[float] = ..., used_bytes: _Optional[int] = ..., extents: _Optional[int] = ...) -> None: ...
+
+class ListNodesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListNodesReply(_message.Message):
+    __slots__ = ("nodes",)
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    nodes: _containers.RepeatedCompositeFieldContainer[NodeInfo]
+    def __init__(self, nodes: _Optional[_Iterable[_Union[NodeInfo, _Mapping]]] = ...) -> None: ...
+
+class HeartbeatRequest(_message.Message):
+    __slots__ = ("name", "address", "fault_domain", "upgrade_domain", "capacity_bytes", "used_bytes", "extents")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    FAULT_DOMAIN_FIELD_NUMBER: _ClassVar[int]
+    UPGRADE_DOMAIN_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    EXTENTS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    address: str
+    fault_domain: str
+    upgrade_domain: str
+    capacity_bytes: int
+    used_bytes: int
+    extents: int
+    def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., fault_domain: _Optional[str] = ..., upgrade_domain: _Optional[str] = ..., capacity_bytes: _Optional[int] = ..., used_bytes: _Optional[int] = ..., extents: _Optional[int] = ...) -> None: ...
+
+class HeartbeatReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class StatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class StatusReply(_message.Message):
+    __slots__ = ("name", "leader", "leader_address", "applied_index", "state_digest", "streams", "extents", "nodes")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    STATE_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    STREAMS_FIELD_NUMBER: _ClassVar[int]
+    EXTENTS_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    leader: bool
+    leader_address: str
+    applied_index: int
+    state_digest: str
+    streams: int
+    extents: int
+    nodes: int
+    def __init__(self, name: _Optional[str] = ..., leader: _Optional[bool] = ..., leader_address: _Optional[str] = ..., applied_index: _Optional[int] = ..., state_digest: _Optional[str] = ..., streams: _Optional[int] = ..., extents: _Optional[int] = ..., nodes: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,30 @@
+"""Reading `<data dir>/stamp.json`, the record a local stamp keeps of its processes (written by
+tools/local_stamp.py): clients in every layer find their servers' addresses here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from common.errors import NotFound
+
+STAMP_FILE = "stamp.json"
+
+
+def read_stamp(data_dir: str | Path) -> dict[str, Any]:
+    path = Path(data_dir).resolve() / STAMP_FILE
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise NotFound(f"no stamp in {path.parent} (no {STAMP_FILE}): run 'stamp up' "
+                       f"first") from None
+
+
+def addresses_of(data_dir: str | Path, kind: str) -> list[str]:
+    """gRPC addresses of every process of `kind` (e.g. "stream-manager"), in name order."""
+    processes = read_stamp(data_dir)["processes"]
+    found = [p["address"] for _, p in sorted(processes.items()) if p["kind"] == kind]
+    if not found:
+        raise NotFound(f"the stamp in {data_dir} has no {kind} processes")
+    return found

@@ -1,0 +1,341 @@
+"""The stream client: streams for the partition layer (§2). This Python API is a contract:
+
+    from stream_layer.client import StreamClient
+    sc = StreamClient.from_stamp(data_dir)      # reads <data_dir>/stamp.json
+    s = sc.create_stream("name")                # or sc.open_stream("name")
+    locs = s.append([b"...", b"..."])    # atomic; list of Location(extent_id, offset, length)
+    s.read(locs[0]) -> bytes                    # deadline, falls back to another replica
+    for loc, data in s.blocks(): ...            # every block of the stream, in order
+
+It caches each stream's extents so the stream manager stays off the data path: appends go
+straight to the last extent's primary, many in flight at once. When an append fails (a replica
+died, the extent is full or sealed), the stream asks the stream manager to seal that extent and
+add a new one — once, however many appends failed together — and re-sends every append that
+was not acknowledged there: the caller notices only latency. Appends still in flight when that
+happens may land twice (at-least-once; §2), and concurrent appends have no order between them.
+
+`AsyncStreamClient` / `AsyncStream` are the asyncio core; `StreamClient` / `Stream` are the
+blocking, thread-safe facade over them (a private event loop thread).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
+from typing import Any, TypeVar
+
+from common.checksums import crc32c
+from common.config import ExtentNodeLimits, StreamManagerLimits, load_config
+from common.errors import (
+    ChecksumError,
+    DeadlineExceeded,
+    ExtentFull,
+    InvalidArgument,
+    NotFound,
+    NotPrimary,
+    OutOfRange,
+    ReplicationFailed,
+    Sealed,
+    StampError,
+    Unavailable,
+    WrongOffset,
+)
+from common.proto import stream_manager_pb2 as sm_pb
+from common.stamp_file import addresses_of, read_stamp
+from stream_layer import framing
+from stream_layer.extent_client import AsyncExtentClient
+from stream_layer.framing import Location
+from stream_layer.seal import ReplicaLength, decide_seal_length
+from stream_layer.sm_client import AsyncStreamManagerClient
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+# Failures of an append that a new extent cures.
+ROLLOVER_ON = (ReplicationFailed, Unavailable, Sealed, ExtentFull, NotFound, NotPrimary,
+               DeadlineExceeded, WrongOffset)
+ROLLOVERS_PER_APPEND_MAX = 8
+SCAN_CHUNK_BYTES = 4 * 1024 * 1024
+
+
+class AsyncStream:
+    def __init__(self, client: AsyncStreamClient, info: sm_pb.StreamInfo) -> None:
+        self.client = client
+        self.name = info.name
+        self._info = info
+        self._extents = {e.extent_id: e for e in info.extents}
+        self._rollovers: dict[int, asyncio.Future[None]] = {}
+
+    # ---- metadata ---------------------------------------------------------------------------
+
+    def _update(self, info: sm_pb.StreamInfo) -> None:
+        self._info = info
+        self._extents.update({e.extent_id: e for e in info.extents})
+
+    async def refresh(self) -> sm_pb.StreamInfo:
+        self._update(await self.client.sm.open_stream(self.name))
+        return self._info
+
+    @property
+    def extents(self) -> list[sm_pb.ExtentInfo]:
+        return list(self._info.extents)
+
+    async def _extent(self, extent_id: int) -> sm_pb.ExtentInfo:
+        extent = self._extents.get(extent_id)
+        if extent is None:
+            await self.refresh()
+            extent = self._extents.get(extent_id)
+        if extent is None:
+            raise NotFound(f"extent {extent_id} is not part of stream {self.name!r}")
+        return extent
+
+    # ---- appends ----------------------------------------------------------------------------
+
+    async def append(self, blocks: Sequence[bytes]) -> list[Location]:
+        """Append blocks atomically (all in one extent, or none); one Location per block."""
+        if not blocks:
+            raise InvalidArgument("an append carries at least one block")
+        size = sum(framing.frame_bytes(len(b)) for b in blocks)
+        if size > self.client.extent_limits.append_bytes_max:
+            raise InvalidArgument(f"an append carries at most "
+                                  f"{self.client.extent_limits.append_bytes_max} bytes")
+        crcs = [crc32c(b) for b in blocks]
+        last_error: StampError | None = None
+        for _ in range(ROLLOVERS_PER_APPEND_MAX):
+            tail = self._info.extents[-1] if self._info.extents else None
+            if tail is None or tail.state != "open":
+                await self._rollover(tail.extent_id if tail else 0)
+                continue
+            try:
+                return await self.client.extents.append(tail.addresses[0], tail.extent_id,
+                                                        blocks, crcs)
+            except ROLLOVER_ON as exc:
+                last_error = exc
+                log.info("stream %s: append to extent %d failed (%s): rolling over",
+                         self.name, tail.extent_id, type(exc).__name__)
+                await self._rollover(tail.extent_id)
+        raise Unavailable(f"stream {self.name!r}: append failed after "
+                          f"{ROLLOVERS_PER_APPEND_MAX} new extents: {last_error}")
+
+    async def _rollover(self, extent_id: int) -> None:
+        """Seal `extent_id` (if it is still the last) and move to a new extent — one stream
+        manager call however many appends failed on it."""
+        pending = self._rollovers.get(extent_id)
+        if pending is None:
+            pending = asyncio.get_running_loop().create_future()
+            self._rollovers[extent_id] = pending
+            try:
+                self._update(await self.client.sm.seal_and_add(self.name, extent_id))
+                pending.set_result(None)
+            except BaseException as exc:
+                pending.set_exception(exc)
+                # Let the next failure try again rather than inherit this one forever.
+                del self._rollovers[extent_id]
+                raise
+        await asyncio.shield(pending)
+
+    # ---- reads ------------------------------------------------------------------------------
+
+    async def read(self, location: Location) -> bytes:
+        """The block at `location`: from one replica within the read deadline, else from the
+        next (a corrupt or slow replica is passed over)."""
+        extent = await self._extent(location.extent_id)
+        last_error: StampError | None = None
+        for address in _read_order(extent):
+            try:
+                return await self.client.extents.read(address, location)
+            except (ChecksumError, Unavailable, DeadlineExceeded, NotFound) as exc:
+                last_error = exc
+                log.warning("reading %s from %s failed (%s): trying another replica",
+                            location, address, exc)
+        raise last_error or Unavailable(f"no replica of extent {location.extent_id}")
+
+    async def _read_frames(self, extent: sm_pb.ExtentInfo, offset: int, length: int) -> bytes:
+        last_error: StampError | None = None
+        for address in _read_order(extent):
+            try:
+                return await self.client.extents.read_frames(address, extent.extent_id,
+                                                             offset, length)
+            except (ChecksumError, Unavailable, DeadlineExceeded, NotFound, OutOfRange) as exc:
+                last_error = exc
+        raise last_error or Unavailable(f"no replica of extent {extent.extent_id}")
+
+    async def blocks(self) -> AsyncIterator[tuple[Location, bytes]]:
+        """Every block of the stream in order: sealed extents to their sealed length, the open
+        last extent to what its replicas agree is committed."""
+        info = await self.refresh()
+        for extent in info.extents:
+            if extent.state == "open":
+                end = await self.committed_length(extent)
+            else:
+                end = extent.sealed_length
+            offset = 0
+            while offset < end:
+                frames = await self._read_frames(extent, offset,
+                                                 min(SCAN_CHUNK_BYTES, end - offset))
+                for pos, payload in framing.iter_frames(frames, f"extent {extent.extent_id}"):
+                    yield (Location(extent.extent_id, offset + pos,
+                                    framing.frame_bytes(len(payload))), bytes(payload))
+                offset += len(frames)
+
+    async def committed_length(self, extent: sm_pb.ExtentInfo) -> int:
+        """The smallest commit length of the reachable replicas: every acknowledged byte lies
+        below it (§2)."""
+        lengths = await self._commit_lengths(extent)
+        return decide_seal_length(lengths)
+
+    async def _commit_lengths(self, extent: sm_pb.ExtentInfo
+                              ) -> dict[str, ReplicaLength | None]:
+        async def ask(address: str) -> ReplicaLength | None:
+            try:
+                length, sealed = await self.client.extents.commit_length(address,
+                                                                         extent.extent_id)
+                return ReplicaLength(length, sealed)
+            except StampError:
+                return None
+        replies = await asyncio.gather(*(ask(a) for a in extent.addresses))
+        return dict(zip(extent.addresses, replies, strict=True))
+
+    # ---- fencing ----------------------------------------------------------------------------
+
+    async def check_commit_length(self) -> int:
+        """The true end of the stream's last extent: if its replicas disagree on the commit
+        length (or one does not answer), seal it through the stream manager, which fixes the
+        length for good (§2 "Sealing"). Partition load uses this."""
+        info = await self.refresh()
+        if not info.extents:
+            return 0
+        last = info.extents[-1]
+        if last.state != "open":
+            return last.sealed_length
+        lengths = await self._commit_lengths(last)
+        values = {r.length for r in lengths.values() if r is not None}
+        if len(values) == 1 and all(r is not None and not r.sealed for r in lengths.values()):
+            return values.pop()
+        return await self.seal_last()
+
+    async def seal_last(self) -> int:
+        """Seal the last extent now (fences any other writer: its appends there fail)."""
+        info = await self.refresh()
+        if not info.extents:
+            return 0
+        extent = await self.client.sm.seal_extent(info.extents[-1].extent_id)
+        await self.refresh()
+        return extent.sealed_length
+
+
+def _read_order(extent: sm_pb.ExtentInfo) -> list[str]:
+    # Secondaries first: the primary of an open extent has the append work to do.
+    addresses = list(extent.addresses)
+    return addresses[1:] + addresses[:1] if extent.state == "open" else addresses
+
+
+class AsyncStreamClient:
+    def __init__(self, sm_addresses: Sequence[str], extent_limits: ExtentNodeLimits | None = None,
+                 sm_limits: StreamManagerLimits | None = None) -> None:
+        self.extent_limits = extent_limits or ExtentNodeLimits()
+        self.sm = AsyncStreamManagerClient(sm_addresses, sm_limits)
+        self.extents = AsyncExtentClient(self.extent_limits)
+
+    async def create_stream(self, name: str) -> AsyncStream:
+        return AsyncStream(self, await self.sm.create_stream(name))
+
+    async def open_stream(self, name: str) -> AsyncStream:
+        return AsyncStream(self, await self.sm.open_stream(name))
+
+    async def delete_stream(self, name: str) -> None:
+        await self.sm.delete_stream(name)
+
+    async def list_streams(self, prefix: str = "") -> list[sm_pb.StreamInfo]:
+        return await self.sm.list_streams(prefix)
+
+    async def close(self) -> None:
+        await self.sm.close()
+        await self.extents.close()
+
+
+class Stream:
+    """Blocking facade over AsyncStream; safe to use from many threads at once."""
+
+    def __init__(self, owner: StreamClient, stream: AsyncStream) -> None:
+        self._owner = owner
+        self.aio = stream
+        self.name = stream.name
+
+    def append(self, blocks: Sequence[bytes]) -> list[Location]:
+        return self._owner.run(self.aio.append(blocks))
+
+    def read(self, location: Location) -> bytes:
+        return self._owner.run(self.aio.read(location))
+
+    def blocks(self) -> Iterator[tuple[Location, bytes]]:
+        iterator = self.aio.blocks().__aiter__()
+        while True:
+            try:
+                yield self._owner.run(iterator.__anext__())
+            except StopAsyncIteration:
+                return
+
+    def check_commit_length(self) -> int:
+        return self._owner.run(self.aio.check_commit_length())
+
+    def seal_last(self) -> int:
+        return self._owner.run(self.aio.seal_last())
+
+    @property
+    def extents(self) -> list[sm_pb.ExtentInfo]:
+        return self.aio.extents
+
+
+class StreamClient:
+    """Blocking, thread-safe stream client (a private event loop thread)."""
+
+    def __init__(self, sm_addresses: Sequence[str], extent_limits: ExtentNodeLimits | None = None,
+                 sm_limits: StreamManagerLimits | None = None) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="stream-client",
+                                        daemon=True)
+        self._thread.start()
+        self.aio: AsyncStreamClient = self.run(_make(sm_addresses, extent_limits, sm_limits))
+
+    @classmethod
+    def from_stamp(cls, data_dir: str) -> StreamClient:
+        config = load_config(read_stamp(data_dir).get("config"))
+        return cls(addresses_of(data_dir, "stream-manager"), config.extent_node,
+                   config.stream_manager)
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def create_stream(self, name: str) -> Stream:
+        return Stream(self, self.run(self.aio.create_stream(name)))
+
+    def open_stream(self, name: str) -> Stream:
+        return Stream(self, self.run(self.aio.open_stream(name)))
+
+    def delete_stream(self, name: str) -> None:
+        self.run(self.aio.delete_stream(name))
+
+    def list_streams(self, prefix: str = "") -> list[sm_pb.StreamInfo]:
+        return self.run(self.aio.list_streams(prefix))
+
+    def close(self) -> None:
+        if self._loop.is_closed():
+            return
+        self.run(self.aio.close())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+        self._loop.close()
+
+    def __enter__(self) -> StreamClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+async def _make(sm_addresses: Sequence[str], extent_limits: ExtentNodeLimits | None,
+                sm_limits: StreamManagerLimits | None) -> AsyncStreamClient:
+    return AsyncStreamClient(sm_addresses, extent_limits, sm_limits)

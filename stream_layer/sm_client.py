@@ -1,0 +1,122 @@
+"""Talking to the stream manager: find the leader by yourself and keep finding it.
+
+`AsyncStreamManagerClient.call` sends to the replica it believes leads; a NotLeader answer
+that names the leader redirects there, a NotLeader without a name or a transport failure moves
+on to the next replica, and the whole call retries until `leader_wait_ms` has passed (an
+election after a SIGKILL takes about a second). Errors the leader returns on purpose (not
+found, precondition failed, ...) are raised at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import grpc
+
+from common import rpc
+from common.config import StreamManagerLimits
+from common.errors import DeadlineExceeded, NotLeader, Unavailable
+from common.proto import stream_manager_pb2 as pb
+from common.proto import stream_manager_pb2_grpc as pb_grpc
+
+RETRY_DELAY_S = 0.02
+RETRY_DELAY_MAX_S = 0.2
+CALL_TIMEOUT_S = 30.0  # one attempt; a rollover (seal + create + commit) takes milliseconds
+
+
+class AsyncStreamManagerClient:
+    def __init__(self, addresses: Sequence[str], limits: StreamManagerLimits | None = None
+                 ) -> None:
+        if not addresses:
+            raise Unavailable("no stream manager addresses")
+        self.addresses = list(addresses)
+        self.limits = limits or StreamManagerLimits()
+        self._leader = self.addresses[0]
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    def _stub(self, address: str) -> pb_grpc.StreamManagerStub:
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = rpc.aio_channel(address, self.limits.rpc_message_bytes_max)
+            self._channels[address] = channel
+        return pb_grpc.StreamManagerStub(channel)
+
+    async def close(self) -> None:
+        for channel in self._channels.values():
+            await channel.close()
+        self._channels.clear()
+
+    async def call(self, method: str, request: Any, timeout_s: float = CALL_TIMEOUT_S) -> Any:
+        """Call `method` on the leader, following hints and retrying until leader_wait_ms."""
+        deadline = time.monotonic() + self.limits.leader_wait_ms / 1000
+        delay = RETRY_DELAY_S
+        last_error: Exception | None = None
+        while True:
+            address = self._leader
+            try:
+                return await rpc.call(getattr(self._stub(address), method)(
+                    request, timeout=timeout_s))
+            except NotLeader as exc:
+                last_error = exc
+                if exc.leader and exc.leader != address and exc.leader in self.addresses:
+                    self._leader = exc.leader
+                    continue  # redirected: no need to wait
+                self._rotate(address)
+            except (Unavailable, DeadlineExceeded) as exc:
+                last_error = exc
+                self._rotate(address)
+            if time.monotonic() >= deadline:
+                raise Unavailable(f"no stream manager leader answered {method} within "
+                                  f"{self.limits.leader_wait_ms} ms: {last_error}")
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RETRY_DELAY_MAX_S)
+
+    def _rotate(self, failed: str) -> None:
+        if self._leader == failed:
+            self._leader = self.addresses[(self.addresses.index(failed) + 1)
+                                          % len(self.addresses)]
+
+    async def status(self, address: str, timeout_s: float = 2.0) -> pb.StatusReply:
+        """One replica's own status (no leader needed)."""
+        return await rpc.call(self._stub(address).Status(pb.StatusRequest(),
+                                                         timeout=timeout_s))
+
+    # ---- the namespace --------------------------------------------------------------------
+
+    async def create_stream(self, name: str) -> pb.StreamInfo:
+        return await self.call("CreateStream", pb.StreamRequest(name=name))
+
+    async def open_stream(self, name: str) -> pb.StreamInfo:
+        return await self.call("OpenStream", pb.StreamRequest(name=name))
+
+    async def delete_stream(self, name: str) -> None:
+        await self.call("DeleteStream", pb.StreamRequest(name=name))
+
+    async def rename_stream(self, old: str, new: str) -> pb.StreamInfo:
+        return await self.call("RenameStream", pb.RenameRequest(old=old, new=new))
+
+    async def list_streams(self, prefix: str = "") -> list[pb.StreamInfo]:
+        return list((await self.call("ListStreams", pb.ListStreamsRequest(prefix=prefix))
+                     ).streams)
+
+    async def seal_and_add(self, stream: str, last_extent_id: int) -> pb.StreamInfo:
+        return await self.call("SealAndAdd", pb.SealAndAddRequest(
+            stream=stream, last_extent_id=last_extent_id))
+
+    async def seal_extent(self, extent_id: int) -> pb.ExtentInfo:
+        return await self.call("SealExtent", pb.SealExtentRequest(extent_id=extent_id))
+
+    async def concat(self, target: str, source: str) -> pb.StreamInfo:
+        return await self.call("Concat", pb.ConcatRequest(target=target, source=source))
+
+    async def multi_modify(self, ops: Sequence[pb.StreamOp]) -> list[pb.StreamInfo]:
+        return list((await self.call("MultiModify", pb.MultiModifyRequest(ops=ops))).streams)
+
+    async def list_extents(self) -> list[pb.ExtentInfo]:
+        return list((await self.call("ListExtents", pb.ListExtentsRequest())).extents)
+
+    async def list_nodes(self) -> list[pb.NodeInfo]:
+        return list((await self.call("ListNodes", pb.ListNodesRequest())).nodes)

@@ -1,0 +1,99 @@
+"""The stream manager process: `stamp serve stream-manager --name sm-1 --dir DIR --port P
+--raft-port R --peers RAFT=GRPC,...`.
+
+One replica of the Raft group (3 in a stamp). Its Raft journal is durable before a change is
+acknowledged (common/raft.py). It writes `DIR/ready.json` once it serves gRPC; whether it
+leads is another matter (clients follow NotLeader hints).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+from pathlib import Path
+
+from common import faults, rpc
+from common.config import HOST, load_config
+from common.process import write_ready
+from common.proto import faults_pb2_grpc, stream_manager_pb2_grpc
+from stream_layer.extent_client import AsyncExtentClient
+from stream_layer.stream_manager.leader import StreamManagerLeader
+from stream_layer.stream_manager.replica import StreamManagerReplica
+from stream_layer.stream_manager.server import StreamManagerServicer
+
+log = logging.getLogger("stamp.stream_manager")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="stamp serve stream-manager",
+                                description="Run one stream manager replica (Raft).")
+    p.add_argument("--name", required=True, help="process name, e.g. sm-1")
+    p.add_argument("--dir", required=True, type=Path, help="its directory (Raft journal, log)")
+    p.add_argument("--host", default=HOST)
+    p.add_argument("--port", type=int, required=True, help="gRPC port")
+    p.add_argument("--raft-port", type=int, required=True, help="Raft port")
+    p.add_argument("--peers", required=True,
+                   help="every replica of the group, self included: RAFT_ADDR=GRPC_ADDR,...")
+    p.add_argument("--config", help="stamp config file (TOML)")
+    return p
+
+
+def parse_peers(text: str) -> dict[str, str]:
+    peers = {}
+    for item in filter(None, text.split(",")):
+        raft, sep, grpc_address = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--peers: {item!r} is not RAFT_ADDR=GRPC_ADDR")
+        peers[raft.strip()] = grpc_address.strip()
+    return peers
+
+
+async def serve(args: argparse.Namespace) -> None:
+    config = load_config(args.config)
+    limits = config.stream_manager
+    raft_address = f"{args.host}:{args.raft_port}"
+    peers = parse_peers(args.peers)
+    replica = StreamManagerReplica(raft_address, list(peers), args.dir / "raft")
+    extents = AsyncExtentClient(config.extent_node)
+    leader = StreamManagerLeader(replica, limits, extents)
+    server = rpc.aio_server(limits.rpc_message_bytes_max)
+    port = server.add_insecure_port(f"{args.host}:{args.port}")
+    address = f"{args.host}:{port}"
+    stream_manager_pb2_grpc.add_StreamManagerServicer_to_server(
+        StreamManagerServicer(leader, args.name, peers), server)
+    faults_pb2_grpc.add_FaultsServicer_to_server(rpc.FaultsServicer(), server)
+    await server.start()
+    monitor = asyncio.get_running_loop().create_task(leader.monitor_forever())
+    write_ready(args.dir, args.name, address)
+    log.info("%s serving on %s (raft %s)", args.name, address, raft_address)
+
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stopping.set)
+    loop.add_signal_handler(signal.SIGINT, stopping.set)
+    await stopping.wait()
+    log.info("%s stopping", args.name)
+    monitor.cancel()
+    await server.stop(grace=1.0)
+    await extents.close()
+    replica.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    args.dir.mkdir(parents=True, exist_ok=True)
+    logging.basicConfig(level=logging.INFO,
+                        format=f"%(asctime)s {args.name} %(levelname)s %(name)s: %(message)s")
+    faults.arm_from_env()
+    if os.environ.get("STAMP_UVLOOP", "1") == "1":
+        import uvloop
+        uvloop.run(serve(args))
+    else:
+        asyncio.run(serve(args))
+
+
+if __name__ == "__main__":
+    main()

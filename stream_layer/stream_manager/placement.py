@@ -1,0 +1,59 @@
+"""Where extent replicas go (§2): pure decisions, behind one small interface (Swift's ring).
+
+- `place_extent`: `count` nodes in distinct fault domains, least loaded first;
+- `place_replacement`: one node in a fault domain that does not already hold the extent.
+Load is the number of replicas a node holds (from the replicated state) plus what the leader
+has placed but not yet committed, so a burst of placements spreads out.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+
+from common.errors import Unavailable
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    name: str
+    fault_domain: str
+    load: int
+
+
+def place_extent(candidates: Iterable[Candidate], count: int) -> list[str]:
+    """The least loaded node of each of the `count` least loaded fault domains; the least
+    loaded of all first (it becomes the primary, which does the most work).
+
+    With fewer healthy fault domains than `count` (a whole domain down), the rest are the
+    least loaded other nodes: still `count` distinct nodes, so any one node can be lost,
+    rather than a stamp that refuses every new extent."""
+    ordered = sorted(candidates, key=lambda c: (c.load, c.name))
+    best_per_domain: dict[str, Candidate] = {}
+    for c in ordered:
+        best_per_domain.setdefault(c.fault_domain, c)
+    chosen = sorted(best_per_domain.values(), key=lambda c: (c.load, c.name))[:count]
+    if len(chosen) < count:
+        log.warning("only %d fault domains have healthy extent nodes: placing %d replicas on "
+                    "distinct nodes", len(chosen), count)
+        chosen += [c for c in ordered if c not in chosen][:count - len(chosen)]
+    if len(chosen) < count:
+        raise Unavailable(f"need {count} healthy extent nodes, have {len(ordered)}")
+    return [c.name for c in chosen]
+
+
+def place_replacement(candidates: Iterable[Candidate], holders: Collection[str],
+                      domains_of: Mapping[str, str]) -> str:
+    """A node for one more replica: outside the fault domains of `holders`, least loaded."""
+    taken = {domains_of[h] for h in holders if h in domains_of}
+    options = [c for c in candidates if c.name not in holders and c.fault_domain not in taken]
+    if not options:
+        # Fewer fault domains than replicas: settle for a distinct node.
+        options = [c for c in candidates if c.name not in holders]
+    if not options:
+        raise Unavailable(f"no healthy extent node can take another replica (holders "
+                          f"{sorted(holders)})")
+    return min(options, key=lambda c: (c.load, c.name)).name

@@ -1,0 +1,192 @@
+"""The stream manager's gRPC servicer. Every RPC but Status is the leader's: a follower answers
+NotLeader naming the leader's gRPC address, so clients find it by themselves. Reads are served
+by the leader too, so a client never sees the namespace go back in time."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+
+from grpc import aio
+
+from common import rpc
+from common.errors import AlreadyExists, InvalidArgument, NotLeader
+from common.proto import stream_manager_pb2 as pb
+from common.proto import stream_manager_pb2_grpc as pb_grpc
+from stream_layer.stream_manager import state as s
+from stream_layer.stream_manager.leader import StreamManagerLeader
+
+log = logging.getLogger(__name__)
+
+
+class StreamManagerServicer(pb_grpc.StreamManagerServicer):
+    def __init__(self, leader: StreamManagerLeader, name: str,
+                 grpc_of_raft: Mapping[str, str]) -> None:
+        self.leader = leader
+        self.replica = leader.replica
+        self.name = name
+        self._grpc_of_raft = dict(grpc_of_raft)
+
+    def _require_leader(self) -> None:
+        if not self.leader.is_leader():
+            raft_leader = self.replica.leader_address()
+            hint = self._grpc_of_raft.get(raft_leader or "")
+            raise NotLeader(f"{self.name} is not the stream manager leader"
+                            + (f"; the leader is {hint}" if hint else "; election under way"),
+                            leader=hint)
+
+    # ---- conversions ----------------------------------------------------------------------
+
+    def _extent_info(self, st: s.StreamManagerState, extent: s.Extent,
+                     streams: Sequence[str] = ()) -> pb.ExtentInfo:
+        return pb.ExtentInfo(extent_id=extent.extent_id, replicas=extent.replicas,
+                             addresses=[st.node(r).address for r in extent.replicas],
+                             state=extent.state, sealed_length=extent.sealed_length,
+                             streams=streams)
+
+    def _stream_info(self, stream: s.Stream) -> pb.StreamInfo:
+        return self.replica.read(lambda st: pb.StreamInfo(
+            name=stream.name,
+            extents=[self._extent_info(st, st.extent(e)) for e in stream.extents]))
+
+    # ---- streams --------------------------------------------------------------------------
+
+    @rpc.rpc_errors
+    async def CreateStream(self, request: pb.StreamRequest,
+                           context: aio.ServicerContext) -> pb.StreamInfo:
+        """A new stream with its first extent already open, ready for appends."""
+        self._require_leader()
+        if self.replica.read(lambda st: request.name in st.streams):
+            raise AlreadyExists(f"stream {request.name!r} exists")
+        extent_id, replicas = await self.leader.create_extent()
+        results = await self.replica.propose(s.MultiModify((
+            s.CreateStream(request.name),
+            s.AddExtent(request.name, extent_id, replicas, expect_last=0))))
+        return self._stream_info(results[-1])
+
+    @rpc.rpc_errors
+    async def OpenStream(self, request: pb.StreamRequest,
+                         context: aio.ServicerContext) -> pb.StreamInfo:
+        self._require_leader()
+        return self._stream_info(self.replica.read(lambda st: st.stream(request.name)))
+
+    @rpc.rpc_errors
+    async def DeleteStream(self, request: pb.StreamRequest,
+                           context: aio.ServicerContext) -> pb.Empty:
+        self._require_leader()
+        await self.replica.propose(s.DeleteStream(request.name))
+        return pb.Empty()
+
+    @rpc.rpc_errors
+    async def RenameStream(self, request: pb.RenameRequest,
+                           context: aio.ServicerContext) -> pb.StreamInfo:
+        self._require_leader()
+        return self._stream_info(await self.replica.propose(
+            s.RenameStream(request.old, request.new)))
+
+    @rpc.rpc_errors
+    async def ListStreams(self, request: pb.ListStreamsRequest,
+                          context: aio.ServicerContext) -> pb.ListStreamsReply:
+        self._require_leader()
+        streams = self.replica.read(lambda st: sorted(
+            (v for k, v in st.streams.items() if k.startswith(request.prefix)),
+            key=lambda v: v.name))
+        return pb.ListStreamsReply(streams=[self._stream_info(v) for v in streams])
+
+    @rpc.rpc_errors
+    async def SealAndAdd(self, request: pb.SealAndAddRequest,
+                         context: aio.ServicerContext) -> pb.StreamInfo:
+        self._require_leader()
+        return self._stream_info(await self.leader.seal_and_add(request.stream,
+                                                                request.last_extent_id))
+
+    @rpc.rpc_errors
+    async def SealExtent(self, request: pb.SealExtentRequest,
+                         context: aio.ServicerContext) -> pb.ExtentInfo:
+        self._require_leader()
+        extent = await self.leader.seal_one(request.extent_id)
+        return self.replica.read(lambda st: self._extent_info(st, extent))
+
+    @rpc.rpc_errors
+    async def Concat(self, request: pb.ConcatRequest,
+                     context: aio.ServicerContext) -> pb.StreamInfo:
+        self._require_leader()
+        return self._stream_info(await self.replica.propose(
+            s.Concat(request.target, request.source)))
+
+    @rpc.rpc_errors
+    async def MultiModify(self, request: pb.MultiModifyRequest,
+                          context: aio.ServicerContext) -> pb.MultiModifyReply:
+        self._require_leader()
+        commands = [_stream_op(op) for op in request.ops]
+        results = await self.replica.propose(s.MultiModify(tuple(commands)))
+        named = {r.name: r for r in results if isinstance(r, s.Stream)}
+        alive = self.replica.read(lambda st: [n for n in named if n in st.streams])
+        return pb.MultiModifyReply(streams=[
+            self._stream_info(self.replica.read(lambda st, n=n: st.stream(n))) for n in alive])
+
+    # ---- listings, heartbeats, status -----------------------------------------------------
+
+    @rpc.rpc_errors
+    async def ListExtents(self, request: pb.ListExtentsRequest,
+                          context: aio.ServicerContext) -> pb.ListExtentsReply:
+        self._require_leader()
+
+        def listing(st: s.StreamManagerState) -> list[pb.ExtentInfo]:
+            owners: dict[int, list[str]] = {}
+            for stream in st.streams.values():
+                for extent_id in stream.extents:
+                    owners.setdefault(extent_id, []).append(stream.name)
+            return [self._extent_info(st, e, owners.get(e.extent_id, ()))
+                    for e in sorted(st.extents.values(), key=lambda e: e.extent_id)]
+        return pb.ListExtentsReply(extents=self.replica.read(listing))
+
+    @rpc.rpc_errors
+    async def ListNodes(self, request: pb.ListNodesRequest,
+                        context: aio.ServicerContext) -> pb.ListNodesReply:
+        self._require_leader()
+        nodes = self.replica.read(lambda st: sorted(st.nodes.values(), key=lambda n: n.name))
+        reply = pb.ListNodesReply()
+        for node in nodes:
+            used, extents = self.leader.usage(node.name)
+            reply.nodes.append(pb.NodeInfo(
+                name=node.name, address=node.address, fault_domain=node.fault_domain,
+                upgrade_domain=node.upgrade_domain, state=node.state,
+                suspect=self.leader.suspect(node.name),
+                silent_s=round(self.leader.silent_s(node.name), 3), used_bytes=used,
+                extents=extents))
+        return reply
+
+    @rpc.rpc_errors
+    async def Heartbeat(self, request: pb.HeartbeatRequest,
+                        context: aio.ServicerContext) -> pb.HeartbeatReply:
+        self._require_leader()
+        await self.leader.heartbeat(request.name, request.address, request.fault_domain,
+                                    request.upgrade_domain, request.capacity_bytes,
+                                    request.used_bytes, request.extents)
+        return pb.HeartbeatReply()
+
+    @rpc.rpc_errors
+    async def Status(self, request: pb.StatusRequest,
+                     context: aio.ServicerContext) -> pb.StatusReply:
+        raft = self.replica.raft_status()
+        counts = self.replica.read(lambda st: (len(st.streams), len(st.extents),
+                                               len(st.nodes), st.digest()))
+        return pb.StatusReply(
+            name=self.name, leader=raft["role"] == "leader",
+            leader_address=self._grpc_of_raft.get(raft["leader"], ""),
+            applied_index=raft["last_applied"], state_digest=counts[3], streams=counts[0],
+            extents=counts[1], nodes=counts[2])
+
+
+def _stream_op(op: pb.StreamOp) -> object:
+    kind = op.WhichOneof("op")
+    if kind == "create":
+        return s.CreateStream(op.create)
+    if kind == "delete":
+        return s.DeleteStream(op.delete)
+    if kind == "rename":
+        return s.RenameStream(op.rename.old, op.rename.new)
+    if kind == "concat":
+        return s.Concat(op.concat.target, op.concat.source)
+    raise InvalidArgument("a multi-modify op names no change")

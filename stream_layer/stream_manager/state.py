@@ -1,0 +1,413 @@
+"""The stream manager's replicated state machine (§2 "Stream manager"): pure, no I/O, no clock.
+
+Everything that affects the stream namespace lives here, and changes only through `apply`,
+which every replica runs on the same commands in the same (Raft log) order:
+- streams: name -> ordered extent ids; only the last extent of a stream may be open;
+- extents: replicas (node names, [0] the primary), state, sealed length, EC fragments;
+- nodes: the extent node registry (address, fault domain, upgrade domain, capacity, alive);
+- the extent id allocator.
+
+Contract: `apply(command)` returns a result or raises a StampError for a refused command, and
+a refused command changes nothing — a MultiModify is all or none (an undo log restores every
+record it touched). Records are immutable and replaced whole, which is what makes undo a
+matter of putting old records back. Liveness (heartbeat times) is soft state on the leader,
+not here: only its conclusions (NodeDead, NodeAlive) are commands.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from common.errors import (
+    AlreadyExists,
+    InvalidArgument,
+    NotFound,
+    PreconditionFailed,
+    StampError,
+)
+
+OPEN, SEALED, ERASURE_CODED, DELETED = "open", "sealed", "erasure_coded", "deleted"
+# Extent states as data: which transitions are legal (h11-style transition table).
+EXTENT_TRANSITIONS: dict[str, frozenset[str]] = {
+    OPEN: frozenset({SEALED, DELETED}),
+    SEALED: frozenset({ERASURE_CODED, DELETED}),
+    ERASURE_CODED: frozenset({DELETED}),
+    DELETED: frozenset(),
+}
+ALIVE, DEAD = "alive", "dead"
+STREAM_NAME_BYTES_MAX = 1024
+EXTENT_IDS_RESERVED_MAX = 10_000
+
+
+@dataclass(frozen=True)
+class Stream:
+    name: str
+    extents: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Extent:
+    extent_id: int
+    replicas: tuple[str, ...]  # node names; replicas[0] is the primary
+    state: str = OPEN
+    sealed_length: int = 0
+    fragments: tuple[str, ...] = ()  # erasure-coded: node per fragment, data then parity
+    ec_k: int = 0
+    ec_m: int = 0
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    address: str
+    fault_domain: str
+    upgrade_domain: str
+    capacity_bytes: int = 0
+    state: str = ALIVE
+
+
+# ---- commands --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CreateStream:
+    name: str
+
+
+@dataclass(frozen=True)
+class DeleteStream:
+    name: str
+
+
+@dataclass(frozen=True)
+class RenameStream:
+    old: str
+    new: str
+
+
+@dataclass(frozen=True)
+class ReserveExtentIds:
+    """Hand the leader a block of extent ids, so it can create replicas before it commits."""
+
+    count: int
+
+
+@dataclass(frozen=True)
+class AddExtent:
+    """Append a new open extent to a stream. `expect_last` guards against a racing change:
+    the stream's last extent must be it (0: the stream must be empty)."""
+
+    stream: str
+    extent_id: int
+    replicas: tuple[str, ...]
+    expect_last: int
+
+
+@dataclass(frozen=True)
+class SealExtent:
+    extent_id: int
+    length: int
+
+
+@dataclass(frozen=True)
+class Concat:
+    """Append `source`'s extents to `target` (pointers only). Every extent of `source` and
+    the last extent of `target` must be sealed: only a stream's last extent may be open."""
+
+    target: str
+    source: str
+
+
+@dataclass(frozen=True)
+class MultiModify:
+    """Several changes applied atomically: all or none (split and merge use this)."""
+
+    commands: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class RegisterNode:
+    name: str
+    address: str
+    fault_domain: str
+    upgrade_domain: str
+    capacity_bytes: int
+
+
+@dataclass(frozen=True)
+class NodeDead:
+    name: str
+
+
+@dataclass(frozen=True)
+class NodeAlive:
+    name: str
+
+
+@dataclass(frozen=True)
+class ReplaceReplica:
+    """A sealed extent's replica on `old` was copied to `new`."""
+
+    extent_id: int
+    old: str
+    new: str
+
+
+@dataclass(frozen=True)
+class DeleteExtent:
+    """Mark an extent no stream references as deleted (garbage collection)."""
+
+    extent_id: int
+
+
+# ---- the state machine -----------------------------------------------------------------------
+
+@dataclass
+class StreamManagerState:
+    streams: dict[str, Stream] = field(default_factory=dict)
+    extents: dict[int, Extent] = field(default_factory=dict)
+    nodes: dict[str, Node] = field(default_factory=dict)
+    next_extent_id: int = 1
+    _undo: list[Callable[[], None]] | None = field(default=None, repr=False, compare=False)
+
+    def apply(self, command: Any) -> Any:
+        """Apply one command; a refused command raises StampError and changes nothing."""
+        handler = self._HANDLERS.get(type(command))
+        if handler is None:
+            raise InvalidArgument(f"unknown command {type(command).__name__}")
+        if isinstance(command, MultiModify):
+            return handler(self, command)
+        self._undo = []
+        try:
+            return handler(self, command)
+        except StampError:
+            self._rollback()
+            raise
+        finally:
+            self._undo = None
+
+    # ---- records with undo -----------------------------------------------------------------
+
+    def _put(self, table: dict[Any, Any], key: Any, value: Any) -> None:
+        if self._undo is not None:
+            had, old = key in table, table.get(key)
+            self._undo.append(lambda: table.__setitem__(key, old) if had else table.pop(key))
+        table[key] = value
+
+    def _remove(self, table: dict[Any, Any], key: Any) -> None:
+        if self._undo is not None:
+            old = table[key]
+            self._undo.append(lambda: table.__setitem__(key, old))
+        del table[key]
+
+    def _rollback(self) -> None:
+        assert self._undo is not None
+        for undo in reversed(self._undo):
+            undo()
+
+    # ---- lookups ---------------------------------------------------------------------------
+
+    def stream(self, name: str) -> Stream:
+        stream = self.streams.get(name)
+        if stream is None:
+            raise NotFound(f"no stream named {name!r}")
+        return stream
+
+    def extent(self, extent_id: int) -> Extent:
+        extent = self.extents.get(extent_id)
+        if extent is None:
+            raise NotFound(f"no extent {extent_id}")
+        return extent
+
+    def node(self, name: str) -> Node:
+        node = self.nodes.get(name)
+        if node is None:
+            raise NotFound(f"no extent node named {name!r}")
+        return node
+
+    def references(self) -> dict[int, int]:
+        """How many streams reference each extent (an extent may be shared after split)."""
+        counts: dict[int, int] = {}
+        for stream in self.streams.values():
+            for extent_id in stream.extents:
+                counts[extent_id] = counts.get(extent_id, 0) + 1
+        return counts
+
+    # ---- handlers --------------------------------------------------------------------------
+
+    def _create_stream(self, c: CreateStream) -> Stream:
+        if not c.name or len(c.name.encode()) > STREAM_NAME_BYTES_MAX:
+            raise InvalidArgument(f"a stream name has 1..{STREAM_NAME_BYTES_MAX} bytes")
+        if c.name in self.streams:
+            raise AlreadyExists(f"stream {c.name!r} exists")
+        stream = Stream(c.name)
+        self._put(self.streams, c.name, stream)
+        return stream
+
+    def _delete_stream(self, c: DeleteStream) -> None:
+        self.stream(c.name)
+        self._remove(self.streams, c.name)
+
+    def _rename_stream(self, c: RenameStream) -> Stream:
+        stream = self.stream(c.old)
+        self._create_stream(CreateStream(c.new))  # validates the new name
+        renamed = Stream(c.new, stream.extents)
+        self._put(self.streams, c.new, renamed)
+        self._remove(self.streams, c.old)
+        return renamed
+
+    def _reserve_extent_ids(self, c: ReserveExtentIds) -> tuple[int, int]:
+        if not 1 <= c.count <= EXTENT_IDS_RESERVED_MAX:
+            raise InvalidArgument(f"reserve 1..{EXTENT_IDS_RESERVED_MAX} extent ids")
+        first = self.next_extent_id
+        self.next_extent_id += c.count
+        return first, self.next_extent_id
+
+    def _add_extent(self, c: AddExtent) -> Stream:
+        stream = self.stream(c.stream)
+        last = stream.extents[-1] if stream.extents else 0
+        if last != c.expect_last:
+            raise PreconditionFailed(f"stream {c.stream!r} ends with extent {last}, not "
+                                     f"{c.expect_last}")
+        if last and self.extent(last).state == OPEN:
+            raise PreconditionFailed(f"stream {c.stream!r}: its last extent {last} is open")
+        if c.extent_id in self.extents or c.extent_id >= self.next_extent_id:
+            raise InvalidArgument(f"extent id {c.extent_id} was not reserved or is in use")
+        if len(c.replicas) < 1 or len(set(c.replicas)) != len(c.replicas):
+            raise InvalidArgument(f"replicas {c.replicas} must be distinct")
+        for name in c.replicas:
+            self.node(name)
+        self._put(self.extents, c.extent_id, Extent(c.extent_id, tuple(c.replicas)))
+        grown = Stream(stream.name, (*stream.extents, c.extent_id))
+        self._put(self.streams, stream.name, grown)
+        return grown
+
+    def _transition(self, extent: Extent, state: str, **changes: Any) -> Extent:
+        if state not in EXTENT_TRANSITIONS[extent.state]:
+            raise PreconditionFailed(f"extent {extent.extent_id} is {extent.state}: cannot "
+                                     f"become {state}")
+        changed = dataclasses.replace(extent, state=state, **changes)
+        self._put(self.extents, extent.extent_id, changed)
+        return changed
+
+    def _seal_extent(self, c: SealExtent) -> Extent:
+        extent = self.extent(c.extent_id)
+        if extent.state != OPEN:
+            if extent.state == SEALED and extent.sealed_length == c.length:
+                return extent  # a retried seal: the same answer
+            raise PreconditionFailed(f"extent {c.extent_id} is {extent.state} at "
+                                     f"{extent.sealed_length}; cannot seal at {c.length}")
+        if c.length < 0:
+            raise InvalidArgument("a sealed length is not negative")
+        return self._transition(extent, SEALED, sealed_length=c.length)
+
+    def _concat(self, c: Concat) -> Stream:
+        target, source = self.stream(c.target), self.stream(c.source)
+        if c.target == c.source:
+            raise InvalidArgument("cannot concatenate a stream onto itself")
+        for extent_id in (*target.extents[-1:], *source.extents):
+            if self.extent(extent_id).state == OPEN:
+                raise PreconditionFailed(f"extent {extent_id} is open: seal it before concat")
+        joined = Stream(target.name, target.extents + source.extents)
+        self._put(self.streams, target.name, joined)
+        return joined
+
+    def _multi_modify(self, c: MultiModify) -> list[Any]:
+        if not c.commands:
+            raise InvalidArgument("an empty multi-modify")
+        self._undo = []
+        try:
+            results = []
+            for command in c.commands:
+                if isinstance(command, MultiModify | ReserveExtentIds):
+                    raise InvalidArgument(f"{type(command).__name__} cannot be nested")
+                handler = self._HANDLERS.get(type(command))
+                if handler is None:
+                    raise InvalidArgument(f"unknown command {type(command).__name__}")
+                results.append(handler(self, command))
+            return results
+        except StampError:
+            self._rollback()
+            raise
+        finally:
+            self._undo = None
+
+    def _register_node(self, c: RegisterNode) -> Node:
+        if not (c.name and c.address and c.fault_domain):
+            raise InvalidArgument("a node needs a name, an address and a fault domain")
+        node = Node(c.name, c.address, c.fault_domain, c.upgrade_domain, c.capacity_bytes)
+        self._put(self.nodes, c.name, node)
+        return node
+
+    def _node_dead(self, c: NodeDead) -> Node:
+        node = dataclasses.replace(self.node(c.name), state=DEAD)
+        self._put(self.nodes, c.name, node)
+        return node
+
+    def _node_alive(self, c: NodeAlive) -> Node:
+        node = dataclasses.replace(self.node(c.name), state=ALIVE)
+        self._put(self.nodes, c.name, node)
+        return node
+
+    def _replace_replica(self, c: ReplaceReplica) -> Extent:
+        extent = self.extent(c.extent_id)
+        if extent.state != SEALED:
+            raise PreconditionFailed(f"extent {c.extent_id} is {extent.state}: only sealed "
+                                     f"extents are re-replicated")
+        if c.old not in extent.replicas:
+            raise PreconditionFailed(f"{c.old} holds no replica of extent {c.extent_id}")
+        if c.new in extent.replicas:
+            raise PreconditionFailed(f"{c.new} already holds extent {c.extent_id}")
+        self.node(c.new)
+        replicas = tuple(c.new if r == c.old else r for r in extent.replicas)
+        changed = dataclasses.replace(extent, replicas=replicas)
+        self._put(self.extents, c.extent_id, changed)
+        return changed
+
+    def _delete_extent(self, c: DeleteExtent) -> Extent:
+        extent = self.extent(c.extent_id)
+        if self.references().get(c.extent_id):
+            raise PreconditionFailed(f"extent {c.extent_id} is still referenced by a stream")
+        return self._transition(extent, DELETED)
+
+    _HANDLERS: ClassVar[dict[type, Callable[[StreamManagerState, Any], Any]]] = {
+        CreateStream: _create_stream, DeleteStream: _delete_stream,
+        RenameStream: _rename_stream, ReserveExtentIds: _reserve_extent_ids,
+        AddExtent: _add_extent, SealExtent: _seal_extent, Concat: _concat,
+        MultiModify: _multi_modify, RegisterNode: _register_node, NodeDead: _node_dead,
+        NodeAlive: _node_alive, ReplaceReplica: _replace_replica,
+        DeleteExtent: _delete_extent,
+    }
+
+    # ---- snapshots and comparison ----------------------------------------------------------
+
+    def to_snapshot(self) -> dict[str, Any]:
+        return {
+            "streams": [dataclasses.asdict(s) for s in self.streams.values()],
+            "extents": [dataclasses.asdict(e) for e in self.extents.values()],
+            "nodes": [dataclasses.asdict(n) for n in self.nodes.values()],
+            "next_extent_id": self.next_extent_id,
+        }
+
+    @classmethod
+    def from_snapshot(cls, raw: dict[str, Any]) -> StreamManagerState:
+        state = cls(next_extent_id=raw["next_extent_id"])
+        for s in raw["streams"]:
+            state.streams[s["name"]] = Stream(s["name"], tuple(s["extents"]))
+        for e in raw["extents"]:
+            state.extents[e["extent_id"]] = Extent(**{
+                **e, "replicas": tuple(e["replicas"]), "fragments": tuple(e["fragments"])})
+        for n in raw["nodes"]:
+            state.nodes[n["name"]] = Node(**n)
+        return state
+
+    def digest(self) -> str:
+        """A hash of the whole state, order-independent: equal on replicas that agree."""
+        snapshot = self.to_snapshot()
+        for key in ("streams", "extents", "nodes"):
+            snapshot[key] = sorted(snapshot[key], key=lambda r: json.dumps(r, sort_keys=True))
+        return hashlib.sha256(json.dumps(snapshot, sort_keys=True).encode()).hexdigest()
