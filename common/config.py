@@ -81,6 +81,14 @@ class StreamManagerLimits:
     # A client gives up finding a leader after this long (an election takes ~1 s).
     leader_wait_ms: int = 10_000
 
+    def __post_init__(self) -> None:
+        # A healthy node is silent for up to one heartbeat interval between heartbeats.
+        if self.suspect_after_ms < 2 * self.heartbeat_interval_ms:
+            raise InvalidArgument("stream_manager.suspect_after_ms must be at least twice "
+                                  "heartbeat_interval_ms, or healthy nodes look suspect")
+        if self.dead_after_ms <= self.suspect_after_ms:
+            raise InvalidArgument("stream_manager.dead_after_ms must exceed suspect_after_ms")
+
 
 @dataclass(frozen=True)
 class StreamManagerSpec:

@@ -193,10 +193,11 @@ class AsyncExtentClient:
         """Create the extent's replica on each node of `replicas` (replicas[0] primary)."""
         await asyncio.gather(*(self.create_extent(a, extent_id, replicas) for a in replicas))
 
-    async def commit_length(self, address: str, extent_id: int,
-                            timeout_s: float | None = None) -> tuple[int, bool]:
+    async def commit_length(self, address: str, extent_id: int, timeout_s: float | None = None,
+                            fence: bool = False) -> tuple[int, bool]:
+        """A replica's commit length; with `fence`, final (it accepts no more appends)."""
         reply = await rpc.call(self.stub(address).CommitLength(
-            pb.CommitLengthRequest(extent_id=extent_id),
+            pb.CommitLengthRequest(extent_id=extent_id, fence=fence),
             timeout=timeout_s or self.limits.read_deadline_ms / 1000.0))
         return reply.length, reply.sealed
 

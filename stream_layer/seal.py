@@ -1,10 +1,13 @@
-"""Sealing an extent (§2 "Sealing"): ask every reachable replica for its commit length, seal
-all of them at the smallest, and return that length.
+"""Sealing an extent (§2 "Sealing"): fence every reachable replica and ask its commit length,
+seal all of them at the smallest, and return that length.
 
 Why the smallest is safe: the primary acknowledges an append only when every replica has it
-durable, so every acknowledged byte lies below every replica's commit length. A replica that
-is ahead holds only unacknowledged bytes past the seal, which it truncates; one that is behind
-(it missed appends while unreachable) is synced up to the length from a peer.
+durable, so every acknowledged byte lies below every replica's commit length — provided the
+length cannot grow after it is read. Hence the fence: a probed replica first stops accepting
+appends for good and lets what it accepted become durable, so its answer is final; no append
+can be acknowledged past it afterwards (it would need this replica). A replica that is ahead
+holds only unacknowledged bytes past the seal, which it truncates; one that is behind (it
+missed appends while unreachable) is synced up to the length from a peer.
 
 `decide_seal_length` is the pure decision; `seal_extent` does the RPCs around it. The stream
 manager (and, until it exists, tools and tests) drive it.
@@ -55,7 +58,8 @@ async def seal_extent(client: AsyncExtentClient, extent_id: int, replicas: Seque
     """
     async def ask(address: str) -> ReplicaLength | None:
         try:
-            length, sealed = await client.commit_length(address, extent_id, timeout_s=timeout_s)
+            length, sealed = await client.commit_length(address, extent_id, timeout_s=timeout_s,
+                                                        fence=True)
             return ReplicaLength(length, sealed)
         except StampError as exc:
             log.info("extent %d: replica %s unreachable for seal: %s", extent_id, address, exc)

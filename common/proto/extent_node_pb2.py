@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x63ommon/proto/extent_node.proto\x12\x0cstamp.extent\"\"\n\x05\x42lock\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x0b\n\x03\x63rc\x18\x02 \x01(\x07\":\n\x13\x43reateExtentRequest\x12\x11\n\textent_id\x18\x01 \x01(\x04\x12\x10\n\x08replicas\x18\x02 \x03(\t\"\x13\n\x11\x43reateExtentReply\"[\n\rAppendRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x11\n\textent_id\x18\x02 \x01(\x04\x12#\n\x06\x62locks\x18\x03 \x03(\x0b\x32\x13.stamp.extent.Block\";\n\x0b\x41ppendBatch\x12,\n\x07\x61ppends\x18\x01 \x03(\x0b\x32\x1b.stamp.extent.AppendRequest\"g\n\tAppendAck\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x0e\n\x06offset\x18\x02 \x01(\x04\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x04\x12\x12\n\nerror_kind\x18\x04 \x01(\t\x12\x15\n\rerror_message\x18\x05 \x01(\t\"3\n\nAppendAcks\x12%\n\x04\x61\x63ks\x18\x01 \x03(\x0b\x32\x17.stamp.extent.AppendAck\"A\n\x0c\x46orwardEntry\x12\x11\n\textent_id\x18\x01 \x01(\x04\x12\x0e\n\x06offset\x18\x02 \x01(\x04\x12\x0e\n\x06\x66rames\x18\x03 \x01(\x0c\";\n\x0c\x46orwardBatch\x12+\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x1a.stamp.extent.ForwardEntry\"_\n\nForwardAck\x12\x11\n\textent_id\x18\x01 \x01(\x04\x12\x13\n\x0b\x64urable_end\x18\x02 \x01(\x04\x12\x12\n\nerror_kind\x18\x03 \x01(\t\x12\x15\n\rerror_message\x18\x04 \x01(\t\"5\n\x0b\x46orwardAcks\x12&\n\x04\x61\x63ks\x18\x01 \x03(\x0b\x32\x18.stamp.extent.ForwardAck\"@\n\x0bReadRequest\x12\x11\n\textent_id\x18\x01 \x01(\x04\x12\x0e\n\x06offset\x18\x02 \x01(\x04\x12\x0e\n\x06length\x18\x03 \x01(\x04\"\x1b\n\tReadReply\x12\x0e\n\x06\x66rames\x18\x01 \x01(\x0c\"(\n\x13\x43ommitLengthRequest\x12\x11\n\textent_id\x18\x01 \x01(\x04\"3\n\x11\x43ommitLengthReply\x12\x0e\n\x06length\x18\x01 \x01(\x04\x12\x0e\n\x06sealed\x18\x02 \x01(\x08\"A\n\x0bSealRequest\x12\x11\n\textent_id\x18\x01 \x01(\x04\x12\x0e\n\x06length\x18\x02 \x01(\x04\x12\x0f\n\x07sources\x18\x03 \x03(\t\"\x1b\n\tSealReply\x12\x0e\n\x06length\x18\x01 \x01(\x04\"L\n\x0fSyncInitRequest\x12\x11\n\textent_id\x18\x01 \x01(\x04\x12\x13\n\x0b\x66rom_offset\x18\x02 \x01(\x04\x12\x11\n\tto_offset\x18\x03 \x01(\x04\"6\n\rSyncInitReply\x12\x15\n\ravailable_end\x18\x01 \x01(\x04\x12\x0e\n\x06sealed\x18\x02 \x01(\x08\"Q\n\x14SyncReplicateRequest\x12\x11\n\textent_id\x18\x01 \x01(\x04\x12\x13\n\x0b\x66rom_offset\x18\x02 \x01(\x04\x12\x11\n\tto_offset\x18\x03 \x01(\x04\"+\n\tSyncChunk\x12\x0e\n\x06offset\x18\x01 \x01(\x04\x12\x0e\n\x06\x66rames\x18\x02 \x01(\x0c\"(\n\x13\x44\x65leteExtentRequest\x12\x11\n\textent_id\x18\x01 \x01(\x04\"\x13\n\x11\x44\x65leteExtentReply\"\x14\n\x12ListExtentsRequest\"Q\n\nExtentInfo\x12\x11\n\textent_id\x18\x01 \x01(\x04\x12\x0e\n\x06length\x18\x02 \x01(\x04\x12\x0e\n\x06sealed\x18\x03 \x01(\x08\x12\x10\n\x08replicas\x18\x04 \x03(\t\"=\n\x10ListExtentsReply\x12)\n\x07\x65xtents\x18\x01 \x03(\x0b\x32\x18.stamp.extent.ExtentInfo\"\x13\n\x11\x43heckpointRequest\"(\n\x0f\x43heckpointReply\x12\x15\n\rjournal_bytes\x18\x01 \x01(\x04\"\x13\n\x11NodeStatusRequest\"\xdd\x01\n\x0fNodeStatusReply\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0c\x66\x61ult_domain\x18\x02 \x01(\t\x12\x16\n\x0eupgrade_domain\x18\x03 \x01(\t\x12\x0f\n\x07\x65xtents\x18\x04 \x01(\r\x12\r\n\x05\x62ytes\x18\x05 \x01(\x04\x12\x15\n\rjournal_bytes\x18\x06 \x01(\x04\x12\x1a\n\x12pending_file_bytes\x18\x07 \x01(\x04\x12\x0b\n\x03pid\x18\x08 \x01(\r\x12\x15\n\rjournal_syncs\x18\t \x01(\x04\x12\x17\n\x0fjournal_records\x18\n \x01(\x04\x32\x9a\x07\n\nExtentNode\x12R\n\x0c\x43reateExtent\x12!.stamp.extent.CreateExtentRequest\x1a\x1f.stamp.extent.CreateExtentReply\x12G\n\x0c\x41ppendStream\x12\x19.stamp.extent.AppendBatch\x1a\x18.stamp.extent.AppendAcks(\x01\x30\x01\x12J\n\rForwardStream\x12\x1a.stamp.extent.ForwardBatch\x1a\x19.stamp.extent.ForwardAcks(\x01\x30\x01\x12:\n\x04Read\x12\x19.stamp.extent.ReadRequest\x1a\x17.stamp.extent.ReadReply\x12R\n\x0c\x43ommitLength\x12!.stamp.extent.CommitLengthRequest\x1a\x1f.stamp.extent.CommitLengthReply\x12:\n\x04Seal\x12\x19.stamp.extent.SealRequest\x1a\x17.stamp.extent.SealReply\x12\x46\n\x08SyncInit\x12\x1d.stamp.extent.SyncInitRequest\x1a\x1b.stamp.extent.SyncInitReply\x12N\n\rSyncReplicate\x12\".stamp.extent.SyncReplicateRequest\x1a\x17.stamp.extent.SyncChunk0\x01\x12R\n\x0c\x44\x65leteExtent\x12!.stamp.extent.DeleteExtentRequest\x1a\x1f.stamp.extent.DeleteExtentReply\x12O\n\x0bListExtents\x12 .stamp.extent.ListExtentsRequest\x1a\x1e.stamp.extent.ListExtentsReply\x12L\n\nCheckpoint\x12\x1f.stamp.extent.CheckpointRequest\x1a\x1d.stamp.extent.CheckpointReply\x12L\n\nNodeStatus\x12\x1f.stamp.extent.NodeStatusRequest\x1a\x1d.stamp.extent.NodeStatusReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x63ommon/proto/extent_node.proto\x12\x0cstamp.extent\"\"\n\x05\x42lock\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x0b\n\x03\x63rc\x18\x02 \x01(\x07\":\n\x13\x43reateExtentRequest\x12\x11\n\textent_id\x18\x01 \x01(\x04\x12\x10\n\x08replicas\x18\x02 \x03(\t\"\x13\n\x11\x43reateExtentReply\"[\n\rAppendRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x11\n\textent_id\x18\x02 \x01(\x04\x12#\n\x06\x62locks\x18\x03 \x03(\x0b\x32\x13.stamp.extent.Block\";\n\x0b\x41ppendBatch\x12,\n\x07\x61ppends\x18\x01 \x03(\x0b\x32\x1b.stamp.extent.AppendRequest\"g\n\tAppendAck\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x0e\n\x06offset\x18\x02 \x01(\x04\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x04\x12\x12\n\nerror_kind\x18\x04 \x01(\t\x12\x15\n\rerror_message\x18\x05 \x01(\t\"3\n\nAppendAcks\x12%\n\x04\x61\x63ks\x18\x01 \x03(\x0b\x32\x17.stamp.extent.AppendAck\"A\n\x0c\x46orwardEntry\x12\x11\n\textent_id\x18\x01 \x01(\x04\x12\x0e\n\x06offset\x18\x02 \x01(\x04\x12\x0e\n\x06\x66rames\x18\x03 \x01(\x0c\";\n\x0c\x46orwardBatch\x12+\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x1a.stamp.extent.ForwardEntry\"_\n\nForwardAck\x12\x11\n\textent_id\x18\x01 \x01(\x04\x12\x13\n\x0b\x64urable_end\x18\x02 \x01(\x04\x12\x12\n\nerror_kind\x18\x03 \x01(\t\x12\x15\n\rerror_message\x18\x04 \x01(\t\"5\n\x0b\x46orwardAcks\x12&\n\x04\x61\x63ks\x18\x01 \x03(\x0b\x32\x18.stamp.extent.ForwardAck\"@\n\x0bReadRequest\x12\x11\n\textent_id\x18\x01 \x01(\x04\x12\x0e\n\x06offset\x18\x02 \x01(\x04\x12\x0e\n\x06length\x18\x03 \x01(\x04\"\x1b\n\tReadReply\x12\x0e\n\x06\x66rames\x18\x01 \x01(\x0c\"7\n\x13\x43ommitLengthRequest\x12\x11\n\textent_id\x18\x01 \x01(\x04\x12\r\n\x05\x66\x65nce\x18\x02 \x01(\x08\"3\n\x11\x43ommitLengthReply\x12\x0e\n\x06length\x18\x01 \x01(\x04\x12\x0e\n\x06sealed\x18\x02 \x01(\x08\"A\n\x0bSealRequest\x12\x11\n\textent_id\x18\x01 \x01(\x04\x12\x0e\n\x06length\x18\x02 \x01(\x04\x12\x0f\n\x07sources\x18\x03 \x03(\t\"\x1b\n\tSealReply\x12\x0e\n\x06length\x18\x01 \x01(\x04\"L\n\x0fSyncInitRequest\x12\x11\n\textent_id\x18\x01 \x01(\x04\x12\x13\n\x0b\x66rom_offset\x18\x02 \x01(\x04\x12\x11\n\tto_offset\x18\x03 \x01(\x04\"6\n\rSyncInitReply\x12\x15\n\ravailable_end\x18\x01 \x01(\x04\x12\x0e\n\x06sealed\x18\x02 \x01(\x08\"Q\n\x14SyncReplicateRequest\x12\x11\n\textent_id\x18\x01 \x01(\x04\x12\x13\n\x0b\x66rom_offset\x18\x02 \x01(\x04\x12\x11\n\tto_offset\x18\x03 \x01(\x04\"+\n\tSyncChunk\x12\x0e\n\x06offset\x18\x01 \x01(\x04\x12\x0e\n\x06\x66rames\x18\x02 \x01(\x0c\"(\n\x13\x44\x65leteExtentRequest\x12\x11\n\textent_id\x18\x01 \x01(\x04\"\x13\n\x11\x44\x65leteExtentReply\"\x14\n\x12ListExtentsRequest\"Q\n\nExtentInfo\x12\x11\n\textent_id\x18\x01 \x01(\x04\x12\x0e\n\x06length\x18\x02 \x01(\x04\x12\x0e\n\x06sealed\x18\x03 \x01(\x08\x12\x10\n\x08replicas\x18\x04 \x03(\t\"=\n\x10ListExtentsReply\x12)\n\x07\x65xtents\x18\x01 \x03(\x0b\x32\x18.stamp.extent.ExtentInfo\"\x13\n\x11\x43heckpointRequest\"(\n\x0f\x43heckpointReply\x12\x15\n\rjournal_bytes\x18\x01 \x01(\x04\"\x13\n\x11NodeStatusRequest\"\xdd\x01\n\x0fNodeStatusReply\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0c\x66\x61ult_domain\x18\x02 \x01(\t\x12\x16\n\x0eupgrade_domain\x18\x03 \x01(\t\x12\x0f\n\x07\x65xtents\x18\x04 \x01(\r\x12\r\n\x05\x62ytes\x18\x05 \x01(\x04\x12\x15\n\rjournal_bytes\x18\x06 \x01(\x04\x12\x1a\n\x12pending_file_bytes\x18\x07 \x01(\x04\x12\x0b\n\x03pid\x18\x08 \x01(\r\x12\x15\n\rjournal_syncs\x18\t \x01(\x04\x12\x17\n\x0fjournal_records\x18\n \x01(\x04\x32\x9a\x07\n\nExtentNode\x12R\n\x0c\x43reateExtent\x12!.stamp.extent.CreateExtentRequest\x1a\x1f.stamp.extent.CreateExtentReply\x12G\n\x0c\x41ppendStream\x12\x19.stamp.extent.AppendBatch\x1a\x18.stamp.extent.AppendAcks(\x01\x30\x01\x12J\n\rForwardStream\x12\x1a.stamp.extent.ForwardBatch\x1a\x19.stamp.extent.ForwardAcks(\x01\x30\x01\x12:\n\x04Read\x12\x19.stamp.extent.ReadRequest\x1a\x17.stamp.extent.ReadReply\x12R\n\x0c\x43ommitLength\x12!.stamp.extent.CommitLengthRequest\x1a\x1f.stamp.extent.CommitLengthReply\x12:\n\x04Seal\x12\x19.stamp.extent.SealRequest\x1a\x17.stamp.extent.SealReply\x12\x46\n\x08SyncInit\x12\x1d.stamp.extent.SyncInitRequest\x1a\x1b.stamp.extent.SyncInitReply\x12N\n\rSyncReplicate\x12\".stamp.extent.SyncReplicateRequest\x1a\x17.stamp.extent.SyncChunk0\x01\x12R\n\x0c\x44\x65leteExtent\x12!.stamp.extent.DeleteExtentRequest\x1a\x1f.stamp.extent.DeleteExtentReply\x12O\n\x0bListExtents\x12 .stamp.extent.ListExtentsRequest\x1a\x1e.stamp.extent.ListExtentsReply\x12L\n\nCheckpoint\x12\x1f.stamp.extent.CheckpointRequest\x1a\x1d.stamp.extent.CheckpointReply\x12L\n\nNodeStatus\x12\x1f.stamp.extent.NodeStatusRequest\x1a\x1d.stamp.extent.NodeStatusReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -58,39 +58,39 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_READREPLY']._serialized_start=823
   _globals['_READREPLY']._serialized_end=850
   _globals['_COMMITLENGTHREQUEST']._serialized_start=852
-  _globals['_COMMITLENGTHREQUEST']._serialized_end=892
-  _globals['_COMMITLENGTHREPLY']._serialized_start=894
-  _globals['_COMMITLENGTHREPLY']._serialized_end=945
-  _globals['_SEALREQUEST']._serialized_start=947
-  _globals['_SEALREQUEST']._serialized_end=1012
-  _globals['_SEALREPLY']._serialized_start=1014
-  _globals['_SEALREPLY']._serialized_end=1041
-  _globals['_SYNCINITREQUEST']._serialized_start=1043
-  _globals['_SYNCINITREQUEST']._serialized_end=1119
-  _globals['_SYNCINITREPLY']._serialized_start=1121
-  _globals['_SYNCINITREPLY']._serialized_end=1175
-  _globals['_SYNCREPLICATEREQUEST']._serialized_start=1177
-  _globals['_SYNCREPLICATEREQUEST']._serialized_end=1258
-  _globals['_SYNCCHUNK']._serialized_start=1260
-  _globals['_SYNCCHUNK']._serialized_end=1303
-  _globals['_DELETEEXTENTREQUEST']._serialized_start=1305
-  _globals['_DELETEEXTENTREQUEST']._serialized_end=1345
-  _globals['_DELETEEXTENTREPLY']._serialized_start=1347
-  _globals['_DELETEEXTENTREPLY']._serialized_end=1366
-  _globals['_LISTEXTENTSREQUEST']._serialized_start=1368
-  _globals['_LISTEXTENTSREQUEST']._serialized_end=1388
-  _globals['_EXTENTINFO']._serialized_start=1390
-  _globals['_EXTENTINFO']._serialized_end=1471
-  _globals['_LISTEXTENTSREPLY']._serialized_start=1473
-  _globals['_LISTEXTENTSREPLY']._serialized_end=1534
-  _globals['_CHECKPOINTREQUEST']._serialized_start=1536
-  _globals['_CHECKPOINTREQUEST']._serialized_end=1555
-  _globals['_CHECKPOINTREPLY']._serialized_start=1557
-  _globals['_CHECKPOINTREPLY']._serialized_end=1597
-  _globals['_NODESTATUSREQUEST']._serialized_start=1599
-  _globals['_NODESTATUSREQUEST']._serialized_end=1618
-  _globals['_NODESTATUSREPLY']._serialized_start=1621
-  _globals['_NODESTATUSREPLY']._serialized_end=1842
-  _globals['_EXTENTNODE']._serialized_start=1845
-  _globals['_EXTENTNODE']._serialized_end=2767
+  _globals['_COMMITLENGTHREQUEST']._serialized_end=907
+  _globals['_COMMITLENGTHREPLY']._serialized_start=909
+  _globals['_COMMITLENGTHREPLY']._serialized_end=960
+  _globals['_SEALREQUEST']._serialized_start=962
+  _globals['_SEALREQUEST']._serialized_end=1027
+  _globals['_SEALREPLY']._serialized_start=1029
+  _globals['_SEALREPLY']._serialized_end=1056
+  _globals['_SYNCINITREQUEST']._serialized_start=1058
+  _globals['_SYNCINITREQUEST']._serialized_end=1134
+  _globals['_SYNCINITREPLY']._serialized_start=1136
+  _globals['_SYNCINITREPLY']._serialized_end=1190
+  _globals['_SYNCREPLICATEREQUEST']._serialized_start=1192
+  _globals['_SYNCREPLICATEREQUEST']._serialized_end=1273
+  _globals['_SYNCCHUNK']._serialized_start=1275
+  _globals['_SYNCCHUNK']._serialized_end=1318
+  _globals['_DELETEEXTENTREQUEST']._serialized_start=1320
+  _globals['_DELETEEXTENTREQUEST']._serialized_end=1360
+  _globals['_DELETEEXTENTREPLY']._serialized_start=1362
+  _globals['_DELETEEXTENTREPLY']._serialized_end=1381
+  _globals['_LISTEXTENTSREQUEST']._serialized_start=1383
+  _globals['_LISTEXTENTSREQUEST']._serialized_end=1403
+  _globals['_EXTENTINFO']._serialized_start=1405
+  _globals['_EXTENTINFO']._serialized_end=1486
+  _globals['_LISTEXTENTSREPLY']._serialized_start=1488
+  _globals['_LISTEXTENTSREPLY']._serialized_end=1549
+  _globals['_CHECKPOINTREQUEST']._serialized_start=1551
+  _globals['_CHECKPOINTREQUEST']._serialized_end=1570
+  _globals['_CHECKPOINTREPLY']._serialized_start=1572
+  _globals['_CHECKPOINTREPLY']._serialized_end=1612
+  _globals['_NODESTATUSREQUEST']._serialized_start=1614
+  _globals['_NODESTATUSREQUEST']._serialized_end=1633
+  _globals['_NODESTATUSREPLY']._serialized_start=1636
+  _globals['_NODESTATUSREPLY']._serialized_end=1857
+  _globals['_EXTENTNODE']._serialized_start=1860
+  _globals['_EXTENTNODE']._serialized_end=2782
 # @@protoc_insertion_point(module_scope)

@@ -113,10 +113,12 @@ class ReadReply(_message.Message):
     def __init__(self, frames: _Optional[bytes] = ...) -> None: ...
 
 class CommitLengthRequest(_message.Message):
-    __slots__ = ("extent_id",)
+    __slots__ = ("extent_id", "fence")
     EXTENT_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
     extent_id: int
-    def __init__(self, extent_id: _Optional[int] = ...) -> None: ...
+    fence: bool
+    def __init__(self, extent_id: _Optional[int] = ..., fence: _Optional[bool] = ...) -> None: ...
 
 class CommitLengthReply(_message.Message):
     __slots__ = ("length", "sealed")

@@ -129,7 +129,9 @@ class ExtentNodeServicer:
         raise NotImplementedError('Method not implemented!')
 
     def CommitLength(self, request, context):
-        """This replica's durable length (the largest offset it could vouch for).
+        """This replica's durable length. With `fence`, the replica first stops accepting appends
+        for good (durably) and waits for what it accepted to be durable, so the length it
+        returns is final: the seal protocol's probe (§2 "Sealing").
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

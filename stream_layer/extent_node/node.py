@@ -135,7 +135,12 @@ class ExtentNode:
 
     # ---- sealing ----------------------------------------------------------------------------
 
+    async def fence(self, extent_id: int) -> tuple[int, bool]:
+        self.forget_pipeline(extent_id, ReplicationFailed(f"extent {extent_id} is being sealed"))
+        return await self.store.fence(extent_id)
+
     async def seal(self, extent_id: int, length: int, sources: Sequence[str]) -> int:
+        await faults.apoint("en.seal.start")
         self.forget_pipeline(extent_id, ReplicationFailed(f"extent {extent_id} is being sealed"))
 
         async def fetch_missing(replica: Replica, target: int) -> None:

@@ -37,6 +37,8 @@ class ReplicaMeta:
     file_length: int = 0
     sealed: bool = False
     sealed_length: int = 0
+    # Fenced for a seal: appends are refused from then on, across restarts too.
+    fenced: bool = False
 
     def encode(self) -> bytes:
         body = json.dumps(asdict(self), sort_keys=True)

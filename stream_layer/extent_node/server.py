@@ -156,7 +156,10 @@ class ExtentNodeServicer(pb_grpc.ExtentNodeServicer):
     @rpc.rpc_errors
     async def CommitLength(self, request: pb.CommitLengthRequest,
                            context: aio.ServicerContext) -> pb.CommitLengthReply:
-        length, sealed = self.store.commit_length(request.extent_id)
+        if request.fence:
+            length, sealed = await self.node.fence(request.extent_id)
+        else:
+            length, sealed = self.store.commit_length(request.extent_id)
         return pb.CommitLengthReply(length=length, sealed=sealed)
 
     @rpc.rpc_errors

@@ -327,6 +327,18 @@ class ExtentStore:
 
     # ---- sealing --------------------------------------------------------------------------
 
+    async def fence(self, extent_id: int) -> tuple[int, bool]:
+        """Stop accepting appends for good, wait for the accepted ones to be durable, and
+        return the commit length, which no append can change any more (the seal's probe)."""
+        replica = self.get(extent_id)
+        if not replica.sealed and not replica.meta.fenced:
+            replica.sealing = True
+            replica.meta.fenced = True
+            await self._in(self._meta_io, write_meta, replica.meta_path, replica.meta.encode())
+        replica.sealing = True
+        await self.wait_durable(replica)
+        return self.commit_length(extent_id)
+
     async def seal(self, extent_id: int, length: int, fetch_missing: FetchMissing) -> int:
         """Fix the replica at `length` (§2 "Sealing"); idempotent for the same length."""
         replica = self.get(extent_id)
@@ -413,7 +425,7 @@ class ExtentStore:
         for meta_path in sorted(self.data_dir.glob("ext-*.meta")):
             meta = ReplicaMeta.decode(meta_path.read_bytes(), str(meta_path))
             data_path, _ = replica_paths(self.data_dir, meta.extent_id)
-            replica = Replica(meta, data_path, meta_path)
+            replica = Replica(meta, data_path, meta_path, sealing=meta.fenced)
             size = data_path.stat().st_size if data_path.exists() else 0
             end = min(size, meta.file_length)
             if size < meta.file_length:

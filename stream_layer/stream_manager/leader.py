@@ -258,8 +258,10 @@ class StreamManagerLeader:
         dead = [r for r in extent.replicas if st.node(r).state == s.DEAD]
         if extent.state != s.SEALED or not dead or len(dead) == len(extent.replicas):
             return extent, dead, None
-        target = place_replacement(self._candidates(st), extent.replicas,
-                                   {n.name: n.fault_domain for n in st.nodes.values()})
+        healthy = [r for r in extent.replicas if r not in dead]
+        target = place_replacement(self._candidates(st), healthy,
+                                   {n.name: n.fault_domain for n in st.nodes.values()},
+                                   exclude=extent.replicas)
         return extent, dead, target
 
     async def _copy_replicas(self, extent_id: int) -> None:

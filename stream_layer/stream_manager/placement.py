@@ -45,15 +45,17 @@ def place_extent(candidates: Iterable[Candidate], count: int) -> list[str]:
     return [c.name for c in chosen]
 
 
-def place_replacement(candidates: Iterable[Candidate], holders: Collection[str],
-                      domains_of: Mapping[str, str]) -> str:
-    """A node for one more replica: outside the fault domains of `holders`, least loaded."""
-    taken = {domains_of[h] for h in holders if h in domains_of}
-    options = [c for c in candidates if c.name not in holders and c.fault_domain not in taken]
+def place_replacement(candidates: Iterable[Candidate], keep: Collection[str],
+                      domains_of: Mapping[str, str], exclude: Collection[str] = ()) -> str:
+    """A node for a replica that replaces a lost one: outside the fault domains of the
+    replicas that stay (`keep`), not one of `keep` or `exclude`, least loaded."""
+    taken = {domains_of[h] for h in keep if h in domains_of}
+    unusable = set(keep) | set(exclude)
+    options = [c for c in candidates if c.name not in unusable and c.fault_domain not in taken]
     if not options:
-        # Fewer fault domains than replicas: settle for a distinct node.
-        options = [c for c in candidates if c.name not in holders]
+        # Fewer healthy fault domains than replicas: settle for a distinct node.
+        options = [c for c in candidates if c.name not in unusable]
     if not options:
-        raise Unavailable(f"no healthy extent node can take another replica (holders "
-                          f"{sorted(holders)})")
+        raise Unavailable(f"no healthy extent node can take another replica (keeping "
+                          f"{sorted(keep)})")
     return min(options, key=lambda c: (c.load, c.name)).name

@@ -268,3 +268,29 @@ def test_read_deadline_moves_to_another_replica(stamp_factory: StampFactory) -> 
         assert await client.read(replicas[2], loc, timeout_s=0.2) == b"deadline"
         await client.close()
     asyncio.run(scenario())
+
+
+def test_seal_during_load_keeps_every_acknowledged_append(stamp_factory: StampFactory) -> None:
+    """The seal's probe fences: no append can be acknowledged past the length it reads, so a
+    seal racing a pipelined load never truncates an acknowledged append."""
+    stamp = stamp_factory(3)
+    replicas = addresses(stamp)
+    for address in replicas:  # widen the window between the probe and the seal
+        arm_remote(address, "en.seal.start=delay:300")
+
+    async def scenario() -> None:
+        client = AsyncExtentClient()
+        for _ in range(3):
+            extent_id = await new_extent(client, replicas)
+            stop = asyncio.Event()
+            load = asyncio.ensure_future(pipelined_appends(client, replicas[0], extent_id, 16,
+                                                           stop, deadline_s=10))
+            await asyncio.sleep(0.2)
+            length, sealed_on = await seal_extent(client, extent_id, replicas)
+            history = await load
+            assert len(sealed_on) == 3 and history.acked
+            images = {await read_image(client, a, extent_id, length) for a in replicas}
+            assert len(images) == 1
+            check_extent_image(images.pop(), history, extent_id)
+        await client.close()
+    asyncio.run(scenario())

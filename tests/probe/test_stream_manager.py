@@ -1,0 +1,225 @@
+"""The stream manager and the stream client as real processes: leader failover under load,
+seal-and-continue, re-replication after the grace period, atomic namespace changes (issue 3)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import pytest
+
+from common.errors import AlreadyExists, StampError
+from common.proto import stream_manager_pb2 as pb
+from stream_layer.client import AsyncStream, AsyncStreamClient
+from stream_layer.framing import Location
+from tools.local_stamp import LocalStamp
+
+pytestmark = pytest.mark.slow
+
+StampFactory = Callable[..., LocalStamp]
+T = TypeVar("T")
+
+
+def client_for(stamp: LocalStamp) -> AsyncStreamClient:
+    return AsyncStreamClient([r.address for r in stamp.stream_managers()],
+                             stamp.config.extent_node, stamp.config.stream_manager)
+
+
+async def wait_for(check: Callable[[], Awaitable[T | None]], timeout_s: float, what: str) -> T:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            result = await check()
+            if result:
+                return result
+        except StampError:
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+async def leader_name(stamp: LocalStamp, client: AsyncStreamClient) -> str:
+    async def find() -> str | None:
+        for rec in stamp.stream_managers():
+            if stamp.alive(rec.name) and (await client.sm.status(rec.address)).leader:
+                return rec.name
+        return None
+    return await wait_for(find, 15, "a stream manager leader")
+
+
+async def converged_digests(stamp: LocalStamp, client: AsyncStreamClient) -> set[str]:
+    """Wait until every replica has applied the same log; return their state digests."""
+    async def same_index() -> set[str] | None:
+        replies = [await client.sm.status(r.address) for r in stamp.stream_managers()]
+        if len({r.applied_index for r in replies}) == 1:
+            return {r.state_digest for r in replies}
+        return None
+    return await wait_for(same_index, 15, "the stream managers to converge")
+
+
+async def append_load(stream: AsyncStream, appenders: int, stop: asyncio.Event
+                      ) -> list[tuple[Location, bytes]]:
+    acked: list[tuple[Location, bytes]] = []
+
+    async def appender(index: int) -> None:
+        n = 0
+        while not stop.is_set():
+            block = f"w{index}-{n}|".encode().ljust(1000, b"-")
+            acked.append(((await stream.append([block]))[0], block))
+            n += 1
+    await asyncio.gather(*(appender(i) for i in range(appenders)))
+    return acked
+
+
+async def assert_all_readable(stream: AsyncStream, acked: list[tuple[Location, bytes]]) -> None:
+    found = {loc: data async for loc, data in stream.blocks()}
+    missing = [loc for loc, data in acked if found.get(loc) != data]
+    assert not missing, f"{len(missing)} acknowledged blocks lost or changed: {missing[:3]}"
+
+
+def test_sm_leader_killed_during_appends(stamp_factory: StampFactory) -> None:
+    # Small extents: the stream rolls over (a stream manager call) every few dozen appends.
+    stamp = stamp_factory(6, 3, extent_node={"extent_bytes_max": 64 * 1024})
+
+    async def scenario() -> None:
+        client = client_for(stamp)
+        stream = await client.create_stream("log")
+        stop = asyncio.Event()
+        load = asyncio.ensure_future(append_load(stream, 4, stop))
+        await asyncio.sleep(0.5)
+        victim = await leader_name(stamp, client)
+        stamp.kill(victim)
+        rollovers_before = len(stream.extents)
+        await wait_for(lambda: _grown(stream, rollovers_before + 3), 20,
+                       "appends to continue on new extents after the failover")
+        stop.set()
+        acked = await load
+        assert len(stream.extents) > 3
+        stamp.start(victim)
+        digests = await converged_digests(stamp, client)
+        assert len(digests) == 1, "stream manager replicas disagree after failover"
+        await assert_all_readable(stream, acked)
+
+        for rec in stamp.stream_managers():
+            stamp.kill(rec.name)
+        for rec in stamp.stream_managers():
+            stamp.start(rec.name)
+        assert await converged_digests(stamp, client) == digests, "state lost in a restart"
+        reopened = await client.open_stream("log")
+        await assert_all_readable(reopened, acked)
+        await client.close()
+    asyncio.run(scenario())
+
+
+async def _grown(stream: AsyncStream, extents: int) -> bool:
+    return len(stream.extents) >= extents
+
+
+def test_kill_extent_node_of_the_open_extent(stamp_factory: StampFactory) -> None:
+    stamp = stamp_factory(6, 3)
+
+    async def scenario() -> None:
+        client = client_for(stamp)
+        stream = await client.create_stream("log")
+        stop = asyncio.Event()
+        load = asyncio.ensure_future(append_load(stream, 8, stop))
+        await asyncio.sleep(0.3)
+        open_extent = stream.extents[-1]
+        stamp.kill(stamp.name_of(open_extent.addresses[0]))  # the primary
+        await wait_for(lambda: _grown(stream, 2), 10, "the stream to continue")
+        await asyncio.sleep(0.3)
+        stop.set()
+        acked = await load
+        extents = {e.extent_id: e for e in (await stream.refresh()).extents}
+        assert extents[open_extent.extent_id].state == "sealed"
+        assert any(loc.extent_id != open_extent.extent_id for loc, _ in acked)
+        await assert_all_readable(stream, acked)
+        await client.close()
+    asyncio.run(scenario())
+
+
+def test_dead_node_is_rereplicated_and_a_quick_return_costs_nothing(
+        stamp_factory: StampFactory) -> None:
+    stamp = stamp_factory(6, 3, stream_manager={"heartbeat_interval_ms": 200,
+                                                "suspect_after_ms": 1000,
+                                                "dead_after_ms": 2500})
+
+    async def scenario() -> None:
+        client = client_for(stamp)
+        streams = [await client.create_stream(f"s{i}") for i in range(4)]
+        for stream in streams:  # a few sealed extents spread over the nodes
+            for _ in range(3):
+                await stream.append([b"data" * 300])
+                await stream.seal_last()
+        extents = [e for e in await client.sm.list_extents() if e.state == "sealed"]
+        victim = max(stamp.extent_nodes(),
+                     key=lambda n: sum(n.name in e.replicas for e in extents)).name
+        held = {e.extent_id for e in extents if victim in e.replicas}
+        assert held
+        stamp.kill(victim)
+
+        async def rereplicated() -> list[pb.ExtentInfo] | None:
+            now = {e.extent_id: e for e in await client.sm.list_extents()}
+            if any(victim in now[i].replicas for i in held):
+                return None
+            return [now[i] for i in held]
+        copies = await wait_for(rereplicated, 30, f"{victim}'s sealed extents to be copied")
+        domains = {n.name: n.fault_domain for n in stamp.extent_nodes()}
+        for extent in copies:
+            assert len({domains[r] for r in extent.replicas}) == 3, extent
+            for address in extent.addresses:  # every replica, the new one too, serves it
+                frames = await client.extents.read_frames(address, extent.extent_id, 0,
+                                                          extent.sealed_length)
+                assert len(frames) == extent.sealed_length
+        stamp.start(victim)
+
+        # A node back within the grace period: nothing is copied.
+        before = {e.extent_id: tuple(e.replicas) for e in await client.sm.list_extents()}
+        quick = next(n.name for n in stamp.extent_nodes()
+                     if any(n.name in r for r in before.values()))
+        stamp.kill(quick)
+        await wait_for(lambda: _node(client, quick, suspect=True), 10, f"{quick} suspect")
+        stamp.start(quick)
+        await wait_for(lambda: _node(client, quick, suspect=False), 10, f"{quick} back")
+        after = {e.extent_id: tuple(e.replicas) for e in await client.sm.list_extents()}
+        assert after == before, "a node back within the grace period caused copies"
+        assert (await _node(client, quick, suspect=False)).state == "alive"
+        await client.close()
+    asyncio.run(scenario())
+
+
+async def _node(client: AsyncStreamClient, name: str, suspect: bool) -> pb.NodeInfo | None:
+    node = next(n for n in await client.sm.list_nodes() if n.name == name)
+    return node if node.suspect == suspect else None
+
+
+def test_concat_and_multi_modify_are_atomic(stamp_factory: StampFactory) -> None:
+    stamp = stamp_factory(3, 3)
+
+    async def scenario() -> None:
+        client = client_for(stamp)
+        b = await client.create_stream("b")
+        await b.append([b"row data"])
+        await b.seal_last()
+        before = await client.sm.list_streams()
+        with pytest.raises(AlreadyExists):
+            await client.sm.multi_modify([
+                pb.StreamOp(create="c"), pb.StreamOp(concat=pb.ConcatRequest(
+                    target="c", source="b")), pb.StreamOp(create="b")])
+        assert await client.sm.list_streams() == before
+        streams = await client.sm.multi_modify([
+            pb.StreamOp(create="c"), pb.StreamOp(concat=pb.ConcatRequest(target="c",
+                                                                         source="b")),
+            pb.StreamOp(create="d"), pb.StreamOp(concat=pb.ConcatRequest(target="d",
+                                                                         source="b")),
+            pb.StreamOp(delete="b")])
+        extents = {s.name: [e.extent_id for e in s.extents] for s in streams}
+        assert extents["c"] == extents["d"] == [e.extent_id for e in b.extents]
+        assert [s.name for s in await client.sm.list_streams()] == ["c", "d"]
+        c = await client.open_stream("c")
+        assert [data async for _, data in c.blocks()] == [b"row data"]
+        await client.close()
+    asyncio.run(scenario())
