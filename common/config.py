@@ -77,6 +77,8 @@ class StreamManagerLimits:
     seal_probe_timeout_ms: int = 500
     create_extent_timeout_ms: int = 2000
     extent_ids_reserved: int = 256
+    # Extents the leader keeps created ahead of time, so a rollover need not wait for one.
+    spare_extents: int = 2
     rpc_message_bytes_max: int = 16 * MiB
     # A client gives up finding a leader after this long (an election takes ~1 s).
     leader_wait_ms: int = 10_000

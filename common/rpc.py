@@ -49,6 +49,36 @@ def sync_channel(address: str, message_bytes_max: int) -> grpc.Channel:
     return grpc.insecure_channel(address, options=channel_options(message_bytes_max))
 
 
+class ChannelCache:
+    """One aio channel per address, replaced when it sits in TRANSIENT_FAILURE.
+
+    Why: after a peer dies, gRPC backs off between reconnect attempts, and a call made during
+    the backoff fails at once even if the peer is back by then. A fresh channel connects now:
+    a restarted peer is reachable immediately, and a dead one still fails fast."""
+
+    def __init__(self, message_bytes_max: int) -> None:
+        self.message_bytes_max = message_bytes_max
+        self._channels: dict[str, aio.Channel] = {}
+        self._retired: list[aio.Channel] = []
+
+    def get(self, address: str) -> aio.Channel:
+        channel = self._channels.get(address)
+        if channel is not None and channel.get_state(
+                try_to_connect=False) == grpc.ChannelConnectivity.TRANSIENT_FAILURE:
+            self._retired.append(channel)  # closed with the cache: calls may still use it
+            channel = None
+        if channel is None:
+            channel = aio_channel(address, self.message_bytes_max)
+            self._channels[address] = channel
+        return channel
+
+    async def close(self) -> None:
+        for channel in [*self._channels.values(), *self._retired]:
+            await channel.close()
+        self._channels.clear()
+        self._retired.clear()
+
+
 def aio_server(message_bytes_max: int) -> aio.Server:
     return aio.server(options=channel_options(message_bytes_max))
 

@@ -17,7 +17,7 @@ import itertools
 import threading
 import time
 from collections import deque
-from collections.abc import Awaitable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -47,10 +47,10 @@ def locations(extent_id: int, offset: int, blocks: Sequence[bytes]) -> list[Loca
 class _AppendSession:
     """One AppendStream to one primary, multiplexing every caller's appends."""
 
-    def __init__(self, address: str, stub: pb_grpc.ExtentNodeStub,
+    def __init__(self, address: str, stub: Callable[[], pb_grpc.ExtentNodeStub],
                  limits: ExtentNodeLimits) -> None:
         self.address = address
-        self._stub = stub
+        self._stub = stub  # asked anew for each stream: the channel may have been replaced
         self._limits = limits
         self._ids = itertools.count(1)
         self._queue: deque[pb.AppendRequest] = deque()
@@ -77,9 +77,10 @@ class _AppendSession:
         return ack
 
     async def _run(self) -> None:
-        call = self._stub.AppendStream()
+        call = self._stub().AppendStream()
         reader = asyncio.get_running_loop().create_task(self._read(call))
         error: StampError = Unavailable(f"append stream to {self.address} ended")
+        sent_any = cancelled = False
         try:
             while not reader.done():
                 await self._wake.wait()
@@ -92,9 +93,10 @@ class _AppendSession:
                         request = self._queue.popleft()
                         size += request.ByteSize()
                         batch.appends.append(request)
+                    sent_any = True
                     await call.write(batch)
         except asyncio.CancelledError:
-            error = Unavailable("client closed")
+            error, cancelled = Unavailable("client closed"), True
             raise
         except (grpc.RpcError, grpc.aio.UsageError) as exc:
             error = rpc.from_rpc_error(exc) if isinstance(exc, grpc.RpcError) else Unavailable(
@@ -103,12 +105,20 @@ class _AppendSession:
             call.cancel()
             reader.cancel()
             self._task = None
-            self._queue.clear()
-            waiting, self._waiting = self._waiting, {}
-            for future in waiting.values():
+            # Appends written to the dead stream may or may not have happened: they fail
+            # (the caller decides). Appends never sent go out on a fresh stream — unless this
+            # stream carried nothing (the peer is unreachable) or the client is closing.
+            retry = sent_any and not cancelled
+            unsent = {request.request_id for request in self._queue} if retry else set()
+            if not retry:
+                self._queue.clear()
+            for request_id in [r for r in self._waiting if r not in unsent]:
+                future = self._waiting.pop(request_id)
                 if not future.done():
-                    future.set_exception(type(error)(
-                        f"append to {self.address} lost: {error}"))
+                    future.set_exception(type(error)(f"append to {self.address} lost: "
+                                                     f"{error}"))
+            if self._queue:
+                self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def _read(self, call: grpc.aio.StreamStreamCall) -> None:
         try:
@@ -131,23 +141,17 @@ class _AppendSession:
 class AsyncExtentClient:
     def __init__(self, limits: ExtentNodeLimits | None = None) -> None:
         self.limits = limits or ExtentNodeLimits()
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._channels = rpc.ChannelCache(self.limits.rpc_message_bytes_max)
         self._sessions: dict[str, _AppendSession] = {}
 
     def stub(self, address: str) -> pb_grpc.ExtentNodeStub:
-        channel = self._channels.get(address)
-        if channel is None:
-            channel = rpc.aio_channel(address, self.limits.rpc_message_bytes_max)
-            self._channels[address] = channel
-        return pb_grpc.ExtentNodeStub(channel)
+        return pb_grpc.ExtentNodeStub(self._channels.get(address))
 
     async def close(self) -> None:
         for session in self._sessions.values():
             await session.close()
-        for channel in self._channels.values():
-            await channel.close()
+        await self._channels.close()
         self._sessions.clear()
-        self._channels.clear()
 
     # ---- data path ------------------------------------------------------------------------
 
@@ -156,7 +160,7 @@ class AsyncExtentClient:
         """Append blocks atomically at the extent's primary; one Location per block."""
         session = self._sessions.get(primary)
         if session is None:
-            session = _AppendSession(primary, self.stub(primary), self.limits)
+            session = _AppendSession(primary, lambda: self.stub(primary), self.limits)
             self._sessions[primary] = session
         ack = await session.append(extent_id, blocks, crcs)
         return locations(extent_id, ack.offset, blocks)

@@ -49,12 +49,11 @@ def decide_seal_length(replies: Mapping[str, ReplicaLength | None]) -> int:
     return min(r.length for r in reachable.values())
 
 
-async def seal_extent(client: AsyncExtentClient, extent_id: int, replicas: Sequence[str],
-                      timeout_s: float = 2.0) -> tuple[int, list[str]]:
-    """Seal `extent_id` on every reachable replica; return (length, replicas sealed).
-
-    Replicas that do not answer are left for later: when
-    they return, they are told the sealed length and synced to it.
+async def fence_extent(client: AsyncExtentClient, extent_id: int, replicas: Sequence[str],
+                       timeout_s: float = 2.0) -> tuple[int, list[str]]:
+    """Phase one: fence every reachable replica and decide the sealed length. Returns (length,
+    sources): the replicas that hold at least that much. From here on no append can be
+    acknowledged on the extent, so the length is final and may be recorded before phase two.
     """
     async def ask(address: str) -> ReplicaLength | None:
         try:
@@ -68,19 +67,32 @@ async def seal_extent(client: AsyncExtentClient, extent_id: int, replicas: Seque
     replies = dict(zip(replicas, await asyncio.gather(*(ask(a) for a in replicas)),
                        strict=True))
     length = decide_seal_length(replies)
-    reachable = [a for a, r in replies.items() if r is not None]
     # Replicas at or past the length can serve what a shorter one lacks.
-    sources = [a for a, r in replies.items() if r is not None and r.length >= length]
+    return length, [a for a, r in replies.items() if r is not None and r.length >= length]
 
+
+async def seal_replicas(client: AsyncExtentClient, extent_id: int, replicas: Sequence[str],
+                        length: int, sources: Sequence[str], timeout_s: float = 30.0
+                        ) -> list[str]:
+    """Phase two: seal each replica at `length` (truncating, or syncing from `sources`).
+    Returns the replicas sealed; the others are sealed when they come back."""
     async def seal_one(address: str) -> str | None:
         try:
-            await client.seal(address, extent_id, length, sources, timeout_s=max(timeout_s, 30.0))
+            await client.seal(address, extent_id, length, sources, timeout_s=timeout_s)
             return address
         except StampError as exc:
             log.warning("extent %d: sealing replica %s failed: %s", extent_id, address, exc)
             return None
 
-    sealed = [a for a in await asyncio.gather(*(seal_one(a) for a in reachable)) if a]
+    return [a for a in await asyncio.gather(*(seal_one(a) for a in replicas)) if a]
+
+
+async def seal_extent(client: AsyncExtentClient, extent_id: int, replicas: Sequence[str],
+                      timeout_s: float = 2.0) -> tuple[int, list[str]]:
+    """Both phases: seal `extent_id` on every reachable replica; return (length, replicas
+    sealed). Replicas that do not answer are left for later."""
+    length, sources = await fence_extent(client, extent_id, replicas, timeout_s)
+    sealed = await seal_replicas(client, extent_id, sources, length, sources)
     if not sealed:
         raise Unavailable(f"extent {extent_id}: no replica accepted the seal at {length}")
     log.info("extent %d sealed at %d on %s", extent_id, length, sealed)

@@ -14,8 +14,6 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-import grpc
-
 from common import rpc
 from common.config import StreamManagerLimits
 from common.errors import DeadlineExceeded, NotLeader, Unavailable
@@ -35,19 +33,13 @@ class AsyncStreamManagerClient:
         self.addresses = list(addresses)
         self.limits = limits or StreamManagerLimits()
         self._leader = self.addresses[0]
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._channels = rpc.ChannelCache(self.limits.rpc_message_bytes_max)
 
     def _stub(self, address: str) -> pb_grpc.StreamManagerStub:
-        channel = self._channels.get(address)
-        if channel is None:
-            channel = rpc.aio_channel(address, self.limits.rpc_message_bytes_max)
-            self._channels[address] = channel
-        return pb_grpc.StreamManagerStub(channel)
+        return pb_grpc.StreamManagerStub(self._channels.get(address))
 
     async def close(self) -> None:
-        for channel in self._channels.values():
-            await channel.close()
-        self._channels.clear()
+        await self._channels.close()
 
     async def call(self, method: str, request: Any, timeout_s: float = CALL_TIMEOUT_S) -> Any:
         """Call `method` on the leader, following hints and retrying until leader_wait_ms."""

@@ -19,6 +19,24 @@ def _extent_append(args: argparse.Namespace) -> Rows:
     return run(seconds=args.seconds, progress=_progress(args))
 
 
+def _seal(args: argparse.Namespace) -> Rows:
+    from tools.bench.stream import run_seal
+
+    return run_seal(trials=args.trials, progress=_progress(args))
+
+
+def _stream_append(args: argparse.Namespace) -> Rows:
+    from tools.bench.stream import run_stream_append
+
+    return run_stream_append(seconds=args.seconds, progress=_progress(args))
+
+
+def _sm_failover(args: argparse.Namespace) -> Rows:
+    from tools.bench.stream import run_sm_failover
+
+    return run_sm_failover(trials=max(3, args.trials // 4), progress=_progress(args))
+
+
 def _ec(args: argparse.Namespace) -> Rows:
     from erasure.bench import bench_codec
 
@@ -29,6 +47,13 @@ BENCHES: dict[str, tuple[str, Callable[[argparse.Namespace], Rows]]] = {
     "extent-append": ("3-way replicated appends to one extent: 4 KiB with 1/8/32 appenders, "
                       "1 MiB blocks, and the disk's own 4 KiB append+fsync rate",
                       _extent_append),
+    "seal": ("seal and continue: a failed append on a SIGKILLed extent node to the next "
+             "acknowledged append on a new extent (p50/p99 over --trials kills)", _seal),
+    "stream-append": ("appends through the stream client with small extents (many "
+                      "rollovers), against one extent through the extent client",
+                      _stream_append),
+    "sm-failover": ("SIGKILL the stream manager leader -> next successful namespace change",
+                    _sm_failover),
     "ec": ("Reed-Solomon RS(6,3) encode/decode throughput against zfec", _ec),
 }
 
@@ -41,6 +66,8 @@ def register(commands: Any) -> None:
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.add_argument("--seconds", type=float, default=5.0,
                        help="how long each measured phase runs (default 5)")
+    bench.add_argument("--trials", type=int, default=20,
+                       help="trials of a kill-and-measure bench (default 20)")
     bench.set_defaults(handler=cmd_bench)
 
 

@@ -149,7 +149,7 @@ class ListNodesReply(_message.Message):
     def __init__(self, nodes: _Optional[_Iterable[_Union[NodeInfo, _Mapping]]] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("name", "address", "fault_domain", "upgrade_domain", "capacity_bytes", "used_bytes", "extents")
+    __slots__ = ("name", "address", "fault_domain", "upgrade_domain", "capacity_bytes", "used_bytes", "extents", "unsealed")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     FAULT_DOMAIN_FIELD_NUMBER: _ClassVar[int]
@@ -157,6 +157,7 @@ class HeartbeatRequest(_message.Message):
     CAPACITY_BYTES_FIELD_NUMBER: _ClassVar[int]
     USED_BYTES_FIELD_NUMBER: _ClassVar[int]
     EXTENTS_FIELD_NUMBER: _ClassVar[int]
+    UNSEALED_FIELD_NUMBER: _ClassVar[int]
     name: str
     address: str
     fault_domain: str
@@ -164,7 +165,8 @@ class HeartbeatRequest(_message.Message):
     capacity_bytes: int
     used_bytes: int
     extents: int
-    def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., fault_domain: _Optional[str] = ..., upgrade_domain: _Optional[str] = ..., capacity_bytes: _Optional[int] = ..., used_bytes: _Optional[int] = ..., extents: _Optional[int] = ...) -> None: ...
+    unsealed: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., fault_domain: _Optional[str] = ..., upgrade_domain: _Optional[str] = ..., capacity_bytes: _Optional[int] = ..., used_bytes: _Optional[int] = ..., extents: _Optional[int] = ..., unsealed: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class HeartbeatReply(_message.Message):
     __slots__ = ()

@@ -26,7 +26,8 @@ async def heartbeat_forever(sm: AsyncStreamManagerClient, store: ExtentStore, na
             name=name, address=address, fault_domain=fault_domain,
             upgrade_domain=upgrade_domain, capacity_bytes=disk.f_blocks * disk.f_frsize,
             used_bytes=sum(r.durable_end for r in store.replicas.values()),
-            extents=len(store.replicas))
+            extents=len(store.replicas),
+            unsealed=[i for i, r in store.replicas.items() if not r.sealed])
         try:
             await sm.call("Heartbeat", request, timeout_s=max(interval_s, 1.0))
             if failing:

@@ -37,10 +37,12 @@ class ExtentNode:
         self.limits = limits
         self._pipelines: dict[int, PrimaryPipeline] = {}
         self._forwarders: dict[str, Forwarder] = {}
+        self._channels = rpc.ChannelCache(limits.rpc_message_bytes_max)
 
     async def close(self) -> None:
         for forwarder in self._forwarders.values():
             await forwarder.close()
+        await self._channels.close()
 
     # ---- primary ----------------------------------------------------------------------------
 
@@ -99,7 +101,7 @@ class ExtentNode:
     def _forwarder(self, address: str) -> Forwarder:
         forwarder = self._forwarders.get(address)
         if forwarder is None:
-            forwarder = Forwarder(address, self.limits, self._on_forward_ack,
+            forwarder = Forwarder(address, self.limits, self._channels, self._on_forward_ack,
                                   self._on_forward_broken)
             self._forwarders[address] = forwarder
         return forwarder
@@ -158,22 +160,21 @@ class ExtentNode:
         for peer in peers:
             start = replica.durable_end
             try:
-                async with rpc.aio_channel(peer, self.limits.rpc_message_bytes_max) as channel:
-                    stub = pb_grpc.ExtentNodeStub(channel)
-                    init = await stub.SyncInit(pb.SyncInitRequest(
-                        extent_id=replica.extent_id, from_offset=start, to_offset=target),
-                        timeout=self.limits.read_deadline_ms / 1000.0)
-                    if init.available_end < target:
-                        log.info("extent %d: peer %s has only %d of %d", replica.extent_id,
-                                 peer, init.available_end, target)
-                        continue
-                    last: asyncio.Future[None] | None = None
-                    async for chunk in stub.SyncReplicate(pb.SyncReplicateRequest(
-                            extent_id=replica.extent_id, from_offset=start, to_offset=target)):
-                        last = self.store.accept_synced(replica, chunk.offset, chunk.frames)
-                        await faults.apoint("en.sync.after_chunk")
-                    if last is not None:
-                        await last
+                stub = pb_grpc.ExtentNodeStub(self._channels.get(peer))
+                init = await stub.SyncInit(pb.SyncInitRequest(
+                    extent_id=replica.extent_id, from_offset=start, to_offset=target),
+                    timeout=self.limits.read_deadline_ms / 1000.0)
+                if init.available_end < target:
+                    log.info("extent %d: peer %s has only %d of %d", replica.extent_id,
+                             peer, init.available_end, target)
+                    continue
+                last: asyncio.Future[None] | None = None
+                async for chunk in stub.SyncReplicate(pb.SyncReplicateRequest(
+                        extent_id=replica.extent_id, from_offset=start, to_offset=target)):
+                    last = self.store.accept_synced(replica, chunk.offset, chunk.frames)
+                    await faults.apoint("en.sync.after_chunk")
+                if last is not None:
+                    await last
                 if replica.durable_end == target:
                     log.info("extent %d: synced [%d, %d) from %s", replica.extent_id, start,
                              target, peer)

@@ -91,13 +91,13 @@ BrokenHandler = Callable[[str, StampError], None]
 class Forwarder:
     """The forwarding stream from this primary to one secondary, for all extents."""
 
-    def __init__(self, address: str, limits: ExtentNodeLimits, on_ack: AckHandler,
-                 on_broken: BrokenHandler) -> None:
+    def __init__(self, address: str, limits: ExtentNodeLimits, channels: rpc.ChannelCache,
+                 on_ack: AckHandler, on_broken: BrokenHandler) -> None:
         self.address = address
         self.limits = limits
+        self._channels = channels
         self._on_ack = on_ack
         self._on_broken = on_broken
-        self._channel = rpc.aio_channel(address, limits.rpc_message_bytes_max)
         self._queue: deque[pb.ForwardEntry] = deque()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -115,10 +115,9 @@ class Forwarder:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        await self._channel.close()
 
     async def _run(self) -> None:
-        stub = pb_grpc.ExtentNodeStub(self._channel)
+        stub = pb_grpc.ExtentNodeStub(self._channels.get(self.address))
         call = stub.ForwardStream()
         reader = asyncio.get_running_loop().create_task(self._read_acks(call))
         try:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import struct
@@ -59,7 +60,7 @@ RECORD = struct.Struct("<BQQ")  # kind, extent id, offset (APPEND*) or length (S
 IN_FILE = struct.Struct("<QI")  # APPEND_IN_FILE: frames length, crc32c of the frames
 # APPEND carries its frames; APPEND_IN_FILE points at frames the journal wrote to the data file
 # (and fdatasync'd) in the same batch: large appends reach the disk once, not twice.
-APPEND, SEAL, APPEND_IN_FILE = 1, 2, 3
+APPEND, SEAL, APPEND_IN_FILE, FENCE, CREATE, DELETE = 1, 2, 3, 4, 5, 6
 # Data-file writes up to this size are done on the event loop: a page-cache write of a few
 # KiB costs less than handing it to a thread and back.
 INLINE_WRITE_BYTES_MAX = 256 * 1024
@@ -124,22 +125,25 @@ class ExtentStore:
             return existing
         if len(replicas) < 1 or len(set(replicas)) != len(replicas):
             raise InvalidArgument(f"replica set {replicas} must be distinct addresses")
-        data_path, meta_path = replica_paths(self.data_dir, extent_id)
-        replica = Replica(ReplicaMeta(extent_id, list(replicas)), data_path, meta_path)
-        self.replicas[extent_id] = replica
-
-        def create_files() -> None:
-            # The commit point first: a data file without one is an orphan recovery deletes.
-            write_meta(replica.meta_path, replica.meta.encode())
-            fd = os.open(data_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            os.fsync(fd)
-            os.close(fd)
-            fsync_dir(self.data_dir)
+        replica = self._new_replica(extent_id, list(replicas))
+        # Durable through the journal (one group-committed fsync shared with everything
+        # else); the commit point file follows at the next checkpoint.
         try:
-            await self._in(self._meta_io, create_files)
+            await self.journal.append(RECORD.pack(CREATE, extent_id, 0)
+                                      + json.dumps(replicas).encode())
         except BaseException:
             self.replicas.pop(extent_id, None)
             raise
+        return replica
+
+    def _new_replica(self, extent_id: int, replicas: list[str], replaying: bool = False
+                     ) -> Replica:
+        data_path, meta_path = replica_paths(self.data_dir, extent_id)
+        replica = Replica(ReplicaMeta(extent_id, replicas), data_path, meta_path, dirty=True)
+        # In a replay the data file may already hold synced large appends: keep it.
+        flags = os.O_WRONLY | os.O_CREAT | (0 if replaying else os.O_TRUNC)
+        os.close(os.open(data_path, flags, 0o644))
+        self.replicas[extent_id] = replica
         return replica
 
     async def delete(self, extent_id: int) -> None:
@@ -148,14 +152,8 @@ class ExtentStore:
         replica.sealing = True
         self._pending_total -= replica.pending_bytes
         replica.pending.clear()
-
-        def remove_files() -> None:
-            with contextlib.suppress(FileNotFoundError):
-                replica.meta_path.unlink()
-            fsync_dir(self.data_dir)
-            with contextlib.suppress(FileNotFoundError):
-                replica.data_path.unlink()
-        await self._in(self._meta_io, remove_files)
+        await self.journal.append(RECORD.pack(DELETE, extent_id, 0))
+        await self._in(self._meta_io, _remove_files, replica)
 
     # ---- appends --------------------------------------------------------------------------
 
@@ -331,11 +329,12 @@ class ExtentStore:
         """Stop accepting appends for good, wait for the accepted ones to be durable, and
         return the commit length, which no append can change any more (the seal's probe)."""
         replica = self.get(extent_id)
-        if not replica.sealed and not replica.meta.fenced:
-            replica.sealing = True
-            replica.meta.fenced = True
-            await self._in(self._meta_io, write_meta, replica.meta_path, replica.meta.encode())
         replica.sealing = True
+        if not replica.sealed and not replica.meta.fenced:
+            # Durable through the journal like the seal itself (see _seal_locked).
+            replica.meta.fenced = True
+            replica.dirty = True
+            await self.journal.append(RECORD.pack(FENCE, extent_id, 0))
         await self.wait_durable(replica)
         return self.commit_length(extent_id)
 
@@ -362,13 +361,16 @@ class ExtentStore:
                 raise Unavailable(f"extent {extent_id}: could only reach {replica.durable_end} "
                                   f"of the sealed length {length}")
         await faults.apoint("en.seal.before_record")
-        await self.journal.append(RECORD.pack(SEAL, extent_id, length))
-        if replica.durable_end > length:
-            await self._truncate(replica, length)
+        # The seal is durable once its journal record is (one group-committed fsync); the
+        # commit point follows at the next checkpoint. The in-memory state changes first, so
+        # a checkpoint that drops the SEAL record has written a sealed commit point.
         replica.meta.sealed = True
         replica.meta.sealed_length = length
         replica.meta.file_length = min(replica.meta.file_length, length)
-        await self._in(self._meta_io, write_meta, replica.meta_path, replica.meta.encode())
+        replica.dirty = True
+        await self.journal.append(RECORD.pack(SEAL, extent_id, length))
+        if replica.durable_end > length:
+            await self._truncate(replica, length)
         log.info("extent %d sealed at %d", extent_id, length)
         return length
 
@@ -403,6 +405,8 @@ class ExtentStore:
                 replica.meta.file_length = length
                 await self._in(self._meta_io, write_meta, replica.meta_path,
                                replica.meta.encode())
+            # Unlinks of deleted replicas must be durable before their DELETE records go.
+            await self._in(self._meta_io, fsync_dir, self.data_dir)
             await faults.apoint("en.checkpoint.before_drop")
             await self.journal.drop_through(closed)
 
@@ -428,6 +432,8 @@ class ExtentStore:
             replica = Replica(meta, data_path, meta_path, sealing=meta.fenced)
             size = data_path.stat().st_size if data_path.exists() else 0
             end = min(size, meta.file_length)
+            if meta.sealed:
+                end = min(end, meta.sealed_length)
             if size < meta.file_length:
                 log.error("extent %d: data file has %d bytes, its commit point claims %d",
                           meta.extent_id, size, meta.file_length)
@@ -435,18 +441,23 @@ class ExtentStore:
             # and the file is cut to the replayed end afterwards.
             replica.accepted_end = replica.durable_end = replica.file_end = end
             self.replicas[meta.extent_id] = replica
+        records = list(self.journal.replay())
+        last_segment = records[-1][0] if records else 0
+        # Two passes: an append's bytes may have been cut by a seal recorded after it (a large
+        # append's bytes are then gone from the data file), so learn the seals first.
+        seals: dict[int, int] = {}
+        for _, body in records:
+            kind, extent_id, length = RECORD.unpack_from(body)
+            if kind == SEAL:
+                seals[extent_id] = length
+        for _, body in records:
+            self._replay_record(body, seals)
+        replayed = len(records)
         known = {r.data_path for r in self.replicas.values()}
         for orphan in self.data_dir.glob("ext-*.dat"):
             if orphan not in known:
-                log.warning("deleting %s: no commit point (deleted or never created)", orphan)
+                log.warning("deleting %s: not a replica (deleted, or never created)", orphan)
                 orphan.unlink()
-
-        last_segment = 0
-        replayed = 0
-        for segment, body in self.journal.replay():
-            last_segment = segment
-            replayed += 1
-            self._replay_record(body)
         for replica in self.replicas.values():
             _truncate_file(replica.data_path, replica.file_end)
             if replica.dirty:
@@ -461,11 +472,21 @@ class ExtentStore:
         log.info("recovered %d extents, replayed %d journal records",
                  len(self.replicas), replayed)
 
-    def _replay_record(self, body: bytes) -> None:
+    def _replay_record(self, body: bytes, seals: dict[int, int]) -> None:
         kind, extent_id, offset = RECORD.unpack_from(body)
         replica = self.replicas.get(extent_id)
+        if kind == CREATE:
+            if replica is None:
+                self._new_replica(extent_id, json.loads(bytes(body[RECORD.size:])),
+                                  replaying=True)
+            return
+        if kind == DELETE:
+            if replica is not None:
+                del self.replicas[extent_id]
+                _remove_files(replica)
+            return
         if replica is None:
-            return  # deleted since, or never got its commit point
+            return  # deleted since
         end = replica.file_end
         if kind == SEAL:
             if end < offset:
@@ -476,16 +497,20 @@ class ExtentStore:
             replica.meta.sealed, replica.meta.sealed_length = True, offset
             replica.dirty = True
             return
+        if kind == FENCE:
+            replica.meta.fenced = replica.sealing = replica.dirty = True
+            return
+        cap = replica.meta.sealed_length if replica.sealed else seals.get(extent_id)
         if kind == APPEND_IN_FILE:
-            self._replay_in_file(replica, offset, *IN_FILE.unpack_from(body, RECORD.size))
+            self._replay_in_file(replica, offset, *IN_FILE.unpack_from(body, RECORD.size), cap)
             return
         if kind != APPEND:
             raise Internal(f"unknown journal record kind {kind}")
         frames = memoryview(body)[RECORD.size:]
-        if replica.sealed:
-            # A seal recorded in the commit point cuts what lies beyond it, but what lies
-            # below it may still be only in the journal (sealed before any checkpoint).
-            frames = frames[:max(0, replica.meta.sealed_length - offset)]
+        if cap is not None:
+            # A seal cuts what lies beyond it, but what lies below it may still be only in
+            # the journal (sealed before any checkpoint).
+            frames = frames[:max(0, cap - offset)]
         record_end = offset + len(frames)
         if record_end <= end:
             return  # already in the data file, or wholly cut by the seal
@@ -499,25 +524,28 @@ class ExtentStore:
         replica.accepted_end = replica.durable_end = replica.file_end = record_end
         replica.dirty = True
 
-    def _replay_in_file(self, replica: Replica, offset: int, length: int, crc: int) -> None:
+    def _replay_in_file(self, replica: Replica, offset: int, length: int, crc: int,
+                        cap: int | None) -> None:
         """The frames of an APPEND_IN_FILE record were fdatasync'd before the record: check
         they are there and move the replica's end past them."""
         end = replica.file_end
         record_end = offset + length
-        if replica.sealed:
-            record_end = min(record_end, replica.meta.sealed_length)
+        if cap is not None:
+            record_end = min(record_end, cap)
         if record_end <= end:
             return
         if offset != end:
             log.error("extent %d: journal record at %d, but the replica ends at %d",
                       replica.extent_id, offset, end)
             return
-        frames = read_range_from_file(replica.data_path, offset, offset + length)
-        if len(frames) != length or crc32c(frames) != crc:
-            raise Internal(f"extent {replica.extent_id}: the {length} bytes at {offset} that "
+        frames = read_range_from_file(replica.data_path, offset, record_end)
+        whole = record_end == offset + length
+        if len(frames) != record_end - offset or (whole and crc32c(frames) != crc):
+            raise Internal(f"extent {replica.extent_id}: the bytes [{offset}, {record_end}) "
                            f"the journal says were synced to the data file are not there")
-        framing.verify_frames(frames[:record_end - offset],
-                              f"journal replay of extent {replica.extent_id} at {offset}")
+        # Cut by a seal, the record's CRC no longer covers what is left: its frames' do.
+        framing.verify_frames(frames, f"journal replay of extent {replica.extent_id} at "
+                              f"{offset}")
         replica.accepted_end = replica.durable_end = replica.file_end = record_end
         replica.dirty = True
 
@@ -546,6 +574,13 @@ def _write_runs(jobs: list[tuple[Path, list[tuple[int, bytes]]]]) -> None:
                     view, offset = view[written:], offset + written
         finally:
             os.close(fd)
+
+
+def _remove_files(replica: Replica) -> None:
+    """Remove a deleted replica's files; its DELETE record makes recovery finish the job."""
+    for path in (replica.meta_path, replica.data_path):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
 
 
 def _fsync_file(path: Path) -> None:

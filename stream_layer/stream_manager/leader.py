@@ -19,12 +19,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
+from typing import Any
 
 from common.config import StreamManagerLimits
 from common.errors import NotFound, PreconditionFailed, StampError, Unavailable
 from stream_layer.extent_client import AsyncExtentClient
-from stream_layer.seal import seal_extent
+from stream_layer.seal import fence_extent, seal_replicas
 from stream_layer.stream_manager import state as s
 from stream_layer.stream_manager.placement import Candidate, place_extent, place_replacement
 from stream_layer.stream_manager.replica import StreamManagerReplica
@@ -32,6 +33,10 @@ from stream_layer.stream_manager.replica import StreamManagerReplica
 log = logging.getLogger(__name__)
 
 CREATE_ATTEMPTS_MAX = 3
+
+
+async def _nothing() -> None:
+    return None
 
 
 class StreamManagerLeader:
@@ -51,6 +56,10 @@ class StreamManagerLeader:
         self._copy_slots = asyncio.Semaphore(limits.rereplication_copies_max)
         self._copy_paced_until = 0.0
         self._tasks: set[asyncio.Task[None]] = set()
+        self._sealing: set[tuple[int, str]] = set()  # (extent, replica) seals under way
+        self._spares: list[tuple[int, tuple[str, ...]]] = []
+        self._spares_term = -1
+        self._refilling = False
 
     # ---- leadership -----------------------------------------------------------------------
 
@@ -70,7 +79,8 @@ class StreamManagerLeader:
     # ---- heartbeats -----------------------------------------------------------------------
 
     async def heartbeat(self, name: str, address: str, fault_domain: str, upgrade_domain: str,
-                        capacity_bytes: int, used_bytes: int, extents: int) -> None:
+                        capacity_bytes: int, used_bytes: int, extents: int,
+                        unsealed: Iterable[int] = ()) -> None:
         self._last_heard[name] = time.monotonic()
         self._usage[name] = (used_bytes, extents)
         known = self.replica.read(lambda st: st.nodes.get(name))
@@ -82,6 +92,23 @@ class StreamManagerLeader:
         elif known.state == s.DEAD:
             await self.replica.propose(s.NodeAlive(name))
             log.info("extent node %s is back", name)
+        self._seal_returned(name, unsealed)
+
+    def _seal_returned(self, name: str, unsealed: Iterable[int]) -> None:
+        """A replica the node still holds open, of an extent sealed meanwhile (the node was
+        away): tell it the sealed length; it truncates or syncs to it (§2 "Sealing")."""
+        def stale(st: s.StreamManagerState) -> list[tuple[int, int, list[str]]]:
+            found = []
+            for extent_id in unsealed:
+                extent = st.extents.get(extent_id)
+                if extent is not None and extent.state == s.SEALED and name in extent.replicas:
+                    others = [st.node(r).address for r in extent.replicas if r != name]
+                    found.append((extent_id, extent.sealed_length, others))
+            return found
+        for extent_id, length, sources in self.replica.read(stale):
+            log.info("extent %d: %s comes back unsealed; sealing it at %d", extent_id, name,
+                     length)
+            self.seal_later(extent_id, length, sources, replicas=[name])
 
     def silent_s(self, name: str) -> float:
         start = self._leader_since if self._leader_since is not None else time.monotonic()
@@ -116,16 +143,16 @@ class StreamManagerLeader:
             self._ids = list(range(end - 1, first - 1, -1))
         return self._ids.pop()
 
-    async def create_extent(self) -> tuple[int, tuple[str, ...]]:
+    async def create_extent(self, avoid: Iterable[str] = ()) -> tuple[int, tuple[str, ...]]:
         """A new extent id with its replicas created on nodes in distinct fault domains.
 
         A failed attempt leaves its id behind (replicas it did create are garbage for GC) and
         the next one uses a fresh id, so no node ever holds one id with two replica sets."""
         failed: set[str] = set()
+        avoided = set(avoid)
         for _ in range(CREATE_ATTEMPTS_MAX):
             extent_id = await self._next_extent_id()
-            names = self.replica.read(lambda st: place_extent(
-                self._candidates(st, failed), self.limits.replicas))
+            names = self.replica.read(lambda st: self._place(st, failed, avoided))
             addresses = self.addresses(names)
             for name in names:
                 self._placed[name] = self._placed.get(name, 0) + 1
@@ -144,17 +171,46 @@ class StreamManagerLeader:
         raise Unavailable(f"could not create an extent in {CREATE_ATTEMPTS_MAX} placements "
                           f"(failed: {sorted(failed)})")
 
+    def _place(self, st: s.StreamManagerState, failed: set[str], avoid: set[str]) -> list[str]:
+        """Placement without failed nodes and, when the stamp has room, without `avoid`."""
+        candidates = self._candidates(st, failed | avoid)
+        if len({c.fault_domain for c in candidates}) < self.limits.replicas:
+            candidates = self._candidates(st, failed)
+        return place_extent(candidates, self.limits.replicas)
+
     def addresses(self, names: Iterable[str]) -> list[str]:
         return self.replica.read(lambda st: [st.node(n).address for n in names])
 
     # ---- sealing and rollover -------------------------------------------------------------
 
-    async def seal(self, extent: s.Extent) -> int:
-        """Run the seal protocol on an open extent's replicas; return the sealed length."""
-        length, _ = await seal_extent(self.extents, extent.extent_id,
-                                      self.addresses(extent.replicas),
-                                      timeout_s=self.limits.seal_probe_timeout_ms / 1000)
-        return length
+    async def fence(self, extent: s.Extent) -> tuple[int, list[str]]:
+        """Phase one of the seal (stream_layer/seal.py): fence the replicas, fix the length."""
+        return await fence_extent(self.extents, extent.extent_id,
+                                  self.addresses(extent.replicas),
+                                  timeout_s=self.limits.seal_probe_timeout_ms / 1000)
+
+    def seal_later(self, extent_id: int, length: int, sources: list[str],
+                   replicas: Iterable[str] | None = None) -> None:
+        """Phase two, off the critical path, once the length is committed: the fenced
+        replicas refuse appends already, so truncating or syncing them can wait."""
+        if replicas is None:
+            replicas = self.replica.read(lambda st: st.extent(extent_id).replicas)
+        targets = [a for a in self.addresses(replicas) if (extent_id, a) not in self._sealing]
+        if not targets:
+            return
+        self._sealing.update((extent_id, a) for a in targets)
+
+        async def seal() -> None:
+            try:
+                await seal_replicas(self.extents, extent_id, targets, length, sources)
+            finally:
+                self._sealing.difference_update((extent_id, a) for a in targets)
+        self._spawn(seal())
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def seal_and_add(self, stream_name: str, last_extent_id: int) -> s.Stream:
         """Seal the stream's last extent if it is still `last_extent_id` and open, and add a
@@ -165,21 +221,75 @@ class StreamManagerLeader:
             last = stream.extents[-1] if stream.extents else 0
             if last != last_extent_id:
                 return stream  # another caller rolled it over: use its new extent
+            started = time.perf_counter()
+            extent = self.replica.read(lambda st: st.extent(last)) if last else None
+            # The fence and the new extent are independent: do both at once. The new extent
+            # avoids the old one's nodes, one of which has probably just failed; a spare
+            # created ahead of time makes it free.
+            fence = (self.fence(extent) if extent is not None and extent.state == s.OPEN
+                     else _nothing())
+            fenced, (extent_id, replicas) = await asyncio.gather(
+                fence, self.new_extent(avoid=extent.replicas if extent else ()))
+            ready = time.perf_counter()
             commands: list[object] = []
-            if last:
-                extent = self.replica.read(lambda st: st.extent(last))
-                if extent.state == s.OPEN:
-                    commands.append(s.SealExtent(last, await self.seal(extent)))
-            extent_id, replicas = await self.create_extent()
+            if fenced is not None:
+                commands.append(s.SealExtent(last, fenced[0]))
             commands.append(s.AddExtent(stream_name, extent_id, replicas, expect_last=last))
             results = await self.replica.propose(s.MultiModify(tuple(commands)))
+            if fenced is not None:
+                self.seal_later(last, *fenced)
+            log.info("stream %s rolled over to extent %d: fence and place %.1f ms, commit "
+                     "%.1f ms", stream_name, extent_id, (ready - started) * 1000,
+                     (time.perf_counter() - ready) * 1000)
             return results[-1]
 
     async def seal_one(self, extent_id: int) -> s.Extent:
         extent = self.replica.read(lambda st: st.extent(extent_id))
         if extent.state != s.OPEN:
             return extent
-        return await self.replica.propose(s.SealExtent(extent_id, await self.seal(extent)))
+        length, sources = await self.fence(extent)
+        sealed = await self.replica.propose(s.SealExtent(extent_id, length))
+        self.seal_later(extent_id, length, sources)
+        return sealed
+
+    # ---- spare extents ----------------------------------------------------------------------
+
+    async def new_extent(self, avoid: Iterable[str] = ()) -> tuple[int, tuple[str, ...]]:
+        """An extent ready for appends: a spare created ahead of time when one fits (on
+        healthy nodes, none of them in `avoid`), else created now. Spares are refilled in
+        the background; a leader that loses office leaves its spares to garbage collection."""
+        avoided = set(avoid)
+        term = self.term()
+        if term != self._spares_term:
+            self._spares, self._spares_term = [], term
+        usable = self.replica.read(lambda st: {n.name for n in st.nodes.values()
+                                               if n.state == s.ALIVE
+                                               and not self.suspect(n.name)})
+        for index, (extent_id, replicas) in enumerate(self._spares):
+            if set(replicas) <= usable and not avoided.intersection(replicas):
+                del self._spares[index]
+                self._refill_spares()
+                return extent_id, replicas
+        self._refill_spares()
+        return await self.create_extent(avoid=avoided)
+
+    def _refill_spares(self) -> None:
+        if self._refilling or len(self._spares) >= self.limits.spare_extents:
+            return
+        self._refilling = True
+
+        async def refill() -> None:
+            try:
+                while len(self._spares) < self.limits.spare_extents and self.is_leader():
+                    term = self.term()
+                    created = await self.create_extent()
+                    if term == self._spares_term:
+                        self._spares.append(created)
+            except StampError as exc:
+                log.info("could not create a spare extent: %s", exc)
+            finally:
+                self._refilling = False
+        self._spawn(refill())
 
     # ---- watching nodes -------------------------------------------------------------------
 
@@ -216,9 +326,7 @@ class StreamManagerLeader:
                 await self._continue_stream(extent, last_of.get(extent.extent_id))
             elif extent.state == s.SEALED and extent.extent_id not in self._copying:
                 self._copying.add(extent.extent_id)
-                task = asyncio.get_running_loop().create_task(self._rereplicate(extent))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+                self._spawn(self._rereplicate(extent))
 
     async def _continue_stream(self, extent: s.Extent, stream_name: str | None) -> None:
         """An open extent lost a replica: seal it; its stream continues on a new extent."""

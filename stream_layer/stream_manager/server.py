@@ -58,7 +58,7 @@ class StreamManagerServicer(pb_grpc.StreamManagerServicer):
         self._require_leader()
         if self.replica.read(lambda st: request.name in st.streams):
             raise AlreadyExists(f"stream {request.name!r} exists")
-        extent_id, replicas = await self.leader.create_extent()
+        extent_id, replicas = await self.leader.new_extent()
         results = await self.replica.propose(s.MultiModify((
             s.CreateStream(request.name),
             s.AddExtent(request.name, extent_id, replicas, expect_last=0))))
@@ -163,7 +163,7 @@ class StreamManagerServicer(pb_grpc.StreamManagerServicer):
         self._require_leader()
         await self.leader.heartbeat(request.name, request.address, request.fault_domain,
                                     request.upgrade_domain, request.capacity_bytes,
-                                    request.used_bytes, request.extents)
+                                    request.used_bytes, request.extents, request.unsealed)
         return pb.HeartbeatReply()
 
     @rpc.rpc_errors

@@ -1,0 +1,405 @@
+"""Probe tests of the lock service (§3) against real replica processes: SIGKILL leaders,
+holders and whole groups, then check what was acknowledged with checkers, not hope."""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from random import Random
+
+import pytest
+
+from common import process
+from common.errors import StampError
+from common.rpc import arm_remote
+from lock_service.client import LockClient
+from lock_service.group import LocalLockGroup
+
+CALL_TIMEOUT_S = 8.0
+PROGRESS_TIMEOUT_S = 20.0
+
+
+@pytest.fixture
+def group(tmp_path: Path) -> Iterator[LocalLockGroup]:
+    lock_group = LocalLockGroup(tmp_path / "lock")
+    try:
+        lock_group.start_all()
+        yield lock_group
+    finally:
+        lock_group.stop()  # SIGKILL by PID
+        print(lock_group.log_tails())  # shown when the test failed
+
+
+@pytest.fixture
+def make_client(group: LocalLockGroup) -> Iterator[Callable[[str], LockClient]]:
+    clients: list[LockClient] = []
+
+    def make(holder: str) -> LockClient:
+        clients.append(group.client(holder, call_timeout_s=CALL_TIMEOUT_S))
+        return clients[-1]
+
+    yield make
+    for client in clients:  # before the group's finalizer kills the replicas
+        client.close()
+
+
+def wait_for(condition: Callable[[], bool], what: str,
+             timeout_s: float = PROGRESS_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def restart_leader(group: LocalLockGroup, probe: LockClient) -> str:
+    leader = group.leader(probe)
+    group.kill(leader)
+    group.start(leader)
+    return leader
+
+
+def converged(group: LocalLockGroup, probe: LockClient) -> bool:
+    """True when all replicas answer and have applied the same commands; any two that have
+    applied as many must hold the same state (asserted on every look)."""
+    statuses = list(group.statuses(probe, with_digest=True).values())
+    by_applied: dict[int, set[str]] = {}
+    for status in statuses:
+        by_applied.setdefault(status.applied, set()).add(status.digest)
+    for applied, digests in by_applied.items():
+        assert len(digests) == 1, f"replicas diverged at {applied} commands applied"
+    return len(statuses) == len(group.replicas) and len(by_applied) == 1
+
+
+# --- mutual exclusion under leader failover ------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_mutual_exclusion_holds_while_the_leader_is_killed_repeatedly(
+        group: LocalLockGroup, make_client: Callable[[str], LockClient], rng: Random) -> None:
+    ttl_s = 1.0
+    stop = threading.Event()
+    claims: list[tuple[float, float, int]] = []  # (first act, last act, token)
+    mutex = threading.Lock()
+
+    def contender(index: int, seed: int) -> None:
+        client, local = make_client(f"c{index}"), Random(seed)
+        while not stop.is_set():
+            try:
+                lease = client.acquire("mx", ttl_s=ttl_s, wait_s=0.5)
+            except StampError:
+                continue  # no leader for a moment
+            if lease is None:
+                continue
+            start = last = time.monotonic()
+            hold_until = start + local.uniform(0.02, 0.4)
+            while time.monotonic() < hold_until and lease.valid():
+                last = time.monotonic()  # acting as the owner: it checked valid() just now
+                time.sleep(0.005)
+            with mutex:
+                claims.append((start, last, lease.token))
+            lease.release()
+
+    threads = [threading.Thread(target=contender, args=(i, rng.random()), daemon=True)
+               for i in range(3)]
+    for thread in threads:
+        thread.start()
+    probe = make_client("probe")
+    try:
+        for _ in range(3):
+            seen = len(claims)
+            wait_for(lambda seen=seen: len(claims) >= seen + 3, "grants before a kill")
+            restart_leader(group, probe)
+        seen = len(claims)
+        wait_for(lambda: len(claims) >= seen + 3, "grants after the last kill")
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(CALL_TIMEOUT_S * 2)
+    ordered = sorted(claims)
+    print(f"{len(ordered)} grants, tokens {ordered[0][2]}..{ordered[-1][2]}")
+    for before, after in itertools.pairwise(ordered):
+        assert before[1] < after[0], f"two owners at once: {before} and {after}"
+        assert before[2] < after[2], f"fencing token went down: {before} then {after}"
+
+
+# --- a SIGKILLed holder ---------------------------------------------------------------------------
+
+HOLDER = textwrap.dedent("""
+    import sys, threading
+    from lock_service.client import LockClient
+    client = LockClient(sys.argv[1].split(","), "victim")
+    lease = client.acquire("victim-lock", ttl_s=float(sys.argv[2]))
+    session = client.session(ttl_s=float(sys.argv[2]))
+    client.put("members/victim", b"alive", lease=session)
+    print(lease.token, flush=True)
+    threading.Event().wait()
+""")
+
+
+@pytest.mark.slow
+def test_killed_holder_loses_its_lock_after_the_ttl_and_the_next_token_is_larger(
+        group: LocalLockGroup, make_client: Callable[[str], LockClient]) -> None:
+    ttl_s = 2.0
+    victim = subprocess.Popen([sys.executable, "-c", HOLDER, ",".join(group.addresses),
+                               str(ttl_s)], stdout=subprocess.PIPE,
+                              cwd=Path(__file__).parents[2])
+    try:
+        assert victim.stdout is not None
+        victim_token = int(victim.stdout.readline())
+        client = make_client("heir")
+        assert client.acquire("victim-lock", ttl_s=ttl_s) is None, "held by the victim"
+        killed_at = time.monotonic()
+        process.kill(victim.pid)
+    finally:
+        if victim.poll() is None:
+            process.kill(victim.pid)
+        victim.wait()
+    assert client.list("members/") == ["members/victim"]
+    lease = client.acquire("victim-lock", ttl_s=ttl_s, wait_s=ttl_s + 5.0)
+    waited_s = time.monotonic() - killed_at
+    assert lease is not None and lease.token > victim_token
+    # Its last renewal was about ttl/3 before the kill (give or take a loaded machine's
+    # scheduling); the service counts ttl from there.
+    assert waited_s >= ttl_s / 2, f"freed {waited_s:.2f}s after the kill"
+    assert waited_s <= ttl_s + 2.0, f"freed only {waited_s:.2f}s after the kill"
+    wait_for(lambda: client.list("members/") == [], "the victim's session keys to vanish",
+             timeout_s=3.0)
+
+
+# --- linearizable compare-and-set ----------------------------------------------------------------
+
+
+@dataclass
+class Op:
+    kind: str  # "read" | "cas"
+    invoked: float
+    returned: float
+    version: int  # read: the version seen; cas: the expected version
+    value: bytes
+    new_version: int | None = None  # cas: the version it wrote, None if refused
+
+
+def check_linearizable(history: list[Op]) -> int:
+    """Check a history of reads and compare-and-sets of one register whose every write is a
+    CAS of a unique value. Versions fix the order of the writes; check that this order is a
+    chain, respects real time, and that every read and refused CAS fits in it. Returns the
+    number of successful writes."""
+    writes = sorted((op for op in history if op.kind == "cas" and op.new_version is not None),
+                    key=lambda op: op.new_version or 0)
+    assert len({w.new_version for w in writes}) == len(writes), "two writes, one version"
+    by_version: dict[int, Op] = {w.new_version or 0: w for w in writes}
+    replaced_by: dict[int, Op] = {}
+    previous = 0
+    latest_invocation = 0.0
+    for w in writes:
+        assert w.version == previous, f"lost update: {w} expected {w.version}, not {previous}"
+        replaced_by[previous] = w
+        assert w.returned > latest_invocation, f"{w} is ordered after a write started later"
+        latest_invocation = max(latest_invocation, w.invoked)
+        previous = w.new_version or 0
+    for op in history:
+        if op.kind == "read":
+            writer = by_version.get(op.version)
+            assert op.version == 0 or writer is not None, f"{op} read a version never written"
+            assert writer is None or writer.value == op.value, f"{op} read the wrong value"
+            assert writer is None or op.returned > writer.invoked, f"{op} read the future"
+        elif op.new_version is None:  # refused: its expected version was not current
+            writer = by_version.get(op.version)
+            could_precede = writer is not None and op.invoked < writer.returned
+            successor = replaced_by.get(op.version)
+            could_follow = successor is not None and op.returned > successor.invoked
+            assert could_precede or could_follow, f"{op} was refused while its version held"
+        successor = replaced_by.get(op.version) if op.kind == "read" else None
+        assert successor is None or op.invoked < successor.returned, f"{op} read a stale value"
+    return len(writes)
+
+
+def test_the_checker_catches_what_it_should() -> None:
+    ok = [Op("cas", 0, 1, 0, b"a", 1), Op("read", 2, 3, 1, b"a"), Op("cas", 2, 4, 1, b"b", 2),
+          Op("cas", 1.5, 5, 1, b"c", None), Op("read", 4.5, 6, 2, b"b")]
+    assert check_linearizable(ok) == 2
+    bad = {
+        "lost update": [Op("cas", 0, 1, 0, b"a", 1), Op("cas", 0, 1, 0, b"b", 2)],
+        "stale read": [Op("cas", 0, 1, 0, b"a", 1), Op("read", 2, 3, 0, b"")],
+        "refused while current": [Op("cas", 0, 1, 0, b"a", 1), Op("cas", 2, 3, 1, b"b", None)],
+        "out of real-time order": [Op("cas", 5, 6, 0, b"a", 1), Op("cas", 0, 1, 1, b"b", 2)],
+    }
+    for name, history in bad.items():
+        with pytest.raises(AssertionError):
+            check_linearizable(history)
+            pytest.fail(f"missed: {name}")
+
+
+class CasWorkload:
+    """Clients that read a register and compare-and-set it, recording every operation."""
+
+    def __init__(self, make_client: Callable[[str], LockClient], clients: int = 4,
+                 key: str = "counter") -> None:
+        self.history: list[Op] = []
+        self.failures: list[BaseException] = []
+        self._key, self._mutex, self._stop = key, threading.Lock(), threading.Event()
+        self._threads = [threading.Thread(target=self._run, args=(make_client(f"w{i}"), i))
+                         for i in range(clients)]
+        for thread in self._threads:
+            thread.start()
+
+    def _run(self, client: LockClient, index: int) -> None:
+        n = 0
+        try:
+            while not self._stop.is_set():
+                invoked = time.monotonic()
+                seen = client.get(self._key)
+                value, version = seen if seen is not None else (b"", 0)
+                read = Op("read", invoked, time.monotonic(), version, value)
+                new_value = f"w{index}-{n}".encode()
+                n += 1
+                invoked = time.monotonic()
+                written = client.compare_and_set(self._key, version, new_value)
+                cas = Op("cas", invoked, time.monotonic(), version, new_value, written)
+                with self._mutex:
+                    self.history.extend([read, cas])
+        except BaseException as exc:  # an unknown outcome would make the history unusable
+            self.failures.append(exc)
+
+    def wait_for_more(self, count: int, what: str) -> None:
+        seen = len(self.history)
+        wait_for(lambda: len(self.history) >= seen + count or bool(self.failures), what)
+
+    def stop_and_check(self) -> int:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(CALL_TIMEOUT_S * 2)
+        assert not self.failures, f"a worker failed: {self.failures!r}"
+        writes = check_linearizable(self.history)
+        print(f"{len(self.history)} operations, {writes} successful writes")
+        return writes
+
+
+@pytest.mark.slow
+def test_concurrent_cas_is_linearizable_across_a_leader_failover(
+        group: LocalLockGroup, make_client: Callable[[str], LockClient]) -> None:
+    workload = CasWorkload(make_client)
+    try:
+        workload.wait_for_more(100, "operations before the failover")
+        restart_leader(group, make_client("probe"))
+        workload.wait_for_more(100, "operations after the failover")
+    finally:
+        writes = workload.stop_and_check()
+    assert writes >= 20
+
+
+@pytest.mark.slow
+def test_leader_torn_mid_journal_write_recovers_and_agrees(
+        group: LocalLockGroup, make_client: Callable[[str], LockClient]) -> None:
+    probe = make_client("probe")
+    workload = CasWorkload(make_client)
+    try:
+        workload.wait_for_more(50, "operations before the fault")
+        leader = group.replicas[group.leader(probe)]
+        # Its next journal sync writes half a batch, then the process SIGKILLs itself.
+        arm_remote(leader.address, "raft_journal.sync=torn,after=5")
+        assert leader.pid is not None
+        wait_for(lambda: not process.is_alive(leader.pid or 0), "the torn write to crash it")
+        group.kill(leader.name)  # reap it
+        workload.wait_for_more(50, "operations without it")
+        group.start(leader.name)
+        workload.wait_for_more(50, "operations after its restart")
+    finally:
+        workload.stop_and_check()
+    log_text = (leader.dir / process.LOG_FILE).read_text()
+    assert "fault point raft_journal.sync: crashing" in log_text, "it died of something else"
+    wait_for(lambda: converged(group, probe), "the three replicas to apply the same log")
+
+
+# --- durability across a full restart -------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_restart_of_all_replicas_keeps_locks_and_keys(
+        group: LocalLockGroup, make_client: Callable[[str], LockClient]) -> None:
+    owner, other = make_client("owner"), make_client("other")
+    versions = {f"meta/{i}": owner.put(f"meta/{i}", f"v{i}".encode()) for i in range(10)}
+    lease = owner.acquire("keep", ttl_s=10.0)
+    session = owner.session(ttl_s=10.0)
+    owner.put("members/owner", b"here", lease=session)
+    assert lease is not None
+    for name in group.replicas:
+        group.kill(name)
+    group.start_all()
+    assert {k: owner.get(k) for k in versions} == {
+        k: (f"v{i}".encode(), versions[k]) for i, k in enumerate(versions)}
+    assert other.acquire("keep", ttl_s=1.0) is None, "the lock survived the restart"
+    assert owner.list("members/") == ["members/owner"]
+    before = lease.remaining_s()
+    wait_for(lambda: lease.remaining_s() > before, "a renewal after the restart")
+    assert lease.valid() and not lease.lost.is_set()
+    lease.release()
+    after = other.acquire("keep", ttl_s=1.0)
+    assert after is not None and after.token > lease.token
+
+
+# --- replicas agree after a failover storm --------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_replica_states_are_equal_after_a_failover_storm(
+        group: LocalLockGroup, make_client: Callable[[str], LockClient], rng: Random) -> None:
+    stop = threading.Event()
+    done = [0]
+
+    def workload(index: int, seed: int) -> None:
+        client, local = make_client(f"load{index}"), Random(seed)
+        session = None
+        while not stop.is_set():
+            key = f"k/{local.randrange(5)}"
+            try:
+                choice = local.random()
+                if choice < 0.3:
+                    client.put(key, local.randbytes(8))
+                elif choice < 0.55:
+                    seen = client.get(key)
+                    client.cas(key, seen[1] if seen else 0, local.randbytes(8))
+                elif choice < 0.65:
+                    client.delete(key)
+                elif choice < 0.85:
+                    lease = client.acquire(f"lock/{local.randrange(3)}", ttl_s=0.5)
+                    if lease is not None:
+                        lease.release()
+                else:
+                    if session is None or not session.valid():
+                        session = client.session(ttl_s=0.5)
+                    client.put(f"members/{index}", b"x", lease=session)
+                done[0] += 1
+            except StampError:
+                pass  # a write may fail while there is no leader; the state must agree anyway
+
+    threads = [threading.Thread(target=workload, args=(i, rng.random()), daemon=True)
+               for i in range(3)]
+    for thread in threads:
+        thread.start()
+    probe = make_client("probe")
+    try:
+        for _ in range(8):
+            seen = done[0]
+            wait_for(lambda seen=seen: done[0] >= seen + 20, "progress between kills")
+            victims = [group.leader(probe) if rng.random() < 0.7
+                       else rng.choice(group.running())]
+            if rng.random() < 0.25:  # and sometimes a second one: no quorum for a moment
+                victims.append(rng.choice([n for n in group.running() if n != victims[0]]))
+            for victim in victims:
+                group.kill(victim)
+            for victim in victims:
+                group.start(victim)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(CALL_TIMEOUT_S * 2)
+
+    wait_for(lambda: converged(group, probe), "the three replicas to apply the same log")

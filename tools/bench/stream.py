@@ -1,0 +1,208 @@
+"""Stream-layer benchmarks on a stamp of their own (3 stream managers, 9 extent nodes):
+
+- `seal`: from an append failing on a SIGKILLed extent node to the next append acknowledged
+  on a new extent (seal at the smallest commit length + new extent + commit), p50/p99 over
+  `trials` kills. Target (issue 3): median <= 10 ms (the paper reports ~20 ms).
+- `stream-append`: 4 KiB appends with 1/8/32 appenders and 1 MiB appends with 4, through the
+  stream client with small extents (many rollovers), beside the same load on one extent
+  straight through the extent client. Target: stream rate >= 80% of the extent rate.
+- `sm-failover`: SIGKILL the stream manager leader -> next successful namespace change.
+  Target: <= 2 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import uvloop
+
+from common.checksums import crc32c
+from common.config import KiB, MiB, default_config
+from common.errors import StampError
+from common.ids import random_extent_id
+from stream_layer.client import AsyncStreamClient
+from tools.bench.measure import latency_metrics, row
+from tools.local_stamp import LocalStamp
+
+Progress = Callable[[str], None]
+STREAM_EXTENT_BYTES = 32 * MiB  # small extents: a 4 KiB load at 5,000/s rolls over every ~1.6 s
+
+
+def _with_stamp(config_text: str, body: Callable[[LocalStamp], Any], progress: Progress) -> Any:
+    with tempfile.TemporaryDirectory(prefix="stamp-bench-") as tmp:
+        config_path = Path(tmp) / "bench.toml"
+        config_path.write_text(config_text)
+        from common.config import load_config
+        config = load_config(config_path)
+        config = dataclasses.replace(config, extent_nodes=tuple(
+            dataclasses.replace(n, port=0) for n in default_config().extent_nodes),
+            stream_managers=tuple(dataclasses.replace(s, port=0, raft_port=0)
+                                  for s in default_config().stream_managers))
+        stamp = LocalStamp(Path(tmp) / "stamp", config, str(config_path))
+        progress("starting 3 stream managers and 9 extent nodes")
+        stamp.up()
+        try:
+            return body(stamp)
+        finally:
+            stamp.down()
+
+
+def _client(stamp: LocalStamp) -> AsyncStreamClient:
+    return AsyncStreamClient([r.address for r in stamp.stream_managers()],
+                             stamp.config.extent_node, stamp.config.stream_manager)
+
+
+# ---- seal ------------------------------------------------------------------------------------
+
+def run_seal(trials: int = 20, progress: Progress = lambda _: None) -> list[dict[str, Any]]:
+    config = "[stream_manager]\nheartbeat_interval_ms = 200\nsuspect_after_ms = 1000\n"
+    return _with_stamp(config, lambda stamp: uvloop.run(_seal_trials(stamp, trials, progress)),
+                       progress)
+
+
+async def _seal_trials(stamp: LocalStamp, trials: int, progress: Progress
+                       ) -> list[dict[str, Any]]:
+    client = _client(stamp)
+    latencies: list[float] = []
+    try:
+        stream = await client.create_stream("bench-seal")
+        block = os.urandom(4 * KiB)
+        for trial in range(trials):
+            for _ in range(20):  # a warm extent, with appends in its pipeline history
+                await stream.append([block])
+            extent = stream.extents[-1]
+            victim = stamp.name_of(extent.addresses[1 + trial % 2])  # a secondary
+            stamp.kill(victim)
+            try:
+                await client.extents.append(extent.addresses[0], extent.extent_id, [block])
+                raise AssertionError("an append succeeded with a replica SIGKILLed")
+            except StampError:
+                failed_at = time.perf_counter()
+            info = await client.sm.seal_and_add(stream.name, extent.extent_id)
+            new = info.extents[-1]
+            await client.extents.append(new.addresses[0], new.extent_id, [block])
+            latencies.append(time.perf_counter() - failed_at)
+            await stream.refresh()
+            stamp.start(victim)
+            await _wait_not_suspect(client, victim)
+            progress(f"trial {trial + 1}/{trials}: {latencies[-1] * 1000:.1f} ms")
+    finally:
+        await client.close()
+    return [row({"trials": trials, "replicas": 3},
+                {**latency_metrics(latencies),
+                 "mean_ms": round(sum(latencies) / len(latencies) * 1000, 3)})]
+
+
+async def _wait_not_suspect(client: AsyncStreamClient, name: str, timeout_s: float = 20.0
+                            ) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        nodes = {n.name: n for n in await client.sm.list_nodes()}
+        if name in nodes and not nodes[name].suspect and nodes[name].state == "alive":
+            return
+        await asyncio.sleep(0.05)
+    raise StampError(f"{name} did not come back within {timeout_s}s")
+
+
+# ---- stream-append ---------------------------------------------------------------------------
+
+PHASES = [(4 * KiB, 1), (4 * KiB, 8), (4 * KiB, 32), (1 * MiB, 4)]
+
+
+def run_stream_append(seconds: float = 5.0, progress: Progress = lambda _: None
+                      ) -> list[dict[str, Any]]:
+    config = f"[extent_node]\nextent_bytes_max = {STREAM_EXTENT_BYTES}\n"
+    return _with_stamp(config, lambda stamp: uvloop.run(_stream_phases(stamp, seconds,
+                                                                       progress)), progress)
+
+
+async def _stream_phases(stamp: LocalStamp, seconds: float, progress: Progress
+                         ) -> list[dict[str, Any]]:
+    client = _client(stamp)
+    rows = []
+    try:
+        for index, (block_bytes, clients) in enumerate(PHASES):
+            stream = await client.create_stream(f"bench-{index}")
+            rollovers = len(stream.extents)
+            progress(f"stream: {clients} appenders x {block_bytes} B for {seconds:g}s")
+            stream_rate, stream_lat = await _load(
+                lambda blocks, crcs, s=stream: s.append(blocks), block_bytes, clients, seconds)
+            await stream.refresh()
+            rollovers = len(stream.extents) - rollovers
+            # The same load on one extent straight through the extent client, for the ratio.
+            extent_id = random_extent_id()
+            nodes = [n.address for n in stamp.extent_nodes()[::3]]
+            await client.extents.create_replicated(extent_id, nodes)
+            progress(f"extent: {clients} appenders x {block_bytes} B for {seconds:g}s")
+            extent_rate, _ = await _load(
+                lambda blocks, crcs, n=nodes[0], e=extent_id: client.extents.append(
+                    n, e, blocks, crcs),
+                block_bytes, clients, min(seconds, 3.0) if block_bytes > 64 * KiB else seconds)
+            rows.append(row(
+                {"block_bytes": block_bytes, "clients": clients,
+                 "extent_bytes": STREAM_EXTENT_BYTES},
+                {"appends_per_s": round(stream_rate, 1),
+                 "mb_per_s": round(stream_rate * block_bytes / 1e6, 1), **stream_lat,
+                 "extents_crossed": rollovers,
+                 "extent_appends_per_s": round(extent_rate, 1),
+                 "ratio": round(stream_rate / extent_rate, 3)}))
+    finally:
+        await client.close()
+    return rows
+
+
+async def _load(append: Callable[[list[bytes], list[int]], Any], block_bytes: int,
+                clients: int, seconds: float) -> tuple[float, dict[str, float]]:
+    payload = os.urandom(block_bytes)
+    blocks, crcs = [payload], [crc32c(payload)]
+    latencies: list[float] = []
+    stop_at = time.monotonic() + seconds
+
+    async def appender() -> None:
+        while time.monotonic() < stop_at:
+            started = time.perf_counter()
+            await append(blocks, crcs)
+            latencies.append(time.perf_counter() - started)
+
+    began = time.perf_counter()
+    await asyncio.gather(*(appender() for _ in range(clients)))
+    return len(latencies) / (time.perf_counter() - began), latency_metrics(latencies)
+
+
+# ---- sm-failover -----------------------------------------------------------------------------
+
+def run_sm_failover(trials: int = 5, progress: Progress = lambda _: None
+                    ) -> list[dict[str, Any]]:
+    return _with_stamp("", lambda stamp: uvloop.run(_failovers(stamp, trials, progress)),
+                       progress)
+
+
+async def _failovers(stamp: LocalStamp, trials: int, progress: Progress
+                     ) -> list[dict[str, Any]]:
+    client = _client(stamp)
+    took: list[float] = []
+    try:
+        await client.create_stream("warm-up")
+        for trial in range(trials):
+            leader = next(r.name for r in stamp.stream_managers()
+                          if (await client.sm.status(r.address)).leader)
+            stamp.kill(leader)
+            killed_at = time.perf_counter()
+            await client.sm.create_stream(f"after-failover-{trial}")
+            took.append(time.perf_counter() - killed_at)
+            progress(f"trial {trial + 1}/{trials}: {took[-1]:.3f} s")
+            stamp.start(leader)
+            await client.sm.list_streams()  # the group is whole again before the next kill
+    finally:
+        await client.close()
+    return [row({"trials": trials, "replicas": 3},
+                {"p50_ms": latency_metrics(took)["p50_ms"],
+                 "max_seconds": round(max(took), 3),
+                 "mean_seconds": round(sum(took) / len(took), 3)})]
