@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -42,6 +41,7 @@ from common.errors import (
     Unavailable,
     WrongOffset,
 )
+from common.loop_thread import LoopThread
 from common.proto import stream_manager_pb2 as sm_pb
 from common.stamp_file import addresses_of, read_stamp
 from stream_layer import framing
@@ -294,10 +294,7 @@ class StreamClient:
 
     def __init__(self, sm_addresses: Sequence[str], extent_limits: ExtentNodeLimits | None = None,
                  sm_limits: StreamManagerLimits | None = None) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="stream-client",
-                                        daemon=True)
-        self._thread.start()
+        self._loop = LoopThread("stream-client")
         self.aio: AsyncStreamClient = self.run(_make(sm_addresses, extent_limits, sm_limits))
 
     @classmethod
@@ -307,7 +304,7 @@ class StreamClient:
                    config.stream_manager)
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        return self._loop.run(coro)
 
     def create_stream(self, name: str) -> Stream:
         return Stream(self, self.run(self.aio.create_stream(name)))
@@ -322,12 +319,9 @@ class StreamClient:
         return self.run(self.aio.list_streams(prefix))
 
     def close(self) -> None:
-        if self._loop.is_closed():
-            return
-        self.run(self.aio.close())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=5)
-        self._loop.close()
+        if not self._loop.closed:
+            self.run(self.aio.close())
+            self._loop.close()
 
     def __enter__(self) -> StreamClient:
         return self

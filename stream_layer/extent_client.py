@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import threading
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -26,6 +25,7 @@ from common import rpc
 from common.checksums import crc32c
 from common.config import ExtentNodeLimits
 from common.errors import StampError, Unavailable
+from common.loop_thread import LoopThread
 from common.proto import extent_node_pb2 as pb
 from common.proto import extent_node_pb2_grpc as pb_grpc
 from stream_layer import framing
@@ -247,27 +247,17 @@ class ExtentClient:
     """Blocking, thread-safe facade over AsyncExtentClient (a private event loop thread)."""
 
     def __init__(self, limits: ExtentNodeLimits | None = None) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="extent-client",
-                                        daemon=True)
-        self._thread.start()
-        self.aio: AsyncExtentClient = self.run(self._make(limits))
+        self._loop = LoopThread("extent-client")
+        self.aio: AsyncExtentClient = self.run(_make(limits))
 
-    @staticmethod
-    async def _make(limits: ExtentNodeLimits | None) -> AsyncExtentClient:
-        return AsyncExtentClient(limits)
-
-    def run(self, coro: Coroutine[Any, Any, T] | Awaitable[T]) -> T:
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run a coroutine on the client's loop and wait for its result."""
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()  # type: ignore[arg-type]
+        return self._loop.run(coro)
 
     def close(self) -> None:
-        if self._loop.is_closed():
-            return
-        self.run(self.aio.close())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=5)
-        self._loop.close()
+        if not self._loop.closed:
+            self.run(self.aio.close())
+            self._loop.close()
 
     def __enter__(self) -> ExtentClient:
         return self
@@ -295,3 +285,7 @@ class ExtentClient:
 
     def list_extents(self, address: str) -> list[pb.ExtentInfo]:
         return self.run(self.aio.list_extents(address))
+
+
+async def _make(limits: ExtentNodeLimits | None) -> AsyncExtentClient:
+    return AsyncExtentClient(limits)

@@ -18,7 +18,7 @@ DEFAULT_DATA_DIR = os.environ.get("STAMP_DATA_DIR", "stamp-data")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from tools import cmd_bench, cmd_extent, cmd_stamp
+    from tools import cmd_bench, cmd_extent, cmd_stamp, cmd_stream
 
     parser = argparse.ArgumentParser(
         prog="stamp",
@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     cmd_stamp.register(commands)
+    cmd_stream.register(commands)
     cmd_extent.register(commands)
     cmd_bench.register(commands)
     return parser

@@ -58,8 +58,36 @@ def _collect(stamp: LocalStamp) -> dict[int, dict[str, Any]]:
     return extents
 
 
+def _from_stream_manager(stamp: LocalStamp) -> list[dict[str, Any]]:
+    import asyncio
+
+    from stream_layer.sm_client import AsyncStreamManagerClient
+
+    async def listing() -> list[Any]:
+        client = AsyncStreamManagerClient([r.address for r in stamp.stream_managers()],
+                                          stamp.config.stream_manager)
+        try:
+            return await client.list_extents()
+        finally:
+            await client.close()
+    return [{"extent_id": e.extent_id, "state": e.state, "sealed_length": e.sealed_length,
+             "replicas": list(e.replicas), "streams": list(e.streams)}
+            for e in asyncio.run(listing())]
+
+
 def cmd_ls(args: argparse.Namespace) -> int:
     stamp = LocalStamp.load(args.data_dir)
+    if stamp.stream_managers():
+        rows = _from_stream_manager(stamp)
+        if args.json:
+            print(json.dumps(rows, indent=2))
+            return 0
+        print(f"{'EXTENT':>8} {'STATE':<14} {'LENGTH':>12}  {'REPLICAS':<24} STREAMS")
+        for row in rows:
+            length = row["sealed_length"] if row["state"] != "open" else "-"
+            print(f"{row['extent_id']:>8} {row['state']:<14} {length:>12}  "
+                  f"{','.join(row['replicas']):<24} {','.join(row['streams']) or '-'}")
+        return 0
     extents = _collect(stamp)
     if args.json:
         print(json.dumps(sorted(extents.values(), key=lambda e: e["extent_id"]), indent=2))
@@ -79,8 +107,21 @@ def cmd_seal(args: argparse.Namespace) -> int:
 
     from stream_layer.extent_client import AsyncExtentClient
     from stream_layer.seal import seal_extent
+    from stream_layer.sm_client import AsyncStreamManagerClient
 
     stamp = LocalStamp.load(args.data_dir)
+    if stamp.stream_managers():
+        async def seal_recorded() -> Any:
+            client = AsyncStreamManagerClient([r.address for r in stamp.stream_managers()],
+                                              stamp.config.stream_manager)
+            try:
+                return await client.seal_extent(args.extent_id)
+            finally:
+                await client.close()
+        extent = asyncio.run(seal_recorded())
+        print(f"extent {args.extent_id} sealed at {extent.sealed_length} (recorded by the "
+              f"stream manager; replicas {', '.join(extent.replicas)})")
+        return 0
     entry = _collect(stamp).get(args.extent_id)
     if entry is None:
         raise NotFound(f"no live extent node holds extent {args.extent_id:#x}")

@@ -47,6 +47,7 @@ class StreamManagerLeader:
         self.extents = extents
         self._ids: list[int] = []
         self._ids_term = -1
+        self._reserving = asyncio.Lock()
         self._stream_locks: dict[str, asyncio.Lock] = {}
         self._last_heard: dict[str, float] = {}
         self._usage: dict[str, tuple[int, int]] = {}  # node -> (used bytes, extents)
@@ -134,14 +135,15 @@ class StreamManagerLeader:
                 if n.state == s.ALIVE and n.name not in excluded and not self.suspect(n.name)]
 
     async def _next_extent_id(self) -> int:
-        term = self.term()
-        if term != self._ids_term:
-            self._ids, self._ids_term = [], term  # ids reserved under another term: dropped
-        if not self._ids:
-            first, end = await self.replica.propose(
-                s.ReserveExtentIds(self.limits.extent_ids_reserved))
-            self._ids = list(range(end - 1, first - 1, -1))
-        return self._ids.pop()
+        async with self._reserving:  # one reservation at a time, not one per waiting caller
+            term = self.term()
+            if term != self._ids_term:
+                self._ids, self._ids_term = [], term  # reserved under another term: dropped
+            if not self._ids:
+                first, end = await self.replica.propose(
+                    s.ReserveExtentIds(self.limits.extent_ids_reserved))
+                self._ids = list(range(end - 1, first - 1, -1))
+            return self._ids.pop()
 
     async def create_extent(self, avoid: Iterable[str] = ()) -> tuple[int, tuple[str, ...]]:
         """A new extent id with its replicas created on nodes in distinct fault domains.

@@ -53,6 +53,23 @@ def test_up_status_kill_start_demo_down(data_dir: Path) -> None:
     demo = stamp(data_dir, "demo").stdout
     assert "acknowledged records read back in order" in demo
 
+    assert "created stream events" in stamp(data_dir, "stream", "create", "events").stdout
+    stamp(data_dir, "stream", "append", "events", "one", "two")
+    subprocess.run([sys.executable, "-m", "tools.cli", "--data-dir", str(data_dir), "stream",
+                    "append", "events"], input="three\nfour\n", text=True, check=True,
+                   capture_output=True)
+    assert stamp(data_dir, "stream", "cat", "events").stdout.split() == [
+        "one", "two", "three", "four"]
+    [events] = [s for s in json.loads(stamp(data_dir, "stream", "ls", "--json").stdout)
+                if s["name"] == "events"]
+    first = events["extents"][0]["extent_id"]
+    assert "sealed at" in stamp(data_dir, "extent", "seal", str(first)).stdout
+    stamp(data_dir, "stream", "append", "events", "five")
+    assert stamp(data_dir, "stream", "cat", "events").stdout.split()[-1] == "five"
+    extents = json.loads(stamp(data_dir, "extent", "ls", "--json").stdout)
+    states = {e["extent_id"]: e["state"] for e in extents if "events" in e["streams"]}
+    assert states[first] == "sealed" and list(states.values()).count("open") == 1
+
     assert "SIGKILL" in stamp(data_dir, "kill", "en-2").stdout
     status = json.loads(stamp(data_dir, "status", "--json").stdout)
     assert [p["alive"] for p in status["processes"] if p["name"] == "en-2"] == [False]
