@@ -34,7 +34,7 @@ def _stream_append(args: argparse.Namespace) -> Rows:
 def _sm_failover(args: argparse.Namespace) -> Rows:
     from tools.bench.stream import run_sm_failover
 
-    return run_sm_failover(trials=max(3, args.trials // 4), progress=_progress(args))
+    return run_sm_failover(trials=args.trials, progress=_progress(args))
 
 
 def _ec(args: argparse.Namespace) -> Rows:

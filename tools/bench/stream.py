@@ -25,14 +25,14 @@ import uvloop
 
 from common.checksums import crc32c
 from common.config import KiB, MiB, default_config
-from common.errors import StampError
+from common.errors import ExtentFull, StampError
 from common.ids import random_extent_id
 from stream_layer.client import AsyncStreamClient
 from tools.bench.measure import latency_metrics, row
 from tools.local_stamp import LocalStamp
 
 Progress = Callable[[str], None]
-STREAM_EXTENT_BYTES = 32 * MiB  # small extents: a 4 KiB load at 5,000/s rolls over every ~1.6 s
+STREAM_EXTENT_BYTES = 16 * MiB  # small extents: a 4 KiB load at 5,000/s rolls over every ~0.8 s
 
 
 def _with_stamp(config_text: str, body: Callable[[LocalStamp], Any], progress: Progress) -> Any:
@@ -136,15 +136,12 @@ async def _stream_phases(stamp: LocalStamp, seconds: float, progress: Progress
                 lambda blocks, crcs, s=stream: s.append(blocks), block_bytes, clients, seconds)
             await stream.refresh()
             rollovers = len(stream.extents) - rollovers
-            # The same load on one extent straight through the extent client, for the ratio.
-            extent_id = random_extent_id()
-            nodes = [n.address for n in stamp.extent_nodes()[::3]]
-            await client.extents.create_replicated(extent_id, nodes)
+            # The same load straight through the extent client, for the ratio: a full extent
+            # is followed by one created beforehand, without the stream manager.
+            roller = _ExtentRoller(client, [n.address for n in stamp.extent_nodes()[::3]])
             progress(f"extent: {clients} appenders x {block_bytes} B for {seconds:g}s")
-            extent_rate, _ = await _load(
-                lambda blocks, crcs, n=nodes[0], e=extent_id: client.extents.append(
-                    n, e, blocks, crcs),
-                block_bytes, clients, min(seconds, 3.0) if block_bytes > 64 * KiB else seconds)
+            extent_rate, _ = await _load(roller.append, block_bytes, clients,
+                                         min(seconds, 3.0) if block_bytes > 64 * KiB else seconds)
             rows.append(row(
                 {"block_bytes": block_bytes, "clients": clients,
                  "extent_bytes": STREAM_EXTENT_BYTES},
@@ -156,6 +153,33 @@ async def _stream_phases(stamp: LocalStamp, seconds: float, progress: Progress
     finally:
         await client.close()
     return rows
+
+
+class _ExtentRoller:
+    """Appends to one extent at a time, moving to the next pre-created one when it is full."""
+
+    def __init__(self, client: AsyncStreamClient, nodes: list[str]) -> None:
+        self.client, self.nodes = client, nodes
+        self.current: int | None = None
+        self.next: asyncio.Task[int] | None = None
+
+    async def _create(self) -> int:
+        extent_id = random_extent_id()
+        await self.client.extents.create_replicated(extent_id, self.nodes)
+        return extent_id
+
+    async def append(self, blocks: list[bytes], crcs: list[int]) -> Any:
+        while True:
+            if self.current is None:
+                self.current = await self._create()
+                self.next = asyncio.ensure_future(self._create())
+            current = self.current
+            try:
+                return await self.client.extents.append(self.nodes[0], current, blocks, crcs)
+            except ExtentFull:
+                if self.current == current and self.next is not None:
+                    self.current = await self.next
+                    self.next = asyncio.ensure_future(self._create())
 
 
 async def _load(append: Callable[[list[bytes], list[int]], Any], block_bytes: int,
@@ -178,6 +202,19 @@ async def _load(append: Callable[[list[bytes], list[int]], Any], block_bytes: in
 
 # ---- sm-failover -----------------------------------------------------------------------------
 
+async def _leader(stamp: LocalStamp, client: AsyncStreamClient, timeout_s: float = 10.0) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for rec in stamp.stream_managers():
+            try:
+                if (await client.sm.status(rec.address)).leader:
+                    return rec.name
+            except StampError:
+                continue
+        await asyncio.sleep(0.02)
+    raise StampError(f"no stream manager leader within {timeout_s}s")
+
+
 def run_sm_failover(trials: int = 5, progress: Progress = lambda _: None
                     ) -> list[dict[str, Any]]:
     return _with_stamp("", lambda stamp: uvloop.run(_failovers(stamp, trials, progress)),
@@ -191,8 +228,7 @@ async def _failovers(stamp: LocalStamp, trials: int, progress: Progress
     try:
         await client.create_stream("warm-up")
         for trial in range(trials):
-            leader = next(r.name for r in stamp.stream_managers()
-                          if (await client.sm.status(r.address)).leader)
+            leader = await _leader(stamp, client)
             stamp.kill(leader)
             killed_at = time.perf_counter()
             await client.sm.create_stream(f"after-failover-{trial}")
