@@ -1,0 +1,240 @@
+"""What makes a pysyncobj replica durable, shared by the lock service and the stream manager.
+
+- `RaftTuning` / `durable_conf`: the SyncObjConf every Stamp Raft group uses. Batching of
+  append_entries is off (with it on, every synchronous call waits 100-200 ms for a batch);
+  timeouts are tuned so that a SIGKILLed leader is replaced in about a second; snapshots go
+  through our own (fsynced, checksummed) serializer and never fork.
+- `DurableTransport`: holds every outgoing Raft message while the journal has changes that
+  are not durable, then syncs once for all of them (group commit) and sends them, at the end
+  of each tick. So no peer ever sees an acknowledgement, a vote or an entry from this replica
+  before what it implies is on this replica's disk.
+- `DurableReplica`: a SyncObj wired to `DurableJournal` (common/raft_journal.py), the
+  transport above and durable snapshots. A subclass supplies `snapshot_state` and
+  `restore_state` and marks its state-changing methods with pysyncobj's `@replicated`.
+
+Together with the journal's contract this gives: a command's callback reports success only
+after its entry is on the disks of a majority (the leader syncs before it counts itself,
+followers sync before they acknowledge).
+
+pysyncobj logs "truncating already-applied log entries ... may have diverged" under
+pipelined load: it deletes entries that match the leader's and appends them again.
+DurableJournal keeps such entries on disk and takes them back, so nothing diverges; the
+probe tests compare replica states to prove it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import pickle
+import struct
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pysyncobj.syncobj as syncobj_module
+from pysyncobj import SyncObj, SyncObjConf
+from pysyncobj.transport import TCPTransport
+
+from common.checksums import crc32c
+from common.raft_journal import DurableJournal, fsync_dir
+
+log = logging.getLogger(__name__)
+
+JOURNAL_FILE = "raft.journal"
+SNAPSHOT_FILE = "raft.snapshot"
+SNAPSHOT_MAGIC = b"STMPSN01"
+SNAPSHOT_HEADER = struct.Struct("<QI")  # payload bytes, crc32c(payload)
+# Messages held for one sync; past this the transport syncs early rather than grow.
+HELD_MESSAGES_MAX = 10_000
+EX_DATAERR = 65
+
+
+@dataclass(frozen=True)
+class RaftTuning:
+    # A follower starts an election this long after the last heartbeat (random in range).
+    election_timeout_min_s: float = 0.3
+    election_timeout_max_s: float = 0.8
+    heartbeat_interval_s: float = 0.05
+    # A leader that has not heard from a majority this long steps down.
+    leader_fallback_s: float = 1.0
+    connection_timeout_s: float = 3.5
+    # How often a replica retries connecting to a peer that is down (a restart rejoins fast).
+    connection_retry_s: float = 0.5
+    log_compaction_entries_min: int = 5000
+    log_compaction_interval_s: float = 300.0
+    commands_queue_max: int = 100_000
+
+
+def durable_conf(raft_dir: Path, tuning: RaftTuning, replica: DurableReplica) -> SyncObjConf:
+    return SyncObjConf(
+        appendEntriesUseBatch=False,
+        raftMinTimeout=tuning.election_timeout_min_s,
+        raftMaxTimeout=tuning.election_timeout_max_s,
+        appendEntriesPeriod=tuning.heartbeat_interval_s,
+        leaderFallbackTimeout=tuning.leader_fallback_s,
+        connectionTimeout=tuning.connection_timeout_s,
+        connectionRetryTime=tuning.connection_retry_s,
+        commandsQueueSize=tuning.commands_queue_max,
+        # Fail fast without a leader: the caller retries elsewhere rather than queue blind.
+        commandsWaitLeader=False,
+        journalFile=str(raft_dir / JOURNAL_FILE),
+        fullDumpFile=str(raft_dir / SNAPSHOT_FILE),
+        serializer=replica._write_snapshot_file,
+        deserializer=replica._read_snapshot_file,
+        useFork=False,
+        logCompactionMinEntries=tuning.log_compaction_entries_min,
+        logCompactionMinTime=tuning.log_compaction_interval_s,
+        dynamicMembershipChange=False,
+    )
+
+
+class DurableTransport(TCPTransport):
+    """pysyncobj's TCP transport, holding messages until the journal is durable."""
+
+    def __init__(self, syncObj: SyncObj, selfNode: Any, otherNodes: Any, *,
+                 journal: DurableJournal) -> None:
+        self._journal = journal
+        self._held: list[tuple[Any, Any]] = []
+        super().__init__(syncObj, selfNode, otherNodes)
+
+    def send(self, node: Any, message: Any) -> bool:
+        # A leader's append_entries may go before its own sync (Raft §10.2.1: the leader
+        # writes in parallel with its followers): it claims nothing about the leader's disk,
+        # and the leader only counts itself toward a commit after the journal's
+        # setRaftCommitIndex has synced. Everything else waits for the sync.
+        exempt = (not self._held and isinstance(message, dict)
+                  and message.get("type") == "append_entries")
+        if not exempt and (self._held or self._journal.dirty):
+            # Behind held messages too: messages to a peer keep their order.
+            if len(self._held) >= HELD_MESSAGES_MAX:
+                self._flush()
+            self._held.append((node, message))
+            return True
+        return super().send(node, message)
+
+    def _onTick(self) -> None:
+        # pysyncobj runs tick callbacks after the tick's work and before it polls the
+        # network: the one sync here covers every change the tick (and the poll before it)
+        # made.
+        self._flush()
+        super()._onTick()
+
+    def _flush(self) -> None:
+        self._journal.sync()
+        held, self._held = self._held, []
+        for node, message in held:
+            super().send(node, message)
+
+
+_journal_injection = threading.Lock()
+
+
+@contextlib.contextmanager
+def _injected_journal(journal: DurableJournal) -> Iterator[None]:
+    """SyncObj builds its journal itself (`createJournal(conf.journalFile)`); hand it ours."""
+    with _journal_injection:
+        original = syncobj_module.createJournal
+        syncobj_module.createJournal = lambda _path: journal
+        try:
+            yield
+        finally:
+            syncobj_module.createJournal = original
+
+
+class DurableReplica(SyncObj):
+    """A SyncObj whose journal and snapshots are durable (see the module docstring).
+
+    Subclasses set up their state BEFORE calling this constructor: pysyncobj starts its tick
+    thread inside it and may apply commands or load a snapshot at once. Avoid properties on
+    subclasses: SyncObj's constructor calls getattr on every attribute it finds.
+    """
+
+    def __init__(self, self_address: str, peers: Sequence[str], raft_dir: str | Path,
+                 tuning: RaftTuning | None = None) -> None:
+        self._raft_dir = Path(raft_dir)
+        self._raft_dir.mkdir(parents=True, exist_ok=True)
+        self._durable_journal = DurableJournal(self._raft_dir / JOURNAL_FILE)
+        conf = durable_conf(self._raft_dir, tuning or RaftTuning(), self)
+        others = [peer for peer in peers if peer != self_address]
+
+        def transport(sync_obj: SyncObj, self_node: Any, other_nodes: Any) -> DurableTransport:
+            return DurableTransport(sync_obj, self_node, other_nodes,
+                                    journal=self._durable_journal)
+
+        with _injected_journal(self._durable_journal):
+            super().__init__(self_address, others, conf=conf, transportClass=transport)
+
+    # --- for subclasses ----------------------------------------------------------------------
+
+    def snapshot_state(self) -> bytes:
+        """The whole replicated state, as of the last applied command (tick thread)."""
+        raise NotImplementedError
+
+    def restore_state(self, blob: bytes) -> None:
+        """Replace the whole replicated state by one `snapshot_state` returned."""
+        raise NotImplementedError
+
+    # --- status ------------------------------------------------------------------------------
+
+    def is_leader(self) -> bool:
+        return self._isLeader()
+
+    def leader_address(self) -> str | None:
+        leader = self._getLeader()
+        return None if leader is None else str(leader.id)
+
+    def raft_status(self) -> dict[str, Any]:
+        """A racy but harmless look from another thread (plain attribute reads only)."""
+        return {"role": "leader" if self._isLeader() else "follower",
+                "term": self.raftCurrentTerm, "leader": self.leader_address() or "",
+                "commit_index": self.raftCommitIndex, "last_applied": self.raftLastApplied,
+                "log_entries": self._getRaftLogSize(),
+                "journal_syncs": self._durable_journal.syncs}
+
+    def close(self) -> None:
+        """Stop the tick thread; the journal syncs and closes on the way out."""
+        self.destroy_synchronous()
+
+    # --- snapshot files (pysyncobj's serializer hooks) ----------------------------------------
+
+    def _write_snapshot_file(self, path: str, raft_data: tuple[Any, Any, Any]) -> None:
+        last_entry, prev_entry, cluster = raft_data
+        payload = pickle.dumps({"last": last_entry, "prev": prev_entry,
+                                "cluster": sorted(str(node.id) for node in cluster),
+                                "state": self.snapshot_state()}, protocol=5)
+        data = SNAPSHOT_MAGIC + SNAPSHOT_HEADER.pack(len(payload), crc32c(payload)) + payload
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)  # pysyncobj renames it into place; the journal fsyncs the directory
+        finally:
+            os.close(fd)
+
+    def _read_snapshot_file(self, path: str) -> tuple[Any, Any, list[str]]:
+        # A snapshot received from the leader was written without fsync: make it durable
+        # before pysyncobj clears the journal it replaces.
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        fsync_dir(Path(path).parent)
+        data = Path(path).read_bytes()
+        head = len(SNAPSHOT_MAGIC) + SNAPSHOT_HEADER.size
+        length, crc = SNAPSHOT_HEADER.unpack_from(data, len(SNAPSHOT_MAGIC)) \
+            if len(data) >= head else (-1, 0)
+        payload = data[head:]
+        if not data.startswith(SNAPSHOT_MAGIC) or length != len(payload) or crc32c(payload) != crc:
+            # Going on without it would silently lose the entries it covers: stop instead.
+            log.critical("raft snapshot %s is corrupt: stopping", path)
+            logging.shutdown()
+            os._exit(EX_DATAERR)
+        snapshot = pickle.loads(payload)
+        self.restore_state(snapshot["state"])
+        return snapshot["last"], snapshot["prev"], snapshot["cluster"]

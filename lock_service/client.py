@@ -1,0 +1,379 @@
+"""The lock service's client library (§3): blocking, thread-safe, finds the leader, renews
+leases in the background. This Python API is a contract other layers build on:
+
+    lc = LockClient.from_stamp(data_dir, holder="ps-1")    # or LockClient(addresses, holder)
+    lease = lc.acquire("partition/7", ttl_s=5.0, wait_s=0.0)  # Lease, or None if not granted
+    lease.token; lease.valid(); lease.release()               # in wait_s
+    lc.get(key) -> (value, version) | None
+    lc.put(key, value) -> version
+    lc.cas(key, expected_version, value) -> bool              # expected_version 0: must not exist
+    lc.delete(key) -> bool; lc.list(prefix) -> list[str]
+    lc.session(ttl_s) -> Lease; lc.put(key, value, lease=session)  # the key dies with it
+
+Leases:
+- A lease is claimed (`valid()`) until `sent + ttl - margin`, where `sent` is when the
+  request that granted or last renewed it was first sent. The service cannot expire it
+  before `sent + ttl` in real time (lock_service/leader_time.py), so its holder always stops
+  claiming first. The margin covers clock-rate differences between hosts.
+- A thread per lease renews it every ttl/3 and retries failures until the claim deadline.
+  When the claim ends other than by `release()`, `lease.lost` is set and `on_lost(lease)`
+  runs at once, on that thread.
+- `fence=lease` on a write makes the service refuse it once that lease has ended there.
+- A holder that restarts cannot take its own old lease over: it waits, like anyone, until
+  that lease expires (nothing proves the old process is gone).
+
+Calls follow NotLeader hints, rotate through the replicas on transport failures and retry
+until `call_timeout_s`. A retried mutation carries its first attempt's request id, so it
+takes effect at most once, and its answer is the first attempt's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from common import rpc
+from common.clock import Clock, SystemClock
+from common.errors import (
+    DeadlineExceeded,
+    FaultInjected,
+    InvalidArgument,
+    NotFound,
+    StampError,
+    Unavailable,
+)
+from common.proto import lock_service_pb2 as pb
+from common.proto import lock_service_pb2_grpc as pb_grpc
+from lock_service import limits
+from lock_service.leader_hint import leader_hint
+
+log = logging.getLogger(__name__)
+
+CALL_TIMEOUT_S = 10.0
+ATTEMPT_TIMEOUT_S = 2.0
+RETRY_BACKOFF_MIN_S = 0.005
+RETRY_BACKOFF_MAX_S = 0.1
+LEASE_MARGIN_FRACTION = 0.1
+LEASE_MARGIN_MIN_S = 0.05
+RENEW_FRACTION = 1 / 3
+RENEW_RETRY_S = 0.05
+RENEW_ATTEMPT_TIMEOUT_S = 1.0
+RETRYABLE = (Unavailable, DeadlineExceeded, FaultInjected)  # NotLeader is an Unavailable
+
+
+def lease_margin_s(ttl_s: float) -> float:
+    """How long before the service could expire a lease its holder stops claiming it."""
+    return max(LEASE_MARGIN_MIN_S, ttl_s * LEASE_MARGIN_FRACTION)
+
+
+class LockClient:
+    def __init__(self, addresses: Sequence[str], holder: str, *,
+                 call_timeout_s: float = CALL_TIMEOUT_S, clock: Clock | None = None) -> None:
+        if not addresses:
+            raise InvalidArgument("a lock client needs the addresses of the replicas")
+        self.holder = holder
+        self.call_timeout_s = call_timeout_s
+        self.clock = clock or SystemClock()
+        self._addresses = list(dict.fromkeys(addresses))
+        self._leader_guess = self._addresses[0]
+        self._mutex = threading.Lock()
+        self._channels: dict[str, grpc.Channel] = {}
+        self._stubs: dict[str, pb_grpc.LockServiceStub] = {}
+        self._leases: set[Lease] = set()
+
+    @classmethod
+    def from_stamp(cls, data_dir: str | Path, holder: str, **kwargs: Any) -> LockClient:
+        """A client of the lock service of the stamp whose `stamp.json` is in `data_dir`."""
+        path = Path(data_dir) / "stamp.json"
+        try:
+            processes = json.loads(path.read_text()).get("processes", {})
+        except (OSError, ValueError) as exc:
+            raise NotFound(f"cannot read {path}: {exc}") from exc
+        addresses = [proc["address"] for _, proc in sorted(processes.items())
+                     if proc.get("kind") == "lock" and proc.get("address")]
+        if not addresses:
+            raise NotFound(f"{path} names no lock service process")
+        return cls(addresses, holder, **kwargs)
+
+    def close(self) -> None:
+        """Release every lease still held (best effort) and close the channels."""
+        with self._mutex:
+            leases = list(self._leases)
+        for lease in leases:
+            lease.release()
+        with self._mutex:
+            channels, self._channels, self._stubs = list(self._channels.values()), {}, {}
+        for channel in channels:
+            channel.close()
+
+    def __enter__(self) -> LockClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # --- locks and sessions ------------------------------------------------------------------
+
+    def acquire(self, name: str, ttl_s: float = 5.0, wait_s: float = 0.0,
+                on_lost: Callable[[Lease], None] | None = None) -> Lease | None:
+        """The lock `name` as a renewed Lease, or None if it was not granted within wait_s."""
+        wait_until = self.clock.monotonic() + wait_s
+        while True:
+            sent = self.clock.monotonic()
+            reply = self._call("Acquire", pb.AcquireRequest(
+                name=name, holder=self.holder, ttl_s=ttl_s, request_id=_request_id()))
+            if reply.granted:
+                return self._start_lease(name, reply.token, ttl_s, sent, on_lost)
+            remaining = wait_until - self.clock.monotonic()
+            if remaining <= 0:
+                return None
+            with contextlib.suppress(*RETRYABLE):  # long-poll until free, then race again
+                self._call("WaitFree", pb.WaitFreeRequest(name=name, timeout_s=remaining),
+                           deadline=wait_until + ATTEMPT_TIMEOUT_S,
+                           attempt_timeout_s=remaining + ATTEMPT_TIMEOUT_S)
+
+    def session(self, ttl_s: float = 5.0,
+                on_lost: Callable[[Lease], None] | None = None) -> Lease:
+        """A lease holding no lock: keys put with `lease=` it vanish when it ends."""
+        sent = self.clock.monotonic()
+        reply = self._call("OpenSession", pb.OpenSessionRequest(
+            holder=self.holder, ttl_s=ttl_s, request_id=_request_id()))
+        return self._start_lease(None, reply.token, ttl_s, sent, on_lost)
+
+    def _start_lease(self, name: str | None, token: int, ttl_s: float, sent: float,
+                     on_lost: Callable[[Lease], None] | None) -> Lease:
+        lease = Lease(self, name, token, ttl_s, sent, on_lost)
+        with self._mutex:
+            self._leases.add(lease)
+        lease._start()
+        return lease
+
+    def _forget(self, lease: Lease) -> None:
+        with self._mutex:
+            self._leases.discard(lease)
+
+    # --- key/value store ---------------------------------------------------------------------
+
+    def get(self, key: str) -> tuple[bytes, int] | None:
+        reply = self._call("Get", pb.GetRequest(key=key))
+        return (reply.value, reply.version) if reply.found else None
+
+    def put(self, key: str, value: bytes, *, lease: Lease | None = None,
+            fence: Lease | None = None) -> int:
+        """Write unconditionally; return the new version."""
+        reply = self._call("Put", pb.PutRequest(
+            key=key, value=value, lease_token=_token(lease), fence_token=_token(fence),
+            request_id=_request_id()))
+        assert reply.written
+        return reply.version
+
+    def cas(self, key: str, expected_version: int, value: bytes, *,
+            lease: Lease | None = None, fence: Lease | None = None) -> bool:
+        return self.compare_and_set(key, expected_version, value, lease=lease,
+                                    fence=fence) is not None
+
+    def compare_and_set(self, key: str, expected_version: int, value: bytes, *,
+                        lease: Lease | None = None, fence: Lease | None = None) -> int | None:
+        """Write if the key's version is `expected_version` (0: absent): the new version,
+        or None if it was not written."""
+        reply = self._call("Put", pb.PutRequest(
+            key=key, value=value, expected_version=expected_version,
+            lease_token=_token(lease), fence_token=_token(fence), request_id=_request_id()))
+        return reply.version if reply.written else None
+
+    def delete(self, key: str, expected_version: int | None = None, *,
+               fence: Lease | None = None) -> bool:
+        """True if this call deleted the key."""
+        request = pb.DeleteRequest(key=key, fence_token=_token(fence), request_id=_request_id())
+        if expected_version is not None:
+            request.expected_version = expected_version
+        return self._call("Delete", request).deleted
+
+    def list(self, prefix: str = "", limit: int = limits.LIST_KEYS_MAX) -> list[str]:
+        return list(self._call("List", pb.ListRequest(prefix=prefix, limit=limit)).keys)
+
+    def status(self, address: str, timeout_s: float = ATTEMPT_TIMEOUT_S,
+               with_digest: bool = False) -> pb.StatusReply:
+        """The Status of one replica (no leader finding, no retries)."""
+        try:
+            return self._stub(address).Status(pb.StatusRequest(with_digest=with_digest),
+                                              timeout=timeout_s)
+        except grpc.RpcError as exc:
+            raise rpc.from_rpc_error(exc) from None
+
+    # --- calls -------------------------------------------------------------------------------
+
+    def _stub(self, address: str) -> pb_grpc.LockServiceStub:
+        with self._mutex:
+            stub = self._stubs.get(address)
+            if stub is None:
+                channel = rpc.sync_channel(address, limits.RPC_MESSAGE_BYTES_MAX)
+                self._channels[address] = channel
+                stub = self._stubs[address] = pb_grpc.LockServiceStub(channel)
+            return stub
+
+    def _call(self, method: str, request: Any, *, deadline: float | None = None,
+              attempt_timeout_s: float = ATTEMPT_TIMEOUT_S) -> Any:
+        """Call `method` on the leader, retrying as the module docstring says, until
+        `deadline` (monotonic; default call_timeout_s from now)."""
+        if deadline is None:
+            deadline = self.clock.monotonic() + self.call_timeout_s
+        address = self._leader_guess
+        backoff = RETRY_BACKOFF_MIN_S
+        attempts = 0
+        while True:
+            remaining = deadline - self.clock.monotonic()
+            if remaining <= 0:
+                raise DeadlineExceeded(f"{method}: no answer from the lock service in time")
+            try:
+                reply = getattr(self._stub(address), method)(
+                    request, timeout=min(remaining, attempt_timeout_s))
+            except grpc.RpcError as exc:
+                error = rpc.from_rpc_error(exc)
+                if not isinstance(error, RETRYABLE):
+                    raise error from None
+            else:
+                self._leader_guess = address
+                return reply
+            attempts += 1
+            hint = leader_hint(error)
+            if hint and hint != address:
+                address = hint
+            else:
+                index = self._addresses.index(address) if address in self._addresses else -1
+                address = self._addresses[(index + 1) % len(self._addresses)]
+            if attempts % len(self._addresses) == 0:
+                # Every replica said no (an election, or all down): back off a little.
+                time.sleep(max(0.0, min(backoff, deadline - self.clock.monotonic())))
+                backoff = min(backoff * 2, RETRY_BACKOFF_MAX_S)
+            log.debug("%s: %s; trying %s", method, error, address)
+
+
+class Lease:
+    """A granted lock (or session) that its client renews until released or lost."""
+
+    def __init__(self, client: LockClient, name: str | None, token: int, ttl_s: float,
+                 sent: float, on_lost: Callable[[Lease], None] | None) -> None:
+        self.name = name
+        self.token = token
+        self.ttl_s = ttl_s
+        self.lost = threading.Event()  # set when the claim ended other than by release()
+        self._client = client
+        self._clock = client.clock
+        self._margin_s = lease_margin_s(ttl_s)
+        self._deadline = sent + ttl_s - self._margin_s
+        self._last_sent = sent
+        self._on_lost = on_lost
+        self._ended = threading.Event()
+        self._mutex = threading.Lock()
+        self._thread = threading.Thread(target=self._renew_loop, daemon=True,
+                                        name=f"lease-{token}")
+
+    def __repr__(self) -> str:
+        return f"Lease({self.name!r}, token={self.token}, valid={self.valid()})"
+
+    def valid(self) -> bool:
+        """True while the holder may act as the owner: not released, not lost, not past the
+        claim deadline (which comes before the service could expire the lease)."""
+        return not self._ended.is_set() and self._clock.monotonic() < self._deadline
+
+    def remaining_s(self) -> float:
+        return max(0.0, self._deadline - self._clock.monotonic()) if self.valid() else 0.0
+
+    def release(self) -> None:
+        """Stop claiming at once, then end the lease on the service (best effort: if that
+        fails, it expires after its TTL)."""
+        with self._mutex:
+            self._ended.set()
+        self._client._forget(self)
+        try:
+            self._client._call("Release", pb.ReleaseRequest(token=self.token))
+        except StampError as exc:
+            log.warning("release of lease %d failed (%s); it will expire", self.token, exc)
+
+    def renew(self) -> None:
+        """Renew at once (the background thread also renews on its own schedule). Raises
+        NotFound, and the lease is lost, if the service has already ended it."""
+        if self._ended.is_set():
+            raise NotFound(f"lease {self.token} has ended here")
+        sent = self._clock.monotonic()
+        try:
+            self._client._call("Renew", pb.RenewRequest(token=self.token, ttl_s=self.ttl_s),
+                               deadline=self._deadline, attempt_timeout_s=RENEW_ATTEMPT_TIMEOUT_S)
+        except NotFound:
+            self._lose("the service has ended it")
+            raise
+        self._renewed(sent)
+
+    def _renewed(self, sent: float) -> None:
+        with self._mutex:
+            if not self._ended.is_set():
+                self._deadline = max(self._deadline, sent + self.ttl_s - self._margin_s)
+
+    def wait_ended(self, timeout_s: float | None = None) -> bool:
+        """Block until the lease is released or lost; False on timeout."""
+        return self._ended.wait(timeout_s)
+
+    def _start(self) -> None:
+        if self._clock.monotonic() >= self._deadline:
+            self._lose("granted too late to claim")
+            return
+        self._thread.start()
+
+    def _lose(self, reason: str) -> None:
+        with self._mutex:
+            if self._ended.is_set():
+                return
+            self._ended.set()
+            self.lost.set()
+        self._client._forget(self)
+        log.warning("lease %d (%s) lost: %s", self.token, self.name, reason)
+        if self._on_lost is not None:
+            try:
+                self._on_lost(self)
+            except Exception:
+                log.exception("on_lost callback of lease %d failed", self.token)
+
+    def _renew_loop(self) -> None:
+        renew_every_s = self.ttl_s * RENEW_FRACTION
+        next_renew = self._last_sent + renew_every_s
+        while True:
+            now = self._clock.monotonic()
+            if now >= self._deadline:
+                self._lose("not renewed before its claim deadline")
+                return
+            if now < next_renew:
+                if self._ended.wait(min(next_renew, self._deadline) - now):
+                    return
+                continue
+            sent = self._clock.monotonic()
+            try:
+                self._client._call("Renew", pb.RenewRequest(token=self.token, ttl_s=self.ttl_s),
+                                   deadline=self._deadline,
+                                   attempt_timeout_s=RENEW_ATTEMPT_TIMEOUT_S)
+            except NotFound:
+                self._lose("the service has ended it")
+                return
+            except StampError as exc:
+                log.info("renewal of lease %d failed: %s; retrying", self.token, exc)
+                next_renew = self._clock.monotonic() + RENEW_RETRY_S
+                continue
+            self._renewed(sent)
+            next_renew = sent + renew_every_s
+
+
+def _token(lease: Lease | None) -> int:
+    return 0 if lease is None else lease.token
+
+
+def _request_id() -> str:
+    return uuid.uuid4().hex

@@ -1,0 +1,96 @@
+"""Process entry of one lock-service replica (§3):
+
+    python -m lock_service.main --name lock-1 --dir DIR --port P --raft-port R \
+        --peers 127.0.0.1:R2,127.0.0.1:R3
+
+Serves gRPC on HOST:P (0 picks a free port) and Raft (pysyncobj) on HOST:R; keeps its journal
+and snapshots under DIR/raft. Once it accepts RPCs it writes DIR/ready.json
+(`common.process.write_ready`). SIGTERM or SIGINT stops it cleanly; SIGKILL is survived by
+design (the journal is durable). Logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+from pathlib import Path
+
+from common import faults
+from common.config import HOST
+from common.process import write_ready
+from common.proto import faults_pb2_grpc
+from common.proto import lock_service_pb2_grpc as pb_grpc
+from common.raft import RaftTuning
+from common.rpc import FaultsServicer, aio_server
+from lock_service import limits
+from lock_service.replica import LockReplica
+from lock_service.server import LockServicer
+
+log = logging.getLogger("lock_service")
+
+STOP_GRACE_S = 1.0
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="lock_service.main",
+                                     description="one replica of Stamp's lock service")
+    parser.add_argument("--name", required=True, help="process name, e.g. lock-1")
+    parser.add_argument("--dir", required=True, type=Path, help="this replica's directory")
+    parser.add_argument("--host", default=HOST)
+    parser.add_argument("--port", type=int, default=0, help="gRPC port (0: pick a free one)")
+    parser.add_argument("--raft-port", type=int, required=True, help="Raft (pysyncobj) port")
+    parser.add_argument("--peers", default="",
+                        help="comma-separated Raft addresses (host:port) of the other replicas")
+    parser.add_argument("--election-timeout-ms", type=int, nargs=2, metavar=("MIN", "MAX"),
+                        help="override the Raft election timeout range")
+    parser.add_argument("--log-level", default="INFO")
+    args = parser.parse_args(argv)
+    if args.raft_port <= 0:
+        parser.error("--raft-port must be a real port: peers must know it in advance")
+    return args
+
+
+async def serve(args: argparse.Namespace) -> None:
+    raft_address = f"{args.host}:{args.raft_port}"
+    peers = [p.strip() for p in args.peers.split(",") if p.strip()]
+    tuning = RaftTuning()
+    if args.election_timeout_ms:
+        low, high = args.election_timeout_ms
+        tuning = RaftTuning(election_timeout_min_s=low / 1000, election_timeout_max_s=high / 1000)
+    replica = LockReplica(raft_address, [raft_address, *peers], args.dir / "raft", tuning)
+    server = aio_server(limits.RPC_MESSAGE_BYTES_MAX)
+    port = server.add_insecure_port(f"{args.host}:{args.port}")
+    address = f"{args.host}:{port}"
+    servicer = LockServicer(replica, args.name, address)
+    pb_grpc.add_LockServiceServicer_to_server(servicer, server)
+    faults_pb2_grpc.add_FaultsServicer_to_server(FaultsServicer(), server)
+    await server.start()
+    servicer.start()
+    write_ready(args.dir, args.name, address)
+    log.info("%s serving gRPC on %s, raft on %s, peers %s", args.name, address, raft_address,
+             ",".join(peers))
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("%s stopping", args.name)
+    await servicer.stop()
+    await server.stop(STOP_GRACE_S)
+    replica.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args.dir.mkdir(parents=True, exist_ok=True)
+    faults.arm_from_env()
+    asyncio.run(serve(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,317 @@
+"""The lock service's gRPC servicer: requests in, commands into the Raft log, results out.
+
+Contract:
+- Only the leader serves (others raise NotLeader naming the leader when known), except
+  Status. Every state-changing command is stamped with the leader's time (leader_time.py)
+  just before it is handed to Raft, on the event loop, so stamps rise in log order.
+- A new leader first commits a Barrier carrying its term; until it is applied (all earlier
+  leaders' commands with it) the leader stamps nothing, and after it the state refuses
+  commands stamped in older terms. That is what keeps leader time from running ahead.
+- A reply is sent only after the command is applied here, hence durable on a majority.
+  A command not applied within PROPOSE_TIMEOUT_S fails with Unavailable: its outcome is
+  unknown, and a retry with the same request id is safe (the state deduplicates).
+- While leader, the servicer proposes a Tick whenever a lease's time is up, so leases
+  expire (and their locks free up, their keys vanish) without other traffic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable
+
+from grpc import aio
+from pysyncobj import FAIL_REASON
+
+from common import faults
+from common.clock import Clock, SystemClock
+from common.errors import ERRORS_BY_NAME, InvalidArgument, StampError, Throttled, Unavailable
+from common.proto import lock_service_pb2 as pb
+from common.proto import lock_service_pb2_grpc as pb_grpc
+from common.rpc import rpc_errors
+from lock_service import commands as c
+from lock_service import limits
+from lock_service.leader_hint import not_leader
+from lock_service.leader_time import LeaderTime
+from lock_service.replica import LockReplica
+from lock_service.state import problem_with
+
+log = logging.getLogger(__name__)
+
+PROPOSE_TIMEOUT_S = 1.5
+EXPIRY_CHECK_INTERVAL_S = 0.02
+# A long-poll re-checks leadership this often (a deposed leader's waiters move on).
+WAIT_RECHECK_S = 0.25
+ANNOUNCE_RETRY_S = 0.2
+NOT_LEADER_REASONS = (FAIL_REASON.NOT_LEADER, FAIL_REASON.LEADER_CHANGED,
+                      FAIL_REASON.MISSING_LEADER, FAIL_REASON.DISCARDED)
+
+
+class LockServicer(pb_grpc.LockServiceServicer):
+    def __init__(self, replica: LockReplica, name: str, grpc_address: str,
+                 clock: Clock | None = None) -> None:
+        self._replica = replica
+        self._name = name
+        self._grpc_address = grpc_address
+        self._leader_time = LeaderTime(clock or SystemClock())
+        self._anchoring: asyncio.Future[None] | None = None
+        self._anchoring_term: int | None = None
+        self._waiters: dict[str, asyncio.Event] = {}
+        self._waiting: dict[str, int] = {}
+        self._loop = asyncio.get_running_loop()
+        self._tasks: list[asyncio.Task[None]] = []
+        replica.on_freed(self._freed_on_tick_thread)
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._expire_leases()),
+                       asyncio.create_task(self._announce())]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    # --- Raft plumbing ---------------------------------------------------------------------
+
+    async def _submit(self, command: c.Command) -> c.Result:
+        future: asyncio.Future[tuple[c.Result, int]] = self._loop.create_future()
+
+        def settle(result: c.Result, error: int) -> None:  # on pysyncobj's tick thread
+            with contextlib.suppress(RuntimeError):  # the loop is closed: shutting down
+                self._loop.call_soon_threadsafe(_settle, future, result, error)
+
+        self._replica.propose(command, settle)
+        try:
+            result, error = await asyncio.wait_for(future, PROPOSE_TIMEOUT_S)
+        except TimeoutError:
+            raise Unavailable(f"not applied within {PROPOSE_TIMEOUT_S}s; outcome unknown "
+                              "(a retry with the same request id is safe)") from None
+        if error in NOT_LEADER_REASONS:
+            raise self._not_leader()
+        if error != FAIL_REASON.SUCCESS:
+            raise Unavailable(f"raft did not take the command (reason {error})")
+        return result
+
+    def _not_leader(self) -> StampError:
+        return not_leader(self._replica.grpc_address_of(self._replica.leader_address()))
+
+    def _leader_term(self) -> int:
+        if not self._replica.is_leader():
+            self._leader_time.resign()
+            raise self._not_leader()
+        return self._replica.raftCurrentTerm
+
+    async def _leader_now(self) -> float:
+        term = self._leader_term()
+        if self._leader_time.term != term:
+            task = self._anchoring
+            if task is None or self._anchoring_term != term:
+                task = self._anchoring = asyncio.ensure_future(self._anchor(term))
+                self._anchoring_term = term
+            try:
+                await asyncio.shield(task)
+            finally:
+                if self._anchoring is task and task.done() and (
+                        task.cancelled() or task.exception() is not None):
+                    self._anchoring = None
+        if self._leader_time.term != self._leader_term():
+            raise self._not_leader()
+        return self._leader_time.now()
+
+    async def _anchor(self, term: int) -> None:
+        result = await self._submit(c.Barrier(term))
+        assert isinstance(result, c.Now)
+        if self._leader_term() != term:
+            raise self._not_leader()
+        self._leader_time.anchor(term, result.now)
+        log.info("leader of term %d: time anchored at %.3f", term, result.now)
+
+    async def _propose(self, make: Callable[[float], c.Command]) -> c.Result:
+        await faults.apoint("lock.before_propose")
+        at = await self._leader_now()
+        # Stamped with time and term, then handed to Raft with no await in between.
+        command = make(at)._replace(term=self._leader_time.term)
+        problem = problem_with(command)
+        if problem:
+            raise InvalidArgument(problem)
+        return _checked(await self._submit(command))
+
+    async def _read(self, command: c.Get | c.ListKeys) -> c.Result:
+        self._leader_term()
+        problem = problem_with(command)
+        if problem:
+            raise InvalidArgument(problem)
+        return _checked(await self._submit(command))
+
+    # --- background work ---------------------------------------------------------------------
+
+    async def _expire_leases(self) -> None:
+        while True:
+            await asyncio.sleep(EXPIRY_CHECK_INTERVAL_S)
+            if not self._replica.is_leader():
+                self._leader_time.resign()
+                continue
+            try:
+                at = await self._leader_now()  # also anchors a new leader before it is asked
+                at_term = self._leader_time.term or 0
+                due = self._replica.read(lambda state: state.next_expiry())
+                if due is not None and at >= due:
+                    await self._submit(c.Tick(self._leader_time.now(), at_term))
+            except StampError as exc:
+                log.debug("lease expiry pass: %s", exc)
+            except Exception:
+                log.exception("lease expiry pass failed")
+
+    async def _announce(self) -> None:
+        command = c.Announce(self._replica.raft_address, self._grpc_address)
+        while True:
+            try:
+                await self._submit(command)
+                log.info("announced %s -> %s", command.raft_address, command.grpc_address)
+                return
+            except StampError:
+                await asyncio.sleep(ANNOUNCE_RETRY_S)
+
+    def _freed_on_tick_thread(self, names: list[str]) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: shutting down
+            self._loop.call_soon_threadsafe(self._wake, names)
+
+    def _wake(self, names: list[str]) -> None:
+        for name in names:
+            event = self._waiters.pop(name, None)
+            if event is not None:
+                event.set()
+
+    # --- RPCs ------------------------------------------------------------------------------
+
+    @rpc_errors
+    async def Acquire(self, request: pb.AcquireRequest,
+                      context: aio.ServicerContext) -> pb.AcquireReply:
+        request_id = request.request_id or _new_request_id()
+        result = await self._propose(lambda at: c.Acquire(
+            at, request_id, request.name, request.holder, request.ttl_s))
+        if isinstance(result, c.Granted):
+            return pb.AcquireReply(granted=True, token=result.token)
+        assert isinstance(result, c.Held), result
+        return pb.AcquireReply(granted=False, holder=result.holder, holder_token=result.token)
+
+    @rpc_errors
+    async def WaitFree(self, request: pb.WaitFreeRequest,
+                       context: aio.ServicerContext) -> pb.WaitFreeReply:
+        self._leader_term()
+        if problem_with(c.Acquire(0.0, "", request.name, "-", limits.TTL_MIN_S)):
+            raise InvalidArgument("bad lock name")
+        if sum(self._waiting.values()) >= limits.WAITERS_MAX:
+            raise Throttled(f"{limits.WAITERS_MAX} long-polls already waiting", 1.0)
+        deadline = self._loop.time() + min(max(request.timeout_s, 0.0), limits.WAIT_MAX_S)
+        name = request.name
+        self._waiting[name] = self._waiting.get(name, 0) + 1
+        try:
+            while self._replica.read(lambda state: state.holder_of(name)) is not None:
+                remaining = deadline - self._loop.time()
+                if remaining <= 0:
+                    return pb.WaitFreeReply(free=False)
+                event = self._waiters.setdefault(name, asyncio.Event())
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(), min(remaining, WAIT_RECHECK_S))
+                self._leader_term()
+            return pb.WaitFreeReply(free=True)
+        finally:
+            self._waiting[name] -= 1
+            if not self._waiting[name]:
+                del self._waiting[name]
+                self._waiters.pop(name, None)
+
+    @rpc_errors
+    async def OpenSession(self, request: pb.OpenSessionRequest,
+                          context: aio.ServicerContext) -> pb.AcquireReply:
+        request_id = request.request_id or _new_request_id()
+        result = await self._propose(lambda at: c.OpenSession(
+            at, request_id, request.holder, request.ttl_s))
+        assert isinstance(result, c.Granted), result
+        return pb.AcquireReply(granted=True, token=result.token)
+
+    @rpc_errors
+    async def Renew(self, request: pb.RenewRequest,
+                    context: aio.ServicerContext) -> pb.RenewReply:
+        result = await self._propose(lambda at: c.Renew(at, request.token, request.ttl_s))
+        assert isinstance(result, c.Renewed), result
+        return pb.RenewReply()
+
+    @rpc_errors
+    async def Release(self, request: pb.ReleaseRequest,
+                      context: aio.ServicerContext) -> pb.ReleaseReply:
+        result = await self._propose(lambda at: c.Release(at, request.token))
+        assert isinstance(result, c.Released), result
+        return pb.ReleaseReply(existed=result.existed)
+
+    @rpc_errors
+    async def Get(self, request: pb.GetRequest, context: aio.ServicerContext) -> pb.GetReply:
+        result = await self._read(c.Get(request.key))
+        if result is None:
+            return pb.GetReply(found=False)
+        assert isinstance(result, c.Value), result
+        return pb.GetReply(found=True, value=result.value, version=result.version)
+
+    @rpc_errors
+    async def Put(self, request: pb.PutRequest, context: aio.ServicerContext) -> pb.PutReply:
+        request_id = request.request_id or _new_request_id()
+        expected = request.expected_version if request.HasField("expected_version") else None
+        result = await self._propose(lambda at: c.Write(
+            at, request_id, request.key, request.value, expected, request.lease_token,
+            request.fence_token))
+        if isinstance(result, c.Written):
+            return pb.PutReply(written=True, version=result.version)
+        assert isinstance(result, c.Mismatch), result
+        return pb.PutReply(written=False, version=result.version)
+
+    @rpc_errors
+    async def Delete(self, request: pb.DeleteRequest,
+                     context: aio.ServicerContext) -> pb.DeleteReply:
+        request_id = request.request_id or _new_request_id()
+        expected = request.expected_version if request.HasField("expected_version") else None
+        result = await self._propose(lambda at: c.Delete(
+            at, request_id, request.key, expected, request.fence_token))
+        if isinstance(result, c.Deleted):
+            return pb.DeleteReply(deleted=result.existed)
+        assert isinstance(result, c.Mismatch), result
+        return pb.DeleteReply(deleted=False, version=result.version)
+
+    @rpc_errors
+    async def List(self, request: pb.ListRequest, context: aio.ServicerContext) -> pb.ListReply:
+        result = await self._read(c.ListKeys(request.prefix,
+                                             request.limit or limits.LIST_KEYS_MAX))
+        assert isinstance(result, c.Keys), result
+        return pb.ListReply(keys=list(result.keys))
+
+    @rpc_errors
+    async def Status(self, request: pb.StatusRequest,
+                     context: aio.ServicerContext) -> pb.StatusReply:
+        raft = self._replica.raft_status()
+        digest, applied, now, leases, keys = self._replica.read(lambda state: (
+            state.digest() if request.with_digest else "", state.applied, state.now,
+            len(state.leases), len(state.kv)))
+        leader = (self._grpc_address if raft["role"] == "leader"
+                  else self._replica.grpc_address_of(raft["leader"]) or "")
+        return pb.StatusReply(
+            name=self._name, raft_address=self._replica.raft_address, role=raft["role"],
+            leader=leader, term=raft["term"], commit_index=raft["commit_index"],
+            last_applied=raft["last_applied"], applied=applied, digest=digest,
+            state_time=now, leases=leases, keys=keys, journal_syncs=raft["journal_syncs"])
+
+
+def _settle(future: asyncio.Future[tuple[c.Result, int]], result: c.Result, error: int) -> None:
+    if not future.done():
+        future.set_result((result, error))
+
+
+def _checked(result: c.Result) -> c.Result:
+    if isinstance(result, c.Rejected):
+        raise ERRORS_BY_NAME.get(result.error, InvalidArgument)(result.message)
+    return result
+
+
+def _new_request_id() -> str:
+    return uuid.uuid4().hex
