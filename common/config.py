@@ -93,10 +93,16 @@ class StreamManagerLimits:
 
 
 @dataclass(frozen=True)
-class StreamManagerSpec:
+class RaftMemberSpec:
+    """One replica of a Raft group (stream manager or lock service)."""
+
     name: str
     port: int  # gRPC; 0: pick a free port at first start
-    raft_port: int
+    raft_port: int  # 0 likewise; fixed once chosen, since the peers must know it
+
+
+StreamManagerSpec = RaftMemberSpec
+LockServerSpec = RaftMemberSpec
 
 
 @dataclass(frozen=True)
@@ -118,8 +124,13 @@ def _default_extent_nodes() -> tuple[ExtentNodeSpec, ...]:
     )
 
 
-def _default_stream_managers() -> tuple[StreamManagerSpec, ...]:
-    return tuple(StreamManagerSpec(f"sm-{i}", port=7000 + i, raft_port=7010 + i)
+def _default_stream_managers() -> tuple[RaftMemberSpec, ...]:
+    return tuple(RaftMemberSpec(f"sm-{i}", port=7000 + i, raft_port=7010 + i)
+                 for i in (1, 2, 3))
+
+
+def _default_lock_servers() -> tuple[RaftMemberSpec, ...]:
+    return tuple(RaftMemberSpec(f"lock-{i}", port=7020 + i, raft_port=7030 + i)
                  for i in (1, 2, 3))
 
 
@@ -130,15 +141,18 @@ class StampConfig:
     extent_node: ExtentNodeLimits = field(default_factory=ExtentNodeLimits)
     extent_nodes: tuple[ExtentNodeSpec, ...] = field(default_factory=_default_extent_nodes)
     stream_manager: StreamManagerLimits = field(default_factory=StreamManagerLimits)
-    stream_managers: tuple[StreamManagerSpec, ...] = field(
+    stream_managers: tuple[RaftMemberSpec, ...] = field(
         default_factory=_default_stream_managers)
+    lock_servers: tuple[RaftMemberSpec, ...] = field(default_factory=_default_lock_servers)
 
     def with_ephemeral_ports(self) -> StampConfig:
         """The same stamp on free ports: for tests and benchmarks that run beside `stamp up`."""
         return dataclasses.replace(
             self, extent_nodes=tuple(dataclasses.replace(n, port=0) for n in self.extent_nodes),
             stream_managers=tuple(dataclasses.replace(s, port=0, raft_port=0)
-                                  for s in self.stream_managers))
+                                  for s in self.stream_managers),
+            lock_servers=tuple(dataclasses.replace(s, port=0, raft_port=0)
+                               for s in self.lock_servers))
 
 
 def default_config() -> StampConfig:
@@ -164,8 +178,8 @@ def _apply(config: StampConfig, raw: dict[str, Any]) -> StampConfig:
             changes[key] = _replace_checked(getattr(config, key), value, key)
         elif key == "extent_nodes":
             changes[key] = tuple(ExtentNodeSpec(**node) for node in value)
-        elif key == "stream_managers":
-            changes[key] = tuple(StreamManagerSpec(**sm) for sm in value)
+        elif key in ("stream_managers", "lock_servers"):
+            changes[key] = tuple(RaftMemberSpec(**member) for member in value)
         elif key in ("data_dir", "host"):
             changes[key] = str(value)
         else:

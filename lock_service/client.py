@@ -30,7 +30,6 @@ takes effect at most once, and its answer is the first attempt's.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import threading
 import time
@@ -53,6 +52,7 @@ from common.errors import (
 )
 from common.proto import lock_service_pb2 as pb
 from common.proto import lock_service_pb2_grpc as pb_grpc
+from common.stamp_file import addresses_of
 from lock_service import limits
 from lock_service.leader_hint import leader_hint
 
@@ -93,16 +93,7 @@ class LockClient:
     @classmethod
     def from_stamp(cls, data_dir: str | Path, holder: str, **kwargs: Any) -> LockClient:
         """A client of the lock service of the stamp whose `stamp.json` is in `data_dir`."""
-        path = Path(data_dir) / "stamp.json"
-        try:
-            processes = json.loads(path.read_text()).get("processes", {})
-        except (OSError, ValueError) as exc:
-            raise NotFound(f"cannot read {path}: {exc}") from exc
-        addresses = [proc["address"] for _, proc in sorted(processes.items())
-                     if proc.get("kind") == "lock" and proc.get("address")]
-        if not addresses:
-            raise NotFound(f"{path} names no lock service process")
-        return cls(addresses, holder, **kwargs)
+        return cls(addresses_of(data_dir, "lock"), holder, **kwargs)
 
     def close(self) -> None:
         """Release every lease still held (best effort) and close the channels."""
@@ -200,6 +191,10 @@ class LockClient:
 
     def list(self, prefix: str = "", limit: int = limits.LIST_KEYS_MAX) -> list[str]:
         return list(self._call("List", pb.ListRequest(prefix=prefix, limit=limit)).keys)
+
+    def list_leases(self) -> list[pb.LeaseInfo]:
+        """Every lease (locks and sessions) as the leader sees it."""
+        return list(self._call("ListLeases", pb.ListLeasesRequest()).leases)
 
     def status(self, address: str, timeout_s: float = ATTEMPT_TIMEOUT_S,
                with_digest: bool = False) -> pb.StatusReply:

@@ -36,7 +36,7 @@ from lock_service import limits
 from lock_service.leader_hint import not_leader
 from lock_service.leader_time import LeaderTime
 from lock_service.replica import LockReplica
-from lock_service.state import problem_with
+from lock_service.state import LockState, problem_with
 
 log = logging.getLogger(__name__)
 
@@ -285,6 +285,19 @@ class LockServicer(pb_grpc.LockServiceServicer):
                                              request.limit or limits.LIST_KEYS_MAX))
         assert isinstance(result, c.Keys), result
         return pb.ListReply(keys=list(result.keys))
+
+    @rpc_errors
+    async def ListLeases(self, request: pb.ListLeasesRequest,
+                         context: aio.ServicerContext) -> pb.ListLeasesReply:
+        if self._replica.raft_status()["role"] != "leader":
+            raise self._not_leader()
+
+        def listing(state: LockState) -> list[pb.LeaseInfo]:
+            return [pb.LeaseInfo(token=token, holder=lease.holder, lock=lease.lock or "",
+                                 ttl_s=lease.ttl_s, expires_in_s=lease.expires_at - state.now,
+                                 keys=len(lease.keys))
+                    for token, lease in sorted(state.leases.items())]
+        return pb.ListLeasesReply(leases=self._replica.read(listing))
 
     @rpc_errors
     async def Status(self, request: pb.StatusRequest,

@@ -10,15 +10,22 @@ from pathlib import Path
 
 import pytest
 
-from common.config import ExtentNodeSpec, StampConfig, StreamManagerSpec, default_config
+from common.config import (
+    ExtentNodeSpec,
+    RaftMemberSpec,
+    StampConfig,
+    StreamManagerSpec,
+    default_config,
+)
 from tools.local_stamp import LocalStamp
 
 
 def stamp_config(extent_nodes: int, stream_managers: int = 0,
                  extent_node: dict[str, int] | None = None,
-                 stream_manager: dict[str, int] | None = None) -> StampConfig:
-    """`extent_nodes` ENs in 3 fault domains (round robin) and `stream_managers` SMs, on
-    free ports, with limits overridden."""
+                 stream_manager: dict[str, int] | None = None,
+                 lock_servers: int = 0) -> StampConfig:
+    """`extent_nodes` ENs in 3 fault domains (round robin), `stream_managers` SMs and
+    `lock_servers` lock replicas, on free ports, with limits overridden."""
     base = default_config()
     return dataclasses.replace(
         base,
@@ -27,7 +34,9 @@ def stamp_config(extent_nodes: int, stream_managers: int = 0,
         extent_nodes=tuple(ExtentNodeSpec(f"en-{i}", f"fd-{(i - 1) % 3 + 1}", f"ud-{i}", 0)
                            for i in range(1, extent_nodes + 1)),
         stream_managers=tuple(StreamManagerSpec(f"sm-{i}", 0, 0)
-                              for i in range(1, stream_managers + 1)))
+                              for i in range(1, stream_managers + 1)),
+        lock_servers=tuple(RaftMemberSpec(f"lock-{i}", 0, 0)
+                           for i in range(1, lock_servers + 1)))
 
 
 def config_toml(**sections: dict[str, int] | None) -> str:

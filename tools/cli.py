@@ -18,7 +18,7 @@ DEFAULT_DATA_DIR = os.environ.get("STAMP_DATA_DIR", "stamp-data")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from tools import cmd_bench, cmd_extent, cmd_stamp, cmd_stream
+    from tools import cmd_bench, cmd_extent, cmd_lock, cmd_stamp, cmd_stream
 
     parser = argparse.ArgumentParser(
         prog="stamp",
@@ -33,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmd_stamp.register(commands)
     cmd_stream.register(commands)
     cmd_extent.register(commands)
+    cmd_lock.register(commands)
     cmd_bench.register(commands)
     return parser
 
@@ -59,6 +60,7 @@ def main(argv: list[str] | None = None) -> None:
 SERVERS = {
     "extent-node": "stream_layer.extent_node.main",
     "stream-manager": "stream_layer.stream_manager.main",
+    "lock": "lock_service.main",
 }
 
 

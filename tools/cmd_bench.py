@@ -37,6 +37,12 @@ def _sm_failover(args: argparse.Namespace) -> Rows:
     return run_sm_failover(trials=args.trials, progress=_progress(args))
 
 
+def _lock(args: argparse.Namespace) -> Rows:
+    from lock_service.bench import bench_lock
+
+    return bench_lock()
+
+
 def _ec(args: argparse.Namespace) -> Rows:
     from erasure.bench import bench_codec
 
@@ -54,6 +60,7 @@ BENCHES: dict[str, tuple[str, Callable[[argparse.Namespace], Rows]]] = {
                       _stream_append),
     "sm-failover": ("SIGKILL the stream manager leader -> next successful namespace change",
                     _sm_failover),
+    "lock": ("lock service: acquire/renew latency, CAS/s, leader failover", _lock),
     "ec": ("Reed-Solomon RS(6,3) encode/decode throughput against zfec", _ec),
 }
 

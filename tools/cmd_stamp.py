@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 from typing import Any
 
@@ -75,7 +76,6 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    import asyncio
 
     stamp = _stamp(args)
     rows = asyncio.run(_status_rows(stamp))
@@ -89,7 +89,9 @@ def cmd_status(args: argparse.Namespace) -> int:
                                     "up" if row["alive"] else "down")
         detail = (f"journal {row['journal_bytes']} B" if "journal_bytes" in row else
                   f"applied {row['applied_index']}, {row['streams']} streams"
-                  if "applied_index" in row else row.get("error", ""))
+                  if "streams" in row else
+                  f"applied {row['applied_index']}, {row['leases']} leases, {row['keys']} keys"
+                  if "leases" in row else row.get("error", ""))
         print(f"{row['name']:<7} {row['kind']:<15} {row['pid'] or '-':>7}  "
               f"{row['address']:<16} {row['fault_domain'] or '-':<5} {state:<9} "
               f"{row.get('extents', '-'):>7} {row.get('bytes', '-'):>12}  {detail}")
@@ -100,8 +102,9 @@ async def _status_rows(stamp: LocalStamp) -> list[dict[str, Any]]:
     """One row per process: alive by pid, and what it says of itself when asked."""
     from stream_layer.extent_client import AsyncExtentClient
     from stream_layer.sm_client import AsyncStreamManagerClient
-    from tools.local_stamp import KIND_EXTENT_NODE, KIND_STREAM_MANAGER
+    from tools.local_stamp import KIND_EXTENT_NODE, KIND_LOCK, KIND_STREAM_MANAGER
 
+    locks = _lock_client(stamp)
     extents = AsyncExtentClient()
     sms = AsyncStreamManagerClient([r.address for r in stamp.stream_managers()] or ["-"])
     rows = []
@@ -123,12 +126,26 @@ async def _status_rows(stamp: LocalStamp) -> list[dict[str, Any]]:
                     row.update(role="leader" if sm.leader else "follower",
                                applied_index=sm.applied_index, streams=sm.streams,
                                extents=sm.extents, serving=True)
+                elif rec.kind == KIND_LOCK and locks is not None:
+                    lock = await asyncio.to_thread(locks.status, rec.address, 1.0)
+                    row.update(role=lock.role, applied_index=lock.last_applied,
+                               leases=lock.leases, keys=lock.keys, serving=True)
             except StampError as exc:
                 row.update(error=str(exc))
     finally:
         await extents.close()
         await sms.close()
+        if locks is not None:
+            locks.close()
     return rows
+
+
+def _lock_client(stamp: LocalStamp) -> Any:
+    if not stamp.lock_servers():
+        return None
+    from lock_service.client import LockClient
+
+    return LockClient([r.address for r in stamp.lock_servers()], holder="stamp-cli")
 
 
 def cmd_kill(args: argparse.Namespace) -> int:

@@ -14,17 +14,18 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from common import process
-from common.config import StampConfig, load_config
+from common.config import RaftMemberSpec, StampConfig, load_config
 from common.errors import InvalidArgument, NotFound, Unavailable
 from common.stamp_file import STAMP_FILE, read_stamp
 
 KIND_EXTENT_NODE = "extent-node"
 KIND_STREAM_MANAGER = "stream-manager"
+KIND_LOCK = "lock"
 
 
 @dataclass
@@ -82,7 +83,11 @@ class LocalStamp:
     def plan(self) -> None:
         """Decide every process's directory, ports and command line (once per data dir)."""
         host = self.config.host
-        self._plan_stream_managers()
+        self._plan_raft_group(KIND_LOCK, "lock", self.config.lock_servers,
+                              lambda me, all_: ",".join(r for r, _ in all_ if r != me))
+        self._plan_raft_group(KIND_STREAM_MANAGER, "stream-manager",
+                              self.config.stream_managers,
+                              lambda me, all_: ",".join(f"{r}={g}" for r, g in all_))
         sm_addresses = ",".join(r.address for r in self.stream_managers())
         for spec in self.config.extent_nodes:
             if spec.name in self.records:
@@ -103,37 +108,44 @@ class LocalStamp:
                 spec.name, KIND_EXTENT_NODE, str(proc_dir), argv, address=f"{host}:{port}",
                 fault_domain=spec.fault_domain, upgrade_domain=spec.upgrade_domain)
 
-    def _plan_stream_managers(self) -> None:
+    def _plan_raft_group(self, kind: str, serve: str, specs: Sequence[RaftMemberSpec],
+                         peers_arg: Callable[[str, list[tuple[str, str]]], str]) -> None:
+        """Plan a Raft group's replicas: ports fixed once (the peers must know them), and
+        `--peers` as `peers_arg(my raft address, [(raft, grpc) of every member])` says."""
         host = self.config.host
-        new = [spec for spec in self.config.stream_managers if spec.name not in self.records]
+        new = [spec for spec in specs if spec.name not in self.records]
         if not new:
             return
-        if len(new) != len(self.config.stream_managers):
-            raise InvalidArgument("a Raft group's membership is fixed: cannot add stream "
-                                  "managers to an existing stamp")
+        if len(new) != len(specs):
+            raise InvalidArgument(f"a Raft group's membership is fixed: cannot add {kind} "
+                                  f"replicas to an existing stamp")
         ports = {spec.name: (spec.port or free_port(host), spec.raft_port or free_port(host))
                  for spec in new}
-        peers = ",".join(f"{host}:{raft}={host}:{port}" for port, raft in ports.values())
+        members = [(f"{host}:{raft}", f"{host}:{port}") for port, raft in ports.values()]
         for spec in new:
             port, raft_port = ports[spec.name]
             proc_dir = self.data_dir / spec.name
+            raft_address = f"{host}:{raft_port}"
             argv = process.stamp_command(
-                "serve", "stream-manager", "--name", spec.name, "--dir", str(proc_dir),
-                "--host", host, "--port", str(port), "--raft-port", str(raft_port),
-                "--peers", peers)
-            if self.config_path:
+                "serve", serve, "--name", spec.name, "--dir", str(proc_dir), "--host", host,
+                "--port", str(port), "--raft-port", str(raft_port),
+                "--peers", peers_arg(raft_address, members))
+            if self.config_path and kind == KIND_STREAM_MANAGER:
                 argv += ["--config", self.config_path]
             self.records[spec.name] = ProcessRecord(
-                spec.name, KIND_STREAM_MANAGER, str(proc_dir), argv, address=f"{host}:{port}",
-                extra={"raft_address": f"{host}:{raft_port}"})
+                spec.name, kind, str(proc_dir), argv, address=f"{host}:{port}",
+                extra={"raft_address": raft_address})
 
     def wait_healthy(self, timeout_s: float = 30.0) -> None:
-        """Wait until the stream managers have a leader that knows every extent node."""
-        if not self.stream_managers():
-            return
+        """Wait until the lock service has a leader and the stream managers have a leader
+        that knows every live extent node."""
         import asyncio
 
         from stream_layer.sm_client import AsyncStreamManagerClient
+
+        self._wait_lock_leader(timeout_s)
+        if not self.stream_managers():
+            return
 
         async def check() -> None:
             client = AsyncStreamManagerClient([r.address for r in self.stream_managers()],
@@ -155,6 +167,29 @@ class LocalStamp:
             finally:
                 await client.close()
         asyncio.run(check())
+
+    def _wait_lock_leader(self, timeout_s: float) -> None:
+        members = self.lock_servers()
+        if not members:
+            return
+        from lock_service.client import LockClient
+
+        client = LockClient([r.address for r in members], holder="stamp-up")
+        deadline = time.monotonic() + timeout_s
+        try:
+            while True:
+                for rec in members:
+                    try:
+                        if client.status(rec.address, timeout_s=0.5).role == "leader":
+                            return
+                    except Unavailable:
+                        continue
+                if time.monotonic() > deadline:
+                    raise Unavailable(f"the lock service elected no leader within "
+                                      f"{timeout_s:g}s")
+                time.sleep(0.05)
+        finally:
+            client.close()
 
     # ---- processes ------------------------------------------------------------------------
 
@@ -249,6 +284,9 @@ class LocalStamp:
 
     def stream_managers(self) -> list[ProcessRecord]:
         return self._of_kind(KIND_STREAM_MANAGER)
+
+    def lock_servers(self) -> list[ProcessRecord]:
+        return self._of_kind(KIND_LOCK)
 
     def _of_kind(self, kind: str) -> list[ProcessRecord]:
         return sorted((r for r in self.records.values() if r.kind == kind),

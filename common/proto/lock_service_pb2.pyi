@@ -1,8 +1,8 @@
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Iterable as _Iterable
-from typing import ClassVar as _ClassVar, Optional as _Optional
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -187,3 +187,29 @@ class StatusReply(_message.Message):
     keys: int
     journal_syncs: int
     def __init__(self, name: _Optional[str] = ..., raft_address: _Optional[str] = ..., role: _Optional[str] = ..., leader: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., last_applied: _Optional[int] = ..., applied: _Optional[int] = ..., digest: _Optional[str] = ..., state_time: _Optional[float] = ..., leases: _Optional[int] = ..., keys: _Optional[int] = ..., journal_syncs: _Optional[int] = ...) -> None: ...
+
+class ListLeasesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class LeaseInfo(_message.Message):
+    __slots__ = ("token", "holder", "lock", "ttl_s", "expires_in_s", "keys")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    LOCK_FIELD_NUMBER: _ClassVar[int]
+    TTL_S_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_IN_S_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    token: int
+    holder: str
+    lock: str
+    ttl_s: float
+    expires_in_s: float
+    keys: int
+    def __init__(self, token: _Optional[int] = ..., holder: _Optional[str] = ..., lock: _Optional[str] = ..., ttl_s: _Optional[float] = ..., expires_in_s: _Optional[float] = ..., keys: _Optional[int] = ...) -> None: ...
+
+class ListLeasesReply(_message.Message):
+    __slots__ = ("leases",)
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    leases: _containers.RepeatedCompositeFieldContainer[LeaseInfo]
+    def __init__(self, leases: _Optional[_Iterable[_Union[LeaseInfo, _Mapping]]] = ...) -> None: ...

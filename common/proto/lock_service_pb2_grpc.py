@@ -84,6 +84,11 @@ class LockServiceStub:
                 request_serializer=common_dot_proto_dot_lock__service__pb2.StatusRequest.SerializeToString,
                 response_deserializer=common_dot_proto_dot_lock__service__pb2.StatusReply.FromString,
                 _registered_method=True)
+        self.ListLeases = channel.unary_unary(
+                '/stamp.lock.LockService/ListLeases',
+                request_serializer=common_dot_proto_dot_lock__service__pb2.ListLeasesRequest.SerializeToString,
+                response_deserializer=common_dot_proto_dot_lock__service__pb2.ListLeasesReply.FromString,
+                _registered_method=True)
 
 
 class LockServiceServicer:
@@ -156,6 +161,13 @@ class LockServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListLeases(self, request, context):
+        """Every lease (locks and sessions) as the leader sees it now: for operators.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LockServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -208,6 +220,11 @@ def add_LockServiceServicer_to_server(servicer, server):
                     servicer.Status,
                     request_deserializer=common_dot_proto_dot_lock__service__pb2.StatusRequest.FromString,
                     response_serializer=common_dot_proto_dot_lock__service__pb2.StatusReply.SerializeToString,
+            ),
+            'ListLeases': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListLeases,
+                    request_deserializer=common_dot_proto_dot_lock__service__pb2.ListLeasesRequest.FromString,
+                    response_serializer=common_dot_proto_dot_lock__service__pb2.ListLeasesReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -480,6 +497,33 @@ class LockService:
             '/stamp.lock.LockService/Status',
             common_dot_proto_dot_lock__service__pb2.StatusRequest.SerializeToString,
             common_dot_proto_dot_lock__service__pb2.StatusReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListLeases(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stamp.lock.LockService/ListLeases',
+            common_dot_proto_dot_lock__service__pb2.ListLeasesRequest.SerializeToString,
+            common_dot_proto_dot_lock__service__pb2.ListLeasesReply.FromString,
             options,
             channel_credentials,
             insecure,

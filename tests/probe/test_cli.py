@@ -19,7 +19,8 @@ pytestmark = pytest.mark.slow
 # 6 extent nodes: after the demo kills one, three fault domains still have a live node.
 CONFIG = "".join(f'[[extent_nodes]]\nname = "en-{i}"\nfault_domain = "fd-{(i - 1) % 3 + 1}"\n'
                  f'upgrade_domain = "ud-{i}"\nport = 0\n' for i in range(1, 7)) + "".join(
-    f'[[stream_managers]]\nname = "sm-{i}"\nport = 0\nraft_port = 0\n' for i in (1, 2, 3))
+    f'[[stream_managers]]\nname = "sm-{i}"\nport = 0\nraft_port = 0\n'
+    f'[[lock_servers]]\nname = "lock-{i}"\nport = 0\nraft_port = 0\n' for i in (1, 2, 3))
 ENS = {f"en-{i}" for i in range(1, 7)}
 
 
@@ -41,14 +42,14 @@ def data_dir(tmp_path: Path) -> Iterator[Path]:
 
 def test_up_status_kill_start_demo_down(data_dir: Path) -> None:
     out = stamp(data_dir, "up", "--config", str(data_dir.parent / "stamp.toml")).stdout
-    assert "started 9 processes" in out
+    assert "started 12 processes" in out
     assert "already running" in stamp(data_dir, "up").stdout
 
     status = json.loads(stamp(data_dir, "status", "--json").stdout)
     assert {p["name"]: p["serving"] for p in status["processes"]} == {
-        name: True for name in ENS | {"sm-1", "sm-2", "sm-3"}}
+        name: True for name in ENS | {"sm-1", "sm-2", "sm-3", "lock-1", "lock-2", "lock-3"}}
     assert sorted(p.get("role", "") for p in status["processes"]) == [
-        *[""] * 6, "follower", "follower", "leader"]
+        *[""] * 6, *["follower"] * 4, "leader", "leader"]
 
     demo = stamp(data_dir, "demo").stdout
     assert "acknowledged records read back in order" in demo
@@ -70,12 +71,22 @@ def test_up_status_kill_start_demo_down(data_dir: Path) -> None:
     states = {e["extent_id"]: e["state"] for e in extents if "events" in e["streams"]}
     assert states[first] == "sealed" and list(states.values()).count("open") == 1
 
+    from lock_service.client import LockClient
+    locks = LockClient.from_stamp(data_dir, holder="ps-7")
+    lease = locks.acquire("partition/7", ttl_s=30.0)
+    assert lease is not None
+    [row] = json.loads(stamp(data_dir, "lock", "ls", "--json").stdout)
+    assert (row["lock"], row["holder"], row["token"]) == ("partition/7", "ps-7", lease.token)
+    lease.release()
+    locks.close()
+    assert "no locks" in stamp(data_dir, "lock", "ls").stdout
+
     assert "SIGKILL" in stamp(data_dir, "kill", "en-2").stdout
     status = json.loads(stamp(data_dir, "status", "--json").stdout)
     assert [p["alive"] for p in status["processes"] if p["name"] == "en-2"] == [False]
     assert "started en-2" in stamp(data_dir, "start", "en-2").stdout
 
-    assert "stopped 9 processes" in stamp(data_dir, "down").stdout
+    assert "stopped 12 processes" in stamp(data_dir, "down").stdout
     assert "nothing was running" in stamp(data_dir, "down").stdout
 
 

@@ -24,7 +24,7 @@ from typing import Any
 import uvloop
 
 from common.checksums import crc32c
-from common.config import KiB, MiB, default_config
+from common.config import KiB, MiB
 from common.errors import ExtentFull, StampError
 from common.ids import random_extent_id
 from stream_layer.client import AsyncStreamClient
@@ -40,11 +40,9 @@ def _with_stamp(config_text: str, body: Callable[[LocalStamp], Any], progress: P
         config_path = Path(tmp) / "bench.toml"
         config_path.write_text(config_text)
         from common.config import load_config
-        config = load_config(config_path)
-        config = dataclasses.replace(config, extent_nodes=tuple(
-            dataclasses.replace(n, port=0) for n in default_config().extent_nodes),
-            stream_managers=tuple(dataclasses.replace(s, port=0, raft_port=0)
-                                  for s in default_config().stream_managers))
+        # No lock service: the stream layer does not use it.
+        config = dataclasses.replace(load_config(config_path).with_ephemeral_ports(),
+                                     lock_servers=())
         stamp = LocalStamp(Path(tmp) / "stamp", config, str(config_path))
         progress("starting 3 stream managers and 9 extent nodes")
         stamp.up()
