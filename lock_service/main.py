@@ -12,12 +12,10 @@ design (the journal is durable). Logs go to stderr.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
-import signal
 from pathlib import Path
 
-from common import faults
+from common import server_main
 from common.config import HOST
 from common.process import write_ready
 from common.proto import faults_pb2_grpc
@@ -72,11 +70,7 @@ async def serve(args: argparse.Namespace) -> None:
     log.info("%s serving gRPC on %s, raft on %s, peers %s", args.name, address, raft_address,
              ",".join(peers))
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    await server_main.until_stopped()
     log.info("%s stopping", args.name)
     await servicer.stop()
     await server.stop(STOP_GRACE_S)
@@ -85,11 +79,8 @@ async def serve(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    args.dir.mkdir(parents=True, exist_ok=True)
-    faults.arm_from_env()
-    asyncio.run(serve(args))
+    server_main.start_process(args.name, args.dir, args.log_level)
+    server_main.run(serve(args))
 
 
 if __name__ == "__main__":

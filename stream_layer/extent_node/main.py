@@ -10,11 +10,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
-import signal
 from pathlib import Path
 
-from common import faults, rpc
+from common import rpc, server_main
 from common.config import HOST, load_config
 from common.process import write_ready
 from common.proto import extent_node_pb2_grpc, faults_pb2_grpc
@@ -68,11 +66,7 @@ async def serve(args: argparse.Namespace) -> None:
             sm, store, args.name, address, args.fault_domain, args.upgrade_domain,
             config.stream_manager.heartbeat_interval_ms / 1000))
 
-    stopping = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, stopping.set)
-    loop.add_signal_handler(signal.SIGINT, stopping.set)
-    await stopping.wait()
+    await server_main.until_stopped()
     log.info("%s stopping", args.name)
     if heartbeats is not None:
         heartbeats.cancel()
@@ -84,15 +78,8 @@ async def serve(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
-    args.dir.mkdir(parents=True, exist_ok=True)
-    logging.basicConfig(level=logging.INFO,
-                        format=f"%(asctime)s {args.name} %(levelname)s %(name)s: %(message)s")
-    faults.arm_from_env()
-    if os.environ.get("STAMP_UVLOOP", "1") == "1":
-        import uvloop
-        uvloop.run(serve(args))
-    else:
-        asyncio.run(serve(args))
+    server_main.start_process(args.name, args.dir)
+    server_main.run(serve(args))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,41 @@
+"""What every Stamp server process does around its own start-up: log in one format, arm fault
+points from the environment, run on uvloop, and stop cleanly on SIGTERM or SIGINT (SIGKILL is
+what tests use, and recovery is built for it)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any
+
+from common import faults
+
+
+def start_process(name: str, directory: Path, level: str = "INFO") -> None:
+    """Before the event loop: the process's directory, logging and armed fault points."""
+    directory.mkdir(parents=True, exist_ok=True)
+    logging.basicConfig(level=level.upper(),
+                        format=f"%(asctime)s {name} %(levelname)s %(name)s: %(message)s")
+    faults.arm_from_env()
+
+
+def run(main: Coroutine[Any, Any, None]) -> None:
+    """Run the server's main coroutine on uvloop (STAMP_UVLOOP=0: the stock asyncio loop)."""
+    if os.environ.get("STAMP_UVLOOP", "1") == "1":
+        import uvloop
+        uvloop.run(main)
+    else:
+        asyncio.run(main)
+
+
+async def until_stopped() -> None:
+    """Return once the process is asked to stop (SIGTERM or SIGINT)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
