@@ -38,6 +38,9 @@ def channel_options(message_bytes_max: int) -> list[tuple[str, Any]]:
         ("grpc.initial_reconnect_backoff_ms", 100),
         ("grpc.max_reconnect_backoff_ms", 1_000),
         ("grpc.enable_retries", 0),
+        # Each channel its own subchannels: gRPC otherwise shares them process-wide, and a
+        # fresh channel (ChannelCache) would inherit the old one's reconnect backoff.
+        ("grpc.use_local_subchannel_pool", 1),
     ]
 
 
@@ -79,8 +82,20 @@ class ChannelCache:
         self._retired.clear()
 
 
+def server_options(message_bytes_max: int) -> list[tuple[str, Any]]:
+    """Server side: accept the keepalive pings our channels send (every 10 s, idle or not).
+    gRPC's default allows one ping per 5 minutes and answers more with GOAWAY
+    "too_many_pings", which kills every stream on the connection (append streams included)."""
+    return [
+        *channel_options(message_bytes_max),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+        ("grpc.http2.max_ping_strikes", 0),
+    ]
+
+
 def aio_server(message_bytes_max: int) -> aio.Server:
-    return aio.server(options=channel_options(message_bytes_max))
+    return aio.server(options=server_options(message_bytes_max))
 
 
 def error_name(exc: BaseException) -> str:

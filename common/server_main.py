@@ -5,6 +5,7 @@ what tests use, and recovery is built for it)."""
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import logging
 import os
 import signal
@@ -18,6 +19,8 @@ from common import faults
 def start_process(name: str, directory: Path, level: str = "INFO") -> None:
     """Before the event loop: the process's directory, logging and armed fault points."""
     directory.mkdir(parents=True, exist_ok=True)
+    # A crash in C (gRPC, uvloop) would otherwise kill the process without a word in its log.
+    faulthandler.enable()
     logging.basicConfig(level=level.upper(),
                         format=f"%(asctime)s {name} %(levelname)s %(name)s: %(message)s")
     faults.arm_from_env()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 
 from common.errors import StampError
@@ -44,6 +45,8 @@ def main(argv: list[str] | None = None) -> None:
         _serve(argv[1:])
         return
     args = build_parser().parse_args(argv)
+    # SIGTERM unwinds like ^C, so commands that started processes (benches) stop them.
+    signal.signal(signal.SIGTERM, _terminate)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     try:
@@ -55,6 +58,10 @@ def main(argv: list[str] | None = None) -> None:
         print("stamp: interrupted", file=sys.stderr)
         code = 130
     sys.exit(code or 0)
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 SERVERS = {

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import weakref
 from collections.abc import Coroutine, Iterable
 from typing import Any
 
@@ -48,7 +49,9 @@ class StreamManagerLeader:
         self._ids: list[int] = []
         self._ids_term = -1
         self._reserving = asyncio.Lock()
-        self._stream_locks: dict[str, asyncio.Lock] = {}
+        # Rollovers of one stream take turns; a lock lives only while someone holds it.
+        self._stream_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = \
+            weakref.WeakValueDictionary()
         self._last_heard: dict[str, float] = {}
         self._usage: dict[str, tuple[int, int]] = {}  # node -> (used bytes, extents)
         self._leader_since: float | None = None

@@ -12,6 +12,7 @@ import pytest
 from common.errors import ChecksumError, DeadlineExceeded, ReplicationFailed, WrongOffset
 from common.ids import extent_file_stem, random_extent_id
 from common.rpc import arm_remote
+from stream_layer import framing
 from stream_layer.extent_client import AsyncExtentClient
 from stream_layer.seal import seal_extent
 from tests.checker import check_extent_image, pipelined_appends, read_image
@@ -70,11 +71,19 @@ def test_secondary_refuses_write_not_at_its_end(stamp_factory: StampFactory) -> 
             await client.append(replicas[1], extent_id, [b"y"])
         from common.proto import extent_node_pb2 as pb
         call = client.stub(replicas[1]).ForwardStream()
+        # A well-formed frame, but at offset 0 of a replica that already ends at 108.
         await call.write(pb.ForwardBatch(entries=[pb.ForwardEntry(
-            extent_id=extent_id, offset=0, frames=b"\x01\x00\x00\x00" + b"\x00" * 4 + b"z")]))
+            extent_id=extent_id, offset=0, frames=framing.frame(b"z"))]))
         reply = await call.read()
-        assert reply.acks[0].error_kind in (WrongOffset.__name__, ChecksumError.__name__)
+        assert reply.acks[0].error_kind == WrongOffset.__name__
+        # And a frame whose checksum does not hold is refused before anything else.
+        await call.write(pb.ForwardBatch(entries=[pb.ForwardEntry(
+            extent_id=extent_id, offset=108, frames=framing.frame(b"z")[:-1] + b"y")]))
+        reply = await call.read()
+        assert reply.acks[0].error_kind == ChecksumError.__name__
         call.cancel()
+        length, _ = await client.commit_length(replicas[1], extent_id)
+        assert length == 108, "a refused write changed the replica"
         await client.close()
     asyncio.run(scenario())
 
