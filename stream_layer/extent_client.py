@@ -24,7 +24,7 @@ import grpc
 from common import rpc
 from common.checksums import crc32c
 from common.config import ExtentNodeLimits
-from common.errors import StampError, Unavailable
+from common.errors import DeadlineExceeded, StampError, Unavailable
 from common.loop_thread import LoopThread
 from common.proto import extent_node_pb2 as pb
 from common.proto import extent_node_pb2_grpc as pb_grpc
@@ -71,7 +71,15 @@ class _AppendSession:
         self._wake.set()
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run())
-        ack = await future
+        try:
+            # A deadline, so that no failure anywhere down the chain can hang the caller:
+            # an append that outlives it is ambiguous, like one on a broken stream.
+            ack = await asyncio.wait_for(asyncio.shield(future),
+                                         self._limits.append_deadline_ms / 1000)
+        except TimeoutError:
+            self._waiting.pop(request_id, None)
+            raise DeadlineExceeded(f"append to {self.address} unanswered after "
+                                   f"{self._limits.append_deadline_ms} ms") from None
         if ack.error_kind:
             raise rpc.error_from_name(ack.error_kind, ack.error_message)
         return ack
@@ -98,9 +106,9 @@ class _AppendSession:
         except asyncio.CancelledError:
             error, cancelled = Unavailable("client closed"), True
             raise
-        except (grpc.RpcError, grpc.aio.UsageError) as exc:
+        except Exception as exc:  # whatever gRPC raises for a dead stream
             error = rpc.from_rpc_error(exc) if isinstance(exc, grpc.RpcError) else Unavailable(
-                str(exc))
+                f"append stream to {self.address} failed: {exc!r}")
         finally:
             call.cancel()
             reader.cancel()

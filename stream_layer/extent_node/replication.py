@@ -141,9 +141,12 @@ class Forwarder:
             call.cancel()
             reader.cancel()
             raise
-        except (grpc.RpcError, grpc.aio.UsageError, StampError) as exc:
+        except Exception as exc:
+            # Any failure of the stream, whatever gRPC raises for it (writing to a finished
+            # call raises InvalidStateError, not RpcError): the forwarder must never die
+            # with entries queued, or appends would wait for acks forever.
             error = exc if isinstance(exc, StampError) else Unavailable(
-                f"forwarding to {self.address} failed: {exc}")
+                f"forwarding to {self.address} failed: {exc!r}")
             self._broken(error, call, reader)
             return
         self._broken(Unavailable(f"forward stream to {self.address} ended"), call, reader)
@@ -155,6 +158,8 @@ class Forwarder:
                     self._on_ack(self.address, ack)
         except grpc.RpcError as exc:
             log.warning("forward stream to %s broke: %s", self.address, exc.code())
+        except Exception:
+            log.exception("forward stream to %s: reading acks failed", self.address)
         finally:
             self._wake.set()  # let the writer notice the stream is gone
 

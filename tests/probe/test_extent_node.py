@@ -303,3 +303,28 @@ def test_seal_during_load_keeps_every_acknowledged_append(stamp_factory: StampFa
             check_extent_image(images.pop(), history, extent_id)
         await client.close()
     asyncio.run(scenario())
+
+
+def test_appends_after_a_secondary_restarts_never_hang(stamp_factory: StampFactory) -> None:
+    """The primary's forwarding stream to a SIGKILLed secondary is dead; once the secondary
+    is back, appends to a new extent on the same nodes are replicated (the forwarder starts a
+    new stream) — they neither hang nor fail. Repeated, since the break can land anywhere."""
+    stamp = stamp_factory(3)
+    replicas = addresses(stamp)
+    secondary = stamp.extent_nodes()[1]
+
+    async def scenario() -> None:
+        client = AsyncExtentClient()
+        for round_ in range(4):
+            extent_id = await new_extent(client, replicas)
+            await client.append(replicas[0], extent_id, [b"before %d" % round_])
+            stamp.kill(secondary.name)
+            with pytest.raises(ReplicationFailed):
+                await asyncio.wait_for(client.append(replicas[0], extent_id, [b"x"]), 15)
+            stamp.start(secondary.name)
+            await client.wait_serving(secondary.address)
+            fresh = await new_extent(client, replicas)
+            [loc] = await asyncio.wait_for(client.append(replicas[0], fresh, [b"after"]), 15)
+            assert await client.read(secondary.address, loc) == b"after"
+        await client.close()
+    asyncio.run(scenario())

@@ -2,7 +2,7 @@
 through the real client and protocol.
 
 Phases (each on a fresh extent): 4 KiB blocks with 1, 8 and 32 concurrent appenders, then
-1 MiB blocks with 4; and, for comparison, the disk's own 4 KiB append+fsync rate measured on
+1 MiB blocks with 4 and 8; and, for comparison, the disk's own 4 KiB append+fsync rate measured on
 the journal directory. Targets (issue 2): 32 appenders >= 5,000 appends/s (above the fsync
 rate: group commit), one sequential appender p50 <= 2 ms, 1 MiB blocks >= 100 MB/s.
 """
@@ -28,7 +28,7 @@ from stream_layer.extent_client import AsyncExtentClient
 from tools.bench.measure import latency_metrics, row
 from tools.local_stamp import LocalStamp
 
-PHASES = [(4 * KiB, 1), (4 * KiB, 8), (4 * KiB, 32), (1 * MiB, 4)]
+PHASES = [(4 * KiB, 1), (4 * KiB, 8), (4 * KiB, 32), (1 * MiB, 4), (1 * MiB, 8)]
 WARMUP_S = 0.5
 # Long phases of 1 MiB appends outgrow the default 256 MiB extent; the bench measures one
 # extent's append path, not rollover, so it gives its nodes a larger limit.
