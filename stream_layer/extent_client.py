@@ -57,6 +57,8 @@ class _AppendSession:
         self._waiting: dict[int, asyncio.Future[pb.AppendAck]] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._sent_at: dict[int, float] = {}
+        self._watchdog: asyncio.Task[None] | None = None
 
     async def append(self, extent_id: int, blocks: Sequence[bytes],
                      crcs: Sequence[int] | None = None) -> pb.AppendAck:
@@ -71,18 +73,32 @@ class _AppendSession:
         self._wake.set()
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run())
+        self._sent_at[request_id] = time.monotonic()
+        if self._watchdog is None:
+            self._watchdog = asyncio.get_running_loop().create_task(self._expire())
         try:
-            # A deadline, so that no failure anywhere down the chain can hang the caller:
-            # an append that outlives it is ambiguous, like one on a broken stream.
-            ack = await asyncio.wait_for(asyncio.shield(future),
-                                         self._limits.append_deadline_ms / 1000)
-        except TimeoutError:
-            self._waiting.pop(request_id, None)
-            raise DeadlineExceeded(f"append to {self.address} unanswered after "
-                                   f"{self._limits.append_deadline_ms} ms") from None
+            ack = await future
+        finally:
+            self._sent_at.pop(request_id, None)
         if ack.error_kind:
             raise rpc.error_from_name(ack.error_kind, ack.error_message)
         return ack
+
+    async def _expire(self) -> None:
+        """The append deadline, so that no failure anywhere down the chain can hang a caller:
+        an append that outlives it is ambiguous, like one on a broken stream. One watchdog
+        per session (not a timer per append: this is the hot path)."""
+        deadline_s = self._limits.append_deadline_ms / 1000
+        while self._sent_at:
+            await asyncio.sleep(deadline_s / 4)
+            too_old = time.monotonic() - deadline_s
+            for request_id, sent in list(self._sent_at.items()):
+                future = self._waiting.pop(request_id, None) if sent < too_old else None
+                if future is not None and not future.done():
+                    future.set_exception(DeadlineExceeded(
+                        f"append to {self.address} unanswered after "
+                        f"{self._limits.append_deadline_ms} ms"))
+        self._watchdog = None
 
     async def _run(self) -> None:
         call = self._stub().AppendStream()
@@ -141,9 +157,10 @@ class _AppendSession:
             self._wake.set()
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        for task in (self._task, self._watchdog):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
 
 
 class AsyncExtentClient:
