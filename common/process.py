@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -19,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.config import HOST
 from common.errors import Unavailable
 
 READY_FILE = "ready.json"
@@ -45,6 +47,13 @@ def read_ready(proc_dir: str | Path) -> Ready | None:
     except (OSError, ValueError):
         return None
     return Ready(raw["name"], int(raw["pid"]), raw["address"])
+
+
+def free_port(host: str = HOST) -> int:
+    """A port free right now on `host` (the process that gets it binds it moments later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
 
 
 def stamp_command(*args: str) -> list[str]:

@@ -8,7 +8,6 @@ replica comes back on the same ones, so clients keep their address lists.
 from __future__ import annotations
 
 import contextlib
-import socket
 import subprocess
 import sys
 import time
@@ -18,18 +17,13 @@ from pathlib import Path
 from common import process
 from common.config import HOST
 from common.errors import StampError, Unavailable
+from common.process import free_port
 from common.proto import lock_service_pb2 as pb
 from lock_service.client import LockClient
 
 START_TIMEOUT_S = 20.0
 LEADER_TIMEOUT_S = 15.0
 POLL_INTERVAL_S = 0.01
-
-
-def free_port(host: str = HOST) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

@@ -21,10 +21,12 @@ class AppendHistory:
 
 async def pipelined_appends(client: AsyncExtentClient, primary: str, extent_id: int,
                             appenders: int, stop: asyncio.Event, deadline_s: float = 30.0,
-                            block_bytes: int = 512) -> AppendHistory:
+                            block_bytes: int = 512, history: AppendHistory | None = None
+                            ) -> AppendHistory:
     """Concurrent appenders, each block unique, until `stop` is set or every appender has
-    seen an error (the extent is broken) or the deadline passes."""
-    history = AppendHistory()
+    seen an error (the extent is broken) or the deadline passes. Pass `history` to watch it
+    grow (see `acknowledged`)."""
+    history = history if history is not None else AppendHistory()
     ends = time.monotonic() + deadline_s
 
     async def appender(index: int) -> None:
@@ -69,3 +71,13 @@ async def read_image(client: AsyncExtentClient, address: str, extent_id: int,
         offset += len(frames)
     return b"".join(parts)
 
+
+
+async def acknowledged(acked: list[object], count: int, timeout_s: float = 15.0) -> None:
+    """Wait until `acked` holds `count` entries: a load is under way, mid-pipeline."""
+    deadline = time.monotonic() + timeout_s
+    while len(acked) < count:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"only {len(acked)} of {count} appends acknowledged in "
+                                 f"{timeout_s}s")
+        await asyncio.sleep(0.01)

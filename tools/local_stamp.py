@@ -11,7 +11,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -39,13 +38,6 @@ class ProcessRecord:
     fault_domain: str = ""
     upgrade_domain: str = ""
     extra: dict[str, str] = field(default_factory=dict)
-
-
-def free_port(host: str) -> int:
-    """A port free right now on `host` (the process binds it moments later)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 class LocalStamp:
@@ -93,7 +85,7 @@ class LocalStamp:
             if spec.name in self.records:
                 continue
             proc_dir = self.data_dir / spec.name
-            port = spec.port or free_port(host)
+            port = spec.port or process.free_port(host)
             argv = process.stamp_command(
                 "serve", "extent-node", "--name", spec.name, "--dir", str(proc_dir),
                 "--host", host, "--port", str(port), "--fault-domain", spec.fault_domain,
@@ -119,8 +111,8 @@ class LocalStamp:
         if len(new) != len(specs):
             raise InvalidArgument(f"a Raft group's membership is fixed: cannot add {kind} "
                                   f"replicas to an existing stamp")
-        ports = {spec.name: (spec.port or free_port(host), spec.raft_port or free_port(host))
-                 for spec in new}
+        ports = {spec.name: (spec.port or process.free_port(host),
+                             spec.raft_port or process.free_port(host)) for spec in new}
         members = [(f"{host}:{raft}", f"{host}:{port}") for port, raft in ports.values()]
         for spec in new:
             port, raft_port = ports[spec.name]

@@ -15,7 +15,13 @@ from common.rpc import arm_remote
 from stream_layer import framing
 from stream_layer.extent_client import AsyncExtentClient
 from stream_layer.seal import seal_extent
-from tests.checker import check_extent_image, pipelined_appends, read_image
+from tests.checker import (
+    AppendHistory,
+    acknowledged,
+    check_extent_image,
+    pipelined_appends,
+    read_image,
+)
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow
@@ -100,9 +106,11 @@ def test_kill_replica_during_pipelined_load(stamp_factory: StampFactory, victim_
         client = AsyncExtentClient()
         extent_id = await new_extent(client, replicas)
         stop = asyncio.Event()
+        progress = AppendHistory()
         load = asyncio.ensure_future(pipelined_appends(client, replicas[0], extent_id, 16, stop,
-                                                       block_bytes=block_bytes))
-        await asyncio.sleep(0.5)  # the load runs a while: the kill lands mid-pipeline
+                                                       block_bytes=block_bytes,
+                                                       history=progress))
+        await acknowledged(progress.acked, 200)  # the kill lands mid-pipeline
         assert not load.done()
         stamp.kill(victim.name)
         history = await load  # every appender stops at its first error
@@ -292,9 +300,11 @@ def test_seal_during_load_keeps_every_acknowledged_append(stamp_factory: StampFa
         for _ in range(3):
             extent_id = await new_extent(client, replicas)
             stop = asyncio.Event()
+            progress = AppendHistory()
             load = asyncio.ensure_future(pipelined_appends(client, replicas[0], extent_id, 16,
-                                                           stop, deadline_s=10))
-            await asyncio.sleep(0.2)
+                                                           stop, deadline_s=10,
+                                                           history=progress))
+            await acknowledged(progress.acked, 100)
             length, sealed_on = await seal_extent(client, extent_id, replicas)
             history = await load
             assert len(sealed_on) == 3 and history.acked

@@ -14,6 +14,7 @@ from common.errors import AlreadyExists, StampError
 from common.proto import stream_manager_pb2 as pb
 from stream_layer.client import AsyncStream, AsyncStreamClient
 from stream_layer.framing import Location
+from tests.checker import acknowledged
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow
@@ -60,9 +61,9 @@ async def converged_digests(stamp: LocalStamp, client: AsyncStreamClient) -> set
     return await wait_for(same_index, 15, "the stream managers to converge")
 
 
-async def append_load(stream: AsyncStream, appenders: int, stop: asyncio.Event
-                      ) -> list[tuple[Location, bytes]]:
-    acked: list[tuple[Location, bytes]] = []
+async def append_load(stream: AsyncStream, appenders: int, stop: asyncio.Event,
+                      acked: list[tuple[Location, bytes]]) -> list[tuple[Location, bytes]]:
+    """Appenders until `stop`; what they got acknowledged grows in `acked` meanwhile."""
 
     async def appender(index: int) -> None:
         n = 0
@@ -88,8 +89,9 @@ def test_sm_leader_killed_during_appends(stamp_factory: StampFactory) -> None:
         client = client_for(stamp)
         stream = await client.create_stream("log")
         stop = asyncio.Event()
-        load = asyncio.ensure_future(append_load(stream, 4, stop))
-        await asyncio.sleep(0.5)
+        progress: list[tuple[Location, bytes]] = []
+        load = asyncio.ensure_future(append_load(stream, 4, stop, progress))
+        await acknowledged(progress, 100)
         victim = await leader_name(stamp, client)
         stamp.kill(victim)
         rollovers_before = len(stream.extents)
@@ -125,12 +127,13 @@ def test_kill_extent_node_of_the_open_extent(stamp_factory: StampFactory) -> Non
         client = client_for(stamp)
         stream = await client.create_stream("log")
         stop = asyncio.Event()
-        load = asyncio.ensure_future(append_load(stream, 8, stop))
-        await asyncio.sleep(0.3)
+        progress: list[tuple[Location, bytes]] = []
+        load = asyncio.ensure_future(append_load(stream, 8, stop, progress))
+        await acknowledged(progress, 100)
         open_extent = stream.extents[-1]
         stamp.kill(stamp.name_of(open_extent.addresses[0]))  # the primary
         await wait_for(lambda: _grown(stream, 2), 10, "the stream to continue")
-        await asyncio.sleep(0.3)
+        await acknowledged(progress, len(progress) + 100)  # and it goes on appending
         stop.set()
         acked = await load
         extents = {e.extent_id: e for e in (await stream.refresh()).extents}

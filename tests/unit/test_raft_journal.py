@@ -19,9 +19,9 @@ from pysyncobj import replicated
 from pysyncobj.transport import TCPTransport
 
 from common import raft_journal
+from common.process import free_port
 from common.raft import DurableReplica, DurableTransport
 from common.raft_journal import MAGIC, DurableJournal, JournalCorrupt
-from lock_service.group import free_port
 
 
 def command(idx: int) -> bytes:
