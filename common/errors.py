@@ -39,6 +39,11 @@ class WrongOffset(PreconditionFailed):
     """A secondary refuses a write that does not start at its current end (§2)."""
 
 
+class Fenced(PreconditionFailed):
+    """A newer owner (a higher fencing epoch) has taken the resource over: this writer's
+    changes are refused for good (§8 invariant 3)."""
+
+
 class Sealed(StampError):
     """The extent (or log) is sealed: no more appends."""
 

@@ -61,9 +61,13 @@ SCAN_CHUNK_BYTES = 4 * 1024 * 1024
 
 
 class AsyncStream:
-    def __init__(self, client: AsyncStreamClient, info: sm_pb.StreamInfo) -> None:
+    def __init__(self, client: AsyncStreamClient, info: sm_pb.StreamInfo,
+                 epoch: int = 0) -> None:
         self.client = client
         self.name = info.name
+        # This writer's fencing epoch (0: unfenced use). Once a writer with a higher epoch
+        # fences the stream, this one's rollovers are refused (Fenced) and its appends fail.
+        self.epoch = epoch
         self._info = info
         self._extents = {e.extent_id: e for e in info.extents}
         self._rollovers: dict[int, asyncio.Future[None]] = {}
@@ -127,7 +131,8 @@ class AsyncStream:
             pending = asyncio.get_running_loop().create_future()
             self._rollovers[extent_id] = pending
             try:
-                self._update(await self.client.sm.seal_and_add(self.name, extent_id))
+                self._update(await self.client.sm.seal_and_add(self.name, extent_id,
+                                                               self.epoch))
                 pending.set_result(None)
             except BaseException as exc:
                 pending.set_exception(exc)
@@ -162,16 +167,26 @@ class AsyncStream:
                 last_error = exc
         raise last_error or Unavailable(f"no replica of extent {extent.extent_id}")
 
-    async def blocks(self) -> AsyncIterator[tuple[Location, bytes]]:
+    async def blocks(self, start: Location | None = None
+                     ) -> AsyncIterator[tuple[Location, bytes]]:
         """Every block of the stream in order: sealed extents to their sealed length, the open
-        last extent to what its replicas agree is committed."""
+        last extent to what its replicas agree is committed. With `start`, from that block on
+        (it must be a block of this stream)."""
         info = await self.refresh()
-        for extent in info.extents:
+        extents = list(info.extents)
+        first_offset = 0
+        if start is not None:
+            ids = [e.extent_id for e in extents]
+            if start.extent_id not in ids:
+                raise NotFound(f"extent {start.extent_id} is not part of stream {self.name!r}")
+            extents = extents[ids.index(start.extent_id):]
+            first_offset = start.offset
+        for extent in extents:
             if extent.state == "open":
                 end = await self.committed_length(extent)
             else:
                 end = extent.sealed_length
-            offset = 0
+            offset, first_offset = first_offset, 0
             while offset < end:
                 frames = await self._read_frames(extent, offset,
                                                  min(SCAN_CHUNK_BYTES, end - offset))
@@ -245,6 +260,12 @@ class AsyncStreamClient:
     async def open_stream(self, name: str) -> AsyncStream:
         return AsyncStream(self, await self.sm.open_stream(name))
 
+    async def fence_stream(self, name: str, epoch: int) -> AsyncStream:
+        """Take the stream over as the writer of `epoch` (a fencing token): every writer
+        with a smaller epoch is cut off — its appends fail from now on — and the stream's
+        last extent is sealed, so what was acknowledged before is exactly what it holds."""
+        return AsyncStream(self, await self.sm.fence_stream(name, epoch), epoch)
+
     async def delete_stream(self, name: str) -> None:
         await self.sm.delete_stream(name)
 
@@ -270,8 +291,8 @@ class Stream:
     def read(self, location: Location) -> bytes:
         return self._owner.run(self.aio.read(location))
 
-    def blocks(self) -> Iterator[tuple[Location, bytes]]:
-        iterator = self.aio.blocks().__aiter__()
+    def blocks(self, start: Location | None = None) -> Iterator[tuple[Location, bytes]]:
+        iterator = self.aio.blocks(start).__aiter__()
         while True:
             try:
                 yield self._owner.run(iterator.__anext__())
@@ -311,6 +332,9 @@ class StreamClient:
 
     def open_stream(self, name: str) -> Stream:
         return Stream(self, self.run(self.aio.open_stream(name)))
+
+    def fence_stream(self, name: str, epoch: int) -> Stream:
+        return Stream(self, self.run(self.aio.fence_stream(name, epoch)))
 
     def delete_stream(self, name: str) -> None:
         self.run(self.aio.delete_stream(name))

@@ -94,9 +94,13 @@ class AsyncStreamManagerClient:
         return list((await self.call("ListStreams", pb.ListStreamsRequest(prefix=prefix))
                      ).streams)
 
-    async def seal_and_add(self, stream: str, last_extent_id: int) -> pb.StreamInfo:
+    async def seal_and_add(self, stream: str, last_extent_id: int, epoch: int = 0
+                           ) -> pb.StreamInfo:
         return await self.call("SealAndAdd", pb.SealAndAddRequest(
-            stream=stream, last_extent_id=last_extent_id))
+            stream=stream, last_extent_id=last_extent_id, epoch=epoch))
+
+    async def fence_stream(self, name: str, epoch: int) -> pb.StreamInfo:
+        return await self.call("FenceStream", pb.FenceStreamRequest(name=name, epoch=epoch))
 
     async def seal_extent(self, extent_id: int) -> pb.ExtentInfo:
         return await self.call("SealExtent", pb.SealExtentRequest(extent_id=extent_id))

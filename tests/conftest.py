@@ -1,4 +1,8 @@
-"""Shared fixtures. Processes a test starts are killed by PID in the fixture's finalizer."""
+"""Shared fixtures. Processes a test starts are killed by PID in the fixture's finalizer.
+
+hypothesis is imported here, at collection: its pytest plugin otherwise imports it lazily in
+the terminal summary, where CPython 3.11.7's parser fails with "AST constructor recursion
+depth mismatch" (a CPython bug, fixed in 3.11.8) and the run ends in a traceback."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import random
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import hypothesis  # noqa: F401
 import pytest
 
 from common.config import (

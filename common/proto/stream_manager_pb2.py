@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!common/proto/stream_manager.proto\x12\x08stamp.sm\"\x07\n\x05\x45mpty\"{\n\nExtentInfo\x12\x11\n\textent_id\x18\x01 \x01(\x04\x12\x10\n\x08replicas\x18\x02 \x03(\t\x12\x11\n\taddresses\x18\x03 \x03(\t\x12\r\n\x05state\x18\x04 \x01(\t\x12\x15\n\rsealed_length\x18\x05 \x01(\x04\x12\x0f\n\x07streams\x18\x06 \x03(\t\"A\n\nStreamInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12%\n\x07\x65xtents\x18\x02 \x03(\x0b\x32\x14.stamp.sm.ExtentInfo\"\x1d\n\rStreamRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\")\n\rRenameRequest\x12\x0b\n\x03old\x18\x01 \x01(\t\x12\x0b\n\x03new\x18\x02 \x01(\t\"$\n\x12ListStreamsRequest\x12\x0e\n\x06prefix\x18\x01 \x01(\t\"9\n\x10ListStreamsReply\x12%\n\x07streams\x18\x01 \x03(\x0b\x32\x14.stamp.sm.StreamInfo\";\n\x11SealAndAddRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x16\n\x0elast_extent_id\x18\x02 \x01(\x04\"&\n\x11SealExtentRequest\x12\x11\n\textent_id\x18\x01 \x01(\x04\"/\n\rConcatRequest\x12\x0e\n\x06target\x18\x01 \x01(\t\x12\x0e\n\x06source\x18\x02 \x01(\t\"\x8a\x01\n\x08StreamOp\x12\x10\n\x06\x63reate\x18\x01 \x01(\tH\x00\x12\x10\n\x06\x64\x65lete\x18\x02 \x01(\tH\x00\x12)\n\x06rename\x18\x03 \x01(\x0b\x32\x17.stamp.sm.RenameRequestH\x00\x12)\n\x06\x63oncat\x18\x04 \x01(\x0b\x32\x17.stamp.sm.ConcatRequestH\x00\x42\x04\n\x02op\"5\n\x12MultiModifyRequest\x12\x1f\n\x03ops\x18\x01 \x03(\x0b\x32\x12.stamp.sm.StreamOp\"9\n\x10MultiModifyReply\x12%\n\x07streams\x18\x01 \x03(\x0b\x32\x14.stamp.sm.StreamInfo\"\x14\n\x12ListExtentsRequest\"9\n\x10ListExtentsReply\x12%\n\x07\x65xtents\x18\x01 \x03(\x0b\x32\x14.stamp.sm.ExtentInfo\"\xae\x01\n\x08NodeInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x14\n\x0c\x66\x61ult_domain\x18\x03 \x01(\t\x12\x16\n\x0eupgrade_domain\x18\x04 \x01(\t\x12\r\n\x05state\x18\x05 \x01(\t\x12\x0f\n\x07suspect\x18\x06 \x01(\x08\x12\x10\n\x08silent_s\x18\x07 \x01(\x01\x12\x12\n\nused_bytes\x18\x08 \x01(\x04\x12\x0f\n\x07\x65xtents\x18\t \x01(\r\"\x12\n\x10ListNodesRequest\"3\n\x0eListNodesReply\x12!\n\x05nodes\x18\x01 \x03(\x0b\x32\x12.stamp.sm.NodeInfo\"\xae\x01\n\x10HeartbeatRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x14\n\x0c\x66\x61ult_domain\x18\x03 \x01(\t\x12\x16\n\x0eupgrade_domain\x18\x04 \x01(\t\x12\x16\n\x0e\x63\x61pacity_bytes\x18\x05 \x01(\x04\x12\x12\n\nused_bytes\x18\x06 \x01(\x04\x12\x0f\n\x07\x65xtents\x18\x07 \x01(\r\x12\x10\n\x08unsealed\x18\x08 \x03(\x04\"\x10\n\x0eHeartbeatReply\"\x0f\n\rStatusRequest\"\xa1\x01\n\x0bStatusReply\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06leader\x18\x02 \x01(\x08\x12\x16\n\x0eleader_address\x18\x03 \x01(\t\x12\x15\n\rapplied_index\x18\x04 \x01(\x04\x12\x14\n\x0cstate_digest\x18\x05 \x01(\t\x12\x0f\n\x07streams\x18\x06 \x01(\r\x12\x0f\n\x07\x65xtents\x18\x07 \x01(\r\x12\r\n\x05nodes\x18\x08 \x01(\r2\xda\x06\n\rStreamManager\x12=\n\x0c\x43reateStream\x12\x17.stamp.sm.StreamRequest\x1a\x14.stamp.sm.StreamInfo\x12;\n\nOpenStream\x12\x17.stamp.sm.StreamRequest\x1a\x14.stamp.sm.StreamInfo\x12\x38\n\x0c\x44\x65leteStream\x12\x17.stamp.sm.StreamRequest\x1a\x0f.stamp.sm.Empty\x12=\n\x0cRenameStream\x12\x17.stamp.sm.RenameRequest\x1a\x14.stamp.sm.StreamInfo\x12G\n\x0bListStreams\x12\x1c.stamp.sm.ListStreamsRequest\x1a\x1a.stamp.sm.ListStreamsReply\x12?\n\nSealAndAdd\x12\x1b.stamp.sm.SealAndAddRequest\x1a\x14.stamp.sm.StreamInfo\x12?\n\nSealExtent\x12\x1b.stamp.sm.SealExtentRequest\x1a\x14.stamp.sm.ExtentInfo\x12\x37\n\x06\x43oncat\x12\x17.stamp.sm.ConcatRequest\x1a\x14.stamp.sm.StreamInfo\x12G\n\x0bMultiModify\x12\x1c.stamp.sm.MultiModifyRequest\x1a\x1a.stamp.sm.MultiModifyReply\x12G\n\x0bListExtents\x12\x1c.stamp.sm.ListExtentsRequest\x1a\x1a.stamp.sm.ListExtentsReply\x12\x41\n\tListNodes\x12\x1a.stamp.sm.ListNodesRequest\x1a\x18.stamp.sm.ListNodesReply\x12\x41\n\tHeartbeat\x12\x1a.stamp.sm.HeartbeatRequest\x1a\x18.stamp.sm.HeartbeatReply\x12\x38\n\x06Status\x12\x17.stamp.sm.StatusRequest\x1a\x15.stamp.sm.StatusReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!common/proto/stream_manager.proto\x12\x08stamp.sm\"\x07\n\x05\x45mpty\"{\n\nExtentInfo\x12\x11\n\textent_id\x18\x01 \x01(\x04\x12\x10\n\x08replicas\x18\x02 \x03(\t\x12\x11\n\taddresses\x18\x03 \x03(\t\x12\r\n\x05state\x18\x04 \x01(\t\x12\x15\n\rsealed_length\x18\x05 \x01(\x04\x12\x0f\n\x07streams\x18\x06 \x03(\t\"W\n\nStreamInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12%\n\x07\x65xtents\x18\x02 \x03(\x0b\x32\x14.stamp.sm.ExtentInfo\x12\x14\n\x0cwriter_epoch\x18\x03 \x01(\x04\"\x1d\n\rStreamRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\")\n\rRenameRequest\x12\x0b\n\x03old\x18\x01 \x01(\t\x12\x0b\n\x03new\x18\x02 \x01(\t\"$\n\x12ListStreamsRequest\x12\x0e\n\x06prefix\x18\x01 \x01(\t\"9\n\x10ListStreamsReply\x12%\n\x07streams\x18\x01 \x03(\x0b\x32\x14.stamp.sm.StreamInfo\"J\n\x11SealAndAddRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x16\n\x0elast_extent_id\x18\x02 \x01(\x04\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\"1\n\x12\x46\x65nceStreamRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\"&\n\x11SealExtentRequest\x12\x11\n\textent_id\x18\x01 \x01(\x04\"/\n\rConcatRequest\x12\x0e\n\x06target\x18\x01 \x01(\t\x12\x0e\n\x06source\x18\x02 \x01(\t\"\x8a\x01\n\x08StreamOp\x12\x10\n\x06\x63reate\x18\x01 \x01(\tH\x00\x12\x10\n\x06\x64\x65lete\x18\x02 \x01(\tH\x00\x12)\n\x06rename\x18\x03 \x01(\x0b\x32\x17.stamp.sm.RenameRequestH\x00\x12)\n\x06\x63oncat\x18\x04 \x01(\x0b\x32\x17.stamp.sm.ConcatRequestH\x00\x42\x04\n\x02op\"5\n\x12MultiModifyRequest\x12\x1f\n\x03ops\x18\x01 \x03(\x0b\x32\x12.stamp.sm.StreamOp\"9\n\x10MultiModifyReply\x12%\n\x07streams\x18\x01 \x03(\x0b\x32\x14.stamp.sm.StreamInfo\"\x14\n\x12ListExtentsRequest\"9\n\x10ListExtentsReply\x12%\n\x07\x65xtents\x18\x01 \x03(\x0b\x32\x14.stamp.sm.ExtentInfo\"\xae\x01\n\x08NodeInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x14\n\x0c\x66\x61ult_domain\x18\x03 \x01(\t\x12\x16\n\x0eupgrade_domain\x18\x04 \x01(\t\x12\r\n\x05state\x18\x05 \x01(\t\x12\x0f\n\x07suspect\x18\x06 \x01(\x08\x12\x10\n\x08silent_s\x18\x07 \x01(\x01\x12\x12\n\nused_bytes\x18\x08 \x01(\x04\x12\x0f\n\x07\x65xtents\x18\t \x01(\r\"\x12\n\x10ListNodesRequest\"3\n\x0eListNodesReply\x12!\n\x05nodes\x18\x01 \x03(\x0b\x32\x12.stamp.sm.NodeInfo\"\xae\x01\n\x10HeartbeatRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x14\n\x0c\x66\x61ult_domain\x18\x03 \x01(\t\x12\x16\n\x0eupgrade_domain\x18\x04 \x01(\t\x12\x16\n\x0e\x63\x61pacity_bytes\x18\x05 \x01(\x04\x12\x12\n\nused_bytes\x18\x06 \x01(\x04\x12\x0f\n\x07\x65xtents\x18\x07 \x01(\r\x12\x10\n\x08unsealed\x18\x08 \x03(\x04\"\x10\n\x0eHeartbeatReply\"\x0f\n\rStatusRequest\"\xa1\x01\n\x0bStatusReply\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06leader\x18\x02 \x01(\x08\x12\x16\n\x0eleader_address\x18\x03 \x01(\t\x12\x15\n\rapplied_index\x18\x04 \x01(\x04\x12\x14\n\x0cstate_digest\x18\x05 \x01(\t\x12\x0f\n\x07streams\x18\x06 \x01(\r\x12\x0f\n\x07\x65xtents\x18\x07 \x01(\r\x12\r\n\x05nodes\x18\x08 \x01(\r2\x9d\x07\n\rStreamManager\x12=\n\x0c\x43reateStream\x12\x17.stamp.sm.StreamRequest\x1a\x14.stamp.sm.StreamInfo\x12;\n\nOpenStream\x12\x17.stamp.sm.StreamRequest\x1a\x14.stamp.sm.StreamInfo\x12\x38\n\x0c\x44\x65leteStream\x12\x17.stamp.sm.StreamRequest\x1a\x0f.stamp.sm.Empty\x12=\n\x0cRenameStream\x12\x17.stamp.sm.RenameRequest\x1a\x14.stamp.sm.StreamInfo\x12G\n\x0bListStreams\x12\x1c.stamp.sm.ListStreamsRequest\x1a\x1a.stamp.sm.ListStreamsReply\x12?\n\nSealAndAdd\x12\x1b.stamp.sm.SealAndAddRequest\x1a\x14.stamp.sm.StreamInfo\x12\x41\n\x0b\x46\x65nceStream\x12\x1c.stamp.sm.FenceStreamRequest\x1a\x14.stamp.sm.StreamInfo\x12?\n\nSealExtent\x12\x1b.stamp.sm.SealExtentRequest\x1a\x14.stamp.sm.ExtentInfo\x12\x37\n\x06\x43oncat\x12\x17.stamp.sm.ConcatRequest\x1a\x14.stamp.sm.StreamInfo\x12G\n\x0bMultiModify\x12\x1c.stamp.sm.MultiModifyRequest\x1a\x1a.stamp.sm.MultiModifyReply\x12G\n\x0bListExtents\x12\x1c.stamp.sm.ListExtentsRequest\x1a\x1a.stamp.sm.ListExtentsReply\x12\x41\n\tListNodes\x12\x1a.stamp.sm.ListNodesRequest\x1a\x18.stamp.sm.ListNodesReply\x12\x41\n\tHeartbeat\x12\x1a.stamp.sm.HeartbeatRequest\x1a\x18.stamp.sm.HeartbeatReply\x12\x38\n\x06Status\x12\x17.stamp.sm.StatusRequest\x1a\x15.stamp.sm.StatusReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,45 +36,47 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_EXTENTINFO']._serialized_start=56
   _globals['_EXTENTINFO']._serialized_end=179
   _globals['_STREAMINFO']._serialized_start=181
-  _globals['_STREAMINFO']._serialized_end=246
-  _globals['_STREAMREQUEST']._serialized_start=248
-  _globals['_STREAMREQUEST']._serialized_end=277
-  _globals['_RENAMEREQUEST']._serialized_start=279
-  _globals['_RENAMEREQUEST']._serialized_end=320
-  _globals['_LISTSTREAMSREQUEST']._serialized_start=322
-  _globals['_LISTSTREAMSREQUEST']._serialized_end=358
-  _globals['_LISTSTREAMSREPLY']._serialized_start=360
-  _globals['_LISTSTREAMSREPLY']._serialized_end=417
-  _globals['_SEALANDADDREQUEST']._serialized_start=419
-  _globals['_SEALANDADDREQUEST']._serialized_end=478
-  _globals['_SEALEXTENTREQUEST']._serialized_start=480
-  _globals['_SEALEXTENTREQUEST']._serialized_end=518
-  _globals['_CONCATREQUEST']._serialized_start=520
-  _globals['_CONCATREQUEST']._serialized_end=567
-  _globals['_STREAMOP']._serialized_start=570
-  _globals['_STREAMOP']._serialized_end=708
-  _globals['_MULTIMODIFYREQUEST']._serialized_start=710
-  _globals['_MULTIMODIFYREQUEST']._serialized_end=763
-  _globals['_MULTIMODIFYREPLY']._serialized_start=765
-  _globals['_MULTIMODIFYREPLY']._serialized_end=822
-  _globals['_LISTEXTENTSREQUEST']._serialized_start=824
-  _globals['_LISTEXTENTSREQUEST']._serialized_end=844
-  _globals['_LISTEXTENTSREPLY']._serialized_start=846
-  _globals['_LISTEXTENTSREPLY']._serialized_end=903
-  _globals['_NODEINFO']._serialized_start=906
-  _globals['_NODEINFO']._serialized_end=1080
-  _globals['_LISTNODESREQUEST']._serialized_start=1082
-  _globals['_LISTNODESREQUEST']._serialized_end=1100
-  _globals['_LISTNODESREPLY']._serialized_start=1102
-  _globals['_LISTNODESREPLY']._serialized_end=1153
-  _globals['_HEARTBEATREQUEST']._serialized_start=1156
-  _globals['_HEARTBEATREQUEST']._serialized_end=1330
-  _globals['_HEARTBEATREPLY']._serialized_start=1332
-  _globals['_HEARTBEATREPLY']._serialized_end=1348
-  _globals['_STATUSREQUEST']._serialized_start=1350
-  _globals['_STATUSREQUEST']._serialized_end=1365
-  _globals['_STATUSREPLY']._serialized_start=1368
-  _globals['_STATUSREPLY']._serialized_end=1529
-  _globals['_STREAMMANAGER']._serialized_start=1532
-  _globals['_STREAMMANAGER']._serialized_end=2390
+  _globals['_STREAMINFO']._serialized_end=268
+  _globals['_STREAMREQUEST']._serialized_start=270
+  _globals['_STREAMREQUEST']._serialized_end=299
+  _globals['_RENAMEREQUEST']._serialized_start=301
+  _globals['_RENAMEREQUEST']._serialized_end=342
+  _globals['_LISTSTREAMSREQUEST']._serialized_start=344
+  _globals['_LISTSTREAMSREQUEST']._serialized_end=380
+  _globals['_LISTSTREAMSREPLY']._serialized_start=382
+  _globals['_LISTSTREAMSREPLY']._serialized_end=439
+  _globals['_SEALANDADDREQUEST']._serialized_start=441
+  _globals['_SEALANDADDREQUEST']._serialized_end=515
+  _globals['_FENCESTREAMREQUEST']._serialized_start=517
+  _globals['_FENCESTREAMREQUEST']._serialized_end=566
+  _globals['_SEALEXTENTREQUEST']._serialized_start=568
+  _globals['_SEALEXTENTREQUEST']._serialized_end=606
+  _globals['_CONCATREQUEST']._serialized_start=608
+  _globals['_CONCATREQUEST']._serialized_end=655
+  _globals['_STREAMOP']._serialized_start=658
+  _globals['_STREAMOP']._serialized_end=796
+  _globals['_MULTIMODIFYREQUEST']._serialized_start=798
+  _globals['_MULTIMODIFYREQUEST']._serialized_end=851
+  _globals['_MULTIMODIFYREPLY']._serialized_start=853
+  _globals['_MULTIMODIFYREPLY']._serialized_end=910
+  _globals['_LISTEXTENTSREQUEST']._serialized_start=912
+  _globals['_LISTEXTENTSREQUEST']._serialized_end=932
+  _globals['_LISTEXTENTSREPLY']._serialized_start=934
+  _globals['_LISTEXTENTSREPLY']._serialized_end=991
+  _globals['_NODEINFO']._serialized_start=994
+  _globals['_NODEINFO']._serialized_end=1168
+  _globals['_LISTNODESREQUEST']._serialized_start=1170
+  _globals['_LISTNODESREQUEST']._serialized_end=1188
+  _globals['_LISTNODESREPLY']._serialized_start=1190
+  _globals['_LISTNODESREPLY']._serialized_end=1241
+  _globals['_HEARTBEATREQUEST']._serialized_start=1244
+  _globals['_HEARTBEATREQUEST']._serialized_end=1418
+  _globals['_HEARTBEATREPLY']._serialized_start=1420
+  _globals['_HEARTBEATREPLY']._serialized_end=1436
+  _globals['_STATUSREQUEST']._serialized_start=1438
+  _globals['_STATUSREQUEST']._serialized_end=1453
+  _globals['_STATUSREPLY']._serialized_start=1456
+  _globals['_STATUSREPLY']._serialized_end=1617
+  _globals['_STREAMMANAGER']._serialized_start=1620
+  _globals['_STREAMMANAGER']._serialized_end=2545
 # @@protoc_insertion_point(module_scope)

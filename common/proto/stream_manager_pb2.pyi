@@ -27,12 +27,14 @@ class ExtentInfo(_message.Message):
     def __init__(self, extent_id: _Optional[int] = ..., replicas: _Optional[_Iterable[str]] = ..., addresses: _Optional[_Iterable[str]] = ..., state: _Optional[str] = ..., sealed_length: _Optional[int] = ..., streams: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class StreamInfo(_message.Message):
-    __slots__ = ("name", "extents")
+    __slots__ = ("name", "extents", "writer_epoch")
     NAME_FIELD_NUMBER: _ClassVar[int]
     EXTENTS_FIELD_NUMBER: _ClassVar[int]
+    WRITER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     name: str
     extents: _containers.RepeatedCompositeFieldContainer[ExtentInfo]
-    def __init__(self, name: _Optional[str] = ..., extents: _Optional[_Iterable[_Union[ExtentInfo, _Mapping]]] = ...) -> None: ...
+    writer_epoch: int
+    def __init__(self, name: _Optional[str] = ..., extents: _Optional[_Iterable[_Union[ExtentInfo, _Mapping]]] = ..., writer_epoch: _Optional[int] = ...) -> None: ...
 
 class StreamRequest(_message.Message):
     __slots__ = ("name",)
@@ -61,12 +63,22 @@ class ListStreamsReply(_message.Message):
     def __init__(self, streams: _Optional[_Iterable[_Union[StreamInfo, _Mapping]]] = ...) -> None: ...
 
 class SealAndAddRequest(_message.Message):
-    __slots__ = ("stream", "last_extent_id")
+    __slots__ = ("stream", "last_extent_id", "epoch")
     STREAM_FIELD_NUMBER: _ClassVar[int]
     LAST_EXTENT_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
     stream: str
     last_extent_id: int
-    def __init__(self, stream: _Optional[str] = ..., last_extent_id: _Optional[int] = ...) -> None: ...
+    epoch: int
+    def __init__(self, stream: _Optional[str] = ..., last_extent_id: _Optional[int] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class FenceStreamRequest(_message.Message):
+    __slots__ = ("name", "epoch")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    epoch: int
+    def __init__(self, name: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class SealExtentRequest(_message.Message):
     __slots__ = ("extent_id",)

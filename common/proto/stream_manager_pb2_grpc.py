@@ -64,6 +64,11 @@ class StreamManagerStub:
                 request_serializer=common_dot_proto_dot_stream__manager__pb2.SealAndAddRequest.SerializeToString,
                 response_deserializer=common_dot_proto_dot_stream__manager__pb2.StreamInfo.FromString,
                 _registered_method=True)
+        self.FenceStream = channel.unary_unary(
+                '/stamp.sm.StreamManager/FenceStream',
+                request_serializer=common_dot_proto_dot_stream__manager__pb2.FenceStreamRequest.SerializeToString,
+                response_deserializer=common_dot_proto_dot_stream__manager__pb2.StreamInfo.FromString,
+                _registered_method=True)
         self.SealExtent = channel.unary_unary(
                 '/stamp.sm.StreamManager/SealExtent',
                 request_serializer=common_dot_proto_dot_stream__manager__pb2.SealExtentRequest.SerializeToString,
@@ -138,6 +143,14 @@ class StreamManagerServicer:
         """Seal the stream's last extent if it is open (at the smallest commit length of its
         reachable replicas) and add a new open extent, in one step. `last_extent_id` guards
         against a racing change: it must be the stream's last extent (0: the stream is empty).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FenceStream(self, request, context):
+        """Make `epoch` the stream's writer epoch (refused if a newer writer holds it) and seal its
+        last extent if open: every writer with a smaller epoch can no longer append (§4 load).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -221,6 +234,11 @@ def add_StreamManagerServicer_to_server(servicer, server):
             'SealAndAdd': grpc.unary_unary_rpc_method_handler(
                     servicer.SealAndAdd,
                     request_deserializer=common_dot_proto_dot_stream__manager__pb2.SealAndAddRequest.FromString,
+                    response_serializer=common_dot_proto_dot_stream__manager__pb2.StreamInfo.SerializeToString,
+            ),
+            'FenceStream': grpc.unary_unary_rpc_method_handler(
+                    servicer.FenceStream,
+                    request_deserializer=common_dot_proto_dot_stream__manager__pb2.FenceStreamRequest.FromString,
                     response_serializer=common_dot_proto_dot_stream__manager__pb2.StreamInfo.SerializeToString,
             ),
             'SealExtent': grpc.unary_unary_rpc_method_handler(
@@ -420,6 +438,33 @@ class StreamManager:
             target,
             '/stamp.sm.StreamManager/SealAndAdd',
             common_dot_proto_dot_stream__manager__pb2.SealAndAddRequest.SerializeToString,
+            common_dot_proto_dot_stream__manager__pb2.StreamInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FenceStream(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stamp.sm.StreamManager/FenceStream',
+            common_dot_proto_dot_stream__manager__pb2.FenceStreamRequest.SerializeToString,
             common_dot_proto_dot_stream__manager__pb2.StreamInfo.FromString,
             options,
             channel_credentials,

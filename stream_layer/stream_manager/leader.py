@@ -217,12 +217,18 @@ class StreamManagerLeader:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def seal_and_add(self, stream_name: str, last_extent_id: int) -> s.Stream:
+    async def seal_and_add(self, stream_name: str, last_extent_id: int,
+                           epoch: int | None = None) -> s.Stream:
         """Seal the stream's last extent if it is still `last_extent_id` and open, and add a
-        new extent — one Raft entry. If the stream moved on already, return it as it is."""
+        new extent — one Raft entry. If the stream moved on already, return it as it is.
+        A writer whose `epoch` is below the stream's writer epoch is refused (Fenced) before
+        it touches anything; None: the leader's own continuation, at the current epoch."""
         lock = self._stream_locks.setdefault(stream_name, asyncio.Lock())
         async with lock:
             stream = self.replica.read(lambda st: st.stream(stream_name))
+            if epoch is None:
+                epoch = stream.writer_epoch
+            s.check_epoch(stream, epoch)
             last = stream.extents[-1] if stream.extents else 0
             if last != last_extent_id:
                 return stream  # another caller rolled it over: use its new extent
@@ -239,7 +245,8 @@ class StreamManagerLeader:
             commands: list[object] = []
             if fenced is not None:
                 commands.append(s.SealExtent(last, fenced[0]))
-            commands.append(s.AddExtent(stream_name, extent_id, replicas, expect_last=last))
+            commands.append(s.AddExtent(stream_name, extent_id, replicas, expect_last=last,
+                                        epoch=epoch))
             results = await self.replica.propose(s.MultiModify(tuple(commands)))
             if fenced is not None:
                 self.seal_later(last, *fenced)
@@ -247,6 +254,18 @@ class StreamManagerLeader:
                      "%.1f ms", stream_name, extent_id, (ready - started) * 1000,
                      (time.perf_counter() - ready) * 1000)
             return results[-1]
+
+    async def fence_stream(self, stream_name: str, epoch: int) -> s.Stream:
+        """Raise the stream's writer epoch, then seal its last extent if open. In that order:
+        once the epoch is committed an older writer cannot add an extent, and the seal ends
+        its appends to the last one, so after this returns no older writer's append can
+        succeed anywhere in the stream (§8 invariant 3)."""
+        lock = self._stream_locks.setdefault(stream_name, asyncio.Lock())
+        async with lock:
+            stream = await self.replica.propose(s.FenceStream(stream_name, epoch))
+        if stream.extents:
+            await self.seal_one(stream.extents[-1])
+        return self.replica.read(lambda st: st.stream(stream_name))
 
     async def seal_one(self, extent_id: int) -> s.Extent:
         extent = self.replica.read(lambda st: st.extent(extent_id))

@@ -46,7 +46,7 @@ class StreamManagerServicer(pb_grpc.StreamManagerServicer):
 
     def _stream_info(self, stream: s.Stream) -> pb.StreamInfo:
         return self.replica.read(lambda st: pb.StreamInfo(
-            name=stream.name,
+            name=stream.name, writer_epoch=stream.writer_epoch,
             extents=[self._extent_info(st, st.extent(e)) for e in stream.extents]))
 
     # ---- streams --------------------------------------------------------------------------
@@ -97,8 +97,14 @@ class StreamManagerServicer(pb_grpc.StreamManagerServicer):
     async def SealAndAdd(self, request: pb.SealAndAddRequest,
                          context: aio.ServicerContext) -> pb.StreamInfo:
         self._require_leader()
-        return self._stream_info(await self.leader.seal_and_add(request.stream,
-                                                                request.last_extent_id))
+        return self._stream_info(await self.leader.seal_and_add(
+            request.stream, request.last_extent_id, request.epoch))
+
+    @rpc.rpc_errors
+    async def FenceStream(self, request: pb.FenceStreamRequest,
+                          context: aio.ServicerContext) -> pb.StreamInfo:
+        self._require_leader()
+        return self._stream_info(await self.leader.fence_stream(request.name, request.epoch))
 
     @rpc.rpc_errors
     async def SealExtent(self, request: pb.SealExtentRequest,

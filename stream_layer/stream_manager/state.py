@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 
 from common.errors import (
     AlreadyExists,
+    Fenced,
     InvalidArgument,
     NotFound,
     PreconditionFailed,
@@ -48,6 +49,9 @@ EXTENT_IDS_RESERVED_MAX = 10_000
 class Stream:
     name: str
     extents: tuple[int, ...] = ()
+    # The fencing epoch of the stream's current writer (a lock-service fencing token): a
+    # writer with a smaller epoch can no longer add extents (§4 partition load).
+    writer_epoch: int = 0
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,15 @@ class AddExtent:
     extent_id: int
     replicas: tuple[str, ...]
     expect_last: int
+    epoch: int = 0  # the writer's epoch: refused once a newer writer fenced the stream
+
+
+@dataclass(frozen=True)
+class FenceStream:
+    """Make `epoch` the stream's writer epoch; refused if a newer one holds it already."""
+
+    name: str
+    epoch: int
 
 
 @dataclass(frozen=True)
@@ -162,6 +175,12 @@ class DeleteExtent:
     """Mark an extent no stream references as deleted (garbage collection)."""
 
     extent_id: int
+
+
+def check_epoch(stream: Stream, epoch: int) -> None:
+    if epoch < stream.writer_epoch:
+        raise Fenced(f"stream {stream.name!r} belongs to writer epoch {stream.writer_epoch}; "
+                     f"epoch {epoch} is fenced")
 
 
 # ---- the state machine -----------------------------------------------------------------------
@@ -255,7 +274,7 @@ class StreamManagerState:
     def _rename_stream(self, c: RenameStream) -> Stream:
         stream = self.stream(c.old)
         self._create_stream(CreateStream(c.new))  # validates the new name
-        renamed = Stream(c.new, stream.extents)
+        renamed = Stream(c.new, stream.extents, stream.writer_epoch)
         self._put(self.streams, c.new, renamed)
         self._remove(self.streams, c.old)
         return renamed
@@ -267,8 +286,16 @@ class StreamManagerState:
         self.next_extent_id += c.count
         return first, self.next_extent_id
 
+    def _fence_stream(self, c: FenceStream) -> Stream:
+        stream = self.stream(c.name)
+        check_epoch(stream, c.epoch)
+        fenced = dataclasses.replace(stream, writer_epoch=c.epoch)
+        self._put(self.streams, stream.name, fenced)
+        return fenced
+
     def _add_extent(self, c: AddExtent) -> Stream:
         stream = self.stream(c.stream)
+        check_epoch(stream, c.epoch)
         last = stream.extents[-1] if stream.extents else 0
         if last != c.expect_last:
             raise PreconditionFailed(f"stream {c.stream!r} ends with extent {last}, not "
@@ -282,7 +309,7 @@ class StreamManagerState:
         for name in c.replicas:
             self.node(name)
         self._put(self.extents, c.extent_id, Extent(c.extent_id, tuple(c.replicas)))
-        grown = Stream(stream.name, (*stream.extents, c.extent_id))
+        grown = dataclasses.replace(stream, extents=(*stream.extents, c.extent_id))
         self._put(self.streams, stream.name, grown)
         return grown
 
@@ -312,7 +339,7 @@ class StreamManagerState:
         for extent_id in (*target.extents[-1:], *source.extents):
             if self.extent(extent_id).state == OPEN:
                 raise PreconditionFailed(f"extent {extent_id} is open: seal it before concat")
-        joined = Stream(target.name, target.extents + source.extents)
+        joined = dataclasses.replace(target, extents=target.extents + source.extents)
         self._put(self.streams, target.name, joined)
         return joined
 
@@ -377,7 +404,8 @@ class StreamManagerState:
     _HANDLERS: ClassVar[dict[type, Callable[[StreamManagerState, Any], Any]]] = {
         CreateStream: _create_stream, DeleteStream: _delete_stream,
         RenameStream: _rename_stream, ReserveExtentIds: _reserve_extent_ids,
-        AddExtent: _add_extent, SealExtent: _seal_extent, Concat: _concat,
+        AddExtent: _add_extent, FenceStream: _fence_stream, SealExtent: _seal_extent,
+        Concat: _concat,
         MultiModify: _multi_modify, RegisterNode: _register_node, NodeDead: _node_dead,
         NodeAlive: _node_alive, ReplaceReplica: _replace_replica,
         DeleteExtent: _delete_extent,
@@ -397,7 +425,8 @@ class StreamManagerState:
     def from_snapshot(cls, raw: dict[str, Any]) -> StreamManagerState:
         state = cls(next_extent_id=raw["next_extent_id"])
         for s in raw["streams"]:
-            state.streams[s["name"]] = Stream(s["name"], tuple(s["extents"]))
+            state.streams[s["name"]] = Stream(s["name"], tuple(s["extents"]),
+                                              s.get("writer_epoch", 0))
         for e in raw["extents"]:
             state.extents[e["extent_id"]] = Extent(**{
                 **e, "replicas": tuple(e["replicas"]), "fragments": tuple(e["fragments"])})

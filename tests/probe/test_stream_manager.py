@@ -10,7 +10,7 @@ from typing import TypeVar
 
 import pytest
 
-from common.errors import AlreadyExists, StampError
+from common.errors import AlreadyExists, Fenced, StampError
 from common.proto import stream_manager_pb2 as pb
 from stream_layer.client import AsyncStream, AsyncStreamClient
 from stream_layer.framing import Location
@@ -225,4 +225,42 @@ def test_concat_and_multi_modify_are_atomic(stamp_factory: StampFactory) -> None
         c = await client.open_stream("c")
         assert [data async for _, data in c.blocks()] == [b"row data"]
         await client.close()
+    asyncio.run(scenario())
+
+
+def test_fenced_writer_cannot_append_after_a_newer_writer_took_over(
+        stamp_factory: StampFactory) -> None:
+    # Small extents: the old writer rolls over often, so it tries to add extents after the
+    # fence as well as to append to the sealed one.
+    stamp = stamp_factory(3, 3, extent_node={"extent_bytes_max": 64 * 1024})
+
+    async def scenario() -> None:
+        old_client, new_client = client_for(stamp), client_for(stamp)
+        await old_client.create_stream("p1/log")
+        old = await old_client.fence_stream("p1/log", 5)
+        stop = asyncio.Event()
+        acked: list[tuple[Location, bytes]] = []
+        load = asyncio.ensure_future(append_load(old, 4, stop, acked))
+        await acknowledged(acked, 100)
+        new = await new_client.fence_stream("p1/log", 6)
+        fenced_at = len(acked)
+        with pytest.raises(Fenced):
+            await load  # every old appender ends with Fenced, none hangs
+        stop.set()
+        # At most the appends in flight at the fence were acknowledged after it: each of
+        # them lies below the sealed end the new writer saw.
+        assert len(acked) <= fenced_at + 4
+        before = {loc: data async for loc, data in new.blocks()}
+        missing = [loc for loc, data in acked if before.get(loc) != data]
+        assert not missing, f"acknowledged blocks of the old writer lost: {missing[:3]}"
+        (loc,) = await new.append([b"new owner"])
+        after = [loc async for loc, _ in new.blocks()]
+        assert after[-1] == loc and len(after) == len(before) + 1
+        with pytest.raises(Fenced):
+            await old.append([b"late"])
+        with pytest.raises(Fenced):
+            await old_client.fence_stream("p1/log", 4)
+        await old_client.close()
+        await new_client.close()
+
     asyncio.run(scenario())

@@ -9,7 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.errors import AlreadyExists, InvalidArgument, NotFound, PreconditionFailed, StampError
+from common.errors import (
+    AlreadyExists,
+    Fenced,
+    InvalidArgument,
+    NotFound,
+    PreconditionFailed,
+    StampError,
+)
 from stream_layer.stream_manager import state as s
 from stream_layer.stream_manager.placement import Candidate, place_extent, place_replacement
 
@@ -117,6 +124,23 @@ def test_replace_replica_and_delete() -> None:
     assert state.apply(s.DeleteExtent(1)).state == s.DELETED
 
 
+def test_fence_stream_cuts_off_older_writers() -> None:
+    state = fresh()
+    state.apply(s.CreateStream("log"))
+    state.apply(s.AddExtent("log", 1, ("en-1", "en-2", "en-3"), expect_last=0, epoch=5))
+    assert state.apply(s.FenceStream("log", 7)).writer_epoch == 7
+    state.apply(s.SealExtent(1, 10))
+    with pytest.raises(Fenced, match="epoch 5 is fenced"):
+        state.apply(s.AddExtent("log", 2, ("en-1", "en-2", "en-3"), expect_last=1, epoch=5))
+    with pytest.raises(Fenced):
+        state.apply(s.FenceStream("log", 6))
+    assert state.apply(s.FenceStream("log", 7)).writer_epoch == 7  # a retry: same epoch
+    state.apply(s.AddExtent("log", 2, ("en-1", "en-2", "en-3"), expect_last=1, epoch=7))
+    assert state.apply(s.RenameStream("log", "log2")).writer_epoch == 7
+    copy = s.StreamManagerState.from_snapshot(state.to_snapshot())
+    assert copy.stream("log2").writer_epoch == 7
+
+
 def test_snapshot_round_trip() -> None:
     state = fresh()
     state.apply(s.CreateStream("a"))
@@ -134,7 +158,9 @@ replicas = st.permutations([n for n, _ in NODES]).map(lambda p: tuple(p[:3]))
 commands = st.one_of(
     st.builds(s.CreateStream, names), st.builds(s.DeleteStream, names),
     st.builds(s.RenameStream, names, names),
-    st.builds(s.AddExtent, names, st.integers(1, 30), replicas, st.integers(0, 30)),
+    st.builds(s.AddExtent, names, st.integers(1, 30), replicas, st.integers(0, 30),
+              st.integers(0, 3)),
+    st.builds(s.FenceStream, names, st.integers(0, 3)),
     st.builds(s.SealExtent, st.integers(1, 30), st.integers(0, 500)),
     st.builds(s.Concat, names, names),
     st.builds(s.ReplaceReplica, st.integers(1, 30), st.sampled_from([n for n, _ in NODES]),
