@@ -1,0 +1,84 @@
+"""The metadata-stream record of a range partition (§4): its root.
+
+A partition's metadata stream is a sequence of these records; the newest rules. It names the
+key range, the runs (newest first), the commit-log block to start replay at, the LSN up to
+which ops are in the runs, the next run id, and outstanding split/merge intents.
+
+Encoding: a versioned envelope `magic "PM", u8 format, u32 crc32c(json)`, then the record as
+UTF-8 JSON (small: a few runs and intents). Contract: `decode_meta(encode_meta(m)) == m`; a
+damaged or foreign record raises ChecksumError or Internal.
+
+Load replays from `replay_from` (inclusive; ops at or below `applied_lsn` are skipped, so a
+block holding both old and new ops is safe); None means from the start of the commit log.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+from common.checksums import crc32c
+from common.errors import ChecksumError, Internal
+from partition_layer.keys import KeyRange
+from partition_layer.runs import RunInfo
+from stream_layer.framing import Location
+
+MAGIC = b"PM"
+FORMAT = 1
+_HEADER = struct.Struct("<2sBI")
+
+
+@dataclass(frozen=True)
+class PartitionMeta:
+    partition_id: int
+    key_range: KeyRange
+    runs: list[RunInfo] = field(default_factory=list)  # newest first
+    replay_from: Location | None = None
+    applied_lsn: int = 0
+    next_run_id: int = 1
+    intents: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        ids = [r.run_id for r in self.runs]
+        assert len(set(ids)) == len(ids), f"duplicate run ids {ids}"
+        assert all(i < self.next_run_id for i in ids), (ids, self.next_run_id)
+
+    def to_dict(self) -> dict[str, Any]:
+        loc = self.replay_from
+        return {"partition_id": self.partition_id, "key_range": self.key_range.to_dict(),
+                "runs": [r.to_dict() for r in self.runs],
+                "replay_from": None if loc is None else [loc.extent_id, loc.offset,
+                                                         loc.length],
+                "applied_lsn": self.applied_lsn, "next_run_id": self.next_run_id,
+                "intents": self.intents}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PartitionMeta:
+        loc = d["replay_from"]
+        return cls(partition_id=d["partition_id"], key_range=KeyRange.from_dict(d["key_range"]),
+                   runs=[RunInfo.from_dict(r) for r in d["runs"]],
+                   replay_from=None if loc is None else Location(*loc),
+                   applied_lsn=d["applied_lsn"], next_run_id=d["next_run_id"],
+                   intents=list(d["intents"]))
+
+
+def encode_meta(meta: PartitionMeta) -> bytes:
+    body = json.dumps(meta.to_dict(), separators=(",", ":"), sort_keys=True).encode()
+    return _HEADER.pack(MAGIC, FORMAT, crc32c(body)) + body
+
+
+def decode_meta(b: bytes) -> PartitionMeta:
+    if len(b) < _HEADER.size:
+        raise Internal(f"partition meta of {len(b)} bytes is shorter than its header")
+    magic, fmt, expected = _HEADER.unpack_from(b)
+    if magic != MAGIC or fmt != FORMAT:
+        raise Internal(f"not a partition meta record (magic {magic!r}, format {fmt})")
+    body = memoryview(b)[_HEADER.size:]
+    if crc32c(body) != expected:
+        raise ChecksumError("partition meta checksum mismatch")
+    try:
+        return PartitionMeta.from_dict(json.loads(bytes(body)))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise Internal(f"malformed partition meta record: {exc}") from exc
