@@ -93,6 +93,55 @@ class StreamManagerLimits:
 
 
 @dataclass(frozen=True)
+class PartitionLimits:
+    """The partition layer's timing, thresholds and bounds (§4)."""
+
+    # A PS owns a range partition while it holds that partition's lease (§8 invariant 3);
+    # failover after a PS dies takes about this long plus the load.
+    partition_lease_ttl_ms: int = 2000
+    # A PS is live while its session lease lives; its registration key dies with it.
+    server_session_ttl_ms: int = 2000
+    manager_lease_ttl_ms: int = 2000
+    assign_interval_ms: int = 200
+    heartbeat_interval_ms: int = 1000
+    # How long a PS may take to load a partition before the PM tries elsewhere.
+    load_timeout_ms: int = 30_000
+    # Values this large go to the blob-data stream once; the row keeps a pointer (§4).
+    blob_value_bytes_min: int = 64 * KiB
+    value_bytes_max: int = 4 * MiB - 4 * KiB
+    record_bytes_max: int = 1 * MiB
+    append_records_max: int = 10_000
+    append_bytes_max: int = 4 * MiB
+    batch_ops_max: int = 100
+    row_bytes_max: int = 1 * KiB
+    # One group commit (one commit-log block) carries at most this much.
+    commit_batch_bytes_max: int = 2 * MiB
+    commit_batch_ops_max: int = 4096
+    # Operations queued for the commit log beyond this are refused (Throttled).
+    pending_ops_max: int = 50_000
+    # Checkpoint past either threshold (§4); writes wait while a full memtable is flushed.
+    memtable_bytes_max: int = 32 * MiB
+    commit_log_bytes_max: int = 128 * MiB
+    # Merge the runs into one when there are more than this many.
+    runs_max: int = 4
+    data_block_bytes: int = 64 * KiB
+    row_cache_bytes_max: int = 32 * MiB
+    index_cache_bytes_max: int = 64 * MiB
+    read_records_max: int = 10_000
+    read_bytes_max: int = 4 * MiB
+    scan_rows_max: int = 10_000
+    rpc_message_bytes_max: int = 64 * MiB
+    # A client gives up on an operation after this long (map refreshes and retries included).
+    client_timeout_ms: int = 30_000
+
+    def __post_init__(self) -> None:
+        if self.blob_value_bytes_min > self.value_bytes_max:
+            raise InvalidArgument("partition.blob_value_bytes_min exceeds value_bytes_max")
+        if self.partition_lease_ttl_ms < 3 * 100:
+            raise InvalidArgument("partition.partition_lease_ttl_ms is at least 300")
+
+
+@dataclass(frozen=True)
 class RaftMemberSpec:
     """One replica of a Raft group (stream manager or lock service)."""
 
@@ -129,6 +178,22 @@ def _default_stream_managers() -> tuple[RaftMemberSpec, ...]:
                  for i in (1, 2, 3))
 
 
+@dataclass(frozen=True)
+class ProcessSpec:
+    """A process that is neither a Raft member nor an extent node (PM, PS, FE)."""
+
+    name: str
+    port: int  # 0: pick a free port at start
+
+
+def _default_partition_managers() -> tuple[ProcessSpec, ...]:
+    return tuple(ProcessSpec(f"pm-{i}", port=7040 + i) for i in (1, 2))
+
+
+def _default_partition_servers() -> tuple[ProcessSpec, ...]:
+    return tuple(ProcessSpec(f"ps-{i}", port=7050 + i) for i in (1, 2))
+
+
 def _default_lock_servers() -> tuple[RaftMemberSpec, ...]:
     return tuple(RaftMemberSpec(f"lock-{i}", port=7020 + i, raft_port=7030 + i)
                  for i in (1, 2, 3))
@@ -144,6 +209,11 @@ class StampConfig:
     stream_managers: tuple[RaftMemberSpec, ...] = field(
         default_factory=_default_stream_managers)
     lock_servers: tuple[RaftMemberSpec, ...] = field(default_factory=_default_lock_servers)
+    partition: PartitionLimits = field(default_factory=PartitionLimits)
+    partition_managers: tuple[ProcessSpec, ...] = field(
+        default_factory=_default_partition_managers)
+    partition_servers: tuple[ProcessSpec, ...] = field(
+        default_factory=_default_partition_servers)
 
     def with_ephemeral_ports(self) -> StampConfig:
         """The same stamp on free ports: for tests and benchmarks that run beside `stamp up`."""
@@ -152,7 +222,11 @@ class StampConfig:
             stream_managers=tuple(dataclasses.replace(s, port=0, raft_port=0)
                                   for s in self.stream_managers),
             lock_servers=tuple(dataclasses.replace(s, port=0, raft_port=0)
-                               for s in self.lock_servers))
+                               for s in self.lock_servers),
+            partition_managers=tuple(dataclasses.replace(p, port=0)
+                                     for p in self.partition_managers),
+            partition_servers=tuple(dataclasses.replace(p, port=0)
+                                    for p in self.partition_servers))
 
 
 def default_config() -> StampConfig:
@@ -174,12 +248,14 @@ def load_config(path: str | Path | None) -> StampConfig:
 def _apply(config: StampConfig, raw: dict[str, Any]) -> StampConfig:
     changes: dict[str, Any] = {}
     for key, value in raw.items():
-        if key in ("extent_node", "stream_manager"):
+        if key in ("extent_node", "stream_manager", "partition"):
             changes[key] = _replace_checked(getattr(config, key), value, key)
         elif key == "extent_nodes":
             changes[key] = tuple(ExtentNodeSpec(**node) for node in value)
         elif key in ("stream_managers", "lock_servers"):
             changes[key] = tuple(RaftMemberSpec(**member) for member in value)
+        elif key in ("partition_managers", "partition_servers"):
+            changes[key] = tuple(ProcessSpec(**member) for member in value)
         elif key in ("data_dir", "host"):
             changes[key] = str(value)
         else:

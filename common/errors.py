@@ -86,6 +86,11 @@ class NotPrimary(StampError):
     grpc_code = grpc.StatusCode.FAILED_PRECONDITION
 
 
+class NotOwner(Unavailable):
+    """This partition server does not serve that key (any more): refresh the partition map
+    and ask the owner it names (§4)."""
+
+
 class NotLeader(Unavailable):
     """This replica of a Raft group is not the leader; `leader` names it when known."""
 

@@ -115,7 +115,9 @@ def hit(name: str) -> FaultSpec | None:
         spec.fired += 1
         if spec.times is not None and spec.fired >= spec.times:
             del _armed[name]
-        return spec
+    # Logged, so a test can wait until a point has fired (e.g. before it kills the process).
+    log.warning("fault point %s fired: %s", name, spec.action)
+    return spec
 
 
 def crash(name: str) -> None:

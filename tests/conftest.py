@@ -17,6 +17,7 @@ import pytest
 
 from common.config import (
     ExtentNodeSpec,
+    ProcessSpec,
     RaftMemberSpec,
     StampConfig,
     StreamManagerSpec,
@@ -28,14 +29,21 @@ from tools.local_stamp import LocalStamp
 def stamp_config(extent_nodes: int, stream_managers: int = 0,
                  extent_node: dict[str, int] | None = None,
                  stream_manager: dict[str, int] | None = None,
-                 lock_servers: int = 0) -> StampConfig:
-    """`extent_nodes` ENs in 3 fault domains (round robin), `stream_managers` SMs and
-    `lock_servers` lock replicas, on free ports, with limits overridden."""
+                 lock_servers: int = 0, partition_managers: int = 0,
+                 partition_servers: int = 0,
+                 partition: dict[str, int] | None = None) -> StampConfig:
+    """`extent_nodes` ENs in 3 fault domains (round robin), `stream_managers` SMs,
+    `lock_servers` lock replicas, PMs and PSs, on free ports, with limits overridden."""
     base = default_config()
     return dataclasses.replace(
         base,
         extent_node=dataclasses.replace(base.extent_node, **(extent_node or {})),
         stream_manager=dataclasses.replace(base.stream_manager, **(stream_manager or {})),
+        partition=dataclasses.replace(base.partition, **(partition or {})),
+        partition_managers=tuple(ProcessSpec(f"pm-{i}", 0)
+                                 for i in range(1, partition_managers + 1)),
+        partition_servers=tuple(ProcessSpec(f"ps-{i}", 0)
+                                for i in range(1, partition_servers + 1)),
         extent_nodes=tuple(ExtentNodeSpec(f"en-{i}", f"fd-{(i - 1) % 3 + 1}", f"ud-{i}", 0)
                            for i in range(1, extent_nodes + 1)),
         stream_managers=tuple(StreamManagerSpec(f"sm-{i}", 0, 0)
@@ -52,18 +60,23 @@ def config_toml(**sections: dict[str, int] | None) -> str:
 @pytest.fixture
 def stamp_factory(tmp_path: Path) -> Iterator[Callable[..., LocalStamp]]:
     """Start a local stamp: factory(extent_nodes=3, stream_managers=0, extent_node={limits},
-    stream_manager={limits}) -> LocalStamp, started and healthy."""
+    stream_manager={limits}, lock_servers=0, partition_managers=0, partition_servers=0,
+    partition={limits}) -> LocalStamp, started and healthy."""
     stamps: list[LocalStamp] = []
 
     def make(extent_nodes: int = 3, stream_managers: int = 0,
              extent_node: dict[str, int] | None = None,
-             stream_manager: dict[str, int] | None = None) -> LocalStamp:
-        config = stamp_config(extent_nodes, stream_managers, extent_node, stream_manager)
+             stream_manager: dict[str, int] | None = None, lock_servers: int = 0,
+             partition_managers: int = 0, partition_servers: int = 0,
+             partition: dict[str, int] | None = None) -> LocalStamp:
+        config = stamp_config(extent_nodes, stream_managers, extent_node, stream_manager,
+                              lock_servers, partition_managers, partition_servers, partition)
         config_path = None
-        if extent_node or stream_manager:
+        if extent_node or stream_manager or partition:
             config_path = tmp_path / f"stamp-{len(stamps)}.toml"
             config_path.write_text(config_toml(extent_node=extent_node,
-                                               stream_manager=stream_manager))
+                                               stream_manager=stream_manager,
+                                               partition=partition))
         stamp = LocalStamp(tmp_path / f"stamp-{len(stamps)}", config,
                            str(config_path) if config_path else None)
         stamps.append(stamp)

@@ -19,7 +19,7 @@ DEFAULT_DATA_DIR = os.environ.get("STAMP_DATA_DIR", "stamp-data")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from tools import cmd_bench, cmd_extent, cmd_lock, cmd_stamp, cmd_stream
+    from tools import cmd_bench, cmd_extent, cmd_lock, cmd_partition, cmd_stamp, cmd_stream
 
     parser = argparse.ArgumentParser(
         prog="stamp",
@@ -35,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmd_stream.register(commands)
     cmd_extent.register(commands)
     cmd_lock.register(commands)
+    cmd_partition.register(commands)
     cmd_bench.register(commands)
     return parser
 
@@ -68,6 +69,8 @@ SERVERS = {
     "extent-node": "stream_layer.extent_node.main",
     "stream-manager": "stream_layer.stream_manager.main",
     "lock": "lock_service.main",
+    "partition-manager": "partition_layer.pm_main",
+    "partition-server": "partition_layer.ps_main",
 }
 
 

@@ -49,6 +49,25 @@ def _ec(args: argparse.Namespace) -> Rows:
     return bench_codec()
 
 
+def _log_append(args: argparse.Namespace) -> Rows:
+    from tools.bench.partition import run_log_append
+
+    return run_log_append(seconds=args.seconds, progress=_progress(args))
+
+
+def _partition_load(args: argparse.Namespace) -> Rows:
+    from tools.bench.partition import run_partition_load
+
+    return run_partition_load(sizes_mb=(args.small_mb, args.large_mb),
+                              trials=min(args.trials, 5), progress=_progress(args))
+
+
+def _ps_failover(args: argparse.Namespace) -> Rows:
+    from tools.bench.partition import run_ps_failover
+
+    return run_ps_failover(trials=min(args.trials, 10), progress=_progress(args))
+
+
 BENCHES: dict[str, tuple[str, Callable[[argparse.Namespace], Rows]]] = {
     "extent-append": ("3-way replicated appends to one extent: 4 KiB with 1/8/32 appenders, "
                       "1 MiB blocks, and the disk's own 4 KiB append+fsync rate",
@@ -62,6 +81,12 @@ BENCHES: dict[str, tuple[str, Callable[[argparse.Namespace], Rows]]] = {
                     _sm_failover),
     "lock": ("lock service: acquire/renew latency, CAS/s, leader failover", _lock),
     "ec": ("Reed-Solomon RS(6,3) encode/decode throughput against zfec", _ec),
+    "log-append": ("log appends of 1 KiB records through the partition layer: 1/8/32 "
+                   "appenders, single records and batches of 100", _log_append),
+    "partition-load": ("time to load a partition with --small-mb vs --large-mb of "
+                       "checkpointed data (target ratio <= 1.5)", _partition_load),
+    "ps-failover": ("SIGKILL the partition server of a log -> first acknowledged append on "
+                    "the new owner (--trials, at most 10)", _ps_failover),
 }
 
 
@@ -75,6 +100,10 @@ def register(commands: Any) -> None:
                        help="how long each measured phase runs (default 5)")
     bench.add_argument("--trials", type=int, default=20,
                        help="trials of a kill-and-measure bench (default 20)")
+    bench.add_argument("--small-mb", type=int, default=10,
+                       help="partition-load: the small partition's size (default 10)")
+    bench.add_argument("--large-mb", type=int, default=1000,
+                       help="partition-load: the large partition's size (default 1000)")
     bench.set_defaults(handler=cmd_bench)
 
 

@@ -91,7 +91,10 @@ def cmd_status(args: argparse.Namespace) -> int:
                   f"applied {row['applied_index']}, {row['streams']} streams"
                   if "streams" in row else
                   f"applied {row['applied_index']}, {row['leases']} leases, {row['keys']} keys"
-                  if "leases" in row else row.get("error", ""))
+                  if "leases" in row else
+                  f"map version {row['map_version']}" if "map_version" in row else
+                  f"partitions {row['partitions']}, {row['ops_per_s']} ops/s"
+                  if "partitions" in row else row.get("error", ""))
         print(f"{row['name']:<7} {row['kind']:<15} {row['pid'] or '-':>7}  "
               f"{row['address']:<16} {row['fault_domain'] or '-':<5} {state:<9} "
               f"{row.get('extents', '-'):>7} {row.get('bytes', '-'):>12}  {detail}")
@@ -102,7 +105,13 @@ async def _status_rows(stamp: LocalStamp) -> list[dict[str, Any]]:
     """One row per process: alive by pid, and what it says of itself when asked."""
     from stream_layer.extent_client import AsyncExtentClient
     from stream_layer.sm_client import AsyncStreamManagerClient
-    from tools.local_stamp import KIND_EXTENT_NODE, KIND_LOCK, KIND_STREAM_MANAGER
+    from tools.local_stamp import (
+        KIND_EXTENT_NODE,
+        KIND_LOCK,
+        KIND_PARTITION_MANAGER,
+        KIND_PARTITION_SERVER,
+        KIND_STREAM_MANAGER,
+    )
 
     locks = _lock_client(stamp)
     extents = AsyncExtentClient()
@@ -130,6 +139,16 @@ async def _status_rows(stamp: LocalStamp) -> list[dict[str, Any]]:
                     lock = await asyncio.to_thread(locks.status, rec.address, 1.0)
                     row.update(role=lock.role, applied_index=lock.last_applied,
                                leases=lock.leases, keys=lock.keys, serving=True)
+                elif rec.kind == KIND_PARTITION_MANAGER:
+                    pm = await _pm_status(rec.address)
+                    row.update(role="leader" if pm.leader else "standby",
+                               map_version=pm.map_version, serving=True)
+                elif rec.kind == KIND_PARTITION_SERVER:
+                    load = await _ps_status(rec.address)
+                    row.update(partitions=[p.partition_id for p in load.partitions
+                                           if p.state == "serving"],
+                               ops_per_s=round(sum(p.ops_per_s for p in load.partitions), 1),
+                               bytes=sum(p.size_bytes for p in load.partitions), serving=True)
             except StampError as exc:
                 row.update(error=str(exc))
     finally:
@@ -138,6 +157,24 @@ async def _status_rows(stamp: LocalStamp) -> list[dict[str, Any]]:
         if locks is not None:
             locks.close()
     return rows
+
+
+async def _pm_status(address: str) -> Any:
+    from common.proto import partition_pb2 as pb
+    from common.proto import partition_pb2_grpc as pb_grpc
+
+    async with rpc.aio_channel(address, 16 << 20) as channel:
+        return await rpc.call(pb_grpc.PartitionManagerStub(channel).Status(
+            pb.ManagerStatusRequest(), timeout=2))
+
+
+async def _ps_status(address: str) -> Any:
+    from common.proto import partition_pb2 as pb
+    from common.proto import partition_pb2_grpc as pb_grpc
+
+    async with rpc.aio_channel(address, 16 << 20) as channel:
+        return await rpc.call(pb_grpc.PartitionServerStub(channel).Status(
+            pb.ServerStatusRequest(), timeout=2))
 
 
 def _lock_client(stamp: LocalStamp) -> Any:

@@ -1,7 +1,7 @@
-"""`stamp demo`: the stream layer's main job, shown on a running local stamp.
+"""`stamp demo`: the main job (logs, tools/log_demo.py), then the stream layer beneath it.
 
-Creates a stream, appends records to it (one and several blocks per append, each on three
-extent nodes in distinct fault domains before it is acknowledged), reads every record back
+The stream-layer part creates a stream, appends records to it (one and several blocks per
+append, each on three extent nodes in distinct fault domains before it is acknowledged), reads every record back
 from every replica, then SIGKILLs the primary of the stream's open extent and keeps
 appending: the stream seals that extent at the smallest commit length of its live replicas
 and continues on a new one. The node restarts; every acknowledged record is still there.
@@ -22,6 +22,12 @@ from tools.local_stamp import LocalStamp
 def run_demo(stamp: LocalStamp) -> None:
     if not stamp.stream_managers():
         raise StampError("the demo needs stream managers: this stamp has none")
+    if stamp.partition_servers():
+        from tools.log_demo import run_log_demo
+
+        run_log_demo(stamp)
+        print()
+        print("Underneath, the stream layer:")
     asyncio.run(_demo(stamp))
 
 

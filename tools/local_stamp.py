@@ -25,6 +25,8 @@ from common.stamp_file import STAMP_FILE, read_stamp
 KIND_EXTENT_NODE = "extent-node"
 KIND_STREAM_MANAGER = "stream-manager"
 KIND_LOCK = "lock"
+KIND_PARTITION_MANAGER = "partition-manager"
+KIND_PARTITION_SERVER = "partition-server"
 
 
 @dataclass
@@ -100,6 +102,30 @@ class LocalStamp:
                 spec.name, KIND_EXTENT_NODE, str(proc_dir), argv, address=f"{host}:{port}",
                 fault_domain=spec.fault_domain, upgrade_domain=spec.upgrade_domain)
 
+        self._plan_partition_layer(sm_addresses)
+
+    def _plan_partition_layer(self, sm_addresses: str) -> None:
+        host = self.config.host
+        lock_addresses = ",".join(r.address for r in self.lock_servers())
+        groups = ((KIND_PARTITION_MANAGER, self.config.partition_managers, ()),
+                  (KIND_PARTITION_SERVER, self.config.partition_servers, ("--sm", sm_addresses)))
+        for kind, specs, extra in groups:
+            for spec in specs:
+                if spec.name in self.records:
+                    continue
+                if not lock_addresses or (kind == KIND_PARTITION_SERVER and not sm_addresses):
+                    raise InvalidArgument(f"{spec.name} needs the lock service and the stream "
+                                          f"managers in the same stamp")
+                proc_dir = self.data_dir / spec.name
+                port = spec.port or process.free_port(host)
+                argv = process.stamp_command(
+                    "serve", kind, "--name", spec.name, "--dir", str(proc_dir), "--host", host,
+                    "--port", str(port), "--lock", lock_addresses, *extra)
+                if self.config_path:
+                    argv += ["--config", self.config_path]
+                self.records[spec.name] = ProcessRecord(spec.name, kind, str(proc_dir), argv,
+                                                        address=f"{host}:{port}")
+
     def _plan_raft_group(self, kind: str, serve: str, specs: Sequence[RaftMemberSpec],
                          peers_arg: Callable[[str, list[tuple[str, str]]], str]) -> None:
         """Plan a Raft group's replicas: ports fixed once (the peers must know them), and
@@ -129,15 +155,28 @@ class LocalStamp:
                 extra={"raft_address": raft_address})
 
     def wait_healthy(self, timeout_s: float = 30.0) -> None:
-        """Wait until the lock service has a leader and the stream managers have a leader
-        that knows every live extent node."""
-        import asyncio
-
-        from stream_layer.sm_client import AsyncStreamManagerClient
-
+        """Wait until the lock service has a leader, the stream managers have a leader that
+        knows every live extent node, and (with a partition layer) every partition is
+        served."""
         self._wait_lock_leader(timeout_s)
         if not self.stream_managers():
             return
+        self._wait_stream_managers(timeout_s)
+        if self.partition_managers() and self.partition_servers():
+            self.wait_partitions_served(timeout_s)
+
+    def wait_partitions_served(self, timeout_s: float = 30.0) -> None:
+        """Wait until every partition of the map is served by a live partition server."""
+        from partition_layer.client import PartitionClient
+
+        with PartitionClient([r.address for r in self.partition_managers()],
+                             self.config.partition) as client:
+            client.wait_served(timeout_s)
+
+    def _wait_stream_managers(self, timeout_s: float) -> None:
+        import asyncio
+
+        from stream_layer.sm_client import AsyncStreamManagerClient
 
         async def check() -> None:
             client = AsyncStreamManagerClient([r.address for r in self.stream_managers()],
@@ -279,6 +318,12 @@ class LocalStamp:
 
     def lock_servers(self) -> list[ProcessRecord]:
         return self._of_kind(KIND_LOCK)
+
+    def partition_managers(self) -> list[ProcessRecord]:
+        return self._of_kind(KIND_PARTITION_MANAGER)
+
+    def partition_servers(self) -> list[ProcessRecord]:
+        return self._of_kind(KIND_PARTITION_SERVER)
 
     def _of_kind(self, kind: str) -> list[ProcessRecord]:
         return sorted((r for r in self.records.values() if r.kind == kind),

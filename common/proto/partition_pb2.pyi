@@ -1,0 +1,341 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Empty(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Record(_message.Message):
+    __slots__ = ("seq", "data")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    data: bytes
+    def __init__(self, seq: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class AppendOp(_message.Message):
+    __slots__ = ("records", "token")
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    records: _containers.RepeatedScalarFieldContainer[bytes]
+    token: str
+    def __init__(self, records: _Optional[_Iterable[bytes]] = ..., token: _Optional[str] = ...) -> None: ...
+
+class ReadOp(_message.Message):
+    __slots__ = ("from_seq", "limit")
+    FROM_SEQ_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    from_seq: int
+    limit: int
+    def __init__(self, from_seq: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class TrimOp(_message.Message):
+    __slots__ = ("upto_seq",)
+    UPTO_SEQ_FIELD_NUMBER: _ClassVar[int]
+    upto_seq: int
+    def __init__(self, upto_seq: _Optional[int] = ...) -> None: ...
+
+class PutOp(_message.Message):
+    __slots__ = ("row", "value", "if_match", "if_none_match")
+    ROW_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    IF_MATCH_FIELD_NUMBER: _ClassVar[int]
+    IF_NONE_MATCH_FIELD_NUMBER: _ClassVar[int]
+    row: bytes
+    value: bytes
+    if_match: str
+    if_none_match: bool
+    def __init__(self, row: _Optional[bytes] = ..., value: _Optional[bytes] = ..., if_match: _Optional[str] = ..., if_none_match: _Optional[bool] = ...) -> None: ...
+
+class GetOp(_message.Message):
+    __slots__ = ("row",)
+    ROW_FIELD_NUMBER: _ClassVar[int]
+    row: bytes
+    def __init__(self, row: _Optional[bytes] = ...) -> None: ...
+
+class DeleteOp(_message.Message):
+    __slots__ = ("row", "if_match")
+    ROW_FIELD_NUMBER: _ClassVar[int]
+    IF_MATCH_FIELD_NUMBER: _ClassVar[int]
+    row: bytes
+    if_match: str
+    def __init__(self, row: _Optional[bytes] = ..., if_match: _Optional[str] = ...) -> None: ...
+
+class BatchItem(_message.Message):
+    __slots__ = ("kind", "row", "value", "if_match", "if_none_match")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    ROW_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    IF_MATCH_FIELD_NUMBER: _ClassVar[int]
+    IF_NONE_MATCH_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    row: bytes
+    value: bytes
+    if_match: str
+    if_none_match: bool
+    def __init__(self, kind: _Optional[str] = ..., row: _Optional[bytes] = ..., value: _Optional[bytes] = ..., if_match: _Optional[str] = ..., if_none_match: _Optional[bool] = ...) -> None: ...
+
+class BatchOp(_message.Message):
+    __slots__ = ("items",)
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[BatchItem]
+    def __init__(self, items: _Optional[_Iterable[_Union[BatchItem, _Mapping]]] = ...) -> None: ...
+
+class ScanOp(_message.Message):
+    __slots__ = ("start_pname", "start_row", "has_end", "end_pname", "end_row", "limit")
+    START_PNAME_FIELD_NUMBER: _ClassVar[int]
+    START_ROW_FIELD_NUMBER: _ClassVar[int]
+    HAS_END_FIELD_NUMBER: _ClassVar[int]
+    END_PNAME_FIELD_NUMBER: _ClassVar[int]
+    END_ROW_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    start_pname: str
+    start_row: bytes
+    has_end: bool
+    end_pname: str
+    end_row: bytes
+    limit: int
+    def __init__(self, start_pname: _Optional[str] = ..., start_row: _Optional[bytes] = ..., has_end: _Optional[bool] = ..., end_pname: _Optional[str] = ..., end_row: _Optional[bytes] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class ScanItem(_message.Message):
+    __slots__ = ("pname", "row", "value", "etag")
+    PNAME_FIELD_NUMBER: _ClassVar[int]
+    ROW_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    ETAG_FIELD_NUMBER: _ClassVar[int]
+    pname: str
+    row: bytes
+    value: bytes
+    etag: str
+    def __init__(self, pname: _Optional[str] = ..., row: _Optional[bytes] = ..., value: _Optional[bytes] = ..., etag: _Optional[str] = ...) -> None: ...
+
+class Request(_message.Message):
+    __slots__ = ("id", "account", "pname", "append", "read", "trim", "seal", "peek", "put", "get", "delete", "batch", "scan")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    ACCOUNT_FIELD_NUMBER: _ClassVar[int]
+    PNAME_FIELD_NUMBER: _ClassVar[int]
+    APPEND_FIELD_NUMBER: _ClassVar[int]
+    READ_FIELD_NUMBER: _ClassVar[int]
+    TRIM_FIELD_NUMBER: _ClassVar[int]
+    SEAL_FIELD_NUMBER: _ClassVar[int]
+    PEEK_FIELD_NUMBER: _ClassVar[int]
+    PUT_FIELD_NUMBER: _ClassVar[int]
+    GET_FIELD_NUMBER: _ClassVar[int]
+    DELETE_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    SCAN_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    account: str
+    pname: str
+    append: AppendOp
+    read: ReadOp
+    trim: TrimOp
+    seal: Empty
+    peek: Empty
+    put: PutOp
+    get: GetOp
+    delete: DeleteOp
+    batch: BatchOp
+    scan: ScanOp
+    def __init__(self, id: _Optional[int] = ..., account: _Optional[str] = ..., pname: _Optional[str] = ..., append: _Optional[_Union[AppendOp, _Mapping]] = ..., read: _Optional[_Union[ReadOp, _Mapping]] = ..., trim: _Optional[_Union[TrimOp, _Mapping]] = ..., seal: _Optional[_Union[Empty, _Mapping]] = ..., peek: _Optional[_Union[Empty, _Mapping]] = ..., put: _Optional[_Union[PutOp, _Mapping]] = ..., get: _Optional[_Union[GetOp, _Mapping]] = ..., delete: _Optional[_Union[DeleteOp, _Mapping]] = ..., batch: _Optional[_Union[BatchOp, _Mapping]] = ..., scan: _Optional[_Union[ScanOp, _Mapping]] = ...) -> None: ...
+
+class Response(_message.Message):
+    __slots__ = ("id", "error", "message", "first_seq", "next_seq", "records", "value", "etag", "etags", "items", "more", "retry_after_s")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    NEXT_SEQ_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    ETAG_FIELD_NUMBER: _ClassVar[int]
+    ETAGS_FIELD_NUMBER: _ClassVar[int]
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_S_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    error: str
+    message: str
+    first_seq: int
+    next_seq: int
+    records: _containers.RepeatedCompositeFieldContainer[Record]
+    value: bytes
+    etag: str
+    etags: _containers.RepeatedScalarFieldContainer[str]
+    items: _containers.RepeatedCompositeFieldContainer[ScanItem]
+    more: bool
+    retry_after_s: float
+    def __init__(self, id: _Optional[int] = ..., error: _Optional[str] = ..., message: _Optional[str] = ..., first_seq: _Optional[int] = ..., next_seq: _Optional[int] = ..., records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., value: _Optional[bytes] = ..., etag: _Optional[str] = ..., etags: _Optional[_Iterable[str]] = ..., items: _Optional[_Iterable[_Union[ScanItem, _Mapping]]] = ..., more: _Optional[bool] = ..., retry_after_s: _Optional[float] = ...) -> None: ...
+
+class RequestBatch(_message.Message):
+    __slots__ = ("requests",)
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    requests: _containers.RepeatedCompositeFieldContainer[Request]
+    def __init__(self, requests: _Optional[_Iterable[_Union[Request, _Mapping]]] = ...) -> None: ...
+
+class ResponseBatch(_message.Message):
+    __slots__ = ("responses",)
+    RESPONSES_FIELD_NUMBER: _ClassVar[int]
+    responses: _containers.RepeatedCompositeFieldContainer[Response]
+    def __init__(self, responses: _Optional[_Iterable[_Union[Response, _Mapping]]] = ...) -> None: ...
+
+class SubscribeRequest(_message.Message):
+    __slots__ = ("account", "pname", "from_seq")
+    ACCOUNT_FIELD_NUMBER: _ClassVar[int]
+    PNAME_FIELD_NUMBER: _ClassVar[int]
+    FROM_SEQ_FIELD_NUMBER: _ClassVar[int]
+    account: str
+    pname: str
+    from_seq: int
+    def __init__(self, account: _Optional[str] = ..., pname: _Optional[str] = ..., from_seq: _Optional[int] = ...) -> None: ...
+
+class SubscribeReply(_message.Message):
+    __slots__ = ("records",)
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    records: _containers.RepeatedCompositeFieldContainer[Record]
+    def __init__(self, records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ...) -> None: ...
+
+class KeyRange(_message.Message):
+    __slots__ = ("low", "high", "has_high")
+    LOW_FIELD_NUMBER: _ClassVar[int]
+    HIGH_FIELD_NUMBER: _ClassVar[int]
+    HAS_HIGH_FIELD_NUMBER: _ClassVar[int]
+    low: bytes
+    high: bytes
+    has_high: bool
+    def __init__(self, low: _Optional[bytes] = ..., high: _Optional[bytes] = ..., has_high: _Optional[bool] = ...) -> None: ...
+
+class LoadRequest(_message.Message):
+    __slots__ = ("partition_id", "range", "map_version")
+    PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
+    RANGE_FIELD_NUMBER: _ClassVar[int]
+    MAP_VERSION_FIELD_NUMBER: _ClassVar[int]
+    partition_id: int
+    range: KeyRange
+    map_version: int
+    def __init__(self, partition_id: _Optional[int] = ..., range: _Optional[_Union[KeyRange, _Mapping]] = ..., map_version: _Optional[int] = ...) -> None: ...
+
+class LoadReply(_message.Message):
+    __slots__ = ("seconds", "replayed_ops", "replayed_bytes", "index_bytes", "runs", "epoch")
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    REPLAYED_OPS_FIELD_NUMBER: _ClassVar[int]
+    REPLAYED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    INDEX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    seconds: float
+    replayed_ops: int
+    replayed_bytes: int
+    index_bytes: int
+    runs: int
+    epoch: int
+    def __init__(self, seconds: _Optional[float] = ..., replayed_ops: _Optional[int] = ..., replayed_bytes: _Optional[int] = ..., index_bytes: _Optional[int] = ..., runs: _Optional[int] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class UnloadRequest(_message.Message):
+    __slots__ = ("partition_id",)
+    PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
+    partition_id: int
+    def __init__(self, partition_id: _Optional[int] = ...) -> None: ...
+
+class UnloadReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class PartitionLoad(_message.Message):
+    __slots__ = ("partition_id", "state", "ops_per_s", "bytes_per_s", "p50_ms", "p99_ms", "size_bytes", "memtable_bytes", "runs", "epoch", "range")
+    PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    OPS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    P50_MS_FIELD_NUMBER: _ClassVar[int]
+    P99_MS_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEMTABLE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    RANGE_FIELD_NUMBER: _ClassVar[int]
+    partition_id: int
+    state: str
+    ops_per_s: float
+    bytes_per_s: float
+    p50_ms: float
+    p99_ms: float
+    size_bytes: int
+    memtable_bytes: int
+    runs: int
+    epoch: int
+    range: KeyRange
+    def __init__(self, partition_id: _Optional[int] = ..., state: _Optional[str] = ..., ops_per_s: _Optional[float] = ..., bytes_per_s: _Optional[float] = ..., p50_ms: _Optional[float] = ..., p99_ms: _Optional[float] = ..., size_bytes: _Optional[int] = ..., memtable_bytes: _Optional[int] = ..., runs: _Optional[int] = ..., epoch: _Optional[int] = ..., range: _Optional[_Union[KeyRange, _Mapping]] = ...) -> None: ...
+
+class ServerStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ServerLoad(_message.Message):
+    __slots__ = ("name", "address", "partitions")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    address: str
+    partitions: _containers.RepeatedCompositeFieldContainer[PartitionLoad]
+    def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionLoad, _Mapping]]] = ...) -> None: ...
+
+class HeartbeatReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class PartitionEntry(_message.Message):
+    __slots__ = ("id", "range", "server", "address")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    RANGE_FIELD_NUMBER: _ClassVar[int]
+    SERVER_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    range: KeyRange
+    server: str
+    address: str
+    def __init__(self, id: _Optional[int] = ..., range: _Optional[_Union[KeyRange, _Mapping]] = ..., server: _Optional[str] = ..., address: _Optional[str] = ...) -> None: ...
+
+class PartitionMap(_message.Message):
+    __slots__ = ("version", "partitions")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    partitions: _containers.RepeatedCompositeFieldContainer[PartitionEntry]
+    def __init__(self, version: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[PartitionEntry, _Mapping]]] = ...) -> None: ...
+
+class GetMapRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class MoveRequest(_message.Message):
+    __slots__ = ("partition_id", "server")
+    PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
+    SERVER_FIELD_NUMBER: _ClassVar[int]
+    partition_id: int
+    server: str
+    def __init__(self, partition_id: _Optional[int] = ..., server: _Optional[str] = ...) -> None: ...
+
+class ManagerStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ManagerStatusReply(_message.Message):
+    __slots__ = ("name", "leader", "leader_address", "map_version", "servers")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    MAP_VERSION_FIELD_NUMBER: _ClassVar[int]
+    SERVERS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    leader: bool
+    leader_address: str
+    map_version: int
+    servers: _containers.RepeatedCompositeFieldContainer[ServerLoad]
+    def __init__(self, name: _Optional[str] = ..., leader: _Optional[bool] = ..., leader_address: _Optional[str] = ..., map_version: _Optional[int] = ..., servers: _Optional[_Iterable[_Union[ServerLoad, _Mapping]]] = ...) -> None: ...

@@ -1,0 +1,167 @@
+"""Checkpoints and merges of one range partition (§4, an LSM).
+
+A checkpoint freezes the memtable (writes go on into a fresh one), writes it to the row-data
+stream as a sorted run, then appends a metadata record naming the runs and the new replay
+point: the commit-log block of the last operation in the frozen memtable, and its LSN (replay
+skips what is at or below it). Until that record is durable nothing changes for a reader or
+a future load: the frozen memtable is still consulted, the old record still rules.
+
+When there are more than `runs_max` runs they are merged into one in the background (the
+newest version of each key; tombstones and trimmed log records dropped, since the merge
+includes the oldest run). Checkpoints and merges write metadata records one at a time, each
+naming every run that is current then.
+
+Memory stays bounded: at most one memtable is being checkpointed; when the live one fills up
+too, writes wait (`wait_for_room`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from typing import TYPE_CHECKING
+
+from common import faults
+from partition_layer.memtable import Memtable
+from partition_layer.merge import aiter_sync, merge
+from partition_layer.partition_meta import encode_meta
+from partition_layer.runs import RunIndex, RunInfo, RunReader, RunWriter
+
+if TYPE_CHECKING:
+    from partition_layer.partition import RangePartition
+
+log = logging.getLogger(__name__)
+
+
+class Checkpointer:
+    def __init__(self, partition: RangePartition) -> None:
+        self.p = partition
+        self._task: asyncio.Task[None] | None = None
+        self._merge: asyncio.Task[None] | None = None
+        self._meta_lock = asyncio.Lock()
+        self.checkpoints = 0
+        self.merges = 0
+
+    def due(self) -> bool:
+        limits = self.p.limits
+        return (self.p.memtable.nbytes >= limits.memtable_bytes_max
+                or self.p.log_bytes >= limits.commit_log_bytes_max)
+
+    def maybe_start(self) -> None:
+        if self._task is None and self.due():
+            self._task = asyncio.get_running_loop().create_task(self._run_checkpoint())
+
+    async def wait_for_room(self) -> None:
+        """Back-pressure: while a checkpoint runs and the live memtable is full again."""
+        while (self._task is not None and self.p.memtable.nbytes
+               >= self.p.limits.memtable_bytes_max):
+            await asyncio.shield(self._task)
+
+    async def checkpoint_now(self) -> None:
+        if self._task is not None:
+            await asyncio.shield(self._task)
+        if len(self.p.memtable) or self.p.log_bytes:
+            self._task = asyncio.get_running_loop().create_task(self._run_checkpoint())
+            await asyncio.shield(self._task)
+
+    def cancel(self) -> None:
+        for task in (self._task, self._merge):
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+
+    async def _run_checkpoint(self) -> None:
+        try:
+            await self._checkpoint()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            # The metadata stream refused us (fenced) or the stream layer gave up: the old
+            # record still rules and the frozen memtable is still in the commit log.
+            log.warning("partition %d: checkpoint failed: %s", self.p.id, exc)
+            await self.p.stop(f"checkpoint failed: {exc}")
+        finally:
+            self._task = None
+
+    async def _checkpoint(self) -> None:
+        p = self.p
+        assert p.frozen is None and p.meta is not None
+        frozen, p.memtable = p.memtable.freeze(), Memtable()
+        p.frozen = frozen
+        replay_from, applied_lsn, log_bytes = p.last_commit, p.applied_lsn, p.log_bytes
+        info: RunInfo | None = None
+        if len(frozen):
+            info = await self._write_run(
+                [aiter_sync(frozen.items(b"", None))], drop_tombstones=not p.readers)
+        await faults.apoint("ps.checkpoint.before_meta")
+        async with self._meta_lock:
+            runs = ([info] if info is not None else []) + list(p.meta.runs)
+            await self._publish(runs, replay_from, applied_lsn)
+            p.frozen = None
+            p.log_bytes -= log_bytes
+        self.checkpoints += 1
+        log.info("partition %d: checkpoint %d at lsn %d: %s", p.id, self.checkpoints,
+                 applied_lsn, f"run {info.run_id}, {info.key_count} keys" if info else "no run")
+        if len(p.meta.runs) > p.limits.runs_max and self._merge is None:
+            self._merge = asyncio.get_running_loop().create_task(self._run_merge())
+
+    async def _write_run(self, sources: list, drop_tombstones: bool) -> RunInfo | None:
+        p = self.p
+        assert p.meta is not None
+        run_id = p.meta.next_run_id
+        p.meta = dataclasses.replace(p.meta, next_run_id=run_id + 1)
+        writer = RunWriter(p.streams["row"].append, run_id=run_id,
+                           block_bytes_target=p.limits.data_block_bytes)
+        count = 0
+        async for key, encoded in merge(sources, drop_tombstones=drop_tombstones):
+            await writer.add(key, encoded)
+            count += 1
+        if not count:
+            return None
+        return await writer.finish()
+
+    async def _publish(self, runs: list[RunInfo], replay_from: object, applied_lsn: int) -> None:
+        """Append the metadata record naming `runs`, then make them the ones reads use."""
+        p = self.p
+        assert p.meta is not None
+        readers = {r.index.info.run_id: r for r in p.readers}
+        fresh = []
+        for info in runs:
+            reader = readers.get(info.run_id)
+            if reader is None:
+                index = await RunIndex.load(info, p.streams["row"].read)
+                reader = RunReader(index, p.streams["row"].read, p.block_cache)
+            fresh.append(reader)
+        meta = dataclasses.replace(p.meta, runs=runs, replay_from=replay_from,
+                                   applied_lsn=applied_lsn)
+        await p.streams["meta"].append([encode_meta(meta)])
+        p.meta = meta
+        p.readers = fresh
+        p.row_cache.clear()
+
+    async def _run_merge(self) -> None:
+        try:
+            await self._merge_runs()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("partition %d: merge failed: %s", self.p.id, exc)
+            await self.p.stop(f"merge failed: {exc}")
+        finally:
+            self._merge = None
+
+    async def _merge_runs(self) -> None:
+        p = self.p
+        assert p.meta is not None
+        victims = list(p.meta.runs)
+        readers = list(p.readers)
+        merged = await self._write_run([r.scan(b"", None) for r in readers],
+                                       drop_tombstones=True)
+        async with self._meta_lock:
+            victim_ids = {v.run_id for v in victims}
+            newer = [r for r in p.meta.runs if r.run_id not in victim_ids]
+            await self._publish(newer + ([merged] if merged else []), p.meta.replay_from,
+                                p.meta.applied_lsn)
+        self.merges += 1
+        log.info("partition %d: merged %d runs into %s", p.id, len(victims),
+                 merged.run_id if merged else "nothing")

@@ -1,0 +1,408 @@
+"""The partition client: logs and entities by key, routed by a cached partition map (§4, §5).
+This Python API is a contract (the front end's SDK mirrors it):
+
+    from partition_layer.client import PartitionClient
+    pc = PartitionClient.from_stamp(data_dir)
+    first = pc.append(account, log, [b"r1", b"r2"], token=None)  # -> int, first seq
+    pc.read(account, log, from_seq, limit) -> list[tuple[int, bytes]]
+    for seq, data in pc.subscribe(account, log, from_seq): ...
+    pc.trim(account, log, upto_seq); pc.seal(account, log)
+    pc.peek(account, log) -> tuple[int, int]                    # (first_seq, next_seq)
+    etag = pc.put(account, pname, row, value, if_match=None, if_none_match=None)
+    value, etag = pc.get(account, pname, row)
+    pc.delete(account, pname, row, if_match=None)
+    pc.batch(account, pname, [("put", row, value), ("delete", row), ...])
+    pc.scan(account, start, end, limit)  # keys as (pname, row) tuples; within one partition
+
+Routing: each call goes to the server the cached map names for its partition name; a "not
+the owner" answer (or an unreachable server) refreshes the map from a PM and retries, until
+`client_timeout_ms`. Only what is safe to repeat is retried after an ambiguous failure (the
+server may have executed it): appends always carry a token — the caller's, or one made here —
+so a retried append is applied once. Errors are the typed exceptions of common/errors.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
+from typing import Any, TypeVar
+
+import grpc
+
+from common import rpc
+from common.config import PartitionLimits, load_config
+from common.errors import (
+    DeadlineExceeded,
+    InvalidArgument,
+    NotOwner,
+    StampError,
+    Throttled,
+    Unavailable,
+)
+from common.loop_thread import LoopThread
+from common.proto import partition_pb2 as pb
+from common.proto import partition_pb2_grpc as pb_grpc
+from common.stamp_file import addresses_of, read_stamp
+from partition_layer.partition_map import PartitionMap
+from partition_layer.requests import route_key
+from partition_layer.session import CallSession
+
+T = TypeVar("T")
+RETRY_BACKOFF_MIN_S = 0.02
+RETRY_BACKOFF_MAX_S = 0.5
+ATTEMPT_TIMEOUT_S = 10.0
+SUBSCRIBE_ATTEMPT_S = 3600.0
+Row = bytes | str
+
+
+def _row(row: Row) -> bytes:
+    return row.encode() if isinstance(row, str) else bytes(row)
+
+
+class AsyncPartitionClient:
+    def __init__(self, pm_addresses: Sequence[str], limits: PartitionLimits | None = None
+                 ) -> None:
+        if not pm_addresses:
+            raise InvalidArgument("a partition client needs partition manager addresses")
+        self.limits = limits or PartitionLimits()
+        self.pm_addresses = list(pm_addresses)
+        self._channels = rpc.ChannelCache(self.limits.rpc_message_bytes_max)
+        self._sessions: dict[str, CallSession] = {}
+        self.map: PartitionMap | None = None
+        self.addresses: dict[str, str] = {}
+        self._refresh: asyncio.Task[None] | None = None
+
+    # ---- the map ----------------------------------------------------------------------------
+
+    async def refresh_map(self) -> None:
+        """Fetch the map from any PM; concurrent callers share one fetch."""
+        if self._refresh is None:
+            self._refresh = asyncio.get_running_loop().create_task(self._fetch_map())
+        task = self._refresh
+        try:
+            await asyncio.shield(task)
+        finally:
+            if self._refresh is task and task.done():
+                self._refresh = None
+
+    async def _fetch_map(self) -> None:
+        last: StampError | None = None
+        for address in self.pm_addresses:
+            stub = pb_grpc.PartitionManagerStub(self._channels.get(address))
+            try:
+                reply = await rpc.call(stub.GetMap(pb.GetMapRequest(), timeout=2.0))
+            except StampError as exc:
+                last = exc
+                continue
+            fresh, addresses = PartitionMap.from_pb(reply)
+            if self.map is None or fresh.version >= self.map.version:
+                self.map, self.addresses = fresh, addresses
+            return
+        raise Unavailable(f"no partition manager answered: {last}")
+
+    async def partition_map(self) -> tuple[PartitionMap, dict[str, str]]:
+        await self.refresh_map()
+        assert self.map is not None
+        return self.map, dict(self.addresses)
+
+    async def wait_served(self, timeout_s: float) -> None:
+        """Until every partition is served: each named server loaded and answers for it."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                current, addresses = await self.partition_map()
+                if all(p.server in addresses for p in current.partitions):
+                    served = set()
+                    for address in set(addresses.values()):
+                        stub = pb_grpc.PartitionServerStub(self._channels.get(address))
+                        load = await rpc.call(stub.Status(pb.ServerStatusRequest(), timeout=2))
+                        served |= {p.partition_id for p in load.partitions
+                                   if p.state == "serving"}
+                    if {p.id for p in current.partitions} <= served:
+                        return
+            except StampError:
+                pass
+            if time.monotonic() > deadline:
+                raise Unavailable(f"the partitions were not all served within {timeout_s:g}s")
+            await asyncio.sleep(0.05)
+
+    def _session(self, address: str) -> CallSession:
+        session = self._sessions.get(address)
+        if session is None:
+            session = CallSession(address,
+                                  lambda: pb_grpc.PartitionServerStub(self._channels.get(address)))
+            self._sessions[address] = session
+        return session
+
+    async def _address_for(self, key: bytes) -> str:
+        if self.map is None:
+            await self.refresh_map()
+        assert self.map is not None
+        entry = self.map.lookup(key)
+        address = self.addresses.get(entry.server)
+        if address is None:
+            raise NotOwner(f"partition {entry.id} has no live server yet")
+        return address
+
+    # ---- calls ------------------------------------------------------------------------------
+
+    async def call(self, request: pb.Request, idempotent: bool) -> pb.Response:
+        """Send `request` to the owner of its partition name, following map changes; retry
+        ambiguous failures only if `idempotent`."""
+        key = route_key(request.account, request.pname) if request.pname else \
+            _scan_key(request)
+        deadline = time.monotonic() + self.limits.client_timeout_ms / 1000
+        backoff = RETRY_BACKOFF_MIN_S
+        while True:
+            try:
+                address = await self._address_for(key)
+                response = await self._session(address).call(
+                    request, min(ATTEMPT_TIMEOUT_S, max(0.1, deadline - time.monotonic())))
+                if not response.error:
+                    return response
+                error = rpc.error_from_name(response.error, response.message)
+                if isinstance(error, Throttled):
+                    error.retry_after_s = response.retry_after_s or backoff
+                raise error
+            except NotOwner as exc:
+                error = exc  # not executed there: always safe to retry
+            except Throttled as exc:
+                error = exc
+                backoff = max(backoff, exc.retry_after_s)
+            except (Unavailable, DeadlineExceeded) as exc:
+                if not idempotent:
+                    raise
+                error = exc
+            if time.monotonic() + backoff > deadline:
+                raise error
+            await asyncio.sleep(backoff)
+            backoff = min(RETRY_BACKOFF_MAX_S, backoff * 2)
+            if not isinstance(error, Throttled):
+                await self.refresh_map()
+
+    # ---- logs -------------------------------------------------------------------------------
+
+    async def append(self, account: str, log: str, records: Sequence[bytes],
+                     token: str | None = None) -> int:
+        request = pb.Request(account=account, pname=log, append=pb.AppendOp(
+            records=[bytes(r) for r in records], token=token or uuid.uuid4().hex))
+        return (await self.call(request, idempotent=True)).first_seq
+
+    async def read(self, account: str, log: str, from_seq: int, limit: int
+                   ) -> list[tuple[int, bytes]]:
+        if limit <= 0:
+            raise InvalidArgument("a read's limit is positive")
+        request = pb.Request(account=account, pname=log,
+                             read=pb.ReadOp(from_seq=from_seq, limit=limit))
+        response = await self.call(request, idempotent=True)
+        return [(r.seq, r.data) for r in response.records]
+
+    async def trim(self, account: str, log: str, upto_seq: int) -> None:
+        await self.call(pb.Request(account=account, pname=log,
+                                   trim=pb.TrimOp(upto_seq=upto_seq)), idempotent=True)
+
+    async def seal(self, account: str, log: str) -> None:
+        await self.call(pb.Request(account=account, pname=log, seal=pb.Empty()),
+                        idempotent=True)
+
+    async def peek(self, account: str, log: str) -> tuple[int, int]:
+        response = await self.call(pb.Request(account=account, pname=log, peek=pb.Empty()),
+                                   idempotent=True)
+        return response.first_seq, response.next_seq
+
+    async def subscribe(self, account: str, log: str, from_seq: int
+                        ) -> AsyncIterator[tuple[int, bytes]]:
+        """Records from `from_seq` on as they commit, across partition moves; ends when the
+        log is sealed and every record was delivered."""
+        next_seq = from_seq
+        key = route_key(account, log)
+        deadline = time.monotonic() + self.limits.client_timeout_ms / 1000
+        while True:
+            try:
+                address = await self._address_for(key)
+                stub = pb_grpc.PartitionServerStub(self._channels.get(address))
+                stream = stub.Subscribe(pb.SubscribeRequest(account=account, pname=log,
+                                                            from_seq=next_seq),
+                                        timeout=SUBSCRIBE_ATTEMPT_S)
+                try:
+                    async for reply in stream:
+                        for record in reply.records:
+                            if record.seq >= next_seq:
+                                yield record.seq, record.data
+                                next_seq = record.seq + 1
+                        deadline = time.monotonic() + self.limits.client_timeout_ms / 1000
+                    return
+                except grpc.RpcError as exc:
+                    raise rpc.from_rpc_error(exc) from None
+                finally:
+                    stream.cancel()
+            except (NotOwner, Unavailable, DeadlineExceeded):
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(RETRY_BACKOFF_MIN_S)
+                await self.refresh_map()
+
+    # ---- entities ---------------------------------------------------------------------------
+
+    async def put(self, account: str, pname: str, row: Row, value: bytes,
+                  if_match: str | None = None, if_none_match: str | None = None) -> str:
+        request = pb.Request(account=account, pname=pname, put=pb.PutOp(
+            row=_row(row), value=bytes(value), if_match=if_match or "",
+            if_none_match=_if_none_match(if_none_match)))
+        conditional = bool(if_match or if_none_match)
+        return (await self.call(request, idempotent=not conditional)).etag
+
+    async def get(self, account: str, pname: str, row: Row) -> tuple[bytes, str]:
+        response = await self.call(pb.Request(account=account, pname=pname,
+                                              get=pb.GetOp(row=_row(row))), idempotent=True)
+        return response.value, response.etag
+
+    async def delete(self, account: str, pname: str, row: Row,
+                     if_match: str | None = None) -> None:
+        await self.call(pb.Request(account=account, pname=pname, delete=pb.DeleteOp(
+            row=_row(row), if_match=if_match or "")), idempotent=False)
+
+    async def batch(self, account: str, pname: str, ops: Sequence[tuple[Any, ...]]
+                    ) -> list[str]:
+        items = [_batch_item(op) for op in ops]
+        idempotent = all(i.kind == "put" and not i.if_match and not i.if_none_match
+                         for i in items)
+        response = await self.call(pb.Request(account=account, pname=pname,
+                                              batch=pb.BatchOp(items=items)), idempotent)
+        return list(response.etags)
+
+    async def scan(self, account: str, start: tuple[str, Row] | None = None,
+                   end: tuple[str, Row] | None = None, limit: int = 1000
+                   ) -> list[tuple[tuple[str, bytes], bytes]]:
+        op = pb.ScanOp(limit=limit)
+        if start is not None:
+            op.start_pname, op.start_row = start[0], _row(start[1])
+        if end is not None:
+            op.has_end, op.end_pname, op.end_row = True, end[0], _row(end[1])
+        response = await self.call(pb.Request(account=account, scan=op), idempotent=True)
+        return [((i.pname, i.row), i.value) for i in response.items]
+
+    async def close(self) -> None:
+        for session in self._sessions.values():
+            await session.close()
+        await self._channels.close()
+
+
+def _scan_key(request: pb.Request) -> bytes:
+    from partition_layer import keys
+
+    kind = keys.KIND_ROW if request.scan.start_row else keys.KIND_LOG_META
+    return keys.encode_key(request.account, request.scan.start_pname, kind,
+                           request.scan.start_row)
+
+
+def _if_none_match(value: str | None) -> bool:
+    if value in (None, ""):
+        return False
+    if value != "*":
+        raise InvalidArgument('if_none_match is "*" (the row must not exist) or None')
+    return True
+
+
+def _batch_item(op: tuple[Any, ...]) -> pb.BatchItem:
+    if not op or op[0] not in ("put", "delete"):
+        raise InvalidArgument(f"a batch operation is ('put', row, value[, if_match]) or "
+                              f"('delete', row[, if_match]), not {op!r}")
+    if op[0] == "put":
+        if len(op) not in (3, 4):
+            raise InvalidArgument(f"('put', row, value[, if_match]), not {op!r}")
+        return pb.BatchItem(kind="put", row=_row(op[1]), value=bytes(op[2]),
+                            if_match=op[3] if len(op) == 4 and op[3] else "")
+    if len(op) not in (2, 3):
+        raise InvalidArgument(f"('delete', row[, if_match]), not {op!r}")
+    return pb.BatchItem(kind="delete", row=_row(op[1]),
+                        if_match=op[2] if len(op) == 3 and op[2] else "")
+
+
+class PartitionClient:
+    """Blocking, thread-safe facade over AsyncPartitionClient (a private event loop)."""
+
+    def __init__(self, pm_addresses: Sequence[str], limits: PartitionLimits | None = None
+                 ) -> None:
+        self._loop = LoopThread("partition-client")
+        self.aio: AsyncPartitionClient = self.run(_make(pm_addresses, limits))
+
+    @classmethod
+    def from_stamp(cls, data_dir: str) -> PartitionClient:
+        config = load_config(read_stamp(data_dir).get("config"))
+        return cls(addresses_of(data_dir, "partition-manager"), config.partition)
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self._loop.run(coro)
+
+    def append(self, account: str, log: str, records: Sequence[bytes],
+               token: str | None = None) -> int:
+        return self.run(self.aio.append(account, log, records, token))
+
+    def read(self, account: str, log: str, from_seq: int, limit: int
+             ) -> list[tuple[int, bytes]]:
+        return self.run(self.aio.read(account, log, from_seq, limit))
+
+    def subscribe(self, account: str, log: str, from_seq: int
+                  ) -> Iterator[tuple[int, bytes]]:
+        iterator = self.aio.subscribe(account, log, from_seq).__aiter__()
+        try:
+            while True:
+                try:
+                    yield self.run(iterator.__anext__())
+                except StopAsyncIteration:
+                    return
+        finally:
+            if not self._loop.closed:
+                self.run(iterator.aclose())
+
+    def trim(self, account: str, log: str, upto_seq: int) -> None:
+        self.run(self.aio.trim(account, log, upto_seq))
+
+    def seal(self, account: str, log: str) -> None:
+        self.run(self.aio.seal(account, log))
+
+    def peek(self, account: str, log: str) -> tuple[int, int]:
+        return self.run(self.aio.peek(account, log))
+
+    def put(self, account: str, pname: str, row: Row, value: bytes,
+            if_match: str | None = None, if_none_match: str | None = None) -> str:
+        return self.run(self.aio.put(account, pname, row, value, if_match, if_none_match))
+
+    def get(self, account: str, pname: str, row: Row) -> tuple[bytes, str]:
+        return self.run(self.aio.get(account, pname, row))
+
+    def delete(self, account: str, pname: str, row: Row, if_match: str | None = None) -> None:
+        self.run(self.aio.delete(account, pname, row, if_match))
+
+    def batch(self, account: str, pname: str, ops: Sequence[tuple[Any, ...]]) -> list[str]:
+        return self.run(self.aio.batch(account, pname, ops))
+
+    def scan(self, account: str, start: tuple[str, Row] | None = None,
+             end: tuple[str, Row] | None = None, limit: int = 1000
+             ) -> list[tuple[tuple[str, bytes], bytes]]:
+        return self.run(self.aio.scan(account, start, end, limit))
+
+    def partition_map(self) -> tuple[PartitionMap, dict[str, str]]:
+        return self.run(self.aio.partition_map())
+
+    def wait_served(self, timeout_s: float = 30.0) -> None:
+        self.run(self.aio.wait_served(timeout_s))
+
+    def close(self) -> None:
+        if not self._loop.closed:
+            self.run(self.aio.close())
+            self._loop.close()
+
+    def __enter__(self) -> PartitionClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+async def _make(pm_addresses: Sequence[str], limits: PartitionLimits | None
+                ) -> AsyncPartitionClient:
+    return AsyncPartitionClient(pm_addresses, limits)

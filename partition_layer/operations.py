@@ -1,0 +1,231 @@
+"""Log and entity operations as pure decisions (§5): given the rows an operation reads, what
+it answers and which rows it writes. No I/O, no clock: the partition's committer reads the
+rows first (memtable, checkpoints), then applies a whole group commit here in order, each
+operation seeing the writes of the ones before it (`Overlay`).
+
+Contract: `apply(view, lsn)` either raises a StampError and writes nothing, or returns
+(result, mutations) where every mutated row carries `version=lsn` — so an ETag changes with
+every write of its row, and replaying the commit log rebuilds exactly the same rows.
+A log's rows: one KIND_LOG_META row (first_seq, next_seq, sealed), one KIND_TOKEN row per
+append token, and one KIND_ROW row per record, keyed by its sequence number.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from common.errors import (
+    InvalidArgument,
+    NotFound,
+    OutOfRange,
+    PreconditionFailed,
+    Sealed,
+)
+from partition_layer import keys
+from partition_layer.rows import BlobRef, LogMeta, Row, TokenEntry, etag_of
+
+Mutation = tuple[bytes, Row]
+EMPTY_LOG = LogMeta(first_seq=0, next_seq=0, sealed=False)
+
+
+class RowView(Protocol):
+    def row(self, key: bytes) -> Row | None:
+        """The live row at `key` (None: absent or deleted)."""
+
+
+class Overlay:
+    """Rows read before the group commit, with the writes of its earlier operations on top."""
+
+    def __init__(self, base: dict[bytes, Row | None]) -> None:
+        self._base = base
+        self._written: dict[bytes, Row | None] = {}
+
+    def row(self, key: bytes) -> Row | None:
+        if key in self._written:
+            return self._written[key]
+        assert key in self._base, f"operation read a row it did not declare: {key!r}"
+        return self._base[key]
+
+    def write(self, mutations: Iterable[Mutation]) -> None:
+        for key, row in mutations:
+            self._written[key] = None if row.tombstone else row
+
+
+def log_meta(view: RowView, account: str, log: str) -> LogMeta:
+    row = view.row(keys.encode_key(account, log, keys.KIND_LOG_META, b""))
+    return EMPTY_LOG if row is None or row.value is None else LogMeta.decode(row.value)
+
+
+def meta_key(account: str, log: str) -> bytes:
+    return keys.encode_key(account, log, keys.KIND_LOG_META, b"")
+
+
+def record_key(account: str, log: str, seq: int) -> bytes:
+    return keys.encode_key(account, log, keys.KIND_ROW, keys.seq_row(seq))
+
+
+@dataclass(frozen=True)
+class Operation:
+    account: str
+    pname: str
+
+    def reads(self) -> list[bytes]:
+        """Every key `apply` looks at."""
+        raise NotImplementedError
+
+    def apply(self, view: RowView, lsn: int) -> tuple[Any, list[Mutation]]:
+        raise NotImplementedError
+
+    @property
+    def log(self) -> bool:
+        """Whether it changes a log's records (subscribers wake up)."""
+        return False
+
+
+# ---- logs ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LogAppend(Operation):
+    records: tuple[bytes, ...] = ()
+    token: str = ""
+
+    @property
+    def log(self) -> bool:
+        return True
+
+    def token_key(self) -> bytes:
+        return keys.encode_key(self.account, self.pname, keys.KIND_TOKEN, self.token.encode())
+
+    def reads(self) -> list[bytes]:
+        found = [meta_key(self.account, self.pname)]
+        return [*found, self.token_key()] if self.token else found
+
+    def apply(self, view: RowView, lsn: int) -> tuple[int, list[Mutation]]:
+        meta = log_meta(view, self.account, self.pname)
+        if self.token:
+            seen = view.row(self.token_key())
+            if seen is not None and seen.value is not None:
+                entry = TokenEntry.decode(seen.value)
+                if entry.count != len(self.records):
+                    raise InvalidArgument(f"token {self.token!r} was used for an append of "
+                                          f"{entry.count} records, not {len(self.records)}")
+                return entry.first_seq, []  # a retry: the original answer, nothing appended
+        if meta.sealed:
+            raise Sealed(f"log {self.pname!r} is sealed")
+        first = meta.next_seq
+        mutations = [(record_key(self.account, self.pname, first + i), Row(lsn, value=data))
+                     for i, data in enumerate(self.records)]
+        grown = LogMeta(meta.first_seq, first + len(self.records), False)
+        mutations.append((meta_key(self.account, self.pname), Row(lsn, value=grown.encode())))
+        if self.token:
+            entry = TokenEntry(first, len(self.records))
+            mutations.append((self.token_key(), Row(lsn, value=entry.encode())))
+        return first, mutations
+
+
+@dataclass(frozen=True)
+class LogTrim(Operation):
+    upto_seq: int = 0
+
+    def reads(self) -> list[bytes]:
+        return [meta_key(self.account, self.pname)]
+
+    def apply(self, view: RowView, lsn: int) -> tuple[None, list[Mutation]]:
+        meta = log_meta(view, self.account, self.pname)
+        if self.upto_seq > meta.next_seq:
+            raise OutOfRange(f"log {self.pname!r} ends at {meta.next_seq}: cannot trim up to "
+                             f"{self.upto_seq}")
+        if self.upto_seq <= meta.first_seq:
+            return None, []  # trimmed that far already
+        # The records below stay until a checkpoint or merge drops them (partition_layer
+        # merge); reads below first_seq fail from now on.
+        trimmed = LogMeta(self.upto_seq, meta.next_seq, meta.sealed)
+        return None, [(meta_key(self.account, self.pname), Row(lsn, value=trimmed.encode()))]
+
+
+@dataclass(frozen=True)
+class LogSeal(Operation):
+    def reads(self) -> list[bytes]:
+        return [meta_key(self.account, self.pname)]
+
+    @property
+    def log(self) -> bool:
+        return True  # subscribers learn that nothing more will come
+
+    def apply(self, view: RowView, lsn: int) -> tuple[None, list[Mutation]]:
+        meta = log_meta(view, self.account, self.pname)
+        if meta.sealed:
+            return None, []
+        sealed = LogMeta(meta.first_seq, meta.next_seq, True)
+        return None, [(meta_key(self.account, self.pname), Row(lsn, value=sealed.encode()))]
+
+
+# ---- entities --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Write:
+    """One entity write: a put (value or blob) or a delete, with its conditions."""
+
+    kind: str  # "put" or "delete"
+    row: bytes
+    value: bytes | None = None
+    blob: BlobRef | None = None
+    if_match: str = ""
+    if_none_match: bool = False
+
+    def check(self, current: Row | None) -> None:
+        if self.kind == "delete" and current is None:
+            raise NotFound(f"no row {self.row!r}")
+        if self.if_none_match and current is not None:
+            raise PreconditionFailed(f"row {self.row!r} exists (if_none_match)")
+        if self.if_match and (current is None or etag_of(current.version) != self.if_match):
+            raise PreconditionFailed(f"row {self.row!r}: ETag does not match "
+                                     f"{self.if_match!r}")
+
+    def new_row(self, lsn: int) -> Row:
+        if self.kind == "delete":
+            return Row(lsn, tombstone=True)
+        if self.blob is not None:
+            return Row(lsn, blob=self.blob)
+        assert self.value is not None
+        return Row(lsn, value=self.value)
+
+
+@dataclass(frozen=True)
+class EntityWrite(Operation):
+    """put, delete, or batch: several writes to one partition name, all or none."""
+
+    writes: tuple[Write, ...] = field(default_factory=tuple)
+
+    def key(self, write: Write) -> bytes:
+        return keys.encode_key(self.account, self.pname, keys.KIND_ROW, write.row)
+
+    def reads(self) -> list[bytes]:
+        return [self.key(w) for w in self.writes]
+
+    def apply(self, view: RowView, lsn: int) -> tuple[list[str], list[Mutation]]:
+        written: dict[bytes, Row | None] = {}
+        mutations: list[Mutation] = []
+        etags: list[str] = []
+        for write in self.writes:
+            key = self.key(write)
+            current = written[key] if key in written else view.row(key)
+            write.check(current)
+            row = write.new_row(lsn)
+            written[key] = None if row.tombstone else row
+            mutations.append((key, row))
+            etags.append("" if row.tombstone else etag_of(lsn))
+        return etags, mutations
+
+
+def validate_writes(writes: Iterable[Write]) -> None:
+    """Refuse what no state could make right (before anything is queued)."""
+    for write in writes:
+        if write.kind not in ("put", "delete"):
+            raise InvalidArgument(f"a batch item is put or delete, not {write.kind!r}")
+        if not write.row:
+            raise InvalidArgument("a row key is not empty")
+        if write.if_match and write.if_none_match:
+            raise InvalidArgument("if_match and if_none_match exclude each other")

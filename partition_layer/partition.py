@@ -1,0 +1,445 @@
+"""One range partition as its owner serves it (§4): four streams, a memtable, checkpoints,
+commit-log replay, group commit.
+
+Contracts:
+- A write is acknowledged only after the commit-log block holding it is durable on the stream
+  layer (3 replicas). Many concurrent operations share one block (group commit): at most one
+  commit-log append is in flight per partition, so blocks land in LSN order and replay is a
+  plain scan that skips what it has seen (a retried append may land twice).
+- Loading fences the previous owner first (`fence_stream` with this owner's lease token on
+  the metadata and commit-log streams — any older owner's append fails from then on, §8
+  invariant 3), then reads the last metadata record, the checkpoints' indexes, and replays
+  the commit log from the replay point: its cost grows with the log since the last
+  checkpoint, not with the partition's size.
+- It serves only while its lease is valid (the lease client stops claiming before the lock
+  service could hand the partition to another PS). A failed commit-log append leaves the
+  partition's state unknown (was it written?): the partition stops serving, and the next load
+  finds out from the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from common import faults
+from common.config import PartitionLimits
+from common.errors import (
+    Internal,
+    NotFound,
+    NotOwner,
+    OutOfRange,
+    StampError,
+    Throttled,
+    Trimmed,
+    Unavailable,
+)
+from partition_layer import keys
+from partition_layer.cache import LruCache
+from partition_layer.checkpoint import Checkpointer
+from partition_layer.commit_log import CommitBatch, CommitOp, decode_batch, encode_batch, ops_after
+from partition_layer.memtable import Memtable
+from partition_layer.merge import aiter_sync, merge
+from partition_layer.operations import EMPTY_LOG, Operation, Overlay, meta_key
+from partition_layer.partition_meta import PartitionMeta, decode_meta
+from partition_layer.rows import LogMeta, Row, decode_row, encode_row
+from partition_layer.runs import RunIndex, RunReader, block_cache
+from partition_layer.stats import LoadStats
+from stream_layer.client import AsyncStream, AsyncStreamClient
+from stream_layer.framing import Location
+
+log = logging.getLogger(__name__)
+
+LOADING, SERVING, UNLOADING, GONE = "loading", "serving", "unloading", "gone"
+STREAM_KINDS = ("meta", "log", "row", "blob")
+ABSENT = b""  # the row cache's mark for "no row in the checkpoints"
+
+
+def stream_name(partition_id: int, kind: str) -> str:
+    return f"partition/{partition_id}/{kind}"
+
+
+@dataclass
+class Pending:
+    op: Operation
+    future: asyncio.Future[Any]
+    nbytes: int
+    started: float
+
+
+@dataclass
+class LoadReport:
+    seconds: float = 0.0
+    replayed_ops: int = 0
+    replayed_bytes: int = 0
+    index_bytes: int = 0
+    runs: int = 0
+
+
+class RangePartition:
+    def __init__(self, partition_id: int, key_range: keys.KeyRange, streams: AsyncStreamClient,
+                 limits: PartitionLimits, epoch: int, lease_valid: Callable[[], bool]) -> None:
+        self.id = partition_id
+        self.range = key_range
+        self.client = streams
+        self.limits = limits
+        self.epoch = epoch
+        self._lease_valid = lease_valid
+        self.state = LOADING
+        self.streams: dict[str, AsyncStream] = {}
+        self.memtable = Memtable()
+        self.frozen: Memtable | None = None
+        self.readers: list[RunReader] = []  # newest first, as meta.runs
+        self.meta: PartitionMeta | None = None
+        self.applied_lsn = 0
+        self.last_commit: Location | None = None
+        self.log_bytes = 0  # commit log written since the replay point
+        self.row_cache = LruCache(limits.row_cache_bytes_max)
+        # Decoded data blocks of the checkpoints (the run indexes themselves stay loaded).
+        self.block_cache = block_cache(limits.index_cache_bytes_max)
+        self.writes = 0  # bumped by every memtable write: guards the row cache
+        self.stats = LoadStats()
+        self.checkpointer = Checkpointer(self)
+        self._pending: deque[Pending] = deque()
+        self._wake = asyncio.Event()
+        self._committer: asyncio.Task[None] | None = None
+        self._log_events: dict[tuple[str, str], asyncio.Event] = {}
+        self.stopped = asyncio.Event()
+
+    # ---- load -------------------------------------------------------------------------------
+
+    async def load(self) -> LoadReport:
+        started = time.monotonic()
+        report = LoadReport()
+        for kind in STREAM_KINDS:
+            name = stream_name(self.id, kind)
+            try:
+                await self.client.sm.open_stream(name)
+            except NotFound:
+                try:
+                    await self.client.create_stream(name)
+                except StampError as exc:
+                    log.info("partition %d: creating %s: %s", self.id, name, exc)
+            self.streams[kind] = await self.client.fence_stream(name, self.epoch)
+        self.meta = await self._read_meta()
+        if self.meta is None:
+            self.meta = PartitionMeta(partition_id=self.id, key_range=self.range, runs=[],
+                                      replay_from=None, applied_lsn=0, next_run_id=1,
+                                      intents=[])
+        self.range = self.meta.key_range
+        self.applied_lsn = self.meta.applied_lsn
+        self.last_commit = self.meta.replay_from
+        for info in self.meta.runs:
+            index = await RunIndex.load(info, self.streams["row"].read)
+            report.index_bytes += index.nbytes
+            self.readers.append(RunReader(index, self.streams["row"].read, self.block_cache))
+        report.runs = len(self.readers)
+        async for location, block in self.streams["log"].blocks(self.meta.replay_from):
+            batch = decode_batch(block)
+            fresh = ops_after(batch, self.applied_lsn)
+            for op in fresh:
+                self._apply(op)
+            report.replayed_ops += len(fresh)
+            report.replayed_bytes += len(block)
+            self.log_bytes += len(block)
+            self.last_commit = location
+        self.state = SERVING
+        self._committer = asyncio.get_running_loop().create_task(self._commit_loop())
+        report.seconds = time.monotonic() - started
+        log.info("partition %d loaded at epoch %d in %.3f s: %d runs, %d ops replayed "
+                 "(%d bytes)", self.id, self.epoch, report.seconds, report.runs,
+                 report.replayed_ops, report.replayed_bytes)
+        return report
+
+    async def _read_meta(self) -> PartitionMeta | None:
+        """The newest record of the metadata stream: only its last non-empty extent is read."""
+        stream = self.streams["meta"]
+        # Fenced at load: every extent is sealed, so sealed lengths are the true ends.
+        extents = [e for e in (await stream.refresh()).extents if e.sealed_length > 0]
+        if not extents:
+            return None
+        newest: bytes | None = None
+        async for _, block in stream.blocks(Location(extents[-1].extent_id, 0, 0)):
+            newest = block
+        return decode_meta(newest) if newest is not None else None
+
+    # ---- serving checks ---------------------------------------------------------------------
+
+    def check_serving(self) -> None:
+        if self.state != SERVING:
+            raise NotOwner(f"partition {self.id} is {self.state} here")
+        if not self._lease_valid():
+            raise NotOwner(f"partition {self.id}: this server's lease has run out")
+
+    def check_key(self, key: bytes) -> None:
+        if not self.range.contains(key):
+            raise NotOwner(f"partition {self.id} does not hold that key")
+
+    # ---- writes: group commit ---------------------------------------------------------------
+
+    async def submit(self, op: Operation, nbytes: int) -> Any:
+        """Queue `op` for the next group commit; its result once the commit is durable."""
+        self.check_serving()
+        if len(self._pending) >= self.limits.pending_ops_max:
+            raise Throttled(f"partition {self.id} has {len(self._pending)} operations queued",
+                            retry_after_s=0.05)
+        pending = Pending(op, asyncio.get_running_loop().create_future(), nbytes,
+                          time.monotonic())
+        self._pending.append(pending)
+        self._wake.set()
+        return await pending.future
+
+    async def _commit_loop(self) -> None:
+        try:
+            while self.state == SERVING:
+                if not self._pending:
+                    self._wake.clear()
+                    await self._wake.wait()
+                    continue
+                await self.checkpointer.wait_for_room()
+                batch = self._take_batch()
+                await self._commit(batch)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("partition %d: commit loop failed", self.id)
+            await self.stop(f"commit loop failed: {exc}")
+
+    def _take_batch(self) -> list[Pending]:
+        batch: list[Pending] = []
+        size = 0
+        while self._pending and len(batch) < self.limits.commit_batch_ops_max:
+            nbytes = self._pending[0].nbytes
+            if batch and size + nbytes > self.limits.commit_batch_bytes_max:
+                break
+            batch.append(self._pending.popleft())
+            size += nbytes
+        return batch
+
+    async def _commit(self, batch: list[Pending]) -> None:
+        needed = {key for p in batch for key in p.op.reads()}
+        found = await asyncio.gather(*(self.get_row(key) for key in needed))
+        overlay = Overlay(dict(zip(needed, found, strict=True)))
+        outcomes: list[tuple[Pending, Any, StampError | None]] = []
+        ops: list[CommitOp] = []
+        lsn = self.applied_lsn
+        for pending in batch:
+            try:
+                result, mutations = pending.op.apply(overlay, lsn + 1)
+            except StampError as exc:
+                outcomes.append((pending, None, exc))
+                continue
+            if mutations:
+                lsn += 1
+                overlay.write(mutations)
+                ops.append(CommitOp(lsn, [(k, encode_row(r)) for k, r in mutations]))
+            outcomes.append((pending, result, None))
+        if ops:
+            block = encode_batch(CommitBatch(ops))
+            try:
+                await faults.apoint("ps.commit.before_append")
+                (location,) = await self.streams["log"].append([block])
+            except Exception as exc:
+                # Written or not, nobody can tell now: fail the batch and stop serving; the
+                # next owner's replay decides (the client retries with its token).
+                error = exc if isinstance(exc, StampError) else Unavailable(str(exc))
+                for pending, _, _ in outcomes:
+                    if not pending.future.done():
+                        pending.future.set_exception(
+                            Unavailable(f"partition {self.id}: commit failed: {error}"))
+                await self.stop(f"commit-log append failed: {type(error).__name__}: {error}")
+                return
+            for op in ops:
+                self._apply(op)
+            self.last_commit = location
+            self.log_bytes += len(block)
+            self._wake_logs(batch)
+        now = time.monotonic()
+        for pending, result, error in outcomes:
+            if pending.future.done():
+                continue
+            if error is None:
+                pending.future.set_result(result)
+            else:
+                pending.future.set_exception(error)
+            self.stats.record(pending.nbytes, now - pending.started)
+        self.checkpointer.maybe_start()
+
+    def _apply(self, op: CommitOp) -> None:
+        """Make a durable operation visible (commit or replay)."""
+        assert op.lsn > self.applied_lsn, (op.lsn, self.applied_lsn)
+        for key, row in op.mutations:
+            self.memtable.put(key, row)
+            self.row_cache.pop(key)
+        self.writes += 1
+        self.applied_lsn = op.lsn
+
+    def _wake_logs(self, batch: list[Pending]) -> None:
+        for pending in batch:
+            if pending.op.log:
+                event = self._log_events.pop((pending.op.account, pending.op.pname), None)
+                if event is not None:
+                    event.set()
+
+    def log_event(self, account: str, pname: str) -> asyncio.Event:
+        """Set at the next commit that changes this log (or when the partition stops)."""
+        return self._log_events.setdefault((account, pname), asyncio.Event())
+
+    # ---- reads ------------------------------------------------------------------------------
+
+    async def get_row(self, key: bytes) -> Row | None:
+        """The live row at `key`: memtable, the memtable being checkpointed, then the
+        checkpoints newest first (bloom filters skip most)."""
+        for table in (self.memtable, self.frozen):
+            if table is not None:
+                encoded = table.get(key)
+                if encoded is not None:
+                    return _live(decode_row(encoded))
+        cached = self.row_cache.get(key)
+        if cached is not None:
+            return None if cached == ABSENT else _live(decode_row(cached))
+        writes, readers = self.writes, list(self.readers)
+        found: bytes | None = None
+        for reader in readers:
+            found = await reader.get(key)
+            if found is not None:
+                break
+        # A write since the lookup began may have made this stale: then do not cache it.
+        if writes == self.writes and readers == self.readers:
+            self.row_cache.put(key, found if found is not None else ABSENT)
+        return _live(decode_row(found)) if found is not None else None
+
+    async def scan(self, start: bytes, end: bytes | None, limit: int
+                   ) -> tuple[list[tuple[bytes, Row]], bool]:
+        """Up to `limit` live rows in [start, end), and whether more follow — a consistent
+        snapshot: the memtables are copied at once, the checkpoints are immutable."""
+        sources = []
+        for table in (self.memtable, self.frozen):
+            if table is not None:
+                sources.append(aiter_sync(_copy_live_prefix(table, start, end, limit + 1)))
+        sources += [reader.scan(start, end) for reader in self.readers]
+        rows: list[tuple[bytes, Row]] = []
+        more = False
+        async for key, encoded in merge(sources, drop_tombstones=True):
+            if len(rows) == limit:
+                more = True
+                break
+            rows.append((key, decode_row(encoded)))
+        return rows, more
+
+    async def log_state(self, account: str, pname: str) -> LogMeta:
+        row = await self.get_row(meta_key(account, pname))
+        if row is None or row.value is None:
+            return EMPTY_LOG
+        return LogMeta.decode(row.value)
+
+    async def read_log(self, account: str, pname: str, from_seq: int, limit: int
+                       ) -> tuple[list[tuple[int, bytes]], LogMeta]:
+        meta = await self.log_state(account, pname)
+        if from_seq < meta.first_seq:
+            raise Trimmed(f"log {pname!r} is trimmed below {meta.first_seq}")
+        if from_seq > meta.next_seq:
+            raise OutOfRange(f"log {pname!r} ends at {meta.next_seq}")
+        end = min(meta.next_seq, from_seq + limit)
+        if end == from_seq:
+            return [], meta
+        rows, _ = await self.scan(
+            keys.encode_key(account, pname, keys.KIND_ROW, keys.seq_row(from_seq)),
+            keys.encode_key(account, pname, keys.KIND_ROW, keys.seq_row(end)), end - from_seq)
+        records: list[tuple[int, bytes]] = []
+        budget = self.limits.read_bytes_max
+        for key, row in rows:
+            seq = keys.row_seq(keys.decode_key(key)[3])
+            if seq != from_seq + len(records):
+                break
+            assert row.value is not None
+            if records and budget < len(row.value):
+                return records, meta  # a full read: the caller asks again from here
+            budget -= len(row.value)
+            records.append((seq, row.value))
+        if len(records) != end - from_seq:
+            # §8 invariant 5: no gap below next_seq. A hole is a bug, never a short read.
+            raise Internal(f"log {pname!r}: record {from_seq + len(records)} missing below "
+                           f"next_seq {meta.next_seq}")
+        return records, meta
+
+    async def read_blob(self, row: Row) -> bytes:
+        assert row.blob is not None
+        data = await self.streams["blob"].read(row.blob.location)
+        if len(data) != row.blob.value_bytes:
+            raise Internal(f"blob at {row.blob.location} has {len(data)} bytes, row says "
+                           f"{row.blob.value_bytes}")
+        return data
+
+    # ---- stop -------------------------------------------------------------------------------
+
+    async def stop(self, reason: str) -> None:
+        """Stop serving at once (lease lost, fenced, commit failed, unloaded): every queued
+        operation fails with NotOwner, subscribers wake up and end."""
+        if self.state in (UNLOADING, GONE) and reason != "unloaded":
+            return
+        if self.state != GONE:
+            log.warning("partition %d stops serving: %s", self.id, reason)
+        self.state = GONE
+        while self._pending:
+            pending = self._pending.popleft()
+            if not pending.future.done():
+                pending.future.set_exception(NotOwner(f"partition {self.id} moved: {reason}"))
+        for event in self._log_events.values():
+            event.set()
+        self._log_events.clear()
+        self._wake.set()
+        current = asyncio.current_task()
+        if self._committer is not None and self._committer is not current:
+            self._committer.cancel()
+        self.checkpointer.cancel()
+        self.stopped.set()
+
+    async def unload(self) -> None:
+        """Hand the partition over cleanly: finish the queued writes, checkpoint (so the next
+        owner replays little), then stop."""
+        if self.state != SERVING:
+            return
+        self.state = UNLOADING
+        self._wake.set()
+        while self._pending and self._lease_valid():
+            batch = self._take_batch()
+            await self._commit(batch)
+        try:
+            await self.checkpointer.checkpoint_now()
+        except StampError as exc:
+            log.warning("partition %d: checkpoint at unload failed: %s", self.id, exc)
+        await self.stop("unloaded")
+
+    # ---- load report for heartbeats ---------------------------------------------------------
+
+    def load_report(self) -> dict[str, Any]:
+        window = self.stats.take()
+        checkpointed = sum(r.index.info.data_bytes for r in self.readers)
+        memtable = self.memtable.nbytes + (self.frozen.nbytes if self.frozen else 0)
+        return {**window, "size_bytes": checkpointed + memtable, "memtable_bytes": memtable,
+                "runs": len(self.readers)}
+
+
+def _live(row: Row) -> Row | None:
+    return None if row.tombstone else row
+
+
+def _copy_live_prefix(table: Memtable, start: bytes, end: bytes | None, live_max: int
+                      ) -> list[tuple[bytes, bytes]]:
+    """The memtable's entries from `start` until `live_max` live rows (tombstones included
+    along the way): no merged result past them can be among the first live_max - 1."""
+    copied: list[tuple[bytes, bytes]] = []
+    live = 0
+    for key, encoded in table.items(start, end):
+        copied.append((key, encoded))
+        if not decode_row(encoded).tombstone:
+            live += 1
+            if live >= live_max:
+                break
+    return copied

@@ -1,0 +1,68 @@
+"""The partition manager process: `stamp serve partition-manager --name pm-1 --dir DIR
+--port P --lock ADDRS [--config FILE]`. Run two or more; the one holding the leader lock acts
+(partition_layer/manager.py), the others stand by and answer map lookups."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+
+from common import rpc, server_main
+from common.config import HOST, load_config
+from common.errors import StampError
+from common.process import write_ready
+from common.proto import faults_pb2_grpc
+from common.proto import partition_pb2_grpc as pb_grpc
+from lock_service.client import LockClient
+from partition_layer.manager import ManagerServicer, PartitionManager
+
+log = logging.getLogger("stamp.partition_manager")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="stamp serve partition-manager",
+                                description="Run one partition manager (leader or standby).")
+    p.add_argument("--name", required=True, help="process name, e.g. pm-1")
+    p.add_argument("--dir", required=True, type=Path, help="its directory (log, ready file)")
+    p.add_argument("--host", default=HOST)
+    p.add_argument("--port", type=int, default=0, help="gRPC port (0: pick a free one)")
+    p.add_argument("--lock", required=True, help="lock service addresses, comma-separated")
+    p.add_argument("--config", help="stamp config file (TOML)")
+    return p
+
+
+async def serve(args: argparse.Namespace) -> None:
+    config = load_config(args.config)
+    limits = config.partition
+    locks = LockClient([a for a in args.lock.split(",") if a], holder=args.name)
+    server = rpc.aio_server(limits.rpc_message_bytes_max)
+    port = server.add_insecure_port(f"{args.host}:{args.port}")
+    address = f"{args.host}:{port}"
+    manager = PartitionManager(args.name, address, locks, limits)
+    pb_grpc.add_PartitionManagerServicer_to_server(ManagerServicer(manager), server)
+    faults_pb2_grpc.add_FaultsServicer_to_server(rpc.FaultsServicer(), server)
+    await server.start()
+    assigner = asyncio.get_running_loop().create_task(manager.run_forever())
+    write_ready(args.dir, args.name, address)
+    log.info("%s serving on %s", args.name, address)
+
+    await server_main.until_stopped()
+    log.info("%s stopping", args.name)
+    assigner.cancel()
+    await server.stop(grace=1.0)
+    with contextlib.suppress(StampError):
+        await manager.close()
+    await asyncio.to_thread(locks.close)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    server_main.start_process(args.name, args.dir)
+    server_main.run(serve(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+"""The partition server process: `stamp serve partition-server --name ps-1 --dir DIR --port P
+--sm ADDRS --lock ADDRS [--config FILE]`.
+
+It registers itself in the lock service (`ps/<name>` = its address, bound to a session that
+ends if the process dies), heartbeats its load to the leading PM, and serves whatever range
+partitions the PM asks it to load. It writes `DIR/ready.json` once it serves gRPC.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+
+from common import rpc, server_main
+from common.config import HOST, PartitionLimits, load_config
+from common.errors import StampError
+from common.process import write_ready
+from common.proto import faults_pb2_grpc
+from common.proto import partition_pb2_grpc as pb_grpc
+from lock_service.client import Lease, LockClient
+from partition_layer.manager import LEADER_ADDRESS_KEY, SERVER_PREFIX
+from partition_layer.server import PartitionServer, PartitionServicer
+from stream_layer.client import AsyncStreamClient
+
+log = logging.getLogger("stamp.partition_server")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="stamp serve partition-server",
+                                description="Run one partition server.")
+    p.add_argument("--name", required=True, help="process name, e.g. ps-1")
+    p.add_argument("--dir", required=True, type=Path, help="its directory (log, ready file)")
+    p.add_argument("--host", default=HOST)
+    p.add_argument("--port", type=int, default=0, help="gRPC port (0: pick a free one)")
+    p.add_argument("--sm", required=True, help="stream manager addresses, comma-separated")
+    p.add_argument("--lock", required=True, help="lock service addresses, comma-separated")
+    p.add_argument("--config", help="stamp config file (TOML)")
+    return p
+
+
+class Registration:
+    """`ps/<name>` in the lock service for as long as this process lives; renewed by a
+    session lease, re-made if the session is ever lost (the lock service was unreachable)."""
+
+    def __init__(self, locks: LockClient, name: str, address: str, limits: PartitionLimits
+                 ) -> None:
+        self.locks, self.name, self.address, self.limits = locks, name, address, limits
+        self.session: Lease | None = None
+
+    def ensure(self) -> None:
+        if self.session is not None and self.session.valid():
+            return
+        self.session = self.locks.session(self.limits.server_session_ttl_ms / 1000)
+        self.locks.put(SERVER_PREFIX + self.name, self.address.encode(), lease=self.session)
+        log.info("%s registered at %s", self.name, self.address)
+
+    def close(self) -> None:
+        if self.session is not None:
+            self.session.release()
+
+
+async def heartbeat_forever(server: PartitionServer, registration: Registration,
+                            locks: LockClient, address: str, limits: PartitionLimits) -> None:
+    from common.proto import partition_pb2_grpc
+
+    channels: dict[str, object] = {}
+    while True:
+        try:
+            await asyncio.to_thread(registration.ensure)
+            found = await asyncio.to_thread(locks.get, LEADER_ADDRESS_KEY)
+            if found is not None:
+                leader = found[0].decode()
+                channel = channels.get(leader)
+                if channel is None:
+                    channel = channels[leader] = rpc.aio_channel(leader,
+                                                                 limits.rpc_message_bytes_max)
+                stub = partition_pb2_grpc.PartitionManagerStub(channel)
+                await rpc.call(stub.Heartbeat(server.load_pb(address), timeout=1.0))
+        except StampError as exc:
+            log.info("heartbeat: %s", exc)
+        await asyncio.sleep(limits.heartbeat_interval_ms / 1000)
+
+
+async def serve(args: argparse.Namespace) -> None:
+    config = load_config(args.config)
+    limits = config.partition
+    streams = AsyncStreamClient([a for a in args.sm.split(",") if a], config.extent_node,
+                                config.stream_manager)
+    locks = LockClient([a for a in args.lock.split(",") if a], holder=args.name)
+    ps = PartitionServer(args.name, streams, locks, limits)
+    server = rpc.aio_server(limits.rpc_message_bytes_max)
+    port = server.add_insecure_port(f"{args.host}:{args.port}")
+    address = f"{args.host}:{port}"
+    pb_grpc.add_PartitionServerServicer_to_server(PartitionServicer(ps, address), server)
+    faults_pb2_grpc.add_FaultsServicer_to_server(rpc.FaultsServicer(), server)
+    await server.start()
+    registration = Registration(locks, args.name, address, limits)
+    await asyncio.to_thread(registration.ensure)
+    beats = asyncio.get_running_loop().create_task(
+        heartbeat_forever(ps, registration, locks, address, limits))
+    write_ready(args.dir, args.name, address)
+    log.info("%s serving on %s", args.name, address)
+
+    await server_main.until_stopped()
+    log.info("%s stopping", args.name)
+    beats.cancel()
+    await ps.close()
+    await server.stop(grace=1.0)
+    with contextlib.suppress(StampError):
+        await asyncio.to_thread(registration.close)
+    await asyncio.to_thread(locks.close)
+    await streams.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    server_main.start_process(args.name, args.dir)
+    server_main.run(serve(args))
+
+
+if __name__ == "__main__":
+    main()

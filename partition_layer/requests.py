@@ -1,0 +1,197 @@
+"""What a partition server does with one data request (§5): validate it, find the range
+partition that holds its key, run it there, and say how it went in a Response.
+
+Contract: every request gets exactly one Response; a refused or failed one carries the error's
+class name (common/errors.py) and message, and a NotOwner means "not executed here: refresh
+the partition map and ask again".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from common.config import PartitionLimits
+from common.errors import InvalidArgument, NotFound, StampError, Throttled
+from common.proto import partition_pb2 as pb
+from partition_layer import keys
+from partition_layer.operations import (
+    EntityWrite,
+    LogAppend,
+    LogSeal,
+    LogTrim,
+    Write,
+    validate_writes,
+)
+from partition_layer.partition import RangePartition
+from partition_layer.rows import BlobRef, Row, etag_of
+
+NAME_BYTES_MAX = 1024
+TOKEN_BYTES_MAX = 128
+
+Finder = Callable[[bytes], RangePartition]
+
+
+def route_key(account: str, pname: str) -> bytes:
+    """The key a partition name is routed by: all of a name's rows share one partition."""
+    return keys.encode_key(account, pname, keys.KIND_LOG_META, b"")
+
+
+async def handle(request: pb.Request, find: Finder, limits: PartitionLimits) -> pb.Response:
+    response = pb.Response(id=request.id)
+    try:
+        await _dispatch(request, response, find, limits)
+    except StampError as exc:
+        response.Clear()
+        response.id = request.id
+        response.error = type(exc).__name__
+        response.message = str(exc)
+        if isinstance(exc, Throttled):
+            response.retry_after_s = exc.retry_after_s
+    return response
+
+
+def _check_names(request: pb.Request) -> None:
+    for what, name in (("account", request.account), ("partition name", request.pname)):
+        if not name or len(name.encode()) > NAME_BYTES_MAX:
+            raise InvalidArgument(f"an {what} has 1..{NAME_BYTES_MAX} bytes")
+
+
+async def _dispatch(request: pb.Request, response: pb.Response, find: Finder,
+                    limits: PartitionLimits) -> None:
+    op = request.WhichOneof("op")
+    if op is None:
+        raise InvalidArgument("a request names an operation")
+    if op == "scan":
+        await _scan(request, response, find, limits)
+        return
+    _check_names(request)
+    partition = find(route_key(request.account, request.pname))
+    account, pname = request.account, request.pname
+    if op == "append":
+        records = list(request.append.records)
+        _check_append(records, request.append.token, limits)
+        response.first_seq = await partition.submit(
+            LogAppend(account, pname, tuple(records), request.append.token),
+            sum(len(r) for r in records) + 64)
+    elif op == "read":
+        limit = min(request.read.limit or limits.read_records_max, limits.read_records_max)
+        partition.check_serving()
+        records, _ = await partition.read_log(account, pname, request.read.from_seq, limit)
+        response.records.extend(pb.Record(seq=s, data=d) for s, d in records)
+    elif op == "trim":
+        await partition.submit(LogTrim(account, pname, request.trim.upto_seq), 64)
+    elif op == "seal":
+        await partition.submit(LogSeal(account, pname), 64)
+    elif op == "peek":
+        partition.check_serving()
+        meta = await partition.log_state(account, pname)
+        response.first_seq, response.next_seq = meta.first_seq, meta.next_seq
+    elif op == "get":
+        partition.check_serving()
+        _check_row(request.get.row, limits)
+        row = await partition.get_row(keys.encode_key(account, pname, keys.KIND_ROW,
+                                                      request.get.row))
+        if row is None:
+            raise NotFound(f"no row {request.get.row!r} in {pname!r}")
+        response.value = await _value(partition, row)
+        response.etag = etag_of(row.version)
+    else:
+        writes = await _writes(request, op, partition, limits)
+        etags = await partition.submit(EntityWrite(account, pname, tuple(writes)),
+                                       sum(len(w.value or b"") + len(w.row) + 64
+                                           for w in writes))
+        if op == "batch":
+            response.etags.extend(etags)
+        else:
+            response.etag = etags[0]
+
+
+def _check_append(records: list[bytes], token: str, limits: PartitionLimits) -> None:
+    if not records:
+        raise InvalidArgument("an append carries at least one record")
+    if len(records) > limits.append_records_max:
+        raise InvalidArgument(f"an append carries at most {limits.append_records_max} records")
+    if any(len(r) > limits.record_bytes_max for r in records):
+        raise InvalidArgument(f"a record has at most {limits.record_bytes_max} bytes")
+    if sum(len(r) for r in records) > limits.append_bytes_max:
+        raise InvalidArgument(f"an append carries at most {limits.append_bytes_max} bytes")
+    if len(token.encode()) > TOKEN_BYTES_MAX:
+        raise InvalidArgument(f"a token has at most {TOKEN_BYTES_MAX} bytes")
+
+
+def _check_row(row: bytes, limits: PartitionLimits) -> None:
+    if not row or len(row) > limits.row_bytes_max:
+        raise InvalidArgument(f"a row key has 1..{limits.row_bytes_max} bytes")
+
+
+async def _writes(request: pb.Request, op: str, partition: RangePartition,
+                  limits: PartitionLimits) -> list[Write]:
+    if op == "put":
+        items = [pb.BatchItem(kind="put", row=request.put.row, value=request.put.value,
+                              if_match=request.put.if_match,
+                              if_none_match=request.put.if_none_match)]
+    elif op == "delete":
+        items = [pb.BatchItem(kind="delete", row=request.delete.row,
+                              if_match=request.delete.if_match)]
+    else:
+        items = list(request.batch.items)
+        if not 1 <= len(items) <= limits.batch_ops_max:
+            raise InvalidArgument(f"a batch has 1..{limits.batch_ops_max} operations")
+    writes = [Write(i.kind, i.row, i.value if i.kind == "put" else None, None, i.if_match,
+                    i.if_none_match) for i in items]
+    validate_writes(writes)
+    for write in writes:
+        _check_row(write.row, limits)
+        if write.value is not None and len(write.value) > limits.value_bytes_max:
+            raise InvalidArgument(f"a value has at most {limits.value_bytes_max} bytes")
+    partition.check_serving()
+    # Large values are written once, to blob data, before the commit; the row points there.
+    stored = []
+    for write in writes:
+        if write.value is not None and len(write.value) >= limits.blob_value_bytes_min:
+            (location,) = await partition.streams["blob"].append([write.value])
+            write = Write(write.kind, write.row, None, BlobRef(location, len(write.value)),
+                          write.if_match, write.if_none_match)
+        stored.append(write)
+    return stored
+
+
+async def _value(partition: RangePartition, row: Row) -> bytes:
+    if row.blob is not None:
+        return await partition.read_blob(row)
+    assert row.value is not None
+    return row.value
+
+
+async def _scan(request: pb.Request, response: pb.Response, find: Finder,
+                limits: PartitionLimits) -> None:
+    """User rows of one account in key order, within the partition holding the start."""
+    scan = request.scan
+    if not request.account:
+        raise InvalidArgument("a scan names its account")
+    limit = min(scan.limit or limits.scan_rows_max, limits.scan_rows_max)
+    start = keys.encode_key(request.account, scan.start_pname, keys.KIND_LOG_META,
+                            b"") if not scan.start_row else keys.encode_key(
+        request.account, scan.start_pname, keys.KIND_ROW, scan.start_row)
+    # encode_key(account, "", kind, b"") is the account's prefix, "" (2 bytes) and the kind.
+    account_end = keys.prefix_end(keys.encode_key(request.account, "", 0, b"")[:-3])
+    end = (keys.encode_key(request.account, scan.end_pname, keys.KIND_ROW, scan.end_row)
+           if scan.has_end else account_end)
+    partition = find(start)
+    partition.check_serving()
+    if partition.range.high is not None and (end is None or partition.range.high < end):
+        end = partition.range.high
+    while len(response.items) < limit:
+        rows, more = await partition.scan(start, end, limit - len(response.items))
+        for key, row in rows:
+            _account, pname, kind, row_key = keys.decode_key(key)
+            if kind != keys.KIND_ROW:
+                continue  # a log's bookkeeping rows are not user rows
+            response.items.append(pb.ScanItem(pname=pname, row=row_key,
+                                              value=await _value(partition, row),
+                                              etag=etag_of(row.version)))
+        if not more or not rows:
+            response.more = more
+            return
+        start = rows[-1][0] + b"\x00"
+    response.more = True

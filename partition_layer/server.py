@@ -1,0 +1,234 @@
+"""The partition server (PS, §4): serves many range partitions over gRPC.
+
+It owns a range partition exactly while it holds that partition's lease in the lock service
+(`partition/<id>`); the lease's fencing token is the epoch with which it fences the
+partition's streams at load. When a lease is lost (the lock service could not be reached in
+time) the partition stops serving at once. Loads and unloads come from the PM; loads are
+idempotent (a second Load of a partition loading or serving here waits for the same one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from grpc import aio
+
+from common import rpc
+from common.config import PartitionLimits
+from common.errors import NotOwner, Unavailable
+from common.proto import partition_pb2 as pb
+from common.proto import partition_pb2_grpc as pb_grpc
+from lock_service.client import Lease, LockClient
+from partition_layer import keys
+from partition_layer.partition import SERVING, LoadReport, RangePartition
+from partition_layer.partition_map import range_from_pb
+from partition_layer.requests import handle, route_key
+from stream_layer.client import AsyncStreamClient
+
+log = logging.getLogger(__name__)
+
+SUBSCRIBE_RECHECK_S = 1.0
+RESPONSES_PER_MESSAGE_MAX = 4096
+
+
+def lease_name(partition_id: int) -> str:
+    return f"partition/{partition_id}"
+
+
+class PartitionServer:
+    """The partitions this process serves, and the lease behind each."""
+
+    def __init__(self, name: str, streams: AsyncStreamClient, locks: LockClient,
+                 limits: PartitionLimits) -> None:
+        self.name = name
+        self.streams = streams
+        self.locks = locks
+        self.limits = limits
+        self.partitions: dict[int, RangePartition] = {}
+        self.leases: dict[int, Lease] = {}
+        self.reports: dict[int, LoadReport] = {}
+        self._loading: dict[int, asyncio.Task[LoadReport]] = {}
+        self._watchers: set[asyncio.Task[None]] = set()
+
+    def find(self, key: bytes) -> RangePartition:
+        for partition in self.partitions.values():
+            if partition.state == SERVING and partition.range.contains(key):
+                return partition
+        raise NotOwner(f"{self.name} serves no partition holding that key")
+
+    async def load(self, partition_id: int, key_range: keys.KeyRange) -> LoadReport:
+        current = self.partitions.get(partition_id)
+        if current is not None and current.state == SERVING:
+            return self.reports[partition_id]
+        task = self._loading.get(partition_id)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._load(partition_id, key_range))
+            self._loading[partition_id] = task
+            task.add_done_callback(lambda _: self._loading.pop(partition_id, None))
+        return await asyncio.shield(task)
+
+    async def _load(self, partition_id: int, key_range: keys.KeyRange) -> LoadReport:
+        loop = asyncio.get_running_loop()
+        holder: list[RangePartition] = []
+
+        def lost(_: Lease) -> None:  # on the lease's renewal thread
+            if holder:
+                loop.call_soon_threadsafe(
+                    lambda: loop.create_task(holder[0].stop("its lease was lost")))
+
+        ttl_s = self.limits.partition_lease_ttl_ms / 1000
+        lease = await asyncio.to_thread(self.locks.acquire, lease_name(partition_id), ttl_s,
+                                        self.limits.load_timeout_ms / 1000, lost)
+        if lease is None:
+            raise Unavailable(f"partition {partition_id}: its lease stayed held elsewhere")
+        partition = RangePartition(partition_id, key_range, self.streams, self.limits,
+                                   lease.token, lease.valid)
+        holder.append(partition)
+        try:
+            report = await partition.load()
+        except BaseException:
+            await partition.stop("load failed")
+            await asyncio.to_thread(lease.release)
+            raise
+        if not lease.valid():
+            await partition.stop("lease ran out during the load")
+            raise Unavailable(f"partition {partition_id}: the lease ran out during the load")
+        self.partitions[partition_id] = partition
+        self.leases[partition_id] = lease
+        self.reports[partition_id] = report
+        self._watchers.add(loop.create_task(self._forget_when_stopped(partition)))
+        return report
+
+    async def _forget_when_stopped(self, partition: RangePartition) -> None:
+        await partition.stopped.wait()
+        self._watchers.discard(asyncio.current_task())  # type: ignore[arg-type]
+        if self.partitions.get(partition.id) is partition:
+            del self.partitions[partition.id]
+            self.reports.pop(partition.id, None)
+        lease = self.leases.pop(partition.id, None)
+        if lease is not None:
+            await asyncio.to_thread(lease.release)
+
+    async def unload(self, partition_id: int) -> None:
+        partition = self.partitions.get(partition_id)
+        if partition is not None:
+            await partition.unload()
+            await asyncio.sleep(0)  # let _forget_when_stopped release the lease
+
+    async def close(self) -> None:
+        for partition in list(self.partitions.values()):
+            await partition.stop("server stopping")
+
+    def load_pb(self, address: str) -> pb.ServerLoad:
+        reply = pb.ServerLoad(name=self.name, address=address)
+        for partition in self.partitions.values():
+            report = partition.load_report()
+            low, high = partition.range.low, partition.range.high
+            reply.partitions.append(pb.PartitionLoad(
+                partition_id=partition.id, state=partition.state, epoch=partition.epoch,
+                range=pb.KeyRange(low=low, high=high or b"", has_high=high is not None),
+                **{k: report[k] for k in ("ops_per_s", "bytes_per_s", "p50_ms", "p99_ms",
+                                          "size_bytes", "memtable_bytes", "runs")}))
+        for partition_id in self._loading:
+            reply.partitions.append(pb.PartitionLoad(partition_id=partition_id,
+                                                     state="loading"))
+        return reply
+
+
+class PartitionServicer(pb_grpc.PartitionServerServicer):
+    def __init__(self, server: PartitionServer, address: str) -> None:
+        self.server = server
+        self.address = address
+
+    async def Call(self, request_iterator: AsyncIterator[pb.RequestBatch],
+                   context: aio.ServicerContext) -> None:
+        """Many requests in flight on one stream; each answered when done, in any order."""
+        responses: asyncio.Queue[pb.Response | None] = asyncio.Queue()
+        tasks: set[asyncio.Task[None]] = set()
+        limits = self.server.limits
+
+        async def run(request: pb.Request) -> None:
+            responses.put_nowait(await handle(request, self.server.find, limits))
+
+        async def read_requests() -> None:
+            try:
+                async for batch in request_iterator:
+                    for request in batch.requests:
+                        task = asyncio.get_running_loop().create_task(run(request))
+                        tasks.add(task)
+                        task.add_done_callback(tasks.discard)
+            finally:
+                if tasks:
+                    await asyncio.gather(*tasks, return_exceptions=True)
+                responses.put_nowait(None)
+
+        reader = asyncio.get_running_loop().create_task(read_requests())
+        try:
+            while True:
+                first = await responses.get()
+                if first is None:
+                    return
+                batch = [first]
+                done = False
+                while not responses.empty() and len(batch) < RESPONSES_PER_MESSAGE_MAX:
+                    item = responses.get_nowait()
+                    if item is None:
+                        done = True
+                        break
+                    batch.append(item)
+                await context.write(pb.ResponseBatch(responses=batch))
+                if done:
+                    return
+        finally:
+            reader.cancel()
+            for task in list(tasks):
+                task.cancel()
+
+    @rpc.rpc_errors
+    async def Subscribe(self, request: pb.SubscribeRequest,
+                        context: aio.ServicerContext) -> None:
+        """Ends when the log is sealed and read to its end, or with NotOwner when the
+        partition stops being served here."""
+        next_seq = request.from_seq
+        key = route_key(request.account, request.pname)
+        while True:
+            partition = self.server.find(key)
+            partition.check_serving()
+            # Take the wake-up before reading, so a commit in between is not missed.
+            changed = partition.log_event(request.account, request.pname)
+            records, meta = await partition.read_log(
+                request.account, request.pname, next_seq, self.server.limits.read_records_max)
+            if records:
+                await context.write(pb.SubscribeReply(
+                    records=[pb.Record(seq=s, data=d) for s, d in records]))
+                next_seq = records[-1][0] + 1
+                continue
+            if meta.sealed:
+                return  # a sealed log ends here: nothing more will ever come
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(changed.wait(), SUBSCRIBE_RECHECK_S)
+
+    @rpc.rpc_errors
+    async def Load(self, request: pb.LoadRequest, context: aio.ServicerContext
+                   ) -> pb.LoadReply:
+        low, high = range_from_pb(request.range)
+        report = await self.server.load(request.partition_id, keys.KeyRange(low, high))
+        partition = self.server.partitions.get(request.partition_id)
+        return pb.LoadReply(seconds=report.seconds, replayed_ops=report.replayed_ops,
+                            replayed_bytes=report.replayed_bytes,
+                            index_bytes=report.index_bytes, runs=report.runs,
+                            epoch=partition.epoch if partition else 0)
+
+    @rpc.rpc_errors
+    async def Unload(self, request: pb.UnloadRequest, context: aio.ServicerContext
+                     ) -> pb.UnloadReply:
+        await self.server.unload(request.partition_id)
+        return pb.UnloadReply()
+
+    @rpc.rpc_errors
+    async def Status(self, request: pb.ServerStatusRequest, context: aio.ServicerContext
+                     ) -> pb.ServerLoad:
+        return self.server.load_pb(self.address)

@@ -1,0 +1,114 @@
+"""One multiplexed `Call` stream from a client to a partition server (partition.proto):
+requests are queued, sent in batches, and matched to their responses by id.
+
+Contract: `call` returns the server's Response (which may name an error), or raises
+Unavailable when the stream broke or DeadlineExceeded when no answer came in time — in both
+cases the request may or may not have been executed. Requests never written to a broken
+stream go out on the next one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import deque
+from collections.abc import Callable
+
+import grpc
+
+from common import rpc
+from common.errors import DeadlineExceeded, StampError, Unavailable
+from common.proto import partition_pb2 as pb
+from common.proto import partition_pb2_grpc as pb_grpc
+
+BATCH_BYTES_MAX = 4 * 1024 * 1024
+
+
+class CallSession:
+    def __init__(self, address: str, stub: Callable[[], pb_grpc.PartitionServerStub]) -> None:
+        self.address = address
+        self._stub = stub
+        self._ids = itertools.count(1)
+        self._queue: deque[pb.Request] = deque()
+        self._waiting: dict[int, asyncio.Future[pb.Response]] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def call(self, request: pb.Request, timeout_s: float) -> pb.Response:
+        request.id = next(self._ids)
+        future: asyncio.Future[pb.Response] = asyncio.get_running_loop().create_future()
+        self._waiting[request.id] = future
+        self._queue.append(request)
+        self._wake.set()
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+        try:
+            return await asyncio.wait_for(future, timeout_s)
+        except TimeoutError:
+            raise DeadlineExceeded(f"{self.address} did not answer within {timeout_s:g}s") \
+                from None
+        finally:
+            self._waiting.pop(request.id, None)
+
+    async def _run(self) -> None:
+        call = self._stub().Call()
+        reader = asyncio.get_running_loop().create_task(self._read(call))
+        error: StampError = Unavailable(f"call stream to {self.address} ended")
+        sent: set[int] = set()
+        try:
+            while not reader.done():
+                await self._wake.wait()
+                self._wake.clear()
+                while self._queue and not reader.done():
+                    batch = pb.RequestBatch()
+                    size = 0
+                    while self._queue and (size == 0 or size + self._queue[0].ByteSize()
+                                           <= BATCH_BYTES_MAX):
+                        request = self._queue.popleft()
+                        if request.id not in self._waiting:
+                            continue  # its caller gave up already
+                        size += request.ByteSize()
+                        batch.requests.append(request)
+                        sent.add(request.id)
+                    if batch.requests:
+                        await call.write(batch)
+        except asyncio.CancelledError:
+            error = Unavailable("client closed")
+            self._queue.clear()
+            raise
+        except Exception as exc:  # whatever gRPC raises for a dead stream
+            error = rpc.from_rpc_error(exc) if isinstance(exc, grpc.RpcError) else Unavailable(
+                f"call stream to {self.address} failed: {exc!r}")
+        finally:
+            call.cancel()
+            reader.cancel()
+            self._task = None
+            for request_id in [r for r in self._waiting if r in sent]:
+                future = self._waiting.pop(request_id)
+                if not future.done():
+                    future.set_exception(Unavailable(f"{self.address}: {error}"))
+            if self._queue and sent:
+                self._task = asyncio.get_running_loop().create_task(self._run())
+            elif self._queue:
+                # Nothing got through: the server is unreachable. Fail the rest too.
+                while self._queue:
+                    future = self._waiting.pop(self._queue.popleft().id, None)
+                    if future is not None and not future.done():
+                        future.set_exception(Unavailable(f"{self.address}: {error}"))
+
+    async def _read(self, call: grpc.aio.StreamStreamCall) -> None:
+        try:
+            async for batch in call:
+                for response in batch.responses:
+                    future = self._waiting.pop(response.id, None)
+                    if future is not None and not future.done():
+                        future.set_result(response)
+        except grpc.RpcError:
+            pass
+        finally:
+            self._wake.set()
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)

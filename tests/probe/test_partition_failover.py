@@ -1,0 +1,244 @@
+"""The partition layer under faults (issue 6): kill -9 a partition server under load, kill
+the PM leader, freeze a deposed owner mid-commit, reload a large checkpointed partition."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from common import rpc
+from common.errors import NotOwner, StampError
+from common.process import LOG_FILE
+from common.proto import partition_pb2 as pb
+from common.proto import partition_pb2_grpc as pb_grpc
+from partition_layer.client import AsyncPartitionClient, PartitionClient
+from partition_layer.session import CallSession
+from tools.local_stamp import LocalStamp
+
+pytestmark = pytest.mark.slow
+
+StampFactory = Callable[..., LocalStamp]
+T = TypeVar("T")
+
+
+def wait_for(check: Callable[[], T | None], timeout_s: float, what: str) -> T:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            result = check()
+            if result:
+                return result
+        except StampError:
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(0.05)
+
+
+def partition_stamp(factory: StampFactory, **partition: int) -> LocalStamp:
+    return factory(3, 3, lock_servers=3, partition_managers=2, partition_servers=2,
+                   partition=partition or None)
+
+
+def owner_of(stamp: LocalStamp, pc: PartitionClient, partition_id: int = 1) -> str:
+    current, _ = pc.partition_map()
+    return current.get(partition_id).server
+
+
+def ps_status(address: str) -> pb.ServerLoad:
+    async def ask() -> pb.ServerLoad:
+        stub = pb_grpc.PartitionServerStub(rpc.aio_channel(address, 16 << 20))
+        return await rpc.call(stub.Status(pb.ServerStatusRequest(), timeout=2))
+    return asyncio.run(ask())
+
+
+def serving(stamp: LocalStamp, name: str, partition_id: int = 1) -> bool:
+    load = ps_status(stamp.address(name))
+    return any(p.partition_id == partition_id and p.state == "serving" for p in load.partitions)
+
+
+def log_says(stamp: LocalStamp, name: str, text: str) -> bool:
+    return text in (Path(stamp.record(name).dir) / LOG_FILE).read_text(errors="replace")
+
+
+async def append_load(client: AsyncPartitionClient, writers: int, stop: asyncio.Event,
+                      acked: list[tuple[str, int, bytes]]) -> None:
+    """`writers` appenders over 4 logs until `stop`; (log, seq, record) once acknowledged."""
+
+    async def writer(index: int) -> None:
+        n = 0
+        while not stop.is_set():
+            log, record = f"log-{index % 4}", f"w{index}-{n}".encode()
+            seq = await client.append("acct", log, [record])
+            acked.append((log, seq, record))
+            n += 1
+    await asyncio.gather(*(writer(i) for i in range(writers)))
+
+
+def check_logs(pc: PartitionClient, acked: list[tuple[str, int, bytes]]) -> None:
+    """Every acknowledged record at its sequence number, no gap below next_seq (the read
+    itself refuses a hole), and no record twice (tokens made retries exactly-once)."""
+    for log in {log for log, _, _ in acked}:
+        first, next_seq = pc.peek("acct", log)
+        records: list[tuple[int, bytes]] = []
+        while first + len(records) < next_seq:
+            records += pc.read("acct", log, first + len(records), 10_000)
+        assert [s for s, _ in records] == list(range(first, next_seq))
+        by_seq = dict(records)
+        for _, seq, record in (a for a in acked if a[0] == log):
+            assert by_seq.get(seq) == record, f"{log}: acknowledged record {seq} lost/changed"
+        datas = [d for _, d in records]
+        assert len(datas) == len(set(datas)), f"{log}: a record was appended twice"
+
+
+def test_kill_ps_during_append_load(stamp_factory: StampFactory) -> None:
+    stamp = partition_stamp(stamp_factory)
+    with PartitionClient.from_stamp(str(stamp.data_dir)) as pc:
+        victim = owner_of(stamp, pc)
+        survivor = next(r.name for r in stamp.partition_servers() if r.name != victim)
+        acked: list[tuple[str, int, bytes]] = []
+
+        async def scenario() -> None:
+            stop = asyncio.Event()
+            load = asyncio.ensure_future(append_load(pc.aio, 32, stop, acked))
+            while len(acked) < 300:
+                await asyncio.sleep(0.01)
+            stamp.kill(victim)
+            killed_at = len(acked)
+            deadline = time.monotonic() + 30
+            while len(acked) < killed_at + 300:  # appends go on at the new owner
+                assert time.monotonic() < deadline, "appends did not resume after the kill"
+                await asyncio.sleep(0.01)
+            stop.set()
+            await load
+        pc.run(scenario())
+        assert owner_of(stamp, pc) == survivor
+        check_logs(pc, acked)
+
+
+def test_kill_pm_leader_then_a_ps(stamp_factory: StampFactory) -> None:
+    stamp = partition_stamp(stamp_factory)
+
+    def leader() -> str | None:
+        async def ask() -> str | None:
+            for rec in stamp.partition_managers():
+                if not stamp.alive(rec.name):
+                    continue
+                stub = pb_grpc.PartitionManagerStub(rpc.aio_channel(rec.address, 16 << 20))
+                reply = await rpc.call(stub.Status(pb.ManagerStatusRequest(), timeout=2))
+                if reply.leader:
+                    return rec.name
+            return None
+        return asyncio.run(ask())
+
+    with PartitionClient.from_stamp(str(stamp.data_dir)) as pc:
+        pc.append("acct", "log", [b"before"])
+        old_leader = wait_for(leader, 10, "a PM leader")
+        stamp.kill(old_leader)
+        new_leader = wait_for(leader, 15, "the standby PM to lead")
+        assert new_leader != old_leader
+        # The new leader does the PM's work: a dead PS's partitions move.
+        victim = owner_of(stamp, pc)
+        stamp.kill(victim)
+        wait_for(lambda: owner_of(stamp, pc) != victim, 15, "the partition to be reassigned")
+        assert pc.append("acct", "log", [b"after"]) == 1
+        assert pc.read("acct", "log", 0, 10) == [(0, b"before"), (1, b"after")]
+
+
+def test_deposed_owner_cannot_make_a_write_visible(stamp_factory: StampFactory) -> None:
+    """The owner is frozen (SIGSTOP: a long GC pause, a stuck VM) in the middle of a commit;
+    its lease lapses and the other PS loads the partition; then it wakes up and carries on
+    with the commit. That append must fail, and the record never appear."""
+    stamp = partition_stamp(stamp_factory)
+    with PartitionClient.from_stamp(str(stamp.data_dir)) as pc:
+        pc.append("acct", "log", [b"r0"])
+        old = owner_of(stamp, pc)
+        new = next(r.name for r in stamp.partition_servers() if r.name != old)
+        rpc.arm_remote(stamp.address(old), "ps.commit.before_append=delay:1000,times=1")
+
+        async def stale_append() -> pb.Response:
+            # Straight to the old owner, no retries: we want its own answer.
+            session = CallSession(stamp.address(old), lambda: pb_grpc.PartitionServerStub(
+                rpc.aio_channel(stamp.address(old), 16 << 20)))
+            try:
+                return await session.call(pb.Request(account="acct", pname="log",
+                                                     append=pb.AppendOp(records=[b"stale"],
+                                                                        token="stale-1")), 60)
+            finally:
+                await session.close()
+
+        async def scenario() -> pb.Response | Exception:
+            pending = asyncio.ensure_future(stale_append())
+            while not log_says(stamp, old, "fault point ps.commit.before_append fired"):
+                await asyncio.sleep(0.01)
+            os.kill(stamp.record(old).pid, signal.SIGSTOP)
+            try:
+                deadline = time.monotonic() + 30
+                while not serving(stamp, new):
+                    assert time.monotonic() < deadline, "the other PS did not take over"
+                    await asyncio.sleep(0.05)
+                # The new owner has loaded: the stale record is not there...
+                assert await pc.aio.read("acct", "log", 0, 10) == [(0, b"r0")]
+            finally:
+                os.kill(stamp.record(old).pid, signal.SIGCONT)
+            try:
+                return await pending
+            except Exception as exc:  # a broken stream is an answer too
+                return exc
+        answer = pc.run(scenario())
+        # ...and the old owner's commit, resumed after the takeover, failed.
+        assert isinstance(answer, Exception) or answer.error, f"stale append acked: {answer}"
+        wait_for(lambda: log_says(stamp, old, "partition 1 stops serving"), 10,
+                 "the old owner to stop serving")
+        assert pc.read("acct", "log", 0, 10) == [(0, b"r0")]
+        assert pc.peek("acct", "log") == (0, 1)
+        assert pc.append("acct", "log", [b"r1"]) == 1
+        with pytest.raises(NotOwner):
+            async def direct_read() -> None:
+                session = CallSession(stamp.address(old), lambda: pb_grpc.PartitionServerStub(
+                    rpc.aio_channel(stamp.address(old), 16 << 20)))
+                try:
+                    response = await session.call(pb.Request(
+                        account="acct", pname="log", read=pb.ReadOp(from_seq=0, limit=5)), 10)
+                    if response.error:
+                        raise rpc.error_from_name(response.error, response.message)
+                finally:
+                    await session.close()
+            pc.run(direct_read())
+
+
+def test_load_cost_does_not_grow_with_checkpointed_data(stamp_factory: StampFactory) -> None:
+    """A partition with ~8 MB checkpointed: a PS that loads it replays only the commit log
+    since the last checkpoint and reads indexes a small fraction of the data's size."""
+    stamp = partition_stamp(stamp_factory, memtable_bytes_max=1 << 20)
+    with PartitionClient.from_stamp(str(stamp.data_dir)) as pc:
+        value = b"v" * 8000
+        for start in range(0, 1000, 50):
+            pc.batch("acct", "big", [("put", f"row-{i:05d}", value) for i in
+                                     range(start, start + 50)])
+        pc.append("acct", "tail-log", [b"after the checkpoints"])
+        old = owner_of(stamp, pc)
+        stamp.kill(old)
+        new = wait_for(lambda: owner_of(stamp, pc) != old and owner_of(stamp, pc), 20,
+                       "the partition to move")
+        wait_for(lambda: serving(stamp, new), 20, "the new owner to serve")
+
+        async def load_report() -> pb.LoadReply:
+            stub = pb_grpc.PartitionServerStub(rpc.aio_channel(stamp.address(new), 16 << 20))
+            current, _ = await pc.aio.partition_map()
+            return await rpc.call(stub.Load(pb.LoadRequest(
+                partition_id=1, range=current.get(1).range_pb()), timeout=10))
+        report = pc.run(load_report())
+        data_bytes = 1000 * len(value)
+        assert report.runs >= 1
+        assert report.replayed_bytes < data_bytes / 4, report
+        assert report.index_bytes < data_bytes / 20, report
+        assert pc.get("acct", "big", "row-00999")[0] == value
+        assert pc.read("acct", "tail-log", 0, 5) == [(0, b"after the checkpoints")]

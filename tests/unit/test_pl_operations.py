@@ -1,0 +1,120 @@
+"""Log and entity operations as pure decisions (partition_layer/operations.py), against
+a dict of rows: results, mutations, refusals that write nothing, and the overlay."""
+
+from __future__ import annotations
+
+import pytest
+
+from common.errors import InvalidArgument, NotFound, OutOfRange, PreconditionFailed, Sealed
+from partition_layer import keys
+from partition_layer.operations import (
+    EntityWrite,
+    LogAppend,
+    LogSeal,
+    LogTrim,
+    Operation,
+    Overlay,
+    Write,
+    log_meta,
+    validate_writes,
+)
+from partition_layer.rows import LogMeta, Row, etag_of
+
+
+class Table:
+    """Rows as the committer would see them, applying each op's mutations in turn."""
+
+    def __init__(self) -> None:
+        self.rows: dict[bytes, Row] = {}
+        self.lsn = 0
+
+    def run(self, op: Operation) -> object:
+        overlay = Overlay({k: self.rows.get(k) for k in op.reads()})
+        result, mutations = op.apply(overlay, self.lsn + 1)
+        if mutations:
+            self.lsn += 1
+            for key, row in mutations:
+                assert row.version == self.lsn
+                if row.tombstone:
+                    self.rows.pop(key, None)
+                else:
+                    self.rows[key] = row
+        return result
+
+    def meta(self, log: str) -> LogMeta:
+        return log_meta(Overlay({k: self.rows.get(k) for k in LogSeal("a", log).reads()}),
+                        "a", log)
+
+
+def test_appends_are_consecutive_and_tokens_answer_retries() -> None:
+    t = Table()
+    assert t.run(LogAppend("a", "log", (b"x", b"y"))) == 0
+    assert t.run(LogAppend("a", "log", (b"z",), token="t1")) == 2
+    lsn = t.lsn
+    assert t.run(LogAppend("a", "log", (b"z",), token="t1")) == 2  # a retry
+    assert t.lsn == lsn, "a retried append wrote something"
+    with pytest.raises(InvalidArgument, match="token"):
+        t.run(LogAppend("a", "log", (b"z", b"w"), token="t1"))
+    assert t.meta("log") == LogMeta(0, 3, False)
+    seqs = sorted(keys.row_seq(keys.decode_key(k)[3]) for k in t.rows
+                  if keys.decode_key(k)[2] == keys.KIND_ROW)
+    assert seqs == [0, 1, 2]
+
+
+def test_trim_and_seal() -> None:
+    t = Table()
+    t.run(LogAppend("a", "log", tuple(b"%d" % i for i in range(5))))
+    t.run(LogTrim("a", "log", upto_seq=3))
+    assert t.meta("log") == LogMeta(3, 5, False)
+    lsn = t.lsn
+    t.run(LogTrim("a", "log", upto_seq=1))  # below: nothing to do
+    assert t.lsn == lsn
+    with pytest.raises(OutOfRange):
+        t.run(LogTrim("a", "log", upto_seq=6))
+    t.run(LogSeal("a", "log"))
+    with pytest.raises(Sealed):
+        t.run(LogAppend("a", "log", (b"late",)))
+    assert t.meta("log") == LogMeta(3, 5, True)
+
+
+def test_entity_conditions_and_etags() -> None:
+    t = Table()
+    [etag] = t.run(EntityWrite("a", "p", (Write("put", b"r", b"v1"),)))
+    assert etag == etag_of(t.lsn)
+    with pytest.raises(PreconditionFailed):
+        t.run(EntityWrite("a", "p", (Write("put", b"r", b"v2", if_none_match=True),)))
+    with pytest.raises(PreconditionFailed):
+        t.run(EntityWrite("a", "p", (Write("put", b"r", b"v2", if_match="nope"),)))
+    [etag2] = t.run(EntityWrite("a", "p", (Write("put", b"r", b"v2", if_match=etag),)))
+    assert etag2 != etag
+    with pytest.raises(NotFound):
+        t.run(EntityWrite("a", "p", (Write("delete", b"missing"),)))
+    assert t.run(EntityWrite("a", "p", (Write("delete", b"r", if_match=etag2),))) == [""]
+    assert not t.rows
+
+
+def test_batch_is_all_or_nothing_and_sees_its_own_writes() -> None:
+    t = Table()
+    before = dict(t.rows)
+    with pytest.raises(PreconditionFailed):
+        t.run(EntityWrite("a", "p", (Write("put", b"a", b"1"),
+                                     Write("put", b"b", b"2", if_match="wrong"))))
+    assert t.rows == before and t.lsn == 0
+    # A later write in the batch sees the earlier one: put then conditional put on it.
+    etags = t.run(EntityWrite("a", "p", (Write("put", b"a", b"1"),
+                                         Write("delete", b"a"),
+                                         Write("put", b"a", b"3", if_none_match=True))))
+    assert etags[1] == "" and etags[0] == etags[2]
+    assert t.rows[keys.encode_key("a", "p", keys.KIND_ROW, b"a")].value == b"3"
+
+
+def test_overlay_refuses_undeclared_reads() -> None:
+    with pytest.raises(AssertionError):
+        Overlay({}).row(b"never declared")
+
+
+def test_validate_writes() -> None:
+    for bad in (Write("upsert", b"r"), Write("put", b"", b"v"),
+                Write("put", b"r", b"v", if_match="e", if_none_match=True)):
+        with pytest.raises(InvalidArgument):
+            validate_writes([bad])

@@ -1,0 +1,167 @@
+"""`stamp partition ls | move` and `stamp log append | read | tail | peek | trim | seal`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from common.errors import InvalidArgument
+
+DEFAULT_ACCOUNT = "demo"
+
+
+def register(commands: Any) -> None:
+    partition = commands.add_parser("partition", help="range partitions and who serves them")
+    sub = partition.add_subparsers(dest="partition_command", metavar="ACTION", required=True)
+    ls = sub.add_parser("ls", help="every range partition: key range, server, load")
+    ls.add_argument("--json", action="store_true", help="print JSON")
+    ls.set_defaults(handler=cmd_ls)
+    move = sub.add_parser("move", help="move a partition to another partition server",
+                          description="The current server checkpoints the partition and "
+                                      "lets it go; the named one loads it.")
+    move.add_argument("id", type=int, help="partition id (see 'stamp partition ls')")
+    move.add_argument("server", help="partition server name, e.g. ps-2")
+    move.set_defaults(handler=cmd_move)
+
+    log = commands.add_parser("log", help="append to, read and tail logs")
+    sub = log.add_subparsers(dest="log_command", metavar="ACTION", required=True)
+    for name, text in (("append", "append records (arguments, or one per stdin line)"),
+                       ("read", "print records from a sequence number"),
+                       ("tail", "print records as they are appended (^C to stop)"),
+                       ("peek", "print the first and next sequence numbers"),
+                       ("trim", "drop the records below a sequence number"),
+                       ("seal", "refuse further appends")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("log", help="log name")
+        p.add_argument("--account", default=DEFAULT_ACCOUNT,
+                       help=f"account (default: {DEFAULT_ACCOUNT})")
+        if name == "append":
+            p.add_argument("records", nargs="*", help="records (default: read stdin lines)")
+            p.add_argument("--token", help="idempotency token: a retry appends nothing twice")
+        if name in ("read", "tail"):
+            p.add_argument("--from", dest="from_seq", type=int, default=None,
+                           help="first sequence number (default: the log's first; tail: "
+                                "its next)")
+        if name == "read":
+            p.add_argument("--limit", type=int, default=100, help="at most this many")
+        if name == "trim":
+            p.add_argument("upto", type=int, help="records below this are dropped")
+        p.set_defaults(handler=cmd_log, action=name)
+
+
+def _client(args: argparse.Namespace) -> Any:
+    from partition_layer.client import PartitionClient
+
+    return PartitionClient.from_stamp(args.data_dir)
+
+
+def _range(low: bytes, high: bytes | None) -> str:
+    from partition_layer import keys
+
+    def show(key: bytes) -> str:
+        try:
+            account, pname, _, _ = keys.decode_key(key)
+            return f"{account}/{pname}"
+        except Exception:
+            return key.hex() or "-inf"
+    return f"[{show(low) if low else '-inf'}, {show(high) if high is not None else '+inf'})"
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from common import rpc
+    from common.proto import partition_pb2 as pb
+    from common.proto import partition_pb2_grpc as pb_grpc
+
+    with _client(args) as client:
+        current, addresses = client.partition_map()
+
+        async def loads() -> dict[int, Any]:
+            found = {}
+            for address in set(addresses.values()):
+                stub = pb_grpc.PartitionServerStub(rpc.aio_channel(address, 16 << 20))
+                try:
+                    reply = await rpc.call(stub.Status(pb.ServerStatusRequest(), timeout=2))
+                except Exception:
+                    continue
+                found.update({p.partition_id: p for p in reply.partitions})
+            return found
+        load = asyncio.run(loads())
+    rows = []
+    for entry in current.partitions:
+        p = load.get(entry.id)
+        rows.append({"id": entry.id, "range": _range(entry.low, entry.high),
+                     "server": entry.server or "-", "address": addresses.get(entry.server, ""),
+                     "state": p.state if p else "unserved",
+                     "ops_per_s": round(p.ops_per_s, 1) if p else 0.0,
+                     "size_bytes": p.size_bytes if p else 0,
+                     "memtable_bytes": p.memtable_bytes if p else 0,
+                     "runs": p.runs if p else 0, "epoch": p.epoch if p else 0})
+    if args.json:
+        print(json.dumps({"map_version": current.version, "partitions": rows}, indent=2))
+        return 0
+    print(f"map version {current.version}")
+    print(f"{'ID':>4} {'RANGE':<30} {'SERVER':<8} {'STATE':<9} {'OPS/S':>8} {'SIZE':>12} "
+          f"{'MEMTABLE':>10} {'RUNS':>4} {'EPOCH':>6}")
+    for r in rows:
+        print(f"{r['id']:>4} {r['range']:<30} {r['server']:<8} {r['state']:<9} "
+              f"{r['ops_per_s']:>8} {r['size_bytes']:>12} {r['memtable_bytes']:>10} "
+              f"{r['runs']:>4} {r['epoch']:>6}")
+    return 0
+
+
+def cmd_move(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from common import rpc
+    from common.errors import NotLeader, Unavailable
+    from common.proto import partition_pb2 as pb
+    from common.proto import partition_pb2_grpc as pb_grpc
+    from common.stamp_file import addresses_of
+
+    async def move() -> None:
+        last: Exception | None = None
+        for address in addresses_of(args.data_dir, "partition-manager"):
+            stub = pb_grpc.PartitionManagerStub(rpc.aio_channel(address, 16 << 20))
+            try:
+                await rpc.call(stub.Move(pb.MoveRequest(partition_id=args.id,
+                                                        server=args.server), timeout=60))
+                return
+            except (NotLeader, Unavailable) as exc:
+                last = exc
+        raise Unavailable(f"no partition manager could move it: {last}")
+    asyncio.run(move())
+    print(f"partition {args.id} is served by {args.server}")
+    return 0
+
+
+def cmd_log(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        if args.action == "append":
+            records = [r.encode() for r in args.records] or \
+                [line.rstrip("\n").encode() for line in sys.stdin]
+            if not records:
+                raise InvalidArgument("nothing to append: give records or stdin lines")
+            first = client.append(args.account, args.log, records, token=args.token)
+            print(f"appended {len(records)} record(s) at {first}..{first + len(records) - 1}")
+        elif args.action == "read":
+            first, _ = client.peek(args.account, args.log)
+            start = first if args.from_seq is None else args.from_seq
+            for seq, data in client.read(args.account, args.log, start, args.limit):
+                print(f"{seq}\t{data.decode(errors='replace')}")
+        elif args.action == "tail":
+            _, next_seq = client.peek(args.account, args.log)
+            start = next_seq if args.from_seq is None else args.from_seq
+            for seq, data in client.subscribe(args.account, args.log, start):
+                print(f"{seq}\t{data.decode(errors='replace')}", flush=True)
+        elif args.action == "peek":
+            first, next_seq = client.peek(args.account, args.log)
+            print(f"first {first} next {next_seq}")
+        elif args.action == "trim":
+            client.trim(args.account, args.log, args.upto)
+        elif args.action == "seal":
+            client.seal(args.account, args.log)
+    return 0
