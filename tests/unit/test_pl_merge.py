@@ -81,7 +81,7 @@ def table_rows(draw: st.DrawFn) -> tuple[bytes, bytes]:
 sources_st = st.lists(st.lists(table_rows(), max_size=25).map(dict), max_size=5)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(sources_st, st.booleans())
 def test_merge_against_reference(sources: list[Source], drop_tombstones: bool) -> None:
     assert run(merged(sources, drop_tombstones)) == reference(sources, drop_tombstones)
