@@ -56,6 +56,11 @@ class ExtentNodeLimits:
     read_deadline_ms: int = 2000
     append_deadline_ms: int = 10000
     forward_connect_timeout_ms: int = 2000
+    # Erasure-coded extents (§2): fragments move in chunks of this size, and a coded read
+    # waits this long for a data fragment before it also asks the others (hedged: the
+    # first k answers rebuild the range).
+    fragment_chunk_bytes: int = 4 * MiB
+    fragment_hedge_ms: int = 300
     # How long a CLI/test waits for a started process to report that it is serving.
     start_timeout_ms: int = 20000
 

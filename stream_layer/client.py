@@ -45,6 +45,7 @@ from common.loop_thread import LoopThread
 from common.proto import stream_manager_pb2 as sm_pb
 from common.stamp_file import addresses_of, read_stamp
 from stream_layer import framing
+from stream_layer.ec.reader import CodedExtent, CodedReader
 from stream_layer.extent_client import AsyncExtentClient
 from stream_layer.framing import Location
 from stream_layer.seal import ReplicaLength, decide_seal_length
@@ -145,27 +146,54 @@ class AsyncStream:
 
     async def read(self, location: Location) -> bytes:
         """The block at `location`: from one replica within the read deadline, else from the
-        next (a corrupt or slow replica is passed over)."""
+        next (a corrupt or slow replica is passed over); of an erasure-coded extent, from
+        its data fragment or rebuilt from others (stream_layer/ec/reader.py)."""
         extent = await self._extent(location.extent_id)
         last_error: StampError | None = None
-        for address in _read_order(extent):
-            try:
-                return await self.client.extents.read(address, location)
-            except (ChecksumError, Unavailable, DeadlineExceeded, NotFound) as exc:
-                last_error = exc
-                log.warning("reading %s from %s failed (%s): trying another replica",
-                            location, address, exc)
-        raise last_error or Unavailable(f"no replica of extent {location.extent_id}")
+        if extent.state != "erasure_coded":
+            for address in _read_order(extent):
+                try:
+                    return await self.client.extents.read(address, location)
+                except (ChecksumError, Unavailable, DeadlineExceeded, NotFound) as exc:
+                    last_error = exc
+                    log.warning("reading %s from %s failed (%s): trying another replica",
+                                location, address, exc)
+            coded = await self._coded_meanwhile(extent)
+            if coded is None:
+                raise last_error or Unavailable(f"no replica of extent {location.extent_id}")
+            extent = coded
+        frames = await self.client.coded.read_frames(CodedExtent.from_info(extent),
+                                                     location.offset, location.length)
+        blocks = framing.payloads(frames, f"extent {location.extent_id} at {location.offset}")
+        if len(blocks) != 1 or len(frames) != location.length:
+            raise InvalidArgument(f"{location} is not one block of extent {extent.extent_id}")
+        return blocks[0]
 
     async def _read_frames(self, extent: sm_pb.ExtentInfo, offset: int, length: int) -> bytes:
         last_error: StampError | None = None
-        for address in _read_order(extent):
-            try:
-                return await self.client.extents.read_frames(address, extent.extent_id,
-                                                             offset, length)
-            except (ChecksumError, Unavailable, DeadlineExceeded, NotFound, OutOfRange) as exc:
-                last_error = exc
-        raise last_error or Unavailable(f"no replica of extent {extent.extent_id}")
+        if extent.state != "erasure_coded":
+            for address in _read_order(extent):
+                try:
+                    return await self.client.extents.read_frames(address, extent.extent_id,
+                                                                 offset, length)
+                except (ChecksumError, Unavailable, DeadlineExceeded, NotFound,
+                        OutOfRange) as exc:
+                    last_error = exc
+            coded = await self._coded_meanwhile(extent)
+            if coded is None:
+                raise last_error or Unavailable(f"no replica of extent {extent.extent_id}")
+            extent = coded
+        return await self.client.coded.read_frames(CodedExtent.from_info(extent), offset,
+                                                   length)
+
+    async def _coded_meanwhile(self, extent: sm_pb.ExtentInfo) -> sm_pb.ExtentInfo | None:
+        """The extent's fresh record if it was erasure-coded since it was cached (its
+        replicas are then deleted): no replica answering is the sign to ask."""
+        if extent.state != "sealed":
+            return None
+        await self.refresh()
+        fresh = self._extents.get(extent.extent_id)
+        return fresh if fresh is not None and fresh.state == "erasure_coded" else None
 
     async def blocks(self, start: Location | None = None
                      ) -> AsyncIterator[tuple[Location, bytes]]:
@@ -253,6 +281,8 @@ class AsyncStreamClient:
         self.extent_limits = extent_limits or ExtentNodeLimits()
         self.sm = AsyncStreamManagerClient(sm_addresses, sm_limits)
         self.extents = AsyncExtentClient(self.extent_limits)
+        # Bad fragments a read finds are reported, so that the stream manager rebuilds them.
+        self.coded = CodedReader(self.extents, report=self.sm.report_fragment)
 
     async def create_stream(self, name: str) -> AsyncStream:
         return AsyncStream(self, await self.sm.create_stream(name))

@@ -16,15 +16,15 @@ import asyncio
 import itertools
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
 import grpc
 
 from common import rpc
-from common.checksums import crc32c
+from common.checksums import crc32c, verify
 from common.config import ExtentNodeLimits
-from common.errors import DeadlineExceeded, StampError, Unavailable
+from common.errors import ChecksumError, DeadlineExceeded, StampError, Unavailable
 from common.loop_thread import LoopThread
 from common.proto import extent_node_pb2 as pb
 from common.proto import extent_node_pb2_grpc as pb_grpc
@@ -210,6 +210,65 @@ class AsyncExtentClient:
             raise Unavailable(f"{address} returned {len(frames)} bytes for a "
                               f"{location.length}-byte block at {location}")
         return blocks[0]
+
+    # ---- erasure-coded fragments ----------------------------------------------------------
+
+    async def write_fragment(self, address: str, extent_id: int, index: int, data: bytes,
+                             timeout_s: float = 600.0) -> int:
+        """Store one whole fragment on `address` (in chunks); the node checks its CRC32C and
+        puts it in place durably and atomically. Returns the CRC32C."""
+        crc = crc32c(data)
+        chunk = self.limits.fragment_chunk_bytes
+
+        def chunks() -> Iterator[pb.FragmentChunk]:
+            view = memoryview(data)
+            for offset in range(0, max(len(data), 1), chunk):
+                yield pb.FragmentChunk(extent_id=extent_id, index=index, length=len(data),
+                                       crc=crc, offset=offset,
+                                       data=bytes(view[offset:offset + chunk]))
+        reply = await rpc.call(self.stub(address).WriteFragment(chunks(), timeout=timeout_s))
+        if reply.crc != crc or reply.length != len(data):
+            raise ChecksumError(f"{address} stored fragment {index} of extent {extent_id} "
+                                f"as {reply.length} bytes, crc32c {reply.crc:#010x}")
+        return crc
+
+    async def read_fragment(self, address: str, extent_id: int, index: int, offset: int,
+                            length: int, timeout_s: float | None = None) -> bytes:
+        """Fragment bytes [offset, offset+length) from `address`, checksummed on the wire."""
+        reply = await rpc.call(self.stub(address).ReadFragment(
+            pb.ReadFragmentRequest(extent_id=extent_id, index=index, offset=offset,
+                                   length=length),
+            timeout=timeout_s or self.limits.read_deadline_ms / 1000.0))
+        verify(reply.data, reply.crc, f"fragment {index} of extent {extent_id} from {address}")
+        if len(reply.data) != length:
+            raise Unavailable(f"{address} returned {len(reply.data)} of {length} bytes of "
+                              f"fragment {index} of extent {extent_id}")
+        return reply.data
+
+    async def read_whole_fragment(self, address: str, extent_id: int, index: int,
+                                  length: int) -> bytes:
+        """A whole fragment, read in chunks."""
+        chunk = self.limits.fragment_chunk_bytes
+        parts = [await self.read_fragment(address, extent_id, index, offset,
+                                          min(chunk, length - offset))
+                 for offset in range(0, length, chunk)]
+        return b"".join(parts)
+
+    async def verify_fragment(self, address: str, extent_id: int, index: int,
+                              timeout_s: float = 120.0) -> int:
+        """Have the node read and verify the whole fragment; its CRC32C."""
+        reply = await rpc.call(self.stub(address).VerifyFragment(
+            pb.FragmentRequest(extent_id=extent_id, index=index), timeout=timeout_s))
+        return reply.crc
+
+    async def delete_fragment(self, address: str, extent_id: int, index: int) -> None:
+        await rpc.call(self.stub(address).DeleteFragment(
+            pb.FragmentRequest(extent_id=extent_id, index=index), timeout=10.0))
+
+    async def list_fragments(self, address: str) -> list[tuple[int, int]]:
+        reply = await rpc.call(self.stub(address).ListFragments(pb.ListFragmentsRequest(),
+                                                                timeout=10.0))
+        return [(f.extent_id, f.index) for f in reply.fragments]
 
     # ---- control --------------------------------------------------------------------------
 

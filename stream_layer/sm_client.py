@@ -116,3 +116,22 @@ class AsyncStreamManagerClient:
 
     async def list_nodes(self) -> list[pb.NodeInfo]:
         return list((await self.call("ListNodes", pb.ListNodesRequest())).nodes)
+
+    # ---- erasure coding -------------------------------------------------------------------
+
+    async def get_extent(self, extent_id: int) -> pb.ExtentInfo:
+        return await self.call("GetExtent", pb.GetExtentRequest(extent_id=extent_id))
+
+    async def record_erasure_coding(self, extent_id: int, fragments: Sequence[str], k: int,
+                                    m: int, cuts: Sequence[int], crcs: Sequence[int]
+                                    ) -> pb.ExtentInfo:
+        return await self.call("RecordErasureCoding", pb.RecordErasureCodingRequest(
+            extent_id=extent_id, fragments=fragments, k=k, m=m, cuts=cuts, crcs=crcs))
+
+    async def release_replicas(self, extent_id: int, nodes: Sequence[str]) -> pb.ExtentInfo:
+        return await self.call("ReleaseReplicas", pb.ReleaseReplicasRequest(
+            extent_id=extent_id, nodes=nodes))
+
+    async def report_fragment(self, extent_id: int, index: int, reason: str) -> None:
+        await self.call("ReportFragment", pb.ReportFragmentRequest(
+            extent_id=extent_id, index=index, reason=reason))

@@ -1,4 +1,4 @@
-"""`stamp extent ls | seal | read`: extents as the extent nodes hold them."""
+"""`stamp extent ls | seal | read | ec`: extents as the extent nodes hold them."""
 
 from __future__ import annotations
 
@@ -30,6 +30,15 @@ def register(commands: Any) -> None:
     read.add_argument("--offset", type=int, default=0)
     read.add_argument("--length", type=int, default=1 << 20)
     read.set_defaults(handler=cmd_read)
+
+    ec = sub.add_parser("ec", help="erasure-code a sealed extent (RS k+m fragments on k+m "
+                                   "extent nodes) and drop its replicas; rerun to finish an "
+                                   "interrupted conversion")
+    ec.add_argument("extent_id", type=_extent_id, help="extent id (decimal or 0x...)")
+    ec.add_argument("--k", type=int, help="data fragments (default: 6 with >= 9 extent "
+                                          "nodes, else 3 or 2)")
+    ec.add_argument("--m", type=int, help="parity fragments (default: 3, else 2 or 1)")
+    ec.set_defaults(handler=cmd_ec)
 
 
 def _extent_id(text: str) -> int:
@@ -153,4 +162,39 @@ def cmd_read(args: argparse.Namespace) -> int:
         text = bytes(payload[:60])
         print(f"{args.offset + pos:>10}  {len(payload):>8} bytes  {text!r}"
               f"{'...' if len(payload) > 60 else ''}")
+    return 0
+
+
+def cmd_ec(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from common import faults
+    from common.errors import InvalidArgument
+    from stream_layer.ec.convert import convert_extent
+    from stream_layer.extent_client import AsyncExtentClient
+    from stream_layer.sm_client import AsyncStreamManagerClient
+
+    if (args.k is None) != (args.m is None):
+        raise InvalidArgument("give both --k and --m, or neither")
+    faults.arm_from_env()  # STAMP_FAULTS: the crash tests stop a conversion half way
+    stamp = LocalStamp.load(args.data_dir)
+    if not stamp.stream_managers():
+        raise InvalidArgument("erasure coding is recorded by the stream manager: this stamp "
+                              "has none")
+
+    async def convert() -> Any:
+        sm = AsyncStreamManagerClient([r.address for r in stamp.stream_managers()],
+                                      stamp.config.stream_manager)
+        extents = AsyncExtentClient(stamp.config.extent_node)
+        try:
+            return await convert_extent(sm, extents, args.extent_id, args.k, args.m)
+        finally:
+            await extents.close()
+            await sm.close()
+    info = asyncio.run(convert())
+    print(f"extent {args.extent_id} erasure-coded as RS({info.ec_k},{info.ec_m}): fragments "
+          f"on {', '.join(info.fragments)}")
+    if info.replicas:
+        print(f"replicas not deleted yet (rerun to finish): {', '.join(info.replicas)}")
+        return 1
     return 0

@@ -6,6 +6,76 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class FragmentChunk(_message.Message):
+    __slots__ = ("extent_id", "index", "length", "crc", "offset", "data")
+    EXTENT_ID_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    LENGTH_FIELD_NUMBER: _ClassVar[int]
+    CRC_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    extent_id: int
+    index: int
+    length: int
+    crc: int
+    offset: int
+    data: bytes
+    def __init__(self, extent_id: _Optional[int] = ..., index: _Optional[int] = ..., length: _Optional[int] = ..., crc: _Optional[int] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class FragmentRequest(_message.Message):
+    __slots__ = ("extent_id", "index")
+    EXTENT_ID_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    extent_id: int
+    index: int
+    def __init__(self, extent_id: _Optional[int] = ..., index: _Optional[int] = ...) -> None: ...
+
+class FragmentReply(_message.Message):
+    __slots__ = ("length", "crc")
+    LENGTH_FIELD_NUMBER: _ClassVar[int]
+    CRC_FIELD_NUMBER: _ClassVar[int]
+    length: int
+    crc: int
+    def __init__(self, length: _Optional[int] = ..., crc: _Optional[int] = ...) -> None: ...
+
+class ReadFragmentRequest(_message.Message):
+    __slots__ = ("extent_id", "index", "offset", "length")
+    EXTENT_ID_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LENGTH_FIELD_NUMBER: _ClassVar[int]
+    extent_id: int
+    index: int
+    offset: int
+    length: int
+    def __init__(self, extent_id: _Optional[int] = ..., index: _Optional[int] = ..., offset: _Optional[int] = ..., length: _Optional[int] = ...) -> None: ...
+
+class ReadFragmentReply(_message.Message):
+    __slots__ = ("data", "crc")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    CRC_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    crc: int
+    def __init__(self, data: _Optional[bytes] = ..., crc: _Optional[int] = ...) -> None: ...
+
+class ListFragmentsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class FragmentId(_message.Message):
+    __slots__ = ("extent_id", "index")
+    EXTENT_ID_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    extent_id: int
+    index: int
+    def __init__(self, extent_id: _Optional[int] = ..., index: _Optional[int] = ...) -> None: ...
+
+class ListFragmentsReply(_message.Message):
+    __slots__ = ("fragments",)
+    FRAGMENTS_FIELD_NUMBER: _ClassVar[int]
+    fragments: _containers.RepeatedCompositeFieldContainer[FragmentId]
+    def __init__(self, fragments: _Optional[_Iterable[_Union[FragmentId, _Mapping]]] = ...) -> None: ...
+
 class Block(_message.Message):
     __slots__ = ("data", "crc")
     DATA_FIELD_NUMBER: _ClassVar[int]

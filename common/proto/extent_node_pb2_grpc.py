@@ -94,6 +94,31 @@ class ExtentNodeStub:
                 request_serializer=common_dot_proto_dot_extent__node__pb2.NodeStatusRequest.SerializeToString,
                 response_deserializer=common_dot_proto_dot_extent__node__pb2.NodeStatusReply.FromString,
                 _registered_method=True)
+        self.WriteFragment = channel.stream_unary(
+                '/stamp.extent.ExtentNode/WriteFragment',
+                request_serializer=common_dot_proto_dot_extent__node__pb2.FragmentChunk.SerializeToString,
+                response_deserializer=common_dot_proto_dot_extent__node__pb2.FragmentReply.FromString,
+                _registered_method=True)
+        self.ReadFragment = channel.unary_unary(
+                '/stamp.extent.ExtentNode/ReadFragment',
+                request_serializer=common_dot_proto_dot_extent__node__pb2.ReadFragmentRequest.SerializeToString,
+                response_deserializer=common_dot_proto_dot_extent__node__pb2.ReadFragmentReply.FromString,
+                _registered_method=True)
+        self.VerifyFragment = channel.unary_unary(
+                '/stamp.extent.ExtentNode/VerifyFragment',
+                request_serializer=common_dot_proto_dot_extent__node__pb2.FragmentRequest.SerializeToString,
+                response_deserializer=common_dot_proto_dot_extent__node__pb2.FragmentReply.FromString,
+                _registered_method=True)
+        self.DeleteFragment = channel.unary_unary(
+                '/stamp.extent.ExtentNode/DeleteFragment',
+                request_serializer=common_dot_proto_dot_extent__node__pb2.FragmentRequest.SerializeToString,
+                response_deserializer=common_dot_proto_dot_extent__node__pb2.FragmentReply.FromString,
+                _registered_method=True)
+        self.ListFragments = channel.unary_unary(
+                '/stamp.extent.ExtentNode/ListFragments',
+                request_serializer=common_dot_proto_dot_extent__node__pb2.ListFragmentsRequest.SerializeToString,
+                response_deserializer=common_dot_proto_dot_extent__node__pb2.ListFragmentsReply.FromString,
+                _registered_method=True)
 
 
 class ExtentNodeServicer:
@@ -183,6 +208,42 @@ class ExtentNodeServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WriteFragment(self, request_iterator, context):
+        """Erasure-coded fragments (§2 "Erasure coding"), beside the journal and the replicas.
+        Store one whole fragment: chunks in order, the first naming it; the node checks the
+        whole fragment's CRC32C, makes it durable and puts it in place atomically (a rewrite
+        replaces it).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReadFragment(self, request, context):
+        """Fragment bytes [offset, offset+length), every page they touch verified at the node.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def VerifyFragment(self, request, context):
+        """Read and verify the whole fragment; reply with its CRC32C.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteFragment(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListFragments(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ExtentNodeServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -245,6 +306,31 @@ def add_ExtentNodeServicer_to_server(servicer, server):
                     servicer.NodeStatus,
                     request_deserializer=common_dot_proto_dot_extent__node__pb2.NodeStatusRequest.FromString,
                     response_serializer=common_dot_proto_dot_extent__node__pb2.NodeStatusReply.SerializeToString,
+            ),
+            'WriteFragment': grpc.stream_unary_rpc_method_handler(
+                    servicer.WriteFragment,
+                    request_deserializer=common_dot_proto_dot_extent__node__pb2.FragmentChunk.FromString,
+                    response_serializer=common_dot_proto_dot_extent__node__pb2.FragmentReply.SerializeToString,
+            ),
+            'ReadFragment': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReadFragment,
+                    request_deserializer=common_dot_proto_dot_extent__node__pb2.ReadFragmentRequest.FromString,
+                    response_serializer=common_dot_proto_dot_extent__node__pb2.ReadFragmentReply.SerializeToString,
+            ),
+            'VerifyFragment': grpc.unary_unary_rpc_method_handler(
+                    servicer.VerifyFragment,
+                    request_deserializer=common_dot_proto_dot_extent__node__pb2.FragmentRequest.FromString,
+                    response_serializer=common_dot_proto_dot_extent__node__pb2.FragmentReply.SerializeToString,
+            ),
+            'DeleteFragment': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteFragment,
+                    request_deserializer=common_dot_proto_dot_extent__node__pb2.FragmentRequest.FromString,
+                    response_serializer=common_dot_proto_dot_extent__node__pb2.FragmentReply.SerializeToString,
+            ),
+            'ListFragments': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListFragments,
+                    request_deserializer=common_dot_proto_dot_extent__node__pb2.ListFragmentsRequest.FromString,
+                    response_serializer=common_dot_proto_dot_extent__node__pb2.ListFragmentsReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -571,6 +657,141 @@ class ExtentNode:
             '/stamp.extent.ExtentNode/NodeStatus',
             common_dot_proto_dot_extent__node__pb2.NodeStatusRequest.SerializeToString,
             common_dot_proto_dot_extent__node__pb2.NodeStatusReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WriteFragment(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/stamp.extent.ExtentNode/WriteFragment',
+            common_dot_proto_dot_extent__node__pb2.FragmentChunk.SerializeToString,
+            common_dot_proto_dot_extent__node__pb2.FragmentReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadFragment(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stamp.extent.ExtentNode/ReadFragment',
+            common_dot_proto_dot_extent__node__pb2.ReadFragmentRequest.SerializeToString,
+            common_dot_proto_dot_extent__node__pb2.ReadFragmentReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def VerifyFragment(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stamp.extent.ExtentNode/VerifyFragment',
+            common_dot_proto_dot_extent__node__pb2.FragmentRequest.SerializeToString,
+            common_dot_proto_dot_extent__node__pb2.FragmentReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteFragment(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stamp.extent.ExtentNode/DeleteFragment',
+            common_dot_proto_dot_extent__node__pb2.FragmentRequest.SerializeToString,
+            common_dot_proto_dot_extent__node__pb2.FragmentReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListFragments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stamp.extent.ExtentNode/ListFragments',
+            common_dot_proto_dot_extent__node__pb2.ListFragmentsRequest.SerializeToString,
+            common_dot_proto_dot_extent__node__pb2.ListFragmentsReply.FromString,
             options,
             channel_credentials,
             insecure,

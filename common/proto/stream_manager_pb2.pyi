@@ -11,20 +11,72 @@ class Empty(_message.Message):
     def __init__(self) -> None: ...
 
 class ExtentInfo(_message.Message):
-    __slots__ = ("extent_id", "replicas", "addresses", "state", "sealed_length", "streams")
+    __slots__ = ("extent_id", "replicas", "addresses", "state", "sealed_length", "streams", "fragments", "fragment_addresses", "ec_k", "ec_m", "ec_cuts", "ec_crcs")
     EXTENT_ID_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     ADDRESSES_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     SEALED_LENGTH_FIELD_NUMBER: _ClassVar[int]
     STREAMS_FIELD_NUMBER: _ClassVar[int]
+    FRAGMENTS_FIELD_NUMBER: _ClassVar[int]
+    FRAGMENT_ADDRESSES_FIELD_NUMBER: _ClassVar[int]
+    EC_K_FIELD_NUMBER: _ClassVar[int]
+    EC_M_FIELD_NUMBER: _ClassVar[int]
+    EC_CUTS_FIELD_NUMBER: _ClassVar[int]
+    EC_CRCS_FIELD_NUMBER: _ClassVar[int]
     extent_id: int
     replicas: _containers.RepeatedScalarFieldContainer[str]
     addresses: _containers.RepeatedScalarFieldContainer[str]
     state: str
     sealed_length: int
     streams: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, extent_id: _Optional[int] = ..., replicas: _Optional[_Iterable[str]] = ..., addresses: _Optional[_Iterable[str]] = ..., state: _Optional[str] = ..., sealed_length: _Optional[int] = ..., streams: _Optional[_Iterable[str]] = ...) -> None: ...
+    fragments: _containers.RepeatedScalarFieldContainer[str]
+    fragment_addresses: _containers.RepeatedScalarFieldContainer[str]
+    ec_k: int
+    ec_m: int
+    ec_cuts: _containers.RepeatedScalarFieldContainer[int]
+    ec_crcs: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, extent_id: _Optional[int] = ..., replicas: _Optional[_Iterable[str]] = ..., addresses: _Optional[_Iterable[str]] = ..., state: _Optional[str] = ..., sealed_length: _Optional[int] = ..., streams: _Optional[_Iterable[str]] = ..., fragments: _Optional[_Iterable[str]] = ..., fragment_addresses: _Optional[_Iterable[str]] = ..., ec_k: _Optional[int] = ..., ec_m: _Optional[int] = ..., ec_cuts: _Optional[_Iterable[int]] = ..., ec_crcs: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class GetExtentRequest(_message.Message):
+    __slots__ = ("extent_id",)
+    EXTENT_ID_FIELD_NUMBER: _ClassVar[int]
+    extent_id: int
+    def __init__(self, extent_id: _Optional[int] = ...) -> None: ...
+
+class RecordErasureCodingRequest(_message.Message):
+    __slots__ = ("extent_id", "fragments", "k", "m", "cuts", "crcs")
+    EXTENT_ID_FIELD_NUMBER: _ClassVar[int]
+    FRAGMENTS_FIELD_NUMBER: _ClassVar[int]
+    K_FIELD_NUMBER: _ClassVar[int]
+    M_FIELD_NUMBER: _ClassVar[int]
+    CUTS_FIELD_NUMBER: _ClassVar[int]
+    CRCS_FIELD_NUMBER: _ClassVar[int]
+    extent_id: int
+    fragments: _containers.RepeatedScalarFieldContainer[str]
+    k: int
+    m: int
+    cuts: _containers.RepeatedScalarFieldContainer[int]
+    crcs: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, extent_id: _Optional[int] = ..., fragments: _Optional[_Iterable[str]] = ..., k: _Optional[int] = ..., m: _Optional[int] = ..., cuts: _Optional[_Iterable[int]] = ..., crcs: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class ReleaseReplicasRequest(_message.Message):
+    __slots__ = ("extent_id", "nodes")
+    EXTENT_ID_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    extent_id: int
+    nodes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, extent_id: _Optional[int] = ..., nodes: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ReportFragmentRequest(_message.Message):
+    __slots__ = ("extent_id", "index", "reason")
+    EXTENT_ID_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    extent_id: int
+    index: int
+    reason: str
+    def __init__(self, extent_id: _Optional[int] = ..., index: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class StreamInfo(_message.Message):
     __slots__ = ("name", "extents", "writer_epoch")

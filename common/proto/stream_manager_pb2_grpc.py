@@ -104,6 +104,26 @@ class StreamManagerStub:
                 request_serializer=common_dot_proto_dot_stream__manager__pb2.StatusRequest.SerializeToString,
                 response_deserializer=common_dot_proto_dot_stream__manager__pb2.StatusReply.FromString,
                 _registered_method=True)
+        self.GetExtent = channel.unary_unary(
+                '/stamp.sm.StreamManager/GetExtent',
+                request_serializer=common_dot_proto_dot_stream__manager__pb2.GetExtentRequest.SerializeToString,
+                response_deserializer=common_dot_proto_dot_stream__manager__pb2.ExtentInfo.FromString,
+                _registered_method=True)
+        self.RecordErasureCoding = channel.unary_unary(
+                '/stamp.sm.StreamManager/RecordErasureCoding',
+                request_serializer=common_dot_proto_dot_stream__manager__pb2.RecordErasureCodingRequest.SerializeToString,
+                response_deserializer=common_dot_proto_dot_stream__manager__pb2.ExtentInfo.FromString,
+                _registered_method=True)
+        self.ReleaseReplicas = channel.unary_unary(
+                '/stamp.sm.StreamManager/ReleaseReplicas',
+                request_serializer=common_dot_proto_dot_stream__manager__pb2.ReleaseReplicasRequest.SerializeToString,
+                response_deserializer=common_dot_proto_dot_stream__manager__pb2.ExtentInfo.FromString,
+                _registered_method=True)
+        self.ReportFragment = channel.unary_unary(
+                '/stamp.sm.StreamManager/ReportFragment',
+                request_serializer=common_dot_proto_dot_stream__manager__pb2.ReportFragmentRequest.SerializeToString,
+                response_deserializer=common_dot_proto_dot_stream__manager__pb2.Empty.FromString,
+                _registered_method=True)
 
 
 class StreamManagerServicer:
@@ -203,6 +223,35 @@ class StreamManagerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetExtent(self, request, context):
+        """Erasure coding (§2): one extent's record, as the conversion and coded readers need it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RecordErasureCoding(self, request, context):
+        """A sealed extent's k+m fragments are written and verified: record them (state ->
+        erasure_coded). Its replicas stay listed until ReleaseReplicas.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReleaseReplicas(self, request, context):
+        """A coded extent's replicas on these nodes are deleted: forget them.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReportFragment(self, request, context):
+        """A reader found a fragment missing or corrupt: the leader verifies it and rebuilds it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_StreamManagerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -275,6 +324,26 @@ def add_StreamManagerServicer_to_server(servicer, server):
                     servicer.Status,
                     request_deserializer=common_dot_proto_dot_stream__manager__pb2.StatusRequest.FromString,
                     response_serializer=common_dot_proto_dot_stream__manager__pb2.StatusReply.SerializeToString,
+            ),
+            'GetExtent': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetExtent,
+                    request_deserializer=common_dot_proto_dot_stream__manager__pb2.GetExtentRequest.FromString,
+                    response_serializer=common_dot_proto_dot_stream__manager__pb2.ExtentInfo.SerializeToString,
+            ),
+            'RecordErasureCoding': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecordErasureCoding,
+                    request_deserializer=common_dot_proto_dot_stream__manager__pb2.RecordErasureCodingRequest.FromString,
+                    response_serializer=common_dot_proto_dot_stream__manager__pb2.ExtentInfo.SerializeToString,
+            ),
+            'ReleaseReplicas': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleaseReplicas,
+                    request_deserializer=common_dot_proto_dot_stream__manager__pb2.ReleaseReplicasRequest.FromString,
+                    response_serializer=common_dot_proto_dot_stream__manager__pb2.ExtentInfo.SerializeToString,
+            ),
+            'ReportFragment': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportFragment,
+                    request_deserializer=common_dot_proto_dot_stream__manager__pb2.ReportFragmentRequest.FromString,
+                    response_serializer=common_dot_proto_dot_stream__manager__pb2.Empty.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -655,6 +724,114 @@ class StreamManager:
             '/stamp.sm.StreamManager/Status',
             common_dot_proto_dot_stream__manager__pb2.StatusRequest.SerializeToString,
             common_dot_proto_dot_stream__manager__pb2.StatusReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetExtent(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stamp.sm.StreamManager/GetExtent',
+            common_dot_proto_dot_stream__manager__pb2.GetExtentRequest.SerializeToString,
+            common_dot_proto_dot_stream__manager__pb2.ExtentInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecordErasureCoding(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stamp.sm.StreamManager/RecordErasureCoding',
+            common_dot_proto_dot_stream__manager__pb2.RecordErasureCodingRequest.SerializeToString,
+            common_dot_proto_dot_stream__manager__pb2.ExtentInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReleaseReplicas(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stamp.sm.StreamManager/ReleaseReplicas',
+            common_dot_proto_dot_stream__manager__pb2.ReleaseReplicasRequest.SerializeToString,
+            common_dot_proto_dot_stream__manager__pb2.ExtentInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportFragment(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stamp.sm.StreamManager/ReportFragment',
+            common_dot_proto_dot_stream__manager__pb2.ReportFragmentRequest.SerializeToString,
+            common_dot_proto_dot_stream__manager__pb2.Empty.FromString,
             options,
             channel_credentials,
             insecure,

@@ -16,6 +16,7 @@ from common import rpc, server_main
 from common.config import HOST, load_config
 from common.process import write_ready
 from common.proto import extent_node_pb2_grpc, faults_pb2_grpc
+from stream_layer.extent_node.fragments import FragmentStore
 from stream_layer.extent_node.heartbeat import heartbeat_forever
 from stream_layer.extent_node.node import ExtentNode
 from stream_layer.extent_node.server import ExtentNodeServicer
@@ -52,8 +53,10 @@ async def serve(args: argparse.Namespace) -> None:
     port = server.add_insecure_port(f"{args.host}:{args.port}")
     address = f"{args.host}:{port}"
     node = ExtentNode(address, store, limits)
+    fragments = FragmentStore(args.dir / "fragments")
     extent_node_pb2_grpc.add_ExtentNodeServicer_to_server(
-        ExtentNodeServicer(node, args.name, args.fault_domain, args.upgrade_domain), server)
+        ExtentNodeServicer(node, args.name, args.fault_domain, args.upgrade_domain,
+                           fragments), server)
     faults_pb2_grpc.add_FaultsServicer_to_server(rpc.FaultsServicer(), server)
     await store.start()
     await server.start()
@@ -74,6 +77,7 @@ async def serve(args: argparse.Namespace) -> None:
     await node.close()
     await store.checkpoint()
     await store.stop()
+    fragments.close()
 
 
 def main(argv: list[str] | None = None) -> None:

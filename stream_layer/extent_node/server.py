@@ -11,9 +11,11 @@ from collections.abc import AsyncIterator
 from grpc import aio
 
 from common import faults, rpc
-from common.errors import NotFound, StampError
+from common.checksums import crc32c
+from common.errors import InvalidArgument, NotFound, StampError, Unavailable
 from common.proto import extent_node_pb2 as pb
 from common.proto import extent_node_pb2_grpc as pb_grpc
+from stream_layer.extent_node.fragments import FragmentStore
 from stream_layer.extent_node.node import ExtentNode
 
 log = logging.getLogger(__name__)
@@ -21,8 +23,9 @@ log = logging.getLogger(__name__)
 
 class ExtentNodeServicer(pb_grpc.ExtentNodeServicer):
     def __init__(self, node: ExtentNode, name: str, fault_domain: str,
-                 upgrade_domain: str) -> None:
+                 upgrade_domain: str, fragments: FragmentStore | None = None) -> None:
         self.node = node
+        self.fragments = fragments
         self.store = node.store
         self.limits = node.limits
         self.name = name
@@ -216,6 +219,66 @@ class ExtentNodeServicer(pb_grpc.ExtentNodeServicer):
             journal_bytes=self.store.journal.held_bytes(),
             pending_file_bytes=self.store.pending_bytes, pid=os.getpid(),
             journal_syncs=self.store.journal.syncs, journal_records=self.store.journal.records)
+
+    # ---- erasure-coded fragments ----------------------------------------------------------
+
+    def _fragment_store(self) -> FragmentStore:
+        if self.fragments is None:
+            raise Unavailable(f"{self.name} keeps no fragments")
+        return self.fragments
+
+    @rpc.rpc_errors
+    async def WriteFragment(self, request_iterator: AsyncIterator[pb.FragmentChunk],
+                            context: aio.ServicerContext) -> pb.FragmentReply:
+        store = self._fragment_store()
+        writer = None
+        try:
+            async for chunk in request_iterator:
+                if writer is None:
+                    writer = await store.begin(chunk.extent_id, chunk.index, chunk.length,
+                                               chunk.crc)
+                if (chunk.extent_id, chunk.index) != (writer.extent_id, writer.index):
+                    raise InvalidArgument("every chunk of a fragment write names one fragment")
+                await faults.apoint("en.fragment.write")
+                if chunk.data:
+                    await store.write(writer, chunk.offset, chunk.data)
+            if writer is None:
+                raise InvalidArgument("a fragment write without chunks")
+            info = await store.finish(writer)
+        except BaseException:
+            if writer is not None:
+                await store.abort(writer)
+            raise
+        return pb.FragmentReply(length=info.length, crc=info.crc)
+
+    @rpc.rpc_errors
+    async def ReadFragment(self, request: pb.ReadFragmentRequest,
+                           context: aio.ServicerContext) -> pb.ReadFragmentReply:
+        await faults.apoint("en.fragment.read")
+        if request.length > self.limits.read_bytes_max:
+            raise InvalidArgument(f"a fragment read is at most {self.limits.read_bytes_max} "
+                                  f"bytes")
+        data = await self._fragment_store().read(request.extent_id, request.index,
+                                                 request.offset, request.length)
+        return pb.ReadFragmentReply(data=data, crc=crc32c(data))
+
+    @rpc.rpc_errors
+    async def VerifyFragment(self, request: pb.FragmentRequest,
+                             context: aio.ServicerContext) -> pb.FragmentReply:
+        info = await self._fragment_store().verify(request.extent_id, request.index)
+        return pb.FragmentReply(length=info.length, crc=info.crc)
+
+    @rpc.rpc_errors
+    async def DeleteFragment(self, request: pb.FragmentRequest,
+                             context: aio.ServicerContext) -> pb.FragmentReply:
+        await self._fragment_store().delete(request.extent_id, request.index)
+        return pb.FragmentReply()
+
+    @rpc.rpc_errors
+    async def ListFragments(self, request: pb.ListFragmentsRequest,
+                            context: aio.ServicerContext) -> pb.ListFragmentsReply:
+        return pb.ListFragmentsReply(fragments=[
+            pb.FragmentId(extent_id=e, index=i) for e, i in self._fragment_store().list()])
 
 
 def _error_ack(request_id: int, exc: BaseException) -> pb.AppendAck:

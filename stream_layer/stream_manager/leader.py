@@ -28,6 +28,7 @@ from common.errors import NotFound, PreconditionFailed, StampError, Unavailable
 from stream_layer.extent_client import AsyncExtentClient
 from stream_layer.seal import fence_extent, seal_replicas
 from stream_layer.stream_manager import state as s
+from stream_layer.stream_manager.fragment_repair import FragmentRepair
 from stream_layer.stream_manager.placement import Candidate, place_extent, place_replacement
 from stream_layer.stream_manager.replica import StreamManagerReplica
 
@@ -64,6 +65,7 @@ class StreamManagerLeader:
         self._spares: list[tuple[int, tuple[str, ...]]] = []
         self._spares_term = -1
         self._refilling = False
+        self.fragment_repair = FragmentRepair(self)
 
     # ---- leadership -----------------------------------------------------------------------
 
@@ -351,6 +353,9 @@ class StreamManagerLeader:
             elif extent.state == s.SEALED and extent.extent_id not in self._copying:
                 self._copying.add(extent.extent_id)
                 self._spawn(self._rereplicate(extent))
+        for extent in extents:  # erasure-coded extents rebuild lost fragments instead
+            if extent.state == s.ERASURE_CODED and dead.intersection(extent.fragments):
+                self.fragment_repair.schedule(extent.extent_id)
 
     async def _continue_stream(self, extent: s.Extent, stream_name: str | None) -> None:
         """An open extent lost a replica: seal it; its stream continues on a new extent."""

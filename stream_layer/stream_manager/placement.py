@@ -59,3 +59,40 @@ def place_replacement(candidates: Iterable[Candidate], keep: Collection[str],
         raise Unavailable(f"no healthy extent node can take another replica (keeping "
                           f"{sorted(keep)})")
     return min(options, key=lambda c: (c.load, c.name)).name
+
+
+def place_fragments(candidates: Iterable[Candidate], count: int) -> list[str]:
+    """`count` distinct nodes for an erasure-coded extent's fragments, spread as evenly over
+    fault domains as the stamp allows (a round robin over the domains, least loaded first):
+    with 9 nodes in 3 domains, RS(6,3) puts 3 fragments in each, so losing a whole domain
+    loses m fragments and the extent stays readable."""
+    by_domain: dict[str, list[Candidate]] = {}
+    for c in sorted(candidates, key=lambda c: (c.load, c.name)):
+        by_domain.setdefault(c.fault_domain, []).append(c)
+    chosen: list[str] = []
+    while len(chosen) < count and any(by_domain.values()):
+        # Each round takes the least loaded remaining node of every domain that has one.
+        heads = sorted((nodes[0] for nodes in by_domain.values() if nodes),
+                       key=lambda c: (c.load, c.name))
+        for c in heads[:count - len(chosen)]:
+            chosen.append(c.name)
+            by_domain[c.fault_domain].pop(0)
+    if len(chosen) < count:
+        raise Unavailable(f"erasure coding needs {count} healthy extent nodes, have "
+                          f"{len(chosen)}")
+    return chosen
+
+
+def place_fragment_replacement(candidates: Iterable[Candidate], keep: Collection[str],
+                               domains_of: Mapping[str, str]) -> str:
+    """A node for a rebuilt fragment: not holding one of the extent's fragments (`keep`), in
+    the fault domain with the fewest of them, least loaded."""
+    per_domain: dict[str, int] = {}
+    for name in keep:
+        domain = domains_of.get(name, "")
+        per_domain[domain] = per_domain.get(domain, 0) + 1
+    options = [c for c in candidates if c.name not in set(keep)]
+    if not options:
+        raise Unavailable(f"no healthy extent node can take a fragment (holding: "
+                          f"{sorted(keep)})")
+    return min(options, key=lambda c: (per_domain.get(c.fault_domain, 0), c.load, c.name)).name

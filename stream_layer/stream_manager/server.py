@@ -42,7 +42,10 @@ class StreamManagerServicer(pb_grpc.StreamManagerServicer):
         return pb.ExtentInfo(extent_id=extent.extent_id, replicas=extent.replicas,
                              addresses=[st.node(r).address for r in extent.replicas],
                              state=extent.state, sealed_length=extent.sealed_length,
-                             streams=streams)
+                             streams=streams, fragments=extent.fragments,
+                             fragment_addresses=[st.node(f).address for f in extent.fragments],
+                             ec_k=extent.ec_k, ec_m=extent.ec_m, ec_cuts=extent.ec_cuts,
+                             ec_crcs=extent.ec_crcs)
 
     def _stream_info(self, stream: s.Stream) -> pb.StreamInfo:
         return self.replica.read(lambda st: pb.StreamInfo(
@@ -171,6 +174,38 @@ class StreamManagerServicer(pb_grpc.StreamManagerServicer):
                                     request.upgrade_domain, request.capacity_bytes,
                                     request.used_bytes, request.extents, request.unsealed)
         return pb.HeartbeatReply()
+
+    # ---- erasure coding -------------------------------------------------------------------
+
+    @rpc.rpc_errors
+    async def GetExtent(self, request: pb.GetExtentRequest,
+                        context: aio.ServicerContext) -> pb.ExtentInfo:
+        self._require_leader()
+        return self.replica.read(lambda st: self._extent_info(st, st.extent(request.extent_id)))
+
+    @rpc.rpc_errors
+    async def RecordErasureCoding(self, request: pb.RecordErasureCodingRequest,
+                                  context: aio.ServicerContext) -> pb.ExtentInfo:
+        self._require_leader()
+        extent = await self.replica.propose(s.RecordErasureCoding(
+            request.extent_id, tuple(request.fragments), request.k, request.m,
+            tuple(request.cuts), tuple(request.crcs)))
+        return self.replica.read(lambda st: self._extent_info(st, extent))
+
+    @rpc.rpc_errors
+    async def ReleaseReplicas(self, request: pb.ReleaseReplicasRequest,
+                              context: aio.ServicerContext) -> pb.ExtentInfo:
+        self._require_leader()
+        extent = await self.replica.propose(s.ReleaseReplicas(request.extent_id,
+                                                              tuple(request.nodes)))
+        return self.replica.read(lambda st: self._extent_info(st, extent))
+
+    @rpc.rpc_errors
+    async def ReportFragment(self, request: pb.ReportFragmentRequest,
+                             context: aio.ServicerContext) -> pb.Empty:
+        self._require_leader()
+        self.leader.fragment_repair.report(request.extent_id, request.index, request.reason)
+        return pb.Empty()
 
     @rpc.rpc_errors
     async def Status(self, request: pb.StatusRequest,

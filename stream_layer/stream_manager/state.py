@@ -31,6 +31,7 @@ from common.errors import (
     PreconditionFailed,
     StampError,
 )
+from stream_layer.ec.layout import check_layout
 
 OPEN, SEALED, ERASURE_CODED, DELETED = "open", "sealed", "erasure_coded", "deleted"
 # Extent states as data: which transitions are legal (h11-style transition table).
@@ -63,6 +64,10 @@ class Extent:
     fragments: tuple[str, ...] = ()  # erasure-coded: node per fragment, data then parity
     ec_k: int = 0
     ec_m: int = 0
+    # Data fragment i holds bytes [ec_cuts[i], ec_cuts[i+1]) (stream_layer/ec/layout.py);
+    # ec_crcs[i] is the CRC32C of fragment i, so a rebuilt fragment can be checked.
+    ec_cuts: tuple[int, ...] = ()
+    ec_crcs: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -166,6 +171,38 @@ class ReplaceReplica:
     """A sealed extent's replica on `old` was copied to `new`."""
 
     extent_id: int
+    old: str
+    new: str
+
+
+@dataclass(frozen=True)
+class RecordErasureCoding:
+    """A sealed extent's k+m fragments are written to `fragments` (node per fragment, data
+    then parity) and verified: it becomes erasure-coded. Its replicas stay listed until
+    ReleaseReplicas, so a conversion that stops in between knows what is left to delete."""
+
+    extent_id: int
+    fragments: tuple[str, ...]
+    k: int
+    m: int
+    cuts: tuple[int, ...]
+    crcs: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ReleaseReplicas:
+    """The replicas of an erasure-coded extent on `nodes` were deleted."""
+
+    extent_id: int
+    nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ReplaceFragment:
+    """Fragment `index` of an erasure-coded extent was rebuilt from `old` onto `new`."""
+
+    extent_id: int
+    index: int
     old: str
     new: str
 
@@ -395,6 +432,57 @@ class StreamManagerState:
         self._put(self.extents, c.extent_id, changed)
         return changed
 
+    def _record_erasure_coding(self, c: RecordErasureCoding) -> Extent:
+        extent = self.extent(c.extent_id)
+        if extent.state == ERASURE_CODED and (extent.fragments, extent.ec_k, extent.ec_m,
+                                              extent.ec_cuts, extent.ec_crcs) == (
+                c.fragments, c.k, c.m, c.cuts, c.crcs):
+            return extent  # a retried record: the same answer
+        if extent.state != SEALED:
+            raise PreconditionFailed(f"extent {c.extent_id} is {extent.state}: only sealed "
+                                     f"extents are erasure-coded")
+        check_layout(c.k, c.m, c.cuts)
+        if c.cuts[-1] != extent.sealed_length:
+            raise InvalidArgument(f"the layout covers {c.cuts[-1]} bytes; extent "
+                                  f"{c.extent_id} has {extent.sealed_length}")
+        if len(c.fragments) != c.k + c.m or len(set(c.fragments)) != len(c.fragments):
+            raise InvalidArgument(f"RS({c.k},{c.m}) needs {c.k + c.m} distinct nodes, not "
+                                  f"{list(c.fragments)}")
+        if len(c.crcs) != c.k + c.m:
+            raise InvalidArgument(f"RS({c.k},{c.m}) needs {c.k + c.m} fragment checksums")
+        for name in c.fragments:
+            self.node(name)
+        return self._transition(extent, ERASURE_CODED, fragments=tuple(c.fragments),
+                                ec_k=c.k, ec_m=c.m, ec_cuts=tuple(c.cuts),
+                                ec_crcs=tuple(c.crcs))
+
+    def _release_replicas(self, c: ReleaseReplicas) -> Extent:
+        extent = self.extent(c.extent_id)
+        if extent.state != ERASURE_CODED:
+            raise PreconditionFailed(f"extent {c.extent_id} is {extent.state}: its replicas "
+                                     f"are its data")
+        kept = tuple(r for r in extent.replicas if r not in c.nodes)
+        changed = dataclasses.replace(extent, replicas=kept)
+        self._put(self.extents, c.extent_id, changed)
+        return changed
+
+    def _replace_fragment(self, c: ReplaceFragment) -> Extent:
+        extent = self.extent(c.extent_id)
+        if extent.state != ERASURE_CODED:
+            raise PreconditionFailed(f"extent {c.extent_id} is {extent.state}: it has no "
+                                     f"fragments")
+        if not 0 <= c.index < len(extent.fragments) or extent.fragments[c.index] != c.old:
+            raise PreconditionFailed(f"fragment {c.index} of extent {c.extent_id} is not on "
+                                     f"{c.old}")
+        if c.new in extent.fragments:
+            raise PreconditionFailed(f"{c.new} already holds a fragment of extent "
+                                     f"{c.extent_id}")
+        self.node(c.new)
+        fragments = tuple(c.new if i == c.index else f for i, f in enumerate(extent.fragments))
+        changed = dataclasses.replace(extent, fragments=fragments)
+        self._put(self.extents, c.extent_id, changed)
+        return changed
+
     def _delete_extent(self, c: DeleteExtent) -> Extent:
         extent = self.extent(c.extent_id)
         if self.references().get(c.extent_id):
@@ -408,7 +496,8 @@ class StreamManagerState:
         Concat: _concat,
         MultiModify: _multi_modify, RegisterNode: _register_node, NodeDead: _node_dead,
         NodeAlive: _node_alive, ReplaceReplica: _replace_replica,
-        DeleteExtent: _delete_extent,
+        DeleteExtent: _delete_extent, RecordErasureCoding: _record_erasure_coding,
+        ReleaseReplicas: _release_replicas, ReplaceFragment: _replace_fragment,
     }
 
     # ---- snapshots and comparison ----------------------------------------------------------
@@ -429,7 +518,8 @@ class StreamManagerState:
                                               s.get("writer_epoch", 0))
         for e in raw["extents"]:
             state.extents[e["extent_id"]] = Extent(**{
-                **e, "replicas": tuple(e["replicas"]), "fragments": tuple(e["fragments"])})
+                **e, "replicas": tuple(e["replicas"]), "fragments": tuple(e["fragments"]),
+                "ec_cuts": tuple(e.get("ec_cuts", ())), "ec_crcs": tuple(e.get("ec_crcs", ()))})
         for n in raw["nodes"]:
             state.nodes[n["name"]] = Node(**n)
         return state
