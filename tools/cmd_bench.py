@@ -45,8 +45,9 @@ def _lock(args: argparse.Namespace) -> Rows:
 
 def _ec(args: argparse.Namespace) -> Rows:
     from erasure.bench import bench_codec
+    from tools.bench.stream import run_ec_read
 
-    return bench_codec()
+    return bench_codec() + run_ec_read(progress=_progress(args))
 
 
 def _log_append(args: argparse.Namespace) -> Rows:
@@ -80,7 +81,8 @@ BENCHES: dict[str, tuple[str, Callable[[argparse.Namespace], Rows]]] = {
     "sm-failover": ("SIGKILL the stream manager leader -> next successful namespace change",
                     _sm_failover),
     "lock": ("lock service: acquire/renew latency, CAS/s, leader failover", _lock),
-    "ec": ("Reed-Solomon RS(6,3) encode/decode throughput against zfec", _ec),
+    "ec": ("Reed-Solomon RS(6,3) encode/decode throughput against zfec; read throughput of "
+           "an extent replicated, erasure-coded, and coded with 3 fragments lost", _ec),
     "log-append": ("log appends of 1 KiB records through the partition layer: 1/8/32 "
                    "appenders, single records and batches of 100", _log_append),
     "partition-load": ("time to load a partition with --small-mb vs --large-mb of "

@@ -80,7 +80,8 @@ def _from_stream_manager(stamp: LocalStamp) -> list[dict[str, Any]]:
         finally:
             await client.close()
     return [{"extent_id": e.extent_id, "state": e.state, "sealed_length": e.sealed_length,
-             "replicas": list(e.replicas), "streams": list(e.streams)}
+             "replicas": list(e.replicas), "streams": list(e.streams),
+             "fragments": list(e.fragments), "ec_k": e.ec_k, "ec_m": e.ec_m}
             for e in asyncio.run(listing())]
 
 
@@ -94,8 +95,12 @@ def cmd_ls(args: argparse.Namespace) -> int:
         print(f"{'EXTENT':>8} {'STATE':<14} {'LENGTH':>12}  {'REPLICAS':<24} STREAMS")
         for row in rows:
             length = row["sealed_length"] if row["state"] != "open" else "-"
+            where = ",".join(row["replicas"])
+            if row["fragments"]:  # erasure-coded: k data then m parity fragments
+                where = (f"RS({row['ec_k']},{row['ec_m']}):{','.join(row['fragments'])}"
+                         + (f" +{where}" if where else ""))
             print(f"{row['extent_id']:>8} {row['state']:<14} {length:>12}  "
-                  f"{','.join(row['replicas']):<24} {','.join(row['streams']) or '-'}")
+                  f"{where:<24} {','.join(row['streams']) or '-'}")
         return 0
     extents = _collect(stamp)
     if args.json:

@@ -8,6 +8,10 @@
   straight through the extent client. Target: stream rate >= 80% of the extent rate.
 - `sm-failover`: SIGKILL the stream manager leader -> next successful namespace change.
   Target: <= 2 s.
+- `ec` (its stamp part): sequential read throughput of one sealed extent through the stream
+  client, replicated, then erasure-coded RS(6,3) with 0 and with 3 data fragments'
+  nodes SIGKILLed (every read of theirs rebuilt from the other fragments), and the time the
+  conversion took.
 """
 
 from __future__ import annotations
@@ -40,9 +44,10 @@ def _with_stamp(config_text: str, body: Callable[[LocalStamp], Any], progress: P
         config_path = Path(tmp) / "bench.toml"
         config_path.write_text(config_text)
         from common.config import load_config
-        # No lock service: the stream layer does not use it.
+        # No lock service and no partition layer: the stream layer does not use them.
         config = dataclasses.replace(load_config(config_path).with_ephemeral_ports(),
-                                     lock_servers=())
+                                     lock_servers=(), partition_managers=(),
+                                     partition_servers=())
         stamp = LocalStamp(Path(tmp) / "stamp", config, str(config_path))
         progress("starting 3 stream managers and 9 extent nodes")
         stamp.up()
@@ -240,3 +245,75 @@ async def _failovers(stamp: LocalStamp, trials: int, progress: Progress
                 {"p50_ms": latency_metrics(took)["p50_ms"],
                  "max_seconds": round(max(took), 3),
                  "mean_seconds": round(sum(took) / len(took), 3)})]
+
+
+# ---- ec: coded reads ---------------------------------------------------------------------
+
+EC_EXTENT_BYTES = 64 * MiB
+EC_BLOCK_BYTES = 1 * MiB
+EC_LOST_FRAGMENTS = (1, 3, 5)  # data fragments: the reads that need them are all rebuilt
+
+
+def run_ec_read(rounds: int = 3, progress: Progress = lambda _: None) -> list[dict[str, Any]]:
+    return _with_stamp("", lambda stamp: uvloop.run(_ec_reads(stamp, rounds, progress)),
+                       progress)
+
+
+async def _ec_reads(stamp: LocalStamp, rounds: int, progress: Progress
+                    ) -> list[dict[str, Any]]:
+    from stream_layer.ec.convert import convert_extent
+
+    client = _client(stamp)
+    try:
+        stream = await client.create_stream("bench-ec")
+        progress(f"writing {EC_EXTENT_BYTES // MiB} MiB in {EC_BLOCK_BYTES // MiB} MiB blocks")
+        block = os.urandom(EC_BLOCK_BYTES)
+        for _ in range(EC_EXTENT_BYTES // EC_BLOCK_BYTES):
+            await stream.append([block])
+        await stream.seal_last()
+        extent_id = stream.extents[0].extent_id
+        params = {"extent_bytes": (await client.sm.get_extent(extent_id)).sealed_length,
+                  "block_bytes": EC_BLOCK_BYTES}
+        rows = [row({**params, "layout": "replicated", "unavailable_fragments": 0},
+                    await _scan(stream, rounds, progress, "replicated"))]
+        started = time.perf_counter()
+        info = await convert_extent(client.sm, client.extents, extent_id, 6, 3)
+        converted_s = time.perf_counter() - started
+        progress(f"converted to RS(6,3) in {converted_s:.2f} s")
+        coded = {**params, "layout": "erasure_coded", "k": info.ec_k, "m": info.ec_m}
+        rows.append(row({**coded, "unavailable_fragments": 0},
+                        {**await _scan(stream, rounds, progress, "coded"),
+                         "convert_seconds": round(converted_s, 3)}))
+        for index in EC_LOST_FRAGMENTS:
+            stamp.kill(info.fragments[index])
+        rows.append(row({**coded, "unavailable_fragments": len(EC_LOST_FRAGMENTS)},
+                        await _scan(stream, rounds, progress,
+                                    f"coded, {len(EC_LOST_FRAGMENTS)} fragments lost")))
+        base = rows[1]["metrics"]["mb_per_s"]
+        rows[2]["metrics"]["ratio"] = round(rows[2]["metrics"]["mb_per_s"] / base, 3)
+    finally:
+        await client.close()
+    return rows
+
+
+async def _scan(stream: Any, rounds: int, progress: Progress, what: str) -> dict[str, Any]:
+    """Scan the whole stream `rounds` times (blocks(): 4 MiB reads one at a time, every frame
+    verified): MB/s = 10^6 bytes per second over all rounds. Then read each block once by
+    its location: p50/p99 of one block read."""
+    total = 0
+    locations = []
+    began = time.perf_counter()
+    for _ in range(rounds):
+        locations = []
+        async for loc, data in stream.blocks():
+            total += len(data)
+            locations.append(loc)
+    seconds = time.perf_counter() - began
+    latencies = []
+    for loc in locations:
+        started = time.perf_counter()
+        await stream.read(loc)
+        latencies.append(time.perf_counter() - started)
+    progress(f"{what}: {total / seconds / 1e6:.1f} MB/s")
+    return {"mb_per_s": round(total / seconds / 1e6, 1), "seconds": round(seconds, 3),
+            **{f"block_{k}": v for k, v in latency_metrics(latencies).items()}}
