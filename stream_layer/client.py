@@ -162,8 +162,7 @@ class AsyncStream:
             if coded is None:
                 raise last_error or Unavailable(f"no replica of extent {location.extent_id}")
             extent = coded
-        frames = await self.client.coded.read_frames(CodedExtent.from_info(extent),
-                                                     location.offset, location.length)
+        frames = await self._read_coded(extent, location.offset, location.length)
         blocks = framing.payloads(frames, f"extent {location.extent_id} at {location.offset}")
         if len(blocks) != 1 or len(frames) != location.length:
             raise InvalidArgument(f"{location} is not one block of extent {extent.extent_id}")
@@ -183,8 +182,21 @@ class AsyncStream:
             if coded is None:
                 raise last_error or Unavailable(f"no replica of extent {extent.extent_id}")
             extent = coded
-        return await self.client.coded.read_frames(CodedExtent.from_info(extent), offset,
-                                                   length)
+        return await self._read_coded(extent, offset, length)
+
+    async def _read_coded(self, extent: sm_pb.ExtentInfo, offset: int, length: int) -> bytes:
+        try:
+            return await self.client.coded.read_frames(CodedExtent.from_info(extent), offset,
+                                                       length)
+        except Unavailable:
+            # Fewer than k fragments answered where the cache says they are: repairs may
+            # have moved some since. Ask once where they are now.
+            await self.refresh()
+            fresh = self._extents.get(extent.extent_id, extent)
+            if list(fresh.fragment_addresses) == list(extent.fragment_addresses):
+                raise
+            return await self.client.coded.read_frames(CodedExtent.from_info(fresh), offset,
+                                                       length)
 
     async def _coded_meanwhile(self, extent: sm_pb.ExtentInfo) -> sm_pb.ExtentInfo | None:
         """The extent's fresh record if it was erasure-coded since it was cached (its

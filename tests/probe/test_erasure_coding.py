@@ -208,6 +208,7 @@ def test_dead_node_fragment_is_rebuilt_elsewhere(stamp_factory: StampFactory,
         stream, acked = await sealed_extent(client, rng)
         extent_id = acked[0][0].extent_id
         info = await convert_extent(client.sm, client.extents, extent_id, k=3, m=2)
+        await stream.refresh()  # the stream caches the fragments where they are now
         victim = info.fragments[4]  # a parity fragment
         stamp.kill(victim)
 
@@ -219,7 +220,8 @@ def test_dead_node_fragment_is_rebuilt_elsewhere(stamp_factory: StampFactory,
         assert len(set(now.fragments)) == 5
         assert await client.extents.verify_fragment(now.fragment_addresses[4], extent_id,
                                                     4) == info.ec_crcs[4]
-        # Lose two more (fragments 0 and 1): reads need the rebuilt parity fragment.
+        # Lose two more (fragments 0 and 1): reads need the rebuilt parity fragment, which
+        # the stream finds when the fragments it knows of are too few.
         stamp.kill(now.fragments[0])
         stamp.kill(now.fragments[1])
         await check_reads(stream, acked, rng)
