@@ -84,6 +84,11 @@ class StreamManagerLimits:
     extent_ids_reserved: int = 256
     # Extents the leader keeps created ahead of time, so a rollover need not wait for one.
     spare_extents: int = 2
+    # The erasure code of sealed extents (§2): RS(6,3) keeps 1.5x the data instead of 3x
+    # and survives any 3 lost fragments. A stamp with fewer than k+m healthy extent nodes
+    # uses 3+2 or 2+1 (stream_layer/ec/layout.py `default_code`).
+    ec_data_fragments: int = 6
+    ec_parity_fragments: int = 3
     rpc_message_bytes_max: int = 16 * MiB
     # A client gives up finding a leader after this long (an election takes ~1 s).
     leader_wait_ms: int = 10_000

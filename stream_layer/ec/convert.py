@@ -38,8 +38,9 @@ ERASURE_CODED, SEALED = "erasure_coded", "sealed"
 async def convert_extent(sm: AsyncStreamManagerClient, extents: AsyncExtentClient,
                          extent_id: int, k: int | None = None, m: int | None = None
                          ) -> sm_pb.ExtentInfo:
-    """Erasure-code sealed extent `extent_id` as RS(k, m) (default: `default_code` for the
-    stamp's healthy extent nodes) and drop its replicas; see the module for the steps.
+    """Erasure-code sealed extent `extent_id` as RS(k, m) (default: the configured code, 6+3,
+    or a narrower one on a small stamp: `default_code` of the healthy extent nodes) and drop
+    its replicas; see the module for the steps.
     Returns the extent's record; its `replicas` list what could not be deleted yet (rerun).
     An extent coded already is only cleaned up (its k and m stay)."""
     info = await sm.get_extent(extent_id)
@@ -56,7 +57,8 @@ async def _encode_and_record(sm: AsyncStreamManagerClient, extents: AsyncExtentC
                              ) -> sm_pb.ExtentInfo:
     nodes = [n for n in await sm.list_nodes() if n.state == "alive" and not n.suspect]
     if k is None or m is None:
-        k, m = default_code(len(nodes))
+        k, m = default_code(len(nodes), sm.limits.ec_data_fragments,
+                            sm.limits.ec_parity_fragments)
     extent = await read_sealed(extents, info)
     layout = layout_extent(extent, k, m)
     data = layout.data_fragments(extent)

@@ -23,17 +23,17 @@ from itertools import pairwise
 from common.errors import InvalidArgument
 from stream_layer import framing
 
-# The default code on a stamp with enough extent nodes (§2): 1.5x instead of 3x. Smaller
-# stamps (tests) fall back to narrower codes, see `default_code`.
-DEFAULT_K, DEFAULT_M = 6, 3
+# Narrower codes for stamps with fewer extent nodes than the configured code needs (tests).
 SMALLER_CODES = ((3, 2), (2, 1))
 
 
-def default_code(extent_nodes: int) -> tuple[int, int]:
-    """The widest of 6+3, 3+2, 2+1 whose k+m fragments fit on distinct extent nodes."""
-    for k, m in ((DEFAULT_K, DEFAULT_M), *SMALLER_CODES):
-        if extent_nodes >= k + m:
-            return k, m
+def default_code(extent_nodes: int, k: int = 6, m: int = 3) -> tuple[int, int]:
+    """The configured RS(k, m) (stream_manager.ec_data_fragments / ec_parity_fragments:
+    6+3 by default) when the stamp has k+m extent nodes for its fragments, else the widest
+    of 3+2 and 2+1 that fits."""
+    for code in ((k, m), *SMALLER_CODES):
+        if extent_nodes >= sum(code):
+            return code
     raise InvalidArgument(f"erasure coding needs at least 3 extent nodes, the stamp has "
                           f"{extent_nodes}")
 

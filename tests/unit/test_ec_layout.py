@@ -32,6 +32,8 @@ def test_default_code_follows_the_stamp_size() -> None:
     assert default_code(3) == (2, 1)
     with pytest.raises(InvalidArgument):
         default_code(2)
+    assert default_code(12, 8, 4) == (8, 4)  # configured (stream_manager.ec_*_fragments)
+    assert default_code(11, 8, 4) == (3, 2)
 
 
 def test_cuts_are_frame_boundaries_near_equal_shares() -> None:
