@@ -127,6 +127,8 @@ class PartitionLimits:
     # One group commit (one commit-log block) carries at most this much.
     commit_batch_bytes_max: int = 2 * MiB
     commit_batch_ops_max: int = 4096
+    # Commit-log blocks in flight at once per partition (committer.py).
+    commit_pipeline_depth: int = 4
     # Operations queued for the commit log beyond this are refused (Throttled).
     pending_ops_max: int = 50_000
     # Checkpoint past either threshold (§4); writes wait while a full memtable is flushed.

@@ -86,9 +86,15 @@ class Checkpointer:
     async def _checkpoint(self) -> None:
         p = self.p
         assert p.frozen is None and p.meta is not None
-        frozen, p.memtable = p.memtable.freeze(), Memtable()
-        p.frozen = frozen
-        replay_from, applied_lsn, log_bytes = p.last_commit, p.applied_lsn, p.log_bytes
+        # With no block in flight, every later block lands after `last_commit` in the stream:
+        # replaying from there misses nothing the frozen memtable lacks (committer.py).
+        await p.committer.drain()
+        try:
+            frozen, p.memtable = p.memtable.freeze(), Memtable()
+            p.frozen = frozen
+            replay_from, applied_lsn, log_bytes = p.last_commit, p.applied_lsn, p.log_bytes
+        finally:
+            p.committer.resume()
         info: RunInfo | None = None
         if len(frozen):
             info = await self._write_run(

@@ -3,7 +3,7 @@
 A CommitBatch holds the operations of one group commit, in LSN order; each CommitOp is the
 mutations (key, encoded row) one operation made. Encoding (little-endian):
 
-    magic "CL", u8 format, u32 op count,
+    magic "CL", u8 format, u64 writer epoch, u32 op count,
     per op: u64 lsn, u32 mutation count, per mutation: u32 key_len, u32 row_len, key, row,
     u32 crc32c of everything before it.
 
@@ -24,8 +24,8 @@ from common.checksums import crc32c
 from common.errors import ChecksumError, Internal
 
 MAGIC = b"CL"
-FORMAT = 1
-_HEADER = struct.Struct("<2sBI")
+FORMAT = 2
+_HEADER = struct.Struct("<2sBQI")
 _OP = struct.Struct("<QI")
 _MUTATION = struct.Struct("<II")
 _CRC = struct.Struct("<I")
@@ -42,6 +42,7 @@ class CommitOp:
 @dataclass(frozen=True)
 class CommitBatch:
     ops: list[CommitOp]
+    epoch: int = 0  # the fencing token of the owner that wrote it
 
     @property
     def first_lsn(self) -> int:
@@ -60,7 +61,7 @@ def _check_order(ops: list[CommitOp]) -> None:
 
 def encode_batch(batch: CommitBatch) -> bytes:
     _check_order(batch.ops)
-    parts = [_HEADER.pack(MAGIC, FORMAT, len(batch.ops))]
+    parts = [_HEADER.pack(MAGIC, FORMAT, batch.epoch, len(batch.ops))]
     for op in batch.ops:
         parts.append(_OP.pack(op.lsn, len(op.mutations)))
         for key, row in op.mutations:
@@ -76,7 +77,7 @@ def decode_batch(b: bytes) -> CommitBatch:
     (expected,) = _CRC.unpack_from(b, end)
     if crc32c(memoryview(b)[:end]) != expected:
         raise ChecksumError("commit batch checksum mismatch")
-    magic, fmt, count = _HEADER.unpack_from(b)
+    magic, fmt, epoch, count = _HEADER.unpack_from(b)
     if magic != MAGIC or fmt != FORMAT:
         raise Internal(f"not a commit batch (magic {magic!r}, format {fmt})")
     pos = _HEADER.size
@@ -101,9 +102,54 @@ def decode_batch(b: bytes) -> CommitBatch:
     if pos != end:
         raise Internal(f"commit batch has {end - pos} stray bytes")
     _check_order(ops)
-    return CommitBatch(ops)
+    return CommitBatch(ops, epoch)
 
 
 def ops_after(batch: CommitBatch, applied_lsn: int) -> list[CommitOp]:
     """The ops of `batch` not yet applied (lsn > applied_lsn), in order."""
     return [op for op in batch.ops if op.lsn > applied_lsn]
+
+
+class Replayer:
+    """Which commit-log operations a load applies, in which order (pure).
+
+    The owner keeps several group commits in flight, so the log may hold, past the replay
+    point: duplicates (a block re-sent after a failed append), blocks out of LSN order (re-sent
+    across a rollover), and "junk" — operations an owner wrote but never acknowledged because
+    one before them failed, which leaves a gap. An operation is applied exactly when every
+    lower LSN has been: out-of-order ones wait in a buffer. The first block of a newer epoch
+    (a new owner, who loaded everything before it) declares whatever still waits junk: its
+    writer can no longer fill the gap, and the new owner reuses those LSNs.
+    """
+
+    def __init__(self, applied_lsn: int) -> None:
+        self.applied_lsn = applied_lsn
+        self.epoch = 0
+        self.waiting: dict[int, CommitOp] = {}
+        self.discarded = 0
+
+    def feed(self, batch: CommitBatch) -> list[CommitOp]:
+        """The ops that become applicable with this block, in LSN order."""
+        if batch.epoch < self.epoch:
+            # An older owner's block after a newer owner's: the fence makes this impossible
+            # for anything but duplicates of what was applied already.
+            self.discarded += sum(1 for op in batch.ops if op.lsn > self.applied_lsn)
+            return []
+        if batch.epoch > self.epoch:
+            self.discarded += len(self.waiting)
+            self.waiting.clear()
+            self.epoch = batch.epoch
+        for op in batch.ops:
+            if op.lsn > self.applied_lsn:
+                self.waiting.setdefault(op.lsn, op)
+        ready = []
+        while self.applied_lsn + 1 in self.waiting:
+            self.applied_lsn += 1
+            ready.append(self.waiting.pop(self.applied_lsn))
+        return ready
+
+    def finish(self) -> int:
+        """At the end of the log: what still waits is junk. How many ops were dropped."""
+        self.discarded += len(self.waiting)
+        self.waiting.clear()
+        return self.discarded

@@ -115,7 +115,8 @@ class LogAppend(Operation):
         if meta.sealed:
             raise Sealed(f"log {self.pname!r} is sealed")
         first = meta.next_seq
-        mutations = [(record_key(self.account, self.pname, first + i), Row(lsn, value=data))
+        prefix = keys.kind_prefix(self.account, self.pname, keys.KIND_ROW)  # once, not per row
+        mutations = [(prefix + keys.seq_row(first + i), Row(lsn, value=data))
                      for i, data in enumerate(self.records)]
         grown = LogMeta(meta.first_seq, first + len(self.records), False)
         mutations.append((meta_key(self.account, self.pname), Row(lsn, value=grown.encode())))

@@ -22,12 +22,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from common import faults
 from common.config import PartitionLimits
 from common.errors import (
     Internal,
@@ -35,19 +33,18 @@ from common.errors import (
     NotOwner,
     OutOfRange,
     StampError,
-    Throttled,
     Trimmed,
-    Unavailable,
 )
 from partition_layer import keys
 from partition_layer.cache import LruCache
 from partition_layer.checkpoint import Checkpointer
-from partition_layer.commit_log import CommitBatch, CommitOp, decode_batch, encode_batch, ops_after
+from partition_layer.commit_log import CommitOp, Replayer, decode_batch
+from partition_layer.committer import GroupCommitter
 from partition_layer.memtable import Memtable
 from partition_layer.merge import aiter_sync, merge
-from partition_layer.operations import EMPTY_LOG, Operation, Overlay, meta_key
+from partition_layer.operations import EMPTY_LOG, Operation, meta_key
 from partition_layer.partition_meta import PartitionMeta, decode_meta
-from partition_layer.rows import LogMeta, Row, decode_row, encode_row
+from partition_layer.rows import LogMeta, Row, decode_row
 from partition_layer.runs import RunIndex, RunReader, block_cache
 from partition_layer.stats import LoadStats
 from stream_layer.client import AsyncStream, AsyncStreamClient
@@ -62,14 +59,6 @@ ABSENT = b""  # the row cache's mark for "no row in the checkpoints"
 
 def stream_name(partition_id: int, kind: str) -> str:
     return f"partition/{partition_id}/{kind}"
-
-
-@dataclass
-class Pending:
-    op: Operation
-    future: asyncio.Future[Any]
-    nbytes: int
-    started: float
 
 
 @dataclass
@@ -89,7 +78,7 @@ class RangePartition:
         self.client = streams
         self.limits = limits
         self.epoch = epoch
-        self._lease_valid = lease_valid
+        self.lease_valid = lease_valid
         self.state = LOADING
         self.streams: dict[str, AsyncStream] = {}
         self.memtable = Memtable()
@@ -105,9 +94,7 @@ class RangePartition:
         self.writes = 0  # bumped by every memtable write: guards the row cache
         self.stats = LoadStats()
         self.checkpointer = Checkpointer(self)
-        self._pending: deque[Pending] = deque()
-        self._wake = asyncio.Event()
-        self._committer: asyncio.Task[None] | None = None
+        self.committer = GroupCommitter(self)
         self._log_events: dict[tuple[str, str], asyncio.Event] = {}
         self.stopped = asyncio.Event()
 
@@ -139,17 +126,21 @@ class RangePartition:
             report.index_bytes += index.nbytes
             self.readers.append(RunReader(index, self.streams["row"].read, self.block_cache))
         report.runs = len(self.readers)
+        replayer = Replayer(self.applied_lsn)
         async for location, block in self.streams["log"].blocks(self.meta.replay_from):
-            batch = decode_batch(block)
-            fresh = ops_after(batch, self.applied_lsn)
-            for op in fresh:
-                self._apply(op)
-            report.replayed_ops += len(fresh)
+            for op in replayer.feed(decode_batch(block)):
+                self.apply(op)
+                report.replayed_ops += 1
             report.replayed_bytes += len(block)
             self.log_bytes += len(block)
             self.last_commit = location
+        dropped = replayer.finish()
+        if dropped:
+            log.warning("partition %d: %d unacknowledged operations past a gap in the commit "
+                        "log were dropped (a previous owner failed mid-pipeline)", self.id,
+                        dropped)
         self.state = SERVING
-        self._committer = asyncio.get_running_loop().create_task(self._commit_loop())
+        self.committer.start()
         report.seconds = time.monotonic() - started
         log.info("partition %d loaded at epoch %d in %.3f s: %d runs, %d ops replayed "
                  "(%d bytes)", self.id, self.epoch, report.seconds, report.runs,
@@ -173,116 +164,33 @@ class RangePartition:
     def check_serving(self) -> None:
         if self.state != SERVING:
             raise NotOwner(f"partition {self.id} is {self.state} here")
-        if not self._lease_valid():
+        if not self.lease_valid():
             raise NotOwner(f"partition {self.id}: this server's lease has run out")
 
     def check_key(self, key: bytes) -> None:
         if not self.range.contains(key):
             raise NotOwner(f"partition {self.id} does not hold that key")
 
-    # ---- writes: group commit ---------------------------------------------------------------
+    # ---- writes: group commit (committer.py) -------------------------------------------------
 
     async def submit(self, op: Operation, nbytes: int) -> Any:
         """Queue `op` for the next group commit; its result once the commit is durable."""
         self.check_serving()
-        if len(self._pending) >= self.limits.pending_ops_max:
-            raise Throttled(f"partition {self.id} has {len(self._pending)} operations queued",
-                            retry_after_s=0.05)
-        pending = Pending(op, asyncio.get_running_loop().create_future(), nbytes,
-                          time.monotonic())
-        self._pending.append(pending)
-        self._wake.set()
-        return await pending.future
+        return await self.committer.submit(op, nbytes)
 
-    async def _commit_loop(self) -> None:
-        try:
-            while self.state == SERVING:
-                if not self._pending:
-                    self._wake.clear()
-                    await self._wake.wait()
-                    continue
-                await self.checkpointer.wait_for_room()
-                batch = self._take_batch()
-                await self._commit(batch)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.exception("partition %d: commit loop failed", self.id)
-            await self.stop(f"commit loop failed: {exc}")
-
-    def _take_batch(self) -> list[Pending]:
-        batch: list[Pending] = []
-        size = 0
-        while self._pending and len(batch) < self.limits.commit_batch_ops_max:
-            nbytes = self._pending[0].nbytes
-            if batch and size + nbytes > self.limits.commit_batch_bytes_max:
-                break
-            batch.append(self._pending.popleft())
-            size += nbytes
-        return batch
-
-    async def _commit(self, batch: list[Pending]) -> None:
-        needed = {key for p in batch for key in p.op.reads()}
-        found = await asyncio.gather(*(self.get_row(key) for key in needed))
-        overlay = Overlay(dict(zip(needed, found, strict=True)))
-        outcomes: list[tuple[Pending, Any, StampError | None]] = []
-        ops: list[CommitOp] = []
-        lsn = self.applied_lsn
-        for pending in batch:
-            try:
-                result, mutations = pending.op.apply(overlay, lsn + 1)
-            except StampError as exc:
-                outcomes.append((pending, None, exc))
-                continue
-            if mutations:
-                lsn += 1
-                overlay.write(mutations)
-                ops.append(CommitOp(lsn, [(k, encode_row(r)) for k, r in mutations]))
-            outcomes.append((pending, result, None))
-        if ops:
-            block = encode_batch(CommitBatch(ops))
-            try:
-                await faults.apoint("ps.commit.before_append")
-                (location,) = await self.streams["log"].append([block])
-            except Exception as exc:
-                # Written or not, nobody can tell now: fail the batch and stop serving; the
-                # next owner's replay decides (the client retries with its token).
-                error = exc if isinstance(exc, StampError) else Unavailable(str(exc))
-                for pending, _, _ in outcomes:
-                    if not pending.future.done():
-                        pending.future.set_exception(
-                            Unavailable(f"partition {self.id}: commit failed: {error}"))
-                await self.stop(f"commit-log append failed: {type(error).__name__}: {error}")
-                return
-            for op in ops:
-                self._apply(op)
-            self.last_commit = location
-            self.log_bytes += len(block)
-            self._wake_logs(batch)
-        now = time.monotonic()
-        for pending, result, error in outcomes:
-            if pending.future.done():
-                continue
-            if error is None:
-                pending.future.set_result(result)
-            else:
-                pending.future.set_exception(error)
-            self.stats.record(pending.nbytes, now - pending.started)
-        self.checkpointer.maybe_start()
-
-    def _apply(self, op: CommitOp) -> None:
-        """Make a durable operation visible (commit or replay)."""
-        assert op.lsn > self.applied_lsn, (op.lsn, self.applied_lsn)
+    def apply(self, op: CommitOp) -> None:
+        """Make a durable operation visible (commit or replay), strictly in LSN order."""
+        assert op.lsn == self.applied_lsn + 1, (op.lsn, self.applied_lsn)
         for key, row in op.mutations:
             self.memtable.put(key, row)
             self.row_cache.pop(key)
         self.writes += 1
         self.applied_lsn = op.lsn
 
-    def _wake_logs(self, batch: list[Pending]) -> None:
-        for pending in batch:
-            if pending.op.log:
-                event = self._log_events.pop((pending.op.account, pending.op.pname), None)
+    def wake_logs(self, ops: Iterable[Operation]) -> None:
+        for op in ops:
+            if op.log:
+                event = self._log_events.pop((op.account, op.pname), None)
                 if event is not None:
                     event.set()
 
@@ -386,17 +294,11 @@ class RangePartition:
         if self.state != GONE:
             log.warning("partition %d stops serving: %s", self.id, reason)
         self.state = GONE
-        while self._pending:
-            pending = self._pending.popleft()
-            if not pending.future.done():
-                pending.future.set_exception(NotOwner(f"partition {self.id} moved: {reason}"))
+        self.committer.fail_queued(f"moved: {reason}")
         for event in self._log_events.values():
             event.set()
         self._log_events.clear()
-        self._wake.set()
-        current = asyncio.current_task()
-        if self._committer is not None and self._committer is not current:
-            self._committer.cancel()
+        self.committer.cancel()
         self.checkpointer.cancel()
         self.stopped.set()
 
@@ -406,10 +308,7 @@ class RangePartition:
         if self.state != SERVING:
             return
         self.state = UNLOADING
-        self._wake.set()
-        while self._pending and self._lease_valid():
-            batch = self._take_batch()
-            await self._commit(batch)
+        await self.committer.settle()
         try:
             await self.checkpointer.checkpoint_now()
         except StampError as exc:

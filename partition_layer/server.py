@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 
 from grpc import aio
 
-from common import rpc
+from common import faults, rpc
 from common.config import PartitionLimits
 from common.errors import NotOwner, Unavailable
 from common.proto import partition_pb2 as pb
@@ -75,6 +75,7 @@ class PartitionServer:
         holder: list[RangePartition] = []
 
         def lost(_: Lease) -> None:  # on the lease's renewal thread
+            faults.point("ps.lease_lost")  # a test delays noticing, to attack the fence
             if holder:
                 loop.call_soon_threadsafe(
                     lambda: loop.create_task(holder[0].stop("its lease was lost")))

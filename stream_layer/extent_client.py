@@ -17,7 +17,7 @@ import itertools
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import grpc
 
@@ -44,6 +44,14 @@ def locations(extent_id: int, offset: int, blocks: Sequence[bytes]) -> list[Loca
     return out
 
 
+class _QueuedAppend(NamedTuple):
+    request_id: int
+    extent_id: int
+    blocks: Sequence[bytes]
+    crcs: Sequence[int]
+    nbytes: int
+
+
 class _AppendSession:
     """One AppendStream to one primary, multiplexing every caller's appends."""
 
@@ -53,7 +61,9 @@ class _AppendSession:
         self._stub = stub  # asked anew for each stream: the channel may have been replaced
         self._limits = limits
         self._ids = itertools.count(1)
-        self._queue: deque[pb.AppendRequest] = deque()
+        # Appends not yet sent, as plain tuples: the protobuf request is built once, straight
+        # into the batch message (copying a built request would copy its blocks again).
+        self._queue: deque[_QueuedAppend] = deque()
         self._waiting: dict[int, asyncio.Future[pb.AppendAck]] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -64,12 +74,12 @@ class _AppendSession:
                      crcs: Sequence[int] | None = None) -> pb.AppendAck:
         request_id = next(self._ids)
         crcs = crcs if crcs is not None else [crc32c(b) for b in blocks]
-        request = pb.AppendRequest(request_id=request_id, extent_id=extent_id,
-                                   blocks=[pb.Block(data=b, crc=c) for b, c in zip(blocks, crcs,
-                                                                                  strict=True)])
+        if len(crcs) != len(blocks):
+            raise ValueError("one crc per block")
         future: asyncio.Future[pb.AppendAck] = asyncio.get_running_loop().create_future()
         self._waiting[request_id] = future
-        self._queue.append(request)
+        self._queue.append(_QueuedAppend(request_id, extent_id, blocks, crcs,
+                                         sum(len(b) + 16 for b in blocks) + 32))
         self._wake.set()
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run())
@@ -112,11 +122,15 @@ class _AppendSession:
                 while self._queue:
                     batch = pb.AppendBatch()
                     size = 0
-                    while self._queue and (size == 0 or size + self._queue[0].ByteSize()
+                    # Sizes from the blocks: ByteSize() would serialize the message again.
+                    while self._queue and (size == 0 or size + self._queue[0].nbytes
                                            <= self._limits.forward_batch_bytes_max):
-                        request = self._queue.popleft()
-                        size += request.ByteSize()
-                        batch.appends.append(request)
+                        queued = self._queue.popleft()
+                        size += queued.nbytes
+                        batch.appends.add(request_id=queued.request_id,
+                                          extent_id=queued.extent_id,
+                                          blocks=[pb.Block(data=b, crc=c) for b, c in
+                                                  zip(queued.blocks, queued.crcs, strict=True)])
                     sent_any = True
                     await call.write(batch)
         except asyncio.CancelledError:

@@ -52,16 +52,15 @@ def owner_of(stamp: LocalStamp, pc: PartitionClient, partition_id: int = 1) -> s
     return current.get(partition_id).server
 
 
-def ps_status(address: str) -> pb.ServerLoad:
-    async def ask() -> pb.ServerLoad:
-        stub = pb_grpc.PartitionServerStub(rpc.aio_channel(address, 16 << 20))
-        return await rpc.call(stub.Status(pb.ServerStatusRequest(), timeout=2))
-    return asyncio.run(ask())
+async def aserving(stamp: LocalStamp, name: str, partition_id: int = 1) -> bool:
+    async with rpc.aio_channel(stamp.address(name), 16 << 20) as channel:
+        load = await rpc.call(pb_grpc.PartitionServerStub(channel).Status(
+            pb.ServerStatusRequest(), timeout=2))
+    return any(p.partition_id == partition_id and p.state == "serving" for p in load.partitions)
 
 
 def serving(stamp: LocalStamp, name: str, partition_id: int = 1) -> bool:
-    load = ps_status(stamp.address(name))
-    return any(p.partition_id == partition_id and p.state == "serving" for p in load.partitions)
+    return asyncio.run(aserving(stamp, name, partition_id))
 
 
 def log_says(stamp: LocalStamp, name: str, text: str) -> bool:
@@ -161,7 +160,10 @@ def test_deposed_owner_cannot_make_a_write_visible(stamp_factory: StampFactory) 
         pc.append("acct", "log", [b"r0"])
         old = owner_of(stamp, pc)
         new = next(r.name for r in stamp.partition_servers() if r.name != old)
-        rpc.arm_remote(stamp.address(old), "ps.commit.before_append=delay:1000,times=1")
+        # Its commit stalls; once it wakes it is slow to notice that its lease is gone, so
+        # the commit goes on against streams the new owner has fenced.
+        rpc.arm_remote(stamp.address(old), "ps.commit.before_append=delay:1000,times=1; "
+                                           "ps.lease_lost=delay:3000")
 
         async def stale_append() -> pb.Response:
             # Straight to the old owner, no retries: we want its own answer.
@@ -181,7 +183,7 @@ def test_deposed_owner_cannot_make_a_write_visible(stamp_factory: StampFactory) 
             os.kill(stamp.record(old).pid, signal.SIGSTOP)
             try:
                 deadline = time.monotonic() + 30
-                while not serving(stamp, new):
+                while not await aserving(stamp, new):
                     assert time.monotonic() < deadline, "the other PS did not take over"
                     await asyncio.sleep(0.05)
                 # The new owner has loaded: the stale record is not there...
@@ -197,6 +199,8 @@ def test_deposed_owner_cannot_make_a_write_visible(stamp_factory: StampFactory) 
         assert isinstance(answer, Exception) or answer.error, f"stale append acked: {answer}"
         wait_for(lambda: log_says(stamp, old, "partition 1 stops serving"), 10,
                  "the old owner to stop serving")
+        assert log_says(stamp, old, "commit-log append failed: Fenced"), \
+            "the stale commit was not refused by the fence"
         assert pc.read("acct", "log", 0, 10) == [(0, b"r0")]
         assert pc.peek("acct", "log") == (0, 1)
         assert pc.append("acct", "log", [b"r1"]) == 1
@@ -238,7 +242,8 @@ def test_load_cost_does_not_grow_with_checkpointed_data(stamp_factory: StampFact
         report = pc.run(load_report())
         data_bytes = 1000 * len(value)
         assert report.runs >= 1
-        assert report.replayed_bytes < data_bytes / 4, report
+        # At most the live memtable and the one being checkpointed (1 MiB each) replay.
+        assert report.replayed_bytes < data_bytes / 2, report
         assert report.index_bytes < data_bytes / 20, report
         assert pc.get("acct", "big", "row-00999")[0] == value
         assert pc.read("acct", "tail-log", 0, 5) == [(0, b"after the checkpoints")]

@@ -1,0 +1,226 @@
+"""Group commit for one range partition, pipelined (§4 "Writes").
+
+Operations queue up; the committer takes as many as fit in one commit-log block, decides each
+in order against the partition's rows plus the effects of the blocks still in flight
+(operations.py), gives each mutating one the next LSN, and appends the block. Up to
+`commit_pipeline_depth` blocks are in flight at once, so the log's latency does not cap the
+rate at one block per round trip.
+
+Contracts:
+- An operation is answered (and its effects become visible to reads) only when its block and
+  every block before it are durable: `_finish` runs strictly in block order. So no answer ever
+  depends on a write that might still be lost.
+- If a block's append fails, nobody can tell whether it was written: the partition stops
+  serving, and every operation of that block and of the blocks behind it fails with
+  Unavailable (ambiguous). The next owner's replay decides (commit_log.Replayer: a block whose
+  predecessor is missing is junk and is never applied).
+- `drain()` holds new blocks back until every one in flight has finished: a checkpoint
+  freezes the memtable only then, so the replay point it records is at or after every block
+  that holds an operation it does not contain (blocks sent later land later in the stream).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from common import faults
+from common.errors import NotOwner, StampError, Throttled, Unavailable
+from partition_layer.commit_log import CommitBatch, CommitOp, encode_batch
+from partition_layer.operations import Operation, Overlay
+from partition_layer.rows import Row, encode_row
+
+if TYPE_CHECKING:
+    from partition_layer.partition import RangePartition
+
+
+@dataclass
+class Pending:
+    op: Operation
+    future: asyncio.Future[Any]
+    nbytes: int
+    started: float
+
+
+@dataclass
+class Outcome:
+    pending: Pending
+    result: Any = None
+    error: StampError | None = None
+
+
+class GroupCommitter:
+    def __init__(self, partition: RangePartition) -> None:
+        self.p = partition
+        self.limits = partition.limits
+        self.queue: deque[Pending] = deque()
+        self._wake = asyncio.Event()
+        # key -> (lsn, row or None when deleted): what blocks in flight will have written.
+        self._inflight_rows: dict[bytes, tuple[int, Row | None]] = {}
+        self.inflight = 0
+        self.next_lsn = 0
+        self._tail: asyncio.Task[None] | None = None
+        self._paused = False
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self.next_lsn = self.p.applied_lsn + 1
+        self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    async def submit(self, op: Operation, nbytes: int) -> Any:
+        if len(self.queue) >= self.limits.pending_ops_max:
+            raise Throttled(f"partition {self.p.id} has {len(self.queue)} operations queued",
+                            retry_after_s=0.05)
+        pending = Pending(op, asyncio.get_running_loop().create_future(), nbytes,
+                          time.monotonic())
+        self.queue.append(pending)
+        self._wake.set()
+        return await pending.future
+
+    def idle(self) -> bool:
+        return not self.queue and not self.inflight
+
+    async def settle(self) -> None:
+        """Until every queued operation is answered (an unload hands over nothing pending)."""
+        while not self.idle() and self.p.lease_valid():
+            if self._tail is not None and not self._tail.done():
+                await asyncio.shield(self._tail)
+            else:
+                await asyncio.sleep(0.001)  # the loop has yet to take the queue (or waits for room)
+
+    async def drain(self) -> None:
+        """Hold new blocks back and wait until every block in flight has finished."""
+        self._paused = True
+        while self._tail is not None and not self._tail.done():
+            await asyncio.shield(self._tail)
+
+    def resume(self) -> None:
+        self._paused = False
+        self._wake.set()
+
+    def fail_queued(self, reason: str) -> None:
+        while self.queue:
+            pending = self.queue.popleft()
+            if not pending.future.done():
+                pending.future.set_exception(NotOwner(f"partition {self.p.id}: {reason}"))
+        self._wake.set()
+
+    def cancel(self) -> None:
+        if self._task is not None and self._task is not asyncio.current_task():
+            self._task.cancel()
+
+    # ---- the loop ---------------------------------------------------------------------------
+
+    async def _loop(self) -> None:
+        from partition_layer.partition import SERVING, UNLOADING
+
+        while self.p.state in (SERVING, UNLOADING):
+            if (not self.queue or self._paused
+                    or self.inflight >= self.limits.commit_pipeline_depth):
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            await self.p.checkpointer.wait_for_room()
+            if self._paused or not self.queue:
+                continue
+            await self._start(self._take_batch())
+
+    def _take_batch(self) -> list[Pending]:
+        batch: list[Pending] = []
+        size = 0
+        while self.queue and len(batch) < self.limits.commit_batch_ops_max:
+            nbytes = self.queue[0].nbytes
+            if batch and size + nbytes > self.limits.commit_batch_bytes_max:
+                break
+            batch.append(self.queue.popleft())
+            size += nbytes
+        return batch
+
+    async def _view(self, key: bytes) -> Row | None:
+        if key in self._inflight_rows:
+            return self._inflight_rows[key][1]
+        return await self.p.get_row(key)
+
+    async def _start(self, batch: list[Pending]) -> None:
+        # Most rows are in memory: awaiting them one by one costs no task per key.
+        found = {}
+        for key in {key for pending in batch for key in pending.op.reads()}:
+            found[key] = await self._view(key)
+        overlay = Overlay(found)
+        outcomes: list[Outcome] = []
+        ops: list[CommitOp] = []
+        for pending in batch:
+            try:
+                result, mutations = pending.op.apply(overlay, self.next_lsn)
+            except StampError as exc:
+                outcomes.append(Outcome(pending, error=exc))
+                continue
+            if mutations:
+                overlay.write(mutations)
+                for key, row in mutations:
+                    self._inflight_rows[key] = (self.next_lsn,
+                                                None if row.tombstone else row)
+                ops.append(CommitOp(self.next_lsn, [(k, encode_row(r)) for k, r in mutations]))
+                self.next_lsn += 1
+            outcomes.append(Outcome(pending, result))
+        append: asyncio.Task[Any] | None = None
+        nbytes = 0
+        if ops:
+            block = encode_batch(CommitBatch(ops, self.p.epoch))
+            nbytes = len(block)
+            append = asyncio.get_running_loop().create_task(self._append(block))
+        self.inflight += 1
+        self._tail = asyncio.get_running_loop().create_task(
+            self._finish(self._tail, append, ops, outcomes, nbytes))
+
+    async def _append(self, block: bytes) -> Any:
+        await faults.apoint("ps.commit.before_append")
+        (location,) = await self.p.streams["log"].append([block])
+        return location
+
+    async def _finish(self, previous: asyncio.Task[None] | None, append: asyncio.Task[Any] | None,
+                      ops: list[CommitOp], outcomes: list[Outcome], nbytes: int) -> None:
+        from partition_layer.partition import GONE
+
+        try:
+            if previous is not None:
+                await asyncio.shield(previous)
+            if self.p.state == GONE:
+                raise Unavailable(f"partition {self.p.id} stopped with a commit in flight")
+            location = await append if append is not None else None
+        except Exception as exc:
+            error = exc if isinstance(exc, StampError) else Unavailable(repr(exc))
+            if append is not None and not append.done():
+                append.cancel()
+            for outcome in outcomes:
+                if not outcome.pending.future.done():
+                    outcome.pending.future.set_exception(Unavailable(
+                        f"partition {self.p.id}: commit failed, it may or may not have "
+                        f"happened: {error}"))
+            await self.p.stop(f"commit-log append failed: {type(error).__name__}: {error}")
+            return
+        finally:
+            self.inflight -= 1
+            self._wake.set()
+        for op in ops:
+            self.p.apply(op)
+            for key, _ in op.mutations:
+                if self._inflight_rows.get(key, (0,))[0] == op.lsn:
+                    del self._inflight_rows[key]
+        if location is not None:
+            self.p.last_commit = location
+            self.p.log_bytes += nbytes
+        now = time.monotonic()
+        for outcome in outcomes:
+            future = outcome.pending.future
+            if not future.done():
+                if outcome.error is None:
+                    future.set_result(outcome.result)
+                else:
+                    future.set_exception(outcome.error)
+            self.p.stats.record(outcome.pending.nbytes, now - outcome.pending.started)
+        self.p.wake_logs(o.pending.op for o in outcomes)
+        self.p.checkpointer.maybe_start()
