@@ -1,10 +1,11 @@
 """`stamp demo`: the main job (logs, tools/log_demo.py), then the stream layer beneath it.
 
-The stream-layer part creates a stream, appends records to it (one and several blocks per
-append, each on three extent nodes in distinct fault domains before it is acknowledged),
-reads every record back from every replica, then SIGKILLs the primary of the stream's open extent and keeps
-appending: the stream seals that extent at the smallest commit length of its live replicas
-and continues on a new one. The node restarts; every acknowledged record is still there.
+The stream-layer part creates a stream, appends records to it (one and several blocks
+per append, each on three extent nodes in distinct fault domains before it is
+acknowledged), reads every record back from every replica, then SIGKILLs the primary of the
+stream's open extent and keeps appending: the stream seals that extent at the smallest
+commit length of its live replicas and continues on a new one. The node restarts; every
+acknowledged record is still there.
 """
 
 from __future__ import annotations
