@@ -24,6 +24,7 @@ so a retried append is applied once. Errors are the typed exceptions of common/e
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
@@ -356,7 +357,9 @@ class PartitionClient:
                     return
         finally:
             if not self._loop.closed:
-                self.run(iterator.aclose())
+                # The client may be closing under us (a daemon thread following a log).
+                with contextlib.suppress(Exception):
+                    self.run(iterator.aclose())
 
     def trim(self, account: str, log: str, upto_seq: int) -> None:
         self.run(self.aio.trim(account, log, upto_seq))

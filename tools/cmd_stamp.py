@@ -82,7 +82,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"data_dir": str(stamp.data_dir), "processes": rows}, indent=2))
         return 0
-    print(f"{'NAME':<7} {'KIND':<15} {'PID':>7}  {'ADDRESS':<16} {'FD':<5} {'STATE':<9} "
+    print(f"{'NAME':<7} {'KIND':<17} {'PID':>7}  {'ADDRESS':<16} {'FD':<5} {'STATE':<9} "
           f"{'EXTENTS':>7} {'BYTES':>12}  DETAIL")
     for row in rows:
         state = row.get("role") or ("serving" if row.get("serving") else
@@ -95,7 +95,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                   f"map version {row['map_version']}" if "map_version" in row else
                   f"partitions {row['partitions']}, {row['ops_per_s']} ops/s"
                   if "partitions" in row else row.get("error", ""))
-        print(f"{row['name']:<7} {row['kind']:<15} {row['pid'] or '-':>7}  "
+        print(f"{row['name']:<7} {row['kind']:<17} {row['pid'] or '-':>7}  "
               f"{row['address']:<16} {row['fault_domain'] or '-':<5} {state:<9} "
               f"{row.get('extents', '-'):>7} {row.get('bytes', '-'):>12}  {detail}")
     return 0

@@ -38,7 +38,8 @@ def run_log_demo(stamp: LocalStamp) -> None:
             for seq, data in pc.subscribe(ACCOUNT, log, 0):
                 followed.append((seq, data))
 
-        threading.Thread(target=follow, daemon=True).start()
+        follower = threading.Thread(target=follow, daemon=True)
+        follower.start()
         written: list[tuple[int, bytes]] = []
         for records in ([b"order 1: 2 apples"], [b"order 2: 1 pear", b"order 3: 6 plums"]):
             started = time.perf_counter()
@@ -71,5 +72,8 @@ def run_log_demo(stamp: LocalStamp) -> None:
         assert followed == written, "the subscription missed records"
         print(f"  all {len(written)} records at their sequence numbers; the subscription "
               f"saw every one in order, across the failover")
+        pc.trim(ACCOUNT, log, 3)
+        pc.seal(ACCOUNT, log)  # the subscription ends: a sealed log has nothing more to come
+        follower.join(10)
         first_seq, next_seq = pc.peek(ACCOUNT, log)
-        print(f"  peek: first {first_seq}, next {next_seq}")
+        print(f"  trimmed below 3 and sealed: peek says first {first_seq}, next {next_seq}")

@@ -291,8 +291,15 @@ class StreamManagerLeader:
         usable = self.replica.read(lambda st: {n.name for n in st.nodes.values()
                                                if n.state == s.ALIVE
                                                and not self.suspect(n.name)})
+        domain_of = self.replica.read(lambda st: {n.name: n.fault_domain
+                                                  for n in st.nodes.values()})
+        healthy_domains = {domain_of[n] for n in usable}
         for index, (extent_id, replicas) in enumerate(self._spares):
-            if set(replicas) <= usable and not avoided.intersection(replicas):
+            # A spare made while few nodes had reported in may share a fault domain that
+            # a fresh placement would not: such a spare is not good enough any more.
+            spread = len({domain_of.get(r) for r in replicas})
+            if (set(replicas) <= usable and not avoided.intersection(replicas)
+                    and spread >= min(len(replicas), len(healthy_domains))):
                 del self._spares[index]
                 self._refill_spares()
                 return extent_id, replicas
