@@ -138,7 +138,9 @@ class PartitionLimits:
     runs_max: int = 4
     data_block_bytes: int = 64 * KiB
     row_cache_bytes_max: int = 32 * MiB
+    # Run indexes and bloom filters loaded (on demand), and decoded data blocks, per partition.
     index_cache_bytes_max: int = 64 * MiB
+    block_cache_bytes_max: int = 32 * MiB
     read_records_max: int = 10_000
     read_bytes_max: int = 4 * MiB
     scan_rows_max: int = 10_000

@@ -26,7 +26,8 @@ from common import faults
 from partition_layer.memtable import Memtable
 from partition_layer.merge import aiter_sync, merge
 from partition_layer.partition_meta import encode_meta
-from partition_layer.runs import RunIndex, RunInfo, RunReader, RunWriter
+from partition_layer.run_cache import Run
+from partition_layer.runs import RunInfo, RunWriter
 
 if TYPE_CHECKING:
     from partition_layer.partition import RangePartition
@@ -130,14 +131,9 @@ class Checkpointer:
         """Append the metadata record naming `runs`, then make them the ones reads use."""
         p = self.p
         assert p.meta is not None
-        readers = {r.index.info.run_id: r for r in p.readers}
-        fresh = []
-        for info in runs:
-            reader = readers.get(info.run_id)
-            if reader is None:
-                index = await RunIndex.load(info, p.streams["row"].read)
-                reader = RunReader(index, p.streams["row"].read, p.block_cache)
-            fresh.append(reader)
+        assert p.indexes is not None
+        readers = {r.info.run_id: r for r in p.readers}
+        fresh = [readers.get(info.run_id) or Run(info, p.indexes) for info in runs]
         meta = dataclasses.replace(p.meta, runs=runs, replay_from=replay_from,
                                    applied_lsn=applied_lsn)
         await p.streams["meta"].append([encode_meta(meta)])

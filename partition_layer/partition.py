@@ -45,7 +45,8 @@ from partition_layer.merge import aiter_sync, merge
 from partition_layer.operations import EMPTY_LOG, Operation, meta_key
 from partition_layer.partition_meta import PartitionMeta, decode_meta
 from partition_layer.rows import LogMeta, Row, decode_row
-from partition_layer.runs import RunIndex, RunReader, block_cache
+from partition_layer.run_cache import IndexCache, Run
+from partition_layer.runs import block_cache
 from partition_layer.stats import LoadStats
 from stream_layer.client import AsyncStream, AsyncStreamClient
 from stream_layer.framing import Location
@@ -83,20 +84,22 @@ class RangePartition:
         self.streams: dict[str, AsyncStream] = {}
         self.memtable = Memtable()
         self.frozen: Memtable | None = None
-        self.readers: list[RunReader] = []  # newest first, as meta.runs
+        self.readers: list[Run] = []  # newest first, as meta.runs
         self.meta: PartitionMeta | None = None
         self.applied_lsn = 0
         self.last_commit: Location | None = None
         self.log_bytes = 0  # commit log written since the replay point
         self.row_cache = LruCache(limits.row_cache_bytes_max)
         # Decoded data blocks of the checkpoints (the run indexes themselves stay loaded).
-        self.block_cache = block_cache(limits.index_cache_bytes_max)
+        self.block_cache = block_cache(limits.block_cache_bytes_max)
+        self.indexes: IndexCache | None = None
         self.writes = 0  # bumped by every memtable write: guards the row cache
         self.stats = LoadStats()
         self.checkpointer = Checkpointer(self)
         self.committer = GroupCommitter(self)
         self._log_events: dict[tuple[str, str], asyncio.Event] = {}
         self.stopped = asyncio.Event()
+        self._warming: asyncio.Task[None] | None = None
 
     # ---- load -------------------------------------------------------------------------------
 
@@ -121,10 +124,11 @@ class RangePartition:
         self.range = self.meta.key_range
         self.applied_lsn = self.meta.applied_lsn
         self.last_commit = self.meta.replay_from
-        for info in self.meta.runs:
-            index = await RunIndex.load(info, self.streams["row"].read)
-            report.index_bytes += index.nbytes
-            self.readers.append(RunReader(index, self.streams["row"].read, self.block_cache))
+        self.indexes = IndexCache(self.limits.index_cache_bytes_max, self.streams["row"].read,
+                                  self.block_cache)
+        # Indexes load on first use (run_cache.py), not here: the load stays independent of
+        # the partition's size. They are warmed in the background once the partition serves.
+        self.readers = [Run(info, self.indexes) for info in self.meta.runs]
         report.runs = len(self.readers)
         replayer = Replayer(self.applied_lsn)
         async for location, block in self.streams["log"].blocks(self.meta.replay_from):
@@ -141,11 +145,19 @@ class RangePartition:
                         dropped)
         self.state = SERVING
         self.committer.start()
+        self._warming = asyncio.get_running_loop().create_task(self._warm_indexes())
         report.seconds = time.monotonic() - started
         log.info("partition %d loaded at epoch %d in %.3f s: %d runs, %d ops replayed "
                  "(%d bytes)", self.id, self.epoch, report.seconds, report.runs,
                  report.replayed_ops, report.replayed_bytes)
         return report
+
+    async def _warm_indexes(self) -> None:
+        for run in list(self.readers):
+            try:
+                await run.warm()
+            except StampError as exc:  # a read that needs it will try again
+                log.warning("partition %d: warming run %d: %s", self.id, run.info.run_id, exc)
 
     async def _read_meta(self) -> PartitionMeta | None:
         """The newest record of the metadata stream: only its last non-empty extent is read."""
@@ -300,6 +312,8 @@ class RangePartition:
         self._log_events.clear()
         self.committer.cancel()
         self.checkpointer.cancel()
+        if self._warming is not None:
+            self._warming.cancel()
         self.stopped.set()
 
     async def unload(self) -> None:
@@ -319,7 +333,7 @@ class RangePartition:
 
     def load_report(self) -> dict[str, Any]:
         window = self.stats.take()
-        checkpointed = sum(r.index.info.data_bytes for r in self.readers)
+        checkpointed = sum(r.info.data_bytes for r in self.readers)
         memtable = self.memtable.nbytes + (self.frozen.nbytes if self.frozen else 0)
         return {**window, "size_bytes": checkpointed + memtable, "memtable_bytes": memtable,
                 "runs": len(self.readers)}
