@@ -4,9 +4,10 @@ holds a range, or, when that fragment is missing, corrupt or slow, rebuilt from 
 Contracts:
 - `CodedReader.read_range` returns extent bytes [offset, offset+length). Each data fragment
   the range touches is asked first; if it fails, or has not answered within
-  `fragment_hedge_ms`, every other fragment is asked for the same columns too (hedged), and
-  the first k answers — the slow data fragment's own among them, should it arrive — rebuild
-  it. Every answer is CRC32C-checked on the wire, and the node checks its pages at rest.
+  `fragment_hedge_ms`, k other fragments are asked for the same columns (one more for each
+  that fails; all the rest if none has answered within `fragment_hedge_ms` again: hedged),
+  and the first k answers — the slow data fragment's own among them, should it arrive —
+  rebuild it. Every answer is CRC32C-checked on the wire, and the node checks its pages at rest.
 - `read_frames` has the extent node's Read semantics (whole frames from `offset`, within
   `length`, at least one) and verifies every frame's CRC32C (end to end, §5): bytes that
   fail are re-read without the data fragments they came from, so a read returns the written
@@ -24,6 +25,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 
@@ -156,21 +158,33 @@ class CodedReader:
                     if task.exception() is None:
                         return task.result()
                     self._failed(coded, piece.index, task.exception())
-            # Hedge: every other fragment, for the same columns; the first k answers win.
-            for index in range(coded.fragments):
-                if index != piece.index and index not in distrust:
-                    ask(index)
+            # Rebuild: k other fragments for the same columns (a failure is replaced by the
+            # next); if they are slow too, the rest as well. The first k answers win.
+            remaining = deque(i for i in range(coded.fragments)
+                              if i != piece.index and i not in distrust)
+
+            def top_up(count: int) -> None:
+                for _ in range(min(count, len(remaining))):
+                    ask(remaining.popleft())
+
+            top_up(coded.layout.k)
             answers: dict[int, bytes] = {}
             errors: list[BaseException] = []
-            pending = {t for t in tasks if not t.done()}
-            while pending and len(answers) < coded.layout.k:
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            while len(answers) < coded.layout.k:
+                pending = {t for t in tasks if not t.done()}
+                if not pending:
+                    break
+                done, _ = await asyncio.wait(pending, timeout=self.hedge_s if remaining
+                                             else None, return_when=asyncio.FIRST_COMPLETED)
+                if not done:
+                    top_up(len(remaining))  # slow: ask everyone left
                 for task in done:
                     index = tasks[task]
                     error = task.exception()
                     if error is not None:
                         errors.append(error)
                         self._failed(coded, index, error)
+                        top_up(1)
                     elif index == piece.index:
                         return task.result()  # the slow data fragment came after all
                     else:

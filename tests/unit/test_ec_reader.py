@@ -124,3 +124,19 @@ def test_rebuild_is_bit_identical_or_fails(rng: random.Random) -> None:
     wrong = dataclasses.replace(coded, crcs=(0,) * (K + M))
     with pytest.raises(ChecksumError):
         asyncio.run(rebuild_fragments(fake, wrong, {3}))  # type: ignore[arg-type]
+
+
+def test_a_rebuild_asks_k_fragments_and_more_only_when_they_fail_or_lag(
+        rng: random.Random) -> None:
+    extent, coded, fake = coded_extent(rng)
+    first = coded.layout.cuts[1]
+    reader, _ = reader_for(fake)
+    fake.missing = {0}
+    assert asyncio.run(reader.read_range(coded, 0, first)) == extent[:first]
+    assert sorted(fake.reads) == [0, 1, 2, 3]  # the lost one, then exactly k others
+    fake.reads.clear()
+    fake.slow = {1: 5.0}
+    started = time.monotonic()
+    assert asyncio.run(reader.read_range(coded, 0, first)) == extent[:first]
+    assert time.monotonic() - started < 2.0
+    assert sorted(fake.reads) == [0, 1, 2, 3, 4]
