@@ -87,7 +87,7 @@ class LocalStamp:
             if spec.name in self.records:
                 continue
             proc_dir = self.data_dir / spec.name
-            port = spec.port or process.free_port(host)
+            port = spec.port  # 0: bound by the node itself, then pinned (`_start_many`)
             argv = process.stamp_command(
                 "serve", "extent-node", "--name", spec.name, "--dir", str(proc_dir),
                 "--host", host, "--port", str(port), "--fault-domain", spec.fault_domain,
@@ -117,7 +117,9 @@ class LocalStamp:
                     raise InvalidArgument(f"{spec.name} needs the lock service and the stream "
                                           f"managers in the same stamp")
                 proc_dir = self.data_dir / spec.name
-                port = spec.port or process.free_port(host)
+                # Port 0: the process binds a free port itself (no window in which another
+                # process can take it) and `_start_many` pins it for restarts.
+                port = spec.port
                 argv = process.stamp_command(
                     "serve", kind, "--name", spec.name, "--dir", str(proc_dir), "--host", host,
                     "--port", str(port), "--lock", lock_addresses, *extra)
@@ -251,6 +253,10 @@ class LocalStamp:
             rec = self.records[name]
             ready = process.wait_ready(rec.dir, rec.pid, timeout_s, self._popens.get(rec.pid))
             rec.address = ready.address
+            if "--port" in rec.argv:  # a port the process picked itself: keep it from now on
+                at = rec.argv.index("--port") + 1
+                if rec.argv[at] == "0":
+                    rec.argv[at] = ready.address.rpartition(":")[2]
         self.save()
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:

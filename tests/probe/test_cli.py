@@ -20,7 +20,9 @@ pytestmark = pytest.mark.slow
 CONFIG = "".join(f'[[extent_nodes]]\nname = "en-{i}"\nfault_domain = "fd-{(i - 1) % 3 + 1}"\n'
                  f'upgrade_domain = "ud-{i}"\nport = 0\n' for i in range(1, 7)) + "".join(
     f'[[stream_managers]]\nname = "sm-{i}"\nport = 0\nraft_port = 0\n'
-    f'[[lock_servers]]\nname = "lock-{i}"\nport = 0\nraft_port = 0\n' for i in (1, 2, 3))
+    f'[[lock_servers]]\nname = "lock-{i}"\nport = 0\nraft_port = 0\n' for i in (1, 2, 3)) + "".join(
+    f'[[partition_managers]]\nname = "pm-{i}"\nport = 0\n'
+    f'[[partition_servers]]\nname = "ps-{i}"\nport = 0\n' for i in (1, 2))
 ENS = {f"en-{i}" for i in range(1, 7)}
 
 
@@ -42,16 +44,18 @@ def data_dir(tmp_path: Path) -> Iterator[Path]:
 
 def test_up_status_kill_start_demo_down(data_dir: Path) -> None:
     out = stamp(data_dir, "up", "--config", str(data_dir.parent / "stamp.toml")).stdout
-    assert "started 12 processes" in out
+    assert "started 16 processes" in out
     assert "already running" in stamp(data_dir, "up").stdout
 
     status = json.loads(stamp(data_dir, "status", "--json").stdout)
     assert {p["name"]: p["serving"] for p in status["processes"]} == {
-        name: True for name in ENS | {"sm-1", "sm-2", "sm-3", "lock-1", "lock-2", "lock-3"}}
+        name: True for name in ENS | {"sm-1", "sm-2", "sm-3", "lock-1", "lock-2", "lock-3",
+                                      "pm-1", "pm-2", "ps-1", "ps-2"}}
     assert sorted(p.get("role", "") for p in status["processes"]) == [
-        *[""] * 6, *["follower"] * 4, "leader", "leader"]
+        *[""] * 8, *["follower"] * 4, *["leader"] * 3, "standby"]
 
     demo = stamp(data_dir, "demo").stdout
+    assert "the subscription saw every one in order" in demo
     assert "acknowledged records read back in order" in demo
 
     assert "created stream events" in stamp(data_dir, "stream", "create", "events").stdout
@@ -75,18 +79,20 @@ def test_up_status_kill_start_demo_down(data_dir: Path) -> None:
     locks = LockClient.from_stamp(data_dir, holder="ps-7")
     lease = locks.acquire("partition/7", ttl_s=30.0)
     assert lease is not None
-    [row] = json.loads(stamp(data_dir, "lock", "ls", "--json").stdout)
-    assert (row["lock"], row["holder"], row["token"]) == ("partition/7", "ps-7", lease.token)
+    rows = json.loads(stamp(data_dir, "lock", "ls", "--json").stdout)
+    [row] = [r for r in rows if r["lock"] == "partition/7"]
+    assert (row["holder"], row["token"]) == ("ps-7", lease.token)
+    assert {"pm/leader", "partition/1"} <= {r["lock"] for r in rows}  # the partition layer's
     lease.release()
     locks.close()
-    assert "no locks" in stamp(data_dir, "lock", "ls").stdout
+    assert "partition/7" not in stamp(data_dir, "lock", "ls").stdout
 
     assert "SIGKILL" in stamp(data_dir, "kill", "en-2").stdout
     status = json.loads(stamp(data_dir, "status", "--json").stdout)
     assert [p["alive"] for p in status["processes"] if p["name"] == "en-2"] == [False]
     assert "started en-2" in stamp(data_dir, "start", "en-2").stdout
 
-    assert "stopped 12 processes" in stamp(data_dir, "down").stdout
+    assert "stopped 16 processes" in stamp(data_dir, "down").stdout
     assert "nothing was running" in stamp(data_dir, "down").stdout
 
 

@@ -3,6 +3,9 @@ partition-level API, its error cases, checkpoints and blobs. One stamp for the m
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -191,3 +194,33 @@ def test_many_writes_cross_checkpoints_and_merges(pc: PartitionClient) -> None:
     assert [s for s, _ in records][:1] == [150]
     assert all(data == f"rec-{seq}".encode() * 50 for seq, data in records)
     assert pc.peek("bulk", "log") == (150, 600)
+
+
+def _cli(stamp: LocalStamp, *args: str, stdin: str | None = None
+         ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tools.cli", "--data-dir",
+                           str(stamp.data_dir), *args], capture_output=True, text=True,
+                          timeout=120, input=stdin)
+
+
+def test_cli_logs_and_partitions(stamp: LocalStamp) -> None:
+    done = _cli(stamp, "log", "append", "cli-log", "first", "second")
+    assert done.returncode == 0 and "at 0..1" in done.stdout, done.stderr
+    assert _cli(stamp, "log", "append", "cli-log", stdin="third\nfourth\n").returncode == 0
+    assert _cli(stamp, "log", "read", "cli-log").stdout.splitlines() == [
+        "0\tfirst", "1\tsecond", "2\tthird", "3\tfourth"]
+    assert _cli(stamp, "log", "peek", "cli-log").stdout.strip() == "first 0 next 4"
+    wrong = _cli(stamp, "log", "read", "cli-log", "--from", "9")
+    assert wrong.returncode == 1 and wrong.stderr.startswith("stamp: error:") \
+        and "Traceback" not in wrong.stderr
+    listing = json.loads(_cli(stamp, "partition", "ls", "--json").stdout)
+    [entry] = listing["partitions"]
+    assert entry["state"] == "serving" and entry["range"] == "[-inf, +inf)"
+    other = "ps-2" if entry["server"] == "ps-1" else "ps-1"
+    moved = _cli(stamp, "partition", "move", "1", other)
+    assert moved.returncode == 0, moved.stderr
+    assert json.loads(_cli(stamp, "partition", "ls", "--json").stdout)[
+        "partitions"][0]["server"] == other
+    assert _cli(stamp, "log", "read", "cli-log", "--from", "3").stdout == "3\tfourth\n"
+    bad = _cli(stamp, "partition", "move", "1", "ps-9")
+    assert bad.returncode == 1 and "not a live partition server" in bad.stderr
