@@ -127,6 +127,9 @@ class GroupCommitter:
             if self._paused or not self.queue:
                 continue
             await self._start(self._take_batch())
+            # Let the block's append go out before deciding the next one: its round trip
+            # then overlaps with this process's work on the operations still queued.
+            await asyncio.sleep(0)
 
     def _take_batch(self) -> list[Pending]:
         batch: list[Pending] = []
