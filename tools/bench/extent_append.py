@@ -46,7 +46,7 @@ def run(seconds: float = 5.0, progress: Callable[[str], None] = lambda _: None
                                             extent_bytes_max=BENCH_EXTENT_BYTES_MAX),
             extent_nodes=tuple(ExtentNodeSpec(f"en-{i}", f"fd-{i}", f"ud-{i}", 0)
                                for i in (1, 2, 3)),
-            stream_managers=(), lock_servers=())
+            stream_managers=(), lock_servers=(), partition_managers=(), partition_servers=())
         stamp = LocalStamp(Path(tmp) / "stamp", config, str(config_path))
         progress("starting 3 extent nodes")
         stamp.up()
