@@ -7,7 +7,8 @@ Contract: `apply(view, lsn)` either raises a StampError and writes nothing, or r
 (result, mutations) where every mutated row carries `version=lsn` — so an ETag changes with
 every write of its row, and replaying the commit log rebuilds exactly the same rows.
 A log's rows: one KIND_LOG_META row (first_seq, next_seq, sealed), one KIND_TOKEN row per
-append token, and one KIND_ROW row per record, keyed by its sequence number.
+append token, and one KIND_ROW row per append, keyed by the sequence number of its last
+record (record_batch.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from common.errors import (
     Sealed,
 )
 from partition_layer import keys
+from partition_layer.record_batch import encode_records
 from partition_layer.rows import BlobRef, LogMeta, Row, TokenEntry, etag_of
 
 Mutation = tuple[bytes, Row]
@@ -115,9 +117,10 @@ class LogAppend(Operation):
         if meta.sealed:
             raise Sealed(f"log {self.pname!r} is sealed")
         first = meta.next_seq
-        prefix = keys.kind_prefix(self.account, self.pname, keys.KIND_ROW)  # once, not per row
-        mutations = [(prefix + keys.seq_row(first + i), Row(lsn, value=data))
-                     for i, data in enumerate(self.records)]
+        last = first + len(self.records) - 1
+        # One row for the whole append, keyed by its last record (record_batch.py).
+        mutations = [(record_key(self.account, self.pname, last),
+                      Row(lsn, value=encode_records(self.records)))]
         grown = LogMeta(meta.first_seq, first + len(self.records), False)
         mutations.append((meta_key(self.account, self.pname), Row(lsn, value=grown.encode())))
         if self.token:

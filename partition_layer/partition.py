@@ -44,6 +44,7 @@ from partition_layer.memtable import Memtable
 from partition_layer.merge import aiter_sync, merge
 from partition_layer.operations import EMPTY_LOG, Operation, meta_key
 from partition_layer.partition_meta import PartitionMeta, decode_meta
+from partition_layer.record_batch import decode_records
 from partition_layer.rows import LogMeta, Row, decode_row
 from partition_layer.run_cache import IndexCache, Run
 from partition_layer.runs import block_cache
@@ -55,7 +56,8 @@ log = logging.getLogger(__name__)
 
 LOADING, SERVING, UNLOADING, GONE = "loading", "serving", "unloading", "gone"
 STREAM_KINDS = ("meta", "log", "row", "blob")
-ABSENT = b""  # the row cache's mark for "no row in the checkpoints"
+ABSENT = b""
+SCAN_ROWS_PER_READ = 256  # the row cache's mark for "no row in the checkpoints"
 
 
 def stream_name(partition_id: int, kind: str) -> str:
@@ -268,22 +270,33 @@ class RangePartition:
         end = min(meta.next_seq, from_seq + limit)
         if end == from_seq:
             return [], meta
-        rows, _ = await self.scan(
-            keys.encode_key(account, pname, keys.KIND_ROW, keys.seq_row(from_seq)),
-            keys.encode_key(account, pname, keys.KIND_ROW, keys.seq_row(end)), end - from_seq)
+        # Appends are rows keyed by their last record (record_batch.py): the first row at or
+        # after from_seq holds it; read rows until `end` is covered or the byte budget is.
         records: list[tuple[int, bytes]] = []
         budget = self.limits.read_bytes_max
-        for key, row in rows:
-            seq = keys.row_seq(keys.decode_key(key)[3])
-            if seq != from_seq + len(records):
+        start = keys.encode_key(account, pname, keys.KIND_ROW, keys.seq_row(from_seq))
+        stop = keys.prefix_end(keys.kind_prefix(account, pname, keys.KIND_ROW))
+        while from_seq + len(records) < end and budget > 0:
+            rows, more = await self.scan(start, stop, SCAN_ROWS_PER_READ)
+            for key, row in rows:
+                assert row.value is not None
+                last = keys.row_seq(keys.decode_key(key)[3])
+                for seq, data in decode_records(row.value, last):
+                    expected = from_seq + len(records)
+                    if seq < expected:
+                        continue  # the start of the append holding from_seq
+                    if seq != expected:
+                        # §8 invariant 5: no gap below next_seq; a hole is a bug.
+                        raise Internal(f"log {pname!r}: record {expected} missing below "
+                                       f"next_seq {meta.next_seq}")
+                    if seq >= end or (records and budget < len(data)):
+                        return records, meta  # a full read: the caller asks again from here
+                    budget -= len(data)
+                    records.append((seq, data))
+                start = key + b"\x00"
+            if not more:
                 break
-            assert row.value is not None
-            if records and budget < len(row.value):
-                return records, meta  # a full read: the caller asks again from here
-            budget -= len(row.value)
-            records.append((seq, row.value))
-        if len(records) != end - from_seq:
-            # §8 invariant 5: no gap below next_seq. A hole is a bug, never a short read.
+        if from_seq + len(records) < end and budget > 0:
             raise Internal(f"log {pname!r}: record {from_seq + len(records)} missing below "
                            f"next_seq {meta.next_seq}")
         return records, meta

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from common.errors import InvalidArgument, NotFound, OutOfRange, PreconditionFailed, Sealed
+from common.errors import (
+    Internal,
+    InvalidArgument,
+    NotFound,
+    OutOfRange,
+    PreconditionFailed,
+    Sealed,
+)
 from partition_layer import keys
 from partition_layer.operations import (
     EntityWrite,
@@ -18,6 +25,7 @@ from partition_layer.operations import (
     log_meta,
     validate_writes,
 )
+from partition_layer.record_batch import decode_records, encode_records
 from partition_layer.rows import LogMeta, Row, etag_of
 
 
@@ -56,9 +64,11 @@ def test_appends_are_consecutive_and_tokens_answer_retries() -> None:
     with pytest.raises(InvalidArgument, match="token"):
         t.run(LogAppend("a", "log", (b"z", b"w"), token="t1"))
     assert t.meta("log") == LogMeta(0, 3, False)
-    seqs = sorted(keys.row_seq(keys.decode_key(k)[3]) for k in t.rows
-                  if keys.decode_key(k)[2] == keys.KIND_ROW)
-    assert seqs == [0, 1, 2]
+    appends = sorted((keys.row_seq(keys.decode_key(k)[3]), row.value) for k, row in t.rows.items()
+                     if keys.decode_key(k)[2] == keys.KIND_ROW)
+    # One row per append, keyed by its last record (record_batch.py).
+    assert [decode_records(value, last) for last, value in appends] == [
+        [(0, b"x"), (1, b"y")], [(2, b"z")]]
 
 
 def test_trim_and_seal() -> None:
@@ -118,3 +128,11 @@ def test_validate_writes() -> None:
                 Write("put", b"r", b"v", if_match="e", if_none_match=True)):
         with pytest.raises(InvalidArgument):
             validate_writes([bad])
+
+
+def test_record_batches_round_trip() -> None:
+    records = [b"", b"a", b"bc" * 1000]
+    assert decode_records(encode_records(records), 41) == [(39, b""), (40, b"a"),
+                                                          (41, b"bc" * 1000)]
+    with pytest.raises(Internal):
+        decode_records(encode_records(records)[:-1], 41)
