@@ -149,7 +149,8 @@ class AsyncPartitionClient:
 
     # ---- calls ------------------------------------------------------------------------------
 
-    async def call(self, request: pb.Request, idempotent: bool) -> pb.Response:
+    async def call(self, request: pb.Request, idempotent: bool, nbytes: int = 256
+                   ) -> pb.Response:
         """Send `request` to the owner of its partition name, following map changes; retry
         ambiguous failures only if `idempotent`."""
         key = route_key(request.account, request.pname) if request.pname else \
@@ -160,7 +161,8 @@ class AsyncPartitionClient:
             try:
                 address = await self._address_for(key)
                 response = await self._session(address).call(
-                    request, min(ATTEMPT_TIMEOUT_S, max(0.1, deadline - time.monotonic())))
+                    request, min(ATTEMPT_TIMEOUT_S, max(0.1, deadline - time.monotonic())),
+                    nbytes)
                 if not response.error:
                     return response
                 error = rpc.error_from_name(response.error, response.message)
@@ -188,8 +190,10 @@ class AsyncPartitionClient:
     async def append(self, account: str, log: str, records: Sequence[bytes],
                      token: str | None = None) -> int:
         request = pb.Request(account=account, pname=log, append=pb.AppendOp(
-            records=[bytes(r) for r in records], token=token or uuid.uuid4().hex))
-        return (await self.call(request, idempotent=True)).first_seq
+            records=[r if type(r) is bytes else bytes(r) for r in records],
+            token=token or uuid.uuid4().hex))
+        nbytes = sum(len(r) + 4 for r in records) + 128
+        return (await self.call(request, idempotent=True, nbytes=nbytes)).first_seq
 
     async def read(self, account: str, log: str, from_seq: int, limit: int
                    ) -> list[tuple[int, bytes]]:
@@ -253,7 +257,8 @@ class AsyncPartitionClient:
             row=_row(row), value=bytes(value), if_match=if_match or "",
             if_none_match=_if_none_match(if_none_match)))
         conditional = bool(if_match or if_none_match)
-        return (await self.call(request, idempotent=not conditional)).etag
+        return (await self.call(request, idempotent=not conditional,
+                                nbytes=len(value) + 256)).etag
 
     async def get(self, account: str, pname: str, row: Row) -> tuple[bytes, str]:
         response = await self.call(pb.Request(account=account, pname=pname,
@@ -271,7 +276,8 @@ class AsyncPartitionClient:
         idempotent = all(i.kind == "put" and not i.if_match and not i.if_none_match
                          for i in items)
         response = await self.call(pb.Request(account=account, pname=pname,
-                                              batch=pb.BatchOp(items=items)), idempotent)
+                                              batch=pb.BatchOp(items=items)), idempotent,
+                                   nbytes=sum(len(i.value) + 64 for i in items) + 128)
         return list(response.etags)
 
     async def scan(self, account: str, start: tuple[str, Row] | None = None,

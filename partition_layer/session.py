@@ -29,21 +29,24 @@ class CallSession:
         self.address = address
         self._stub = stub
         self._ids = itertools.count(1)
-        self._queue: deque[pb.Request] = deque()
+        self._queue: deque[tuple[pb.Request, int]] = deque()
         self._waiting: dict[int, asyncio.Future[pb.Response]] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
-    async def call(self, request: pb.Request, timeout_s: float) -> pb.Response:
+    async def call(self, request: pb.Request, timeout_s: float, nbytes: int = 256
+                   ) -> pb.Response:
+        """`nbytes`: about how large the request is (ByteSize() would serialize it)."""
         request.id = next(self._ids)
         future: asyncio.Future[pb.Response] = asyncio.get_running_loop().create_future()
         self._waiting[request.id] = future
-        self._queue.append(request)
+        self._queue.append((request, nbytes))
         self._wake.set()
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run())
         try:
-            return await asyncio.wait_for(future, timeout_s)
+            async with asyncio.timeout(timeout_s):  # no task per call, unlike wait_for
+                return await future
         except TimeoutError:
             raise DeadlineExceeded(f"{self.address} did not answer within {timeout_s:g}s") \
                 from None
@@ -62,12 +65,12 @@ class CallSession:
                 while self._queue and not reader.done():
                     batch = pb.RequestBatch()
                     size = 0
-                    while self._queue and (size == 0 or size + self._queue[0].ByteSize()
+                    while self._queue and (size == 0 or size + self._queue[0][1]
                                            <= BATCH_BYTES_MAX):
-                        request = self._queue.popleft()
+                        request, nbytes = self._queue.popleft()
                         if request.id not in self._waiting:
                             continue  # its caller gave up already
-                        size += request.ByteSize()
+                        size += nbytes
                         batch.requests.append(request)
                         sent.add(request.id)
                     if batch.requests:
@@ -92,7 +95,7 @@ class CallSession:
             elif self._queue:
                 # Nothing got through: the server is unreachable. Fail the rest too.
                 while self._queue:
-                    future = self._waiting.pop(self._queue.popleft().id, None)
+                    future = self._waiting.pop(self._queue.popleft()[0].id, None)
                     if future is not None and not future.done():
                         future.set_exception(Unavailable(f"{self.address}: {error}"))
 
