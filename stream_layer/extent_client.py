@@ -127,10 +127,10 @@ class _AppendSession:
                                            <= self._limits.forward_batch_bytes_max):
                         queued = self._queue.popleft()
                         size += queued.nbytes
-                        batch.appends.add(request_id=queued.request_id,
-                                          extent_id=queued.extent_id,
-                                          blocks=[pb.Block(data=b, crc=c) for b, c in
-                                                  zip(queued.blocks, queued.crcs, strict=True)])
+                        request = batch.appends.add(request_id=queued.request_id,
+                                                    extent_id=queued.extent_id)
+                        for data, crc in zip(queued.blocks, queued.crcs, strict=True):
+                            request.blocks.add(data=data, crc=crc)  # one copy, in place
                     sent_any = True
                     await call.write(batch)
         except asyncio.CancelledError:
