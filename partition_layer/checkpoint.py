@@ -6,10 +6,10 @@ point: the commit-log block of the last operation in the frozen memtable, and it
 skips what is at or below it). Until that record is durable nothing changes for a reader or
 a future load: the frozen memtable is still consulted, the old record still rules.
 
-When there are more than `runs_max` runs they are merged into one in the background (the
-newest version of each key; tombstones and trimmed log records dropped, since the merge
-includes the oldest run). Checkpoints and merges write metadata records one at a time, each
-naming every run that is current then.
+When there are more than `runs_max` runs, the newest runs of similar size are merged into one
+in the background (`merge_group`, size-tiered): the newest version of each key; trimmed log
+records dropped; tombstones dropped when the group reaches the oldest run. Checkpoints and
+merges write metadata records one at a time, each naming every run that is current then.
 
 Memory stays bounded: at most one memtable is being checkpointed; when the live one fills up
 too, writes wait (`wait_for_room`).
@@ -33,6 +33,24 @@ if TYPE_CHECKING:
     from partition_layer.partition import RangePartition
 
 log = logging.getLogger(__name__)
+
+
+MERGE_SIZE_RATIO = 2
+
+
+def merge_group(runs: list[RunInfo]) -> list[RunInfo]:
+    """The runs to merge (size-tiered): the newest run and each next older one while it is
+    at most MERGE_SIZE_RATIO times the size of the group so far. Each byte is then rewritten
+    about log(size) times, not once per merge."""
+    if not runs:
+        return []
+    group, total = [runs[0]], runs[0].data_bytes
+    for run in runs[1:]:
+        if run.data_bytes > MERGE_SIZE_RATIO * total:
+            break
+        group.append(run)
+        total += run.data_bytes
+    return group
 
 
 class Checkpointer:
@@ -155,15 +173,22 @@ class Checkpointer:
     async def _merge_runs(self) -> None:
         p = self.p
         assert p.meta is not None
-        victims = list(p.meta.runs)
-        readers = list(p.readers)
+        victims = merge_group(p.meta.runs)
+        if len(victims) < 2:
+            return  # every older run is much bigger: merging now would rewrite it for little
+        ids = {v.run_id for v in victims}
+        readers = [r for r in p.readers if r.info.run_id in ids]
+        bottom = victims[-1].run_id == p.meta.runs[-1].run_id
         merged = await self._write_run([r.scan(b"", None) for r in readers],
-                                       drop_tombstones=True)
+                                       drop_tombstones=bottom)
         async with self._meta_lock:
-            victim_ids = {v.run_id for v in victims}
-            newer = [r for r in p.meta.runs if r.run_id not in victim_ids]
-            await self._publish(newer + ([merged] if merged else []), p.meta.replay_from,
-                                p.meta.applied_lsn)
+            # Runs checkpointed meanwhile are newer than the group, the rest older: the
+            # merged run takes the group's place.
+            current = p.meta.runs
+            at = next(i for i, r in enumerate(current) if r.run_id in ids)
+            runs = [r for r in current[:at] if r.run_id not in ids] + (
+                [merged] if merged else []) + [r for r in current[at:] if r.run_id not in ids]
+            await self._publish(runs, p.meta.replay_from, p.meta.applied_lsn)
         self.merges += 1
         log.info("partition %d: merged %d runs into %s", p.id, len(victims),
                  merged.run_id if merged else "nothing")

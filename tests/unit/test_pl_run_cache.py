@@ -33,3 +33,18 @@ def test_indexes_load_on_first_use_once_and_again_after_eviction() -> None:
         assert await run.get(b"k0002") == items[2][1]
         assert tiny.loads == 2 and tiny.nbytes == 0
     asyncio.run(body())
+
+
+def test_merge_group_is_size_tiered() -> None:
+    from partition_layer.checkpoint import merge_group
+    from partition_layer.runs import RunInfo
+    from stream_layer.framing import Location
+
+    def run(run_id: int, size: int) -> RunInfo:
+        return RunInfo(run_id, (Location(1, 0, 9),), (Location(1, 9, 9),), 1, 1, size,
+                       b"a", b"b")
+    sizes = {r.run_id for r in merge_group([run(5, 32), run(4, 32), run(3, 64), run(2, 512),
+                                            run(1, 600)])}
+    assert sizes == {5, 4, 3}  # 512 is more than twice 128: it and older ones stay
+    assert [r.run_id for r in merge_group([run(2, 10), run(1, 1000)])] == [2]
+    assert merge_group([]) == []
