@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -49,11 +50,36 @@ def read_ready(proc_dir: str | Path) -> Ready | None:
     return Ready(raw["name"], int(raw["pid"]), raw["address"])
 
 
+PORT_PICK_TRIES = 200
+EPHEMERAL_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
+
+
 def free_port(host: str = HOST) -> int:
-    """A port free right now on `host` (the process that gets it binds it moments later)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+    """A port free right now on `host`, for a process that binds it moments later.
+
+    Picked below the kernel's ephemeral range: a port the kernel hands out (bind to 0) can be
+    taken in the meantime as the source port of any outgoing connection — with a whole stamp
+    starting, that happened. Ports below the range are only ever taken by a bind."""
+    low = _ephemeral_low()
+    rng = random.SystemRandom()
+    for _ in range(PORT_PICK_TRIES):
+        port = rng.randrange(max(1024, low - 16384), low)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:  # a crowded machine
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path(EPHEMERAL_RANGE_FILE).read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def stamp_command(*args: str) -> list[str]:

@@ -15,20 +15,19 @@ from __future__ import annotations
 import asyncio
 import os
 import statistics
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import uvloop
 
 from common import rpc
-from common.config import KiB, MiB, load_config
+from common.config import KiB, MiB
 from common.errors import StampError
 from common.proto import partition_pb2 as pb
 from common.proto import partition_pb2_grpc as pb_grpc
 from partition_layer.client import AsyncPartitionClient
+from tools.bench.fresh_stamp import with_fresh_stamp
 from tools.bench.measure import latency_metrics, row
 from tools.local_stamp import LocalStamp
 
@@ -36,18 +35,9 @@ Progress = Callable[[str], None]
 RECORD_BYTES = 1 * KiB
 
 
-def _with_stamp(config_text: str, body: Callable[[LocalStamp], Any], progress: Progress) -> Any:
-    with tempfile.TemporaryDirectory(prefix="stamp-bench-") as tmp:
-        config_path = Path(tmp) / "bench.toml"
-        config_path.write_text(config_text)
-        config = load_config(config_path).with_ephemeral_ports()
-        stamp = LocalStamp(Path(tmp) / "stamp", config, str(config_path))
-        progress("starting a stamp: 3 lock, 3 SM, 9 EN, 2 PM, 2 PS")
-        stamp.up()
-        try:
-            return body(stamp)
-        finally:
-            stamp.down()
+def _with_stamp(config_text: str, body: Callable[[LocalStamp], Any], progress: Progress
+                ) -> Any:
+    return with_fresh_stamp(config_text, body, progress, stream_layer_only=False)
 
 
 def _client(stamp: LocalStamp) -> AsyncPartitionClient:

@@ -17,12 +17,9 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import os
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import uvloop
@@ -32,6 +29,7 @@ from common.config import KiB, MiB
 from common.errors import ExtentFull, StampError
 from common.ids import random_extent_id
 from stream_layer.client import AsyncStreamClient
+from tools.bench.fresh_stamp import with_fresh_stamp
 from tools.bench.measure import latency_metrics, row
 from tools.local_stamp import LocalStamp
 
@@ -39,22 +37,9 @@ Progress = Callable[[str], None]
 STREAM_EXTENT_BYTES = 16 * MiB  # small extents: a 4 KiB load at 5,000/s rolls over every ~0.8 s
 
 
-def _with_stamp(config_text: str, body: Callable[[LocalStamp], Any], progress: Progress) -> Any:
-    with tempfile.TemporaryDirectory(prefix="stamp-bench-") as tmp:
-        config_path = Path(tmp) / "bench.toml"
-        config_path.write_text(config_text)
-        from common.config import load_config
-        # No lock service and no partition layer: the stream layer does not use them.
-        config = dataclasses.replace(load_config(config_path).with_ephemeral_ports(),
-                                     lock_servers=(), partition_managers=(),
-                                     partition_servers=())
-        stamp = LocalStamp(Path(tmp) / "stamp", config, str(config_path))
-        progress("starting 3 stream managers and 9 extent nodes")
-        stamp.up()
-        try:
-            return body(stamp)
-        finally:
-            stamp.down()
+def _with_stamp(config_text: str, body: Callable[[LocalStamp], Any], progress: Progress
+                ) -> Any:
+    return with_fresh_stamp(config_text, body, progress, stream_layer_only=True)
 
 
 def _client(stamp: LocalStamp) -> AsyncStreamClient:

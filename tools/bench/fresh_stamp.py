@@ -1,0 +1,36 @@
+"""A whole stamp of its own for one benchmark: in a temporary directory, on free ports,
+stopped (SIGTERM, then SIGKILL) when the bench is done or interrupted."""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from common.config import load_config
+from tools.local_stamp import LocalStamp
+
+
+def with_fresh_stamp(config_text: str, body: Callable[[LocalStamp], Any],
+                     progress: Callable[[str], None], *, stream_layer_only: bool) -> Any:
+    """Run `body(stamp)` on a new stamp of the default shape, overridden by `config_text`
+    (TOML); `stream_layer_only`: no lock service and no partition layer, which stream-layer
+    benches do not use."""
+    with tempfile.TemporaryDirectory(prefix="stamp-bench-") as tmp:
+        config_path = Path(tmp) / "bench.toml"
+        config_path.write_text(config_text)
+        config = load_config(config_path).with_ephemeral_ports()
+        if stream_layer_only:
+            config = dataclasses.replace(config, lock_servers=(), partition_managers=(),
+                                         partition_servers=())
+            progress("starting 3 stream managers and 9 extent nodes")
+        else:
+            progress("starting a stamp: 3 lock, 3 SM, 9 EN, 2 PM, 2 PS")
+        stamp = LocalStamp(Path(tmp) / "stamp", config, str(config_path))
+        stamp.up()
+        try:
+            return body(stamp)
+        finally:
+            stamp.down()
