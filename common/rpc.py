@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import logging
@@ -152,6 +153,32 @@ def rpc_errors(method: Callable[..., Any]) -> Callable[..., Any]:
         except Exception as exc:
             await _abort(context, exc)
     return unary_wrapper
+
+
+async def write_queued(queue: asyncio.Queue, context: aio.ServicerContext,
+                       message_type: type, field: str, fault_point: str = "",
+                       items_max: int = 0) -> None:
+    """Write what is queued on a server stream, one message per wake-up (everything queued
+    then, at most `items_max` if given), until a None arrives."""
+    while True:
+        first = await queue.get()
+        if first is None:
+            return
+        items = [first]
+        done = False
+        while not queue.empty() and not (items_max and len(items) >= items_max):
+            item = queue.get_nowait()
+            if item is None:
+                done = True
+                break
+            items.append(item)
+        if fault_point:
+            await faults.apoint(fault_point)
+        message = message_type()
+        getattr(message, field).extend(items)
+        await context.write(message)
+        if done:
+            return
 
 
 async def call(awaitable: Awaitable[T]) -> T:

@@ -69,7 +69,6 @@ class LoadReport:
     seconds: float = 0.0
     replayed_ops: int = 0
     replayed_bytes: int = 0
-    index_bytes: int = 0
     runs: int = 0
 
 
@@ -180,10 +179,6 @@ class RangePartition:
             raise NotOwner(f"partition {self.id} is {self.state} here")
         if not self.lease_valid():
             raise NotOwner(f"partition {self.id}: this server's lease has run out")
-
-    def check_key(self, key: bytes) -> None:
-        if not self.range.contains(key):
-            raise NotOwner(f"partition {self.id} does not hold that key")
 
     # ---- writes: group commit (committer.py) -------------------------------------------------
 

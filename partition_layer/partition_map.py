@@ -80,9 +80,6 @@ class PartitionMap:
         return PartitionMap(self.version + 1, tuple(
             replace(p, server=changes.get(p.id, p.server)) for p in self.partitions)).validate()
 
-    def served_by(self, server: str) -> list[PartitionEntry]:
-        return [p for p in self.partitions if p.server == server]
-
     # ---- encodings ------------------------------------------------------------------------
 
     def to_json(self) -> bytes:

@@ -173,8 +173,7 @@ async def _scan(request: pb.Request, response: pb.Response, find: Finder,
     start = keys.encode_key(request.account, scan.start_pname, keys.KIND_LOG_META,
                             b"") if not scan.start_row else keys.encode_key(
         request.account, scan.start_pname, keys.KIND_ROW, scan.start_row)
-    # encode_key(account, "", kind, b"") is the account's prefix, "" (2 bytes) and the kind.
-    account_end = keys.prefix_end(keys.encode_key(request.account, "", 0, b"")[:-3])
+    account_end = keys.prefix_end(keys.account_prefix(request.account))
     end = (keys.encode_key(request.account, scan.end_pname, keys.KIND_ROW, scan.end_row)
            if scan.has_end else account_end)
     partition = find(start)

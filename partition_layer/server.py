@@ -168,21 +168,8 @@ class PartitionServicer(pb_grpc.PartitionServerServicer):
 
         reader = asyncio.get_running_loop().create_task(read_requests())
         try:
-            while True:
-                first = await responses.get()
-                if first is None:
-                    return
-                batch = [first]
-                done = False
-                while not responses.empty() and len(batch) < RESPONSES_PER_MESSAGE_MAX:
-                    item = responses.get_nowait()
-                    if item is None:
-                        done = True
-                        break
-                    batch.append(item)
-                await context.write(pb.ResponseBatch(responses=batch))
-                if done:
-                    return
+            await rpc.write_queued(responses, context, pb.ResponseBatch, "responses",
+                                   items_max=RESPONSES_PER_MESSAGE_MAX)
         finally:
             reader.cancel()
             for task in list(tasks):
@@ -220,7 +207,7 @@ class PartitionServicer(pb_grpc.PartitionServerServicer):
         partition = self.server.partitions.get(request.partition_id)
         return pb.LoadReply(seconds=report.seconds, replayed_ops=report.replayed_ops,
                             replayed_bytes=report.replayed_bytes,
-                            index_bytes=report.index_bytes, runs=report.runs,
+                            runs=report.runs,
                             epoch=partition.epoch if partition else 0)
 
     @rpc.rpc_errors

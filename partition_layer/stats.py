@@ -11,12 +11,15 @@ LATENCY_SAMPLES_MAX = 2048
 
 class LoadStats:
     def __init__(self) -> None:
+        self._random = random.Random(0)
+        self._reset()
+
+    def _reset(self) -> None:
         self._started = time.monotonic()
         self._ops = 0
         self._bytes = 0
         self._latencies: list[float] = []
         self._seen = 0
-        self._random = random.Random(0)
 
     def record(self, nbytes: int, seconds: float) -> None:
         self._ops += 1
@@ -40,5 +43,5 @@ class LoadStats:
             return ordered[min(len(ordered) - 1, int(p * len(ordered)))] * 1000 if ordered else 0.0
         window = {"ops_per_s": self._ops / elapsed, "bytes_per_s": self._bytes / elapsed,
                   "p50_ms": pct(0.50), "p99_ms": pct(0.99)}
-        self.__init__()  # type: ignore[misc]
+        self._reset()
         return window

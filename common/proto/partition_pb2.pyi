@@ -221,20 +221,18 @@ class LoadRequest(_message.Message):
     def __init__(self, partition_id: _Optional[int] = ..., range: _Optional[_Union[KeyRange, _Mapping]] = ..., map_version: _Optional[int] = ...) -> None: ...
 
 class LoadReply(_message.Message):
-    __slots__ = ("seconds", "replayed_ops", "replayed_bytes", "index_bytes", "runs", "epoch")
+    __slots__ = ("seconds", "replayed_ops", "replayed_bytes", "runs", "epoch")
     SECONDS_FIELD_NUMBER: _ClassVar[int]
     REPLAYED_OPS_FIELD_NUMBER: _ClassVar[int]
     REPLAYED_BYTES_FIELD_NUMBER: _ClassVar[int]
-    INDEX_BYTES_FIELD_NUMBER: _ClassVar[int]
     RUNS_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     seconds: float
     replayed_ops: int
     replayed_bytes: int
-    index_bytes: int
     runs: int
     epoch: int
-    def __init__(self, seconds: _Optional[float] = ..., replayed_ops: _Optional[int] = ..., replayed_bytes: _Optional[int] = ..., index_bytes: _Optional[int] = ..., runs: _Optional[int] = ..., epoch: _Optional[int] = ...) -> None: ...
+    def __init__(self, seconds: _Optional[float] = ..., replayed_ops: _Optional[int] = ..., replayed_bytes: _Optional[int] = ..., runs: _Optional[int] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class UnloadRequest(_message.Message):
     __slots__ = ("partition_id",)

@@ -71,7 +71,7 @@ class ExtentNodeServicer(pb_grpc.ExtentNodeServicer):
 
         reader = asyncio.get_running_loop().create_task(read_requests())
         try:
-            await self._write_acks(acks, context, pb.AppendAcks, "acks", "en.primary.before_ack")
+            await rpc.write_queued(acks, context, pb.AppendAcks, "acks", "en.primary.before_ack")
         finally:
             reader.cancel()
 
@@ -113,34 +113,11 @@ class ExtentNodeServicer(pb_grpc.ExtentNodeServicer):
         reader = asyncio.get_running_loop().create_task(read_entries())
         acker = asyncio.get_running_loop().create_task(ack_in_order())
         try:
-            await self._write_acks(acks, context, pb.ForwardAcks, "acks",
+            await rpc.write_queued(acks, context, pb.ForwardAcks, "acks",
                                    "en.secondary.before_ack")
         finally:
             reader.cancel()
             acker.cancel()
-
-    @staticmethod
-    async def _write_acks(queue: asyncio.Queue, context: aio.ServicerContext,
-                          message_type: type, field: str, fault_point: str) -> None:
-        """Write everything queued as one message per wake-up, until a None arrives."""
-        while True:
-            first = await queue.get()
-            if first is None:
-                return
-            items = [first]
-            done = False
-            while not queue.empty():
-                item = queue.get_nowait()
-                if item is None:
-                    done = True
-                    break
-                items.append(item)
-            await faults.apoint(fault_point)
-            message = message_type()
-            getattr(message, field).extend(items)
-            await context.write(message)
-            if done:
-                return
 
     # ---- unary ----------------------------------------------------------------------------
 
