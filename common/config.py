@@ -36,7 +36,8 @@ class ExtentNodeLimits:
     extent_bytes_max: int = 256 * MiB
     append_blocks_max: int = 256
     append_bytes_max: int = 16 * MiB
-    # Appends a primary holds in flight per extent before it stops reading new ones.
+    # Replicated writes (a message's appends to one extent, placed as one) a primary holds
+    # in flight per append stream before it stops reading new ones.
     inflight_appends_max: int = 4096
     # One journal write+fsync covers at most this much (group commit).
     journal_batch_bytes_max: int = 8 * MiB

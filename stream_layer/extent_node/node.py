@@ -14,6 +14,7 @@ from common import faults, rpc
 from common.checksums import verify
 from common.config import ExtentNodeLimits
 from common.errors import (
+    ExtentFull,
     InvalidArgument,
     NotPrimary,
     ReplicationFailed,
@@ -65,11 +66,19 @@ class ExtentNode:
                                   f"bytes, not {total}")
         return framing.encode_frames([(b.data, b.crc) for b in blocks])
 
-    def start_append(self, extent_id: int, frames: bytes) -> asyncio.Future[tuple[int, int]]:
-        """Place an append on this primary and replicate it; future -> (offset, end).
+    def start_appends(self, extent_id: int, appends: Sequence[bytes]
+                      ) -> tuple[asyncio.Future[tuple[int, int]] | None,
+                                 list[tuple[int, int] | StampError]]:
+        """Place appends (each one's frames) on this primary, in order, as ONE replicated
+        write: one journal record, one forwarded entry per secondary, one future.
 
-        Synchronous up to the returned future, so appends on one extent are placed in the
-        order this is called.
+        Returns (future, outcomes): an outcome per append, its (offset, end) or the error that
+        kept it out (ExtentFull: it would not fit, while later smaller ones may); the future
+        resolves once every placed append is durable on all replicas (None if none was
+        placed). Raises when the extent takes no append at all. Synchronous up to the
+        returned future, so appends on one extent are placed in the order this is called.
+        Placing a group as one write costs the same as placing one append: this is what
+        lets a message of many small appends cost little more than one.
         """
         replica = self.store.get(extent_id)
         if not replica.is_primary(self.address):
@@ -79,16 +88,28 @@ class ExtentNode:
         if pipeline.failed is not None:
             raise ReplicationFailed(f"extent {extent_id}: replication failed earlier "
                                     f"({pipeline.failed}); seal it")
-        offset = replica.accepted_end
-        local = self.store.accept_append(extent_id, offset, frames)
-        end = offset + len(frames)
-        acked = pipeline.submit(offset, end)
+        start = end = replica.accepted_end
+        outcomes: list[tuple[int, int] | StampError] = []
+        placed: list[bytes] = []
+        for frames in appends:
+            if end + len(frames) > self.limits.extent_bytes_max:
+                outcomes.append(ExtentFull(f"extent {extent_id} would grow past "
+                                           f"{self.limits.extent_bytes_max} bytes"))
+                continue
+            outcomes.append((end, end + len(frames)))
+            placed.append(frames)
+            end += len(frames)
+        if not placed:
+            return None, outcomes
+        frames = placed[0] if len(placed) == 1 else b"".join(placed)
+        local = self.store.accept_append(extent_id, start, frames)
+        acked = pipeline.submit(start, end)
         local.add_done_callback(lambda f: f.cancelled() or f.exception() is not None
                                 or pipeline.on_durable(LOCAL, end))
         for secondary in replica.secondaries():
             pipeline.sent[secondary] = end
-            self._forwarder(secondary).send(extent_id, offset, frames)
-        return acked
+            self._forwarder(secondary).send(extent_id, start, frames)
+        return acked, outcomes
 
     def _pipeline(self, replica: Replica) -> PrimaryPipeline:
         pipeline = self._pipelines.get(replica.extent_id)

@@ -36,36 +36,59 @@ class ExtentNodeServicer(pb_grpc.ExtentNodeServicer):
 
     async def AppendStream(self, request_iterator: AsyncIterator[pb.AppendBatch],
                            context: aio.ServicerContext) -> None:
-        """Client -> primary. Acks are written as appends complete, batched per message."""
+        """Client -> primary. A message's appends to one extent are placed as one replicated
+        write; acks are written as appends complete, batched per message."""
         acks: asyncio.Queue[pb.AppendAck | None] = asyncio.Queue()
         slots = asyncio.Semaphore(self.limits.inflight_appends_max)
 
-        def finish(request_id: int, future: asyncio.Future[tuple[int, int]]) -> None:
+        def finish(placed: list[tuple[int, int, int]],
+                   future: asyncio.Future[tuple[int, int]]) -> None:
             slots.release()
             if future.cancelled():
                 return
             error = future.exception()
-            if error is None:
-                offset, end = future.result()
-                acks.put_nowait(pb.AppendAck(request_id=request_id, offset=offset, end=end))
+            for request_id, offset, end in placed:
+                acks.put_nowait(pb.AppendAck(request_id=request_id, offset=offset, end=end)
+                                if error is None else _error_ack(request_id, error))
+
+        async def place(extent_id: int, requests: list[pb.AppendRequest]) -> None:
+            ids, appends = [], []
+            for request in requests:
+                try:
+                    appends.append(self.node.validate_blocks(request))
+                    ids.append(request.request_id)
+                except Exception as exc:
+                    acks.put_nowait(_error_ack(request.request_id, exc))
+            if not appends:
+                return
+            await slots.acquire()
+            try:
+                await self.store.wait_for_room(sum(len(a) for a in appends))
+                future, outcomes = self.node.start_appends(extent_id, appends)
+            except Exception as exc:
+                slots.release()
+                for request_id in ids:
+                    acks.put_nowait(_error_ack(request_id, exc))
+                return
+            placed = []
+            for request_id, outcome in zip(ids, outcomes, strict=True):
+                if isinstance(outcome, StampError):
+                    acks.put_nowait(_error_ack(request_id, outcome))
+                else:
+                    placed.append((request_id, *outcome))
+            if future is None:
+                slots.release()
             else:
-                acks.put_nowait(_error_ack(request_id, error))
+                future.add_done_callback(lambda f: finish(placed, f))
 
         async def read_requests() -> None:
             try:
                 async for batch in request_iterator:
+                    by_extent: dict[int, list[pb.AppendRequest]] = {}
                     for request in batch.appends:
-                        await slots.acquire()
-                        try:
-                            frames = self.node.validate_blocks(request)
-                            await self.store.wait_for_room(len(frames))
-                            future = self.node.start_append(request.extent_id, frames)
-                        except Exception as exc:
-                            slots.release()
-                            acks.put_nowait(_error_ack(request.request_id, exc))
-                            continue
-                        future.add_done_callback(
-                            lambda f, rid=request.request_id: finish(rid, f))
+                        by_extent.setdefault(request.extent_id, []).append(request)
+                    for extent_id, requests in by_extent.items():
+                        await place(extent_id, requests)
             finally:
                 acks.put_nowait(None)
 
@@ -78,8 +101,16 @@ class ExtentNodeServicer(pb_grpc.ExtentNodeServicer):
     async def ForwardStream(self, request_iterator: AsyncIterator[pb.ForwardBatch],
                             context: aio.ServicerContext) -> None:
         """Primary -> secondary. Entries are taken in order; acks say "durable up to"."""
-        ordered: asyncio.Queue[tuple[int, int, asyncio.Future[None] | BaseException] | None] = \
-            asyncio.Queue()
+        acks: asyncio.Queue[pb.ForwardAck | None] = asyncio.Queue()
+
+        def durable(extent_id: int, end: int, future: asyncio.Future[None]) -> None:
+            # The journal makes entries durable in the order they were taken, and runs these
+            # callbacks in that order: the acks go out in order without a task of their own.
+            if future.cancelled():
+                return
+            error = future.exception()
+            acks.put_nowait(pb.ForwardAck(extent_id=extent_id, durable_end=end)
+                            if error is None else _error_forward_ack(extent_id, error))
 
         async def read_entries() -> None:
             try:
@@ -87,37 +118,24 @@ class ExtentNodeServicer(pb_grpc.ExtentNodeServicer):
                     for entry in batch.entries:
                         try:
                             await self.store.wait_for_room(len(entry.frames))
-                            ordered.put_nowait((entry.extent_id,
-                                                entry.offset + len(entry.frames),
-                                                self.node.accept_forward(entry)))
+                            future = self.node.accept_forward(entry)
                         except Exception as exc:
-                            ordered.put_nowait((entry.extent_id, 0, exc))
+                            # Acked at once, maybe before earlier entries' acks: the primary
+                            # fails the whole pipeline on it, which is what it must do anyway.
+                            acks.put_nowait(_error_forward_ack(entry.extent_id, exc))
+                            continue
+                        end = entry.offset + len(entry.frames)
+                        future.add_done_callback(
+                            lambda f, e=entry.extent_id, end=end: durable(e, end, f))
             finally:
-                ordered.put_nowait(None)
-
-        acks: asyncio.Queue[pb.ForwardAck | None] = asyncio.Queue()
-
-        async def ack_in_order() -> None:
-            # Entries become durable in the order they were taken: ack them in that order.
-            while (item := await ordered.get()) is not None:
-                extent_id, end, outcome = item
-                try:
-                    if isinstance(outcome, BaseException):
-                        raise outcome
-                    await outcome
-                    acks.put_nowait(pb.ForwardAck(extent_id=extent_id, durable_end=end))
-                except Exception as exc:
-                    acks.put_nowait(_error_forward_ack(extent_id, exc))
-            acks.put_nowait(None)
+                acks.put_nowait(None)
 
         reader = asyncio.get_running_loop().create_task(read_entries())
-        acker = asyncio.get_running_loop().create_task(ack_in_order())
         try:
             await rpc.write_queued(acks, context, pb.ForwardAcks, "acks",
                                    "en.secondary.before_ack")
         finally:
             reader.cancel()
-            acker.cancel()
 
     # ---- unary ----------------------------------------------------------------------------
 
