@@ -98,14 +98,16 @@ class Forwarder:
         self._channels = channels
         self._on_ack = on_ack
         self._on_broken = on_broken
-        self._queue: deque[pb.ForwardEntry] = deque()
+        # (extent id, offset, frames) not yet sent, as plain tuples: each entry is built once,
+        # in place in the batch message (appending a built entry would copy its frames again).
+        self._queue: deque[tuple[int, int, bytes]] = deque()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         # Named per destination, so a test can hold back one secondary and not the other.
         self._before_send = f"en.forward.before_send@{address}"
 
     def send(self, extent_id: int, offset: int, frames: bytes) -> None:
-        self._queue.append(pb.ForwardEntry(extent_id=extent_id, offset=offset, frames=frames))
+        self._queue.append((extent_id, offset, frames))
         self._wake.set()
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(
@@ -127,11 +129,11 @@ class Forwarder:
                 while self._queue:
                     batch = pb.ForwardBatch()
                     size = 0
-                    while self._queue and (size == 0 or size + len(self._queue[0].frames)
+                    while self._queue and (size == 0 or size + len(self._queue[0][2])
                                            <= self.limits.forward_batch_bytes_max):
-                        entry = self._queue.popleft()
-                        size += len(entry.frames)
-                        batch.entries.append(entry)
+                        extent_id, offset, frames = self._queue.popleft()
+                        size += len(frames)
+                        batch.entries.add(extent_id=extent_id, offset=offset, frames=frames)
                     await faults.apoint(self._before_send)
                     await call.write(batch)
                     await faults.apoint("en.forward.after_send")
