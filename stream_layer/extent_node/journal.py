@@ -27,7 +27,7 @@ import logging
 import os
 import struct
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,6 +82,7 @@ class _Pending:
     data: bytes
     future: asyncio.Future[None]
     file_write: FileWrite | None = None
+    on_durable: Callable[[], None] | None = None
 
     @property
     def size(self) -> int:
@@ -188,12 +189,15 @@ class Journal:
         async with self._space:
             await self._space.wait_for(lambda: self.has_room(nbytes))
 
-    def submit(self, body: bytes, file_write: FileWrite | None = None) -> asyncio.Future[None]:
+    def submit(self, body: bytes, file_write: FileWrite | None = None,
+               on_durable: Callable[[], None] | None = None) -> asyncio.Future[None]:
         """Queue one record; the future resolves when it (and its file write) is durable.
-        Records become durable in submission order. Callers bound the queue with
-        `wait_for_room` first."""
+        Records become durable in submission order. `on_durable` runs the moment it is,
+        before the future resolves: whoever sees the future done sees its effect (a done
+        callback would only be scheduled, and a task awaiting the already-done future could
+        run first). Callers bound the queue with `wait_for_room` first."""
         item = _Pending(encode_record(body), asyncio.get_running_loop().create_future(),
-                        file_write)
+                        file_write, on_durable)
         self._queued_bytes += item.size
         future = item.future
         self._queue.append(item)
@@ -257,6 +261,8 @@ class Journal:
                 self.syncs += 1
                 self.records += len(batch)
                 for item in batch:
+                    if item.on_durable is not None:
+                        item.on_durable()
                     if not item.future.done():
                         item.future.set_result(None)
                 async with self._space:

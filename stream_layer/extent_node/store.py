@@ -191,15 +191,19 @@ class ExtentStore:
         replica.pending.append((offset, frames, in_file))
         replica.pending_bytes += len(frames)
         self._pending_total += len(frames)
-        # A future and a callback, not a task per append: this is the hot path.
+        # A future and a callback, not a task per append: this is the hot path. The journal
+        # moves durable_end before it resolves the future, so a caller that sees the future
+        # done also sees durable_end past it.
+        def on_durable() -> None:
+            self._on_durable(replica, end)
         if in_file:
             durable = self.journal.submit(
                 RECORD.pack(APPEND_IN_FILE, replica.extent_id, offset)
                 + IN_FILE.pack(len(frames), crc32c(frames)),
-                FileWrite(replica.data_path, offset, frames))
+                FileWrite(replica.data_path, offset, frames), on_durable)
         else:
-            durable = self.journal.submit(RECORD.pack(APPEND, replica.extent_id, offset) + frames)
-        durable.add_done_callback(lambda _: self._on_durable(replica, end))
+            durable = self.journal.submit(RECORD.pack(APPEND, replica.extent_id, offset) + frames,
+                                          on_durable=on_durable)
         replica.tail = durable
         return durable
 
