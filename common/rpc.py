@@ -181,6 +181,41 @@ async def write_queued(queue: asyncio.Queue, context: aio.ServicerContext,
             return
 
 
+class Rewarm:
+    """Re-opens a broken stream to a peer in the background, so that a peer that restarts
+    finds it up when it is next needed (a connection made then costs milliseconds): first
+    after `first_s`, then twice as long each time the peer is still away, giving up past
+    `max_s` (the next use opens one anyway). `answered()` when the peer answers resets it."""
+
+    def __init__(self, reopen: Callable[[], None], first_s: float = 0.5,
+                 max_s: float = 16.0) -> None:
+        self._reopen = reopen
+        self._first_s = self._delay_s = first_s
+        self._max_s = max_s
+        self._timer: asyncio.TimerHandle | None = None
+        self._closed = False
+
+    def answered(self) -> None:
+        self._delay_s = self._first_s
+
+    def broken(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._closed or self._delay_s > self._max_s or (
+                self._timer is not None and self._timer.when() > loop.time()):
+            return
+        self._timer = loop.call_later(self._delay_s, self._fire)
+        self._delay_s *= 2
+
+    def _fire(self) -> None:
+        if not self._closed:
+            self._reopen()
+
+    def close(self) -> None:
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+
+
 async def call(awaitable: Awaitable[T]) -> T:
     """Await an aio call, raising the typed Stamp error if it fails."""
     try:

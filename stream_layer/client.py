@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -58,6 +59,8 @@ T = TypeVar("T")
 ROLLOVER_ON = (ReplicationFailed, Unavailable, Sealed, ExtentFull, NotFound, NotPrimary,
                DeadlineExceeded, WrongOffset)
 ROLLOVERS_PER_APPEND_MAX = 8
+# How often a stream client refreshes its warm connections to extent nodes (at most).
+WARM_INTERVAL_S = 10.0
 SCAN_CHUNK_BYTES = 4 * 1024 * 1024
 
 
@@ -72,6 +75,7 @@ class AsyncStream:
         self._info = info
         self._extents = {e.extent_id: e for e in info.extents}
         self._rollovers: dict[int, asyncio.Future[None]] = {}
+        client.warm_soon()
 
     # ---- metadata ---------------------------------------------------------------------------
 
@@ -135,6 +139,7 @@ class AsyncStream:
                 self._update(await self.client.sm.seal_and_add(self.name, extent_id,
                                                                self.epoch))
                 pending.set_result(None)
+                self.client.warm_soon()
             except BaseException as exc:
                 pending.set_exception(exc)
                 # Let the next failure try again rather than inherit this one forever.
@@ -295,6 +300,28 @@ class AsyncStreamClient:
         self.extents = AsyncExtentClient(self.extent_limits)
         # Bad fragments a read finds are reported, so that the stream manager rebuilds them.
         self.coded = CodedReader(self.extents, report=self.sm.report_fragment)
+        self._warmed_at = -WARM_INTERVAL_S
+        self._warming: asyncio.Task[None] | None = None
+
+    def warm_soon(self) -> None:
+        """In the background, at most every WARM_INTERVAL_S: connect to every live extent
+        node and open an append stream to it. The next extent can be on any of them, and a
+        rollover that had to connect first would take milliseconds longer."""
+        now = time.monotonic()
+        if self._warming is not None or now - self._warmed_at < WARM_INTERVAL_S:
+            return
+        self._warmed_at = now
+        self._warming = asyncio.get_running_loop().create_task(self._warm())
+
+    async def _warm(self) -> None:
+        try:
+            for node in await self.sm.list_nodes():
+                if node.state == "alive" and not node.suspect:
+                    self.extents.warm(node.address)
+        except StampError as exc:
+            log.debug("warming extent node connections failed: %s", exc)
+        finally:
+            self._warming = None
 
     async def create_stream(self, name: str) -> AsyncStream:
         return AsyncStream(self, await self.sm.create_stream(name))
@@ -315,6 +342,8 @@ class AsyncStreamClient:
         return await self.sm.list_streams(prefix)
 
     async def close(self) -> None:
+        if self._warming is not None:
+            self._warming.cancel()
         await self.sm.close()
         await self.extents.close()
 

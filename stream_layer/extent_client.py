@@ -69,6 +69,7 @@ class _AppendSession:
         self._task: asyncio.Task[None] | None = None
         self._sent_at: dict[int, float] = {}
         self._watchdog: asyncio.Task[None] | None = None
+        self._rewarm = rpc.Rewarm(self.warm)
 
     async def append(self, extent_id: int, blocks: Sequence[bytes],
                      crcs: Sequence[int] | None = None) -> pb.AppendAck:
@@ -94,6 +95,10 @@ class _AppendSession:
             raise rpc.error_from_name(ack.error_kind, ack.error_message)
         return ack
 
+    def warm(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
     async def _expire(self) -> None:
         """The append deadline, so that no failure anywhere down the chain can hang a caller:
         an append that outlives it is ambiguous, like one on a broken stream. One watchdog
@@ -116,6 +121,8 @@ class _AppendSession:
         error: StampError = Unavailable(f"append stream to {self.address} ended")
         sent_any = cancelled = False
         try:
+            # An empty first message sets the stream up end to end before an append needs it.
+            await call.write(pb.AppendBatch())
             while not reader.done():
                 await self._wake.wait()
                 self._wake.clear()
@@ -157,10 +164,13 @@ class _AppendSession:
                                                      f"{error}"))
             if self._queue:
                 self._task = asyncio.get_running_loop().create_task(self._run())
+            elif not cancelled:
+                self._rewarm.broken()
 
     async def _read(self, call: grpc.aio.StreamStreamCall) -> None:
         try:
             async for acks in call:
+                self._rewarm.answered()
                 for ack in acks.acks:
                     future = self._waiting.pop(ack.request_id, None)
                     if future is not None and not future.done():
@@ -171,6 +181,7 @@ class _AppendSession:
             self._wake.set()
 
     async def close(self) -> None:
+        self._rewarm.close()
         for task in (self._task, self._watchdog):
             if task is not None:
                 task.cancel()
@@ -194,15 +205,23 @@ class AsyncExtentClient:
 
     # ---- data path ------------------------------------------------------------------------
 
-    async def append(self, primary: str, extent_id: int, blocks: Sequence[bytes],
-                     crcs: Sequence[int] | None = None) -> list[Location]:
-        """Append blocks atomically at the extent's primary; one Location per block."""
+    def _session(self, primary: str) -> _AppendSession:
         session = self._sessions.get(primary)
         if session is None:
             session = _AppendSession(primary, lambda: self.stub(primary), self.limits)
             self._sessions[primary] = session
-        ack = await session.append(extent_id, blocks, crcs)
+        return session
+
+    async def append(self, primary: str, extent_id: int, blocks: Sequence[bytes],
+                     crcs: Sequence[int] | None = None) -> list[Location]:
+        """Append blocks atomically at the extent's primary; one Location per block."""
+        ack = await self._session(primary).append(extent_id, blocks, crcs)
         return locations(extent_id, ack.offset, blocks)
+
+    def warm(self, address: str) -> None:
+        """Connect to `address` and open its append stream now, in the background, so that
+        the first append to a new extent there does not pay for either."""
+        self._session(address).warm()
 
     async def read_frames(self, address: str, extent_id: int, offset: int, length: int,
                           timeout_s: float | None = None) -> bytes:

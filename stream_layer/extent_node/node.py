@@ -111,6 +111,14 @@ class ExtentNode:
             self._forwarder(secondary).send(extent_id, start, frames)
         return acked, outcomes
 
+    async def create(self, extent_id: int, replicas: list[str]) -> None:
+        """Create a replica; as its primary, open the forward streams to its secondaries now
+        (extents are created ahead of use, as spares: the first append then finds them up)."""
+        replica = await self.store.create(extent_id, replicas)
+        if replica.is_primary(self.address):
+            for secondary in replica.secondaries():
+                self._forwarder(secondary).warm()
+
     def _pipeline(self, replica: Replica) -> PrimaryPipeline:
         pipeline = self._pipelines.get(replica.extent_id)
         if pipeline is None:

@@ -103,6 +103,7 @@ class Forwarder:
         self._queue: deque[tuple[int, int, bytes]] = deque()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._rewarm = rpc.Rewarm(self.warm)
         # Named per destination, so a test can hold back one secondary and not the other.
         self._before_send = f"en.forward.before_send@{address}"
 
@@ -113,7 +114,15 @@ class Forwarder:
             self._task = asyncio.get_running_loop().create_task(
                 self._run(), name=f"forward-{self.address}")
 
+    def warm(self) -> None:
+        """Open the stream now, ahead of the first entry: an extent created here as primary
+        will forward soon, and connecting then would add milliseconds to its first append."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name=f"forward-{self.address}")
+
     async def close(self) -> None:
+        self._rewarm.close()
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -123,6 +132,8 @@ class Forwarder:
         call = stub.ForwardStream()
         reader = asyncio.get_running_loop().create_task(self._read_acks(call))
         try:
+            # An empty first message sets the stream up end to end before any entry needs it.
+            await call.write(pb.ForwardBatch())
             while True:
                 await self._wake.wait()
                 self._wake.clear()
@@ -156,6 +167,7 @@ class Forwarder:
     async def _read_acks(self, call: grpc.aio.StreamStreamCall) -> None:
         try:
             async for acks in call:
+                self._rewarm.answered()
                 for ack in acks.acks:
                     self._on_ack(self.address, ack)
         except grpc.RpcError as exc:
@@ -172,3 +184,4 @@ class Forwarder:
         self._queue.clear()
         self._task = None
         self._on_broken(self.address, error)
+        self._rewarm.broken()
