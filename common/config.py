@@ -144,6 +144,9 @@ class PartitionLimits:
     # Run indexes and bloom filters loaded (on demand), and decoded data blocks, per partition.
     index_cache_bytes_max: int = 64 * MiB
     block_cache_bytes_max: int = 32 * MiB
+    # Values in blob data most recently written or read, per partition (a log's tail is read
+    # soon after it is written: from here, not from the extent nodes).
+    blob_cache_bytes_max: int = 64 * MiB
     read_records_max: int = 10_000
     read_bytes_max: int = 4 * MiB
     scan_rows_max: int = 10_000

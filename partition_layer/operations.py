@@ -90,8 +90,21 @@ class Operation:
 
 @dataclass(frozen=True)
 class LogAppend(Operation):
+    """An append of `records`; or, when the records were large enough to go to blob data
+    first (written once, §4), of `count` records held at `blob` (their encoded batch)."""
+
     records: tuple[bytes, ...] = ()
     token: str = ""
+    blob: BlobRef | None = None
+    count: int = 0
+
+    def __post_init__(self) -> None:
+        assert (self.blob is None) == (self.count == 0), "a blob append says how many records"
+        assert (self.blob is None) != (not self.records), "records, or a blob of them"
+
+    @property
+    def record_count(self) -> int:
+        return self.count if self.blob is not None else len(self.records)
 
     @property
     def log(self) -> bool:
@@ -110,21 +123,23 @@ class LogAppend(Operation):
             seen = view.row(self.token_key())
             if seen is not None and seen.value is not None:
                 entry = TokenEntry.decode(seen.value)
-                if entry.count != len(self.records):
+                if entry.count != self.record_count:
                     raise InvalidArgument(f"token {self.token!r} was used for an append of "
-                                          f"{entry.count} records, not {len(self.records)}")
+                                          f"{entry.count} records, not {self.record_count}")
                 return entry.first_seq, []  # a retry: the original answer, nothing appended
         if meta.sealed:
             raise Sealed(f"log {self.pname!r} is sealed")
         first = meta.next_seq
-        last = first + len(self.records) - 1
+        count = self.record_count
+        last = first + count - 1
         # One row for the whole append, keyed by its last record (record_batch.py).
-        mutations = [(record_key(self.account, self.pname, last),
-                      Row(lsn, value=encode_records(self.records)))]
-        grown = LogMeta(meta.first_seq, first + len(self.records), False)
+        row = (Row(lsn, blob=self.blob) if self.blob is not None
+               else Row(lsn, value=encode_records(self.records)))
+        mutations = [(record_key(self.account, self.pname, last), row)]
+        grown = LogMeta(meta.first_seq, first + count, False)
         mutations.append((meta_key(self.account, self.pname), Row(lsn, value=grown.encode())))
         if self.token:
-            entry = TokenEntry(first, len(self.records))
+            entry = TokenEntry(first, count)
             mutations.append((self.token_key(), Row(lsn, value=entry.encode())))
         return first, mutations
 

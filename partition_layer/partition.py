@@ -45,7 +45,7 @@ from partition_layer.merge import aiter_sync, merge
 from partition_layer.operations import EMPTY_LOG, Operation, meta_key
 from partition_layer.partition_meta import PartitionMeta, decode_meta
 from partition_layer.record_batch import decode_records
-from partition_layer.rows import LogMeta, Row, decode_row
+from partition_layer.rows import BlobRef, LogMeta, Row, decode_row
 from partition_layer.run_cache import IndexCache, Run
 from partition_layer.runs import block_cache
 from partition_layer.stats import LoadStats
@@ -93,6 +93,7 @@ class RangePartition:
         self.row_cache = LruCache(limits.row_cache_bytes_max)
         # Decoded data blocks of the checkpoints (the run indexes themselves stay loaded).
         self.block_cache = block_cache(limits.block_cache_bytes_max)
+        self.blob_cache = LruCache(limits.blob_cache_bytes_max)
         self.indexes: IndexCache | None = None
         self.writes = 0  # bumped by every memtable write: guards the row cache
         self.stats = LoadStats()
@@ -273,10 +274,9 @@ class RangePartition:
         stop = keys.prefix_end(keys.kind_prefix(account, pname, keys.KIND_ROW))
         while from_seq + len(records) < end and budget > 0:
             rows, more = await self.scan(start, stop, SCAN_ROWS_PER_READ)
-            for key, row in rows:
-                assert row.value is not None
-                last = keys.row_seq(keys.decode_key(key)[3])
-                for seq, data in decode_records(row.value, last):
+            batches = await self._record_batches(rows, end, budget)
+            for (key, _), (last, value) in zip(rows, batches, strict=False):
+                for seq, data in decode_records(value, last):
                     expected = from_seq + len(records)
                     if seq < expected:
                         continue  # the start of the append holding from_seq
@@ -289,20 +289,48 @@ class RangePartition:
                     budget -= len(data)
                     records.append((seq, data))
                 start = key + b"\x00"
-            if not more:
+            if not more and len(batches) == len(rows):
                 break
         if from_seq + len(records) < end and budget > 0:
             raise Internal(f"log {pname!r}: record {from_seq + len(records)} missing below "
                            f"next_seq {meta.next_seq}")
         return records, meta
 
+    async def write_blob(self, data: bytes) -> BlobRef:
+        """Write a large value to blob data (once: rows then point at it)."""
+        (location,) = await self.streams["blob"].append([data])
+        self.blob_cache.put(location, data)
+        return BlobRef(location, len(data))
+
     async def read_blob(self, row: Row) -> bytes:
         assert row.blob is not None
-        data = await self.streams["blob"].read(row.blob.location)
+        location = row.blob.location
+        data = self.blob_cache.get(location)
+        if data is None:
+            data = await self.streams["blob"].read(location)
+            self.blob_cache.put(location, data)
         if len(data) != row.blob.value_bytes:
-            raise Internal(f"blob at {row.blob.location} has {len(data)} bytes, row says "
+            raise Internal(f"blob at {location} has {len(data)} bytes, row says "
                            f"{row.blob.value_bytes}")
         return data
+
+    async def _record_batches(self, rows: list[tuple[bytes, Row]], end: int, budget: int
+                              ) -> list[tuple[int, bytes]]:
+        """(last seq, encoded records) of the first appends among `rows` that a read ending
+        at `end`, of about `budget` bytes, needs: large ones are fetched from blob data
+        together."""
+        needed = []
+        for key, row in rows:
+            last = keys.row_seq(keys.decode_key(key)[3])
+            needed.append((last, row))
+            budget -= row.blob.value_bytes if row.blob is not None else len(row.value or b"")
+            if last >= end - 1 or budget <= 0:
+                break
+        values = await asyncio.gather(*(self.read_blob(row) for _, row in needed
+                                        if row.value is None))
+        fetched = iter(values)
+        return [(last, row.value if row.value is not None else next(fetched))
+                for last, row in needed]
 
     # ---- stop -------------------------------------------------------------------------------
 

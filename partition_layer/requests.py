@@ -23,7 +23,8 @@ from partition_layer.operations import (
     validate_writes,
 )
 from partition_layer.partition import RangePartition
-from partition_layer.rows import BlobRef, Row, etag_of
+from partition_layer.record_batch import encode_records
+from partition_layer.rows import Row, etag_of
 
 NAME_BYTES_MAX = 1024
 TOKEN_BYTES_MAX = 128
@@ -69,10 +70,18 @@ async def _dispatch(request: pb.Request, response: pb.Response, find: Finder,
     account, pname = request.account, request.pname
     if op == "append":
         records = list(request.append.records)
-        _check_append(records, request.append.token, limits)
-        response.first_seq = await partition.submit(
-            LogAppend(account, pname, tuple(records), request.append.token),
-            sum(len(r) for r in records) + 64)
+        token = request.append.token
+        _check_append(records, token, limits)
+        nbytes = sum(len(r) for r in records) + 4 * len(records) + 4
+        if nbytes >= limits.blob_value_bytes_min:
+            # A large append goes to blob data once, before the commit, like a large value:
+            # the commit log, the memtable and the checkpoints then carry only a pointer.
+            partition.check_serving()
+            blob = await partition.write_blob(encode_records(records))
+            append = LogAppend(account, pname, (), token, blob=blob, count=len(records))
+        else:
+            append = LogAppend(account, pname, tuple(records), token)
+        response.first_seq = await partition.submit(append, nbytes + 64)
     elif op == "read":
         limit = min(request.read.limit or limits.read_records_max, limits.read_records_max)
         partition.check_serving()
@@ -149,8 +158,7 @@ async def _writes(request: pb.Request, op: str, partition: RangePartition,
     stored = []
     for write in writes:
         if write.value is not None and len(write.value) >= limits.blob_value_bytes_min:
-            (location,) = await partition.streams["blob"].append([write.value])
-            write = Write(write.kind, write.row, None, BlobRef(location, len(write.value)),
+            write = Write(write.kind, write.row, None, await partition.write_blob(write.value),
                           write.if_match, write.if_none_match)
         stored.append(write)
     return stored

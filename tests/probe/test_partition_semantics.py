@@ -160,6 +160,39 @@ def test_large_values_go_to_blob_data(pc: PartitionClient) -> None:
     assert pc.get("acct", "blobs", "big") == (big, etag)
 
 
+def test_large_appends_are_written_once_to_blob_data(stamp: LocalStamp,
+                                                    pc: PartitionClient) -> None:
+    """Appends above blob_value_bytes_min go to blob data and the row points there: reads
+    (from any record of them, within budgets), token retries, a checkpoint and a reload on
+    another server (replaying the commit log's pointer rows) all see the same records."""
+    big = [b"%05d-" % i + bytes(range(256)) * 80 for i in range(100)]  # ~2 MB: a blob
+    assert pc.append("acct", "blob-log", [b"small-0"]) == 0
+    assert pc.append("acct", "blob-log", big, token="big-1") == 1
+    assert pc.append("acct", "blob-log", big, token="big-1") == 1  # a retry: no new records
+    assert pc.append("acct", "blob-log", [b"small-1"]) == 101
+    assert pc.append("acct", "blob-log", big[:50]) == 102
+    expected = [(0, b"small-0"), *enumerate(big, 1), (101, b"small-1"),
+                *enumerate(big[:50], 102)]
+
+    def read_all() -> list[tuple[int, bytes]]:
+        found: list[tuple[int, bytes]] = []
+        while len(found) < len(expected):
+            chunk = pc.read("acct", "blob-log", len(found), 1000)
+            assert chunk, "a read made no progress"
+            found += chunk
+        return found
+    assert read_all() == expected
+    assert pc.read("acct", "blob-log", 57, 3) == expected[57:60]
+    assert pc.read("acct", "blob-log", 100, 3) == expected[100:103]
+    assert pc.peek("acct", "blob-log") == (0, 152)
+    listing = json.loads(_cli(stamp, "partition", "ls", "--json").stdout)
+    [entry] = listing["partitions"]
+    other = "ps-2" if entry["server"] == "ps-1" else "ps-1"
+    moved = _cli(stamp, "partition", "move", str(entry["id"]), other)
+    assert moved.returncode == 0, moved.stderr
+    assert read_all() == expected  # the new owner has no blob cache: from the extent nodes
+
+
 def test_scan_in_key_order(pc: PartitionClient) -> None:
     for i in range(30):
         pc.put("scan", f"p{i % 3}", f"row-{i:03d}", f"v{i}".encode())

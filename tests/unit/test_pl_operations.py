@@ -26,7 +26,8 @@ from partition_layer.operations import (
     validate_writes,
 )
 from partition_layer.record_batch import decode_records, encode_records
-from partition_layer.rows import LogMeta, Row, etag_of
+from partition_layer.rows import BlobRef, LogMeta, Row, etag_of
+from stream_layer.framing import Location
 
 
 class Table:
@@ -69,6 +70,21 @@ def test_appends_are_consecutive_and_tokens_answer_retries() -> None:
     # One row per append, keyed by its last record (record_batch.py).
     assert [decode_records(value, last) for last, value in appends] == [
         [(0, b"x"), (1, b"y")], [(2, b"z")]]
+
+
+def test_an_append_held_in_blob_data_is_one_pointer_row() -> None:
+    t = Table()
+    t.run(LogAppend("a", "log", (b"x",)))
+    blob = BlobRef(Location(7, 4096, 10_000), 9_984)
+    assert t.run(LogAppend("a", "log", (), token="big", blob=blob, count=100)) == 1
+    assert t.run(LogAppend("a", "log", (), token="big", blob=blob, count=100)) == 1  # retry
+    with pytest.raises(InvalidArgument, match="token"):
+        t.run(LogAppend("a", "log", (b"y",), token="big"))
+    assert t.meta("log") == LogMeta(0, 101, False)
+    # The row is the pointer: the records are in blob data, written once.
+    assert t.rows[keys.encode_key("a", "log", keys.KIND_ROW, keys.seq_row(100))].blob == blob
+    with pytest.raises(AssertionError):
+        LogAppend("a", "log", (b"x",), blob=blob, count=1)  # records or a blob, not both
 
 
 def test_trim_and_seal() -> None:
