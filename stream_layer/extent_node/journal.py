@@ -246,10 +246,8 @@ class Journal:
                     if len(batch) <= INLINE_SYNC_RECORDS_MAX and size <= INLINE_SYNC_BYTES_MAX \
                             and not file_writes:
                         # Little is waiting: a thread hop each way costs more than the
-                        # fdatasync itself, so sync here. Yield once first, so the tasks
-                        # woken with this one (the forwarder sending these bytes to the
-                        # secondaries) run before the loop blocks.
-                        await asyncio.sleep(0)
+                        # fdatasync itself, so sync here (a primary wakes its forwarders
+                        # before this task: they send first).
                         self._write_and_sync(data, file_writes)
                     else:
                         await loop.run_in_executor(self._io, self._write_and_sync, data,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import grpc
 
@@ -102,13 +102,15 @@ class ExtentNode:
         if not placed:
             return None, outcomes
         frames = placed[0] if len(placed) == 1 else b"".join(placed)
-        local = self.store.accept_append(extent_id, start, frames)
+        self.store.check_append(extent_id, start, len(frames))
         acked = pipeline.submit(start, end)
-        local.add_done_callback(lambda f: f.cancelled() or f.exception() is not None
-                                or pipeline.on_durable(LOCAL, end))
+        # Forward first: the forwarders' tasks then run before the journal's, so the bytes
+        # are on their way to the secondaries before a small journal write blocks the loop.
         for secondary in replica.secondaries():
             pipeline.sent[secondary] = end
             self._forwarder(secondary).send(extent_id, start, frames)
+        self.store.accept_append(extent_id, start, frames,
+                                 on_durable=lambda: pipeline.on_durable(LOCAL, end))
         return acked, outcomes
 
     async def create(self, extent_id: int, replicas: list[str]) -> None:
@@ -158,11 +160,12 @@ class ExtentNode:
 
     # ---- secondary --------------------------------------------------------------------------
 
-    def accept_forward(self, entry: pb.ForwardEntry) -> asyncio.Future[None]:
-        """A secondary takes a forwarded write: at its end, checksums verified first."""
+    def accept_forward(self, entry: pb.ForwardEntry, on_durable: Callable[[], None]) -> None:
+        """A secondary takes a forwarded write: at its end, checksums verified first;
+        `on_durable` runs when it is durable."""
         framing.verify_frames(entry.frames, f"forward to extent {entry.extent_id} at "
                               f"{entry.offset}")
-        return self.store.accept_append(entry.extent_id, entry.offset, entry.frames)
+        self.store.accept_append(entry.extent_id, entry.offset, entry.frames, on_durable)
 
     # ---- sealing ----------------------------------------------------------------------------
 

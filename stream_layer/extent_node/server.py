@@ -103,30 +103,22 @@ class ExtentNodeServicer(pb_grpc.ExtentNodeServicer):
         """Primary -> secondary. Entries are taken in order; acks say "durable up to"."""
         acks: asyncio.Queue[pb.ForwardAck | None] = asyncio.Queue()
 
-        def durable(extent_id: int, end: int, future: asyncio.Future[None]) -> None:
-            # The journal makes entries durable in the order they were taken, and runs these
-            # callbacks in that order: the acks go out in order without a task of their own.
-            if future.cancelled():
-                return
-            error = future.exception()
-            acks.put_nowait(pb.ForwardAck(extent_id=extent_id, durable_end=end)
-                            if error is None else _error_forward_ack(extent_id, error))
-
         async def read_entries() -> None:
             try:
                 async for batch in request_iterator:
                     for entry in batch.entries:
+                        ack = pb.ForwardAck(extent_id=entry.extent_id,
+                                            durable_end=entry.offset + len(entry.frames))
                         try:
                             await self.store.wait_for_room(len(entry.frames))
-                            future = self.node.accept_forward(entry)
+                            # The journal makes entries durable in the order they were taken
+                            # and runs this then: the acks go out in order, with no task or
+                            # loop turn of their own.
+                            self.node.accept_forward(entry, lambda a=ack: acks.put_nowait(a))
                         except Exception as exc:
                             # Acked at once, maybe before earlier entries' acks: the primary
                             # fails the whole pipeline on it, which is what it must do anyway.
                             acks.put_nowait(_error_forward_ack(entry.extent_id, exc))
-                            continue
-                        end = entry.offset + len(entry.frames)
-                        future.add_done_callback(
-                            lambda f, e=entry.extent_id, end=end: durable(e, end, f))
             finally:
                 acks.put_nowait(None)
 

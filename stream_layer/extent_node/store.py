@@ -169,21 +169,29 @@ class ExtentStore:
                 lambda: self._pending_total == 0
                 or self._pending_total + nbytes <= self.limits.pending_file_bytes_max)
 
-    def accept_append(self, extent_id: int, offset: int, frames: bytes) -> asyncio.Future[None]:
-        """Place `frames` at `offset`, which must be the replica's end; the future resolves
-        when they are durable."""
+    def check_append(self, extent_id: int, offset: int, nbytes: int) -> Replica:
+        """Raise what `accept_append` would raise for this write; else the replica."""
         replica = self.get(extent_id)
         if replica.sealed or replica.sealing:
             raise Sealed(f"extent {extent_id} is sealed")
         if offset != replica.accepted_end:
             raise WrongOffset(f"extent {extent_id}: write at {offset}, but this replica ends "
                               f"at {replica.accepted_end}")
-        if offset + len(frames) > self.limits.extent_bytes_max:
+        if offset + nbytes > self.limits.extent_bytes_max:
             raise ExtentFull(f"extent {extent_id} would grow past "
                              f"{self.limits.extent_bytes_max} bytes")
-        return self._accept(replica, offset, frames)
+        return replica
 
-    def _accept(self, replica: Replica, offset: int, frames: bytes) -> asyncio.Future[None]:
+    def accept_append(self, extent_id: int, offset: int, frames: bytes,
+                      on_durable: Callable[[], None] | None = None) -> asyncio.Future[None]:
+        """Place `frames` at `offset`, which must be the replica's end; the future resolves
+        when they are durable, and `on_durable` runs the moment they are (before the future
+        resolves, in the journal's completion: no loop turn in between)."""
+        replica = self.check_append(extent_id, offset, len(frames))
+        return self._accept(replica, offset, frames, on_durable)
+
+    def _accept(self, replica: Replica, offset: int, frames: bytes,
+                then: Callable[[], None] | None = None) -> asyncio.Future[None]:
         assert offset == replica.accepted_end, (offset, replica.accepted_end)
         end = offset + len(frames)
         replica.accepted_end = end
@@ -196,6 +204,8 @@ class ExtentStore:
         # done also sees durable_end past it.
         def on_durable() -> None:
             self._on_durable(replica, end)
+            if then is not None:
+                then()
         if in_file:
             durable = self.journal.submit(
                 RECORD.pack(APPEND_IN_FILE, replica.extent_id, offset)
