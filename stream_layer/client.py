@@ -75,6 +75,13 @@ class AsyncStream:
         self._info = info
         self._extents = {e.extent_id: e for e in info.extents}
         self._rollovers: dict[int, asyncio.Future[None]] = {}
+        # Per extent: bytes this writer has sent there, and its appends still in flight.
+        # An append that would not fit waits for those to finish and rolls over, rather than
+        # fail at the primary with ExtentFull: that would also fail the appends still in
+        # flight there (the seal fences them), each to be sent again.
+        self._sent: dict[int, int] = {}
+        self._inflight: dict[int, int] = {}
+        self._idle: dict[int, asyncio.Event] = {}
         client.warm_soon()
 
     # ---- metadata ---------------------------------------------------------------------------
@@ -117,16 +124,32 @@ class AsyncStream:
             if tail is None or tail.state != "open":
                 await self._rollover(tail.extent_id if tail else 0)
                 continue
+            extent_id = tail.extent_id
+            if self._sent.get(extent_id, 0) + size > self.client.extent_limits.extent_bytes_max:
+                await self._until_idle(extent_id)
+                await self._rollover(extent_id)
+                continue
+            self._sent[extent_id] = self._sent.get(extent_id, 0) + size
+            self._inflight[extent_id] = self._inflight.get(extent_id, 0) + 1
             try:
-                return await self.client.extents.append(tail.addresses[0], tail.extent_id,
+                return await self.client.extents.append(tail.addresses[0], extent_id,
                                                         blocks, crcs)
             except ROLLOVER_ON as exc:
                 last_error = exc
                 log.info("stream %s: append to extent %d failed (%s): rolling over",
-                         self.name, tail.extent_id, type(exc).__name__)
-                await self._rollover(tail.extent_id)
+                         self.name, extent_id, type(exc).__name__)
+            finally:
+                self._inflight[extent_id] -= 1
+                if not self._inflight[extent_id] and extent_id in self._idle:
+                    self._idle.pop(extent_id).set()
+            await self._rollover(extent_id)
         raise Unavailable(f"stream {self.name!r}: append failed after "
                           f"{ROLLOVERS_PER_APPEND_MAX} new extents: {last_error}")
+
+    async def _until_idle(self, extent_id: int) -> None:
+        """Until none of this writer's appends to `extent_id` is in flight."""
+        if self._inflight.get(extent_id, 0):
+            await self._idle.setdefault(extent_id, asyncio.Event()).wait()
 
     async def _rollover(self, extent_id: int) -> None:
         """Seal `extent_id` (if it is still the last) and move to a new extent — one stream
@@ -139,6 +162,9 @@ class AsyncStream:
                 self._update(await self.client.sm.seal_and_add(self.name, extent_id,
                                                                self.epoch))
                 pending.set_result(None)
+                if not self._inflight.get(extent_id):
+                    self._sent.pop(extent_id, None)  # nothing goes there any more
+                    self._inflight.pop(extent_id, None)
                 self.client.warm_soon()
             except BaseException as exc:
                 pending.set_exception(exc)
