@@ -304,7 +304,8 @@ def test_extent_node_crash_while_storing_a_fragment(stamp_factory: StampFactory,
         await wait_for(lambda: _not_suspect(client, victim), 15, f"{victim} to be healthy")
         with pytest.raises(Exception):  # noqa: B017 - whatever the dead node's call raises
             await convert_extent(client.sm, client.extents, extent_id, k=3, m=2)
-        assert not stamp.alive(victim)
+        # The call fails as the node's sockets close, a moment before its process is gone.
+        await wait_for(lambda: _dead(stamp, victim), 5, f"{victim} to have crashed")
         assert (await client.sm.get_extent(extent_id)).state == "sealed"
         assert [(loc, data) async for loc, data in stream.blocks()] == acked
         stamp.start(victim)
@@ -314,6 +315,10 @@ def test_extent_node_crash_while_storing_a_fragment(stamp_factory: StampFactory,
         await check_reads(stream, acked, rng)
         await client.close()
     asyncio.run(scenario())
+
+
+async def _dead(stamp: LocalStamp, name: str) -> bool:
+    return not stamp.alive(name)
 
 
 async def _not_suspect(client: AsyncStreamClient, name: str) -> bool:
