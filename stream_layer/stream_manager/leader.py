@@ -35,6 +35,10 @@ from stream_layer.stream_manager.replica import StreamManagerReplica
 log = logging.getLogger(__name__)
 
 CREATE_ATTEMPTS_MAX = 3
+# Work a rollover leaves for later (sealing the old extent's replicas, refilling the spares)
+# waits this long first: its fsyncs would otherwise queue on the disks with the new extent's
+# first appends, which a writer is waiting for.
+AFTER_ROLLOVER_S = 0.05
 
 
 async def _nothing() -> None:
@@ -209,6 +213,7 @@ class StreamManagerLeader:
 
         async def seal() -> None:
             try:
+                await asyncio.sleep(AFTER_ROLLOVER_S)
                 await seal_replicas(self.extents, extent_id, targets, length, sources)
             finally:
                 self._sealing.difference_update((extent_id, a) for a in targets)
@@ -313,6 +318,7 @@ class StreamManagerLeader:
 
         async def refill() -> None:
             try:
+                await asyncio.sleep(AFTER_ROLLOVER_S)
                 while len(self._spares) < self.limits.spare_extents and self.is_leader():
                     term = self.term()
                     created = await self.create_extent()
