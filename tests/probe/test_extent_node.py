@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from common.checksums import crc32c
 from common.errors import ChecksumError, DeadlineExceeded, ReplicationFailed, WrongOffset
 from common.ids import extent_file_stem, random_extent_id
+from common.proto import extent_node_pb2 as pb
 from common.rpc import arm_remote
 from stream_layer import framing
 from stream_layer.extent_client import AsyncExtentClient
@@ -60,6 +62,46 @@ def test_round_trip_single_and_multi_block(stamp_factory: StampFactory) -> None:
             assert (length, sealed) == (many[2].end, False)
             images.add(await read_image(client, address, extent_id, length))
         assert len(images) == 1, "replicas differ"
+        await client.close()
+    asyncio.run(scenario())
+
+
+def test_one_message_of_appends_is_placed_in_order_each_with_its_own_outcome(
+        stamp_factory: StampFactory) -> None:
+    """A message's appends to one extent are placed as one replicated write (node.py
+    start_appends): still each is atomic and answered on its own: consecutive offsets in
+    message order, and a bad checksum or an append that no longer fits fails alone."""
+    stamp = stamp_factory(3, extent_node={"extent_bytes_max": 4096})
+    replicas = addresses(stamp)
+
+    async def scenario() -> None:
+        client = AsyncExtentClient()
+        extent_id = await new_extent(client, replicas)
+        datas = [b"a" * 100, b"bad", b"b" * 200, b"c" * 5000, b"d" * 50]
+        batch = pb.AppendBatch()
+        for request_id, data in enumerate(datas, 1):
+            crc = crc32c(data) ^ (1 if data == b"bad" else 0)
+            batch.appends.add(request_id=request_id, extent_id=extent_id).blocks.add(
+                data=data, crc=crc)
+        call = client.stub(replicas[0]).AppendStream()
+        await call.write(batch)
+        acks: dict[int, pb.AppendAck] = {}
+        while len(acks) < len(datas):
+            acks.update({ack.request_id: ack for ack in (await call.read()).acks})
+        await call.done_writing()
+        assert acks[2].error_kind == "ChecksumError"
+        assert acks[4].error_kind == "ExtentFull"  # 5000 bytes do not fit in 4096
+        placed = [(acks[i], datas[i - 1]) for i in (1, 3, 5)]
+        assert [ack.error_kind for ack, _ in placed] == ["", "", ""]
+        offset = 0
+        for ack, data in placed:
+            assert (ack.offset, ack.end) == (offset, offset + framing.frame_bytes(len(data)))
+            offset = ack.end
+        for address in replicas:
+            for ack, data in placed:
+                assert await client.read(address, framing.Location(
+                    extent_id, ack.offset, ack.end - ack.offset)) == data
+            assert await client.commit_length(address, extent_id) == (offset, False)
         await client.close()
     asyncio.run(scenario())
 

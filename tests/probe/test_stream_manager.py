@@ -4,6 +4,7 @@ seal-and-continue, re-replication after the grace period, atomic namespace chang
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -79,6 +80,34 @@ async def assert_all_readable(stream: AsyncStream, acked: list[tuple[Location, b
     found = {loc: data async for loc, data in stream.blocks()}
     missing = [loc for loc, data in acked if found.get(loc) != data]
     assert not missing, f"{len(missing)} acknowledged blocks lost or changed: {missing[:3]}"
+
+
+def test_full_extents_roll_over_without_failing_appends_in_flight(
+        stamp_factory: StampFactory, caplog: pytest.LogCaptureFixture) -> None:
+    """Concurrent appenders fill many small extents. The stream client rolls over before an
+    append would not fit, once its appends in flight there are done: no append fails with
+    ExtentFull (which would have the seal fail the ones in flight, each sent again), and the
+    stream holds every acknowledged block exactly once."""
+    caplog.set_level(logging.INFO, logger="stream_layer.client")
+    stamp = stamp_factory(6, 3, extent_node={"extent_bytes_max": 64 * 1024})
+
+    async def scenario() -> None:
+        client = client_for(stamp)
+        stream = await client.create_stream("full")
+        stop = asyncio.Event()
+        acked: list[tuple[Location, bytes]] = []
+        load = asyncio.ensure_future(append_load(stream, 4, stop, acked))
+        await acknowledged(acked, 400)  # about six extents' worth
+        stop.set()
+        await load
+        await stream.refresh()
+        assert len(stream.extents) >= 5
+        found = [(loc, data) async for loc, data in stream.blocks()]
+        assert sorted(found) == sorted(acked), "blocks lost, changed or written twice"
+        failed = [r.getMessage() for r in caplog.records if "failed" in r.getMessage()]
+        assert not failed, f"appends failed and were sent again: {failed[:3]}"
+        await client.close()
+    asyncio.run(scenario())
 
 
 def test_sm_leader_killed_during_appends(stamp_factory: StampFactory) -> None:
