@@ -71,6 +71,10 @@ class GroupCommitter:
         self._task = asyncio.get_running_loop().create_task(self._loop())
 
     async def submit(self, op: Operation, nbytes: int) -> Any:
+        return await self.submit_nowait(op, nbytes)
+
+    def submit_nowait(self, op: Operation, nbytes: int) -> asyncio.Future[Any]:
+        """Queue `op`; the future gives its result once its commit is durable."""
         if len(self.queue) >= self.limits.pending_ops_max:
             raise Throttled(f"partition {self.p.id} has {len(self.queue)} operations queued",
                             retry_after_s=0.05)
@@ -78,7 +82,7 @@ class GroupCommitter:
                           time.monotonic())
         self.queue.append(pending)
         self._wake.set()
-        return await pending.future
+        return pending.future
 
     def idle(self) -> bool:
         return not self.queue and not self.inflight

@@ -8,7 +8,8 @@ the partition map and ask again".
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Callable, Sequence
 
 from common.config import PartitionLimits
 from common.errors import InvalidArgument, NotFound, StampError, Throttled
@@ -42,13 +43,36 @@ async def handle(request: pb.Request, find: Finder, limits: PartitionLimits) -> 
     try:
         await _dispatch(request, response, find, limits)
     except StampError as exc:
-        response.Clear()
-        response.id = request.id
-        response.error = type(exc).__name__
-        response.message = str(exc)
-        if isinstance(exc, Throttled):
-            response.retry_after_s = exc.retry_after_s
+        return error_response(request.id, exc)
     return response
+
+
+def error_response(request_id: int, exc: StampError) -> pb.Response:
+    response = pb.Response(id=request_id, error=type(exc).__name__, message=str(exc))
+    if isinstance(exc, Throttled):
+        response.retry_after_s = exc.retry_after_s
+    return response
+
+
+def start_small_append(request: pb.Request, find: Finder, limits: PartitionLimits
+                       ) -> asyncio.Future[int] | None:
+    """The hot path of a log append small enough for the commit log itself, without a task:
+    validated and queued for the group commit right here; the future gives its first
+    sequence number. None: not such an append, `handle` it. Raises StampError as `handle`
+    would answer it."""
+    if request.WhichOneof("op") != "append":
+        return None
+    records = request.append.records
+    nbytes = sum(len(r) for r in records) + 4 * len(records) + 4
+    if nbytes >= limits.blob_value_bytes_min:
+        return None
+    _check_names(request)
+    _check_append(records, request.append.token, limits)
+    partition = find(route_key(request.account, request.pname))
+    partition.check_serving()
+    return partition.committer.submit_nowait(
+        LogAppend(request.account, request.pname, tuple(records), request.append.token),
+        nbytes + 64)
 
 
 def _check_names(request: pb.Request) -> None:
@@ -72,7 +96,7 @@ async def _dispatch(request: pb.Request, response: pb.Response, find: Finder,
         records = list(request.append.records)
         token = request.append.token
         _check_append(records, token, limits)
-        nbytes = sum(len(r) for r in records) + 4 * len(records) + 4
+        nbytes = sum(len(r) for r in records) + 4 * len(records) + 4  # as encoded
         if nbytes >= limits.blob_value_bytes_min:
             # A large append goes to blob data once, before the commit, like a large value:
             # the commit log, the memtable and the checkpoints then carry only a pointer.
@@ -115,7 +139,7 @@ async def _dispatch(request: pb.Request, response: pb.Response, find: Finder,
             response.etag = etags[0]
 
 
-def _check_append(records: list[bytes], token: str, limits: PartitionLimits) -> None:
+def _check_append(records: Sequence[bytes], token: str, limits: PartitionLimits) -> None:
     if not records:
         raise InvalidArgument("an append carries at least one record")
     if len(records) > limits.append_records_max:

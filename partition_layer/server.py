@@ -13,19 +13,20 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from functools import partial
 
 from grpc import aio
 
 from common import faults, rpc
 from common.config import PartitionLimits
-from common.errors import NotOwner, Unavailable
+from common.errors import NotOwner, StampError, Unavailable
 from common.proto import partition_pb2 as pb
 from common.proto import partition_pb2_grpc as pb_grpc
 from lock_service.client import Lease, LockClient
 from partition_layer import keys
 from partition_layer.partition import SERVING, LoadReport, RangePartition
 from partition_layer.partition_map import range_from_pb
-from partition_layer.requests import handle, route_key
+from partition_layer.requests import error_response, handle, route_key, start_small_append
 from stream_layer.client import AsyncStreamClient
 
 log = logging.getLogger(__name__)
@@ -149,21 +150,43 @@ class PartitionServicer(pb_grpc.PartitionServerServicer):
         """Many requests in flight on one stream; each answered when done, in any order."""
         responses: asyncio.Queue[pb.Response | None] = asyncio.Queue()
         tasks: set[asyncio.Task[None]] = set()
+        appends: set[asyncio.Future[int]] = set()
         limits = self.server.limits
 
         async def run(request: pb.Request) -> None:
             responses.put_nowait(await handle(request, self.server.find, limits))
 
+        def appended(request_id: int, future: asyncio.Future[int]) -> None:
+            appends.discard(future)
+            if future.cancelled():
+                return
+            error = future.exception()
+            responses.put_nowait(
+                pb.Response(id=request_id, first_seq=future.result()) if error is None
+                else error_response(request_id, error if isinstance(error, StampError)
+                                    else Unavailable(repr(error))))
+
         async def read_requests() -> None:
             try:
                 async for batch in request_iterator:
                     for request in batch.requests:
+                        # Small appends, the bulk of the traffic, need no task of their own.
+                        try:
+                            future = start_small_append(request, self.server.find, limits)
+                        except StampError as exc:
+                            responses.put_nowait(error_response(request.id, exc))
+                            continue
+                        if future is not None:
+                            appends.add(future)
+                            future.add_done_callback(partial(appended, request.id))
+                            continue
                         task = asyncio.get_running_loop().create_task(run(request))
                         tasks.add(task)
                         task.add_done_callback(tasks.discard)
             finally:
-                if tasks:
-                    await asyncio.gather(*tasks, return_exceptions=True)
+                # Every request is answered before the stream ends.
+                if tasks or appends:
+                    await asyncio.gather(*tasks, *appends, return_exceptions=True)
                 responses.put_nowait(None)
 
         reader = asyncio.get_running_loop().create_task(read_requests())
