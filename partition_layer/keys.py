@@ -17,6 +17,7 @@ its records.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,8 @@ KIND_ROW = 2  # user rows: log records (row = seq_row(seq)) and entities
 KIND_MAX = 0xFF
 
 SEQ_BYTES = 8
+# Every operation encodes a few keys of one partition name: their prefixes are remembered.
+PREFIXES_CACHED = 16_384
 _ESCAPE = b"\x00\xff"
 _TERMINATOR = b"\x00\x01"
 
@@ -46,6 +49,7 @@ def pname_prefix(account: str, pname: str) -> bytes:
     return _encode_component(account) + _encode_component(pname)
 
 
+@functools.lru_cache(maxsize=PREFIXES_CACHED)
 def kind_prefix(account: str, pname: str, kind: int) -> bytes:
     """The prefix of every key of one kind within a partition name."""
     if not 0 <= kind <= KIND_MAX:
