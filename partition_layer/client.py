@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+import os
 import time
-import uuid
 from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -51,6 +52,7 @@ from partition_layer.requests import route_key
 from partition_layer.session import CallSession
 
 T = TypeVar("T")
+TOKEN_PREFIX_BYTES = 12  # 96 random bits: no two clients share a prefix
 RETRY_BACKOFF_MIN_S = 0.02
 RETRY_BACKOFF_MAX_S = 0.5
 ATTEMPT_TIMEOUT_S = 10.0
@@ -74,6 +76,10 @@ class AsyncPartitionClient:
         self.map: PartitionMap | None = None
         self.addresses: dict[str, str] = {}
         self._refresh: asyncio.Task[None] | None = None
+        # Automatic append tokens: this client's random prefix and a counter (unique without
+        # a uuid4 per append, whose urandom call cost a fifth of a small append's time here).
+        self._token_prefix = os.urandom(TOKEN_PREFIX_BYTES).hex()
+        self._tokens = itertools.count()
 
     # ---- the map ----------------------------------------------------------------------------
 
@@ -191,7 +197,7 @@ class AsyncPartitionClient:
                      token: str | None = None) -> int:
         request = pb.Request(account=account, pname=log, append=pb.AppendOp(
             records=[r if type(r) is bytes else bytes(r) for r in records],
-            token=token or uuid.uuid4().hex))
+            token=token or f"{self._token_prefix}-{next(self._tokens)}"))
         nbytes = sum(len(r) + 4 for r in records) + 128
         return (await self.call(request, idempotent=True, nbytes=nbytes)).first_seq
 
