@@ -260,7 +260,10 @@ class Journal:
                 self.records += len(batch)
                 for item in batch:
                     if item.on_durable is not None:
-                        item.on_durable()
+                        try:
+                            item.on_durable()
+                        except Exception:  # one caller's bug must not stop the journal
+                            log.exception("journal: a durability callback failed")
                     if not item.future.done():
                         item.future.set_result(None)
                 async with self._space:
