@@ -127,9 +127,11 @@ class PartitionLimits:
     row_bytes_max: int = 1 * KiB
     # One group commit (one commit-log block) carries at most this much.
     commit_batch_bytes_max: int = 2 * MiB
-    # Small blocks, several in flight: the first block's round trip overlaps with deciding
-    # the next (committer.py); measured better than one big block per round trip.
-    commit_batch_ops_max: int = 16
+    # Blocks of a few dozen operations, several in flight: the first block's round trip
+    # overlaps with deciding the next (committer.py). Measured with 32 single-record
+    # appenders: 8 -> 3.4k, 16 -> 4.3k, 32 -> 4.6k records/s (an extent node places a
+    # block as one write, so a bigger one costs it little more).
+    commit_batch_ops_max: int = 32
     # Commit-log blocks in flight at once per partition (committer.py).
     commit_pipeline_depth: int = 4
     # Operations queued for the commit log beyond this are refused (Throttled).
