@@ -170,8 +170,9 @@ class AsyncStream:
                 pending.set_exception(exc)
                 # Let the next failure try again rather than inherit this one forever.
                 del self._rollovers[extent_id]
-                raise
-        await asyncio.shield(pending)
+                if not isinstance(exc, Exception):
+                    raise
+        await asyncio.shield(pending)  # raises the rollover's error (and so retrieves it)
 
     # ---- reads ------------------------------------------------------------------------------
 

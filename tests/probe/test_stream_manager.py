@@ -7,7 +7,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
@@ -76,6 +76,14 @@ async def append_load(stream: AsyncStream, appenders: int, stop: asyncio.Event,
     return acked
 
 
+def start_load(stream: AsyncStream, appenders: int
+               ) -> tuple[asyncio.Event, list[tuple[Location, bytes]], asyncio.Future[Any]]:
+    """`append_load` in the background: (stop, what is acknowledged so far, the load)."""
+    stop = asyncio.Event()
+    acked: list[tuple[Location, bytes]] = []
+    return stop, acked, asyncio.ensure_future(append_load(stream, appenders, stop, acked))
+
+
 async def assert_all_readable(stream: AsyncStream, acked: list[tuple[Location, bytes]]) -> None:
     found = {loc: data async for loc, data in stream.blocks()}
     missing = [loc for loc, data in acked if found.get(loc) != data]
@@ -94,9 +102,7 @@ def test_full_extents_roll_over_without_failing_appends_in_flight(
     async def scenario() -> None:
         client = client_for(stamp)
         stream = await client.create_stream("full")
-        stop = asyncio.Event()
-        acked: list[tuple[Location, bytes]] = []
-        load = asyncio.ensure_future(append_load(stream, 4, stop, acked))
+        stop, acked, load = start_load(stream, 4)
         await acknowledged(acked, 400)  # about six extents' worth
         stop.set()
         await load
@@ -117,9 +123,7 @@ def test_sm_leader_killed_during_appends(stamp_factory: StampFactory) -> None:
     async def scenario() -> None:
         client = client_for(stamp)
         stream = await client.create_stream("log")
-        stop = asyncio.Event()
-        progress: list[tuple[Location, bytes]] = []
-        load = asyncio.ensure_future(append_load(stream, 4, stop, progress))
+        stop, progress, load = start_load(stream, 4)
         await acknowledged(progress, 100)
         victim = await leader_name(stamp, client)
         stamp.kill(victim)
