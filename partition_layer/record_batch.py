@@ -21,6 +21,11 @@ from common.errors import Internal
 _COUNT = struct.Struct("<I")
 
 
+def encoded_bytes(records: Sequence[bytes]) -> int:
+    """len(encode_records(records)), without encoding them."""
+    return _COUNT.size + 4 * len(records) + sum(len(r) for r in records)
+
+
 def encode_records(records: Sequence[bytes]) -> bytes:
     assert records, "an append holds at least one record"
     lengths = struct.pack(f"<{len(records)}I", *map(len, records))

@@ -24,7 +24,7 @@ from partition_layer.operations import (
     validate_writes,
 )
 from partition_layer.partition import RangePartition
-from partition_layer.record_batch import encode_records
+from partition_layer.record_batch import encode_records, encoded_bytes
 from partition_layer.rows import Row, etag_of
 
 NAME_BYTES_MAX = 1024
@@ -63,7 +63,7 @@ def start_small_append(request: pb.Request, find: Finder, limits: PartitionLimit
     if request.WhichOneof("op") != "append":
         return None
     records = request.append.records
-    nbytes = sum(len(r) for r in records) + 4 * len(records) + 4
+    nbytes = encoded_bytes(records)
     if nbytes >= limits.blob_value_bytes_min:
         return None
     _check_names(request)
@@ -93,19 +93,20 @@ async def _dispatch(request: pb.Request, response: pb.Response, find: Finder,
     partition = find(route_key(request.account, request.pname))
     account, pname = request.account, request.pname
     if op == "append":
+        small = start_small_append(request, find, limits)
+        if small is not None:
+            response.first_seq = await small
+            return
+        # A large append goes to blob data once, before the commit, like a large value: the
+        # commit log, the memtable and the checkpoints then carry only a pointer.
         records = list(request.append.records)
-        token = request.append.token
-        _check_append(records, token, limits)
-        nbytes = sum(len(r) for r in records) + 4 * len(records) + 4  # as encoded
-        if nbytes >= limits.blob_value_bytes_min:
-            # A large append goes to blob data once, before the commit, like a large value:
-            # the commit log, the memtable and the checkpoints then carry only a pointer.
-            partition.check_serving()
-            blob = await partition.write_blob(encode_records(records))
-            append = LogAppend(account, pname, (), token, blob=blob, count=len(records))
-        else:
-            append = LogAppend(account, pname, tuple(records), token)
-        response.first_seq = await partition.submit(append, nbytes + 64)
+        _check_append(records, request.append.token, limits)
+        partition.check_serving()
+        batch = encode_records(records)
+        blob = await partition.write_blob(batch)
+        response.first_seq = await partition.submit(
+            LogAppend(account, pname, (), request.append.token, blob=blob, count=len(records)),
+            len(batch) + 64)
     elif op == "read":
         limit = min(request.read.limit or limits.read_records_max, limits.read_records_max)
         partition.check_serving()

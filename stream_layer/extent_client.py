@@ -82,8 +82,7 @@ class _AppendSession:
         self._queue.append(_QueuedAppend(request_id, extent_id, blocks, crcs,
                                          sum(len(b) + 16 for b in blocks) + 32))
         self._wake.set()
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run())
+        self.warm()
         self._sent_at[request_id] = time.monotonic()
         if self._watchdog is None:
             self._watchdog = asyncio.get_running_loop().create_task(self._expire())
@@ -96,6 +95,7 @@ class _AppendSession:
         return ack
 
     def warm(self) -> None:
+        """Open the append stream now if none is open."""
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run())
 

@@ -110,9 +110,7 @@ class Forwarder:
     def send(self, extent_id: int, offset: int, frames: bytes) -> None:
         self._queue.append((extent_id, offset, frames))
         self._wake.set()
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(
-                self._run(), name=f"forward-{self.address}")
+        self.warm()
 
     def warm(self) -> None:
         """Open the stream now, ahead of the first entry: an extent created here as primary

@@ -1,0 +1,62 @@
+"""partition_layer.session.CallSession against a stream that never answers (pure asyncio):
+a call fails with DeadlineExceeded once its own deadline passes, while a later call with a
+longer deadline keeps waiting; every call is matched to its response by id."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from common.errors import DeadlineExceeded
+from common.proto import partition_pb2 as pb
+from partition_layer.session import CallSession
+
+
+class _SilentCall:
+    """A bidi stream that takes every batch and answers only the requests released."""
+
+    def __init__(self) -> None:
+        self.sent: list[pb.Request] = []
+        self._responses: asyncio.Queue[pb.ResponseBatch] = asyncio.Queue()
+
+    async def write(self, batch: pb.RequestBatch) -> None:
+        self.sent.extend(batch.requests)
+
+    def release(self, request: pb.Request) -> None:
+        self._responses.put_nowait(pb.ResponseBatch(
+            responses=[pb.Response(id=request.id, first_seq=7)]))
+
+    def __aiter__(self) -> _SilentCall:
+        return self
+
+    async def __anext__(self) -> pb.ResponseBatch:
+        return await self._responses.get()
+
+    def cancel(self) -> None:
+        pass
+
+
+class _Stub:
+    def __init__(self, call: _SilentCall) -> None:
+        self._call = call
+
+    def Call(self) -> Any:  # the gRPC method's name
+        return self._call
+
+
+def test_each_call_times_out_on_its_own_deadline() -> None:
+    async def scenario() -> None:
+        call = _SilentCall()
+        session = CallSession("fake:1", lambda: _Stub(call))  # type: ignore[arg-type, return-value]
+        short = asyncio.ensure_future(session.call(pb.Request(account="a", pname="p"), 0.1))
+        long = asyncio.ensure_future(session.call(pb.Request(account="a", pname="q"), 30))
+        with pytest.raises(DeadlineExceeded, match=r"within 0\.1s"):
+            await asyncio.wait_for(short, 5)  # a broken watchdog fails here, not hangs
+        assert not long.done(), "a call failed before its own deadline"
+        (_, second) = call.sent
+        call.release(second)
+        assert (await long).first_seq == 7
+        await session.close()
+    asyncio.run(scenario())
