@@ -107,9 +107,6 @@ PHASES = [(4 * KiB, 1), (4 * KiB, 8), (4 * KiB, 32), (1 * MiB, 4)]
 # (about 30% here) falls on both alike: measured one after the other, the 1 MiB ratio ranged
 # from 0.65 to 0.98 with the same code.
 RATIO_TURNS = 3
-# The stream load and the extent load take turns, so that the machine's drift over a phase
-# (±30% here) falls on both alike: measured one after the other, the 1 MiB ratio ranged from
-# 0.65 to 0.98 with the same code.
 
 
 def run_stream_append(seconds: float = 5.0, progress: Progress = lambda _: None
