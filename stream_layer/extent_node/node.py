@@ -116,7 +116,16 @@ class ExtentNode:
     async def create(self, extent_id: int, replicas: list[str]) -> None:
         """Create a replica; as its primary, open the forward streams to its secondaries now
         (extents are created ahead of use, as spares: the first append then finds them up)."""
-        replica = await self.store.create(extent_id, replicas)
+        self._warm_forwarders_of(await self.store.create(extent_id, replicas))
+
+    def warm_forwarders(self) -> None:
+        """After a restart: open the forward streams of every open replica this node is
+        primary of (its spares among them), as `create` does for a new one."""
+        for replica in self.store.replicas.values():
+            if not replica.sealed:
+                self._warm_forwarders_of(replica)
+
+    def _warm_forwarders_of(self, replica: Replica) -> None:
         if replica.is_primary(self.address):
             for secondary in replica.secondaries():
                 self._forwarder(secondary).warm()

@@ -134,7 +134,7 @@ class ExtentNodeServicer(pb_grpc.ExtentNodeServicer):
     @rpc.rpc_errors
     async def CreateExtent(self, request: pb.CreateExtentRequest,
                            context: aio.ServicerContext) -> pb.CreateExtentReply:
-        await self.store.create(request.extent_id, list(request.replicas))
+        await self.node.create(request.extent_id, list(request.replicas))
         return pb.CreateExtentReply()
 
     @rpc.rpc_errors
