@@ -119,10 +119,11 @@ class ExtentNode:
         self._warm_forwarders_of(await self.store.create(extent_id, replicas))
 
     def warm_forwarders(self) -> None:
-        """After a restart: open the forward streams of every open replica this node is
-        primary of (its spares among them), as `create` does for a new one."""
+        """After a restart: open the forward streams of every replica this node is primary
+        of that can still take appends (its spares among them; not sealed, not fenced), as
+        `create` does for a new one."""
         for replica in self.store.replicas.values():
-            if not replica.sealed:
+            if not (replica.sealed or replica.sealing):
                 self._warm_forwarders_of(replica)
 
     def _warm_forwarders_of(self, replica: Replica) -> None:
