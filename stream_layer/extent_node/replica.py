@@ -72,6 +72,8 @@ class Replica:
     sealing: bool = False
     # The data file changed since the last checkpoint recorded a commit point.
     dirty: bool = False
+    # The kernel was asked to start writing the data file back up to here (writeback.py).
+    writeback_end: int = 0
     # The future of the last accepted append: appends become durable in order, so awaiting
     # it waits for all of them.
     tail: asyncio.Future[None] | None = None

@@ -44,6 +44,7 @@ from common.errors import (
     WrongOffset,
 )
 from stream_layer import framing
+from stream_layer.extent_node import writeback
 from stream_layer.extent_node.journal import FileWrite, Journal, fsync_dir
 from stream_layer.extent_node.replica import (
     Replica,
@@ -251,12 +252,15 @@ class ExtentStore:
                         jobs.append((replica, runs))
                 if not jobs:
                     break
-                batch = [(r.data_path, [(o, d) for o, d, in_file in runs if not in_file])
-                         for r, runs in jobs]
-                if sum(len(d) for _, runs in batch for _, d in runs) <= INLINE_WRITE_BYTES_MAX:
-                    _write_runs(batch)  # into the page cache: cheaper than a thread hop
+                batch = [(r.data_path, [(o, d) for o, d, in_file in runs if not in_file],
+                          r.writeback_end) for r, runs in jobs]
+                if sum(len(d) for _, runs, _ in batch for _, d in runs) <= INLINE_WRITE_BYTES_MAX:
+                    # Into the page cache: cheaper than a thread hop.
+                    writeback_ends = _write_runs(batch)
                 else:
-                    await self._in(self._writes, _write_runs, batch)
+                    writeback_ends = await self._in(self._writes, _write_runs, batch)
+                for (replica, _), writeback_end in zip(jobs, writeback_ends, strict=True):
+                    replica.writeback_end = writeback_end
                 for replica, runs in jobs:
                     written = sum(len(d) for _, d, _ in runs)
                     for _ in runs:
@@ -534,7 +538,7 @@ class ExtentStore:
             return
         suffix = frames[end - offset:]
         framing.verify_frames(suffix, f"journal replay of extent {extent_id} at {end}")
-        _write_runs([(replica.data_path, [(end, bytes(suffix))])])
+        _write_runs([(replica.data_path, [(end, bytes(suffix))], replica.writeback_end)])
         replica.accepted_end = replica.durable_end = replica.file_end = record_end
         replica.dirty = True
 
@@ -574,20 +578,33 @@ class ExtentStore:
         return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
 
 
-def _write_runs(jobs: list[tuple[Path, list[tuple[int, bytes]]]]) -> None:
-    for path, runs in jobs:
+def _write_runs(jobs: list[tuple[Path, list[tuple[int, bytes]], int]]) -> list[int]:
+    """Write each (path, runs, writeback_end) job's runs into its data file; start the
+    writeback of what lies past writeback_end once that is WRITEBACK_BYTES_MIN or more.
+    Returns each job's new writeback_end."""
+    writeback_ends = []
+    for path, runs, writeback_end in jobs:
+        writeback_ends.append(writeback_end)
         try:
             fd = os.open(path, os.O_WRONLY)
         except FileNotFoundError:
             continue  # the extent was deleted meanwhile
         try:
+            end = writeback_end
             for offset, data in runs:
                 view = memoryview(data)
                 while view:
                     written = os.pwrite(fd, view, offset)
                     view, offset = view[written:], offset + written
+                end = max(end, offset)
+            # Behind a seal's truncation the file may be shorter than writeback_end was.
+            start = min(writeback_end, end)
+            if end - start >= writeback.WRITEBACK_BYTES_MIN:
+                writeback.start(fd, start, end - start)
+                writeback_ends[-1] = end
         finally:
             os.close(fd)
+    return writeback_ends
 
 
 def _remove_files(replica: Replica) -> None:

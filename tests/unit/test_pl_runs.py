@@ -30,7 +30,9 @@ class FakeStream:
 
     async def append(self, blocks: list[bytes]) -> list[Location]:
         assert blocks and len(blocks) <= self.append_blocks_max
-        assert sum(frame_bytes(len(b)) for b in blocks) <= self.append_bytes_max
+        # A block bigger than the limit goes alone.
+        assert (len(blocks) == 1
+                or sum(frame_bytes(len(b)) for b in blocks) <= self.append_bytes_max)
         self.appends.append(len(blocks))
         locations = []
         for block in blocks:
@@ -127,6 +129,23 @@ def test_versions_sizes_and_batching() -> None:
         before = stream.reads
         assert all([await reader.get(m) is None for m in misses])
         assert stream.reads - before < 30  # the bloom filter turns away almost all
+
+    run(body())
+
+
+def test_appends_smaller_than_a_block_carry_one_block_each() -> None:
+    """A checkpoint's appends are kept small (APPEND_BYTES_MAX_DEFAULT), smaller than a block
+    can be: such a block goes in an append of its own."""
+    items = [(b"k%06d" % i, row(i, 100)) for i in range(3000)]
+
+    async def body() -> None:
+        stream = FakeStream(append_bytes_max=20_000)
+        info = await write_run(stream, items, block_bytes_target=30_000, append_bytes_max=20_000)
+        sizes = sorted(len(b) for b in stream.blocks.values())
+        assert sizes[-1] > 20_000, "the test needs a block over the append limit"
+        assert len(stream.appends) >= info.data_blocks
+        reader = RunReader(await RunIndex.load(info, stream.read), stream.read)
+        assert [await reader.get(k) for k, _ in items[::97]] == [v for _, v in items[::97]]
 
     run(body())
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from common.errors import (
     WrongOffset,
 )
 from stream_layer import framing
+from stream_layer.extent_node import writeback
 from stream_layer.extent_node.store import ExtentStore
 
 LIMITS = dataclasses.replace(ExtentNodeLimits(), checkpoint_interval_ms=3_600_000,
@@ -207,3 +209,35 @@ def test_seal_inside_large_appends_survives_a_crash(tmp_path: Path) -> None:
     store = open_store(tmp_path)
     assert store.commit_length(12) == (cut, True)
     assert store.get(12).data_path.stat().st_size == cut
+
+
+def test_data_files_are_written_back_as_they_grow(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store asks the kernel to start writing a data file back each time another
+    WRITEBACK_BYTES_MIN has reached it (writeback.py), covering the file without gaps."""
+    monkeypatch.setattr(writeback, "WRITEBACK_BYTES_MIN", 64 * 1024)
+    started: list[tuple[int, int]] = []
+    real_start = writeback.start
+
+    def record(fd: int, offset: int, nbytes: int) -> None:
+        started.append((offset, nbytes))
+        real_start(fd, offset, nbytes)
+    monkeypatch.setattr(writeback, "start", record)
+
+    async def run() -> None:
+        store = open_store(tmp_path)
+        await store.start()
+        await store.create(7, ["me", "b", "c"])
+        for i in range(40):
+            await append(store, 7, [bytes([i]) * 8000])
+        await store.checkpoint()  # every append is in the data file now
+        replica = store.get(7)
+        assert started, "no writeback was started"
+        assert started[0][0] == 0
+        for (offset, nbytes), (next_offset, _) in itertools.pairwise(started):
+            assert next_offset == offset + nbytes
+        assert all(nbytes >= 64 * 1024 for _, nbytes in started)
+        assert replica.writeback_end == started[-1][0] + started[-1][1]
+        assert 0 <= replica.file_end - replica.writeback_end < 64 * 1024
+        await store.stop()
+    asyncio.run(run())
