@@ -77,7 +77,10 @@ class CallSession:
         call = self._stub().Call()
         reader = asyncio.get_running_loop().create_task(self._read(call))
         error: StampError = Unavailable(f"call stream to {self.address} ended")
-        sent: set[int] = set()
+        # Ids grow in call order and the queue is sent in that order: every request still
+        # waiting with an id up to this one went out on this stream (a set of sent ids would
+        # grow for as long as the stream lives).
+        last_sent = 0
         try:
             while not reader.done():
                 await self._wake.wait()
@@ -92,8 +95,8 @@ class CallSession:
                             continue  # its caller gave up already
                         size += nbytes
                         batch.requests.append(request)
-                        sent.add(request.id)
                     if batch.requests:
+                        last_sent = batch.requests[-1].id
                         await call.write(batch)
         except asyncio.CancelledError:
             error = Unavailable("client closed")
@@ -106,11 +109,11 @@ class CallSession:
             call.cancel()
             reader.cancel()
             self._task = None
-            for request_id in [r for r in self._waiting if r in sent]:
+            for request_id in [r for r in self._waiting if r <= last_sent]:
                 future = self._waiting.pop(request_id)
                 if not future.done():
                     future.set_exception(Unavailable(f"{self.address}: {error}"))
-            if self._queue and sent:
+            if self._queue and last_sent:
                 self._task = asyncio.get_running_loop().create_task(self._run())
             elif self._queue:
                 # Nothing got through: the server is unreachable. Fail the rest too.

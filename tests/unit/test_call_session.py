@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from common.errors import DeadlineExceeded
+from common.errors import DeadlineExceeded, Unavailable
 from common.proto import partition_pb2 as pb
 from partition_layer.session import CallSession
 
@@ -58,5 +58,59 @@ def test_each_call_times_out_on_its_own_deadline() -> None:
         (_, second) = call.sent
         call.release(second)
         assert (await long).first_seq == 7
+        await session.close()
+    asyncio.run(scenario())
+
+
+class _BreakingCall(_SilentCall):
+    """A stream whose first write waits for `written` to be allowed, and whose responses end
+    (the stream broke) once `end()` is called."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.allow_write = asyncio.Event()
+        self._ended = asyncio.Event()
+
+    async def write(self, batch: pb.RequestBatch) -> None:
+        await self.allow_write.wait()
+        await super().write(batch)
+
+    def end(self) -> None:
+        self._ended.set()
+
+    async def __anext__(self) -> pb.ResponseBatch:
+        await self._ended.wait()
+        raise StopAsyncIteration
+
+
+class _Stubs:
+    def __init__(self, *calls: _SilentCall) -> None:
+        self._calls = list(calls)
+
+    def Call(self) -> Any:
+        return self._calls.pop(0)
+
+
+def test_a_broken_stream_fails_what_it_sent_and_sends_the_rest_on_a_new_one() -> None:
+    async def scenario() -> None:
+        first, second = _BreakingCall(), _SilentCall()
+        stubs = _Stubs(first, second)
+        session = CallSession("fake:1", lambda: stubs)  # type: ignore[arg-type, return-value]
+        sent = asyncio.ensure_future(session.call(pb.Request(account="a", pname="p"), 30))
+        await asyncio.sleep(0.01)  # the session is writing it: the write waits
+        queued = asyncio.ensure_future(session.call(pb.Request(account="a", pname="q"), 30))
+        await asyncio.sleep(0.01)
+        first.end()
+        first.allow_write.set()
+        with pytest.raises(Unavailable):
+            await asyncio.wait_for(sent, 5)  # may or may not have run: the caller decides
+        for _ in range(100):
+            if second.sent:
+                break
+            await asyncio.sleep(0.01)
+        assert [r.pname for r in first.sent] == ["p"]
+        assert [r.pname for r in second.sent] == ["q"]
+        second.release(second.sent[0])
+        assert (await asyncio.wait_for(queued, 5)).first_seq == 7
         await session.close()
     asyncio.run(scenario())
