@@ -597,10 +597,8 @@ def _write_runs(jobs: list[tuple[Path, list[tuple[int, bytes]], int]]) -> list[i
                     written = os.pwrite(fd, view, offset)
                     view, offset = view[written:], offset + written
                 end = max(end, offset)
-            # Behind a seal's truncation the file may be shorter than writeback_end was.
-            start = min(writeback_end, end)
-            if end - start >= writeback.WRITEBACK_BYTES_MIN:
-                writeback.start(fd, start, end - start)
+            if end - writeback_end >= writeback.WRITEBACK_BYTES_MIN:
+                writeback.start(fd, writeback_end, end - writeback_end)
                 writeback_ends[-1] = end
         finally:
             os.close(fd)

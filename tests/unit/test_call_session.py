@@ -63,15 +63,17 @@ def test_each_call_times_out_on_its_own_deadline() -> None:
 
 
 class _BreakingCall(_SilentCall):
-    """A stream whose first write waits for `written` to be allowed, and whose responses end
-    (the stream broke) once `end()` is called."""
+    """A stream whose writes wait until `allow_write` is set (`writing` tells that one has
+    begun), and whose responses end (the stream broke) once `end()` is called."""
 
     def __init__(self) -> None:
         super().__init__()
+        self.writing = asyncio.Event()
         self.allow_write = asyncio.Event()
         self._ended = asyncio.Event()
 
     async def write(self, batch: pb.RequestBatch) -> None:
+        self.writing.set()
         await self.allow_write.wait()
         await super().write(batch)
 
@@ -97,9 +99,9 @@ def test_a_broken_stream_fails_what_it_sent_and_sends_the_rest_on_a_new_one() ->
         stubs = _Stubs(first, second)
         session = CallSession("fake:1", lambda: stubs)  # type: ignore[arg-type, return-value]
         sent = asyncio.ensure_future(session.call(pb.Request(account="a", pname="p"), 30))
-        await asyncio.sleep(0.01)  # the session is writing it: the write waits
+        await asyncio.wait_for(first.writing.wait(), 5)  # "p" is being written: held there
         queued = asyncio.ensure_future(session.call(pb.Request(account="a", pname="q"), 30))
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0)  # the call queues "q" behind the write and waits
         first.end()
         first.allow_write.set()
         with pytest.raises(Unavailable):
