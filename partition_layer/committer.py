@@ -146,16 +146,18 @@ class GroupCommitter:
             size += nbytes
         return batch
 
-    async def _view(self, key: bytes) -> Row | None:
-        if key in self._inflight_rows:
-            return self._inflight_rows[key][1]
-        return await self.p.get_row(key)
-
     async def _start(self, batch: list[Pending]) -> None:
-        # Most rows are in memory: awaiting them one by one costs no task per key.
         found = {}
         for key in {key for pending in batch for key in pending.op.reads()}:
-            found[key] = await self._view(key)
+            inflight = self._inflight_rows.get(key)
+            if inflight is not None:
+                found[key] = inflight[1]
+                continue
+            # Most rows are in memory: no await for those. A miss is not cached: an
+            # operation reads the keys it writes (a log's meta row, an append's token), so
+            # its commit would evict the entry straight away.
+            known, row = self.p.row_in_memory(key)
+            found[key] = row if known else await self.p.get_row(key, remember_absent=False)
         overlay = Overlay(found)
         outcomes: list[Outcome] = []
         ops: list[CommitOp] = []

@@ -13,6 +13,7 @@ record (record_batch.py).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -55,8 +56,9 @@ class Overlay:
             self._written[key] = None if row.tombstone else row
 
 
-def log_meta(view: RowView, account: str, log: str) -> LogMeta:
-    row = view.row(keys.encode_key(account, log, keys.KIND_LOG_META, b""))
+def log_meta(view: RowView, key: bytes) -> LogMeta:
+    """The state of the log whose KIND_LOG_META row is at `key`."""
+    row = view.row(key)
     return EMPTY_LOG if row is None or row.value is None else LogMeta.decode(row.value)
 
 
@@ -76,6 +78,12 @@ class Operation:
     def reads(self) -> list[bytes]:
         """Every key `apply` looks at."""
         raise NotImplementedError
+
+    @functools.cached_property
+    def log_meta_key(self) -> bytes:
+        """The key of its partition name's KIND_LOG_META row (computed once: an operation
+        looks it up, reads it and writes it, on the hot path of every append)."""
+        return meta_key(self.account, self.pname)
 
     def apply(self, view: RowView, lsn: int) -> tuple[Any, list[Mutation]]:
         raise NotImplementedError
@@ -110,17 +118,17 @@ class LogAppend(Operation):
     def log(self) -> bool:
         return True
 
+    @functools.cached_property
     def token_key(self) -> bytes:
         return keys.encode_key(self.account, self.pname, keys.KIND_TOKEN, self.token.encode())
 
     def reads(self) -> list[bytes]:
-        found = [meta_key(self.account, self.pname)]
-        return [*found, self.token_key()] if self.token else found
+        return [self.log_meta_key, self.token_key] if self.token else [self.log_meta_key]
 
     def apply(self, view: RowView, lsn: int) -> tuple[int, list[Mutation]]:
-        meta = log_meta(view, self.account, self.pname)
+        meta = log_meta(view, self.log_meta_key)
         if self.token:
-            seen = view.row(self.token_key())
+            seen = view.row(self.token_key)
             if seen is not None and seen.value is not None:
                 entry = TokenEntry.decode(seen.value)
                 if entry.count != self.record_count:
@@ -137,10 +145,10 @@ class LogAppend(Operation):
                else Row(lsn, value=encode_records(self.records)))
         mutations = [(record_key(self.account, self.pname, last), row)]
         grown = LogMeta(meta.first_seq, first + count, False)
-        mutations.append((meta_key(self.account, self.pname), Row(lsn, value=grown.encode())))
+        mutations.append((self.log_meta_key, Row(lsn, value=grown.encode())))
         if self.token:
             entry = TokenEntry(first, count)
-            mutations.append((self.token_key(), Row(lsn, value=entry.encode())))
+            mutations.append((self.token_key, Row(lsn, value=entry.encode())))
         return first, mutations
 
 
@@ -149,10 +157,10 @@ class LogTrim(Operation):
     upto_seq: int = 0
 
     def reads(self) -> list[bytes]:
-        return [meta_key(self.account, self.pname)]
+        return [self.log_meta_key]
 
     def apply(self, view: RowView, lsn: int) -> tuple[None, list[Mutation]]:
-        meta = log_meta(view, self.account, self.pname)
+        meta = log_meta(view, self.log_meta_key)
         if self.upto_seq > meta.next_seq:
             raise OutOfRange(f"log {self.pname!r} ends at {meta.next_seq}: cannot trim up to "
                              f"{self.upto_seq}")
@@ -161,24 +169,24 @@ class LogTrim(Operation):
         # The records below stay until a checkpoint or merge drops them (partition_layer
         # merge); reads below first_seq fail from now on.
         trimmed = LogMeta(self.upto_seq, meta.next_seq, meta.sealed)
-        return None, [(meta_key(self.account, self.pname), Row(lsn, value=trimmed.encode()))]
+        return None, [(self.log_meta_key, Row(lsn, value=trimmed.encode()))]
 
 
 @dataclass(frozen=True)
 class LogSeal(Operation):
     def reads(self) -> list[bytes]:
-        return [meta_key(self.account, self.pname)]
+        return [self.log_meta_key]
 
     @property
     def log(self) -> bool:
         return True  # subscribers learn that nothing more will come
 
     def apply(self, view: RowView, lsn: int) -> tuple[None, list[Mutation]]:
-        meta = log_meta(view, self.account, self.pname)
+        meta = log_meta(view, self.log_meta_key)
         if meta.sealed:
             return None, []
         sealed = LogMeta(meta.first_seq, meta.next_seq, True)
-        return None, [(meta_key(self.account, self.pname), Row(lsn, value=sealed.encode()))]
+        return None, [(self.log_meta_key, Row(lsn, value=sealed.encode()))]
 
 
 # ---- entities --------------------------------------------------------------------------------

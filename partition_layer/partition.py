@@ -210,17 +210,28 @@ class RangePartition:
 
     # ---- reads ------------------------------------------------------------------------------
 
-    async def get_row(self, key: bytes) -> Row | None:
-        """The live row at `key`: memtable, the memtable being checkpointed, then the
-        checkpoints newest first (bloom filters skip most)."""
+    def row_in_memory(self, key: bytes) -> tuple[bool, Row | None]:
+        """(True, the live row at `key`) when the memtables or the row cache know it without
+        a read; else (False, None). The committer's lookups take this path first: its
+        rows are nearly always in memory, and an await per key costs more than the lookup."""
         for table in (self.memtable, self.frozen):
             if table is not None:
                 encoded = table.get(key)
                 if encoded is not None:
-                    return _live(decode_row(encoded))
+                    return True, _live(decode_row(encoded))
         cached = self.row_cache.get(key)
         if cached is not None:
-            return None if cached == ABSENT else _live(decode_row(cached))
+            return True, None if cached == ABSENT else _live(decode_row(cached))
+        return False, None
+
+    async def get_row(self, key: bytes, remember_absent: bool = True) -> Row | None:
+        """The live row at `key`: memtable, the memtable being checkpointed, then the
+        checkpoints newest first (bloom filters skip most). `remember_absent=False`: do not
+        cache a miss (the caller is about to write the key: the entry would be dropped
+        at once)."""
+        known, row = self.row_in_memory(key)
+        if known:
+            return row
         writes, readers = self.writes, list(self.readers)
         found: bytes | None = None
         for reader in readers:
@@ -228,7 +239,8 @@ class RangePartition:
             if found is not None:
                 break
         # A write since the lookup began may have made this stale: then do not cache it.
-        if writes == self.writes and readers == self.readers:
+        if writes == self.writes and readers == self.readers and (
+                found is not None or remember_absent):
             self.row_cache.put(key, found if found is not None else ABSENT)
         return _live(decode_row(found)) if found is not None else None
 

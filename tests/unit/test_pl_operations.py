@@ -23,6 +23,7 @@ from partition_layer.operations import (
     Overlay,
     Write,
     log_meta,
+    meta_key,
     validate_writes,
 )
 from partition_layer.record_batch import decode_records, encode_records
@@ -51,8 +52,8 @@ class Table:
         return result
 
     def meta(self, log: str) -> LogMeta:
-        return log_meta(Overlay({k: self.rows.get(k) for k in LogSeal("a", log).reads()}),
-                        "a", log)
+        key = meta_key("a", log)
+        return log_meta(Overlay({key: self.rows.get(key)}), key)
 
 
 def test_appends_are_consecutive_and_tokens_answer_retries() -> None:
