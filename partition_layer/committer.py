@@ -157,7 +157,8 @@ class GroupCommitter:
             # operation reads the keys it writes (a log's meta row, an append's token), so
             # its commit would evict the entry straight away.
             known, row = self.p.row_in_memory(key)
-            found[key] = row if known else await self.p.get_row(key, remember_absent=False)
+            found[key] = (row if known else
+                          await self.p.row_from_checkpoints(key, remember_absent=False))
         overlay = Overlay(found)
         outcomes: list[Outcome] = []
         ops: list[CommitOp] = []

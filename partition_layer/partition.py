@@ -224,14 +224,17 @@ class RangePartition:
             return True, None if cached == ABSENT else _live(decode_row(cached))
         return False, None
 
-    async def get_row(self, key: bytes, remember_absent: bool = True) -> Row | None:
+    async def get_row(self, key: bytes) -> Row | None:
         """The live row at `key`: memtable, the memtable being checkpointed, then the
-        checkpoints newest first (bloom filters skip most). `remember_absent=False`: do not
-        cache a miss (the caller is about to write the key: the entry would be dropped
-        at once)."""
+        checkpoints newest first (bloom filters skip most)."""
         known, row = self.row_in_memory(key)
-        if known:
-            return row
+        return row if known else await self.row_from_checkpoints(key)
+
+    async def row_from_checkpoints(self, key: bytes, remember_absent: bool = True
+                                   ) -> Row | None:
+        """The live row at `key` in the checkpoints, for a key `row_in_memory` did not know;
+        cached. `remember_absent=False`: do not cache a miss (the caller is about to write
+        the key: the entry would be dropped at once)."""
         writes, readers = self.writes, list(self.readers)
         found: bytes | None = None
         for reader in readers:
