@@ -22,8 +22,10 @@ Contracts:
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -36,13 +38,37 @@ from partition_layer.rows import Row, encode_row
 if TYPE_CHECKING:
     from partition_layer.partition import RangePartition
 
+log = logging.getLogger(__name__)
 
-@dataclass
+
+# How a queued operation is answered without a future: (result, None) or (None, error).
+Done = Callable[[Any, StampError | None], None]
+
+
+@dataclass(slots=True)
 class Pending:
+    """A queued operation and who hears how it went: a future (`submit`), or a callback run
+    right where the outcome is known (`submit_with`: no future, no loop turn per answer, on
+    the hot path of small appends). Answered exactly once."""
+
     op: Operation
-    future: asyncio.Future[Any]
     nbytes: int
     started: float
+    future: asyncio.Future[Any] | None = None
+    done: Done | None = None
+
+    def answer(self, result: Any, error: StampError | None) -> None:
+        if self.done is not None:
+            done, self.done = self.done, None
+            try:
+                done(result, error)
+            except Exception:  # an answer must not break the commit of the others
+                log.exception("partition operation callback failed")
+        elif self.future is not None and not self.future.done():
+            if error is None:
+                self.future.set_result(result)
+            else:
+                self.future.set_exception(error)
 
 
 @dataclass
@@ -75,14 +101,21 @@ class GroupCommitter:
 
     def submit_nowait(self, op: Operation, nbytes: int) -> asyncio.Future[Any]:
         """Queue `op`; the future gives its result once its commit is durable."""
+        future = asyncio.get_running_loop().create_future()
+        self._enqueue(Pending(op, nbytes, time.monotonic(), future=future))
+        return future
+
+    def submit_with(self, op: Operation, nbytes: int, done: Done) -> None:
+        """Queue `op`; `done(result, None)` once its commit is durable, or `done(None,
+        error)`. `done` runs inside the committer: it must be quick and must not raise."""
+        self._enqueue(Pending(op, nbytes, time.monotonic(), done=done))
+
+    def _enqueue(self, pending: Pending) -> None:
         if len(self.queue) >= self.limits.pending_ops_max:
             raise Throttled(f"partition {self.p.id} has {len(self.queue)} operations queued",
                             retry_after_s=0.05)
-        pending = Pending(op, asyncio.get_running_loop().create_future(), nbytes,
-                          time.monotonic())
         self.queue.append(pending)
         self._wake.set()
-        return pending.future
 
     def idle(self) -> bool:
         return not self.queue and not self.inflight
@@ -107,9 +140,7 @@ class GroupCommitter:
 
     def fail_queued(self, reason: str) -> None:
         while self.queue:
-            pending = self.queue.popleft()
-            if not pending.future.done():
-                pending.future.set_exception(NotOwner(f"partition {self.p.id}: {reason}"))
+            self.queue.popleft().answer(None, NotOwner(f"partition {self.p.id}: {reason}"))
         self._wake.set()
 
     def cancel(self) -> None:
@@ -130,7 +161,16 @@ class GroupCommitter:
             await self.p.checkpointer.wait_for_room()
             if self._paused or not self.queue:
                 continue
-            await self._start(self._take_batch())
+            batch = self._take_batch()
+            try:
+                await self._start(batch)
+            except BaseException:
+                # Stopped (cancelled) while reading rows for the batch, or a bug in deciding
+                # it: nothing of it was appended (_start creates the append last, with no
+                # await after it), so "not the owner" is the truth and a retry is safe.
+                for pending in batch:
+                    pending.answer(None, NotOwner(f"partition {self.p.id} stopped serving"))
+                raise
             # Let the block's append go out before deciding the next one: its round trip
             # then overlaps with this process's work on the operations still queued.
             await asyncio.sleep(0)
@@ -206,10 +246,9 @@ class GroupCommitter:
             if append is not None and not append.done():
                 append.cancel()
             for outcome in outcomes:
-                if not outcome.pending.future.done():
-                    outcome.pending.future.set_exception(Unavailable(
-                        f"partition {self.p.id}: commit failed, it may or may not have "
-                        f"happened: {error}"))
+                outcome.pending.answer(None, Unavailable(
+                    f"partition {self.p.id}: commit failed, it may or may not have "
+                    f"happened: {error}"))
             await self.p.stop(f"commit-log append failed: {type(error).__name__}: {error}")
             return
         finally:
@@ -225,12 +264,7 @@ class GroupCommitter:
             self.p.log_bytes += nbytes
         now = time.monotonic()
         for outcome in outcomes:
-            future = outcome.pending.future
-            if not future.done():
-                if outcome.error is None:
-                    future.set_result(outcome.result)
-                else:
-                    future.set_exception(outcome.error)
+            outcome.pending.answer(outcome.result, outcome.error)
             self.p.stats.record(outcome.pending.nbytes, now - outcome.pending.started)
         self.p.wake_logs(o.pending.op for o in outcomes)
         self.p.checkpointer.maybe_start()

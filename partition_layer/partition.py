@@ -3,9 +3,10 @@ commit-log replay, group commit.
 
 Contracts:
 - A write is acknowledged only after the commit-log block holding it is durable on the stream
-  layer (3 replicas). Many concurrent operations share one block (group commit): at most one
-  commit-log append is in flight per partition, so blocks land in LSN order and replay is a
-  plain scan that skips what it has seen (a retried append may land twice).
+  layer (3 replicas). Many concurrent operations share one block (group commit); up to
+  `commit_pipeline_depth` blocks are in flight, sent in LSN order on the one stream, so they
+  land in LSN order and replay is a plain scan that skips what it has seen (a retried append
+  may land twice; committer.py says what happens when one fails).
 - Loading fences the previous owner first (`fence_stream` with this owner's lease token on
   the metadata and commit-log streams — any older owner's append fails from then on, §8
   invariant 3), then reads the last metadata record, the checkpoints' indexes, and replays

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from common.config import PartitionLimits
 from common.errors import InvalidArgument, NotFound, StampError, Throttled
 from common.proto import partition_pb2 as pb
 from partition_layer import keys
+from partition_layer.committer import Done
 from partition_layer.operations import (
     EntityWrite,
     LogAppend,
@@ -54,25 +56,37 @@ def error_response(request_id: int, exc: StampError) -> pb.Response:
     return response
 
 
-def start_small_append(request: pb.Request, find: Finder, limits: PartitionLimits
-                       ) -> asyncio.Future[int] | None:
-    """The hot path of a log append small enough for the commit log itself, without a task:
-    validated and queued for the group commit right here; the future gives its first
-    sequence number. None: not such an append, `handle` it. Raises StampError as `handle`
-    would answer it."""
+def start_small_append(request: pb.Request, find: Finder, limits: PartitionLimits,
+                       done: Done) -> bool:
+    """The hot path of a log append small enough for the commit log itself, without a task
+    or a future: validated and queued for the group commit right here; `done(first_seq,
+    None)` or `done(None, error)` once it is decided (GroupCommitter.submit_with). False:
+    not such an append, `handle` it. Raises StampError as `handle` would answer it (and
+    then `done` is never called)."""
     if request.WhichOneof("op") != "append":
-        return None
+        return False
     records = request.append.records
     nbytes = encoded_bytes(records)
     if nbytes >= limits.blob_value_bytes_min:
-        return None
+        return False
     _check_names(request)
     _check_append(records, request.append.token, limits)
     partition = find(route_key(request.account, request.pname))
     partition.check_serving()
-    return partition.committer.submit_nowait(
+    partition.committer.submit_with(
         LogAppend(request.account, request.pname, tuple(records), request.append.token),
-        nbytes + 64)
+        nbytes + 64, done)
+    return True
+
+
+def _settle(future: asyncio.Future[int], result: int | None, error: StampError | None
+            ) -> None:
+    if future.done():
+        return
+    if error is None:
+        future.set_result(result)  # type: ignore[arg-type]
+    else:
+        future.set_exception(error)
 
 
 def _check_names(request: pb.Request) -> None:
@@ -93,8 +107,8 @@ async def _dispatch(request: pb.Request, response: pb.Response, find: Finder,
     partition = find(route_key(request.account, request.pname))
     account, pname = request.account, request.pname
     if op == "append":
-        small = start_small_append(request, find, limits)
-        if small is not None:
+        small: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        if start_small_append(request, find, limits, partial(_settle, small)):
             response.first_seq = await small
             return
         # A large append goes to blob data once, before the commit, like a large value: the

@@ -150,43 +150,48 @@ class PartitionServicer(pb_grpc.PartitionServerServicer):
         """Many requests in flight on one stream; each answered when done, in any order."""
         responses: asyncio.Queue[pb.Response | None] = asyncio.Queue()
         tasks: set[asyncio.Task[None]] = set()
-        appends: set[asyncio.Future[int]] = set()
+        # Small appends are answered by the committer's callback, not a task: how many are
+        # still unanswered, and an event set whenever none is.
+        appends_open = 0
+        appends_answered = asyncio.Event()
         limits = self.server.limits
 
         async def run(request: pb.Request) -> None:
             responses.put_nowait(await handle(request, self.server.find, limits))
 
-        def appended(request_id: int, future: asyncio.Future[int]) -> None:
-            appends.discard(future)
-            if future.cancelled():
-                return
-            error = future.exception()
-            responses.put_nowait(
-                pb.Response(id=request_id, first_seq=future.result()) if error is None
-                else error_response(request_id, error if isinstance(error, StampError)
-                                    else Unavailable(repr(error))))
+        def appended(request_id: int, first_seq: int | None, error: StampError | None
+                     ) -> None:
+            nonlocal appends_open
+            responses.put_nowait(pb.Response(id=request_id, first_seq=first_seq)
+                                 if error is None else error_response(request_id, error))
+            appends_open -= 1
+            if not appends_open:
+                appends_answered.set()
 
         async def read_requests() -> None:
+            nonlocal appends_open
             try:
                 async for batch in request_iterator:
                     for request in batch.requests:
                         # Small appends, the bulk of the traffic, need no task of their own.
                         try:
-                            future = start_small_append(request, self.server.find, limits)
+                            if start_small_append(request, self.server.find, limits,
+                                                  partial(appended, request.id)):
+                                appends_open += 1
+                                appends_answered.clear()
+                                continue
                         except StampError as exc:
                             responses.put_nowait(error_response(request.id, exc))
-                            continue
-                        if future is not None:
-                            appends.add(future)
-                            future.add_done_callback(partial(appended, request.id))
                             continue
                         task = asyncio.get_running_loop().create_task(run(request))
                         tasks.add(task)
                         task.add_done_callback(tasks.discard)
             finally:
                 # Every request is answered before the stream ends.
-                if tasks or appends:
-                    await asyncio.gather(*tasks, *appends, return_exceptions=True)
+                if tasks:
+                    await asyncio.gather(*tasks, return_exceptions=True)
+                if appends_open:
+                    await appends_answered.wait()
                 responses.put_nowait(None)
 
         reader = asyncio.get_running_loop().create_task(read_requests())

@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
+
+import pytest
 
 from common.config import PartitionLimits
+from common.errors import NotOwner
 from partition_layer import partition as partition_module
 from partition_layer.keys import KeyRange
 from partition_layer.operations import LogAppend
@@ -62,5 +66,66 @@ def test_committed_appends_leave_no_row_cache_entries() -> None:
         retry = LogAppend("acct", "log-3", (b"r" * 300,), token="t-0-log-3")
         assert await p.committer.submit_nowait(retry, 400) == 0
         p.committer.cancel()
+
+    asyncio.run(scenario())
+
+
+def test_callbacks_are_answered_once_in_order_and_one_that_raises_spoils_nothing() -> None:
+    """`submit_with` (the server's path for small appends): each callback hears its own first
+    sequence number exactly once, when its commit is durable; a callback that raises is
+    logged and the committer goes on answering the rest."""
+
+    async def scenario() -> None:
+        p = serving_partition(PartitionLimits())
+        heard: list[tuple[int, int | None, object]] = []
+        all_heard = asyncio.Event()
+
+        def done(index: int, first: int | None, error: object) -> None:
+            heard.append((index, first, error))
+            if index == 1:
+                raise RuntimeError("a broken callback")
+            if len(heard) == 6:
+                all_heard.set()
+        for index in range(6):
+            p.committer.submit_with(LogAppend("acct", f"log-{index % 2}", (b"r",),
+                                              token=f"cb-{index}"), 64,
+                                    functools.partial(done, index))
+        await asyncio.wait_for(all_heard.wait(), 5)
+        assert heard == [(0, 0, None), (1, 0, None), (2, 1, None), (3, 1, None),
+                         (4, 2, None), (5, 2, None)]
+        assert p.state == partition_module.SERVING  # the raising callback stopped nothing
+        assert await p.committer.submit_nowait(
+            LogAppend("acct", "log-0", (b"r",), token="after"), 64) == 3
+        await asyncio.sleep(0.01)
+        assert len(heard) == 6  # nobody heard twice
+        p.committer.cancel()
+
+    asyncio.run(scenario())
+
+
+def test_a_batch_caught_by_a_stop_while_reading_rows_is_answered_not_owner() -> None:
+    """The committer takes a batch off the queue, then reads rows for it; if the partition
+    stops then (its loop is cancelled), nothing of the batch was appended: each operation
+    is answered NotOwner (retry elsewhere) rather than left waiting forever."""
+
+    async def scenario() -> None:
+        p = serving_partition(PartitionLimits())
+        reading = asyncio.Event()
+
+        async def stuck(key: bytes, remember_absent: bool = True) -> None:
+            reading.set()
+            await asyncio.Event().wait()  # a checkpoint read that never finishes
+        p.row_from_checkpoints = stuck  # type: ignore[method-assign]
+        heard: list[object] = []
+        future = p.committer.submit_nowait(LogAppend("acct", "log", (b"r",), token="t1"), 64)
+        p.committer.submit_with(LogAppend("acct", "log", (b"r",), token="t2"), 64,
+                                lambda first, error: heard.append(error))
+        await asyncio.wait_for(reading.wait(), 5)
+        assert not p.committer.queue, "the batch is off the queue, being decided"
+        await p.stop("lease lost (test)")
+        with pytest.raises(NotOwner):
+            await asyncio.wait_for(future, 5)
+        assert len(heard) == 1 and isinstance(heard[0], NotOwner)
+        assert p.streams["log"].blocks == {}, "nothing was appended"
 
     asyncio.run(scenario())
