@@ -8,9 +8,7 @@ the partition map and ask again".
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Sequence
-from functools import partial
 
 from common.config import PartitionLimits
 from common.errors import InvalidArgument, NotFound, StampError, Throttled
@@ -63,30 +61,30 @@ def start_small_append(request: pb.Request, find: Finder, limits: PartitionLimit
     None)` or `done(None, error)` once it is decided (GroupCommitter.submit_with). False:
     not such an append, `handle` it. Raises StampError as `handle` would answer it (and
     then `done` is never called)."""
-    if request.WhichOneof("op") != "append":
+    small = _small_append(request, find, limits)
+    if small is None:
         return False
+    partition, op, nbytes = small
+    partition.committer.submit_with(op, nbytes, done)
+    return True
+
+
+def _small_append(request: pb.Request, find: Finder, limits: PartitionLimits
+                  ) -> tuple[RangePartition, LogAppend, int] | None:
+    """A validated log append that goes to the commit log itself, with its partition and
+    size; None: not an append, or one large enough for blob data first."""
+    if request.WhichOneof("op") != "append":
+        return None
     records = request.append.records
     nbytes = encoded_bytes(records)
     if nbytes >= limits.blob_value_bytes_min:
-        return False
+        return None
     _check_names(request)
     _check_append(records, request.append.token, limits)
     partition = find(route_key(request.account, request.pname))
     partition.check_serving()
-    partition.committer.submit_with(
-        LogAppend(request.account, request.pname, tuple(records), request.append.token),
-        nbytes + 64, done)
-    return True
-
-
-def _settle(future: asyncio.Future[int], result: int | None, error: StampError | None
-            ) -> None:
-    if future.done():
-        return
-    if error is None:
-        future.set_result(result)  # type: ignore[arg-type]
-    else:
-        future.set_exception(error)
+    return partition, LogAppend(request.account, request.pname, tuple(records),
+                                request.append.token), nbytes + 64
 
 
 def _check_names(request: pb.Request) -> None:
@@ -107,9 +105,9 @@ async def _dispatch(request: pb.Request, response: pb.Response, find: Finder,
     partition = find(route_key(request.account, request.pname))
     account, pname = request.account, request.pname
     if op == "append":
-        small: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        if start_small_append(request, find, limits, partial(_settle, small)):
-            response.first_seq = await small
+        small = _small_append(request, find, limits)
+        if small is not None:
+            response.first_seq = await small[0].committer.submit(*small[1:])
             return
         # A large append goes to blob data once, before the commit, like a large value: the
         # commit log, the memtable and the checkpoints then carry only a pointer.
