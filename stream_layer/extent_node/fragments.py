@@ -34,9 +34,9 @@ from typing import TypeVar
 
 from common import faults
 from common.checksums import crc32c
+from common.dirsync import fsync_dir, make_dirs
 from common.errors import ChecksumError, InvalidArgument, NotFound
 from common.ids import extent_file_stem
-from stream_layer.extent_node.journal import fsync_dir
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +159,7 @@ class FragmentStore:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        directory.mkdir(parents=True, exist_ok=True)
+        make_dirs(directory)
         for stale in directory.glob("*.tmp"):  # writes a crash interrupted
             stale.unlink()
         self._io = ThreadPoolExecutor(max_workers=IO_THREADS, thread_name_prefix="fragment-io")

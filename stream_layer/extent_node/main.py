@@ -60,7 +60,6 @@ async def serve(args: argparse.Namespace) -> None:
     faults_pb2_grpc.add_FaultsServicer_to_server(rpc.FaultsServicer(), server)
     await store.start()
     await server.start()
-    node.warm_forwarders()
     write_ready(args.dir, args.name, address)
     log.info("%s serving on %s (fault domain %s)", args.name, address, args.fault_domain)
     heartbeats = None

@@ -25,6 +25,7 @@ from common.proto import extent_node_pb2 as pb
 from common.proto import extent_node_pb2_grpc as pb_grpc
 from stream_layer import framing
 from stream_layer.extent_node.replica import Replica
+from stream_layer.extent_node.replica_state import Write
 from stream_layer.extent_node.replication import LOCAL, Forwarder, PrimaryPipeline
 from stream_layer.extent_node.store import ExtentStore
 
@@ -115,16 +116,9 @@ class ExtentNode:
 
     async def create(self, extent_id: int, replicas: list[str]) -> None:
         """Create a replica; as its primary, open the forward streams to its secondaries now
-        (extents are created ahead of use, as spares: the first append then finds them up)."""
+        (extents are created ahead of use, as spares: the first append then finds them up).
+        A restarted node has no open replica to warm: recovery leaves them UNPROVEN."""
         self._warm_forwarders_of(await self.store.create(extent_id, replicas))
-
-    def warm_forwarders(self) -> None:
-        """After a restart: open the forward streams of every replica this node is primary
-        of that can still take appends (its spares among them; not sealed, not fenced), as
-        `create` does for a new one."""
-        for replica in self.store.replicas.values():
-            if not (replica.sealed or replica.sealing):
-                self._warm_forwarders_of(replica)
 
     def _warm_forwarders_of(self, replica: Replica) -> None:
         if replica.is_primary(self.address):
@@ -175,7 +169,8 @@ class ExtentNode:
         `on_durable` runs when it is durable."""
         framing.verify_frames(entry.frames, f"forward to extent {entry.extent_id} at "
                               f"{entry.offset}")
-        self.store.accept_append(entry.extent_id, entry.offset, entry.frames, on_durable)
+        self.store.accept_append(entry.extent_id, entry.offset, entry.frames, on_durable,
+                                 Write.FORWARD)
 
     # ---- sealing ----------------------------------------------------------------------------
 

@@ -25,9 +25,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from common.checksums import crc32c
+from common.dirsync import fsync_dir
 from common.errors import Internal
 from common.ids import extent_file_stem
-from stream_layer.extent_node.journal import fsync_dir
+from stream_layer.extent_node.replica_state import State
 
 
 @dataclass
@@ -68,8 +69,8 @@ class Replica:
     # data file; in_file marks large appends the journal writes to the data file itself.
     pending: deque[tuple[int, bytes, bool]] = field(default_factory=deque)
     pending_bytes: int = 0
-    # Set when a seal starts: no append is accepted after it, whatever the seal's outcome.
-    sealing: bool = False
+    # What the replica takes (replica_state.py); FENCED from the moment a seal starts.
+    state: State = State.OPEN
     # The data file changed since the last checkpoint recorded a commit point.
     dirty: bool = False
     # The kernel was asked to start writing the data file back up to here (writeback.py).
