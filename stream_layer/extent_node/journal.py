@@ -17,7 +17,9 @@ Contract:
   reach the disk once rather than twice): those are written and fdatasync'd in the same batch
   before the journal write, so a durable record always points at durable bytes.
 - An I/O error on the journal is fatal: durability can no longer be promised, so the process
-  exits and recovers from disk on restart.
+  exits (code 70) and recovers from disk on restart. A stop is not an error: `stop()` while a
+  batch is being written waits for the journal's thread, fails the futures of everything not
+  known durable (Unavailable), and returns; the process then exits as it means to.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import logging
 import os
 import struct
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +37,7 @@ from pathlib import Path
 from common import faults
 from common.checksums import crc32c
 from common.dirsync import fsync_dir, make_dirs
-from common.errors import Internal
+from common.errors import Internal, Unavailable
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +161,8 @@ class Journal:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         self._io.shutdown(wait=True)
+        _fail(self._queue, "the journal stopped")
+        self._queue.clear()
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
@@ -245,6 +249,11 @@ class Journal:
                     else:
                         await loop.run_in_executor(self._io, self._write_and_sync, data,
                                                    file_writes)
+                except asyncio.CancelledError:
+                    # stop() caught this batch in the journal's thread (it waits for the
+                    # thread): a clean stop, not an I/O error. Nobody may count on the batch.
+                    _fail(batch, "the journal stopped during its write")
+                    raise
                 except BaseException:
                     log.critical("journal write failed: exiting, recovery will replay the "
                                  "journal", exc_info=True)
@@ -297,6 +306,12 @@ class Journal:
         fsync_dir(self.directory)
         self._segment = seq
         self._segment_bytes = os.fstat(self._fd).st_size
+
+
+def _fail(items: Iterable[_Pending], why: str) -> None:
+    for item in items:
+        if not item.future.done():
+            item.future.set_exception(Unavailable(why))
 
 
 def _write_files(file_writes: list[FileWrite]) -> None:
