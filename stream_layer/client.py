@@ -14,8 +14,9 @@ add a new one — once, however many appends failed together — and re-sends ev
 was not acknowledged there: the caller notices only latency. Appends still in flight when that
 happens may land twice (at-least-once; §2), and concurrent appends have no order between them.
 
-`AsyncStreamClient` / `AsyncStream` are the asyncio core; `StreamClient` / `Stream` are the
-blocking, thread-safe facade over them (a private event loop thread).
+`AsyncStreamClient` / `AsyncStream` are the asyncio core; `StreamClient` / `Stream`
+(blocking_client.py) are the blocking, thread-safe facade over them (a private event loop
+thread).
 """
 
 from __future__ import annotations
@@ -23,11 +24,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Sequence
 
 from common.checksums import crc32c
-from common.config import ExtentNodeLimits, StreamManagerLimits, load_config
+from common.config import ExtentNodeLimits, StreamManagerLimits
 from common.errors import (
     ChecksumError,
     DeadlineExceeded,
@@ -42,9 +42,7 @@ from common.errors import (
     Unavailable,
     WrongOffset,
 )
-from common.loop_thread import LoopThread
 from common.proto import stream_manager_pb2 as sm_pb
-from common.stamp_file import addresses_of, read_stamp
 from stream_layer import framing
 from stream_layer.ec.reader import CodedExtent, CodedReader
 from stream_layer.extent_client import AsyncExtentClient
@@ -54,7 +52,6 @@ from stream_layer.sm_client import AsyncStreamManagerClient
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
 # Failures of an append that a new extent cures.
 ROLLOVER_ON = (ReplicationFailed, Unavailable, Sealed, ExtentFull, NotFound, NotPrimary,
                DeadlineExceeded, WrongOffset)
@@ -125,6 +122,12 @@ class AsyncStream:
                 await self._rollover(tail.extent_id if tail else 0)
                 continue
             extent_id = tail.extent_id
+            if extent_id in self._rollovers:
+                # Its rollover is under way: nothing new goes there. The seal fences it anyway,
+                # and its primary may have restarted short of what its secondaries hold
+                # (issue 15 hole 3): wait for the new extent instead.
+                await self._rollover(extent_id)
+                continue
             if self._sent.get(extent_id, 0) + size > self.client.extent_limits.extent_bytes_max:
                 await self._until_idle(extent_id)
                 await self._rollover(extent_id)
@@ -375,83 +378,10 @@ class AsyncStreamClient:
         await self.extents.close()
 
 
-class Stream:
-    """Blocking facade over AsyncStream; safe to use from many threads at once."""
-
-    def __init__(self, owner: StreamClient, stream: AsyncStream) -> None:
-        self._owner = owner
-        self.aio = stream
-        self.name = stream.name
-
-    def append(self, blocks: Sequence[bytes]) -> list[Location]:
-        return self._owner.run(self.aio.append(blocks))
-
-    def read(self, location: Location) -> bytes:
-        return self._owner.run(self.aio.read(location))
-
-    def blocks(self, start: Location | None = None) -> Iterator[tuple[Location, bytes]]:
-        iterator = self.aio.blocks(start).__aiter__()
-        while True:
-            try:
-                yield self._owner.run(iterator.__anext__())
-            except StopAsyncIteration:
-                return
-
-    def check_commit_length(self) -> int:
-        return self._owner.run(self.aio.check_commit_length())
-
-    def seal_last(self) -> int:
-        return self._owner.run(self.aio.seal_last())
-
-    @property
-    def extents(self) -> list[sm_pb.ExtentInfo]:
-        return self.aio.extents
-
-
-class StreamClient:
-    """Blocking, thread-safe stream client (a private event loop thread)."""
-
-    def __init__(self, sm_addresses: Sequence[str], extent_limits: ExtentNodeLimits | None = None,
-                 sm_limits: StreamManagerLimits | None = None) -> None:
-        self._loop = LoopThread("stream-client")
-        self.aio: AsyncStreamClient = self.run(_make(sm_addresses, extent_limits, sm_limits))
-
-    @classmethod
-    def from_stamp(cls, data_dir: str) -> StreamClient:
-        config = load_config(read_stamp(data_dir).get("config"))
-        return cls(addresses_of(data_dir, "stream-manager"), config.extent_node,
-                   config.stream_manager)
-
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return self._loop.run(coro)
-
-    def create_stream(self, name: str) -> Stream:
-        return Stream(self, self.run(self.aio.create_stream(name)))
-
-    def open_stream(self, name: str) -> Stream:
-        return Stream(self, self.run(self.aio.open_stream(name)))
-
-    def fence_stream(self, name: str, epoch: int) -> Stream:
-        return Stream(self, self.run(self.aio.fence_stream(name, epoch)))
-
-    def delete_stream(self, name: str) -> None:
-        self.run(self.aio.delete_stream(name))
-
-    def list_streams(self, prefix: str = "") -> list[sm_pb.StreamInfo]:
-        return self.run(self.aio.list_streams(prefix))
-
-    def close(self) -> None:
-        if not self._loop.closed:
-            self.run(self.aio.close())
-            self._loop.close()
-
-    def __enter__(self) -> StreamClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-async def _make(sm_addresses: Sequence[str], extent_limits: ExtentNodeLimits | None,
-                sm_limits: StreamManagerLimits | None) -> AsyncStreamClient:
-    return AsyncStreamClient(sm_addresses, extent_limits, sm_limits)
+def __getattr__(name: str) -> object:
+    # The blocking facade lives in blocking_client.py (imported on first use: it imports this
+    # module); `from stream_layer.client import StreamClient` stays the documented contract.
+    if name in ("Stream", "StreamClient"):
+        from stream_layer import blocking_client
+        return getattr(blocking_client, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
