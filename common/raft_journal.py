@@ -42,6 +42,7 @@ from pysyncobj.journal import Journal
 
 from common import faults
 from common.checksums import crc32c
+from common.dirsync import make_dirs
 from common.errors import FaultInjected, StampError
 
 log = logging.getLogger(__name__)
@@ -129,7 +130,7 @@ class DurableJournal(Journal):
     # --- opening and replay ---------------------------------------------------------------
 
     def _open(self) -> int:
-        self._path.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(self._path.parent)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._rewrite_path())  # an interrupted rewrite; the journal is intact
         fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)

@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from common import faults
+from common.dirsync import make_dirs
 
 GC_YOUNG_THRESHOLD = 50_000
 
 
 def start_process(name: str, directory: Path, level: str = "INFO") -> None:
     """Before the event loop: the process's directory, logging and armed fault points."""
-    directory.mkdir(parents=True, exist_ok=True)
+    make_dirs(directory)  # durable: every file the process keeps lives under it
     # A crash in C (gRPC, uvloop) would otherwise kill the process without a word in its log.
     faulthandler.enable()
     logging.basicConfig(level=level.upper(),

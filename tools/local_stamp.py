@@ -19,6 +19,7 @@ from pathlib import Path
 
 from common import process
 from common.config import RaftMemberSpec, StampConfig, load_config
+from common.dirsync import make_dirs, write_file_durably
 from common.errors import InvalidArgument, NotFound, Unavailable
 from common.stamp_file import STAMP_FILE, read_stamp
 
@@ -66,13 +67,13 @@ class LocalStamp:
         return stamp
 
     def save(self) -> None:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.stamp_file.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps({
+        # Durably: the ports recorded here are the processes' addresses, which the stream
+        # manager and every extent's replica set name; a power cut must not lose them.
+        make_dirs(self.data_dir)
+        write_file_durably(self.stamp_file, json.dumps({
             "data_dir": str(self.data_dir), "config": self.config_path,
             "processes": {name: asdict(rec) for name, rec in self.records.items()},
-        }, indent=2))
-        os.replace(tmp, self.stamp_file)
+        }, indent=2).encode())
 
     def plan(self) -> None:
         """Decide every process's directory, ports and command line (once per data dir)."""

@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 
 from common import dirsync
+from common.config import load_config
 from stream_layer.extent_node.store import ExtentStore
 from tests.unit.test_store import LIMITS, append, open_store
+from tools.local_stamp import LocalStamp
 
 Event = tuple[str, Path]
 
@@ -107,3 +109,14 @@ def test_make_dirs_syncs_each_new_directory_into_its_parent(
     disk_events.clear()
     dirsync.make_dirs(tmp_path / "a" / "b")  # already there: nothing to do
     assert disk_events == []
+
+
+def test_the_stamp_file_is_replaced_durably(tmp_path: Path, disk_events: list[Event]) -> None:
+    """stamp.json records the ports, hence the addresses every replica set names: after a
+    power cut it must hold the last saved version, not an empty file."""
+    stamp = LocalStamp(tmp_path / "stamp", load_config(None))
+    stamp.save()
+    directory = (tmp_path / "stamp").resolve()
+    syncs = [path for kind, path in disk_events if kind == "sync"]
+    assert syncs[-2:] == [directory / "stamp.json.tmp", directory]
+    assert (directory / "stamp.json").exists()
