@@ -72,10 +72,13 @@ ACCEPTS: dict[State, frozenset[Write]] = {
 }
 
 
-def next_state(state: State, event: Event) -> State:
-    """The state after `event`; an event the table does not allow is a bug (Internal)."""
+def next_state(state: State, event: Event, extent_id: int = 0) -> State:
+    """The state after `event`. On a deleted replica it raises NotFound (a seal or fence can
+    race a delete); any other event the table does not allow is a bug (Internal)."""
     after = TRANSITIONS.get((state, event))
     if after is None:
+        if state is State.DELETED:
+            raise NotFound(f"extent {extent_id} has no replica here")
         raise Internal(f"replica state {state.value}: {event.value} is not allowed")
     return after
 

@@ -307,7 +307,7 @@ class ExtentStore:
         """Stop accepting appends for good, wait for the accepted ones to be durable, and
         return the commit length, which no append can change any more (the seal's probe)."""
         replica = self.get(extent_id)
-        replica.state = next_state(replica.state, Event.FENCE)
+        replica.state = next_state(replica.state, Event.FENCE, replica.extent_id)
         if not replica.sealed and not replica.meta.fenced:
             # Durable through the journal like the seal itself (see _seal_locked).
             replica.meta.fenced = True
@@ -330,7 +330,7 @@ class ExtentStore:
                 raise PreconditionFailed(f"extent {extent_id} is sealed at "
                                          f"{replica.meta.sealed_length}, not {length}")
             return length
-        replica.state = next_state(replica.state, Event.FENCE)
+        replica.state = next_state(replica.state, Event.FENCE, replica.extent_id)
         await self.wait_durable(replica)
         if replica.durable_end < length:
             await fetch_missing(replica, length)
@@ -346,7 +346,7 @@ class ExtentStore:
         replica.meta.sealed_length = length
         replica.meta.file_length = min(replica.meta.file_length, length)
         replica.dirty = True
-        replica.state = next_state(replica.state, Event.SEAL)
+        replica.state = next_state(replica.state, Event.SEAL, replica.extent_id)
         await self.journal.append(records.seal(extent_id, length))
         if replica.durable_end > length:
             await self._truncate(replica, length)
