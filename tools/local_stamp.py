@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from common import process
+from common import durable_fs, process
 from common.config import RaftMemberSpec, StampConfig, load_config
 from common.errors import InvalidArgument, NotFound, Unavailable
 from common.stamp_file import STAMP_FILE, read_stamp
@@ -66,13 +66,12 @@ class LocalStamp:
         return stamp
 
     def save(self) -> None:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.stamp_file.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps({
+        durable_fs.make_dirs(self.data_dir)
+        # Durable: after a power cut `stamp start` needs the ports the processes picked.
+        durable_fs.replace_file(self.stamp_file, json.dumps({
             "data_dir": str(self.data_dir), "config": self.config_path,
             "processes": {name: asdict(rec) for name, rec in self.records.items()},
-        }, indent=2))
-        os.replace(tmp, self.stamp_file)
+        }, indent=2).encode())
 
     def plan(self) -> None:
         """Decide every process's directory, ports and command line (once per data dir)."""
