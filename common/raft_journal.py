@@ -40,7 +40,7 @@ from pathlib import Path
 
 from pysyncobj.journal import Journal
 
-from common import faults
+from common import durable_fs, faults
 from common.checksums import crc32c
 from common.errors import FaultInjected, StampError
 
@@ -129,10 +129,11 @@ class DurableJournal(Journal):
     # --- opening and replay ---------------------------------------------------------------
 
     def _open(self) -> int:
-        self._path.parent.mkdir(parents=True, exist_ok=True)
+        durable_fs.make_dirs(self._path.parent)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._rewrite_path())  # an interrupted rewrite; the journal is intact
         fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
+        fsync_dir(self._path.parent)  # the journal's name must be as durable as its entries
         with os.fdopen(os.dup(fd), "rb") as f:
             data = f.read()
         if len(data) < len(MAGIC) and MAGIC.startswith(data):

@@ -287,6 +287,21 @@ class LocalStamp:
             self.save()
         return [rec.name for rec in running]
 
+    def pids(self) -> list[int]:
+        """The pids of every process started and not known to be gone."""
+        return [rec.pid for rec in self.records.values() if rec.pid]
+
+    def forget_dead(self) -> list[str]:
+        """Reap every process that died (killed from outside, a power cut) and mark it
+        stopped, so that `up()` starts it again; return their names."""
+        dead = []
+        for rec in self.records.values():
+            if rec.pid and not process.is_alive(rec.pid):
+                self._reap(rec.pid)
+                rec.pid = 0
+                dead.append(rec.name)
+        return dead
+
     def kill_all(self) -> None:
         """SIGKILL every process (test teardown: nothing must outlive the test)."""
         for name, rec in self.records.items():

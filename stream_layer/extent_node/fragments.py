@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from common import faults
+from common import durable_fs, faults
 from common.checksums import crc32c
 from common.errors import ChecksumError, InvalidArgument, NotFound
 from common.ids import extent_file_stem
@@ -159,7 +159,7 @@ class FragmentStore:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        directory.mkdir(parents=True, exist_ok=True)
+        durable_fs.make_dirs(directory)
         for stale in directory.glob("*.tmp"):  # writes a crash interrupted
             stale.unlink()
         self._io = ThreadPoolExecutor(max_workers=IO_THREADS, thread_name_prefix="fragment-io")

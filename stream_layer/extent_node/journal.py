@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from common import faults
+from common import durable_fs, faults
 from common.checksums import crc32c
 from common.errors import Internal
 
@@ -96,7 +96,7 @@ class Journal:
         self.batch_bytes_max = batch_bytes_max
         self.queue_bytes_max = queue_bytes_max
         self.segment_bytes_max = segment_bytes_max
-        directory.mkdir(parents=True, exist_ok=True)
+        durable_fs.make_dirs(directory)
         self._queue: deque[_Pending] = deque()
         self._queued_bytes = 0
         self._space = asyncio.Condition()

@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from common import faults
+from common import durable_fs, faults
 from common.checksums import crc32c
 from common.config import ExtentNodeLimits
 from common.errors import (
@@ -73,7 +73,7 @@ class ExtentStore:
     def __init__(self, data_dir: Path, journal_dir: Path, limits: ExtentNodeLimits) -> None:
         self.data_dir = data_dir
         self.limits = limits
-        data_dir.mkdir(parents=True, exist_ok=True)
+        durable_fs.make_dirs(data_dir)
         self.replicas: dict[int, Replica] = {}
         self.journal = Journal(journal_dir, limits.journal_batch_bytes_max,
                                limits.journal_queue_bytes_max, limits.journal_segment_bytes_max)
@@ -127,6 +127,15 @@ class ExtentStore:
         if len(replicas) < 1 or len(set(replicas)) != len(replicas):
             raise InvalidArgument(f"replica set {replicas} must be distinct addresses")
         replica = self._new_replica(extent_id, list(replicas))
+        # The data file's name must be durable before a large append written into it is
+        # acknowledged (its journal record only points at the file): without this, a power
+        # cut can leave a journal naming bytes in a file that is gone, and the node refuses
+        # to start (issue 15, hole 5; tests/probe/test_power_cut.py).
+        try:
+            await self._in(self._meta_io, fsync_dir, self.data_dir)
+        except BaseException:
+            self.replicas.pop(extent_id, None)
+            raise
         # Durable through the journal (one group-committed fsync shared with everything
         # else); the commit point file follows at the next checkpoint.
         try:
