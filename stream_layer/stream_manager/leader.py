@@ -246,8 +246,18 @@ class StreamManagerLeader:
             # created ahead of time makes it free.
             fence = (self.fence(extent) if extent is not None and extent.state == s.OPEN
                      else _nothing())
-            fenced, (extent_id, replicas) = await asyncio.gather(
-                fence, self.new_extent(avoid=extent.replicas if extent else ()))
+            fenced, placed = await asyncio.gather(
+                fence, self.new_extent(avoid=extent.replicas if extent else ()),
+                return_exceptions=True)
+            if isinstance(fenced, BaseException):
+                # Too few replicas answered the fence (seal.py): nothing is decided, the
+                # caller retries. The new extent is unused: keep it as a spare.
+                if not isinstance(placed, BaseException):
+                    self._spares.append(placed)
+                raise fenced
+            if isinstance(placed, BaseException):
+                raise placed
+            extent_id, replicas = placed
             ready = time.perf_counter()
             commands: list[object] = []
             if fenced is not None:
@@ -381,6 +391,10 @@ class StreamManagerLeader:
                      f", stream {stream_name} continues" if stream_name else "")
         except (PreconditionFailed, NotFound) as exc:
             log.info("extent %d: moved on meanwhile (%s)", extent.extent_id, exc)
+        except Unavailable as exc:
+            # Too few replicas answer to decide the seal: the next pass tries again.
+            log.warning("extent %d lost a replica while open; not sealed yet: %s",
+                        extent.extent_id, exc)
 
     async def _rereplicate(self, extent: s.Extent) -> None:
         try:
