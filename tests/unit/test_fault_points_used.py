@@ -10,7 +10,8 @@ it:
   family `en.forward.before_send@*`), in the server packages below;
 - the armed ones: every `name=action` spec in a string of a test (STAMP_FAULTS, `arm_remote`,
   `stamp fault`), every `arm("name", ...)`, and the names a parametrized test puts into a
-  spec through a placeholder (`f"{point}=crash"` with `parametrize("point", [...])`).
+  spec through a placeholder (`f"{point}=crash"` with `parametrize("point", [...])`, or
+  `point = "name"` in the test).
 
 A point whose name this scan cannot work out (a name computed at run time) fails the test
 too: it cannot be proved armed.
@@ -170,15 +171,24 @@ def production_points() -> tuple[set[Point], list[str]]:
 # ---- what the tests arm -----------------------------------------------------------------------
 
 def _parametrized(function: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, list[str]]:
-    """parametrize("name", ["a", "b"]) decorators of a test -> {"name": ["a", "b"]}."""
+    """The parametrize decorators of a test -> {argument name: its string values}: from
+    parametrize("point", ["a", "b"]) and parametrize(("point", "n"), [("a", 1), ...])."""
     found: dict[str, list[str]] = {}
     for decorator in function.decorator_list:
-        if (isinstance(decorator, ast.Call) and _callee(decorator) == "parametrize"
-                and len(decorator.args) >= 2):
-            name = _render(decorator.args[0])
-            values = decorator.args[1]
-            if name and isinstance(values, ast.List | ast.Tuple):
-                found[name] = [t for v in values.elts if (t := _render(v))]
+        if not (isinstance(decorator, ast.Call) and _callee(decorator) == "parametrize"
+                and len(decorator.args) >= 2
+                and isinstance(decorator.args[1], ast.List | ast.Tuple)):
+            continue
+        names_node, values = decorator.args
+        if isinstance(names_node, ast.Tuple | ast.List):
+            names = [_render(n) or "" for n in names_node.elts]
+        else:
+            names = [n.strip() for n in (_render(names_node) or "").split(",")]
+        for value in values.elts:
+            items = value.elts if len(names) > 1 and isinstance(value, ast.Tuple) else [value]
+            for name, item in zip(names, items, strict=False):
+                if (text := _render(item)) is not None:
+                    found.setdefault(name, []).append(text)
     return found
 
 
@@ -193,6 +203,11 @@ def armed_names() -> set[str]:
                 armed.add(text)
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 params = _parametrized(node)
+                for inner in ast.walk(node):  # and `point = "name"` in the test's body
+                    if (isinstance(inner, ast.Assign) and len(inner.targets) == 1
+                            and isinstance(inner.targets[0], ast.Name)
+                            and (text := _render(inner.value)) is not None):
+                        params.setdefault(inner.targets[0].id, []).append(text)
                 for inner in ast.walk(node):
                     if (isinstance(inner, ast.JoinedStr) and inner.values
                             and isinstance(inner.values[0], ast.FormattedValue)
@@ -227,6 +242,8 @@ def test_the_scan_reads_every_way_a_test_arms() -> None:
     assert {"ps.commit.before_append",          # arm_remote(..., "name=delay:...; ...")
             "ec.convert.after_encode",          # parametrize + f"{point}=crash"
             "raft_journal.sync",                # f"...=torn,after={n}" in STAMP_FAULTS
+            "en.secondary.before_ack",          # parametrize(("point", "victim_index"), ...)
+            "en.seal.before_record",            # point = "..."; f"{point}=crash"
             } <= armed
     assert any(a.startswith("en.forward.before_send@") for a in armed)
 
