@@ -73,8 +73,9 @@ BENCHES: dict[str, tuple[str, Callable[[argparse.Namespace], Rows]]] = {
     "extent-append": ("3-way replicated appends to one extent: 4 KiB with 1/8/32 appenders, "
                       "1 MiB blocks, and the disk's own 4 KiB append+fsync rate",
                       _extent_append),
-    "seal": ("seal and continue: a failed append on a SIGKILLed extent node to the next "
-             "acknowledged append on a new extent (p50/p99 over --trials kills)", _seal),
+    "seal": ("seal and continue: SIGKILL (then SIGSTOP) of the primary extent node -> first "
+             "acknowledged append on a new extent, detection included (p50/p99 over --trials "
+             "of each)", _seal),
     "stream-append": ("appends through the stream client with small extents (many "
                       "rollovers), against one extent through the extent client",
                       _stream_append),
