@@ -381,7 +381,7 @@ class RangePartition:
     # ---- load report for heartbeats ---------------------------------------------------------
 
     def load_report(self) -> dict[str, Any]:
-        window = self.stats.take()
+        window = self.stats.figures()
         checkpointed = sum(r.info.data_bytes for r in self.readers)
         memtable = self.memtable.nbytes + (self.frozen.nbytes if self.frozen else 0)
         return {**window, "size_bytes": checkpointed + memtable, "memtable_bytes": memtable,
