@@ -53,6 +53,7 @@ from common.stamp_file import addresses_of, read_stamp
 from partition_layer.client_requests import (
     Row,
     batch_request,
+    check_seq,
     delete_request,
     put_request,
     row_bytes,
@@ -216,13 +217,15 @@ class AsyncPartitionClient:
         if limit <= 0:
             raise InvalidArgument("a read's limit is positive")
         request = pb.Request(account=account, pname=log,
-                             read=pb.ReadOp(from_seq=from_seq, limit=limit))
+                             read=pb.ReadOp(from_seq=check_seq("from_seq", from_seq),
+                                            limit=min(limit, 2**32 - 1)))
         response = await self.call(request, idempotent=True)
         return [(r.seq, r.data) for r in response.records]
 
     async def trim(self, account: str, log: str, upto_seq: int) -> None:
         await self.call(pb.Request(account=account, pname=log,
-                                   trim=pb.TrimOp(upto_seq=upto_seq)), idempotent=True)
+                                   trim=pb.TrimOp(upto_seq=check_seq("upto_seq", upto_seq))),
+                        idempotent=True)
 
     async def seal(self, account: str, log: str) -> None:
         await self.call(pb.Request(account=account, pname=log, seal=pb.Empty()),
@@ -237,7 +240,7 @@ class AsyncPartitionClient:
                         ) -> AsyncIterator[tuple[int, bytes]]:
         """Records from `from_seq` on as they commit, across partition moves; ends when the
         log is sealed and every record was delivered."""
-        next_seq = from_seq
+        next_seq = check_seq("from_seq", from_seq)
         key = route_key(account, log)
         deadline = time.monotonic() + self.limits.client_timeout_ms / 1000
         while True:

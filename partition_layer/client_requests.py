@@ -41,6 +41,13 @@ def batch_request(account: str, pname: str, ops: Sequence[tuple[Any, ...]], toke
                       batch=pb.BatchOp(items=[_batch_item(op) for op in ops]))
 
 
+def check_seq(what: str, seq: int) -> int:
+    """A sequence number as the wire carries it (uint64): protobuf would raise ValueError."""
+    if not isinstance(seq, int) or not 0 <= seq < 1 << 64:
+        raise InvalidArgument(f"{what} is a sequence number from 0 to 2**64 - 1, not {seq!r}")
+    return seq
+
+
 def scan_key(request: pb.Request) -> bytes:
     """The key whose partition holds the start of a scan."""
     kind = keys.KIND_ENTITY if request.scan.start_row else keys.KIND_META
