@@ -12,6 +12,10 @@ setup: $(INSTALLED)
 
 $(INSTALLED): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Stamp needs Python 3.11"'
+	@# libfuse 3 for the power-cut tests' lossy file system (tools/lossyfs); root only.
+	@command -v fusermount3 >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+		&& { apt-get update -qq && apt-get install -y -qq fuse3 >/dev/null; } \
+		|| echo "note: no fusermount3 (package fuse3): the power-cut tests will be skipped"; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test,bench]'
 	touch $@

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from common import durable_fs
 from common.config import HOST
 from common.errors import Unavailable
 
@@ -91,7 +92,7 @@ def spawn(argv: Sequence[str], proc_dir: str | Path, env: dict[str, str] | None 
           ) -> subprocess.Popen[bytes]:
     """Start a server in its own session (so a terminal's ^C does not reach it)."""
     proc_dir = Path(proc_dir)
-    proc_dir.mkdir(parents=True, exist_ok=True)
+    durable_fs.make_dirs(proc_dir)
     with contextlib.suppress(FileNotFoundError):
         (proc_dir / READY_FILE).unlink()
     full_env = dict(os.environ)

@@ -39,8 +39,8 @@ import pysyncobj.syncobj as syncobj_module
 from pysyncobj import SyncObj, SyncObjConf
 from pysyncobj.transport import TCPTransport
 
+from common import durable_fs
 from common.checksums import crc32c
-from common.dirsync import make_dirs
 from common.raft_journal import DurableJournal, fsync_dir
 
 log = logging.getLogger(__name__)
@@ -157,7 +157,7 @@ class DurableReplica(SyncObj):
     def __init__(self, self_address: str, peers: Sequence[str], raft_dir: str | Path,
                  tuning: RaftTuning | None = None) -> None:
         self._raft_dir = Path(raft_dir)
-        make_dirs(self._raft_dir)  # its name durable: the journal lives in it
+        durable_fs.make_dirs(self._raft_dir)
         self._durable_journal = DurableJournal(self._raft_dir / JOURNAL_FILE)
         conf = durable_conf(self._raft_dir, tuning or RaftTuning(), self)
         others = [peer for peer in peers if peer != self_address]

@@ -40,9 +40,8 @@ from pathlib import Path
 
 from pysyncobj.journal import Journal
 
-from common import faults
+from common import durable_fs, faults
 from common.checksums import crc32c
-from common.dirsync import make_dirs
 from common.errors import FaultInjected, StampError
 
 log = logging.getLogger(__name__)
@@ -130,10 +129,11 @@ class DurableJournal(Journal):
     # --- opening and replay ---------------------------------------------------------------
 
     def _open(self) -> int:
-        make_dirs(self._path.parent)
+        durable_fs.make_dirs(self._path.parent)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._rewrite_path())  # an interrupted rewrite; the journal is intact
         fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
+        fsync_dir(self._path.parent)  # the journal's name must be as durable as its entries
         with os.fdopen(os.dup(fd), "rb") as f:
             data = f.read()
         if len(data) < len(MAGIC) and MAGIC.startswith(data):

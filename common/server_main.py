@@ -14,15 +14,14 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
-from common import faults
-from common.dirsync import make_dirs
+from common import durable_fs, faults
 
 GC_YOUNG_THRESHOLD = 50_000
 
 
 def start_process(name: str, directory: Path, level: str = "INFO") -> None:
     """Before the event loop: the process's directory, logging and armed fault points."""
-    make_dirs(directory)  # durable: every file the process keeps lives under it
+    durable_fs.make_dirs(directory)
     # A crash in C (gRPC, uvloop) would otherwise kill the process without a word in its log.
     faulthandler.enable()
     logging.basicConfig(level=level.upper(),

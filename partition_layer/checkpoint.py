@@ -20,11 +20,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from common import faults
 from partition_layer.memtable import Memtable
 from partition_layer.merge import aiter_sync, merge
+from partition_layer.operations import ENTITY_TOKEN_TTL_MS
 from partition_layer.partition_meta import encode_meta
 from partition_layer.run_cache import Run
 from partition_layer.runs import RunInfo, RunWriter
@@ -142,7 +144,9 @@ class Checkpointer:
         writer = RunWriter(p.streams["row"].append, run_id=run_id,
                            block_bytes_target=p.limits.data_block_bytes)
         count = 0
-        async for key, encoded in merge(sources, drop_tombstones=drop_tombstones):
+        expired = int(time.time() * 1000) - ENTITY_TOKEN_TTL_MS  # entity tokens past retries
+        async for key, encoded in merge(sources, drop_tombstones=drop_tombstones,
+                                        tokens_expire_before_ms=expired):
             await writer.add(key, encoded)
             count += 1
             if count % ROWS_PER_YIELD == 0:

@@ -18,7 +18,10 @@ Routing: each call goes to the server the cached map names for its partition nam
 the owner" answer (or an unreachable server) refreshes the map from a PM and retries, until
 `client_timeout_ms`. Only what is safe to repeat is retried after an ambiguous failure (the
 server may have executed it): appends always carry a token — the caller's, or one made here —
-so a retried append is applied once. Errors are the typed exceptions of common/errors.py.
+so a retried append is applied once; so do puts, deletes and batches (one made here), so a
+retry is answered from the first attempt's outcome and never undoes a later write. Reads,
+trims and seals are safe to repeat as they are (a trim or seal only moves forward). Errors are
+the typed exceptions of common/errors.py.
 """
 
 from __future__ import annotations
@@ -47,6 +50,15 @@ from common.loop_thread import LoopThread
 from common.proto import partition_pb2 as pb
 from common.proto import partition_pb2_grpc as pb_grpc
 from common.stamp_file import addresses_of, read_stamp
+from partition_layer.client_requests import (
+    Row,
+    batch_request,
+    check_seq,
+    delete_request,
+    put_request,
+    row_bytes,
+    scan_key,
+)
 from partition_layer.partition_map import PartitionMap
 from partition_layer.requests import route_key
 from partition_layer.session import CallSession
@@ -57,11 +69,6 @@ RETRY_BACKOFF_MIN_S = 0.02
 RETRY_BACKOFF_MAX_S = 0.5
 ATTEMPT_TIMEOUT_S = 10.0
 SUBSCRIBE_ATTEMPT_S = 3600.0
-Row = bytes | str
-
-
-def _row(row: Row) -> bytes:
-    return row.encode() if isinstance(row, str) else bytes(row)
 
 
 class AsyncPartitionClient:
@@ -76,7 +83,7 @@ class AsyncPartitionClient:
         self.map: PartitionMap | None = None
         self.addresses: dict[str, str] = {}
         self._refresh: asyncio.Task[None] | None = None
-        # Automatic append tokens: this client's random prefix and a counter (unique without
+        # Automatic mutation tokens: this client's random prefix and a counter (unique without
         # a uuid4 per append, whose urandom call cost a fifth of a small append's time here).
         self._token_prefix = os.urandom(TOKEN_PREFIX_BYTES).hex()
         self._tokens = itertools.count()
@@ -160,7 +167,7 @@ class AsyncPartitionClient:
         """Send `request` to the owner of its partition name, following map changes; retry
         ambiguous failures only if `idempotent`."""
         key = route_key(request.account, request.pname) if request.pname else \
-            _scan_key(request)
+            scan_key(request)
         deadline = time.monotonic() + self.limits.client_timeout_ms / 1000
         backoff = RETRY_BACKOFF_MIN_S
         while True:
@@ -197,22 +204,28 @@ class AsyncPartitionClient:
                      token: str | None = None) -> int:
         request = pb.Request(account=account, pname=log, append=pb.AppendOp(
             records=[r if type(r) is bytes else bytes(r) for r in records],
-            token=token or f"{self._token_prefix}-{next(self._tokens)}"))
+            token=token or self._token()))
         nbytes = sum(len(r) + 4 for r in records) + 128
         return (await self.call(request, idempotent=True, nbytes=nbytes)).first_seq
+
+    def _token(self) -> str:
+        """A token no other call of any client uses."""
+        return f"{self._token_prefix}-{next(self._tokens)}"
 
     async def read(self, account: str, log: str, from_seq: int, limit: int
                    ) -> list[tuple[int, bytes]]:
         if limit <= 0:
             raise InvalidArgument("a read's limit is positive")
         request = pb.Request(account=account, pname=log,
-                             read=pb.ReadOp(from_seq=from_seq, limit=limit))
+                             read=pb.ReadOp(from_seq=check_seq("from_seq", from_seq),
+                                            limit=min(limit, 2**32 - 1)))
         response = await self.call(request, idempotent=True)
         return [(r.seq, r.data) for r in response.records]
 
     async def trim(self, account: str, log: str, upto_seq: int) -> None:
         await self.call(pb.Request(account=account, pname=log,
-                                   trim=pb.TrimOp(upto_seq=upto_seq)), idempotent=True)
+                                   trim=pb.TrimOp(upto_seq=check_seq("upto_seq", upto_seq))),
+                        idempotent=True)
 
     async def seal(self, account: str, log: str) -> None:
         await self.call(pb.Request(account=account, pname=log, seal=pb.Empty()),
@@ -227,7 +240,7 @@ class AsyncPartitionClient:
                         ) -> AsyncIterator[tuple[int, bytes]]:
         """Records from `from_seq` on as they commit, across partition moves; ends when the
         log is sealed and every record was delivered."""
-        next_seq = from_seq
+        next_seq = check_seq("from_seq", from_seq)
         key = route_key(account, log)
         deadline = time.monotonic() + self.limits.client_timeout_ms / 1000
         while True:
@@ -259,31 +272,26 @@ class AsyncPartitionClient:
 
     async def put(self, account: str, pname: str, row: Row, value: bytes,
                   if_match: str | None = None, if_none_match: str | None = None) -> str:
-        request = pb.Request(account=account, pname=pname, put=pb.PutOp(
-            row=_row(row), value=bytes(value), if_match=if_match or "",
-            if_none_match=_if_none_match(if_none_match)))
-        conditional = bool(if_match or if_none_match)
-        return (await self.call(request, idempotent=not conditional,
-                                nbytes=len(value) + 256)).etag
+        request = put_request(account, pname, row, value, if_match, if_none_match,
+                              self._token())
+        return (await self.call(request, idempotent=True, nbytes=len(value) + 256)).etag
 
     async def get(self, account: str, pname: str, row: Row) -> tuple[bytes, str]:
         response = await self.call(pb.Request(account=account, pname=pname,
-                                              get=pb.GetOp(row=_row(row))), idempotent=True)
+                                              get=pb.GetOp(row=row_bytes(row))),
+                                   idempotent=True)
         return response.value, response.etag
 
     async def delete(self, account: str, pname: str, row: Row,
                      if_match: str | None = None) -> None:
-        await self.call(pb.Request(account=account, pname=pname, delete=pb.DeleteOp(
-            row=_row(row), if_match=if_match or "")), idempotent=False)
+        await self.call(delete_request(account, pname, row, if_match, self._token()),
+                        idempotent=True)
 
     async def batch(self, account: str, pname: str, ops: Sequence[tuple[Any, ...]]
                     ) -> list[str]:
-        items = [_batch_item(op) for op in ops]
-        idempotent = all(i.kind == "put" and not i.if_match and not i.if_none_match
-                         for i in items)
-        response = await self.call(pb.Request(account=account, pname=pname,
-                                              batch=pb.BatchOp(items=items)), idempotent,
-                                   nbytes=sum(len(i.value) + 64 for i in items) + 128)
+        request = batch_request(account, pname, ops, self._token())
+        response = await self.call(request, idempotent=True, nbytes=sum(
+            len(i.value) + 64 for i in request.batch.items) + 128)
         return list(response.etags)
 
     async def scan(self, account: str, start: tuple[str, Row] | None = None,
@@ -291,9 +299,9 @@ class AsyncPartitionClient:
                    ) -> list[tuple[tuple[str, bytes], bytes]]:
         op = pb.ScanOp(limit=limit)
         if start is not None:
-            op.start_pname, op.start_row = start[0], _row(start[1])
+            op.start_pname, op.start_row = start[0], row_bytes(start[1])
         if end is not None:
-            op.has_end, op.end_pname, op.end_row = True, end[0], _row(end[1])
+            op.has_end, op.end_pname, op.end_row = True, end[0], row_bytes(end[1])
         response = await self.call(pb.Request(account=account, scan=op), idempotent=True)
         return [((i.pname, i.row), i.value) for i in response.items]
 
@@ -301,37 +309,6 @@ class AsyncPartitionClient:
         for session in self._sessions.values():
             await session.close()
         await self._channels.close()
-
-
-def _scan_key(request: pb.Request) -> bytes:
-    from partition_layer import keys
-
-    kind = keys.KIND_ROW if request.scan.start_row else keys.KIND_LOG_META
-    return keys.encode_key(request.account, request.scan.start_pname, kind,
-                           request.scan.start_row)
-
-
-def _if_none_match(value: str | None) -> bool:
-    if value in (None, ""):
-        return False
-    if value != "*":
-        raise InvalidArgument('if_none_match is "*" (the row must not exist) or None')
-    return True
-
-
-def _batch_item(op: tuple[Any, ...]) -> pb.BatchItem:
-    if not op or op[0] not in ("put", "delete"):
-        raise InvalidArgument(f"a batch operation is ('put', row, value[, if_match]) or "
-                              f"('delete', row[, if_match]), not {op!r}")
-    if op[0] == "put":
-        if len(op) not in (3, 4):
-            raise InvalidArgument(f"('put', row, value[, if_match]), not {op!r}")
-        return pb.BatchItem(kind="put", row=_row(op[1]), value=bytes(op[2]),
-                            if_match=op[3] if len(op) == 4 and op[3] else "")
-    if len(op) not in (2, 3):
-        raise InvalidArgument(f"('delete', row[, if_match]), not {op!r}")
-    return pb.BatchItem(kind="delete", row=_row(op[1]),
-                        if_match=op[2] if len(op) == 3 and op[2] else "")
 
 
 class PartitionClient:

@@ -11,8 +11,12 @@ order is code-point order. `row` is the last component and is stored raw.
 Contract: for any two tuples a, b (strings compared by their UTF-8 bytes)
 `encode_key(*a) < encode_key(*b)` exactly when `a < b`, and `decode_key(encode_key(*a)) == a`
 (property-tested in tests/unit/test_pl_keys.py). Every key of one partition name shares
-`pname_prefix(account, pname)`; kinds order a log's rows: its meta row, then its tokens, then
-its records.
+`pname_prefix(account, pname)`; kinds order a name's rows: its meta row, then its tokens,
+then its log records or its entities.
+
+A partition name is a log or an entity group, never both (§5): its KIND_META row says which
+(operations.py), and log records and entities have kinds of their own, so no key of one is
+ever a key of the other — an entity whose row is 8 bytes cannot land on a log record.
 """
 
 from __future__ import annotations
@@ -23,9 +27,13 @@ from typing import Any
 
 from common.errors import InvalidArgument
 
-KIND_LOG_META = 0  # one row per log, row=b"": LogMeta (first_seq, next_seq, sealed)
-KIND_TOKEN = 1  # one row per append token, row=token bytes: TokenEntry (first_seq, count)
-KIND_ROW = 2  # user rows: log records (row = seq_row(seq)) and entities
+# Key kinds. Until issue 15 log records and entities shared kind 2, so an entity put could
+# overwrite a log's records. Keys written in that layout are not migrated (no stamp holding
+# data was deployed): such a name reads as a log whose entities are hidden.
+KIND_META = 0  # one row per name, row=b"": LogMeta for a log, the entity-group mark (rows.py)
+KIND_TOKEN = 1  # one row per mutation token, row=token bytes: TokenEntry or EntityToken
+KIND_RECORD = 2  # a log's records: one row per append, row = seq_row(its last record)
+KIND_ENTITY = 3  # an entity group's rows, row = the user's row key
 KIND_MAX = 0xFF
 
 SEQ_BYTES = 8

@@ -6,12 +6,15 @@ yields every key once, with the row of the newest source that has it, ascending.
 are dropped only when `drop_tombstones` (the output replaces every older version: the merge
 includes the bottom-most run, or it is a read). Memory: one pending entry per source.
 
-Log trim (§5 `trim`): a log's KIND_LOG_META row sorts before its tokens and records
-(keys.py). When the merge yields a live meta row it remembers that log's first_seq, and drops
-the log's KIND_ROW records (8-byte rows) with seq < first_seq and its KIND_TOKEN rows whose
-TokenEntry.first_seq < first_seq. Dropping them from a newer run without dropping them from
-older ones is safe: a log's records and tokens are written once and never changed, and reads
-below first_seq fail as trimmed anyway. Only the current log is remembered.
+Log trim (§5 `trim`): a log's KIND_META row sorts before its tokens and records (keys.py).
+When the merge yields a live LogMeta row it remembers that log's first_seq, and drops the
+log's KIND_RECORD rows with seq < first_seq and its KIND_TOKEN rows whose
+TokenEntry.first_seq < first_seq. Entities (KIND_ENTITY) are never dropped by a trim: their
+kind is not a record's. Entity-write tokens (EntityToken) are dropped when written before
+`tokens_expire_before_ms` (None: kept). Dropping rows from a newer run without dropping them
+from older ones is safe: records and tokens are written once and never changed (so only one
+source holds each), and reads below first_seq fail as trimmed anyway. Only the current log
+is remembered.
 """
 
 from __future__ import annotations
@@ -21,7 +24,15 @@ from collections.abc import AsyncIterator, Iterable
 
 from common.errors import Internal, InvalidArgument
 from partition_layer import keys
-from partition_layer.rows import LogMeta, TokenEntry, decode_row, is_tombstone
+from partition_layer.rows import (
+    EntityToken,
+    LogMeta,
+    TokenEntry,
+    decode_row,
+    is_entity_group,
+    is_entity_token,
+    is_tombstone,
+)
 
 
 async def aiter_sync(iterable: Iterable[tuple[bytes, bytes]]
@@ -34,11 +45,12 @@ async def aiter_sync(iterable: Iterable[tuple[bytes, bytes]]
 class _Trim:
     """The trim point of the log whose rows the merge is passing."""
 
-    __slots__ = ("first_seq", "prefix")
+    __slots__ = ("first_seq", "prefix", "tokens_expire_before_ms")
 
-    def __init__(self) -> None:
+    def __init__(self, tokens_expire_before_ms: int | None) -> None:
         self.prefix: bytes | None = None
         self.first_seq = 0
+        self.tokens_expire_before_ms = tokens_expire_before_ms
 
     def keep(self, key: bytes, row: bytes) -> bool:
         """Whether the merged row at `key` survives the trim; remembers meta rows."""
@@ -47,17 +59,24 @@ class _Trim:
         except InvalidArgument as exc:
             raise Internal(f"merge met a malformed key: {exc}") from exc
         kind = key[at]
-        if kind == keys.KIND_LOG_META:
+        if kind == keys.KIND_META:
             self.prefix = None
             if not is_tombstone(row):
                 value = decode_row(row).value
-                if value is not None:
+                if value is not None and not is_entity_group(value):
                     self.prefix, self.first_seq = key[:at], LogMeta.decode(value).first_seq
             return True
+        if kind == keys.KIND_TOKEN and not is_tombstone(row):
+            value = decode_row(row).value
+            if value is not None and is_entity_token(value):
+                expire = self.tokens_expire_before_ms
+                return expire is None or EntityToken.decode(value).written_at_ms >= expire
         if self.prefix is None or self.first_seq == 0 or not key.startswith(self.prefix) \
                 or len(self.prefix) != at:
             return True
-        if kind == keys.KIND_ROW:
+        if kind == keys.KIND_RECORD:
+            # A record's row is always 8 bytes; the length check only keeps a malformed key
+            # from stopping the merge.
             return len(key) - at - 1 != keys.SEQ_BYTES or keys.row_seq(key[at + 1:]) >= \
                 self.first_seq
         if kind == keys.KIND_TOKEN and not is_tombstone(row):
@@ -67,7 +86,8 @@ class _Trim:
 
 
 async def merge(sources: list[AsyncIterator[tuple[bytes, bytes]]], *,
-                drop_tombstones: bool) -> AsyncIterator[tuple[bytes, bytes]]:
+                drop_tombstones: bool, tokens_expire_before_ms: int | None = None
+                ) -> AsyncIterator[tuple[bytes, bytes]]:
     # Heap entries (key, source number, row): on equal keys the lowest number (newest) wins.
     heap: list[tuple[bytes, int, bytes]] = []
     last: list[bytes | None] = [None] * len(sources)
@@ -85,7 +105,7 @@ async def merge(sources: list[AsyncIterator[tuple[bytes, bytes]]], *,
 
     for n in range(len(sources)):
         await advance(n)
-    trim = _Trim()
+    trim = _Trim(tokens_expire_before_ms)
     while heap:
         key, n, row = heapq.heappop(heap)
         await advance(n)

@@ -6,9 +6,14 @@ operation seeing the writes of the ones before it (`Overlay`).
 Contract: `apply(view, lsn)` either raises a StampError and writes nothing, or returns
 (result, mutations) where every mutated row carries `version=lsn` — so an ETag changes with
 every write of its row, and replaying the commit log rebuilds exactly the same rows.
-A log's rows: one KIND_LOG_META row (first_seq, next_seq, sealed), one KIND_TOKEN row per
-append token, and one KIND_ROW row per append, keyed by the sequence number of its last
-record (record_batch.py).
+A name is a log or an entity group, never both (§5), fixed by its first write: its
+KIND_META row holds LogMeta or the ENTITY_GROUP mark, and an operation of the other kind is
+refused with InvalidArgument, writing nothing. A log's rows: its KIND_META row (first_seq,
+next_seq, sealed), one KIND_TOKEN row per append token, and one KIND_RECORD row per append,
+keyed by the sequence number of its last record (record_batch.py). An entity group's rows:
+its KIND_META mark, one KIND_ENTITY row per entity, and one KIND_TOKEN row per entity write
+that carried a token (EntityToken: a retry is answered from it, §5; merges drop it after
+ENTITY_TOKEN_TTL_MS).
 """
 
 from __future__ import annotations
@@ -26,10 +31,23 @@ from common.errors import (
 )
 from partition_layer import keys
 from partition_layer.record_batch import encode_records
-from partition_layer.rows import BlobRef, LogMeta, Row, TokenEntry, etag_of
+from partition_layer.rows import (
+    ENTITY_GROUP,
+    BlobRef,
+    EntityToken,
+    LogMeta,
+    Row,
+    TokenEntry,
+    etag_of,
+    is_entity_group,
+    is_entity_token,
+)
 
 Mutation = tuple[bytes, Row]
 T = TypeVar("T")
+# How long an entity write's token answers retries: far past any client's retry window
+# (PartitionLimits.client_timeout_ms, 30 s by default), so a retry never outlives its token.
+ENTITY_TOKEN_TTL_MS = 600_000
 
 
 class _computed_once(Generic[T]):
@@ -78,18 +96,41 @@ class Overlay:
             self._written[key] = None if row.tombstone else row
 
 
-def log_meta(view: RowView, key: bytes) -> LogMeta:
-    """The state of the log whose KIND_LOG_META row is at `key`."""
-    row = view.row(key)
-    return EMPTY_LOG if row is None or row.value is None else LogMeta.decode(row.value)
+def log_meta_of(row: Row | None, pname: str) -> LogMeta:
+    """The state of log `pname` from its KIND_META row (None: a name never written, an empty
+    log); InvalidArgument when the name is an entity group."""
+    if row is None or row.value is None:
+        return EMPTY_LOG
+    if is_entity_group(row.value):
+        raise InvalidArgument(f"{pname!r} is an entity group, not a log")
+    return LogMeta.decode(row.value)
 
 
-def meta_key(account: str, log: str) -> bytes:
-    return keys.encode_key(account, log, keys.KIND_LOG_META, b"")
+def check_entity_group(row: Row | None, pname: str) -> None:
+    """Refuse an entity operation on a name whose KIND_META row makes it a log."""
+    if row is not None and row.value is not None and not is_entity_group(row.value):
+        raise InvalidArgument(f"{pname!r} is a log, not an entity group")
+
+
+def log_meta(view: RowView, key: bytes, pname: str = "") -> LogMeta:
+    """The state of the log whose KIND_META row is at `key`."""
+    return log_meta_of(view.row(key), pname)
+
+
+def meta_key(account: str, pname: str) -> bytes:
+    return keys.encode_key(account, pname, keys.KIND_META, b"")
 
 
 def record_key(account: str, log: str, seq: int) -> bytes:
-    return keys.encode_key(account, log, keys.KIND_ROW, keys.seq_row(seq))
+    return keys.encode_key(account, log, keys.KIND_RECORD, keys.seq_row(seq))
+
+
+def entity_key(account: str, group: str, row: bytes) -> bytes:
+    return keys.encode_key(account, group, keys.KIND_ENTITY, row)
+
+
+def token_key(account: str, pname: str, token: str) -> bytes:
+    return keys.encode_key(account, pname, keys.KIND_TOKEN, token.encode())
 
 
 @dataclass(frozen=True)
@@ -103,7 +144,7 @@ class Operation:
 
     @_computed_once
     def log_meta_key(self) -> bytes:
-        """The key of its partition name's KIND_LOG_META row (computed once: an operation
+        """The key of its partition name's KIND_META row (computed once: an operation
         looks it up, reads it and writes it, on the hot path of every append)."""
         return meta_key(self.account, self.pname)
 
@@ -142,13 +183,13 @@ class LogAppend(Operation):
 
     @_computed_once
     def token_key(self) -> bytes:
-        return keys.encode_key(self.account, self.pname, keys.KIND_TOKEN, self.token.encode())
+        return token_key(self.account, self.pname, self.token)
 
     def reads(self) -> list[bytes]:
         return [self.log_meta_key, self.token_key] if self.token else [self.log_meta_key]
 
     def apply(self, view: RowView, lsn: int) -> tuple[int, list[Mutation]]:
-        meta = log_meta(view, self.log_meta_key)
+        meta = log_meta(view, self.log_meta_key, self.pname)
         if self.token:
             seen = view.row(self.token_key)
             if seen is not None and seen.value is not None:
@@ -182,7 +223,7 @@ class LogTrim(Operation):
         return [self.log_meta_key]
 
     def apply(self, view: RowView, lsn: int) -> tuple[None, list[Mutation]]:
-        meta = log_meta(view, self.log_meta_key)
+        meta = log_meta(view, self.log_meta_key, self.pname)
         if self.upto_seq > meta.next_seq:
             raise OutOfRange(f"log {self.pname!r} ends at {meta.next_seq}: cannot trim up to "
                              f"{self.upto_seq}")
@@ -204,7 +245,7 @@ class LogSeal(Operation):
         return True  # subscribers learn that nothing more will come
 
     def apply(self, view: RowView, lsn: int) -> tuple[None, list[Mutation]]:
-        meta = log_meta(view, self.log_meta_key)
+        meta = log_meta(view, self.log_meta_key, self.pname)
         if meta.sealed:
             return None, []
         sealed = LogMeta(meta.first_seq, meta.next_seq, True)
@@ -244,17 +285,33 @@ class Write:
 
 @dataclass(frozen=True)
 class EntityWrite(Operation):
-    """put, delete, or batch: several writes to one partition name, all or none."""
+    """put, delete, or batch: several writes to one entity group, all or none. With a
+    `token`, a retry of a write that committed is answered from its EntityToken (the ETags
+    it gave) and writes nothing: a retried put cannot undo a later write. `written_at_ms`
+    (the server's wall clock when it was received) dates the token for its expiry."""
 
     writes: tuple[Write, ...] = field(default_factory=tuple)
+    token: str = ""
+    written_at_ms: int = 0
 
     def key(self, write: Write) -> bytes:
-        return keys.encode_key(self.account, self.pname, keys.KIND_ROW, write.row)
+        return entity_key(self.account, self.pname, write.row)
+
+    @_computed_once
+    def token_key(self) -> bytes:
+        return token_key(self.account, self.pname, self.token)
 
     def reads(self) -> list[bytes]:
-        return [self.key(w) for w in self.writes]
+        reads = [self.log_meta_key, *(self.key(w) for w in self.writes)]
+        return [*reads, self.token_key] if self.token else reads
 
     def apply(self, view: RowView, lsn: int) -> tuple[list[str], list[Mutation]]:
+        meta = view.row(self.log_meta_key)
+        check_entity_group(meta, self.pname)
+        if self.token:
+            seen = view.row(self.token_key)
+            if seen is not None and seen.value is not None:
+                return self._retried(seen.value), []
         written: dict[bytes, Row | None] = {}
         mutations: list[Mutation] = []
         etags: list[str] = []
@@ -266,7 +323,23 @@ class EntityWrite(Operation):
             written[key] = None if row.tombstone else row
             mutations.append((key, row))
             etags.append("" if row.tombstone else etag_of(lsn))
+        if meta is None:  # the name's first write makes it an entity group for good
+            mutations.append((self.log_meta_key, Row(lsn, value=ENTITY_GROUP)))
+        if self.token:
+            puts = tuple(w.kind == "put" for w in self.writes)
+            entry = EntityToken(lsn, self.written_at_ms, puts)
+            mutations.append((self.token_key, Row(lsn, value=entry.encode())))
         return etags, mutations
+
+    def _retried(self, value: bytes) -> list[str]:
+        """The answer the first attempt with this token got."""
+        puts = tuple(w.kind == "put" for w in self.writes)
+        if not is_entity_token(value):
+            raise InvalidArgument(f"token {self.token!r} was used for an append")
+        entry = EntityToken.decode(value)
+        if entry.puts != puts:
+            raise InvalidArgument(f"token {self.token!r} was used for another write")
+        return [etag_of(entry.version) if put else "" for put in entry.puts]
 
 
 def validate_writes(writes: Iterable[Write]) -> None:

@@ -43,7 +43,7 @@ from partition_layer.commit_log import CommitOp, Replayer, decode_batch
 from partition_layer.committer import GroupCommitter
 from partition_layer.memtable import Memtable
 from partition_layer.merge import aiter_sync, merge
-from partition_layer.operations import EMPTY_LOG, Operation, meta_key
+from partition_layer.operations import Operation, log_meta_of, meta_key
 from partition_layer.partition_meta import PartitionMeta, decode_meta
 from partition_layer.record_batch import decode_records
 from partition_layer.rows import BlobRef, LogMeta, Row, decode_row
@@ -267,10 +267,7 @@ class RangePartition:
         return rows, more
 
     async def log_state(self, account: str, pname: str) -> LogMeta:
-        row = await self.get_row(meta_key(account, pname))
-        if row is None or row.value is None:
-            return EMPTY_LOG
-        return LogMeta.decode(row.value)
+        return log_meta_of(await self.get_row(meta_key(account, pname)), pname)
 
     async def read_log(self, account: str, pname: str, from_seq: int, limit: int
                        ) -> tuple[list[tuple[int, bytes]], LogMeta]:
@@ -286,8 +283,8 @@ class RangePartition:
         # after from_seq holds it; read rows until `end` is covered or the byte budget is.
         records: list[tuple[int, bytes]] = []
         budget = self.limits.read_bytes_max
-        start = keys.encode_key(account, pname, keys.KIND_ROW, keys.seq_row(from_seq))
-        stop = keys.prefix_end(keys.kind_prefix(account, pname, keys.KIND_ROW))
+        start = keys.encode_key(account, pname, keys.KIND_RECORD, keys.seq_row(from_seq))
+        stop = keys.prefix_end(keys.kind_prefix(account, pname, keys.KIND_RECORD))
         while from_seq + len(records) < end and budget > 0:
             rows, more = await self.scan(start, stop, SCAN_ROWS_PER_READ)
             batches = await self._record_batches(rows, end, budget)
@@ -384,7 +381,7 @@ class RangePartition:
     # ---- load report for heartbeats ---------------------------------------------------------
 
     def load_report(self) -> dict[str, Any]:
-        window = self.stats.take()
+        window = self.stats.figures()
         checkpointed = sum(r.info.data_bytes for r in self.readers)
         memtable = self.memtable.nbytes + (self.frozen.nbytes if self.frozen else 0)
         return {**window, "size_bytes": checkpointed + memtable, "memtable_bytes": memtable,

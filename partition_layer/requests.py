@@ -8,6 +8,7 @@ the partition map and ask again".
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 
 from common.config import PartitionLimits
@@ -21,6 +22,9 @@ from partition_layer.operations import (
     LogSeal,
     LogTrim,
     Write,
+    check_entity_group,
+    entity_key,
+    meta_key,
     validate_writes,
 )
 from partition_layer.partition import RangePartition
@@ -35,7 +39,7 @@ Finder = Callable[[bytes], RangePartition]
 
 def route_key(account: str, pname: str) -> bytes:
     """The key a partition name is routed by: all of a name's rows share one partition."""
-    return keys.encode_key(account, pname, keys.KIND_LOG_META, b"")
+    return meta_key(account, pname)
 
 
 async def handle(request: pb.Request, find: Finder, limits: PartitionLimits) -> pb.Response:
@@ -135,17 +139,18 @@ async def _dispatch(request: pb.Request, response: pb.Response, find: Finder,
     elif op == "get":
         partition.check_serving()
         _check_row(request.get.row, limits)
-        row = await partition.get_row(keys.encode_key(account, pname, keys.KIND_ROW,
-                                                      request.get.row))
+        check_entity_group(await partition.get_row(meta_key(account, pname)), pname)
+        row = await partition.get_row(entity_key(account, pname, request.get.row))
         if row is None:
             raise NotFound(f"no row {request.get.row!r} in {pname!r}")
         response.value = await _value(partition, row)
         response.etag = etag_of(row.version)
     else:
         writes = await _writes(request, op, partition, limits)
-        etags = await partition.submit(EntityWrite(account, pname, tuple(writes)),
-                                       sum(len(w.value or b"") + len(w.row) + 64
-                                           for w in writes))
+        _check_token(request.token)
+        etags = await partition.submit(
+            EntityWrite(account, pname, tuple(writes), request.token, int(time.time() * 1000)),
+            sum(len(w.value or b"") + len(w.row) + 64 for w in writes))
         if op == "batch":
             response.etags.extend(etags)
         else:
@@ -161,6 +166,10 @@ def _check_append(records: Sequence[bytes], token: str, limits: PartitionLimits)
         raise InvalidArgument(f"a record has at most {limits.record_bytes_max} bytes")
     if sum(len(r) for r in records) > limits.append_bytes_max:
         raise InvalidArgument(f"an append carries at most {limits.append_bytes_max} bytes")
+    _check_token(token)
+
+
+def _check_token(token: str) -> None:
     if len(token.encode()) > TOKEN_BYTES_MAX:
         raise InvalidArgument(f"a token has at most {TOKEN_BYTES_MAX} bytes")
 
@@ -215,11 +224,10 @@ async def _scan(request: pb.Request, response: pb.Response, find: Finder,
     if not request.account:
         raise InvalidArgument("a scan names its account")
     limit = min(scan.limit or limits.scan_rows_max, limits.scan_rows_max)
-    start = keys.encode_key(request.account, scan.start_pname, keys.KIND_LOG_META,
-                            b"") if not scan.start_row else keys.encode_key(
-        request.account, scan.start_pname, keys.KIND_ROW, scan.start_row)
+    start = meta_key(request.account, scan.start_pname) if not scan.start_row else \
+        entity_key(request.account, scan.start_pname, scan.start_row)
     account_end = keys.prefix_end(keys.account_prefix(request.account))
-    end = (keys.encode_key(request.account, scan.end_pname, keys.KIND_ROW, scan.end_row)
+    end = (entity_key(request.account, scan.end_pname, scan.end_row)
            if scan.has_end else account_end)
     partition = find(start)
     partition.check_serving()
@@ -229,8 +237,8 @@ async def _scan(request: pb.Request, response: pb.Response, find: Finder,
         rows, more = await partition.scan(start, end, limit - len(response.items))
         for key, row in rows:
             _account, pname, kind, row_key = keys.decode_key(key)
-            if kind != keys.KIND_ROW:
-                continue  # a log's bookkeeping rows are not user rows
+            if kind != keys.KIND_ENTITY:
+                continue  # bookkeeping rows and log records are not entities
             response.items.append(pb.ScanItem(pname=pname, row=row_key,
                                               value=await _value(partition, row),
                                               etag=etag_of(row.version)))

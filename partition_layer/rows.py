@@ -11,8 +11,10 @@ Encoding (little-endian): `u8 tag, u64 version`, then by tag
 The tag is the first byte so `is_tombstone` and `row_version` need not decode the rest.
 
 Contract: `decode_row(encode_row(r)) == r`; a malformed buffer raises Internal, never
-yields a wrong row. LogMeta and TokenEntry are the values of a log's KIND_LOG_META and
-KIND_TOKEN rows (keys.py).
+yields a wrong row. The values of a name's bookkeeping rows (keys.py) start with a format
+byte that says what they are: a KIND_META row holds LogMeta (a log) or ENTITY_GROUP (an
+entity group); a KIND_TOKEN row holds TokenEntry (an append's) or EntityToken (an entity
+write's).
 """
 
 from __future__ import annotations
@@ -31,8 +33,11 @@ _HEAD = struct.Struct("<BQ")
 _BLOB = struct.Struct("<QQIQ")
 _LOG_META = struct.Struct("<BQQB")
 _TOKEN = struct.Struct("<BQQ")
+_ENTITY_TOKEN = struct.Struct("<BQQH")
 _LOG_META_FORMAT = 1
+_ENTITY_GROUP_FORMAT = 2
 _TOKEN_FORMAT = 1
+_ENTITY_TOKEN_FORMAT = 2
 _U64_MAX = (1 << 64) - 1
 
 
@@ -128,6 +133,14 @@ class LogMeta:
         return cls(first, nxt, bool(sealed))
 
 
+ENTITY_GROUP = bytes((_ENTITY_GROUP_FORMAT,))
+"""The value of an entity group's KIND_META row: the name holds entities, not a log."""
+
+
+def is_entity_group(value: bytes) -> bool:
+    return value == ENTITY_GROUP
+
+
 @dataclass(frozen=True, slots=True)
 class TokenEntry:
     """What an append with a token got: records [first_seq, first_seq + count)."""
@@ -146,6 +159,37 @@ class TokenEntry:
         if fmt != _TOKEN_FORMAT:
             raise Internal(f"token entry of unknown format {fmt}")
         return cls(first, count)
+
+
+@dataclass(frozen=True, slots=True)
+class EntityToken:
+    """What an entity write (put, delete, batch) with a token did: it committed at `version`
+    (so a put's ETag is etag_of(version)); `puts` says which of its items were puts (the
+    others were deletes, whose ETag is ""). `written_at_ms` (wall clock) lets merges drop it
+    once no client can still be retrying (operations.ENTITY_TOKEN_TTL_MS)."""
+
+    version: int
+    written_at_ms: int
+    puts: tuple[bool, ...]
+
+    def encode(self) -> bytes:
+        return _ENTITY_TOKEN.pack(_ENTITY_TOKEN_FORMAT, self.version, self.written_at_ms,
+                                  len(self.puts)) + bytes(self.puts)
+
+    @classmethod
+    def decode(cls, b: bytes) -> EntityToken:
+        if len(b) < _ENTITY_TOKEN.size:
+            raise Internal(f"entity token of {len(b)} bytes is shorter than its header")
+        fmt, version, written_at_ms, count = _ENTITY_TOKEN.unpack_from(b)
+        flags = b[_ENTITY_TOKEN.size:]
+        if fmt != _ENTITY_TOKEN_FORMAT or len(flags) != count or any(f > 1 for f in flags):
+            raise Internal(f"malformed entity token {bytes(b).hex()}")
+        return cls(version, written_at_ms, tuple(bool(f) for f in flags))
+
+
+def is_entity_token(value: bytes) -> bool:
+    """Whether a KIND_TOKEN row's value is an EntityToken (else a TokenEntry)."""
+    return value[:1] == bytes((_ENTITY_TOKEN_FORMAT,))
 
 
 def encode_log_meta(meta: LogMeta) -> bytes:

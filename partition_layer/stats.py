@@ -1,47 +1,78 @@
 """A partition's load as the PM sees it (§4 heartbeats): operations and bytes per second and
-latency percentiles over the last heartbeat interval. Bounded: a fixed reservoir of samples."""
+latency percentiles over a sliding window of the last `window_s` seconds.
+
+Contract: `figures()` only reads. Heartbeats to the PM and the Status RPC (`stamp partition
+ls`) both read the same figures, and neither erases what the other, or the PM's balancing
+pass, will see (issue 15 hole 9: a reading that reset the window stole the PM's figures).
+Time comes from an injected clock. Bounded: the window is `WINDOW_BUCKETS` buckets, each
+with a fixed reservoir of latency samples.
+"""
 
 from __future__ import annotations
 
 import random
 import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 LATENCY_SAMPLES_MAX = 2048
+# The PM's balancing pass looks every few seconds (§4: 15 s in the paper); heartbeats come
+# every second: a window of 15 s is what the pass balances on.
+WINDOW_S = 15.0
+WINDOW_BUCKETS = 15
+
+
+@dataclass(slots=True)
+class _Bucket:
+    started: float
+    ops: int = 0
+    nbytes: int = 0
+    seen: int = 0
+    latencies: list[float] = field(default_factory=list)
 
 
 class LoadStats:
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic,
+                 window_s: float = WINDOW_S) -> None:
+        self._clock = clock
+        self._window_s = window_s
+        self._bucket_s = window_s / WINDOW_BUCKETS
+        self._samples_per_bucket = max(1, LATENCY_SAMPLES_MAX // WINDOW_BUCKETS)
+        self._started = clock()
+        self._buckets: deque[_Bucket] = deque()
         self._random = random.Random(0)
-        self._reset()
-
-    def _reset(self) -> None:
-        self._started = time.monotonic()
-        self._ops = 0
-        self._bytes = 0
-        self._latencies: list[float] = []
-        self._seen = 0
 
     def record(self, nbytes: int, seconds: float) -> None:
-        self._ops += 1
-        self._bytes += nbytes
-        self._seen += 1
+        now = self._clock()
+        if not self._buckets or now - self._buckets[-1].started >= self._bucket_s:
+            self._buckets.append(_Bucket(now))
+            while self._buckets and now - self._buckets[0].started >= self._window_s \
+                    + self._bucket_s:
+                self._buckets.popleft()  # wholly outside any window figures() can ask for
+        bucket = self._buckets[-1]
+        bucket.ops += 1
+        bucket.nbytes += nbytes
+        bucket.seen += 1
         # Reservoir sampling keeps percentiles honest at any rate in bounded memory.
-        if len(self._latencies) < LATENCY_SAMPLES_MAX:
-            self._latencies.append(seconds)
+        if len(bucket.latencies) < self._samples_per_bucket:
+            bucket.latencies.append(seconds)
         else:
-            slot = self._random.randrange(self._seen)
-            if slot < LATENCY_SAMPLES_MAX:
-                self._latencies[slot] = seconds
+            slot = self._random.randrange(bucket.seen)
+            if slot < self._samples_per_bucket:
+                bucket.latencies[slot] = seconds
 
-    def take(self) -> dict[str, float]:
-        """The window's rates and percentiles; starts the next window."""
-        now = time.monotonic()
-        elapsed = max(now - self._started, 1e-6)
-        ordered = sorted(self._latencies)
+    def figures(self) -> dict[str, float]:
+        """Rates and latency percentiles over the last `window_s` seconds (or since the
+        partition started serving, if that is shorter). Changes nothing."""
+        now = self._clock()
+        since = max(now - self._window_s, self._started)
+        elapsed = max(now - since, 1e-6)
+        recent = [b for b in self._buckets if b.started >= since]
+        ordered = sorted(x for b in recent for x in b.latencies)
 
         def pct(p: float) -> float:
             return ordered[min(len(ordered) - 1, int(p * len(ordered)))] * 1000 if ordered else 0.0
-        window = {"ops_per_s": self._ops / elapsed, "bytes_per_s": self._bytes / elapsed,
-                  "p50_ms": pct(0.50), "p99_ms": pct(0.99)}
-        self._reset()
-        return window
+        return {"ops_per_s": sum(b.ops for b in recent) / elapsed,
+                "bytes_per_s": sum(b.nbytes for b in recent) / elapsed,
+                "p50_ms": pct(0.50), "p99_ms": pct(0.99)}

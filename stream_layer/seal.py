@@ -9,6 +9,16 @@ can be acknowledged past it afterwards (it would need this replica). A replica t
 holds only unacknowledged bytes past the seal, which it truncates; one that is behind (it
 missed appends while unreachable) is synced up to the length from a peer.
 
+Why more than one answer: the smallest length among the replicas that answered may hold bytes
+no other replica has (a primary journals an append before its secondaries have it). Decided
+from one replica alone, the sealed length could be held by that replica only, and its loss
+would leave a sealed length no survivor can serve: the stream stuck, acknowledged appends
+unreadable. So a seal is decided only when `seal_quorum` replicas answer (two of three): each
+of them holds at least the smallest of their lengths, so the sealed length survives the loss
+of any one replica. With fewer answers the seal waits (raises Unavailable; callers retry)
+rather than guess. A replica already sealed fixes the length on its own: that seal was
+decided under the same rule.
+
 `decide_seal_length` is the pure decision; `seal_extent` does the RPCs around it. The stream
 manager (and, until it exists, tools and tests) drive it.
 """
@@ -26,34 +36,52 @@ from stream_layer.extent_client import AsyncExtentClient
 log = logging.getLogger(__name__)
 
 
+# A sealed length must survive the loss of this many replicas (§8 invariant 1: "the loss of
+# any one node at any moment").
+SEAL_LOSSES_SURVIVED = 1
+
+
 @dataclass(frozen=True)
 class ReplicaLength:
     length: int
     sealed: bool
 
 
+def seal_quorum(replicas: int) -> int:
+    """How many replicas must answer before a seal is decided: enough that the sealed length
+    is held by one more replica than the losses it must survive (2 of 3; all of a smaller
+    extent, which cannot do better)."""
+    return min(replicas, SEAL_LOSSES_SURVIVED + 1)
+
+
 def decide_seal_length(replies: Mapping[str, ReplicaLength | None]) -> int:
     """The length to seal at, from each replica's reply (None: unreachable).
 
     A replica already sealed fixes the length (a seal is never redone at another length);
-    otherwise the smallest commit length of the reachable replicas.
+    otherwise the smallest commit length of the replicas that answered, provided at least
+    `seal_quorum(len(replies))` did — else Unavailable: wait until enough answer.
     """
     reachable = {a: r for a, r in replies.items() if r is not None}
-    if not reachable:
-        raise Unavailable(f"no replica of {sorted(replies)} is reachable: cannot seal")
     sealed = {r.length for r in reachable.values() if r.sealed}
     if len(sealed) > 1:
         raise AssertionError(f"replicas sealed at different lengths: {reachable}")
     if sealed:
         return sealed.pop()
+    needed = seal_quorum(len(replies))
+    if len(reachable) < needed or not reachable:
+        raise Unavailable(f"{len(reachable)} of the {len(replies)} replicas "
+                          f"{sorted(replies)} answered; a seal needs {needed}, so that its "
+                          f"length survives the loss of any one: cannot seal yet")
     return min(r.length for r in reachable.values())
 
 
 async def fence_extent(client: AsyncExtentClient, extent_id: int, replicas: Sequence[str],
                        timeout_s: float = 2.0) -> tuple[int, list[str]]:
     """Phase one: fence every reachable replica and decide the sealed length. Returns (length,
-    sources): the replicas that hold at least that much. From here on no append can be
-    acknowledged on the extent, so the length is final and may be recorded before phase two.
+    sources): the replicas that hold at least that much (at least `seal_quorum` of them, or
+    one already sealed). From here on no append can be acknowledged on the extent, so the
+    length is final and may be recorded before phase two. Raises Unavailable when too few
+    replicas answer; the replicas that did stay fenced, so a retry finds the same lengths.
     """
     async def ask(address: str) -> ReplicaLength | None:
         try:

@@ -26,6 +26,11 @@ from common.config import (
 from tools.local_stamp import LocalStamp
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--cuts", type=int, default=20,
+                     help="power cuts the long power-cut test makes (default 20)")
+
+
 def stamp_config(extent_nodes: int, stream_managers: int = 0,
                  extent_node: dict[str, int] | None = None,
                  stream_manager: dict[str, int] | None = None,

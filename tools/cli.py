@@ -8,20 +8,29 @@ Stamp error prints one line, `stamp: error: ...`, and exits 1 — never a traceb
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
 import sys
+from typing import NoReturn
 
 from common.errors import StampError
 
 DEFAULT_DATA_DIR = os.environ.get("STAMP_DATA_DIR", "stamp-data")
 
 
+class _Parser(argparse.ArgumentParser):
+    """A usage mistake is one line on stderr, exit 2 (subcommands inherit the class)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} -h')\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from tools import cmd_bench, cmd_extent, cmd_lock, cmd_partition, cmd_stamp, cmd_stream
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="stamp",
         description="Stamp: a layered, strongly consistent storage service. Start a local "
                     "stamp with 'stamp up', look at it with 'stamp status', stop it with "
@@ -54,6 +63,13 @@ def main(argv: list[str] | None = None) -> None:
         code = args.handler(args)
     except StampError as exc:
         print(f"stamp: error: {exc}", file=sys.stderr)
+        code = 1
+    except OSError as exc:  # a file the user named: missing, unreadable, not a directory
+        print(f"stamp: error: {exc}", file=sys.stderr)
+        code = 1
+    except json.JSONDecodeError as exc:  # stamp.json damaged by hand or by a full disk
+        print(f"stamp: error: {args.data_dir}/stamp.json is not valid JSON: {exc}",
+              file=sys.stderr)
         code = 1
     except KeyboardInterrupt:
         print("stamp: interrupted", file=sys.stderr)

@@ -59,7 +59,7 @@ def _log_append(args: argparse.Namespace) -> Rows:
 def _partition_load(args: argparse.Namespace) -> Rows:
     from tools.bench.partition import run_partition_load
 
-    return run_partition_load(sizes_mb=(args.small_mb, args.large_mb),
+    return run_partition_load(sizes_mb=args.sizes_mb, tail_mb=args.tail_mb,
                               trials=min(args.trials, 5), progress=_progress(args))
 
 
@@ -73,8 +73,9 @@ BENCHES: dict[str, tuple[str, Callable[[argparse.Namespace], Rows]]] = {
     "extent-append": ("3-way replicated appends to one extent: 4 KiB with 1/8/32 appenders, "
                       "1 MiB blocks, and the disk's own 4 KiB append+fsync rate",
                       _extent_append),
-    "seal": ("seal and continue: a failed append on a SIGKILLed extent node to the next "
-             "acknowledged append on a new extent (p50/p99 over --trials kills)", _seal),
+    "seal": ("seal and continue: SIGKILL (then SIGSTOP) of the primary extent node -> first "
+             "acknowledged append on a new extent, detection included (p50/p99 over --trials "
+             "of each)", _seal),
     "stream-append": ("appends through the stream client with small extents (many "
                       "rollovers), against one extent through the extent client",
                       _stream_append),
@@ -85,8 +86,10 @@ BENCHES: dict[str, tuple[str, Callable[[argparse.Namespace], Rows]]] = {
            "an extent replicated, erasure-coded, and coded with 3 fragments lost", _ec),
     "log-append": ("log appends of 1 KiB records through the partition layer: 1/8/32 "
                    "appenders, single records and batches of 100", _log_append),
-    "partition-load": ("time to load a partition with --small-mb vs --large-mb of "
-                       "checkpointed data (target ratio <= 1.5)", _partition_load),
+    "partition-load": ("SIGKILL the PS of a partition of each of --sizes-mb, with a "
+                       "--tail-mb commit log tail -> first read of a random old key answered "
+                       "by the new owner (--trials, at most 5; target ratio <= 1.5, p50 <= "
+                       "3 s)", _partition_load),
     "ps-failover": ("SIGKILL the partition server of a log -> first acknowledged append on "
                     "the new owner (--trials, at most 10)", _ps_failover),
 }
@@ -102,11 +105,31 @@ def register(commands: Any) -> None:
                        help="how long each measured phase runs (default 5)")
     bench.add_argument("--trials", type=int, default=20,
                        help="trials of a kill-and-measure bench (default 20)")
-    bench.add_argument("--small-mb", type=int, default=10,
-                       help="partition-load: the small partition's size (default 10)")
-    bench.add_argument("--large-mb", type=int, default=1000,
-                       help="partition-load: the large partition's size (default 1000)")
+    bench.add_argument("--sizes-mb", type=_sizes_mb, default=(10, 1000),
+                       help="partition-load: partition sizes in MB, ascending, comma "
+                            "separated; the ratio compares the last with the first "
+                            "(default 10,1000)")
+    bench.add_argument("--tail-mb", type=_positive_int, default=4,
+                       help="partition-load: MB written after the last checkpoint, replayed "
+                            "by each new owner (default 4)")
     bench.set_defaults(handler=cmd_bench)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{value} is not positive")
+    return value
+
+
+def _sizes_mb(text: str) -> tuple[int, ...]:
+    sizes = tuple(_positive_int(part.strip()) for part in text.split(","))
+    if list(sizes) != sorted(set(sizes)):
+        raise argparse.ArgumentTypeError(f"{text!r}: sizes must be ascending and distinct")
+    return sizes
 
 
 def _progress(args: argparse.Namespace) -> Callable[[str], None]:

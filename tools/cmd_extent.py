@@ -8,6 +8,7 @@ from typing import Any
 
 from common.errors import NotFound, StampError
 from stream_layer import framing
+from tools import cli_checks
 from tools.local_stamp import LocalStamp
 
 
@@ -26,26 +27,32 @@ def register(commands: Any) -> None:
 
     read = sub.add_parser("read", help="print the blocks of an extent from one replica")
     read.add_argument("extent_id", type=_extent_id, help="extent id (decimal or 0x...)")
-    read.add_argument("--node", help="replica to read from (default: the first that has it)")
-    read.add_argument("--offset", type=int, default=0)
-    read.add_argument("--length", type=int, default=1 << 20)
+    read.add_argument("--node", type=cli_checks.name,
+                      help="replica to read from (default: the first that has it)")
+    read.add_argument("--offset", type=cli_checks.byte_offset, default=0)
+    read.add_argument("--length", type=cli_checks.byte_length, default=1 << 20)
     read.set_defaults(handler=cmd_read)
 
     ec = sub.add_parser("ec", help="erasure-code a sealed extent (RS k+m fragments on k+m "
                                    "extent nodes) and drop its replicas; rerun to finish an "
                                    "interrupted conversion")
     ec.add_argument("extent_id", type=_extent_id, help="extent id (decimal or 0x...)")
-    ec.add_argument("--k", type=int, help="data fragments (default: 6 with >= 9 extent "
+    ec.add_argument("--k", type=cli_checks.fragment_count,
+                    help="data fragments (default: 6 with >= 9 extent "
                                           "nodes, else 3 or 2)")
-    ec.add_argument("--m", type=int, help="parity fragments (default: 3, else 2 or 1)")
+    ec.add_argument("--m", type=cli_checks.fragment_count,
+                    help="parity fragments (default: 3, else 2 or 1)")
     ec.set_defaults(handler=cmd_ec)
 
 
 def _extent_id(text: str) -> int:
     try:
-        return int(text, 0)
+        value = int(text, 0)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an extent id: {text!r}") from None
+    if not 0 <= value <= cli_checks.U64_MAX:
+        raise argparse.ArgumentTypeError(f"not an extent id: {text!r} (0 to 2**64 - 1)")
+    return value
 
 
 def _collect(stamp: LocalStamp) -> dict[int, dict[str, Any]]:

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from common.errors import NotFound
+from tools import cli_checks
 
 
 def register(commands: Any) -> None:
@@ -18,7 +19,7 @@ def register(commands: Any) -> None:
     ls.set_defaults(handler=cmd_ls)
 
     get = sub.add_parser("get", help="print a metadata key's value and version")
-    get.add_argument("key")
+    get.add_argument("key", type=cli_checks.name)
     get.set_defaults(handler=cmd_get)
 
     keys = sub.add_parser("keys", help="list metadata keys under a prefix")
@@ -29,6 +30,7 @@ def register(commands: Any) -> None:
 def _client(args: argparse.Namespace) -> Any:
     from lock_service.client import LockClient
 
+    cli_checks.require_running(args.data_dir, "lock")
     return LockClient.from_stamp(args.data_dir, holder="stamp-cli")
 
 

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from common.errors import InvalidArgument
+from tools import cli_checks
 
 DEFAULT_ACCOUNT = "demo"
 
@@ -21,8 +22,9 @@ def register(commands: Any) -> None:
     move = sub.add_parser("move", help="move a partition to another partition server",
                           description="The current server checkpoints the partition and "
                                       "lets it go; the named one loads it.")
-    move.add_argument("id", type=int, help="partition id (see 'stamp partition ls')")
-    move.add_argument("server", help="partition server name, e.g. ps-2")
+    move.add_argument("id", type=cli_checks.partition_id,
+                      help="partition id (see 'stamp partition ls')")
+    move.add_argument("server", type=cli_checks.name, help="partition server name, e.g. ps-2")
     move.set_defaults(handler=cmd_move)
 
     log = commands.add_parser("log", help="append to, read and tail logs")
@@ -34,26 +36,30 @@ def register(commands: Any) -> None:
                        ("trim", "drop the records below a sequence number"),
                        ("seal", "refuse further appends")):
         p = sub.add_parser(name, help=text)
-        p.add_argument("log", help="log name")
-        p.add_argument("--account", default=DEFAULT_ACCOUNT,
+        p.add_argument("log", type=cli_checks.name, help="log name")
+        p.add_argument("--account", default=DEFAULT_ACCOUNT, type=cli_checks.name,
                        help=f"account (default: {DEFAULT_ACCOUNT})")
         if name == "append":
             p.add_argument("records", nargs="*", help="records (default: read stdin lines)")
-            p.add_argument("--token", help="idempotency token: a retry appends nothing twice")
+            p.add_argument("--token", type=cli_checks.name,
+                           help="idempotency token: a retry appends nothing twice")
         if name in ("read", "tail"):
-            p.add_argument("--from", dest="from_seq", type=int, default=None,
+            p.add_argument("--from", dest="from_seq", type=cli_checks.sequence_number, default=None,
                            help="first sequence number (default: the log's first; tail: "
                                 "its next)")
         if name == "read":
-            p.add_argument("--limit", type=int, default=100, help="at most this many")
+            p.add_argument("--limit", type=cli_checks.record_count,
+                           default=100, help="at most this many")
         if name == "trim":
-            p.add_argument("upto", type=int, help="records below this are dropped")
+            p.add_argument("upto", type=cli_checks.sequence_number,
+                           help="records below this are dropped")
         p.set_defaults(handler=cmd_log, action=name)
 
 
 def _client(args: argparse.Namespace) -> Any:
     from partition_layer.client import PartitionClient
 
+    cli_checks.require_running(args.data_dir, "partition-manager")
     return PartitionClient.from_stamp(args.data_dir)
 
 
@@ -121,6 +127,8 @@ def cmd_move(args: argparse.Namespace) -> int:
     from common.proto import partition_pb2 as pb
     from common.proto import partition_pb2_grpc as pb_grpc
     from common.stamp_file import addresses_of
+
+    cli_checks.require_running(args.data_dir, "partition-manager")
 
     async def move() -> None:
         last: Exception | None = None

@@ -10,6 +10,7 @@ from typing import Any
 from common import rpc
 from common.config import load_config
 from common.errors import NotFound, StampError
+from tools import cli_checks
 from tools.local_stamp import LocalStamp
 
 
@@ -29,19 +30,19 @@ def register(commands: Any) -> None:
     status.set_defaults(handler=cmd_status)
 
     kill = commands.add_parser("kill", help="SIGKILL one process by name (e.g. en-3)")
-    kill.add_argument("name")
+    kill.add_argument("name", type=cli_checks.name)
     kill.set_defaults(handler=cmd_kill)
 
     start = commands.add_parser("start", help="restart one stopped process by name")
-    start.add_argument("name")
+    start.add_argument("name", type=cli_checks.name)
     start.set_defaults(handler=cmd_start)
 
     fault = commands.add_parser(
         "fault", help="arm or disarm fault points in a running process (testing)",
         description="Arm fault points in a running server, e.g. "
                     "stamp fault en-2 'journal.before_fsync=delay:200'.")
-    fault.add_argument("name", help="process name")
-    fault.add_argument("spec", nargs="?", default="",
+    fault.add_argument("name", type=cli_checks.name, help="process name")
+    fault.add_argument("spec", nargs="?", default="", type=cli_checks.fault_spec,
                        help="name=action[:arg][,after=N][,times=N]; ... (empty: disarm all)")
     fault.set_defaults(handler=cmd_fault)
 

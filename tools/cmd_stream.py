@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from common.errors import InvalidArgument
+from tools import cli_checks
 
 
 def register(commands: Any) -> None:
@@ -15,7 +16,7 @@ def register(commands: Any) -> None:
     sub = stream.add_subparsers(dest="stream_command", metavar="ACTION", required=True)
 
     create = sub.add_parser("create", help="create a stream (with its first extent open)")
-    create.add_argument("name")
+    create.add_argument("name", type=cli_checks.name)
     create.add_argument("--json", action="store_true", help="print JSON")
     create.set_defaults(handler=cmd_create)
 
@@ -23,13 +24,13 @@ def register(commands: Any) -> None:
         "append", help="append blocks: each argument is one block, or each line of stdin",
         description="Append blocks to a stream, all in one atomic append. Each DATA argument "
                     "is one block; with none, each line of standard input is one.")
-    append.add_argument("name")
+    append.add_argument("name", type=cli_checks.name)
     append.add_argument("data", nargs="*", help="block contents (text)")
     append.add_argument("--json", action="store_true", help="print JSON")
     append.set_defaults(handler=cmd_append)
 
     cat = sub.add_parser("cat", help="print every block of a stream, in order")
-    cat.add_argument("name")
+    cat.add_argument("name", type=cli_checks.name)
     cat.add_argument("--json", action="store_true", help="one JSON object per block")
     cat.set_defaults(handler=cmd_cat)
 
@@ -39,13 +40,14 @@ def register(commands: Any) -> None:
     ls.set_defaults(handler=cmd_ls)
 
     rm = sub.add_parser("rm", help="delete a stream (its extents become garbage)")
-    rm.add_argument("name")
+    rm.add_argument("name", type=cli_checks.name)
     rm.set_defaults(handler=cmd_rm)
 
 
 def _client(args: argparse.Namespace) -> Any:
     from stream_layer.client import StreamClient
 
+    cli_checks.require_running(args.data_dir, "stream-manager")
     return StreamClient.from_stamp(args.data_dir)
 
 

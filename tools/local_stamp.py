@@ -17,9 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from common import process
+from common import durable_fs, process
 from common.config import RaftMemberSpec, StampConfig, load_config
-from common.dirsync import make_dirs, write_file_durably
 from common.errors import InvalidArgument, NotFound, Unavailable
 from common.stamp_file import STAMP_FILE, read_stamp
 
@@ -67,10 +66,9 @@ class LocalStamp:
         return stamp
 
     def save(self) -> None:
-        # Durably: the ports recorded here are the processes' addresses, which the stream
-        # manager and every extent's replica set name; a power cut must not lose them.
-        make_dirs(self.data_dir)
-        write_file_durably(self.stamp_file, json.dumps({
+        durable_fs.make_dirs(self.data_dir)
+        # Durable: after a power cut `stamp start` needs the ports the processes picked.
+        durable_fs.replace_file(self.stamp_file, json.dumps({
             "data_dir": str(self.data_dir), "config": self.config_path,
             "processes": {name: asdict(rec) for name, rec in self.records.items()},
         }, indent=2).encode())
@@ -288,6 +286,21 @@ class LocalStamp:
         if self.records:
             self.save()
         return [rec.name for rec in running]
+
+    def pids(self) -> list[int]:
+        """The pids of every process started and not known to be gone."""
+        return [rec.pid for rec in self.records.values() if rec.pid]
+
+    def forget_dead(self) -> list[str]:
+        """Reap every process that died (killed from outside, a power cut) and mark it
+        stopped, so that `up()` starts it again; return their names."""
+        dead = []
+        for rec in self.records.values():
+            if rec.pid and not process.is_alive(rec.pid):
+                self._reap(rec.pid)
+                rec.pid = 0
+                dead.append(rec.name)
+        return dead
 
     def kill_all(self) -> None:
         """SIGKILL every process (test teardown: nothing must outlive the test)."""

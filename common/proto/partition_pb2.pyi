@@ -115,10 +115,11 @@ class ScanItem(_message.Message):
     def __init__(self, pname: _Optional[str] = ..., row: _Optional[bytes] = ..., value: _Optional[bytes] = ..., etag: _Optional[str] = ...) -> None: ...
 
 class Request(_message.Message):
-    __slots__ = ("id", "account", "pname", "append", "read", "trim", "seal", "peek", "put", "get", "delete", "batch", "scan")
+    __slots__ = ("id", "account", "pname", "token", "append", "read", "trim", "seal", "peek", "put", "get", "delete", "batch", "scan")
     ID_FIELD_NUMBER: _ClassVar[int]
     ACCOUNT_FIELD_NUMBER: _ClassVar[int]
     PNAME_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
     APPEND_FIELD_NUMBER: _ClassVar[int]
     READ_FIELD_NUMBER: _ClassVar[int]
     TRIM_FIELD_NUMBER: _ClassVar[int]
@@ -132,6 +133,7 @@ class Request(_message.Message):
     id: int
     account: str
     pname: str
+    token: str
     append: AppendOp
     read: ReadOp
     trim: TrimOp
@@ -142,7 +144,7 @@ class Request(_message.Message):
     delete: DeleteOp
     batch: BatchOp
     scan: ScanOp
-    def __init__(self, id: _Optional[int] = ..., account: _Optional[str] = ..., pname: _Optional[str] = ..., append: _Optional[_Union[AppendOp, _Mapping]] = ..., read: _Optional[_Union[ReadOp, _Mapping]] = ..., trim: _Optional[_Union[TrimOp, _Mapping]] = ..., seal: _Optional[_Union[Empty, _Mapping]] = ..., peek: _Optional[_Union[Empty, _Mapping]] = ..., put: _Optional[_Union[PutOp, _Mapping]] = ..., get: _Optional[_Union[GetOp, _Mapping]] = ..., delete: _Optional[_Union[DeleteOp, _Mapping]] = ..., batch: _Optional[_Union[BatchOp, _Mapping]] = ..., scan: _Optional[_Union[ScanOp, _Mapping]] = ...) -> None: ...
+    def __init__(self, id: _Optional[int] = ..., account: _Optional[str] = ..., pname: _Optional[str] = ..., token: _Optional[str] = ..., append: _Optional[_Union[AppendOp, _Mapping]] = ..., read: _Optional[_Union[ReadOp, _Mapping]] = ..., trim: _Optional[_Union[TrimOp, _Mapping]] = ..., seal: _Optional[_Union[Empty, _Mapping]] = ..., peek: _Optional[_Union[Empty, _Mapping]] = ..., put: _Optional[_Union[PutOp, _Mapping]] = ..., get: _Optional[_Union[GetOp, _Mapping]] = ..., delete: _Optional[_Union[DeleteOp, _Mapping]] = ..., batch: _Optional[_Union[BatchOp, _Mapping]] = ..., scan: _Optional[_Union[ScanOp, _Mapping]] = ...) -> None: ...
 
 class Response(_message.Message):
     __slots__ = ("id", "error", "message", "first_seq", "next_seq", "records", "value", "etag", "etags", "items", "more", "retry_after_s")

@@ -14,7 +14,7 @@ import contextlib
 import os
 from pathlib import Path
 
-from common.dirsync import fsync_dir
+from common.durable_fs import fsync_dir
 from stream_layer.extent_node import writeback
 
 WriteJob = tuple[Path, list[tuple[int, bytes]], int]  # (path, runs, writeback_end)

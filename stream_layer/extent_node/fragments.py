@@ -34,7 +34,7 @@ from typing import TypeVar
 
 from common import faults
 from common.checksums import crc32c
-from common.dirsync import fsync_dir, make_dirs
+from common.durable_fs import fsync_dir, make_dirs
 from common.errors import ChecksumError, InvalidArgument, NotFound
 from common.ids import extent_file_stem
 

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from common import faults
 from common.checksums import crc32c
-from common.dirsync import fsync_dir, make_dirs
+from common.durable_fs import fsync_dir, make_dirs
 from common.errors import Internal, Unavailable
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ import logging
 from pathlib import Path
 
 from common.checksums import crc32c
-from common.dirsync import fsync_dir
+from common.durable_fs import fsync_dir
 from common.errors import Internal
 from stream_layer import framing
 from stream_layer.extent_node import records

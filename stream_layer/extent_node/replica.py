@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from common.checksums import crc32c
-from common.dirsync import fsync_dir
+from common.durable_fs import fsync_dir
 from common.errors import Internal
 from common.ids import extent_file_stem
 from stream_layer.extent_node.replica_state import State

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from common import faults
 from common.config import ExtentNodeLimits
-from common.dirsync import fsync_dir, make_dirs
+from common.durable_fs import fsync_dir, make_dirs
 from common.errors import (
     AlreadyExists,
     ExtentFull,

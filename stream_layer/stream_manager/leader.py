@@ -7,30 +7,36 @@ Contracts:
   (a reader that finds an extent can reach it). A create that fails picks other nodes.
 - A stream's rollover (seal its open last extent, add a new one) is one Raft entry, and one at
   a time per stream on this leader; `expect_last` in the command fences a racing leader.
-- Liveness is soft state here: a node unheard for `suspect_after` gets no new extents; unheard
-  for `dead_after` it is declared dead (a command), its open extents are sealed and their
-  streams continue on new extents, and its sealed extents are copied to a node in a fault
-  domain not already holding them — at most `rereplication_copies_max` at a time, paced to
-  `rereplication_bytes_per_s`. A node back before `dead_after` costs no copy.
+- Liveness is soft state here (liveness.py): a node unheard for `suspect_after` gets no new
+  extents; unheard for `dead_after` it is declared dead (a command), its open extents are
+  sealed and their streams continue on new extents, and its sealed extents are copied to a
+  node in a fault domain not already holding them (rereplication.py), erasure-coded ones
+  rebuild their fragments (fragment_repair.py) — both within one repair budget
+  (repair_budget.py). A node back before `dead_after` costs no copy.
+- Time is the injected clock's: heartbeat timeouts, the grace period and the repair throttle
+  are tested without sleeping.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import weakref
 from collections.abc import Coroutine, Iterable
 from typing import Any
 
+from common.clock import Clock, SystemClock
 from common.config import StreamManagerLimits
 from common.errors import NotFound, PreconditionFailed, StampError, Unavailable
 from stream_layer.extent_client import AsyncExtentClient
 from stream_layer.seal import fence_extent, seal_replicas
 from stream_layer.stream_manager import state as s
 from stream_layer.stream_manager.fragment_repair import FragmentRepair
-from stream_layer.stream_manager.placement import Candidate, place_extent, place_replacement
+from stream_layer.stream_manager.liveness import NodeLiveness
+from stream_layer.stream_manager.placement import Candidate, place_extent
+from stream_layer.stream_manager.repair_budget import RepairBudget
 from stream_layer.stream_manager.replica import StreamManagerReplica
+from stream_layer.stream_manager.rereplication import Rereplication
 
 log = logging.getLogger(__name__)
 
@@ -47,40 +53,40 @@ async def _nothing() -> None:
 
 class StreamManagerLeader:
     def __init__(self, replica: StreamManagerReplica, limits: StreamManagerLimits,
-                 extents: AsyncExtentClient) -> None:
+                 extents: AsyncExtentClient, clock: Clock | None = None) -> None:
         self.replica = replica
         self.limits = limits
         self.extents = extents
+        self.clock = clock or SystemClock()
         self._ids: list[int] = []
         self._ids_term = -1
         self._reserving = asyncio.Lock()
         # Rollovers of one stream take turns; a lock lives only while someone holds it.
         self._stream_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = \
             weakref.WeakValueDictionary()
-        self._last_heard: dict[str, float] = {}
-        self._usage: dict[str, tuple[int, int]] = {}  # node -> (used bytes, extents)
-        self._leader_since: float | None = None
+        self.liveness = NodeLiveness(limits, self.clock)
         self._placed: dict[str, int] = {}  # placed, not yet committed, per node
-        self._copying: set[int] = set()
-        self._copy_slots = asyncio.Semaphore(limits.rereplication_copies_max)
-        self._copy_paced_until = 0.0
         self._tasks: set[asyncio.Task[None]] = set()
         self._sealing: set[tuple[int, str]] = set()  # (extent, replica) seals under way
         self._spares: list[tuple[int, tuple[str, ...]]] = []
         self._spares_term = -1
         self._refilling = False
-        self.fragment_repair = FragmentRepair(self)
+        self.repair_budget = RepairBudget(limits.rereplication_copies_max,
+                                          limits.rereplication_bytes_per_s, self.clock)
+        self.rereplication = Rereplication(replica, extents, self.repair_budget,
+                                           self._candidates, self._spawn)
+        self.fragment_repair = FragmentRepair(replica, extents, self.repair_budget,
+                                              self._candidates, self._spawn)
 
     # ---- leadership -----------------------------------------------------------------------
 
     def is_leader(self) -> bool:
         leader = self.replica.is_leader()
-        if leader and self._leader_since is None:
+        if leader and not self.liveness.in_office:
             # A new leader hears nobody yet: every node gets a full grace period from now.
-            self._leader_since = time.monotonic()
-            self._last_heard.clear()
+            self.liveness.take_office()
         elif not leader:
-            self._leader_since = None
+            self.liveness.resign()
         return leader
 
     def term(self) -> int:
@@ -91,8 +97,7 @@ class StreamManagerLeader:
     async def heartbeat(self, name: str, address: str, fault_domain: str, upgrade_domain: str,
                         capacity_bytes: int, used_bytes: int, extents: int,
                         unsealed: Iterable[int] = ()) -> None:
-        self._last_heard[name] = time.monotonic()
-        self._usage[name] = (used_bytes, extents)
+        self.liveness.heard(name, used_bytes, extents)
         known = self.replica.read(lambda st: st.nodes.get(name))
         if known is None or (known.address, known.fault_domain, known.upgrade_domain) != (
                 address, fault_domain, upgrade_domain):
@@ -121,14 +126,13 @@ class StreamManagerLeader:
             self.seal_later(extent_id, length, sources, replicas=[name])
 
     def silent_s(self, name: str) -> float:
-        start = self._leader_since if self._leader_since is not None else time.monotonic()
-        return time.monotonic() - self._last_heard.get(name, start)
+        return self.liveness.silent_s(name)
 
     def suspect(self, name: str) -> bool:
-        return self.silent_s(name) * 1000 > self.limits.suspect_after_ms
+        return self.liveness.suspect(name)
 
     def usage(self, name: str) -> tuple[int, int]:
-        return self._usage.get(name, (0, 0))
+        return self.liveness.usage(name)
 
     # ---- placement and creation -----------------------------------------------------------
 
@@ -239,16 +243,26 @@ class StreamManagerLeader:
             last = stream.extents[-1] if stream.extents else 0
             if last != last_extent_id:
                 return stream  # another caller rolled it over: use its new extent
-            started = time.perf_counter()
+            started = self.clock.monotonic()
             extent = self.replica.read(lambda st: st.extent(last)) if last else None
             # The fence and the new extent are independent: do both at once. The new extent
             # avoids the old one's nodes, one of which has probably just failed; a spare
             # created ahead of time makes it free.
             fence = (self.fence(extent) if extent is not None and extent.state == s.OPEN
                      else _nothing())
-            fenced, (extent_id, replicas) = await asyncio.gather(
-                fence, self.new_extent(avoid=extent.replicas if extent else ()))
-            ready = time.perf_counter()
+            fenced, placed = await asyncio.gather(
+                fence, self.new_extent(avoid=extent.replicas if extent else ()),
+                return_exceptions=True)
+            if isinstance(fenced, BaseException):
+                # Too few replicas answered the fence (seal.py): nothing is decided, the
+                # caller retries. The new extent is unused: keep it as a spare.
+                if not isinstance(placed, BaseException):
+                    self._spares.append(placed)
+                raise fenced
+            if isinstance(placed, BaseException):
+                raise placed
+            extent_id, replicas = placed
+            ready = self.clock.monotonic()
             commands: list[object] = []
             if fenced is not None:
                 commands.append(s.SealExtent(last, fenced[0]))
@@ -259,7 +273,7 @@ class StreamManagerLeader:
                 self.seal_later(last, *fenced)
             log.info("stream %s rolled over to extent %d: fence and place %.1f ms, commit "
                      "%.1f ms", stream_name, extent_id, (ready - started) * 1000,
-                     (time.perf_counter() - ready) * 1000)
+                     (self.clock.monotonic() - ready) * 1000)
             return results[-1]
 
     async def fence_stream(self, stream_name: str, epoch: int) -> s.Stream:
@@ -345,8 +359,7 @@ class StreamManagerLeader:
     async def monitor_once(self) -> None:
         nodes = self.replica.read(lambda st: list(st.nodes.values()))
         for node in nodes:
-            if node.state == s.ALIVE and self.silent_s(node.name) * 1000 > \
-                    self.limits.dead_after_ms:
+            if node.state == s.ALIVE and self.liveness.overdue(node.name):
                 log.warning("extent node %s silent for %.1fs: dead", node.name,
                             self.silent_s(node.name))
                 await self.replica.propose(s.NodeDead(node.name))
@@ -363,9 +376,8 @@ class StreamManagerLeader:
                 continue
             if extent.state == s.OPEN:
                 await self._continue_stream(extent, last_of.get(extent.extent_id))
-            elif extent.state == s.SEALED and extent.extent_id not in self._copying:
-                self._copying.add(extent.extent_id)
-                self._spawn(self._rereplicate(extent))
+            elif extent.state == s.SEALED:
+                self.rereplication.schedule(extent)
         for extent in extents:  # erasure-coded extents rebuild lost fragments instead
             if extent.state == s.ERASURE_CODED and dead.intersection(extent.fragments):
                 self.fragment_repair.schedule(extent.extent_id)
@@ -381,54 +393,7 @@ class StreamManagerLeader:
                      f", stream {stream_name} continues" if stream_name else "")
         except (PreconditionFailed, NotFound) as exc:
             log.info("extent %d: moved on meanwhile (%s)", extent.extent_id, exc)
-
-    async def _rereplicate(self, extent: s.Extent) -> None:
-        try:
-            async with self._copy_slots:
-                await self._pace(extent.sealed_length)
-                await self._copy_replicas(extent.extent_id)
-        except StampError as exc:
-            log.warning("re-replicating extent %d failed (will retry): %s", extent.extent_id,
-                        exc)
-        finally:
-            self._copying.discard(extent.extent_id)
-
-    async def _pace(self, nbytes: int) -> None:
-        """Space copies so that they average at most rereplication_bytes_per_s."""
-        now = time.monotonic()
-        start = max(now, self._copy_paced_until)
-        self._copy_paced_until = start + nbytes / self.limits.rereplication_bytes_per_s
-        if start > now:
-            await asyncio.sleep(start - now)
-
-    def _plan_copy(self, st: s.StreamManagerState, extent_id: int
-                   ) -> tuple[s.Extent, list[str], str | None]:
-        """(extent, its replicas on dead nodes, a node to copy one to) as the state is now."""
-        extent = st.extent(extent_id)
-        dead = [r for r in extent.replicas if st.node(r).state == s.DEAD]
-        if extent.state != s.SEALED or not dead or len(dead) == len(extent.replicas):
-            return extent, dead, None
-        healthy = [r for r in extent.replicas if r not in dead]
-        target = place_replacement(self._candidates(st), healthy,
-                                   {n.name: n.fault_domain for n in st.nodes.values()},
-                                   exclude=extent.replicas)
-        return extent, dead, target
-
-    async def _copy_replicas(self, extent_id: int) -> None:
-        while True:
-            extent, dead, target = self.replica.read(lambda st: self._plan_copy(st, extent_id))
-            if target is None:
-                if dead and len(dead) == len(extent.replicas):
-                    raise Unavailable(f"extent {extent_id}: no healthy replica to copy from")
-                return
-            healthy = [r for r in extent.replicas if r not in dead]
-            replicas = [target if r == dead[0] else r for r in extent.replicas]
-            target_address = self.addresses([target])[0]
-            await self.extents.create_extent(target_address, extent_id, self.addresses(replicas))
-            # The new replica fetches the sealed bytes from healthy peers (SyncReplicate,
-            # batched, checksummed) and seals itself at the recorded length.
-            await self.extents.seal(target_address, extent_id, extent.sealed_length,
-                                    self.addresses(healthy), timeout_s=600)
-            await self.replica.propose(s.ReplaceReplica(extent_id, dead[0], target))
-            log.info("extent %d: replica on dead %s copied to %s (%d bytes)", extent_id,
-                     dead[0], target, extent.sealed_length)
+        except Unavailable as exc:
+            # Too few replicas answer to decide the seal: the next pass tries again.
+            log.warning("extent %d lost a replica while open; not sealed yet: %s",
+                        extent.extent_id, exc)

@@ -12,6 +12,9 @@ a refused command changes nothing — a MultiModify is all or none (an undo log 
 record it touched). Records are immutable and replaced whole, which is what makes undo a
 matter of putting old records back. Liveness (heartbeat times) is soft state on the leader,
 not here: only its conclusions (NodeDead, NodeAlive) are commands.
+
+The records and their transition table are in records.py, the commands in commands.py; both
+are re-exported here, so `state.X` names every piece of the state machine.
 """
 
 from __future__ import annotations
@@ -25,199 +28,56 @@ from typing import Any, ClassVar
 
 from common.errors import (
     AlreadyExists,
-    Fenced,
     InvalidArgument,
     NotFound,
     PreconditionFailed,
     StampError,
 )
 from stream_layer.ec.layout import check_layout
+from stream_layer.stream_manager.commands import (
+    AddExtent,
+    Concat,
+    CreateStream,
+    DeleteExtent,
+    DeleteStream,
+    FenceStream,
+    MultiModify,
+    NodeAlive,
+    NodeDead,
+    RecordErasureCoding,
+    RegisterNode,
+    ReleaseReplicas,
+    RenameStream,
+    ReplaceFragment,
+    ReplaceReplica,
+    ReserveExtentIds,
+    SealExtent,
+)
+from stream_layer.stream_manager.records import (
+    ALIVE,
+    DEAD,
+    DELETED,
+    ERASURE_CODED,
+    EXTENT_IDS_RESERVED_MAX,
+    EXTENT_TRANSITIONS,
+    OPEN,
+    SEALED,
+    STREAM_NAME_BYTES_MAX,
+    Extent,
+    Node,
+    Stream,
+    check_epoch,
+)
 
-OPEN, SEALED, ERASURE_CODED, DELETED = "open", "sealed", "erasure_coded", "deleted"
-# Extent states as data: which transitions are legal (h11-style transition table).
-EXTENT_TRANSITIONS: dict[str, frozenset[str]] = {
-    OPEN: frozenset({SEALED, DELETED}),
-    SEALED: frozenset({ERASURE_CODED, DELETED}),
-    ERASURE_CODED: frozenset({DELETED}),
-    DELETED: frozenset(),
-}
-ALIVE, DEAD = "alive", "dead"
-STREAM_NAME_BYTES_MAX = 1024
-EXTENT_IDS_RESERVED_MAX = 10_000
-
-
-@dataclass(frozen=True)
-class Stream:
-    name: str
-    extents: tuple[int, ...] = ()
-    # The fencing epoch of the stream's current writer (a lock-service fencing token): a
-    # writer with a smaller epoch can no longer add extents (§4 partition load).
-    writer_epoch: int = 0
-
-
-@dataclass(frozen=True)
-class Extent:
-    extent_id: int
-    replicas: tuple[str, ...]  # node names; replicas[0] is the primary
-    state: str = OPEN
-    sealed_length: int = 0
-    fragments: tuple[str, ...] = ()  # erasure-coded: node per fragment, data then parity
-    ec_k: int = 0
-    ec_m: int = 0
-    # Data fragment i holds bytes [ec_cuts[i], ec_cuts[i+1]) (stream_layer/ec/layout.py);
-    # ec_crcs[i] is the CRC32C of fragment i, so a rebuilt fragment can be checked.
-    ec_cuts: tuple[int, ...] = ()
-    ec_crcs: tuple[int, ...] = ()
-
-
-@dataclass(frozen=True)
-class Node:
-    name: str
-    address: str
-    fault_domain: str
-    upgrade_domain: str
-    capacity_bytes: int = 0
-    state: str = ALIVE
-
-
-# ---- commands --------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class CreateStream:
-    name: str
-
-
-@dataclass(frozen=True)
-class DeleteStream:
-    name: str
-
-
-@dataclass(frozen=True)
-class RenameStream:
-    old: str
-    new: str
-
-
-@dataclass(frozen=True)
-class ReserveExtentIds:
-    """Hand the leader a block of extent ids, so it can create replicas before it commits."""
-
-    count: int
-
-
-@dataclass(frozen=True)
-class AddExtent:
-    """Append a new open extent to a stream. `expect_last` guards against a racing change:
-    the stream's last extent must be it (0: the stream must be empty)."""
-
-    stream: str
-    extent_id: int
-    replicas: tuple[str, ...]
-    expect_last: int
-    epoch: int = 0  # the writer's epoch: refused once a newer writer fenced the stream
-
-
-@dataclass(frozen=True)
-class FenceStream:
-    """Make `epoch` the stream's writer epoch; refused if a newer one holds it already."""
-
-    name: str
-    epoch: int
-
-
-@dataclass(frozen=True)
-class SealExtent:
-    extent_id: int
-    length: int
-
-
-@dataclass(frozen=True)
-class Concat:
-    """Append `source`'s extents to `target` (pointers only). Every extent of `source` and
-    the last extent of `target` must be sealed: only a stream's last extent may be open."""
-
-    target: str
-    source: str
-
-
-@dataclass(frozen=True)
-class MultiModify:
-    """Several changes applied atomically: all or none (split and merge use this)."""
-
-    commands: tuple[Any, ...]
-
-
-@dataclass(frozen=True)
-class RegisterNode:
-    name: str
-    address: str
-    fault_domain: str
-    upgrade_domain: str
-    capacity_bytes: int
-
-
-@dataclass(frozen=True)
-class NodeDead:
-    name: str
-
-
-@dataclass(frozen=True)
-class NodeAlive:
-    name: str
-
-
-@dataclass(frozen=True)
-class ReplaceReplica:
-    """A sealed extent's replica on `old` was copied to `new`."""
-
-    extent_id: int
-    old: str
-    new: str
-
-
-@dataclass(frozen=True)
-class RecordErasureCoding:
-    """A sealed extent's k+m fragments are written to `fragments` (node per fragment, data
-    then parity) and verified: it becomes erasure-coded. Its replicas stay listed until
-    ReleaseReplicas, so a conversion that stops in between knows what is left to delete."""
-
-    extent_id: int
-    fragments: tuple[str, ...]
-    k: int
-    m: int
-    cuts: tuple[int, ...]
-    crcs: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class ReleaseReplicas:
-    """The replicas of an erasure-coded extent on `nodes` were deleted."""
-
-    extent_id: int
-    nodes: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class ReplaceFragment:
-    """Fragment `index` of an erasure-coded extent was rebuilt from `old` onto `new`."""
-
-    extent_id: int
-    index: int
-    old: str
-    new: str
-
-
-@dataclass(frozen=True)
-class DeleteExtent:
-    """Mark an extent no stream references as deleted (garbage collection)."""
-
-    extent_id: int
-
-
-def check_epoch(stream: Stream, epoch: int) -> None:
-    if epoch < stream.writer_epoch:
-        raise Fenced(f"stream {stream.name!r} belongs to writer epoch {stream.writer_epoch}; "
-                     f"epoch {epoch} is fenced")
+# Re-exported: every piece of the state machine is `state.X` to its users.
+__all__ = [
+    "ALIVE", "DEAD", "DELETED", "ERASURE_CODED", "EXTENT_IDS_RESERVED_MAX",
+    "EXTENT_TRANSITIONS", "OPEN", "SEALED", "STREAM_NAME_BYTES_MAX", "AddExtent", "Concat",
+    "CreateStream", "DeleteExtent", "DeleteStream", "Extent", "FenceStream", "MultiModify",
+    "Node", "NodeAlive", "NodeDead", "RecordErasureCoding", "RegisterNode", "ReleaseReplicas",
+    "RenameStream", "ReplaceFragment", "ReplaceReplica", "ReserveExtentIds", "SealExtent",
+    "Stream", "StreamManagerState", "check_epoch",
+]
 
 
 # ---- the state machine -----------------------------------------------------------------------

@@ -106,3 +106,78 @@ def test_user_mistakes_are_one_line_errors(tmp_path: Path) -> None:
     (tmp_path / "bad.toml").write_text("[extent_node]\nspeed = 1\n")
     result = stamp(tmp_path / "d", "up", "--config", str(tmp_path / "bad.toml"), check=False)
     assert result.returncode == 1 and "unknown config key extent_node.speed" in result.stderr
+
+
+# (arguments, a fragment of the one-line error). Each is refused before anything is sent.
+BAD_ARGUMENTS = [
+    (["log", "read", "orders", "--from", "-5"], "argument --from: a sequence number"),
+    (["log", "read", "orders", "--from", "banana"], "a sequence number is a whole number"),
+    (["log", "read", "orders", "--from", str(1 << 64)], "a sequence number is from 0"),
+    (["log", "read", "orders", "--limit", "0"], "argument --limit: a record count"),
+    (["log", "tail", "orders", "--from", "-1"], "argument --from"),
+    (["log", "trim", "orders", "-1"], "argument upto"),
+    (["log", "trim", "orders"], "the following arguments are required: upto"),
+    (["log", "append", "", "x"], "a name is not empty"),
+    (["log", "peek", "orders", "--account", ""], "argument --account: a name is not empty"),
+    (["log", "read", "x" * 2000], "a name has at most 1024 bytes"),
+    (["log", "frobnicate", "orders"], "invalid choice"),
+    (["partition", "move", "-1", "ps-2"], "a partition id is from 0"),
+    (["partition", "move", "one", "ps-2"], "a partition id is a whole number"),
+    (["extent", "seal", "-3"], "not an extent id"),
+    (["extent", "read", "5", "--offset", "-1"], "a byte offset is from 0"),
+    (["extent", "read", "5", "--length", "0"], "a byte length is from 1"),
+    (["extent", "ec", "5", "--k", "0"], "a fragment count is from 1"),
+    (["fault", "en-1", "nonsense"], "is not name=action"),
+    (["fault", "en-1", "x=explode"], "unknown fault action 'explode'"),
+    (["fault", "en-1", "x=delay:soon"], "argument spec"),
+    (["fault", "en-1", "x=fail,after=z"], "argument spec"),
+    (["stream", "create", "a\nb"], "no NUL or line break"),
+    (["lock", "get", ""], "a name is not empty"),
+    (["kill", ""], "a name is not empty"),
+    (["frobnicate"], "invalid choice"),
+]
+# Commands that need a stamp: where there is none, and where it is not running.
+NEED_A_STAMP = [["log", "read", "orders"], ["log", "append", "orders", "x"],
+                ["partition", "ls"], ["partition", "move", "1", "ps-2"], ["stream", "ls"],
+                ["lock", "ls"], ["extent", "ls"], ["kill", "en-1"],
+                ["fault", "en-1", "x=fail"]]
+NEED_IT_RUNNING = [["log", "read", "orders"], ["log", "tail", "orders"], ["partition", "ls"],
+                   ["partition", "move", "1", "ps-2"], ["stream", "ls"], ["lock", "ls"]]
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], fragment: str,
+                          code: int) -> None:
+    lines = result.stderr.splitlines()
+    assert result.returncode == code and len(lines) == 1 and fragment in lines[0] \
+        and lines[0].startswith("stamp") and "Traceback" not in result.stderr, (
+        result.args, result.returncode, result.stderr)
+
+
+def test_every_bad_argument_is_one_line(tmp_path: Path) -> None:
+    """Issue 15 hole 10: `stamp log read orders --from -5` printed a traceback."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from common.config import load_config
+
+    with ThreadPoolExecutor(4) as pool:  # independent commands: run a few at once
+        bad = list(pool.map(lambda a: stamp(tmp_path / "nowhere", *a[0], check=False),
+                            BAD_ARGUMENTS))
+        missing = list(pool.map(lambda a: stamp(tmp_path / "nowhere", *a, check=False),
+                                NEED_A_STAMP))
+    for result, (_, fragment) in zip(bad, BAD_ARGUMENTS, strict=True):
+        assert_one_line_error(result, fragment, 2)
+    for result in missing:
+        assert_one_line_error(result, "no stamp in", 1)
+    # A stamp that was planned but is not running (every pid 0): refused at once, not
+    # retried against dead ports until the client's timeout.
+    stopped = LocalStamp(tmp_path / "stopped", load_config(None))
+    stopped.plan()
+    stopped.save()
+    for args in NEED_IT_RUNNING:
+        assert_one_line_error(stamp(stopped.data_dir, *args, check=False), "is not running", 1)
+    (tmp_path / "damaged").mkdir()
+    (tmp_path / "damaged" / "stamp.json").write_text("{not json")
+    assert_one_line_error(stamp(tmp_path / "damaged", "status", check=False),
+                          "is not valid JSON", 1)
+    assert_one_line_error(stamp(tmp_path / "d", "up", "--config", str(tmp_path / "none.toml"),
+                                check=False), "none.toml", 1)

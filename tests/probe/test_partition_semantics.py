@@ -257,3 +257,61 @@ def test_cli_logs_and_partitions(stamp: LocalStamp) -> None:
     assert _cli(stamp, "log", "read", "cli-log", "--from", "3").stdout == "3\tfourth\n"
     bad = _cli(stamp, "partition", "move", "1", "ps-9")
     assert bad.returncode == 1 and "not a live partition server" in bad.stderr
+
+
+def test_a_name_is_a_log_or_an_entity_group(pc: PartitionClient) -> None:
+    """Issue 15 hole 1, as the review reproduced it: an entity put whose row is a log
+    record's sequence number overwrote that append, and every read failed after it."""
+    records = [b"o%d" % i for i in range(6)]
+    assert pc.append("kinds", "orders", records) == 0
+    with pytest.raises(InvalidArgument, match="is a log"):
+        pc.put("kinds", "orders", (5).to_bytes(8, "big"), b"oops")
+    with pytest.raises(InvalidArgument, match="is a log"):
+        pc.batch("kinds", "orders", [("delete", (5).to_bytes(8, "big"))])
+    with pytest.raises(InvalidArgument, match="is a log"):
+        pc.get("kinds", "orders", (5).to_bytes(8, "big"))
+    assert pc.read("kinds", "orders", 0, 10) == list(enumerate(records))
+    pc.put("kinds", "customers", "alice", b"1")
+    for wrong in (lambda: pc.append("kinds", "customers", [b"x"]),
+                  lambda: pc.read("kinds", "customers", 0, 10),
+                  lambda: pc.peek("kinds", "customers"),
+                  lambda: pc.trim("kinds", "customers", 0),
+                  lambda: pc.seal("kinds", "customers")):
+        with pytest.raises(InvalidArgument, match="entity group"):
+            wrong()
+    assert pc.get("kinds", "customers", "alice")[0] == b"1"
+    # A scan yields entities only, never a log's records.
+    assert pc.scan("kinds", None, None, 100) == [(("customers", b"alice"), b"1")]
+
+
+def test_a_retried_put_does_not_undo_a_later_write(pc: PartitionClient) -> None:
+    """Issue 15 hole 2 through the client's retry path: a put executes, its answer is lost
+    (the session raises Unavailable, as when a stream breaks after the server committed),
+    a later put of the same row lands, then the client retries the first one."""
+    from common.errors import Unavailable
+
+    aio = pc.aio
+    real_session = aio._session
+    lost: list[str] = []
+
+    class LosesFirstAnswer:
+        def __init__(self, session: object) -> None:
+            self.session = session
+
+        async def call(self, request: object, timeout_s: float, nbytes: int = 256) -> object:
+            response = await self.session.call(request, timeout_s, nbytes)  # type: ignore[attr-defined]
+            if request.WhichOneof("op") == "put" and request.put.value == b"first" \
+                    and not lost:  # type: ignore[attr-defined]
+                lost.append(response.etag)  # type: ignore[attr-defined]
+                await aio.put("retry", "group", "row", b"later")
+                raise Unavailable("the answer was lost")
+            return response
+
+    aio._session = lambda address: LosesFirstAnswer(real_session(address))  # type: ignore[method-assign]
+    try:
+        etag = pc.put("retry", "group", "row", b"first")
+    finally:
+        aio._session = real_session  # type: ignore[method-assign]
+    assert lost == [etag], "the retry was not answered from the first attempt"
+    value, _ = pc.get("retry", "group", "row")
+    assert value == b"later", "the retried put undid the later write"

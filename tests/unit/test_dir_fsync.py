@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from common import dirsync
 from common.config import load_config
 from stream_layer.extent_node.store import ExtentStore
 from tests.unit.test_store import LIMITS, append, open_store
@@ -98,17 +97,6 @@ def test_recovery_makes_the_files_it_recreates_durable(tmp_path: Path,
     dropped = next(i for i, (kind, path) in enumerate(disk_events)
                    if kind == "sync" and path == (tmp_path / "journal").resolve())
     assert _synced_into_directory_before(disk_events, data_file, dropped)
-
-
-def test_make_dirs_syncs_each_new_directory_into_its_parent(
-        tmp_path: Path, disk_events: list[Event]) -> None:
-    dirsync.make_dirs(tmp_path / "a" / "b")
-    root = tmp_path.resolve()
-    assert [e for e in disk_events if e[0] == "sync"] == [("sync", root),
-                                                          ("sync", root / "a")]
-    disk_events.clear()
-    dirsync.make_dirs(tmp_path / "a" / "b")  # already there: nothing to do
-    assert disk_events == []
 
 
 def test_the_stamp_file_is_replaced_durably(tmp_path: Path, disk_events: list[Event]) -> None:

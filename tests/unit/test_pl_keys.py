@@ -71,10 +71,10 @@ def test_seq_rows_sort_by_sequence(a: int, b: int) -> None:
 
 
 def test_log_rows_order_meta_tokens_records() -> None:
-    meta = keys.encode_key("acct", "log", keys.KIND_LOG_META, b"")
+    meta = keys.encode_key("acct", "log", keys.KIND_META, b"")
     token = keys.encode_key("acct", "log", keys.KIND_TOKEN, b"\xff" * 20)
-    record = keys.encode_key("acct", "log", keys.KIND_ROW, keys.seq_row(0))
-    other_log = keys.encode_key("acct", "log\x00", keys.KIND_LOG_META, b"")
+    record = keys.encode_key("acct", "log", keys.KIND_RECORD, keys.seq_row(0))
+    other_log = keys.encode_key("acct", "log\x00", keys.KIND_META, b"")
     assert meta < token < record < other_log
 
 

@@ -67,7 +67,7 @@ def test_appends_are_consecutive_and_tokens_answer_retries() -> None:
         t.run(LogAppend("a", "log", (b"z", b"w"), token="t1"))
     assert t.meta("log") == LogMeta(0, 3, False)
     appends = sorted((keys.row_seq(keys.decode_key(k)[3]), row.value) for k, row in t.rows.items()
-                     if keys.decode_key(k)[2] == keys.KIND_ROW)
+                     if keys.decode_key(k)[2] == keys.KIND_RECORD)
     # One row per append, keyed by its last record (record_batch.py).
     assert [decode_records(value, last) for last, value in appends] == [
         [(0, b"x"), (1, b"y")], [(2, b"z")]]
@@ -83,7 +83,7 @@ def test_an_append_held_in_blob_data_is_one_pointer_row() -> None:
         t.run(LogAppend("a", "log", (b"y",), token="big"))
     assert t.meta("log") == LogMeta(0, 101, False)
     # The row is the pointer: the records are in blob data, written once.
-    assert t.rows[keys.encode_key("a", "log", keys.KIND_ROW, keys.seq_row(100))].blob == blob
+    assert t.rows[keys.encode_key("a", "log", keys.KIND_RECORD, keys.seq_row(100))].blob == blob
     with pytest.raises(AssertionError):
         LogAppend("a", "log", (b"x",), blob=blob, count=1)  # records or a blob, not both
 
@@ -117,7 +117,28 @@ def test_entity_conditions_and_etags() -> None:
     with pytest.raises(NotFound):
         t.run(EntityWrite("a", "p", (Write("delete", b"missing"),)))
     assert t.run(EntityWrite("a", "p", (Write("delete", b"r", if_match=etag2),))) == [""]
-    assert not t.rows
+    assert list(t.rows) == [meta_key("a", "p")]  # only the mark: "p" is an entity group
+
+
+def test_a_retried_entity_write_is_answered_from_its_token_and_undoes_nothing() -> None:
+    """Issue 15 hole 2: the client retries a put whose answer was lost; a later write landed
+    meanwhile. The retry (same token) answers the first attempt's ETag and writes nothing."""
+    t = Table()
+    first = EntityWrite("a", "p", (Write("put", b"r", b"old"),), token="c-1",
+                        written_at_ms=1)
+    [etag] = t.run(first)
+    [later] = t.run(EntityWrite("a", "p", (Write("put", b"r", b"new"),), token="c-2"))
+    lsn = t.lsn
+    assert t.run(first) == [etag]  # the retry
+    assert t.lsn == lsn and t.rows[first.key(Write("put", b"r"))].value == b"new"
+    assert etag_of(t.rows[first.key(Write("put", b"r"))].version) == later
+    # A batch's retry gives every item's answer; a token reused for another write is refused.
+    batch = EntityWrite("a", "p", (Write("delete", b"r"), Write("put", b"s", b"1")),
+                        token="c-3")
+    answer = t.run(batch)
+    assert answer[0] == "" and t.run(batch) == answer
+    with pytest.raises(InvalidArgument, match="token"):
+        t.run(EntityWrite("a", "p", (Write("put", b"x", b"1"),), token="c-3"))
 
 
 def test_batch_is_all_or_nothing_and_sees_its_own_writes() -> None:
@@ -132,7 +153,7 @@ def test_batch_is_all_or_nothing_and_sees_its_own_writes() -> None:
                                          Write("delete", b"a"),
                                          Write("put", b"a", b"3", if_none_match=True))))
     assert etags[1] == "" and etags[0] == etags[2]
-    assert t.rows[keys.encode_key("a", "p", keys.KIND_ROW, b"a")].value == b"3"
+    assert t.rows[keys.encode_key("a", "p", keys.KIND_ENTITY, b"a")].value == b"3"
 
 
 def test_overlay_refuses_undeclared_reads() -> None:

@@ -1,0 +1,139 @@
+"""The commands of the stream manager's state machine (state.py): plain values, the entries of
+its Raft log. Each says what changes; `StreamManagerState.apply` decides whether it may."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class CreateStream:
+    name: str
+
+
+@dataclass(frozen=True)
+class DeleteStream:
+    name: str
+
+
+@dataclass(frozen=True)
+class RenameStream:
+    old: str
+    new: str
+
+
+@dataclass(frozen=True)
+class ReserveExtentIds:
+    """Hand the leader a block of extent ids, so it can create replicas before it commits."""
+
+    count: int
+
+
+@dataclass(frozen=True)
+class AddExtent:
+    """Append a new open extent to a stream. `expect_last` guards against a racing change:
+    the stream's last extent must be it (0: the stream must be empty)."""
+
+    stream: str
+    extent_id: int
+    replicas: tuple[str, ...]
+    expect_last: int
+    epoch: int = 0  # the writer's epoch: refused once a newer writer fenced the stream
+
+
+@dataclass(frozen=True)
+class FenceStream:
+    """Make `epoch` the stream's writer epoch; refused if a newer one holds it already."""
+
+    name: str
+    epoch: int
+
+
+@dataclass(frozen=True)
+class SealExtent:
+    extent_id: int
+    length: int
+
+
+@dataclass(frozen=True)
+class Concat:
+    """Append `source`'s extents to `target` (pointers only). Every extent of `source` and
+    the last extent of `target` must be sealed: only a stream's last extent may be open."""
+
+    target: str
+    source: str
+
+
+@dataclass(frozen=True)
+class MultiModify:
+    """Several changes applied atomically: all or none (split and merge use this)."""
+
+    commands: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class RegisterNode:
+    name: str
+    address: str
+    fault_domain: str
+    upgrade_domain: str
+    capacity_bytes: int
+
+
+@dataclass(frozen=True)
+class NodeDead:
+    name: str
+
+
+@dataclass(frozen=True)
+class NodeAlive:
+    name: str
+
+
+@dataclass(frozen=True)
+class ReplaceReplica:
+    """A sealed extent's replica on `old` was copied to `new`."""
+
+    extent_id: int
+    old: str
+    new: str
+
+
+@dataclass(frozen=True)
+class RecordErasureCoding:
+    """A sealed extent's k+m fragments are written to `fragments` (node per fragment, data
+    then parity) and verified: it becomes erasure-coded. Its replicas stay listed until
+    ReleaseReplicas, so a conversion that stops in between knows what is left to delete."""
+
+    extent_id: int
+    fragments: tuple[str, ...]
+    k: int
+    m: int
+    cuts: tuple[int, ...]
+    crcs: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ReleaseReplicas:
+    """The replicas of an erasure-coded extent on `nodes` were deleted."""
+
+    extent_id: int
+    nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ReplaceFragment:
+    """Fragment `index` of an erasure-coded extent was rebuilt from `old` onto `new`."""
+
+    extent_id: int
+    index: int
+    old: str
+    new: str
+
+
+@dataclass(frozen=True)
+class DeleteExtent:
+    """Mark an extent no stream references as deleted (garbage collection)."""
+
+    extent_id: int

@@ -1,0 +1,69 @@
+"""A partition's load figures (partition_layer/stats.py) on an injected clock: reading them
+changes nothing (issue 15 hole 9), and they cover a sliding window."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from common.config import PartitionLimits
+from partition_layer.stats import LoadStats
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_reading_the_figures_does_not_reset_them() -> None:
+    clock = Clock()
+    stats = LoadStats(clock, window_s=10.0)
+    for i in range(20):
+        clock.now += 0.25
+        stats.record(100, 0.001 * (i + 1))
+    first = stats.figures()
+    assert first == stats.figures() == stats.figures()
+    assert first["ops_per_s"] == pytest.approx(20 / 5.0)
+    assert first["bytes_per_s"] == pytest.approx(2000 / 5.0)
+    assert first["p50_ms"] == pytest.approx(11.0) and first["p99_ms"] == pytest.approx(20.0)
+
+
+def test_the_window_slides() -> None:
+    clock = Clock()
+    stats = LoadStats(clock, window_s=10.0)
+    for _ in range(50):
+        stats.record(10, 0.5)
+        clock.now += 0.1  # 50 ops in the first 5 s
+    clock.now += 5.0
+    assert stats.figures()["ops_per_s"] == pytest.approx(50 / 10.0)
+    for _ in range(10):
+        stats.record(10, 0.002)
+        clock.now += 1.0  # then 1 op/s for 10 s: the first burst leaves the window
+    figures = stats.figures()
+    assert figures["ops_per_s"] == pytest.approx(1.0, rel=0.25)
+    assert figures["p99_ms"] == pytest.approx(2.0)
+    clock.now += 60.0
+    assert stats.figures() == {"ops_per_s": 0.0, "bytes_per_s": 0.0, "p50_ms": 0.0,
+                               "p99_ms": 0.0}
+
+
+def test_a_status_read_leaves_the_heartbeat_its_figures() -> None:
+    """`stamp partition ls` (the Status RPC) and the heartbeat both call load_report."""
+    from tests.unit.test_pl_committer import serving_partition
+
+    async def scenario() -> None:
+        p = serving_partition(dataclasses.replace(PartitionLimits()))
+        for _ in range(10):
+            p.stats.record(64, 0.004)
+        status = p.load_report()
+        heartbeat = p.load_report()
+        assert status["ops_per_s"] > 0 and heartbeat["ops_per_s"] > 0
+        assert heartbeat["p50_ms"] == status["p50_ms"] == pytest.approx(4.0)
+        await p.stop("test over")
+
+    import asyncio
+    asyncio.run(scenario())

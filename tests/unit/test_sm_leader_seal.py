@@ -1,0 +1,72 @@
+"""The stream manager leader's rollover under the seal rule (issue 15 hole 4): with one
+replica answering, nothing is sealed and the new extent it placed is kept as a spare; with two,
+the rollover seals at the smaller of their lengths and uses that spare. The Raft group is the
+in-memory stand-in of test_sm_leader_time; extent nodes answer from a table."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import cast
+
+import pytest
+
+from common.clock import ManualClock
+from common.errors import Unavailable
+from stream_layer.extent_client import AsyncExtentClient
+from stream_layer.stream_manager import state as s
+from stream_layer.stream_manager.leader import StreamManagerLeader
+from stream_layer.stream_manager.replica import StreamManagerReplica
+from tests.unit.test_sm_leader_time import LIMITS, NODES, InMemoryGroup, heartbeat
+
+
+class ExtentNodes:
+    """Commit lengths by address (absent: the node does not answer); creates succeed."""
+
+    def __init__(self) -> None:
+        self.lengths: dict[str, int] = {}
+        self.created: list[int] = []
+
+    async def commit_length(self, address: str, extent_id: int, timeout_s: float | None = None,
+                            fence: bool = False) -> tuple[int, bool]:
+        if address not in self.lengths:
+            raise Unavailable(f"{address} does not answer")
+        return self.lengths[address], False
+
+    async def create_extent(self, address: str, extent_id: int, replicas: list[str]) -> None:
+        if extent_id not in self.created:
+            self.created.append(extent_id)
+
+    async def seal(self, address: str, extent_id: int, length: int, sources: list[str],
+                   timeout_s: float = 30.0) -> int:
+        return length
+
+
+def test_a_rollover_seals_only_when_two_replicas_answer() -> None:
+    group, nodes = InMemoryGroup(), ExtentNodes()
+    leader = StreamManagerLeader(cast(StreamManagerReplica, group),
+                                 dataclasses.replace(LIMITS, spare_extents=0),
+                                 cast(AsyncExtentClient, nodes), clock=ManualClock())
+    group.state.apply(s.ReserveExtentIds(1))  # extent 1, placed by hand
+    group.state.apply(s.CreateStream("log"))
+
+    async def scenario() -> None:
+        assert leader.is_leader()
+        for name, _ in NODES:
+            await heartbeat(leader, name)
+        group.state.apply(s.AddExtent("log", 1, ("en-1", "en-2", "en-3"), expect_last=0))
+        address = {n: group.state.node(n).address for n, _ in NODES}
+        nodes.lengths[address["en-1"]] = 900  # the primary, ahead of what was acknowledged
+
+        with pytest.raises(Unavailable, match="needs 2"):
+            await leader.seal_and_add("log", 1)
+        assert group.state.extent(1).state == s.OPEN
+        assert group.state.stream("log").extents == (1,)
+        (spare,) = nodes.created  # placed while the fence was tried: kept, not leaked
+
+        nodes.lengths[address["en-3"]] = 600  # one more answers
+        stream = await leader.seal_and_add("log", 1)
+        assert group.state.extent(1).state == s.SEALED
+        assert group.state.extent(1).sealed_length == 600
+        assert stream.extents == (1, spare) and nodes.created == [spare]
+    asyncio.run(scenario())
