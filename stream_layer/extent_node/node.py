@@ -175,6 +175,7 @@ class ExtentNode:
     # ---- sealing ----------------------------------------------------------------------------
 
     async def fence(self, extent_id: int) -> tuple[int, bool]:
+        await faults.apoint("en.fence.start")  # a test holds a rollover's seal up here
         self.forget_pipeline(extent_id, ReplicationFailed(f"extent {extent_id} is being sealed"))
         return await self.store.fence(extent_id)
 
