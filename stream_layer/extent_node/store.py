@@ -1,7 +1,8 @@
 """An extent node's replicas and its journal: accepting appends, reads, seals and checkpoints
 (§2). No networking here; the servicer and the replication pipeline sit around it. It composes
 the replica state machine (replica_state.py: what a replica takes when), the journal records
-(records.py), the data-file I/O (extent_files.py) and recovery (recovery.py).
+(records.py), the data-file I/O (extent_files.py), the write-behind (write_behind.py), reads
+(reads.py) and recovery (recovery.py).
 
 Contracts:
 - `accept_append` gives an append its place synchronously (offsets are handed out in call
@@ -47,7 +48,6 @@ from stream_layer.extent_node.extent_files import (
     fsync_file,
     remove_files,
     truncate_file,
-    write_runs,
 )
 from stream_layer.extent_node.journal import FileWrite, Journal
 from stream_layer.extent_node.reads import ReplicaReader
@@ -57,12 +57,9 @@ from stream_layer.extent_node.replica import (
     write_meta,
 )
 from stream_layer.extent_node.replica_state import Event, Write, next_state, refusal
+from stream_layer.extent_node.write_behind import WriteBehind
 
 log = logging.getLogger(__name__)
-
-# Data-file writes up to this size are done on the event loop: a page-cache write of a few
-# KiB costs less than handing it to a thread and back.
-INLINE_WRITE_BYTES_MAX = 256 * 1024
 
 FetchMissing = Callable[[Replica, int], Awaitable[None]]
 
@@ -81,10 +78,8 @@ class ExtentStore:
         self._meta_io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="extent-meta")
         self._reader = ReplicaReader(limits.read_bytes_max, self._reads)
         self._creating: dict[int, asyncio.Future[None]] = {}  # creates under way
-        self._to_write: dict[int, None] = {}  # extent ids with pending bytes, in order
-        self._writer_wake: asyncio.Event | None = None
-        self._written: asyncio.Condition | None = None
-        self._pending_total = 0
+        self._writer = WriteBehind(lambda extent_id: self.replicas.get(extent_id),
+                                   limits.pending_file_bytes_max, self._writes)
         self._checkpoint_lock: asyncio.Lock | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._records_at_checkpoint = 0
@@ -92,12 +87,10 @@ class ExtentStore:
     # ---- lifecycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
-        self._writer_wake = asyncio.Event()
-        self._written = asyncio.Condition()
         self._checkpoint_lock = asyncio.Lock()
         self.journal.start()
         loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._write_loop(), name="extent-writer"),
+        self._tasks = [self._writer.start(),
                        loop.create_task(self._checkpoint_loop(), name="checkpointer")]
 
     async def stop(self) -> None:
@@ -151,8 +144,7 @@ class ExtentStore:
         replica = self.get(extent_id)
         del self.replicas[extent_id]
         replica.state = next_state(replica.state, Event.DELETE)
-        self._pending_total -= replica.pending_bytes
-        replica.pending.clear()
+        self._writer.drop(replica)
         await self.journal.append(records.delete(extent_id))
         await self._in(self._meta_io, remove_files, replica.meta_path, replica.data_path)
 
@@ -161,14 +153,8 @@ class ExtentStore:
     async def wait_for_room(self, nbytes: int) -> None:
         """Back-pressure: wait while the journal queue is full or too much is durable but not
         yet in data files."""
-        assert self._written is not None
         await self.journal.wait_for_room(nbytes)
-        if self._pending_total + nbytes <= self.limits.pending_file_bytes_max:
-            return
-        async with self._written:
-            await self._written.wait_for(
-                lambda: self._pending_total == 0
-                or self._pending_total + nbytes <= self.limits.pending_file_bytes_max)
+        await self._writer.wait_for_room(nbytes)
 
     def check_append(self, extent_id: int, offset: int, nbytes: int,
                      write: Write = Write.APPEND) -> Replica:
@@ -203,7 +189,7 @@ class ExtentStore:
         in_file = len(frames) >= self.limits.journal_bypass_bytes_min
         replica.pending.append((offset, frames, in_file))
         replica.pending_bytes += len(frames)
-        self._pending_total += len(frames)
+        self._writer.pending_total += len(frames)
         # A future and a callback, not a task per append: this is the hot path. The journal
         # moves durable_end before it resolves the future, so a caller that sees the future
         # done also sees durable_end past it.
@@ -224,68 +210,13 @@ class ExtentStore:
     def _on_durable(self, replica: Replica, end: int) -> None:
         # The journal completes records in order, so durable_end only grows.
         replica.durable_end = max(replica.durable_end, end)
-        self._to_write[replica.extent_id] = None
-        assert self._writer_wake is not None
-        self._writer_wake.set()
+        self._writer.durable(replica)
 
     async def wait_durable(self, replica: Replica) -> None:
         """Wait until everything accepted so far on `replica` is durable."""
         tail = replica.tail
         if tail is not None:
             await asyncio.shield(tail)
-
-    # ---- data files -----------------------------------------------------------------------
-
-    async def _write_loop(self) -> None:
-        """Write durable pending bytes into data files, behind the journal."""
-        assert self._writer_wake is not None and self._written is not None
-        while True:
-            await self._writer_wake.wait()
-            self._writer_wake.clear()
-            while self._to_write:
-                jobs = []
-                for extent_id in list(self._to_write):
-                    del self._to_write[extent_id]
-                    replica = self.replicas.get(extent_id)
-                    if replica is None:
-                        continue
-                    runs = [run for run in replica.pending
-                            if run[0] + len(run[1]) <= replica.durable_end]
-                    if runs:
-                        jobs.append((replica, runs))
-                if not jobs:
-                    break
-                batch = [(r.data_path, [(o, d) for o, d, in_file in runs if not in_file],
-                          r.writeback_end) for r, runs in jobs]
-                if sum(len(d) for _, runs, _ in batch for _, d in runs) <= INLINE_WRITE_BYTES_MAX:
-                    # Into the page cache: cheaper than a thread hop.
-                    writeback_ends = write_runs(batch)
-                else:
-                    writeback_ends = await self._in(self._writes, write_runs, batch)
-                for (replica, _), writeback_end in zip(jobs, writeback_ends, strict=True):
-                    replica.writeback_end = writeback_end
-                for replica, runs in jobs:
-                    written = sum(len(d) for _, d, _ in runs)
-                    for _ in runs:
-                        replica.pending.popleft()
-                    replica.pending_bytes -= written
-                    self._pending_total -= written
-                    replica.file_end = runs[-1][0] + len(runs[-1][1])
-                    replica.dirty = True
-                    replica.check_lengths()
-                async with self._written:
-                    self._written.notify_all()
-
-    async def _drain(self, targets: dict[int, int]) -> None:
-        """Wait until each replica's data file reaches the given length (or it is gone)."""
-        assert self._written is not None
-
-        def done() -> bool:
-            return all(extent_id not in self.replicas
-                       or self.replicas[extent_id].file_end >= end
-                       for extent_id, end in targets.items())
-        async with self._written:
-            await self._written.wait_for(done)
 
     # ---- reads ----------------------------------------------------------------------------
 
@@ -364,7 +295,7 @@ class ExtentStore:
         return self._accept(replica, offset, frames)
 
     async def _truncate(self, replica: Replica, length: int) -> None:
-        await self._drain({replica.extent_id: replica.durable_end})
+        await self._writer.drain({replica.extent_id: replica.durable_end})
         await self._in(self._meta_io, truncate_file, replica.data_path, length)
         replica.accepted_end = replica.durable_end = replica.file_end = length
         replica.dirty = True
@@ -377,7 +308,7 @@ class ExtentStore:
         async with self._checkpoint_lock:
             self._records_at_checkpoint = self.journal.records
             closed = await self.journal.rotate()
-            await self._drain({r.extent_id: r.durable_end for r in self.replicas.values()})
+            await self._writer.drain({r.extent_id: r.durable_end for r in self.replicas.values()})
             for replica in [r for r in self.replicas.values() if r.dirty]:
                 replica.dirty = False
                 length = replica.file_end
@@ -413,7 +344,7 @@ class ExtentStore:
 
     @property
     def pending_bytes(self) -> int:
-        return self._pending_total
+        return self._writer.pending_total
 
     @staticmethod
     async def _in(pool: ThreadPoolExecutor, fn: Callable[..., object], *args: object) -> object:
