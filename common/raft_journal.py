@@ -235,6 +235,22 @@ class DurableJournal(Journal):
         self._append(DROP_PREFIX, U64.pack(dropped[-1][1] + 1))
         self._maybe_rewrite()
 
+    @contextlib.contextmanager
+    def tail_hidden(self, after_index: int) -> Iterator[None]:
+        """Entries past `after_index` are out of sight (not deleted: nothing is written)
+        for the duration, then back. Only the handling of an append_entries that brings no
+        entries may run inside (common/raft_append.py says why)."""
+        # Entries are consecutive: the position follows from the first one's index.
+        keep = max(0, after_index - self._entries[0][1] + 1) if self._entries else 0
+        hidden = self._entries[keep:]
+        del self._entries[keep:]
+        try:
+            yield
+        finally:
+            assert not self._entries or self._entries[-1][1] == after_index, \
+                "entries changed while the tail was hidden"
+            self._entries.extend(hidden)
+
     def __getitem__(self, item: int | slice) -> Entry | list[Entry]:
         return self._entries[item]
 
