@@ -16,6 +16,8 @@ Contract:
   pysyncobj deletes and re-adds identical entries under pipelined load, and an entry a
   follower acknowledged must not vanish from its disk because of that. (Raft itself only
   deletes entries that conflict.)
+- `tail_hidden(i)` takes entries past `i` out of sight for one append_entries and puts them
+  back; it writes nothing (common/raft_append.py: matching entries are never deleted).
 - `deleteEntriesTo` and `clear` fsync the journal's directory first, so a snapshot renamed
   into it (pysyncobj renames without fsync) is durable before the entries it replaces go.
 - Opening replays the records up to the last one whose length and CRC32C hold and cuts the
