@@ -65,7 +65,8 @@ def test_committed_appends_leave_no_row_cache_entries() -> None:
         # A retried token still finds its original answer (in a run by now).
         retry = LogAppend("acct", "log-3", (b"r" * 300,), token="t-0-log-3")
         assert await p.committer.submit_nowait(retry, 400) == 0
-        p.committer.cancel()
+        await p.stop("test over")
+        await p.closed()
 
     asyncio.run(scenario())
 
@@ -98,7 +99,8 @@ def test_callbacks_are_answered_once_in_order_and_one_that_raises_spoils_nothing
             LogAppend("acct", "log-0", (b"r",), token="after"), 64) == 3
         # Blocks are answered in order: every earlier answer has been given by now.
         assert len(heard) == 6  # nobody heard twice
-        p.committer.cancel()
+        await p.stop("test over")
+        await p.closed()
 
     asyncio.run(scenario())
 
