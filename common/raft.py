@@ -37,9 +37,9 @@ from typing import Any
 
 import pysyncobj.syncobj as syncobj_module
 from pysyncobj import SyncObj, SyncObjConf
-from pysyncobj.transport import TCPTransport
 
 from common.checksums import crc32c
+from common.isolation_raft import IsolatingTransport
 from common.raft_journal import DurableJournal, fsync_dir
 
 log = logging.getLogger(__name__)
@@ -92,8 +92,9 @@ def durable_conf(raft_dir: Path, tuning: RaftTuning, replica: DurableReplica) ->
     )
 
 
-class DurableTransport(TCPTransport):
-    """pysyncobj's TCP transport, holding messages until the journal is durable."""
+class DurableTransport(IsolatingTransport):
+    """pysyncobj's TCP transport (cut towards isolated peers, common/isolation_raft.py),
+    holding messages until the journal is durable."""
 
     def __init__(self, syncObj: SyncObj, selfNode: Any, otherNodes: Any, *,
                  journal: DurableJournal) -> None:
