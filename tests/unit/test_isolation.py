@@ -162,3 +162,17 @@ def test_isolate_and_heal_through_the_faults_service() -> None:
         assert await asyncio.to_thread(rpc.heal_remote, address, ["en-1"]) == ["127.0.0.1:9"]
         assert await asyncio.to_thread(rpc.heal_remote, address) == []
     _run(scenario)
+
+
+def test_armed_from_the_environment_at_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(isolation.ENV_VAR, " en-1, 127.0.0.1:7001 ,,")
+    isolation.arm_from_env()
+    assert isolation.cut_peers() == {"en-1", "127.0.0.1:7001"}
+    assert isolation.heal(["en-1"]) == {"127.0.0.1:7001"}
+
+
+def test_caller_name_is_read_from_a_stamp_user_agent_only() -> None:
+    agent = f"{isolation.USER_AGENT_PREFIX}ps-1 grpc-python-asyncio/1.85.1 grpc-c/44.0.0"
+    assert isolation.caller_name([("x", "y"), ("user-agent", agent)]) == "ps-1"
+    assert isolation.caller_name([("user-agent", "grpc-python/1.85.1")]) is None
+    assert isolation.caller_name(None) is None
