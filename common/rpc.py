@@ -23,7 +23,7 @@ from typing import Any, TypeVar, cast
 import grpc
 from grpc import aio
 
-from common import errors, faults, isolation
+from common import errors, faults, isolation, isolation_grpc
 from common.proto import faults_pb2, faults_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ def channel_options(message_bytes_max: int) -> list[tuple[str, Any]]:
 def aio_channel(address: str, message_bytes_max: int) -> aio.Channel:
     """An aio channel to `address`; calls fail UNAVAILABLE while `address` is cut off."""
     options = channel_options(message_bytes_max)
-    channel = isolation.GuardedChannel(aio.insecure_channel(address, options=options),
+    channel = isolation_grpc.GuardedChannel(aio.insecure_channel(address, options=options),
                                        address, options, "aio")
     return cast(aio.Channel, channel)
 
@@ -62,7 +62,7 @@ def aio_channel(address: str, message_bytes_max: int) -> aio.Channel:
 def sync_channel(address: str, message_bytes_max: int) -> grpc.Channel:
     """A blocking channel to `address`; calls fail UNAVAILABLE while `address` is cut off."""
     options = channel_options(message_bytes_max)
-    channel = isolation.GuardedChannel(grpc.insecure_channel(address, options=options),
+    channel = isolation_grpc.GuardedChannel(grpc.insecure_channel(address, options=options),
                                        address, options, "sync")
     return cast(grpc.Channel, channel)
 
@@ -112,7 +112,7 @@ def server_options(message_bytes_max: int) -> list[tuple[str, Any]]:
 def aio_server(message_bytes_max: int) -> aio.Server:
     """A Stamp server: calls from peers this process is cut off from are refused."""
     return aio.server(options=server_options(message_bytes_max),
-                      interceptors=[isolation.ServerGuard()])
+                      interceptors=[isolation_grpc.ServerGuard()])
 
 
 def error_name(exc: BaseException) -> str:

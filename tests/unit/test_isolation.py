@@ -18,6 +18,7 @@ import pytest
 from grpc import aio
 
 from common import isolation, rpc
+from common.isolation_grpc import CUT_DETAILS, caller_name
 from common.proto import faults_pb2, faults_pb2_grpc
 
 SAY = "/test.Echo/Say"
@@ -92,10 +93,10 @@ def test_incoming_call_from_a_cut_process_is_refused_but_faults_service_answers(
         async with rpc.aio_channel(address, MESSAGE_MAX) as channel:
             isolation.isolate([isolation.process_name()])
             code, details = await _code_of(channel.unary_unary(SAY)(b"a", timeout=5))
-            assert (code, details) == (grpc.StatusCode.UNAVAILABLE, isolation.CUT_DETAILS)
+            assert (code, details) == (grpc.StatusCode.UNAVAILABLE, CUT_DETAILS)
             chat = channel.stream_stream(CHAT)()
             code, details = await _code_of(chat.read())
-            assert (code, details) == (grpc.StatusCode.UNAVAILABLE, isolation.CUT_DETAILS)
+            assert (code, details) == (grpc.StatusCode.UNAVAILABLE, CUT_DETAILS)
             # The operator's channel stays open: this is how a heal reaches the process.
             reply = await faults_pb2_grpc.FaultsStub(channel).Heal(
                 faults_pb2.HealRequest(), timeout=5)
@@ -123,7 +124,7 @@ def test_a_stream_under_way_is_cut_when_the_peer_is_isolated(side: str) -> None:
             isolation.isolate([address if side == "outgoing" else isolation.process_name()])
             # Nothing written: the cut alone ends the stream (no message needs to cross).
             code, details = await _code_of(asyncio.wait_for(chat.read(), 10))
-            assert (code, details) == (grpc.StatusCode.UNAVAILABLE, isolation.CUT_DETAILS)
+            assert (code, details) == (grpc.StatusCode.UNAVAILABLE, CUT_DETAILS)
             # Nor can a message cross later (a write on the ended call fails as the peer's
             # transport reports it: UNAVAILABLE or INTERNAL, both rpc.from_rpc_error's
             # Unavailable).
@@ -173,6 +174,6 @@ def test_armed_from_the_environment_at_start(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_caller_name_is_read_from_a_stamp_user_agent_only() -> None:
     agent = f"{isolation.USER_AGENT_PREFIX}ps-1 grpc-python-asyncio/1.85.1 grpc-c/44.0.0"
-    assert isolation.caller_name([("x", "y"), ("user-agent", agent)]) == "ps-1"
-    assert isolation.caller_name([("user-agent", "grpc-python/1.85.1")]) is None
-    assert isolation.caller_name(None) is None
+    assert caller_name([("x", "y"), ("user-agent", agent)]) == "ps-1"
+    assert caller_name([("user-agent", "grpc-python/1.85.1")]) is None
+    assert caller_name(None) is None
