@@ -304,19 +304,19 @@ class ServerGuard(aio.ServerInterceptor):
     Wrapped handlers are made once per method (the caller is read per call)."""
 
     def __init__(self) -> None:
-        self._wrapped: dict[int, tuple[Any, Any]] = {}
+        self._wrapped: dict[str, tuple[Any, Any]] = {}
 
     async def intercept_service(self, continuation: Callable[..., Any],
                                 handler_call_details: grpc.HandlerCallDetails) -> Any:
         handler = await continuation(handler_call_details)
         if handler is None or handler_call_details.method.startswith(EXEMPT_SERVICE):
             return handler
-        cached = self._wrapped.get(id(handler))
+        cached = self._wrapped.get(handler_call_details.method)
         if cached is not None and cached[0] is handler:
             return cached[1]
         field, make = _HANDLER_FIELDS[(handler.request_streaming, handler.response_streaming)]
         wrapped = make(_guard_behavior(getattr(handler, field), handler.response_streaming),
                        request_deserializer=handler.request_deserializer,
                        response_serializer=handler.response_serializer)
-        self._wrapped[id(handler)] = (handler, wrapped)
+        self._wrapped[handler_call_details.method] = (handler, wrapped)
         return wrapped
