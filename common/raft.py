@@ -38,10 +38,11 @@ from typing import Any
 
 import pysyncobj.syncobj as syncobj_module
 from pysyncobj import SyncObj, SyncObjConf
-from pysyncobj.transport import TCPTransport, Transport
+from pysyncobj.transport import Transport
 
 from common import durable_fs
 from common.checksums import crc32c
+from common.isolation_raft import IsolatingTransport
 from common.raft_append import TransmissionAssembler, plan_append
 from common.raft_journal import DurableJournal, fsync_dir
 
@@ -98,8 +99,9 @@ def durable_conf(raft_dir: Path, tuning: RaftTuning, replica: DurableReplica) ->
     )
 
 
-class DurableTransport(TCPTransport):
-    """pysyncobj's TCP transport, holding messages until the journal is durable."""
+class DurableTransport(IsolatingTransport):
+    """pysyncobj's TCP transport (cut towards isolated peers, common/isolation_raft.py),
+    holding messages until the journal is durable."""
 
     def __init__(self, syncObj: SyncObj, selfNode: Any, otherNodes: Any, *,
                  journal: DurableJournal) -> None:
