@@ -8,9 +8,11 @@ Arming, in a process:
 - at run time through the Faults gRPC service every Stamp server exposes (`common.rpc`),
 - or in-process with `arm(...)` (unit tests).
 
-Actions: `delay:MS` sleeps, `fail` raises FaultInjected, `crash` SIGKILLs the process itself
-(nothing is flushed, exactly as kill -9 from outside), `torn` is for points whose code does a
-custom partial action (the journal writes half a batch, then crashes).
+Actions: `delay:MS` sleeps, `fail` raises FaultInjected, `bug` raises FaultBug (a RuntimeError,
+no Stamp error: the unexpected exception a bug throws, which code that catches only Stamp
+errors lets through), `crash` SIGKILLs the process itself (nothing is flushed, exactly as
+kill -9 from outside), `torn` is for points whose code does a custom partial action (the
+journal writes half a batch, then crashes).
 `after=N` lets the first N hits pass; `times=N` disarms after N firings.
 """
 
@@ -28,8 +30,12 @@ from common.errors import FaultInjected, InvalidArgument
 
 log = logging.getLogger(__name__)
 
-ACTIONS = ("delay", "fail", "crash", "torn")
+ACTIONS = ("delay", "fail", "bug", "crash", "torn")
 ENV_VAR = "STAMP_FAULTS"
+
+
+class FaultBug(RuntimeError):
+    """What the `bug` action raises: deliberately outside common.errors' hierarchy."""
 
 
 @dataclass
@@ -134,6 +140,8 @@ def point(name: str) -> None:
         time.sleep(spec.arg / 1000.0)
     elif spec.action == "fail":
         raise FaultInjected(f"fault injected at {name}")
+    elif spec.action == "bug":
+        raise FaultBug(f"bug injected at {name}")
     elif spec.action == "crash":
         crash(name)
 
@@ -147,5 +155,7 @@ async def apoint(name: str) -> None:
         await asyncio.sleep(spec.arg / 1000.0)
     elif spec.action == "fail":
         raise FaultInjected(f"fault injected at {name}")
+    elif spec.action == "bug":
+        raise FaultBug(f"bug injected at {name}")
     elif spec.action == "crash":
         crash(name)

@@ -16,10 +16,11 @@ Together with the journal's contract this gives: a command's callback reports su
 after its entry is on the disks of a majority (the leader syncs before it counts itself,
 followers sync before they acknowledge).
 
-pysyncobj logs "truncating already-applied log entries ... may have diverged" under
-pipelined load: it deletes entries that match the leader's and appends them again.
-DurableJournal keeps such entries on disk and takes them back, so nothing diverges; the
-probe tests compare replica states to prove it.
+pysyncobj deletes a follower's entries after `prevLogIdx` on every append_entries, matching
+or not, so a resend cut short (several batches in flight, the leader's next index set back)
+can take acknowledged entries out of the follower's log. `DurableReplica` plans every
+append_entries with `common.raft_append.plan_append` before pysyncobj sees it (one override,
+`_SyncObj__onMessageReceived`, in "Raft §5.3" below): only entries that conflict are deleted.
 """
 
 from __future__ import annotations
@@ -30,17 +31,19 @@ import os
 import pickle
 import struct
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pysyncobj.syncobj as syncobj_module
 from pysyncobj import SyncObj, SyncObjConf
-from pysyncobj.transport import TCPTransport
+from pysyncobj.transport import Transport
 
 from common import durable_fs
 from common.checksums import crc32c
+from common.isolation_raft import IsolatingTransport
+from common.raft_append import TransmissionAssembler, plan_append
 from common.raft_journal import DurableJournal, fsync_dir
 
 log = logging.getLogger(__name__)
@@ -68,6 +71,8 @@ class RaftTuning:
     log_compaction_entries_min: int = 5000
     log_compaction_interval_s: float = 300.0
     commands_queue_max: int = 100_000
+    # False: no tick thread, the owner calls doTick (deterministic in-process tests).
+    tick_thread: bool = True
 
 
 def durable_conf(raft_dir: Path, tuning: RaftTuning, replica: DurableReplica) -> SyncObjConf:
@@ -90,11 +95,13 @@ def durable_conf(raft_dir: Path, tuning: RaftTuning, replica: DurableReplica) ->
         logCompactionMinEntries=tuning.log_compaction_entries_min,
         logCompactionMinTime=tuning.log_compaction_interval_s,
         dynamicMembershipChange=False,
+        autoTick=tuning.tick_thread,
     )
 
 
-class DurableTransport(TCPTransport):
-    """pysyncobj's TCP transport, holding messages until the journal is durable."""
+class DurableTransport(IsolatingTransport):
+    """pysyncobj's TCP transport (cut towards isolated peers, common/isolation_raft.py),
+    holding messages until the journal is durable."""
 
     def __init__(self, syncObj: SyncObj, selfNode: Any, otherNodes: Any, *,
                  journal: DurableJournal) -> None:
@@ -155,16 +162,21 @@ class DurableReplica(SyncObj):
     """
 
     def __init__(self, self_address: str, peers: Sequence[str], raft_dir: str | Path,
-                 tuning: RaftTuning | None = None) -> None:
+                 tuning: RaftTuning | None = None,
+                 make_transport: Callable[..., Transport] = DurableTransport) -> None:
+        """`make_transport(sync_obj, self_node, other_nodes, journal=...)` builds the
+        transport; it must hold every message until `journal` is durable, as
+        DurableTransport does (tests pass an in-process one)."""
         self._raft_dir = Path(raft_dir)
         durable_fs.make_dirs(self._raft_dir)
         self._durable_journal = DurableJournal(self._raft_dir / JOURNAL_FILE)
+        self._transmission = TransmissionAssembler()
         conf = durable_conf(self._raft_dir, tuning or RaftTuning(), self)
         others = [peer for peer in peers if peer != self_address]
 
-        def transport(sync_obj: SyncObj, self_node: Any, other_nodes: Any) -> DurableTransport:
-            return DurableTransport(sync_obj, self_node, other_nodes,
-                                    journal=self._durable_journal)
+        def transport(sync_obj: SyncObj, self_node: Any, other_nodes: Any) -> Transport:
+            return make_transport(sync_obj, self_node, other_nodes,
+                                  journal=self._durable_journal)
 
         with _injected_journal(self._durable_journal):
             super().__init__(self_address, others, conf=conf, transportClass=transport)
@@ -199,6 +211,48 @@ class DurableReplica(SyncObj):
     def close(self) -> None:
         """Stop the tick thread; the journal syncs and closes on the way out."""
         self.destroy_synchronous()
+
+    # --- Raft §5.3: delete only conflicting entries (the one patch of pysyncobj's handling) ---
+
+    def _SyncObj__onMessageReceived(self, node: Any, message: Any) -> None:
+        """Every message from a peer, on the tick thread. An append_entries is planned by
+        `plan_append` (common/raft_append.py) and pysyncobj handles the planned one."""
+        handle = SyncObj._SyncObj__onMessageReceived  # type: ignore[attr-defined]
+        if (not isinstance(message, dict) or message.get("type") != "append_entries"
+                or "prevLogIdx" not in message or message["term"] < self.raftCurrentTerm):
+            handle(self, node, message)
+            return
+        entries = message.get("entries", [])
+        if "transmission" in message:
+            if message["transmission"] not in ("start", "process", "finish"):
+                handle(self, node, message)  # pysyncobj refuses it
+                return
+            assembled = self._transmission.feed(message)
+            if assembled is None:
+                handle(self, node, message)  # a part: pysyncobj only acknowledges it
+                return
+            entries = assembled
+        journal = self._durable_journal
+        if not len(journal):
+            handle(self, node, message)
+            return
+        first = journal[0][1]
+        last = journal[-1][1]
+
+        def term_at(index: int) -> int | None:
+            return journal[index - first][2] if first <= index <= last else None
+
+        plan = plan_append(message["prevLogIdx"], message["prevLogTerm"], entries, term_at,
+                           last, self.raftCommitIndex)
+        planned = {key: value for key, value in message.items()
+                   if key not in ("transmission", "data")}
+        planned.update(prevLogIdx=plan.prev_index, prevLogTerm=plan.prev_term,
+                       entries=list(plan.entries))
+        if plan.hide_after is None:
+            handle(self, node, planned)
+            return
+        with journal.tail_hidden(plan.hide_after):
+            handle(self, node, planned)
 
     # --- snapshot files (pysyncobj's serializer hooks) ----------------------------------------
 

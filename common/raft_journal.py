@@ -16,6 +16,8 @@ Contract:
   pysyncobj deletes and re-adds identical entries under pipelined load, and an entry a
   follower acknowledged must not vanish from its disk because of that. (Raft itself only
   deletes entries that conflict.)
+- `tail_hidden(i)` takes entries past `i` out of sight for one append_entries and puts them
+  back; it writes nothing (common/raft_append.py: matching entries are never deleted).
 - `deleteEntriesTo` and `clear` fsync the journal's directory first, so a snapshot renamed
   into it (pysyncobj renames without fsync) is durable before the entries it replaces go.
 - Opening replays the records up to the last one whose length and CRC32C hold and cuts the
@@ -235,6 +237,22 @@ class DurableJournal(Journal):
         self._live_bytes -= sum(_entry_bytes(e) for e in dropped)
         self._append(DROP_PREFIX, U64.pack(dropped[-1][1] + 1))
         self._maybe_rewrite()
+
+    @contextlib.contextmanager
+    def tail_hidden(self, after_index: int) -> Iterator[None]:
+        """Entries past `after_index` are out of sight (not deleted: nothing is written)
+        for the duration, then back. Only the handling of an append_entries that brings no
+        entries may run inside (common/raft_append.py says why)."""
+        # Entries are consecutive: the position follows from the first one's index.
+        keep = max(0, after_index - self._entries[0][1] + 1) if self._entries else 0
+        hidden = self._entries[keep:]
+        del self._entries[keep:]
+        try:
+            yield
+        finally:
+            assert not self._entries or self._entries[-1][1] == after_index, \
+                "entries changed while the tail was hidden"
+            self._entries.extend(hidden)
 
     def __getitem__(self, item: int | slice) -> Entry | list[Entry]:
         return self._entries[item]

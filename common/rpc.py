@@ -4,7 +4,11 @@
 - The one mapping of `common.errors` to gRPC status and back: a servicer method wrapped in
   `@rpc_errors` turns a StampError into its status code plus trailing metadata
   `stamp-error: <ClassName>`; `from_rpc_error` rebuilds the typed error on the client.
-- The Faults service every server exposes, so tests arm fault points at run time.
+- The Faults service every server exposes, so tests arm fault points and network
+  partitions (common/isolation.py) at run time.
+- Every channel made here is guarded and every server made here has the isolation guard, so
+  a partition cuts every gRPC path in and out of a process; channels name their process in
+  the user agent (`stamp-process/NAME`) for that guard.
 """
 
 from __future__ import annotations
@@ -14,12 +18,12 @@ import functools
 import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import grpc
 from grpc import aio
 
-from common import errors, faults
+from common import errors, faults, isolation, isolation_grpc
 from common.proto import faults_pb2, faults_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -42,15 +46,25 @@ def channel_options(message_bytes_max: int) -> list[tuple[str, Any]]:
         # Each channel its own subchannels: gRPC otherwise shares them process-wide, and a
         # fresh channel (ChannelCache) would inherit the old one's reconnect backoff.
         ("grpc.use_local_subchannel_pool", 1),
+        # Who calls: the isolation guard of the server refuses calls from cut peers.
+        ("grpc.primary_user_agent", isolation.user_agent()),
     ]
 
 
 def aio_channel(address: str, message_bytes_max: int) -> aio.Channel:
-    return aio.insecure_channel(address, options=channel_options(message_bytes_max))
+    """An aio channel to `address`; calls fail UNAVAILABLE while `address` is cut off."""
+    options = channel_options(message_bytes_max)
+    channel = isolation_grpc.GuardedChannel(aio.insecure_channel(address, options=options),
+                                       address, options, "aio")
+    return cast(aio.Channel, channel)
 
 
 def sync_channel(address: str, message_bytes_max: int) -> grpc.Channel:
-    return grpc.insecure_channel(address, options=channel_options(message_bytes_max))
+    """A blocking channel to `address`; calls fail UNAVAILABLE while `address` is cut off."""
+    options = channel_options(message_bytes_max)
+    channel = isolation_grpc.GuardedChannel(grpc.insecure_channel(address, options=options),
+                                       address, options, "sync")
+    return cast(grpc.Channel, channel)
 
 
 class ChannelCache:
@@ -96,7 +110,9 @@ def server_options(message_bytes_max: int) -> list[tuple[str, Any]]:
 
 
 def aio_server(message_bytes_max: int) -> aio.Server:
-    return aio.server(options=server_options(message_bytes_max))
+    """A Stamp server: calls from peers this process is cut off from are refused."""
+    return aio.server(options=server_options(message_bytes_max),
+                      interceptors=[isolation_grpc.ServerGuard()])
 
 
 def error_name(exc: BaseException) -> str:
@@ -238,6 +254,16 @@ class FaultsServicer(faults_pb2_grpc.FaultsServicer):
         faults.disarm(request.name or None)
         return faults_pb2.DisarmReply(armed=faults.armed())
 
+    @rpc_errors
+    async def Isolate(self, request: faults_pb2.IsolateRequest,
+                      context: aio.ServicerContext) -> faults_pb2.IsolateReply:
+        return faults_pb2.IsolateReply(cut=sorted(isolation.isolate(request.peers)))
+
+    @rpc_errors
+    async def Heal(self, request: faults_pb2.HealRequest,
+                   context: aio.ServicerContext) -> faults_pb2.IsolateReply:
+        return faults_pb2.IsolateReply(cut=sorted(isolation.heal(request.peers or None)))
+
 
 def arm_remote(address: str, spec: str, timeout_s: float = 5.0) -> None:
     """Arm fault points in the server at `address` (blocking; for tests and `stamp fault`)."""
@@ -247,3 +273,28 @@ def arm_remote(address: str, spec: str, timeout_s: float = 5.0) -> None:
                                                     timeout=timeout_s)
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
+
+
+def isolate_remote(address: str, peers: list[str], timeout_s: float = 5.0) -> list[str]:
+    """Cut the server at `address` off from `peers` (names and addresses), both directions;
+    returns everything it is cut off from now (blocking; for tests and `stamp isolate`)."""
+    with sync_channel(address, 4 * 1024 * 1024) as channel:
+        try:
+            reply = faults_pb2_grpc.FaultsStub(channel).Isolate(
+                faults_pb2.IsolateRequest(peers=peers), timeout=timeout_s)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+    return list(reply.cut)
+
+
+def heal_remote(address: str, peers: list[str] | None = None,
+                timeout_s: float = 5.0) -> list[str]:
+    """Lift the cut of the server at `address` from `peers` (None: from everyone); returns
+    what stays cut."""
+    with sync_channel(address, 4 * 1024 * 1024) as channel:
+        try:
+            reply = faults_pb2_grpc.FaultsStub(channel).Heal(
+                faults_pb2.HealRequest(peers=peers or []), timeout=timeout_s)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+    return list(reply.cut)

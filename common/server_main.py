@@ -1,6 +1,6 @@
 """What every Stamp server process does around its own start-up: log in one format, arm fault
-points from the environment, run on uvloop, and stop cleanly on SIGTERM or SIGINT (SIGKILL is
-what tests use, and recovery is built for it)."""
+points and partitions (STAMP_ISOLATE) from the environment, run on uvloop, and stop cleanly
+on SIGTERM or SIGINT (SIGKILL is what tests use, and recovery is built for it)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
-from common import durable_fs, faults
+from common import durable_fs, faults, isolation
 
 GC_YOUNG_THRESHOLD = 50_000
 
@@ -27,6 +27,8 @@ def start_process(name: str, directory: Path, level: str = "INFO") -> None:
     logging.basicConfig(level=level.upper(),
                         format=f"%(asctime)s {name} %(levelname)s %(name)s: %(message)s")
     faults.arm_from_env()
+    isolation.set_process_name(name)  # before any channel: they name it to their peers
+    isolation.arm_from_env()
     # Servers allocate many short-lived objects per request: with the default threshold
     # (700) the cyclic collector runs hundreds of times a second, and its full passes over a
     # large memtable stall the event loop for milliseconds. Collect far less often.

@@ -13,6 +13,9 @@ merges write metadata records one at a time, each naming every run that is curre
 
 Memory stays bounded: at most one memtable is being checkpointed; when the live one fills up
 too, writes wait (`wait_for_room`).
+
+The checkpointer touches its partition only through `CheckpointSite`: it swaps the memtable
+and publishes runs, the partition reads them.
 """
 
 from __future__ import annotations
@@ -21,18 +24,20 @@ import asyncio
 import dataclasses
 import logging
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import Protocol
 
 from common import faults
+from common.config import PartitionLimits
+from partition_layer.cache import LruCache
 from partition_layer.memtable import Memtable
 from partition_layer.merge import aiter_sync, merge
 from partition_layer.operations import ENTITY_TOKEN_TTL_MS
-from partition_layer.partition_meta import encode_meta
-from partition_layer.run_cache import Run
+from partition_layer.partition_meta import PartitionMeta, encode_meta
+from partition_layer.run_cache import IndexCache, Run
 from partition_layer.runs import RunInfo, RunWriter
-
-if TYPE_CHECKING:
-    from partition_layer.partition import RangePartition
+from stream_layer.client import AsyncStream
+from stream_layer.framing import Location
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +64,34 @@ def merge_group(runs: list[RunInfo]) -> list[RunInfo]:
     return group
 
 
+class CheckpointSite(Protocol):
+    """What the checkpointer needs of its partition, and all it touches (RangePartition is
+    one; tests/unit/test_pl_checkpoint.py has a small one on in-memory streams)."""
+
+    id: int
+    limits: PartitionLimits
+    streams: Mapping[str, AsyncStream]  # "row": runs are written there; "meta": records
+    memtable: Memtable  # swapped for a fresh one at a checkpoint
+    frozen: Memtable | None  # the one being written, until its record is durable
+    meta: PartitionMeta | None  # the record in force; replaced by each one published
+    readers: list[Run]  # the runs reads use, newest first; replaced with `meta`
+    indexes: IndexCache | None
+    row_cache: LruCache  # cleared when the runs change
+    applied_lsn: int
+    last_commit: Location | None  # with applied_lsn: the replay point a checkpoint records
+    log_bytes: int  # lowered by what a checkpoint made replay skip
+
+    async def drain_commits(self) -> None:
+        """Hold new commit-log blocks back until those in flight have finished."""
+
+    def resume_commits(self) -> None: ...
+
+    async def stop(self, reason: str) -> None: ...
+
+
 class Checkpointer:
-    def __init__(self, partition: RangePartition) -> None:
-        self.p = partition
+    def __init__(self, site: CheckpointSite) -> None:
+        self.p = site
         self._task: asyncio.Task[None] | None = None
         self._merge: asyncio.Task[None] | None = None
         self._meta_lock = asyncio.Lock()
@@ -95,6 +125,13 @@ class Checkpointer:
             if task is not None and task is not asyncio.current_task():
                 task.cancel()
 
+    async def closed(self) -> None:
+        """Until the checkpoint and merge under way (cancelled by `cancel`) have ended."""
+        current = asyncio.current_task()
+        tasks = [t for t in (self._task, self._merge) if t is not None and t is not current]
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
     async def _run_checkpoint(self) -> None:
         try:
             await self._checkpoint()
@@ -113,13 +150,13 @@ class Checkpointer:
         assert p.frozen is None and p.meta is not None
         # With no block in flight, every later block lands after `last_commit` in the stream:
         # replaying from there misses nothing the frozen memtable lacks (committer.py).
-        await p.committer.drain()
+        await p.drain_commits()
         try:
             frozen, p.memtable = p.memtable.freeze(), Memtable()
             p.frozen = frozen
             replay_from, applied_lsn, log_bytes = p.last_commit, p.applied_lsn, p.log_bytes
         finally:
-            p.committer.resume()
+            p.resume_commits()
         info: RunInfo | None = None
         if len(frozen):
             info = await self._write_run(
@@ -155,7 +192,8 @@ class Checkpointer:
             return None
         return await writer.finish()
 
-    async def _publish(self, runs: list[RunInfo], replay_from: object, applied_lsn: int) -> None:
+    async def _publish(self, runs: list[RunInfo], replay_from: Location | None,
+                       applied_lsn: int) -> None:
         """Append the metadata record naming `runs`, then make them the ones reads use."""
         p = self.p
         assert p.meta is not None

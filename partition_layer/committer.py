@@ -17,6 +17,13 @@ Contracts:
 - `drain()` holds new blocks back until every one in flight has finished: a checkpoint
   freezes the memtable only then, so the replay point it records is at or after every block
   that holds an operation it does not contain (blocks sent later land later in the stream).
+- An exception nobody expected (a bug) in the loop or in a block's finish does not leave the
+  partition serving without a committer: the partition stops (its lease goes, the PM has it
+  loaded again) and every operation held is answered: NotOwner if its block was never sent,
+  Unavailable (ambiguous) if it was. `abort()` (the partition stopping) cancels the appends
+  in flight and answers their operations Unavailable; `closed()` waits until every task of
+  the committer has ended, so a stopping process leaves none behind.
+- The committer touches its partition only through `CommitSite`.
 """
 
 from __future__ import annotations
@@ -25,20 +32,61 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from common import faults
+from common.config import PartitionLimits
 from common.errors import NotOwner, StampError, Throttled, Unavailable
 from partition_layer.commit_log import CommitBatch, CommitOp, encode_batch
 from partition_layer.operations import Operation, Overlay
 from partition_layer.rows import Row, encode_row
-
-if TYPE_CHECKING:
-    from partition_layer.partition import RangePartition
+from partition_layer.stats import LoadStats
+from stream_layer.client import AsyncStream
+from stream_layer.framing import Location
 
 log = logging.getLogger(__name__)
+
+
+class CommitSite(Protocol):
+    """What the group committer needs of its partition, and all it touches (RangePartition
+    is one; tests/unit/test_pl_committer.py has a small one on in-memory streams)."""
+
+    id: int
+    epoch: int  # written into every block: replay tells owners apart
+    limits: PartitionLimits
+    streams: Mapping[str, AsyncStream]  # "log": the commit log it appends to
+    applied_lsn: int  # read at start: the first block takes the next LSN
+    last_commit: Location | None  # set to each durable block: a checkpoint's replay point
+    log_bytes: int  # grown by each durable block: what a reload would replay
+    stats: LoadStats
+
+    def committing(self) -> bool:
+        """Serving or unloading: the loop goes on taking operations."""
+
+    def gone(self) -> bool:
+        """Stopped: a block still in flight is answered Unavailable, not applied."""
+
+    def lease_valid(self) -> bool: ...
+
+    def row_in_memory(self, key: bytes) -> tuple[bool, Row | None]: ...
+
+    async def row_from_checkpoints(self, key: bytes, remember_absent: bool = True
+                                   ) -> Row | None: ...
+
+    def apply(self, op: CommitOp) -> None:
+        """Make a durable operation visible; called strictly in LSN order."""
+
+    def wake_logs(self, ops: Iterable[Operation]) -> None: ...
+
+    async def wait_for_room(self) -> None:
+        """Back-pressure from the checkpointer: return once the memtable may grow."""
+
+    def checkpoint_if_due(self) -> None: ...
+
+    async def stop(self, reason: str) -> None:
+        """Stop serving; it calls `abort()` and `fail_queued()` back."""
 
 
 # How a queued operation is answered without a future: (result, None) or (None, error).
@@ -79,9 +127,9 @@ class Outcome:
 
 
 class GroupCommitter:
-    def __init__(self, partition: RangePartition) -> None:
-        self.p = partition
-        self.limits = partition.limits
+    def __init__(self, site: CommitSite) -> None:
+        self.p = site
+        self.limits = site.limits
         self.queue: deque[Pending] = deque()
         self._wake = asyncio.Event()
         # key -> (lsn, row or None when deleted): what blocks in flight will have written.
@@ -91,6 +139,7 @@ class GroupCommitter:
         self._tail: asyncio.Task[None] | None = None
         self._paused = False
         self._task: asyncio.Task[None] | None = None
+        self._appends: set[asyncio.Task[Any]] = set()  # sent, not yet finished: abort() ends them
 
     def start(self) -> None:
         self.next_lsn = self.p.applied_lsn + 1
@@ -143,22 +192,40 @@ class GroupCommitter:
             self.queue.popleft().answer(None, NotOwner(f"partition {self.p.id}: {reason}"))
         self._wake.set()
 
-    def cancel(self) -> None:
+    def abort(self) -> None:
+        """The partition stops: end the loop and the appends in flight (their operations
+        hear Unavailable from `_finish`: nobody knows whether the block landed)."""
         if self._task is not None and self._task is not asyncio.current_task():
             self._task.cancel()
+        for append in self._appends:
+            append.cancel()
+
+    async def closed(self) -> None:
+        """Until every task of this committer has ended (after `abort()`)."""
+        tasks = [t for t in (self._task, self._tail) if t is not None]
+        if tasks:
+            await asyncio.gather(*tasks, *self._appends, return_exceptions=True)
 
     # ---- the loop ---------------------------------------------------------------------------
 
     async def _loop(self) -> None:
-        from partition_layer.partition import SERVING, UNLOADING
+        try:
+            await self._commit_until_stopped()
+        except Exception as exc:
+            # A bug deciding a batch, or a checkpoint read that failed. Without its
+            # committer the partition would go on taking operations and never answer
+            # them: stop it instead, so the lease goes and the PM has it loaded afresh.
+            log.exception("partition %d: the group committer failed", self.p.id)
+            await self.p.stop(f"its group committer failed: {type(exc).__name__}: {exc}")
 
-        while self.p.state in (SERVING, UNLOADING):
+    async def _commit_until_stopped(self) -> None:
+        while self.p.committing():
             if (not self.queue or self._paused
                     or self.inflight >= self.limits.commit_pipeline_depth):
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            await self.p.checkpointer.wait_for_room()
+            await self.p.wait_for_room()
             if self._paused or not self.queue:
                 continue
             batch = self._take_batch()
@@ -219,9 +286,11 @@ class GroupCommitter:
         append: asyncio.Task[Any] | None = None
         nbytes = 0
         if ops:
+            faults.point("ps.commit.encode")  # a test throws a bug's exception here
             block = encode_batch(CommitBatch(ops, self.p.epoch))
             nbytes = len(block)
             append = asyncio.get_running_loop().create_task(self._append(block))
+            self._appends.add(append)
         self.inflight += 1
         self._tail = asyncio.get_running_loop().create_task(
             self._finish(self._tail, append, ops, outcomes, nbytes))
@@ -233,38 +302,56 @@ class GroupCommitter:
 
     async def _finish(self, previous: asyncio.Task[None] | None, append: asyncio.Task[Any] | None,
                       ops: list[CommitOp], outcomes: list[Outcome], nbytes: int) -> None:
-        from partition_layer.partition import GONE
-
         try:
             if previous is not None:
                 await asyncio.shield(previous)
-            if self.p.state == GONE:
+            if self.p.gone():
                 raise Unavailable(f"partition {self.p.id} stopped with a commit in flight")
             location = await append if append is not None else None
-        except Exception as exc:
-            error = exc if isinstance(exc, StampError) else Unavailable(repr(exc))
-            if append is not None and not append.done():
+        except (Exception, asyncio.CancelledError) as exc:
+            if append is not None:
                 append.cancel()
-            for outcome in outcomes:
-                outcome.pending.answer(None, Unavailable(
-                    f"partition {self.p.id}: commit failed, it may or may not have "
-                    f"happened: {error}"))
-            await self.p.stop(f"commit-log append failed: {type(error).__name__}: {error}")
+                self._appends.discard(append)
+            self._answer_unknown(outcomes, exc)
+            if isinstance(exc, asyncio.CancelledError):
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # this task itself is cancelled (the process is going)
+                return  # abort() cancelled the append: the partition is stopping already
+            await self.p.stop(f"commit-log append failed: {type(exc).__name__}: {exc}")
             return
         finally:
             self.inflight -= 1
             self._wake.set()
-        for op in ops:
-            self.p.apply(op)
-            for key, _ in op.mutations:
-                if self._inflight_rows.get(key, (0,))[0] == op.lsn:
-                    del self._inflight_rows[key]
-        if location is not None:
-            self.p.last_commit = location
-            self.p.log_bytes += nbytes
-        now = time.monotonic()
+        if append is not None:
+            self._appends.discard(append)
+        try:
+            for op in ops:
+                self.p.apply(op)
+                for key, _ in op.mutations:
+                    if self._inflight_rows.get(key, (0,))[0] == op.lsn:
+                        del self._inflight_rows[key]
+            if location is not None:
+                self.p.last_commit = location
+                self.p.log_bytes += nbytes
+            now = time.monotonic()
+            for outcome in outcomes:
+                outcome.pending.answer(outcome.result, outcome.error)
+                self.p.stats.record(outcome.pending.nbytes, now - outcome.pending.started)
+            self.p.wake_logs(o.pending.op for o in outcomes)
+            self.p.checkpoint_if_due()
+        except Exception as exc:
+            # A bug after the block was durable: what is in memory can no longer be
+            # trusted, the commit log can. Stop; the next load replays the block.
+            log.exception("partition %d: finishing a durable block failed", self.p.id)
+            self._answer_unknown(outcomes, exc)
+            await self.p.stop(f"its group committer failed: {type(exc).__name__}: {exc}")
+
+    def _answer_unknown(self, outcomes: list[Outcome], cause: BaseException) -> None:
+        """Answer every operation of a block whose fate is unknown (answers already given
+        stand: `Pending.answer` answers once)."""
+        error = cause if isinstance(cause, StampError) else Unavailable(repr(cause))
         for outcome in outcomes:
-            outcome.pending.answer(outcome.result, outcome.error)
-            self.p.stats.record(outcome.pending.nbytes, now - outcome.pending.started)
-        self.p.wake_logs(o.pending.op for o in outcomes)
-        self.p.checkpointer.maybe_start()
+            outcome.pending.answer(None, Unavailable(
+                f"partition {self.p.id}: commit failed, it may or may not have happened: "
+                f"{error}"))

@@ -14,6 +14,8 @@ from collections.abc import Iterator
 
 from sortedcontainers import SortedDict
 
+from partition_layer.rows import decode_row
+
 # Python's per-entry cost beyond the bytes themselves: two bytes objects (~33 B each), the
 # dict slot and the sorted-list slot. An estimate; only its order of magnitude matters.
 ENTRY_OVERHEAD_BYTES = 100
@@ -47,6 +49,20 @@ class Memtable:
             return
         for key in rows.irange(start, end, inclusive=(True, False)):
             yield key, rows[key]
+
+    def live_prefix(self, start: bytes, end: bytes | None, live_max: int
+                    ) -> list[tuple[bytes, bytes]]:
+        """A copy of the entries from `start` until `live_max` live rows (tombstones included
+        along the way): no merged result past them can be among the first live_max - 1."""
+        copied: list[tuple[bytes, bytes]] = []
+        live = 0
+        for key, encoded in self.items(start, end):
+            copied.append((key, encoded))
+            if not decode_row(encoded).tombstone:
+                live += 1
+                if live >= live_max:
+                    break
+        return copied
 
     def freeze(self) -> Memtable:
         """Mark read-only (for a checkpoint) and return self."""

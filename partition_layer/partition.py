@@ -16,6 +16,8 @@ Contracts:
   service could hand the partition to another PS). A failed commit-log append leaves the
   partition's state unknown (was it written?): the partition stops serving, and the next load
   finds out from the log.
+- The committer (committer.py) and the checkpointer (checkpoint.py) see the partition only
+  through `CommitSite` and `CheckpointSite`: this class is both, and neither imports it.
 """
 
 from __future__ import annotations
@@ -24,13 +26,11 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from common.config import PartitionLimits
 from common.errors import (
     Internal,
-    NotFound,
     NotOwner,
     OutOfRange,
     StampError,
@@ -44,7 +44,8 @@ from partition_layer.committer import GroupCommitter
 from partition_layer.memtable import Memtable
 from partition_layer.merge import aiter_sync, merge
 from partition_layer.operations import Operation, log_meta_of, meta_key
-from partition_layer.partition_meta import PartitionMeta, decode_meta
+from partition_layer.partition_meta import PartitionMeta
+from partition_layer.partition_streams import LoadReport, newest_meta, open_fenced
 from partition_layer.record_batch import decode_records
 from partition_layer.rows import BlobRef, LogMeta, Row, decode_row
 from partition_layer.run_cache import IndexCache, Run
@@ -56,21 +57,8 @@ from stream_layer.framing import Location
 log = logging.getLogger(__name__)
 
 LOADING, SERVING, UNLOADING, GONE = "loading", "serving", "unloading", "gone"
-STREAM_KINDS = ("meta", "log", "row", "blob")
-ABSENT = b""
-SCAN_ROWS_PER_READ = 256  # the row cache's mark for "no row in the checkpoints"
-
-
-def stream_name(partition_id: int, kind: str) -> str:
-    return f"partition/{partition_id}/{kind}"
-
-
-@dataclass
-class LoadReport:
-    seconds: float = 0.0
-    replayed_ops: int = 0
-    replayed_bytes: int = 0
-    runs: int = 0
+ABSENT = b""  # the row cache's mark for "no row in the checkpoints"
+SCAN_ROWS_PER_READ = 256
 
 
 class RangePartition:
@@ -100,6 +88,12 @@ class RangePartition:
         self.stats = LoadStats()
         self.checkpointer = Checkpointer(self)
         self.committer = GroupCommitter(self)
+        # What each needs of the other, as the sites name it: bound methods, so the commit
+        # path (wait_for_room is awaited for every block) pays no extra frame.
+        self.wait_for_room = self.checkpointer.wait_for_room
+        self.checkpoint_if_due = self.checkpointer.maybe_start
+        self.drain_commits = self.committer.drain
+        self.resume_commits = self.committer.resume
         self._log_events: dict[tuple[str, str], asyncio.Event] = {}
         self.stopped = asyncio.Event()
         self._warming: asyncio.Task[None] | None = None
@@ -109,17 +103,8 @@ class RangePartition:
     async def load(self) -> LoadReport:
         started = time.monotonic()
         report = LoadReport()
-        for kind in STREAM_KINDS:
-            name = stream_name(self.id, kind)
-            try:
-                await self.client.sm.open_stream(name)
-            except NotFound:
-                try:
-                    await self.client.create_stream(name)
-                except StampError as exc:
-                    log.info("partition %d: creating %s: %s", self.id, name, exc)
-            self.streams[kind] = await self.client.fence_stream(name, self.epoch)
-        self.meta = await self._read_meta()
+        self.streams = await open_fenced(self.client, self.id, self.epoch)
+        self.meta = await newest_meta(self.streams["meta"])
         if self.meta is None:
             self.meta = PartitionMeta(partition_id=self.id, key_range=self.range, runs=[],
                                       replay_from=None, applied_lsn=0, next_run_id=1,
@@ -162,19 +147,13 @@ class RangePartition:
             except StampError as exc:  # a read that needs it will try again
                 log.warning("partition %d: warming run %d: %s", self.id, run.info.run_id, exc)
 
-    async def _read_meta(self) -> PartitionMeta | None:
-        """The newest record of the metadata stream: only its last non-empty extent is read."""
-        stream = self.streams["meta"]
-        # Fenced at load: every extent is sealed, so sealed lengths are the true ends.
-        extents = [e for e in (await stream.refresh()).extents if e.sealed_length > 0]
-        if not extents:
-            return None
-        newest: bytes | None = None
-        async for _, block in stream.blocks(Location(extents[-1].extent_id, 0, 0)):
-            newest = block
-        return decode_meta(newest) if newest is not None else None
-
     # ---- serving checks ---------------------------------------------------------------------
+
+    def committing(self) -> bool:
+        return self.state in (SERVING, UNLOADING)
+
+    def gone(self) -> bool:
+        return self.state == GONE
 
     def check_serving(self) -> None:
         if self.state != SERVING:
@@ -255,7 +234,7 @@ class RangePartition:
         sources = []
         for table in (self.memtable, self.frozen):
             if table is not None:
-                sources.append(aiter_sync(_copy_live_prefix(table, start, end, limit + 1)))
+                sources.append(aiter_sync(table.live_prefix(start, end, limit + 1)))
         sources += [reader.scan(start, end) for reader in self.readers]
         rows: list[tuple[bytes, Row]] = []
         more = False
@@ -359,11 +338,19 @@ class RangePartition:
         for event in self._log_events.values():
             event.set()
         self._log_events.clear()
-        self.committer.cancel()
+        self.committer.abort()
         self.checkpointer.cancel()
         if self._warming is not None:
             self._warming.cancel()
         self.stopped.set()
+
+    async def closed(self) -> None:
+        """Until every task of the partition has ended (after `stop`): a process that stops
+        leaves none behind, and every operation it took has had its answer."""
+        await self.committer.closed()
+        await self.checkpointer.closed()
+        if self._warming is not None:
+            await asyncio.gather(self._warming, return_exceptions=True)
 
     async def unload(self) -> None:
         """Hand the partition over cleanly: finish the queued writes, checkpoint (so the next
@@ -390,18 +377,3 @@ class RangePartition:
 
 def _live(row: Row) -> Row | None:
     return None if row.tombstone else row
-
-
-def _copy_live_prefix(table: Memtable, start: bytes, end: bytes | None, live_max: int
-                      ) -> list[tuple[bytes, bytes]]:
-    """The memtable's entries from `start` until `live_max` live rows (tombstones included
-    along the way): no merged result past them can be among the first live_max - 1."""
-    copied: list[tuple[bytes, bytes]] = []
-    live = 0
-    for key, encoded in table.items(start, end):
-        copied.append((key, encoded))
-        if not decode_row(encoded).tombstone:
-            live += 1
-            if live >= live_max:
-                break
-    return copied

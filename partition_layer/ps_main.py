@@ -107,7 +107,9 @@ async def serve(args: argparse.Namespace) -> None:
     await server_main.until_stopped()
     log.info("%s stopping", args.name)
     beats.cancel()
-    await ps.close()
+    with contextlib.suppress(asyncio.CancelledError):
+        await beats
+    await ps.close()  # every partition stops, answers what it holds, releases its lease
     await server.stop(grace=1.0)
     with contextlib.suppress(StampError):
         await asyncio.to_thread(registration.close)

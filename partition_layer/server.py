@@ -24,8 +24,9 @@ from common.proto import partition_pb2 as pb
 from common.proto import partition_pb2_grpc as pb_grpc
 from lock_service.client import Lease, LockClient
 from partition_layer import keys
-from partition_layer.partition import SERVING, LoadReport, RangePartition
+from partition_layer.partition import SERVING, RangePartition
 from partition_layer.partition_map import range_from_pb
+from partition_layer.partition_streams import LoadReport
 from partition_layer.requests import error_response, handle, route_key, start_small_append
 from stream_layer.client import AsyncStreamClient
 
@@ -52,7 +53,8 @@ class PartitionServer:
         self.leases: dict[int, Lease] = {}
         self.reports: dict[int, LoadReport] = {}
         self._loading: dict[int, asyncio.Task[LoadReport]] = {}
-        self._watchers: set[asyncio.Task[None]] = set()
+        # One per partition served: when it stops, forget it and release its lease.
+        self._watchers: dict[RangePartition, asyncio.Task[None]] = {}
 
     def find(self, key: bytes) -> RangePartition:
         for partition in self.partitions.values():
@@ -101,28 +103,49 @@ class PartitionServer:
         self.partitions[partition_id] = partition
         self.leases[partition_id] = lease
         self.reports[partition_id] = report
-        self._watchers.add(loop.create_task(self._forget_when_stopped(partition)))
+        watcher = loop.create_task(self._forget_when_stopped(partition))
+        self._watchers[partition] = watcher
+        watcher.add_done_callback(lambda _: self._watchers.pop(partition, None))
         return report
 
     async def _forget_when_stopped(self, partition: RangePartition) -> None:
+        """Once `partition` stops (for any reason: unloaded, lease lost, its committer
+        failed): wait for its tasks, forget it, release its lease so that the PM can have it
+        loaded again at once (here, when it asks, or elsewhere)."""
         await partition.stopped.wait()
-        self._watchers.discard(asyncio.current_task())  # type: ignore[arg-type]
+        await partition.closed()
         if self.partitions.get(partition.id) is partition:
             del self.partitions[partition.id]
             self.reports.pop(partition.id, None)
-        lease = self.leases.pop(partition.id, None)
-        if lease is not None:
-            await asyncio.to_thread(lease.release)
+        lease = self.leases.get(partition.id)
+        if lease is not None and lease.token == partition.epoch:
+            del self.leases[partition.id]
+            try:
+                await asyncio.to_thread(lease.release)
+            except StampError as exc:  # it expires on its own
+                log.warning("partition %d: releasing its lease: %s", partition.id, exc)
 
     async def unload(self, partition_id: int) -> None:
         partition = self.partitions.get(partition_id)
         if partition is not None:
             await partition.unload()
-            await asyncio.sleep(0)  # let _forget_when_stopped release the lease
+            watcher = self._watchers.get(partition)
+            if watcher is not None:
+                await asyncio.shield(watcher)  # the lease is released when Unload returns
 
     async def close(self) -> None:
+        """A clean stop: every partition stops (each operation it holds is answered), its
+        tasks end and its lease is released."""
+        loading = list(self._loading.values())
+        for task in loading:
+            task.cancel()  # _load stops what it loaded and releases the lease
+        if loading:
+            await asyncio.gather(*loading, return_exceptions=True)
         for partition in list(self.partitions.values()):
             await partition.stop("server stopping")
+        watchers = list(self._watchers.values())
+        if watchers:
+            await asyncio.gather(*watchers, return_exceptions=True)
 
     def load_pb(self, address: str) -> pb.ServerLoad:
         reply = pb.ServerLoad(name=self.name, address=address)

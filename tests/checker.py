@@ -6,11 +6,15 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from common.errors import StampError
 from stream_layer import framing
 from stream_layer.extent_client import AsyncExtentClient
 from stream_layer.framing import Location
+
+if TYPE_CHECKING:
+    from partition_layer.client import AsyncPartitionClient, PartitionClient
 
 
 @dataclass
@@ -81,3 +85,35 @@ async def acknowledged(acked: list[object], count: int, timeout_s: float = 15.0)
             raise AssertionError(f"only {len(acked)} of {count} appends acknowledged in "
                                  f"{timeout_s}s")
         await asyncio.sleep(0.01)
+
+
+# ---- logs of the partition layer ---------------------------------------------------------
+
+async def append_load(client: AsyncPartitionClient, writers: int, stop: asyncio.Event,
+                      acked: list[tuple[str, int, bytes]]) -> None:
+    """`writers` appenders over 4 logs until `stop`; (log, seq, record) once acknowledged."""
+
+    async def writer(index: int) -> None:
+        n = 0
+        while not stop.is_set():
+            log, record = f"log-{index % 4}", f"w{index}-{n}".encode()
+            seq = await client.append("acct", log, [record])
+            acked.append((log, seq, record))
+            n += 1
+    await asyncio.gather(*(writer(i) for i in range(writers)))
+
+
+def check_logs(pc: PartitionClient, acked: list[tuple[str, int, bytes]]) -> None:
+    """Every acknowledged record at its sequence number, no gap below next_seq (the read
+    itself refuses a hole), and no record twice (tokens made retries exactly-once)."""
+    for log in {log for log, _, _ in acked}:
+        first, next_seq = pc.peek("acct", log)
+        records: list[tuple[int, bytes]] = []
+        while first + len(records) < next_seq:
+            records += pc.read("acct", log, first + len(records), 10_000)
+        assert [s for s, _ in records] == list(range(first, next_seq))
+        by_seq = dict(records)
+        for _, seq, record in (a for a in acked if a[0] == log):
+            assert by_seq.get(seq) == record, f"{log}: acknowledged record {seq} lost/changed"
+        datas = [d for _, d in records]
+        assert len(datas) == len(set(datas)), f"{log}: a record was appended twice"

@@ -28,6 +28,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import tools.cmd_isolate
     from tools import cmd_bench, cmd_extent, cmd_lock, cmd_partition, cmd_stamp, cmd_stream
 
     parser = _Parser(
@@ -41,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     cmd_stamp.register(commands)
+    tools.cmd_isolate.register(commands)
     cmd_stream.register(commands)
     cmd_extent.register(commands)
     cmd_lock.register(commands)

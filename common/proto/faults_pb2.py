@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x63ommon/proto/faults.proto\x12\x0cstamp.faults\"\x1a\n\nArmRequest\x12\x0c\n\x04spec\x18\x01 \x01(\t\"\n\n\x08\x41rmReply\"\x1d\n\rDisarmRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"p\n\x0b\x44isarmReply\x12\x33\n\x05\x61rmed\x18\x01 \x03(\x0b\x32$.stamp.faults.DisarmReply.ArmedEntry\x1a,\n\nArmedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x32\x83\x01\n\x06\x46\x61ults\x12\x37\n\x03\x41rm\x12\x18.stamp.faults.ArmRequest\x1a\x16.stamp.faults.ArmReply\x12@\n\x06\x44isarm\x12\x1b.stamp.faults.DisarmRequest\x1a\x19.stamp.faults.DisarmReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x63ommon/proto/faults.proto\x12\x0cstamp.faults\"\x1a\n\nArmRequest\x12\x0c\n\x04spec\x18\x01 \x01(\t\"\n\n\x08\x41rmReply\"\x1d\n\rDisarmRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"p\n\x0b\x44isarmReply\x12\x33\n\x05\x61rmed\x18\x01 \x03(\x0b\x32$.stamp.faults.DisarmReply.ArmedEntry\x1a,\n\nArmedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x1f\n\x0eIsolateRequest\x12\r\n\x05peers\x18\x01 \x03(\t\"\x1c\n\x0bHealRequest\x12\r\n\x05peers\x18\x01 \x03(\t\"\x1b\n\x0cIsolateReply\x12\x0b\n\x03\x63ut\x18\x01 \x03(\t2\x87\x02\n\x06\x46\x61ults\x12\x37\n\x03\x41rm\x12\x18.stamp.faults.ArmRequest\x1a\x16.stamp.faults.ArmReply\x12@\n\x06\x44isarm\x12\x1b.stamp.faults.DisarmRequest\x1a\x19.stamp.faults.DisarmReply\x12\x43\n\x07Isolate\x12\x1c.stamp.faults.IsolateRequest\x1a\x1a.stamp.faults.IsolateReply\x12=\n\x04Heal\x12\x19.stamp.faults.HealRequest\x1a\x1a.stamp.faults.IsolateReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -43,6 +43,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DISARMREPLY']._serialized_end=226
   _globals['_DISARMREPLY_ARMEDENTRY']._serialized_start=182
   _globals['_DISARMREPLY_ARMEDENTRY']._serialized_end=226
-  _globals['_FAULTS']._serialized_start=229
-  _globals['_FAULTS']._serialized_end=360
+  _globals['_ISOLATEREQUEST']._serialized_start=228
+  _globals['_ISOLATEREQUEST']._serialized_end=259
+  _globals['_HEALREQUEST']._serialized_start=261
+  _globals['_HEALREQUEST']._serialized_end=289
+  _globals['_ISOLATEREPLY']._serialized_start=291
+  _globals['_ISOLATEREPLY']._serialized_end=318
+  _globals['_FAULTS']._serialized_start=321
+  _globals['_FAULTS']._serialized_end=584
 # @@protoc_insertion_point(module_scope)

@@ -1,7 +1,7 @@
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Mapping as _Mapping
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional
 
 DESCRIPTOR: _descriptor.FileDescriptor
@@ -34,3 +34,21 @@ class DisarmReply(_message.Message):
     ARMED_FIELD_NUMBER: _ClassVar[int]
     armed: _containers.ScalarMap[str, str]
     def __init__(self, armed: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class IsolateRequest(_message.Message):
+    __slots__ = ("peers",)
+    PEERS_FIELD_NUMBER: _ClassVar[int]
+    peers: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, peers: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class HealRequest(_message.Message):
+    __slots__ = ("peers",)
+    PEERS_FIELD_NUMBER: _ClassVar[int]
+    peers: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, peers: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class IsolateReply(_message.Message):
+    __slots__ = ("cut",)
+    CUT_FIELD_NUMBER: _ClassVar[int]
+    cut: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, cut: _Optional[_Iterable[str]] = ...) -> None: ...

@@ -44,6 +44,16 @@ class FaultsStub:
                 request_serializer=common_dot_proto_dot_faults__pb2.DisarmRequest.SerializeToString,
                 response_deserializer=common_dot_proto_dot_faults__pb2.DisarmReply.FromString,
                 _registered_method=True)
+        self.Isolate = channel.unary_unary(
+                '/stamp.faults.Faults/Isolate',
+                request_serializer=common_dot_proto_dot_faults__pb2.IsolateRequest.SerializeToString,
+                response_deserializer=common_dot_proto_dot_faults__pb2.IsolateReply.FromString,
+                _registered_method=True)
+        self.Heal = channel.unary_unary(
+                '/stamp.faults.Faults/Heal',
+                request_serializer=common_dot_proto_dot_faults__pb2.HealRequest.SerializeToString,
+                response_deserializer=common_dot_proto_dot_faults__pb2.IsolateReply.FromString,
+                _registered_method=True)
 
 
 class FaultsServicer:
@@ -61,6 +71,19 @@ class FaultsServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Isolate(self, request, context):
+        """Cut this process off from peers, both directions (gRPC and Raft), until healed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Heal(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FaultsServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -73,6 +96,16 @@ def add_FaultsServicer_to_server(servicer, server):
                     servicer.Disarm,
                     request_deserializer=common_dot_proto_dot_faults__pb2.DisarmRequest.FromString,
                     response_serializer=common_dot_proto_dot_faults__pb2.DisarmReply.SerializeToString,
+            ),
+            'Isolate': grpc.unary_unary_rpc_method_handler(
+                    servicer.Isolate,
+                    request_deserializer=common_dot_proto_dot_faults__pb2.IsolateRequest.FromString,
+                    response_serializer=common_dot_proto_dot_faults__pb2.IsolateReply.SerializeToString,
+            ),
+            'Heal': grpc.unary_unary_rpc_method_handler(
+                    servicer.Heal,
+                    request_deserializer=common_dot_proto_dot_faults__pb2.HealRequest.FromString,
+                    response_serializer=common_dot_proto_dot_faults__pb2.IsolateReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -129,6 +162,60 @@ class Faults:
             '/stamp.faults.Faults/Disarm',
             common_dot_proto_dot_faults__pb2.DisarmRequest.SerializeToString,
             common_dot_proto_dot_faults__pb2.DisarmReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Isolate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stamp.faults.Faults/Isolate',
+            common_dot_proto_dot_faults__pb2.IsolateRequest.SerializeToString,
+            common_dot_proto_dot_faults__pb2.IsolateReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Heal(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stamp.faults.Faults/Heal',
+            common_dot_proto_dot_faults__pb2.HealRequest.SerializeToString,
+            common_dot_proto_dot_faults__pb2.IsolateReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -9,6 +9,11 @@ Contract:
   refuses it the same way), or Unavailable/NotLeader when Raft could not commit it.
 - A command that raises anything but a StampError is a bug in the state machine: the replica
   stops at once rather than diverge from its peers.
+- `confirm_leadership()` returns only once a no-op proposed after the call began is applied
+  here, so a `read` after it sees every change committed before the call began (a read
+  index, Raft §6.4). A leader that has been deposed (partitioned, frozen) cannot commit it and
+  raises NotLeader/Unavailable instead of answering from state that may be stale. Concurrent
+  callers share one no-op.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import logging
 import os
 import pickle
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -42,16 +47,59 @@ class _Refused:
         self.error = error
 
 
+class ReadBarrier:
+    """The no-op a read waits for (never reaches the state machine)."""
+
+
+class ReadIndex:
+    """Coalesces leadership confirmations: a caller joins the next no-op to be proposed, never
+    one already in flight (that one may have been acknowledged before the caller came)."""
+
+    def __init__(self, propose: Callable[[Any], Awaitable[Any]]) -> None:
+        self._propose = propose
+        self._waiting: list[asyncio.Future[None]] = []
+        self._running = False
+        self._task: asyncio.Future[None] | None = None
+
+    async def confirm(self) -> None:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append(future)
+        if not self._running:
+            self._running = True
+            self._task = asyncio.ensure_future(self._run())
+        await future
+
+    async def _run(self) -> None:
+        try:
+            while self._waiting:
+                batch, self._waiting = self._waiting, []
+                try:
+                    await self._propose(ReadBarrier())
+                except Exception as exc:  # every waiter gets the same NotLeader/Unavailable
+                    for future in batch:
+                        if not future.done():
+                            future.set_exception(exc)
+                else:
+                    for future in batch:
+                        if not future.done():
+                            future.set_result(None)
+        finally:
+            self._running = False
+
+
 class StreamManagerReplica(DurableReplica):
     def __init__(self, raft_address: str, peers: Sequence[str], raft_dir: str | Path,
                  tuning: RaftTuning | None = None) -> None:
         # Before the base constructor: pysyncobj may apply commands from inside it.
         self._state = StreamManagerState()
         self._mutex = threading.Lock()
+        self._read_index = ReadIndex(self.propose)
         super().__init__(raft_address, peers, raft_dir, tuning)
 
     @replicated
     def _apply_command(self, command: Any) -> Any:
+        if isinstance(command, ReadBarrier):
+            return None
         try:
             with self._mutex:
                 return self._state.apply(command)
@@ -80,6 +128,10 @@ class StreamManagerReplica(DurableReplica):
         if isinstance(result, _Refused):
             raise result.error
         return result
+
+    async def confirm_leadership(self) -> None:
+        """See the module docstring: call before a read that must not be stale."""
+        await self._read_index.confirm()
 
     def read(self, look: Callable[[StreamManagerState], T]) -> T:
         with self._mutex:

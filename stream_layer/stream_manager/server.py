@@ -1,11 +1,15 @@
 """The stream manager's gRPC servicer. Every RPC but Status is the leader's: a follower answers
 NotLeader naming the leader's gRPC address, so clients find it by themselves. Reads are served
-by the leader too, so a client never sees the namespace go back in time."""
+by the leader too, and only after `_confirmed_read` has had the leader commit a no-op begun
+after the read arrived (a read index): a deposed leader, partitioned or frozen while another
+was elected and changed the namespace, cannot answer from its stale state (issue 15, hole 7).
+A client never sees the namespace go back in time."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
 
 from grpc import aio
 
@@ -17,6 +21,8 @@ from stream_layer.stream_manager import state as s
 from stream_layer.stream_manager.leader import StreamManagerLeader
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class StreamManagerServicer(pb_grpc.StreamManagerServicer):
@@ -34,6 +40,12 @@ class StreamManagerServicer(pb_grpc.StreamManagerServicer):
             raise NotLeader(f"{self.name} is not the stream manager leader"
                             + (f"; the leader is {hint}" if hint else "; election under way"),
                             leader=hint)
+
+    async def _confirmed_read(self, look: Callable[[s.StreamManagerState], T]) -> T:
+        """`look` at the state once this replica has proved it still leads (see above)."""
+        self._require_leader()
+        await self.replica.confirm_leadership()
+        return self.replica.read(look)
 
     # ---- conversions ----------------------------------------------------------------------
 
@@ -70,8 +82,7 @@ class StreamManagerServicer(pb_grpc.StreamManagerServicer):
     @rpc.rpc_errors
     async def OpenStream(self, request: pb.StreamRequest,
                          context: aio.ServicerContext) -> pb.StreamInfo:
-        self._require_leader()
-        return self._stream_info(self.replica.read(lambda st: st.stream(request.name)))
+        return self._stream_info(await self._confirmed_read(lambda st: st.stream(request.name)))
 
     @rpc.rpc_errors
     async def DeleteStream(self, request: pb.StreamRequest,
@@ -90,8 +101,7 @@ class StreamManagerServicer(pb_grpc.StreamManagerServicer):
     @rpc.rpc_errors
     async def ListStreams(self, request: pb.ListStreamsRequest,
                           context: aio.ServicerContext) -> pb.ListStreamsReply:
-        self._require_leader()
-        streams = self.replica.read(lambda st: sorted(
+        streams = await self._confirmed_read(lambda st: sorted(
             (v for k, v in st.streams.items() if k.startswith(request.prefix)),
             key=lambda v: v.name))
         return pb.ListStreamsReply(streams=[self._stream_info(v) for v in streams])
@@ -148,13 +158,13 @@ class StreamManagerServicer(pb_grpc.StreamManagerServicer):
                     owners.setdefault(extent_id, []).append(stream.name)
             return [self._extent_info(st, e, owners.get(e.extent_id, ()))
                     for e in sorted(st.extents.values(), key=lambda e: e.extent_id)]
-        return pb.ListExtentsReply(extents=self.replica.read(listing))
+        return pb.ListExtentsReply(extents=await self._confirmed_read(listing))
 
     @rpc.rpc_errors
     async def ListNodes(self, request: pb.ListNodesRequest,
                         context: aio.ServicerContext) -> pb.ListNodesReply:
-        self._require_leader()
-        nodes = self.replica.read(lambda st: sorted(st.nodes.values(), key=lambda n: n.name))
+        nodes = await self._confirmed_read(
+            lambda st: sorted(st.nodes.values(), key=lambda n: n.name))
         reply = pb.ListNodesReply()
         for node in nodes:
             used, extents = self.leader.usage(node.name)
@@ -180,8 +190,8 @@ class StreamManagerServicer(pb_grpc.StreamManagerServicer):
     @rpc.rpc_errors
     async def GetExtent(self, request: pb.GetExtentRequest,
                         context: aio.ServicerContext) -> pb.ExtentInfo:
-        self._require_leader()
-        return self.replica.read(lambda st: self._extent_info(st, st.extent(request.extent_id)))
+        return await self._confirmed_read(
+            lambda st: self._extent_info(st, st.extent(request.extent_id)))
 
     @rpc.rpc_errors
     async def RecordErasureCoding(self, request: pb.RecordErasureCodingRequest,

@@ -18,8 +18,9 @@ from common.errors import NotOwner, StampError
 from common.process import LOG_FILE
 from common.proto import partition_pb2 as pb
 from common.proto import partition_pb2_grpc as pb_grpc
-from partition_layer.client import AsyncPartitionClient, PartitionClient
+from partition_layer.client import PartitionClient
 from partition_layer.session import CallSession
+from tests.checker import append_load, check_logs
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow
@@ -65,36 +66,6 @@ def serving(stamp: LocalStamp, name: str, partition_id: int = 1) -> bool:
 
 def log_says(stamp: LocalStamp, name: str, text: str) -> bool:
     return text in (Path(stamp.record(name).dir) / LOG_FILE).read_text(errors="replace")
-
-
-async def append_load(client: AsyncPartitionClient, writers: int, stop: asyncio.Event,
-                      acked: list[tuple[str, int, bytes]]) -> None:
-    """`writers` appenders over 4 logs until `stop`; (log, seq, record) once acknowledged."""
-
-    async def writer(index: int) -> None:
-        n = 0
-        while not stop.is_set():
-            log, record = f"log-{index % 4}", f"w{index}-{n}".encode()
-            seq = await client.append("acct", log, [record])
-            acked.append((log, seq, record))
-            n += 1
-    await asyncio.gather(*(writer(i) for i in range(writers)))
-
-
-def check_logs(pc: PartitionClient, acked: list[tuple[str, int, bytes]]) -> None:
-    """Every acknowledged record at its sequence number, no gap below next_seq (the read
-    itself refuses a hole), and no record twice (tokens made retries exactly-once)."""
-    for log in {log for log, _, _ in acked}:
-        first, next_seq = pc.peek("acct", log)
-        records: list[tuple[int, bytes]] = []
-        while first + len(records) < next_seq:
-            records += pc.read("acct", log, first + len(records), 10_000)
-        assert [s for s, _ in records] == list(range(first, next_seq))
-        by_seq = dict(records)
-        for _, seq, record in (a for a in acked if a[0] == log):
-            assert by_seq.get(seq) == record, f"{log}: acknowledged record {seq} lost/changed"
-        datas = [d for _, d in records]
-        assert len(datas) == len(set(datas)), f"{log}: a record was appended twice"
 
 
 def test_kill_ps_during_append_load(stamp_factory: StampFactory) -> None:

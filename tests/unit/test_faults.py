@@ -67,3 +67,14 @@ def test_async_delay_point_does_not_block_the_loop() -> None:
         task.cancel()
         return ticks
     assert asyncio.run(scenario()) >= 3
+
+
+def test_bug_raises_an_error_outside_the_stamp_hierarchy() -> None:
+    """`bug` stands for an unexpected exception: code catching StampError lets it through."""
+    from common.errors import StampError
+
+    faults.arm("p", "bug", times=1)
+    with pytest.raises(faults.FaultBug) as raised:
+        asyncio.run(faults.apoint("p"))
+    assert not isinstance(raised.value, StampError)
+    faults.point("p")  # fired once, disarmed

@@ -1,22 +1,31 @@
 """The group committer on a partition over in-memory streams (pure logic): appends commit in
 order with consecutive sequence numbers, and the committer's own lookups (a log's meta row,
-an append's token) put nothing in the row cache, even when they reach the checkpoints."""
+an append's token) put nothing in the row cache, even when they reach the checkpoints. Then
+the committer on a site of its own (`CommitSite`, no RangePartition): a bug stops the
+partition and every operation is answered; a stop ends the appends in flight."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import functools
+from collections.abc import Iterator
 
 import pytest
 
+from common import faults
 from common.config import PartitionLimits
-from common.errors import NotOwner
+from common.errors import NotOwner, Unavailable
 from partition_layer import partition as partition_module
+from partition_layer.commit_log import CommitOp
+from partition_layer.committer import GroupCommitter
 from partition_layer.keys import KeyRange
 from partition_layer.operations import LogAppend
 from partition_layer.partition_meta import PartitionMeta
+from partition_layer.rows import Row, decode_row
 from partition_layer.run_cache import IndexCache
+from partition_layer.stats import LoadStats
+from stream_layer.framing import Location
 from tests.unit.test_pl_runs import FakeStream
 
 
@@ -65,7 +74,8 @@ def test_committed_appends_leave_no_row_cache_entries() -> None:
         # A retried token still finds its original answer (in a run by now).
         retry = LogAppend("acct", "log-3", (b"r" * 300,), token="t-0-log-3")
         assert await p.committer.submit_nowait(retry, 400) == 0
-        p.committer.cancel()
+        await p.stop("test over")
+        await p.closed()
 
     asyncio.run(scenario())
 
@@ -98,7 +108,8 @@ def test_callbacks_are_answered_once_in_order_and_one_that_raises_spoils_nothing
             LogAppend("acct", "log-0", (b"r",), token="after"), 64) == 3
         # Blocks are answered in order: every earlier answer has been given by now.
         assert len(heard) == 6  # nobody heard twice
-        p.committer.cancel()
+        await p.stop("test over")
+        await p.closed()
 
     asyncio.run(scenario())
 
@@ -127,5 +138,149 @@ def test_a_batch_caught_by_a_stop_while_reading_rows_is_answered_not_owner() -> 
             await asyncio.wait_for(future, 5)
         assert len(heard) == 1 and isinstance(heard[0], NotOwner)
         assert p.streams["log"].blocks == {}, "nothing was appended"
+
+    asyncio.run(scenario())
+
+
+# ---- the committer on a site of its own (CommitSite): no RangePartition ---------------------
+
+
+class MemorySite:
+    """A CommitSite of a dict of rows and an in-memory commit log: all the committer needs.
+    `stop` does what RangePartition.stop does to the committer."""
+
+    def __init__(self, log_stream: FakeStream | None = None) -> None:
+        self.id, self.epoch, self.limits = 7, 1, PartitionLimits()
+        self.streams = {"log": log_stream or FakeStream()}
+        self.applied_lsn, self.last_commit, self.log_bytes = 0, None, 0
+        self.stats = LoadStats()
+        self.rows: dict[bytes, Row] = {}
+        self.stopped_for: list[str] = []
+        self.committer = GroupCommitter(self)
+
+    def committing(self) -> bool:
+        return not self.stopped_for
+
+    def gone(self) -> bool:
+        return bool(self.stopped_for)
+
+    def lease_valid(self) -> bool:
+        return True
+
+    def row_in_memory(self, key: bytes) -> tuple[bool, Row | None]:
+        return True, self.rows.get(key)
+
+    async def row_from_checkpoints(self, key: bytes, remember_absent: bool = True
+                                   ) -> Row | None:
+        return self.rows.get(key)
+
+    def apply(self, op: CommitOp) -> None:
+        assert op.lsn == self.applied_lsn + 1
+        for key, encoded in op.mutations:
+            self.rows[key] = decode_row(encoded)
+        self.applied_lsn = op.lsn
+
+    def wake_logs(self, ops: object) -> None:
+        pass
+
+    async def wait_for_room(self) -> None:
+        pass
+
+    def checkpoint_if_due(self) -> None:
+        pass
+
+    async def stop(self, reason: str) -> None:
+        self.stopped_for.append(reason)
+        self.committer.fail_queued(reason)
+        self.committer.abort()
+
+
+class StuckStream(FakeStream):
+    """A commit log whose appends never come back (a stream layer that hangs)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent = asyncio.Event()
+
+    async def append(self, blocks: list[bytes]) -> list[Location]:
+        self.sent.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+
+def append_op(n: int) -> LogAppend:
+    return LogAppend("acct", "log", (f"r{n}".encode(),), token=f"t{n}")
+
+
+@pytest.fixture
+def disarm() -> Iterator[None]:
+    faults.disarm()
+    yield
+    faults.disarm()
+
+
+def test_a_bug_deciding_a_batch_stops_the_partition_and_answers_every_operation(
+        disarm: None) -> None:
+    """An exception that is no Stamp error where the committer decides a block (a bug):
+    the site is stopped, each operation of the batch and of the queue hears NotOwner (nothing
+    was sent: a retry elsewhere is safe), and no task of the committer is left."""
+
+    async def scenario() -> None:
+        site = MemorySite()
+        site.committer.start()
+        assert await site.committer.submit_nowait(append_op(0), 64) == 0
+        faults.arm("ps.commit.encode", "bug", times=1)
+        futures = [site.committer.submit_nowait(append_op(n), 64) for n in range(1, 5)]
+        results = await asyncio.wait_for(
+            asyncio.gather(*futures, return_exceptions=True), 5)
+        assert all(isinstance(r, NotOwner) for r in results), results
+        assert len(site.stopped_for) == 1
+        assert site.stopped_for[0].startswith("its group committer failed: FaultBug")
+        assert len(site.streams["log"].blocks) == 1, "only the first block was sent"
+        await asyncio.wait_for(site.committer.closed(), 5)
+
+    asyncio.run(scenario())
+
+
+def test_a_bug_after_a_durable_block_stops_the_partition_and_answers_unavailable() -> None:
+    """Making a durable block visible fails (a bug): its operations hear Unavailable (it is
+    in the log; the next load replays it) and the site is stopped."""
+
+    async def scenario() -> None:
+        site = MemorySite()
+
+        def broken(op: CommitOp) -> None:
+            raise RuntimeError("a bug in apply")
+        site.apply = broken  # type: ignore[method-assign]
+        site.committer.start()
+        with pytest.raises(Unavailable):
+            await asyncio.wait_for(site.committer.submit_nowait(append_op(0), 64), 5)
+        assert site.stopped_for == ["its group committer failed: RuntimeError: a bug in apply"]
+        assert len(site.streams["log"].blocks) == 1
+        await asyncio.wait_for(site.committer.closed(), 5)
+
+    asyncio.run(scenario())
+
+
+def test_a_stop_with_a_block_in_flight_answers_it_unavailable_and_leaves_no_task() -> None:
+    """The partition stops (lease lost, the server stopping) while a block's append hangs:
+    its operations hear Unavailable (it may land: ambiguous), the queued ones NotOwner, and
+    `closed()` returns: nothing waits on the append forever."""
+
+    async def scenario() -> None:
+        stream = StuckStream()
+        site = MemorySite(stream)
+        site.committer.start()
+        sent = site.committer.submit_nowait(append_op(0), 64)
+        await asyncio.wait_for(stream.sent.wait(), 5)
+        site.limits = dataclasses.replace(site.limits, commit_pipeline_depth=1)
+        site.committer.limits = site.limits  # the next one queues behind the stuck block
+        queued = site.committer.submit_nowait(append_op(1), 64)
+        await site.stop("server stopping (test)")
+        with pytest.raises(Unavailable):
+            await asyncio.wait_for(sent, 5)
+        with pytest.raises(NotOwner):
+            await asyncio.wait_for(queued, 5)
+        await asyncio.wait_for(site.committer.closed(), 5)
 
     asyncio.run(scenario())
