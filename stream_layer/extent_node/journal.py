@@ -312,6 +312,9 @@ def _fail(items: Iterable[_Pending], why: str) -> None:
     for item in items:
         if not item.future.done():
             item.future.set_exception(Unavailable(why))
+            # Whoever awaits it still gets the error; a future only watched through its
+            # on_durable callback (a forwarded write) is not worth a warning at a stop.
+            item.future.exception()
 
 
 def _write_files(file_writes: list[FileWrite]) -> None:
