@@ -2,8 +2,11 @@
 
 Contract:
 - Only the leader serves (others raise NotLeader naming the leader when known), except
-  Status. Every state-changing command is stamped with the leader's time (leader_time.py)
-  just before it is handed to Raft, on the event loop, so stamps rise in log order.
+  Status. Reads go through the log, or pass a read index first (`_read_index`) when they
+  answer from the local state (WaitFree's "free", ListLeases): never from a deposed
+  leader's stale state. Every state-changing command is stamped with the leader's time
+  (leader_time.py) just before it is handed to Raft, on the event loop, so stamps rise in
+  log order.
 - A new leader first commits a Barrier carrying its term; until it is applied (all earlier
   leaders' commands with it) the leader stamps nothing, and after it the state refuses
   commands stamped in older terms. That is what keeps leader time from running ahead.
@@ -145,6 +148,13 @@ class LockServicer(pb_grpc.LockServiceServicer):
             raise InvalidArgument(problem)
         return _checked(await self._submit(command))
 
+    async def _read_index(self) -> None:
+        """Before an answer read from the local state: a read through the log (an empty
+        listing) that commits only while this replica still leads a majority, and is applied
+        here after everything committed before it. A leader deposed without noticing (frozen,
+        cut off) fails here instead of answering from stale state (issue 15, hole 7)."""
+        await self._read(c.ListKeys("", 0))
+
     # --- background work ---------------------------------------------------------------------
 
     async def _expire_leases(self) -> None:
@@ -209,7 +219,12 @@ class LockServicer(pb_grpc.LockServiceServicer):
         name = request.name
         self._waiting[name] = self._waiting.get(name, 0) + 1
         try:
-            while self._replica.read(lambda state: state.holder_of(name)) is not None:
+            while True:
+                if self._replica.read(lambda state: state.holder_of(name)) is None:
+                    # Free here; free for everyone only if no newer leader granted it.
+                    await self._read_index()
+                    if self._replica.read(lambda state: state.holder_of(name)) is None:
+                        return pb.WaitFreeReply(free=True)
                 remaining = deadline - self._loop.time()
                 if remaining <= 0:
                     return pb.WaitFreeReply(free=False)
@@ -217,7 +232,6 @@ class LockServicer(pb_grpc.LockServiceServicer):
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(event.wait(), min(remaining, WAIT_RECHECK_S))
                 self._leader_term()
-            return pb.WaitFreeReply(free=True)
         finally:
             self._waiting[name] -= 1
             if not self._waiting[name]:
@@ -289,8 +303,7 @@ class LockServicer(pb_grpc.LockServiceServicer):
     @rpc_errors
     async def ListLeases(self, request: pb.ListLeasesRequest,
                          context: aio.ServicerContext) -> pb.ListLeasesReply:
-        if self._replica.raft_status()["role"] != "leader":
-            raise self._not_leader()
+        await self._read_index()
 
         def listing(state: LockState) -> list[pb.LeaseInfo]:
             return [pb.LeaseInfo(token=token, holder=lease.holder, lock=lease.lock or "",
