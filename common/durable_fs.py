@@ -43,11 +43,12 @@ def make_dirs(path: str | Path) -> Path:
     return path
 
 
-def replace_file(path: str | Path, data: bytes) -> None:
-    """Atomically and durably give `path` the contents `data`: a temporary file, fsync'd,
-    renamed over `path`, and the directory synced (a crash leaves the old or the new file)."""
+def replace_file(path: str | Path, data: bytes, tmp: Path | None = None) -> None:
+    """Atomically and durably give `path` the contents `data`: a temporary file (`tmp`, by
+    default `path` + ".tmp"), fsync'd, renamed over `path`, and the directory synced (a crash
+    leaves the old or the new file; a leftover temporary file is the caller's to remove)."""
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = tmp or path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         view = memoryview(data)

@@ -384,18 +384,8 @@ class DurableJournal(Journal):
         parts += [encode_record(ENTRY, ENTRY_HEAD.pack(idx, term) + command)
                   for command, idx, term in [*self._entries, *self._removed_tail]]
         data = b"".join(parts)
-        tmp = self._rewrite_path()
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self._path)
-            fsync_dir(self._path.parent)
+            durable_fs.replace_file(self._path, data, tmp=self._rewrite_path())
             os.close(self._fd)
             self._fd = os.open(self._path, os.O_RDWR)
             os.lseek(self._fd, 0, os.SEEK_END)
