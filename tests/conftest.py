@@ -24,6 +24,7 @@ from common.config import (
     default_config,
 )
 from tools.local_stamp import LocalStamp
+from tools.lossyfs.mount import LossyMount
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -91,6 +92,34 @@ def stamp_factory(tmp_path: Path) -> Iterator[Callable[..., LocalStamp]]:
     yield make
     for stamp in stamps:
         stamp.kill_all()
+
+
+@pytest.fixture
+def lossy_stamp_factory(tmp_path: Path
+                        ) -> Iterator[Callable[..., tuple[LocalStamp, LossyMount]]]:
+    """A stamp whose data directory is a lossy mount (tools/lossyfs), for power cuts:
+    factory(config, extent_node={limits}) -> (LocalStamp started, LossyMount). Process logs
+    survive cuts (a failed test can be read); the config file lies outside the mount."""
+    made: list[tuple[LocalStamp, LossyMount]] = []
+
+    def make(config: StampConfig, extent_node: dict[str, int] | None = None
+             ) -> tuple[LocalStamp, LossyMount]:
+        config_path = None
+        if extent_node:
+            config_path = tmp_path / f"lossy-{len(made)}.toml"
+            config_path.write_text(config_toml(extent_node=extent_node))
+        mount = LossyMount(tmp_path / f"backing-{len(made)}", tmp_path / f"lossy-{len(made)}",
+                           always_durable=("server.log",))
+        mount.start()
+        stamp = LocalStamp(mount.mountpoint, config, str(config_path) if config_path else None)
+        made.append((stamp, mount))
+        stamp.up()
+        return stamp, mount
+
+    yield make
+    for stamp, mount in made:
+        stamp.kill_all()
+        mount.close()
 
 
 @pytest.fixture

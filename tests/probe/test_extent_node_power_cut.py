@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
@@ -17,7 +16,7 @@ from common.ids import random_extent_id
 from stream_layer.extent_client import AsyncExtentClient
 from stream_layer.seal import seal_extent
 from tests.checker import AppendHistory, check_extent_image, read_image
-from tests.conftest import config_toml, stamp_config
+from tests.conftest import stamp_config
 from tools.local_stamp import LocalStamp
 from tools.lossyfs.mount import LossyMount, available, power_cut
 
@@ -31,18 +30,9 @@ LARGE_BLOCK = 300_000  # past journal_bypass_bytes_min: written into the data fi
 
 
 @pytest.fixture
-def lossy_extent_nodes(tmp_path: Path) -> Iterator[tuple[LocalStamp, LossyMount]]:
-    config_path = tmp_path / "stamp.toml"  # outside the mount: not part of the cut
-    config_path.write_text(config_toml(extent_node=LIMITS))
-    mount = LossyMount(tmp_path / "backing", tmp_path / "stamp", always_durable=("server.log",))
-    mount.start()
-    stamp = LocalStamp(mount.mountpoint, stamp_config(3, extent_node=LIMITS), str(config_path))
-    try:
-        stamp.up()
-        yield stamp, mount
-    finally:
-        stamp.kill_all()
-        mount.close()
+def lossy_extent_nodes(lossy_stamp_factory: Callable[..., tuple[LocalStamp, LossyMount]]
+                       ) -> tuple[LocalStamp, LossyMount]:
+    return lossy_stamp_factory(stamp_config(3, extent_node=LIMITS), extent_node=LIMITS)
 
 
 @pytest.mark.skipif(WHY_NOT is not None, reason=f"no FUSE here: {WHY_NOT}")

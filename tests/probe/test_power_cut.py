@@ -12,8 +12,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
@@ -32,19 +31,11 @@ LOAD_S = (0.3, 2.5)  # how long the load runs before each cut (seeded)
 
 
 @pytest.fixture
-def lossy_stamp(tmp_path: Path) -> Iterator[tuple[LocalStamp, LossyMount]]:
+def lossy_stamp(lossy_stamp_factory: Callable[..., tuple[LocalStamp, LossyMount]]
+                ) -> tuple[LocalStamp, LossyMount]:
     """A stamp (3 lock, 3 SM, 4 EN, 1 PM, 1 PS) whose data directory is a lossy mount."""
-    mount = LossyMount(tmp_path / "backing", tmp_path / "stamp", always_durable=("server.log",))
-    mount.start()
-    stamp = LocalStamp(mount.mountpoint, stamp_config(4, 3, lock_servers=3,
-                                                      partition_managers=1,
-                                                      partition_servers=1))
-    try:
-        stamp.up()
-        yield stamp, mount
-    finally:
-        stamp.kill_all()
-        mount.close()
+    return lossy_stamp_factory(stamp_config(4, 3, lock_servers=3, partition_managers=1,
+                                            partition_servers=1))
 
 
 def cut_and_restart(stamp: LocalStamp, mount: LossyMount) -> dict[str, object]:
