@@ -82,8 +82,8 @@ class LossyTree:
 
     def __init__(self, backing: str | Path, always_durable: frozenset[str] = frozenset()
                  ) -> None:
-        """`always_durable`: file names whose entry and bytes a cut keeps as they are (a
-        process's own log, so that a test that fails can still be read)."""
+        """`always_durable`: file names a cut keeps as they are (a process's log: a failed
+        test can still be read)."""
         self.backing = Path(backing)
         self.always_durable = always_durable
         self.root = self.backing / ROOT_DIR
@@ -272,7 +272,7 @@ class LossyTree:
     # ---- the cut ---------------------------------------------------------------------------
 
     def pending(self) -> dict[str, int]:
-        """What a cut now would drop or restore (approximately: undo bytes and file count)."""
+        """What is tracked: files, directories, and bytes a cut now would put back."""
         with self.lock:
             return {"files_tracked": len(self.files), "dirs_tracked": len(self.dirs),
                     "undo_bytes": sum(s.undo_bytes() for s in self.files.values())}
@@ -389,8 +389,8 @@ def _listing(path: Path) -> dict[str, int]:
 
 
 def _find_inodes(root: Path, wanted: set[int]) -> dict[int, Path]:
-    """Where the files with these inodes are: files written in place in directories whose
-    entries never changed since the mount (so never staged by the cut). One walk."""
+    """Where these files are: written in place in directories whose entries never changed
+    since the mount (so the cut never staged them). One walk of the tree."""
     found: dict[int, Path] = {}
     for directory, _, names in os.walk(root):
         for name in names:
