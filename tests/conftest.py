@@ -32,6 +32,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="power cuts the long power-cut test makes (default 20)")
 
 
+CUT_TIMEOUT_S = 30  # the time bound of the power-cut test grows with its cuts
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("power_cuts"):
+            item.add_marker(pytest.mark.timeout(120 + CUT_TIMEOUT_S * config.getoption("--cuts")))
+
+
 def stamp_config(extent_nodes: int, stream_managers: int = 0,
                  extent_node: dict[str, int] | None = None,
                  stream_manager: dict[str, int] | None = None,

@@ -72,6 +72,7 @@ def test_an_acknowledged_write_survives_a_power_cut_and_an_unsynced_one_is_gone(
 
 
 @needs_fuse
+@pytest.mark.power_cuts
 def test_power_cuts_at_random_moments_under_a_mixed_load_lose_nothing_acknowledged(
         lossy_stamp: tuple[LocalStamp, LossyMount], request: pytest.FixtureRequest) -> None:
     stamp, mount = lossy_stamp
