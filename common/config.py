@@ -164,6 +164,61 @@ class PartitionLimits:
 
 
 @dataclass(frozen=True)
+class FrontEndLimits:
+    """A front end's per-account throttling (§6; WAS §8), kept by `frontend/throttle.py`.
+
+    The rates are per front end: each front end throttles on its own, with no shared state, so
+    an account may reach this rate at every front end it talks to.
+    """
+
+    # Token buckets per account: a sustained rate, and a burst an idle account may spend at
+    # once. A request larger than the byte burst could never be admitted and is refused.
+    account_requests_per_s_max: float = 2000.0
+    account_burst_requests_max: int = 4000
+    account_bytes_per_s_max: int = 64 * MiB
+    account_burst_bytes_max: int = 128 * MiB
+    # Buckets held at once; only a full bucket (one a new account would get anyway) is evicted.
+    accounts_tracked_max: int = 100_000
+    # A partition server is overloaded while its last report, younger than the TTL, shows a
+    # queue or a p99 latency at or above these.
+    overload_queue_ops_min: int = 20_000
+    overload_p99_ms_min: float = 200.0
+    overload_report_ttl_ms: int = 5000
+    # Sample-and-hold of the top talkers per partition server: a request of an account not
+    # held is sampled with this probability; a held account's requests are all counted.
+    # Counts halve every window, so a share describes the last few windows.
+    talker_sample_probability: float = 0.01
+    talkers_held_max: int = 64
+    talker_window_ms: int = 1000
+    servers_tracked_max: int = 1024
+    # Under overload an account is refused with a probability rising linearly from 0 at this
+    # share of the server's requests to `throttle_probability_max` at all of them.
+    throttle_share_min: float = 0.1
+    throttle_probability_max: float = 0.9
+    # Retry-after of a refusal for overload: from min (a small share) to max (all of it).
+    overload_retry_after_ms_min: int = 100
+    overload_retry_after_ms_max: int = 2000
+
+    def __post_init__(self) -> None:
+        positive = ("account_requests_per_s_max", "account_burst_requests_max",
+                    "account_bytes_per_s_max", "account_burst_bytes_max",
+                    "accounts_tracked_max", "talkers_held_max", "talker_window_ms",
+                    "servers_tracked_max", "overload_report_ttl_ms")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise InvalidArgument(f"front_end.{name} must be positive")
+        if not 0.0 < self.talker_sample_probability <= 1.0:
+            raise InvalidArgument("front_end.talker_sample_probability must be in (0, 1]")
+        if not 0.0 <= self.throttle_share_min < 1.0:
+            raise InvalidArgument("front_end.throttle_share_min must be in [0, 1)")
+        if not 0.0 < self.throttle_probability_max <= 1.0:
+            raise InvalidArgument("front_end.throttle_probability_max must be in (0, 1]")
+        if not 0 < self.overload_retry_after_ms_min <= self.overload_retry_after_ms_max:
+            raise InvalidArgument("front_end.overload_retry_after_ms_min must be positive "
+                                  "and at most overload_retry_after_ms_max")
+
+
+@dataclass(frozen=True)
 class RaftMemberSpec:
     """One replica of a Raft group (stream manager or lock service)."""
 

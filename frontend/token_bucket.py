@@ -1,0 +1,40 @@
+"""A token bucket: a sustained rate with a bounded burst. Pure, on times passed in.
+
+Contract: between any two times t0 <= t1, the amounts taken sum to at most
+`rate_per_s * (t1 - t0) + capacity` — the bucket starts full, holds at most `capacity`, and
+gains `rate_per_s` a second. `take` is only called after `wait_s` said 0, so tokens never go
+negative. A clock that goes back (it should not) adds nothing rather than removing tokens.
+"""
+
+from __future__ import annotations
+
+
+class TokenBucket:
+    def __init__(self, rate_per_s: float, capacity: float, now: float) -> None:
+        assert rate_per_s > 0 and capacity > 0, "a bucket needs a rate and room"
+        self.rate_per_s = rate_per_s
+        self.capacity = capacity
+        self._tokens = capacity
+        self._at = now
+
+    def refill(self, now: float) -> None:
+        if now > self._at:
+            self._tokens = min(self.capacity, self._tokens + (now - self._at) * self.rate_per_s)
+            self._at = now
+
+    def wait_s(self, amount: float) -> float:
+        """Seconds until `amount` can be taken (0: now). The caller refilled first."""
+        missing = amount - self._tokens
+        return 0.0 if missing <= 0 else missing / self.rate_per_s
+
+    def take(self, amount: float) -> None:
+        assert amount <= self._tokens, "take only what wait_s said is there"
+        self._tokens -= amount
+
+    def full_in_s(self) -> float:
+        """Seconds until the bucket is full again: after that it equals a new one."""
+        return (self.capacity - self._tokens) / self.rate_per_s
+
+    @property
+    def tokens(self) -> float:
+        return self._tokens
