@@ -2,11 +2,19 @@
 
 Contract: between any two times t0 <= t1, the amounts taken sum to at most
 `rate_per_s * (t1 - t0) + capacity` — the bucket starts full, holds at most `capacity`, and
-gains `rate_per_s` a second. `take` is only called after `wait_s` said 0, so tokens never go
-negative. A clock that goes back (it should not) adds nothing rather than removing tokens.
+gains `rate_per_s` a second. `take` is only called after `wait_s` said 0. A clock that goes
+back (it should not) adds nothing rather than removing tokens.
+
+Float times round: a caller that waits exactly the `wait_s` it was told may find the bucket
+short by ~1e-10 of a token, and be refused again with a retry-after of 1e-14 s. So an amount
+within `SLACK_TOKENS` of what is there counts as there; tokens then never fall below
+-SLACK_TOKENS, so the bound above is exceeded by at most that, in total, never cumulatively
+(amounts are whole requests and bytes: a millionth of one is nothing anyone can send).
 """
 
 from __future__ import annotations
+
+SLACK_TOKENS = 1e-6
 
 
 class TokenBucket:
@@ -25,15 +33,16 @@ class TokenBucket:
     def wait_s(self, amount: float) -> float:
         """Seconds until `amount` can be taken (0: now). The caller refilled first."""
         missing = amount - self._tokens
-        return 0.0 if missing <= 0 else missing / self.rate_per_s
+        return 0.0 if missing <= SLACK_TOKENS else missing / self.rate_per_s
 
     def take(self, amount: float) -> None:
-        assert amount <= self._tokens, "take only what wait_s said is there"
+        assert amount <= self._tokens + SLACK_TOKENS, "take only what wait_s said is there"
         self._tokens -= amount
 
     def full_in_s(self) -> float:
         """Seconds until the bucket is full again: after that it equals a new one."""
-        return (self.capacity - self._tokens) / self.rate_per_s
+        missing = self.capacity - self._tokens
+        return 0.0 if missing <= SLACK_TOKENS else missing / self.rate_per_s
 
     @property
     def tokens(self) -> float:
