@@ -74,3 +74,14 @@ def test_an_unsampled_account_has_no_share() -> None:
         talkers.count("a", 0.0)
     assert talkers.share("a", 0.0) == 0.0 and talkers.held() == {}
     assert TopTalkers(0.5, 4, 1.0, Never(), 0.0).share("a", 0.0) == 0.0
+
+
+def test_a_top_talker_arriving_at_a_full_table_is_held() -> None:
+    talkers = TopTalkers(1.0, held_max=4, window_s=1000.0, rng=random.Random(1), now=0.0)
+    for i in range(4):
+        talkers.count(f"early-quiet-{i}", 0.0)
+    for i in range(1000):
+        talkers.count("noisy", 0.0)
+        talkers.count(f"early-quiet-{i % 4}", 0.0)
+    assert talkers.held()["noisy"] == 1000
+    assert talkers.share("noisy", 0.0) == pytest.approx(1000 / 2004)

@@ -276,3 +276,16 @@ def test_admitted_per_account_never_exceeds_rate_times_window_plus_burst(
                                     + limits.account_burst_requests_max + slack)
                 assert window_bytes <= (limits.account_bytes_per_s_max * window_s
                                         + limits.account_burst_bytes_max + slack)
+
+
+def test_a_refusal_for_overload_takes_no_tokens() -> None:
+    # Every request sampled, and an account alone on a server is refused every time.
+    limits = dataclasses.replace(SMALL, talker_sample_probability=1.0, throttle_share_min=0.0,
+                                 throttle_probability_max=1.0)
+    throttle, _ = make(limits)
+    throttle.observe_server("ps-1", 10**6, 0.0)
+    decisions = [throttle.admit("a", "ps-1", 100) for _ in range(50)]
+    assert all(d.reason is Reason.SERVER_OVERLOAD for d in decisions)
+    # Its buckets are untouched: the whole burst is still there for a server not overloaded.
+    assert all(throttle.admit("a", "ps-2", 100).admitted for _ in range(20))
+    assert throttle.admit("a", "ps-2", 0).reason is Reason.ACCOUNT_REQUESTS
