@@ -15,7 +15,7 @@ import argparse
 import base64
 import contextlib
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from common.errors import InvalidArgument, NotFound
@@ -78,7 +78,8 @@ def default_endpoints(processes: Mapping[str, Mapping[str, Any]]) -> tuple[list[
         found = [p["address"] for _, p in sorted(processes.items()) if p["kind"] == kind]
         if found:
             note = "" if kind == "front-end" else (
-                f"note: this stamp has no front ends yet; the endpoints are its {kind}s' "
+                f"note: this stamp has no front ends yet; the endpoints are its "
+                f"{kind.replace('-', ' ')}s' "
                 f"addresses for now (temporary, until issue 16's front end exists)")
             return found, note
     raise NotFound(f"the stamp has no {' or '.join(ENDPOINT_KINDS)} processes to name as "
@@ -144,30 +145,32 @@ def _store(args: argparse.Namespace) -> Iterator[Any]:
         yield AccountStore(lock_client, SystemClock())
 
 
-def _endpoints(args: argparse.Namespace) -> list[str]:
-    """--endpoint, or the stamp's default endpoints (with the note on stderr): found before
-    anything changes, so a stamp without endpoints does not leave a new key unprinted."""
+def _endpoints(args: argparse.Namespace) -> tuple[list[str], str]:
+    """--endpoint, or the stamp's default endpoints and their note: found before anything
+    changes, so a stamp without endpoints does not leave a new key unprinted."""
     from common.stamp_file import read_stamp
 
-    endpoints: Sequence[str] | None = args.endpoint
-    if not endpoints:
-        endpoints, note = default_endpoints(read_stamp(args.data_dir)["processes"])
-        if note:
-            print(note, file=sys.stderr)
-    return list(endpoints)
+    if args.endpoint:
+        return list(args.endpoint), ""
+    return default_endpoints(read_stamp(args.data_dir)["processes"])
 
 
-def _connection_string(endpoints: list[str], name: str, key: bytes) -> str:
+def _print_connection_string(endpoints: tuple[list[str], str], name: str, key: bytes) -> None:
+    """The connection string on stdout; the endpoints' note (if any) on stderr, only after
+    success, so an error stays one line."""
     from frontend import connection_string
 
-    return connection_string.make(endpoints, name, key=key).format()
+    addresses, note = endpoints
+    if note:
+        print(note, file=sys.stderr)
+    print(connection_string.make(addresses, name, key=key).format())
 
 
 def cmd_create(args: argparse.Namespace) -> int:
     endpoints = _endpoints(args)
     with _store(args) as store:
         account = store.create(args.name)
-    print(_connection_string(endpoints, args.name, account.keys[0]))
+    _print_connection_string(endpoints, args.name, account.keys[0])
     return 0
 
 
@@ -183,7 +186,7 @@ def cmd_rotate(args: argparse.Namespace) -> int:
     endpoints = _endpoints(args)
     with _store(args) as store:
         account = store.rotate(args.name, args.key)
-    print(_connection_string(endpoints, args.name, account.keys[args.key - 1]))
+    _print_connection_string(endpoints, args.name, account.keys[args.key - 1])
     return 0
 
 
