@@ -28,6 +28,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import tools.cmd_account
     import tools.cmd_isolate
     from tools import cmd_bench, cmd_extent, cmd_lock, cmd_partition, cmd_stamp, cmd_stream
 
@@ -47,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmd_extent.register(commands)
     cmd_lock.register(commands)
     cmd_partition.register(commands)
+    tools.cmd_account.register(commands)
     cmd_bench.register(commands)
     return parser
 

@@ -1,0 +1,159 @@
+"""Accounts and their keys, stored replicated in the lock service's key/value store (DESIGN
+§3: "metadata that must survive (e.g. the partition map, account keys)"), never only in a
+local file; and the read-through cache the front ends check signatures against.
+
+Each account is one KV entry, `accounts/NAME` -> JSON `{"name", "keys": [key1, key2] as
+base64, "created_s"}`. Every change is a compare-and-set on the version read, so two
+operators rotating at once cannot lose one rotation (the loser retries on the new version).
+
+The cache (`keys_of`) holds what it read, an account's keys or its absence, for at most
+`cache_ttl_s` (<= CACHE_TTL_MAX_S = 10 s) of the injected clock's monotonic time. So a key
+rotated or an account deleted anywhere stops working at every front end within 10 s, and a
+flood of requests costs the lock service one read per account per TTL. A change made through
+this store instance is seen by it at once.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from common.clock import Clock
+from common.errors import AlreadyExists, InvalidArgument, NotFound, PreconditionFailed
+from frontend import names
+
+KEY_PREFIX = "accounts/"
+KEY_BYTES = 32  # 256-bit keys, from `secrets`
+CACHE_TTL_MAX_S = 10.0
+CACHE_TTL_S = 5.0
+CACHE_ENTRIES_MAX = 100_000
+CAS_ATTEMPTS_MAX = 16
+
+
+class KeyValue(Protocol):
+    """The part of lock_service.client.LockClient the store uses."""
+
+    def get(self, key: str) -> tuple[bytes, int] | None: ...
+
+    def compare_and_set(self, key: str, expected_version: int, value: bytes) -> int | None: ...
+
+    def delete(self, key: str, expected_version: int | None = None) -> bool: ...
+
+    def list(self, prefix: str = "") -> list[str]: ...
+
+
+@dataclass(frozen=True)
+class Account:
+    name: str
+    keys: tuple[bytes, bytes]
+    created_s: float
+
+    def encode(self) -> bytes:
+        return json.dumps({"name": self.name,
+                           "keys": [base64.b64encode(k).decode() for k in self.keys],
+                           "created_s": self.created_s}, sort_keys=True).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> Account:
+        record = json.loads(data)
+        key1, key2 = (base64.b64decode(k, validate=True) for k in record["keys"])
+        return cls(record["name"], (key1, key2), float(record["created_s"]))
+
+    def __repr__(self) -> str:
+        return f"Account(name={self.name!r}, keys=<2 secret>, created_s={self.created_s})"
+
+
+def new_key() -> bytes:
+    return secrets.token_bytes(KEY_BYTES)
+
+
+class AccountStore:
+    """Create, read, rotate, list and delete accounts in `kv`; `keys_of` for verifying."""
+
+    def __init__(self, kv: KeyValue, clock: Clock, cache_ttl_s: float = CACHE_TTL_S) -> None:
+        if not 0 <= cache_ttl_s <= CACHE_TTL_MAX_S:
+            raise InvalidArgument(f"account cache TTL is 0 to {CACHE_TTL_MAX_S} s (a rotated "
+                                  f"key must stop working within that), not {cache_ttl_s}")
+        self._kv = kv
+        self._clock = clock
+        self._ttl_s = cache_ttl_s
+        self._cache: dict[str, tuple[float, Account | None]] = {}
+
+    # --- administration (always read through to the replicated store) ----------------------
+
+    def create(self, name: str) -> Account:
+        """A new account with two fresh random keys; AlreadyExists if the name is taken."""
+        names.check_account(name)
+        account = Account(name, (new_key(), new_key()), self._clock.wall())
+        if self._kv.compare_and_set(KEY_PREFIX + name, 0, account.encode()) is None:
+            raise AlreadyExists(f"account {name!r} already exists")
+        self._remember(name, account)
+        return account
+
+    def get(self, name: str) -> Account:
+        """The account as stored now (not cached); NotFound if there is none."""
+        return self._read(names.check_account(name))[0]
+
+    def rotate(self, name: str, key_number: int) -> Account:
+        """Replace key `key_number` (1 or 2) with a fresh one; the other key stays valid, so
+        clients move to it first and lose no request (Azure's rotation)."""
+        if key_number not in (1, 2):
+            raise InvalidArgument(f"key number {key_number} is not 1 or 2")
+        names.check_account(name)
+        for _ in range(CAS_ATTEMPTS_MAX):
+            current, version = self._read(name)
+            keys = list(current.keys)
+            keys[key_number - 1] = new_key()
+            rotated = Account(name, (keys[0], keys[1]), current.created_s)
+            if self._kv.compare_and_set(KEY_PREFIX + name, version, rotated.encode()):
+                self._remember(name, rotated)
+                return rotated
+        raise PreconditionFailed(f"account {name!r} kept changing; rotation not done after "
+                                 f"{CAS_ATTEMPTS_MAX} attempts")
+
+    def list(self) -> list[str]:
+        return sorted(key[len(KEY_PREFIX):] for key in self._kv.list(KEY_PREFIX))
+
+    def delete(self, name: str) -> None:
+        """Delete the account; NotFound if there is none. Its keys stop working at once
+        here and within the cache TTL elsewhere."""
+        names.check_account(name)
+        if not self._kv.delete(KEY_PREFIX + name):
+            raise NotFound(f"no account {name!r}")
+        self._remember(name, None)
+
+    # --- the cached path of request verification ---------------------------------------------
+
+    def keys_of(self, name: str) -> Sequence[bytes] | None:
+        """The account's current keys, or None if it does not exist, as read at most
+        `cache_ttl_s` ago (frontend/signing.verify's and sas.check's `keys_of`)."""
+        now = self._clock.monotonic()
+        cached = self._cache.get(name)
+        if cached is not None and now < cached[0]:
+            return cached[1].keys if cached[1] is not None else None
+        try:
+            names.check_account(name)
+            account: Account | None = self._read(name)[0]
+        except (NotFound, InvalidArgument):
+            account = None
+        self._remember(name, account)
+        return account.keys if account is not None else None
+
+    def _read(self, name: str) -> tuple[Account, int]:
+        found = self._kv.get(KEY_PREFIX + name)
+        if found is None:
+            raise NotFound(f"no account {name!r}")
+        data, version = found
+        return Account.decode(data), version
+
+    def _remember(self, name: str, account: Account | None) -> None:
+        if len(self._cache) >= CACHE_ENTRIES_MAX:
+            now = self._clock.monotonic()
+            self._cache = {k: v for k, v in self._cache.items() if v[0] > now}
+            if len(self._cache) >= CACHE_ENTRIES_MAX:
+                self._cache.clear()  # a flood of distinct names: start over, stay bounded
+        self._cache[name] = (self._clock.monotonic() + self._ttl_s, account)

@@ -1,0 +1,84 @@
+"""The naming rules of what a user names through the front end: accounts, logs and
+partition names (issue 16; the rules of Azure's container names, DESIGN §5).
+
+The rules, one for all three kinds of name:
+1. 3 to 63 characters (`NAME_CHARS_MIN`, `NAME_CHARS_MAX`);
+2. only lowercase ASCII letters `a-z`, digits `0-9` and hyphens `-`;
+3. the first and the last character are a letter or a digit;
+4. no two hyphens in a row.
+
+Why so narrow: a name is part of every signed canonical string (frontend/signing.py) and of
+every shared access token (frontend/sas.py), and it ends up in URLs of the Azure Blob REST
+subset (DESIGN §6). Names with no separator, no case and no escaping make those encodings
+injective and keep a name the same byte string everywhere. The partition layer itself takes
+wider names (tools/cli_checks.NAME_BYTES_MAX); this module is the stricter door in front.
+
+Contract: `check_*` returns the name unchanged or raises InvalidArgument whose message names
+the kind of name, the name itself and the rule it breaks.
+"""
+
+from __future__ import annotations
+
+import string
+
+from common.errors import InvalidArgument
+
+NAME_CHARS_MIN = 3
+NAME_CHARS_MAX = 63
+NAME_ALPHABET = frozenset(string.ascii_lowercase + string.digits + "-")
+_ENDS = frozenset(string.ascii_lowercase + string.digits)
+
+RULES = (f"{NAME_CHARS_MIN} to {NAME_CHARS_MAX} characters: lowercase letters a-z, digits "
+         f"and single hyphens, starting and ending with a letter or a digit")
+
+
+def check_name(kind: str, name: str) -> str:
+    """`name` if it follows the rules above; else InvalidArgument naming the broken rule."""
+    if not isinstance(name, str):
+        raise InvalidArgument(f"{kind} name must be a string, not {type(name).__name__}")
+    shown = name if len(name) <= NAME_CHARS_MAX + 8 else name[:NAME_CHARS_MAX] + "..."
+    if not NAME_CHARS_MIN <= len(name) <= NAME_CHARS_MAX:
+        raise InvalidArgument(f"{kind} name {shown!r} has {len(name)} characters; a {kind} "
+                              f"name has {NAME_CHARS_MIN} to {NAME_CHARS_MAX} ({RULES})")
+    bad = sorted({c for c in name if c not in NAME_ALPHABET})
+    if bad:
+        raise InvalidArgument(f"{kind} name {shown!r} has characters other than lowercase "
+                              f"letters, digits and hyphens: {''.join(bad)!r} ({RULES})")
+    if name[0] not in _ENDS or name[-1] not in _ENDS:
+        raise InvalidArgument(f"{kind} name {shown!r} starts or ends with a hyphen; it must "
+                              f"start and end with a letter or a digit ({RULES})")
+    if "--" in name:
+        raise InvalidArgument(f"{kind} name {shown!r} has two hyphens in a row; hyphens "
+                              f"are single ({RULES})")
+    return name
+
+
+def check_account(name: str) -> str:
+    return check_name("account", name)
+
+
+def check_log(name: str) -> str:
+    return check_name("log", name)
+
+
+def check_partition(name: str) -> str:
+    return check_name("partition", name)
+
+
+def check_prefix(prefix: str) -> str:
+    """A name prefix (of a shared access token): empty, or the start of some valid name:
+    at most NAME_CHARS_MAX characters from the name alphabet, not starting with a hyphen,
+    with no two hyphens in a row. It may end with a hyphen ("orders-" covers "orders-eu")."""
+    if not isinstance(prefix, str):
+        raise InvalidArgument(f"a name prefix must be a string, not {type(prefix).__name__}")
+    if len(prefix) > NAME_CHARS_MAX:
+        raise InvalidArgument(f"name prefix of {len(prefix)} characters is longer than any "
+                              f"name ({NAME_CHARS_MAX})")
+    bad = sorted({c for c in prefix if c not in NAME_ALPHABET})
+    if bad:
+        raise InvalidArgument(f"name prefix {prefix!r} has characters no name has: "
+                              f"{''.join(bad)!r} ({RULES})")
+    if prefix.startswith("-") or "--" in prefix:
+        raise InvalidArgument(f"name prefix {prefix!r} starts no valid name: names start with "
+                              f"a letter or a digit and have single hyphens ({RULES})")
+    return prefix

@@ -1,0 +1,164 @@
+"""Signed requests (issue 16, DESIGN §5): every request the SDK sends names its account and
+carries a timestamp and an HMAC-SHA256, made with one of the account's two keys, over the
+request's canonical string. The front end verifies it before doing anything else.
+
+Pure: no I/O, no clock. The caller passes the time (`now_s`, seconds since the epoch, from
+an injected Clock's `wall()`) and a function giving an account's current keys (the account
+store's cache, frontend/accounts.py).
+
+The canonical string (UTF-8), one field a line:
+
+    stamp-hmac-sha256-v1
+    ACCOUNT           the account the signer claims to be
+    METHOD            the RPC, e.g. Append
+    RESOURCE          /ACCOUNT[/NAME], the resource the request acts on
+    TIMESTAMP         whole milliseconds since the epoch
+    PAYLOAD CRC32C    8 lowercase hex digits (`payload_crc32c` of the records or value)
+
+No field holds a newline (they are refused), so the string is injective. The payload enters
+through its CRC32C, the checksum it already carries end to end (§5), so verifying costs no
+second pass over the bytes; the HMAC still binds the payload to the request, because the front
+end and the partition server verify the bytes against that CRC.
+
+Contract of `verify`, in this order, so no authorization answer leaks to an unauthenticated
+caller:
+1. no signature, an unknown account, or a signature made with neither of its keys ->
+   Unauthenticated;
+2. a timestamp more than `CLOCK_SKEW_MAX_S` from `now_s`, either way -> Unauthenticated,
+   saying how far off it is;
+3. a resource of another account than the signer's -> PermissionDenied.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import struct
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from common.checksums import crc32c
+from common.errors import InvalidArgument, PermissionDenied, Unauthenticated
+from frontend import names
+
+SCHEME = "stamp-hmac-sha256-v1"
+CLOCK_SKEW_MAX_S = 300.0  # 5 minutes, Azure's SharedKey window
+FIELD_CHARS_MAX = 1024
+SIGNATURE_BYTES = 32
+
+
+@dataclass(frozen=True)
+class SignedRequest:
+    """What a request carries for authentication (gRPC metadata, or REST headers)."""
+
+    account: str
+    method: str
+    resource: str
+    timestamp_ms: int
+    payload_crc32c: int
+    signature: bytes | None
+
+
+def resource(account: str, name: str | None = None) -> str:
+    """The resource string of an account (`/acct`) or of one of its names (`/acct/name`)."""
+    return f"/{account}" if name is None else f"/{account}/{name}"
+
+
+def resource_account(resource_text: str) -> str:
+    """The account a resource string belongs to (its first path segment)."""
+    if not resource_text.startswith("/"):
+        raise InvalidArgument(f"resource {resource_text!r} does not start with '/'")
+    return resource_text[1:].split("/", 1)[0]
+
+
+def payload_crc32c(parts: Iterable[bytes]) -> int:
+    """CRC32C of a request's payload: each record (or the one value) preceded by its length
+    as 8 bytes, so [b"ab"] and [b"a", b"b"] differ."""
+    value = 0
+    for part in parts:
+        value = crc32c(struct.pack(">Q", len(part)), value)
+        value = crc32c(part, value)
+    return value
+
+
+def canonical_string(account: str, method: str, resource_text: str, timestamp_ms: int,
+                     payload_checksum: int) -> bytes:
+    for what, text in (("account", account), ("method", method), ("resource", resource_text)):
+        if not text or len(text) > FIELD_CHARS_MAX or "\n" in text or "\r" in text:
+            raise InvalidArgument(f"a signed request's {what} is 1 to {FIELD_CHARS_MAX} "
+                                  f"characters without line breaks, not {text[:64]!r}")
+    if not 0 <= payload_checksum < 1 << 32:
+        raise InvalidArgument(f"payload CRC32C {payload_checksum} is not a 32-bit value")
+    if timestamp_ms < 0:
+        raise InvalidArgument(f"timestamp {timestamp_ms} ms is before the epoch")
+    return "\n".join([SCHEME, account, method, resource_text, str(timestamp_ms),
+                      f"{payload_checksum:08x}"]).encode()
+
+
+def _mac(key: bytes, request: SignedRequest) -> bytes:
+    return hmac.new(key, canonical_string(request.account, request.method, request.resource,
+                                          request.timestamp_ms, request.payload_crc32c),
+                    hashlib.sha256).digest()
+
+
+def sign(key: bytes, account: str, method: str, resource_text: str, payload_checksum: int,
+         now_s: float) -> SignedRequest:
+    """The request signed with `key` (either of the account's keys) at time `now_s`."""
+    names.check_account(account)
+    unsigned = SignedRequest(account, method, resource_text, int(now_s * 1000),
+                             payload_checksum, None)
+    return SignedRequest(account, method, resource_text, unsigned.timestamp_ms,
+                         payload_checksum, _mac(key, unsigned))
+
+
+def verify(request: SignedRequest, *, keys_of: Callable[[str], Sequence[bytes] | None],
+           now_s: float) -> None:
+    """Return if `request` is signed by its account with a current key, timely and on that
+    account's own resource; raise as the module's contract says otherwise.
+
+    `request.payload_crc32c` must be the checksum the front end computed of (or verified
+    against) the payload it actually received, not one the caller merely claimed."""
+    if not request.signature:
+        raise Unauthenticated("request is not signed (no signature)")
+    keys = keys_of(request.account)
+    if keys is None:
+        # Said as a bad signature, not "no such account", so unsigned probing cannot list
+        # the accounts.
+        raise Unauthenticated(f"bad signature for account {request.account!r}")
+    try:
+        expected = [_mac(key, request) for key in keys]
+    except InvalidArgument as exc:
+        raise Unauthenticated(f"malformed signed request: {exc}") from None
+    # compare_digest against every key, without stopping early: the time taken does not
+    # say which key (or how much of a signature) matched.
+    matched = [hmac.compare_digest(mac, request.signature) for mac in expected]
+    if not any(matched):
+        raise Unauthenticated(f"bad signature for account {request.account!r} (made with "
+                              f"neither of its current keys, or the request was altered)")
+    skew_s = request.timestamp_ms / 1000 - now_s
+    if abs(skew_s) > CLOCK_SKEW_MAX_S:
+        raise Unauthenticated(f"request timestamp is {abs(skew_s):.0f} s "
+                              f"{'ahead of' if skew_s > 0 else 'behind'} the server's clock; "
+                              f"at most {CLOCK_SKEW_MAX_S:.0f} s either way is accepted")
+    owner = resource_account(request.resource)
+    if owner != request.account:
+        raise PermissionDenied(f"account {request.account!r} may not act on {owner!r}'s "
+                               f"resource {request.resource!r}")
+
+
+def encode_signature(signature: bytes) -> str:
+    """Base64 text of a signature, as it travels in metadata or a header."""
+    return base64.b64encode(signature).decode()
+
+
+def decode_signature(text: str) -> bytes:
+    """The signature bytes of `encode_signature`'s text; Unauthenticated if malformed."""
+    try:
+        signature = base64.b64decode(text, validate=True)
+    except ValueError:
+        raise Unauthenticated("request signature is not base64") from None
+    if len(signature) != SIGNATURE_BYTES:
+        raise Unauthenticated(f"request signature has {len(signature)} bytes, not "
+                              f"{SIGNATURE_BYTES}")
+    return signature

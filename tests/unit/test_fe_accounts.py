@@ -1,0 +1,136 @@
+"""frontend/accounts.py on an in-memory key/value store with versions (the LockClient's
+get/compare_and_set/delete/list contract) and a manual clock: create, keys, rotate, list,
+delete, and the read-through cache that lets a rotated key work at most `cache_ttl_s` more."""
+
+from __future__ import annotations
+
+import pytest
+
+from common.clock import ManualClock
+from common.errors import AlreadyExists, InvalidArgument, NotFound, Unauthenticated
+from frontend import accounts, signing
+from frontend.accounts import AccountStore
+
+
+class VersionedDict:
+    """The KV contract: versions count up from 1; expected version 0 means absent."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, tuple[bytes, int]] = {}
+        self.reads = 0
+        self.next_version = 1
+
+    def get(self, key: str) -> tuple[bytes, int] | None:
+        self.reads += 1
+        return self.entries.get(key)
+
+    def compare_and_set(self, key: str, expected_version: int, value: bytes) -> int | None:
+        current = self.entries.get(key)
+        if (current[1] if current else 0) != expected_version:
+            return None
+        self.entries[key] = (value, self.next_version)
+        self.next_version += 1
+        return self.entries[key][1]
+
+    def delete(self, key: str, expected_version: int | None = None) -> bool:
+        return self.entries.pop(key, None) is not None
+
+    def list(self, prefix: str = "") -> list[str]:
+        return sorted(k for k in self.entries if k.startswith(prefix))
+
+
+@pytest.fixture
+def kv() -> VersionedDict:
+    return VersionedDict()
+
+
+def test_create_keys_list_delete(kv: VersionedDict) -> None:
+    store = AccountStore(kv, ManualClock())
+    acme = store.create("acme")
+    assert len(set(acme.keys)) == 2 and all(len(k) == accounts.KEY_BYTES for k in acme.keys)
+    store.create("zeta")
+    assert store.get("acme") == acme
+    assert store.list() == ["acme", "zeta"]
+    with pytest.raises(AlreadyExists):
+        store.create("acme")
+    with pytest.raises(InvalidArgument, match="account name"):
+        store.create("Bad_Name")
+    store.delete("acme")
+    assert store.list() == ["zeta"]
+    with pytest.raises(NotFound):
+        store.get("acme")
+    with pytest.raises(NotFound):
+        store.delete("acme")
+    assert store.keys_of("acme") is None
+
+
+def test_rotate_replaces_one_key_only(kv: VersionedDict) -> None:
+    store = AccountStore(kv, ManualClock())
+    before = store.create("acme")
+    after = store.rotate("acme", 2)
+    assert after.keys[0] == before.keys[0] and after.keys[1] != before.keys[1]
+    assert store.get("acme") == after
+    with pytest.raises(InvalidArgument, match="not 1 or 2"):
+        store.rotate("acme", 3)
+    with pytest.raises(NotFound):
+        store.rotate("nobody", 1)
+
+
+def test_a_key_rotated_elsewhere_stops_working_within_the_ttl(kv: VersionedDict) -> None:
+    clock = ManualClock()
+    front_end = AccountStore(kv, clock, cache_ttl_s=accounts.CACHE_TTL_MAX_S)
+    operator = AccountStore(kv, clock)
+    old_key = operator.create("acme").keys[0]
+    request = signing.sign(old_key, "acme", "Append", "/acme/orders", 0, clock.wall())
+    signing.verify(request, keys_of=front_end.keys_of, now_s=clock.wall())
+    reads = kv.reads
+    operator.rotate("acme", 1)
+    clock.advance(accounts.CACHE_TTL_MAX_S - 0.001)
+    signing.verify(request, keys_of=front_end.keys_of, now_s=clock.wall())  # still cached
+    assert kv.reads == reads + 1  # the rotation's own read; the front end read nothing
+    clock.advance(0.001)
+    with pytest.raises(Unauthenticated, match="bad signature"):
+        signing.verify(request, keys_of=front_end.keys_of, now_s=clock.wall())
+
+
+def test_the_cache_remembers_absence_too_and_sees_its_own_changes(kv: VersionedDict) -> None:
+    clock = ManualClock()
+    store = AccountStore(kv, clock)
+    assert store.keys_of("acme") is None
+    reads = kv.reads
+    assert store.keys_of("acme") is None and kv.reads == reads  # a flood costs one read
+    created = store.create("acme")
+    assert store.keys_of("acme") == created.keys  # its own change, at once
+    rotated = store.rotate("acme", 1)
+    assert store.keys_of("acme") == rotated.keys
+    store.delete("acme")
+    assert store.keys_of("acme") is None
+    assert store.keys_of("Not A Name") is None
+
+
+def test_cache_ttl_is_at_most_ten_seconds(kv: VersionedDict) -> None:
+    with pytest.raises(InvalidArgument, match="within that"):
+        AccountStore(kv, ManualClock(), cache_ttl_s=10.5)
+
+
+def test_rotation_retries_a_concurrent_change(kv: VersionedDict) -> None:
+    store = AccountStore(kv, ManualClock())
+    store.create("acme")
+    real_cas = kv.compare_and_set
+    raced: list[accounts.Account] = []
+
+    def racing_cas(key: str, expected_version: int, value: bytes) -> int | None:
+        if not raced:  # another operator rotates key 2 between our read and our write
+            kv.compare_and_set = real_cas  # type: ignore[method-assign]
+            raced.append(AccountStore(kv, ManualClock()).rotate("acme", 2))
+        return real_cas(key, expected_version, value)
+
+    kv.compare_and_set = racing_cas  # type: ignore[method-assign]
+    mine = store.rotate("acme", 1)
+    assert mine.keys[1] == raced[0].keys[1]  # their rotation of key 2 is kept, not lost
+    assert store.get("acme") == mine
+
+
+def test_repr_hides_keys(kv: VersionedDict) -> None:
+    account = AccountStore(kv, ManualClock()).create("acme")
+    assert all(repr(k) not in repr(account) for k in account.keys)

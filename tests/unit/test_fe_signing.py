@@ -1,0 +1,115 @@
+"""frontend/signing.py: a signed request verifies only with a current key of its own
+account, within 5 minutes of the server's clock, on its own account's resources."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from common.errors import InvalidArgument, PermissionDenied, Unauthenticated
+from frontend import signing
+
+NOW = 1_800_000_000.0
+KEYS = {"acme": (b"\x01" * 32, b"\x02" * 32), "rival": (b"\x03" * 32, b"\x04" * 32)}
+
+
+def keys_of(account: str) -> Sequence[bytes] | None:
+    return KEYS.get(account)
+
+
+def signed(key: bytes = KEYS["acme"][0], account: str = "acme", method: str = "Append",
+           resource: str = "/acme/orders", records: Sequence[bytes] = (b"a", b"b"),
+           at: float = NOW) -> signing.SignedRequest:
+    return signing.sign(key, account, method, resource, signing.payload_crc32c(records), at)
+
+
+@pytest.mark.parametrize("key", KEYS["acme"])
+def test_either_key_verifies(key: bytes) -> None:
+    signing.verify(signed(key), keys_of=keys_of, now_s=NOW)
+
+
+def test_missing_signature_is_unauthenticated() -> None:
+    with pytest.raises(Unauthenticated, match="not signed"):
+        signing.verify(dataclasses.replace(signed(), signature=None), keys_of=keys_of, now_s=NOW)
+    with pytest.raises(Unauthenticated, match="not signed"):
+        signing.verify(dataclasses.replace(signed(), signature=b""), keys_of=keys_of, now_s=NOW)
+
+
+def test_bad_signature_and_unknown_account_are_unauthenticated() -> None:
+    with pytest.raises(Unauthenticated, match="bad signature"):
+        signing.verify(signed(key=b"\x09" * 32), keys_of=keys_of, now_s=NOW)
+    with pytest.raises(Unauthenticated, match="bad signature"):
+        signing.verify(signed(account="nobody", resource="/nobody/x"), keys_of=keys_of,
+                       now_s=NOW)
+
+
+@pytest.mark.parametrize("field,value", [
+    ("method", "Trim"), ("resource", "/acme/other"), ("timestamp_ms", int(NOW * 1000) + 1),
+    ("payload_crc32c", signing.payload_crc32c([b"a", b"c"])), ("account", "rival"),
+])
+def test_any_changed_field_breaks_the_signature(field: str, value: object) -> None:
+    with pytest.raises(Unauthenticated, match="bad signature"):
+        signing.verify(dataclasses.replace(signed(), **{field: value}), keys_of=keys_of,
+                       now_s=NOW)
+
+
+def test_a_changed_payload_changes_its_checksum() -> None:
+    assert signing.payload_crc32c([b"ab"]) != signing.payload_crc32c([b"a", b"b"])
+    assert signing.payload_crc32c([b"a", b"b"]) != signing.payload_crc32c([b"a", b"B"])
+    assert signing.payload_crc32c([]) != signing.payload_crc32c([b""])
+
+
+@pytest.mark.parametrize("offset_s", [-300.0, 0.0, 300.0])
+def test_timestamps_within_five_minutes_pass(offset_s: float) -> None:
+    signing.verify(signed(at=NOW + offset_s), keys_of=keys_of, now_s=NOW)
+
+
+@pytest.mark.parametrize("offset_s,says", [(-301.0, "301 s behind"), (400.0, "400 s ahead of"),
+                                           (-86_400.0, "86400 s behind")])
+def test_stale_or_future_timestamps_are_unauthenticated_saying_so(offset_s: float,
+                                                                  says: str) -> None:
+    with pytest.raises(Unauthenticated, match=f"{says} the server's clock; at most 300 s"):
+        signing.verify(signed(at=NOW + offset_s), keys_of=keys_of, now_s=NOW)
+
+
+def test_a_key_of_one_account_on_anothers_resource_is_permission_denied() -> None:
+    request = signed(resource="/rival/orders")
+    with pytest.raises(PermissionDenied, match="'acme' may not act on 'rival'"):
+        signing.verify(request, keys_of=keys_of, now_s=NOW)
+    # Authentication comes first: the same request badly signed says nothing of rights.
+    with pytest.raises(Unauthenticated):
+        signing.verify(dataclasses.replace(request, signature=b"\x00" * 32), keys_of=keys_of,
+                       now_s=NOW)
+
+
+def test_line_breaks_in_fields_are_refused() -> None:
+    with pytest.raises(InvalidArgument, match="resource"):
+        signed(resource="/acme/a\nb")
+    with pytest.raises(Unauthenticated, match="malformed"):
+        signing.verify(dataclasses.replace(signed(), method="A\nppend"), keys_of=keys_of,
+                       now_s=NOW)
+
+
+def test_signature_text_round_trip_and_refusals() -> None:
+    request = signed()
+    assert request.signature is not None
+    text = signing.encode_signature(request.signature)
+    assert signing.decode_signature(text) == request.signature
+    for bad in ("***", "AAAA"):
+        with pytest.raises(Unauthenticated):
+            signing.decode_signature(bad)
+
+
+@given(st.binary(min_size=32, max_size=32), st.integers(0, 31), st.integers(1, 255))
+def test_any_flipped_signature_bit_is_refused(key: bytes, index: int, flip: int) -> None:
+    request = signing.sign(key, "acme", "Append", "/acme/x", 7, NOW)
+    assert request.signature is not None
+    damaged = bytearray(request.signature)
+    damaged[index] ^= flip
+    with pytest.raises(Unauthenticated):
+        signing.verify(dataclasses.replace(request, signature=bytes(damaged)),
+                       keys_of=lambda _: (key, b"\x00" * 32), now_s=NOW)

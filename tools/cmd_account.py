@@ -1,0 +1,218 @@
+"""`stamp account create | keys | rotate | ls | delete | sas`: accounts, their two keys and
+shared access tokens (issue 16), kept in the lock service's replicated KV
+(frontend/accounts.py).
+
+Endpoints of printed connection strings: a connection string names the stamp's front ends.
+Until the front end process exists (issue 16, later), a stamp has none, so — temporarily —
+the endpoints are the partition managers' addresses, and a note on stderr says so; once
+`front-end` processes are in the stamp file they are used instead, with no note.
+`--endpoint HOST:PORT` (repeatable) overrides both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import sys
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from common.errors import InvalidArgument, NotFound
+from tools import cli_checks
+
+ENDPOINT_KINDS = ("front-end", "partition-manager")  # the first the stamp has is used
+DURATION_UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _type(check: Any, what: str) -> Any:
+    """An argparse type from a checker that raises InvalidArgument."""
+    def parse(text: str) -> Any:
+        try:
+            return check(text)
+        except InvalidArgument as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    parse.__name__ = what
+    return parse
+
+
+def _account_name(text: str) -> str:
+    from frontend import names
+
+    return names.check_account(text)
+
+
+def _prefix(text: str) -> str:
+    from frontend import names
+
+    return names.check_prefix(text)
+
+
+def _permissions(text: str) -> frozenset[str]:
+    from frontend import sas
+
+    return sas.parse_permissions(text)
+
+
+def _endpoint(text: str) -> str:
+    from frontend import connection_string
+
+    connection_string.parse_endpoint(text)
+    return text
+
+
+def parse_duration(text: str) -> int:
+    """'90s', '30m', '1h', '7d' -> whole seconds (at least 1)."""
+    number, unit = text[:-1], text[-1:]
+    if unit not in DURATION_UNITS_S or not (number.isascii() and number.isdigit()) \
+            or len(number) > 9 or int(number) == 0:
+        raise InvalidArgument(f"a duration is a whole number followed by one of "
+                              f"{', '.join(DURATION_UNITS_S)} (e.g. 1h, 30m), not {text!r}")
+    return int(number) * DURATION_UNITS_S[unit]
+
+
+def default_endpoints(processes: Mapping[str, Mapping[str, Any]]) -> tuple[list[str], str]:
+    """The endpoints a connection string names for a stamp whose stamp.json has `processes`,
+    and a note for the user ("" when they are the front ends)."""
+    for kind in ENDPOINT_KINDS:
+        found = [p["address"] for _, p in sorted(processes.items()) if p["kind"] == kind]
+        if found:
+            note = "" if kind == "front-end" else (
+                f"note: this stamp has no front ends yet; the endpoints are its "
+                f"{kind.replace('-', ' ')}s' "
+                f"addresses for now (temporary, until issue 16's front end exists)")
+            return found, note
+    raise NotFound(f"the stamp has no {' or '.join(ENDPOINT_KINDS)} processes to name as "
+                   f"endpoints; pass --endpoint HOST:PORT")
+
+
+def register(commands: Any) -> None:
+    account = commands.add_parser("account", help="accounts, keys and shared access tokens")
+    sub = account.add_subparsers(dest="account_command", metavar="ACTION", required=True)
+    name_type = _type(_account_name, "an account name")
+
+    def endpoint_option(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--endpoint", action="append", type=_type(_endpoint, "HOST:PORT"),
+                            help="an endpoint for the connection string (repeatable; default: "
+                                 "the stamp's front ends, for now its partition managers)")
+
+    create = sub.add_parser("create", help="create an account; print its connection string")
+    create.add_argument("name", type=name_type)
+    endpoint_option(create)
+    create.set_defaults(handler=cmd_create)
+
+    keys = sub.add_parser("keys", help="print an account's two keys (base64)")
+    keys.add_argument("name", type=name_type)
+    keys.set_defaults(handler=cmd_keys)
+
+    rotate = sub.add_parser("rotate", help="replace one key; print the new connection string")
+    rotate.add_argument("name", type=name_type)
+    rotate.add_argument("--key", type=int, choices=(1, 2), required=True,
+                        help="which key to replace (the other keeps working)")
+    endpoint_option(rotate)
+    rotate.set_defaults(handler=cmd_rotate)
+
+    ls = sub.add_parser("ls", help="list the accounts")
+    ls.set_defaults(handler=cmd_ls)
+
+    delete = sub.add_parser("delete", help="delete an account (its keys stop working)")
+    delete.add_argument("name", type=name_type)
+    delete.set_defaults(handler=cmd_delete)
+
+    token = sub.add_parser("sas", help="print a shared access token")
+    token.add_argument("name", type=name_type)
+    token.add_argument("--permissions", required=True,
+                       type=_type(_permissions, "a permission list"),
+                       help="comma-separated: read,append,trim,seal,write,scan")
+    token.add_argument("--prefix", default="", type=_type(_prefix, "a name prefix"),
+                       help="names the token covers start with this (default: every name)")
+    token.add_argument("--expiry", required=True, type=_type(parse_duration, "a duration"),
+                       help="how long the token is valid: 90s, 30m, 1h, 7d")
+    token.add_argument("--key", type=int, choices=(1, 2), default=1,
+                       help="which key signs it (rotating that key revokes it; default 1)")
+    token.set_defaults(handler=cmd_sas)
+
+
+@contextlib.contextmanager
+def _store(args: argparse.Namespace) -> Iterator[Any]:
+    """The account store of the stamp in --data-dir, its lock client closed afterwards."""
+    from common.clock import SystemClock
+    from frontend.accounts import AccountStore
+    from lock_service.client import LockClient
+
+    cli_checks.require_running(args.data_dir, "lock")
+    with LockClient.from_stamp(args.data_dir, holder="stamp-cli") as lock_client:
+        yield AccountStore(lock_client, SystemClock())
+
+
+def _endpoints(args: argparse.Namespace) -> tuple[list[str], str]:
+    """--endpoint, or the stamp's default endpoints and their note: found before anything
+    changes, so a stamp without endpoints does not leave a new key unprinted."""
+    from common.stamp_file import read_stamp
+
+    if args.endpoint:
+        return list(args.endpoint), ""
+    return default_endpoints(read_stamp(args.data_dir)["processes"])
+
+
+def _print_connection_string(endpoints: tuple[list[str], str], name: str, key: bytes) -> None:
+    """The connection string on stdout; the endpoints' note (if any) on stderr, only after
+    success, so an error stays one line."""
+    from frontend import connection_string
+
+    addresses, note = endpoints
+    if note:
+        print(note, file=sys.stderr)
+    print(connection_string.make(addresses, name, key=key).format())
+
+
+def cmd_create(args: argparse.Namespace) -> int:
+    endpoints = _endpoints(args)
+    with _store(args) as store:
+        account = store.create(args.name)
+    _print_connection_string(endpoints, args.name, account.keys[0])
+    return 0
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    with _store(args) as store:
+        account = store.get(args.name)
+    for number, key in enumerate(account.keys, start=1):
+        print(f"key{number} {base64.b64encode(key).decode()}")
+    return 0
+
+
+def cmd_rotate(args: argparse.Namespace) -> int:
+    endpoints = _endpoints(args)
+    with _store(args) as store:
+        account = store.rotate(args.name, args.key)
+    _print_connection_string(endpoints, args.name, account.keys[args.key - 1])
+    return 0
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    with _store(args) as store:
+        for name in store.list():
+            print(name)
+    return 0
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    with _store(args) as store:
+        store.delete(args.name)
+    print(f"deleted account {args.name}")
+    return 0
+
+
+def cmd_sas(args: argparse.Namespace) -> int:
+    import time
+
+    from frontend import sas
+
+    with _store(args) as store:
+        account = store.get(args.name)
+    now_s = time.time()
+    # An expiry beyond sas.EXPIRY_MAX_S is mint's InvalidArgument: one line (tools/cli.py).
+    print(sas.mint(args.name, args.key, account.keys[args.key - 1], args.permissions,
+                   args.prefix, int(now_s) + args.expiry, now_s=now_s))
+    return 0
