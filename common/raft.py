@@ -42,9 +42,10 @@ from pysyncobj.transport import Transport
 
 from common import durable_fs
 from common.checksums import crc32c
+from common.durable_fs import fsync_dir
 from common.isolation_raft import IsolatingTransport
 from common.raft_append import TransmissionAssembler, plan_append
-from common.raft_journal import DurableJournal, fsync_dir
+from common.raft_journal import DurableJournal
 
 log = logging.getLogger(__name__)
 

@@ -44,6 +44,7 @@ from pysyncobj.journal import Journal
 
 from common import durable_fs, faults
 from common.checksums import crc32c
+from common.durable_fs import fsync_dir
 from common.errors import FaultInjected, StampError
 
 log = logging.getLogger(__name__)
@@ -96,14 +97,6 @@ def _default_on_fatal(exc: BaseException) -> None:
     log.critical("raft journal I/O failed (%r): stopping the process", exc)
     logging.shutdown()
     os._exit(EX_IOERR)
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class DurableJournal(Journal):

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from common.errors import StampError
+from common.errors import NotFound, StampError
 from stream_layer import framing
 from stream_layer.extent_client import AsyncExtentClient
 from stream_layer.framing import Location
@@ -107,13 +107,26 @@ def check_logs(pc: PartitionClient, acked: list[tuple[str, int, bytes]]) -> None
     """Every acknowledged record at its sequence number, no gap below next_seq (the read
     itself refuses a hole), and no record twice (tokens made retries exactly-once)."""
     for log in {log for log, _, _ in acked}:
-        first, next_seq = pc.peek("acct", log)
-        records: list[tuple[int, bytes]] = []
-        while first + len(records) < next_seq:
-            records += pc.read("acct", log, first + len(records), 10_000)
-        assert [s for s, _ in records] == list(range(first, next_seq))
+        records = read_whole_log(pc, "acct", log)
         by_seq = dict(records)
         for _, seq, record in (a for a in acked if a[0] == log):
             assert by_seq.get(seq) == record, f"{log}: acknowledged record {seq} lost/changed"
         datas = [d for _, d in records]
         assert len(datas) == len(set(datas)), f"{log}: a record was appended twice"
+
+
+def read_whole_log(pc: PartitionClient, account: str, log: str) -> list[tuple[int, bytes]]:
+    """Every record of `log` from its first to its next sequence number, asserting there is
+    no gap or reordering below next (a log that was never written is empty)."""
+    try:
+        first, next_seq = pc.peek(account, log)
+    except NotFound:
+        return []
+    records: list[tuple[int, bytes]] = []
+    while first + len(records) < next_seq:
+        page = pc.read(account, log, first + len(records), 10_000)
+        assert page, f"{log}: nothing read at {first + len(records)}, below next {next_seq}"
+        records += page
+    assert [seq for seq, _ in records] == list(range(first, next_seq)), \
+        f"{log}: a gap or reordering below next {next_seq}"
+    return records

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from common.errors import NotFound, StampError
 from partition_layer.client import PartitionClient
+from tests.checker import read_whole_log
 
 ACCOUNT = "acct"
 ROWS_PER_WRITER = 8
@@ -150,29 +151,10 @@ def check(client: PartitionClient, histories: list[WriterHistory]) -> dict[str, 
     return checked
 
 
-def _read_all(client: PartitionClient, log: str) -> list[tuple[int, bytes]]:
-    first, next_seq = client.peek(ACCOUNT, log)
-    out: list[tuple[int, bytes]] = []
-    seq = first
-    while seq < next_seq:
-        page = client.read(ACCOUNT, log, seq, 256)
-        assert page, f"{log}: read at {seq} returned nothing below next {next_seq}"
-        out.extend(page)
-        seq = page[-1][0] + 1
-    return out
-
-
 def _check_log(client: PartitionClient, h: WriterHistory) -> int:
     if not h.acked_records and not h.doubtful_records:
         return 0
-    try:
-        records = _read_all(client, h.log)
-    except NotFound:
-        records = []
-    seqs = [seq for seq, _ in records]
-    if seqs:
-        assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), \
-            f"{h.log}: a gap or reordering in {seqs[:5]}..{seqs[-5:]}"
+    records = read_whole_log(client, ACCOUNT, h.log)
     at: dict[int, bytes] = dict(records)
     seen: set[int] = set()
     for seq, data in records:

@@ -16,14 +16,13 @@ import mfusepy as fuse
 
 from tools.lossyfs.tree import LossyTree
 
-STAT_FIELDS = ("st_mode", "st_nlink", "st_size", "st_uid", "st_gid", "st_atime", "st_mtime",
-               "st_ctime", "st_ino", "st_blocks")
+STAT_FIELDS = ("st_mode", "st_nlink", "st_size", "st_uid", "st_gid", "st_ino", "st_blocks")
 
 
 def _stat(st: os.stat_result) -> dict[str, Any]:
-    out: dict[str, Any] = {name: getattr(st, name) for name in STAT_FIELDS[:5]}
-    out.update(st_atime=st.st_atime_ns, st_mtime=st.st_mtime_ns, st_ctime=st.st_ctime_ns,
-               st_ino=st.st_ino, st_blocks=st.st_blocks)
+    """Times in nanoseconds (`use_ns`)."""
+    out: dict[str, Any] = {name: getattr(st, name) for name in STAT_FIELDS}
+    out.update(st_atime=st.st_atime_ns, st_mtime=st.st_mtime_ns, st_ctime=st.st_ctime_ns)
     return out
 
 

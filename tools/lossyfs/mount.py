@@ -130,9 +130,7 @@ class LossyMount:
         with contextlib.suppress(ProcessLookupError):
             if self.popen is not None:
                 os.kill(self.popen.pid, signal.SIGCONT)
-        self.unmount()
-        if self.popen is not None:
-            self._kill_daemon()
+        self.unmount()  # kills the daemon if it does not end by itself
 
 
 def power_cut(pids: list[int], mount: LossyMount) -> dict[str, object]:
