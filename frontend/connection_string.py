@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 from common.errors import InvalidArgument
 from frontend import names, sas
+from frontend.accounts import KEY_BYTES
 
-KEY_BYTES = 32
 ENDPOINTS_MAX = 64
 HOST_CHARS_MAX = 253
 CONNECTION_STRING_CHARS_MAX = 8192

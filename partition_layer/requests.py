@@ -139,9 +139,11 @@ async def _dispatch(request: pb.Request, response: pb.Response, find: Finder,
     elif op == "get":
         partition.check_serving()
         _check_row(request.get.row, limits)
-        check_entity_group(await partition.get_row(meta_key(account, pname)), pname)
         row = await partition.get_row(entity_key(account, pname, request.get.row))
         if row is None:
+            # Entity keys never meet a log's, so a row found is an entity; only a miss needs
+            # the name's kind, to say "a log" rather than "not found".
+            check_entity_group(await partition.get_row(meta_key(account, pname)), pname)
             raise NotFound(f"no row {request.get.row!r} in {pname!r}")
         response.value = await _value(partition, row)
         response.etag = etag_of(row.version)

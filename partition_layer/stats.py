@@ -11,10 +11,10 @@ with a fixed reservoir of latency samples.
 from __future__ import annotations
 
 import random
-import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from common.clock import Clock, SystemClock
 
 LATENCY_SAMPLES_MAX = 2048
 # The PM's balancing pass looks every few seconds (§4: 15 s in the paper); heartbeats come
@@ -28,18 +28,16 @@ class _Bucket:
     started: float
     ops: int = 0
     nbytes: int = 0
-    seen: int = 0
     latencies: list[float] = field(default_factory=list)
 
 
 class LoadStats:
-    def __init__(self, clock: Callable[[], float] = time.monotonic,
-                 window_s: float = WINDOW_S) -> None:
-        self._clock = clock
+    def __init__(self, clock: Clock | None = None, window_s: float = WINDOW_S) -> None:
+        self._clock = (clock or SystemClock()).monotonic
         self._window_s = window_s
         self._bucket_s = window_s / WINDOW_BUCKETS
         self._samples_per_bucket = max(1, LATENCY_SAMPLES_MAX // WINDOW_BUCKETS)
-        self._started = clock()
+        self._started = self._clock()
         self._buckets: deque[_Bucket] = deque()
         self._random = random.Random(0)
 
@@ -53,12 +51,11 @@ class LoadStats:
         bucket = self._buckets[-1]
         bucket.ops += 1
         bucket.nbytes += nbytes
-        bucket.seen += 1
         # Reservoir sampling keeps percentiles honest at any rate in bounded memory.
         if len(bucket.latencies) < self._samples_per_bucket:
             bucket.latencies.append(seconds)
         else:
-            slot = self._random.randrange(bucket.seen)
+            slot = self._random.randrange(bucket.ops)
             if slot < self._samples_per_bucket:
                 bucket.latencies[slot] = seconds
 

@@ -22,11 +22,11 @@ def register(commands: Any) -> None:
 
     seal = sub.add_parser("seal", help="seal an extent at the smallest commit length of its "
                                        "reachable replicas")
-    seal.add_argument("extent_id", type=_extent_id, help="extent id (decimal or 0x...)")
+    seal.add_argument("extent_id", type=cli_checks.extent_id, help="extent id (decimal or 0x...)")
     seal.set_defaults(handler=cmd_seal)
 
     read = sub.add_parser("read", help="print the blocks of an extent from one replica")
-    read.add_argument("extent_id", type=_extent_id, help="extent id (decimal or 0x...)")
+    read.add_argument("extent_id", type=cli_checks.extent_id, help="extent id (decimal or 0x...)")
     read.add_argument("--node", type=cli_checks.name,
                       help="replica to read from (default: the first that has it)")
     read.add_argument("--offset", type=cli_checks.byte_offset, default=0)
@@ -36,23 +36,13 @@ def register(commands: Any) -> None:
     ec = sub.add_parser("ec", help="erasure-code a sealed extent (RS k+m fragments on k+m "
                                    "extent nodes) and drop its replicas; rerun to finish an "
                                    "interrupted conversion")
-    ec.add_argument("extent_id", type=_extent_id, help="extent id (decimal or 0x...)")
+    ec.add_argument("extent_id", type=cli_checks.extent_id, help="extent id (decimal or 0x...)")
     ec.add_argument("--k", type=cli_checks.fragment_count,
                     help="data fragments (default: 6 with >= 9 extent "
                                           "nodes, else 3 or 2)")
     ec.add_argument("--m", type=cli_checks.fragment_count,
                     help="parity fragments (default: 3, else 2 or 1)")
     ec.set_defaults(handler=cmd_ec)
-
-
-def _extent_id(text: str) -> int:
-    try:
-        value = int(text, 0)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an extent id: {text!r}") from None
-    if not 0 <= value <= cli_checks.U64_MAX:
-        raise argparse.ArgumentTypeError(f"not an extent id: {text!r} (0 to 2**64 - 1)")
-    return value
 
 
 def _collect(stamp: LocalStamp) -> dict[int, dict[str, Any]]:

@@ -20,11 +20,13 @@ from stream_layer.extent_node import writeback
 WriteJob = tuple[Path, list[tuple[int, bytes]], int]  # (path, runs, writeback_end)
 
 
-def create_data_file(path: Path, keep: bool) -> None:
-    """Create (or, unless `keep`, empty) a data file, and make its name durable."""
+def create_data_file(path: Path, keep: bool, sync_dir: bool = True) -> None:
+    """Create (or, unless `keep`, empty) a data file, and make its name durable (unless
+    `sync_dir` is False: a replay syncs the directory once for all it created)."""
     flags = os.O_WRONLY | os.O_CREAT | (0 if keep else os.O_TRUNC)
     os.close(os.open(path, flags, 0o644))
-    fsync_dir(path.parent)
+    if sync_dir:
+        fsync_dir(path.parent)
 
 
 def write_runs(jobs: list[WriteJob]) -> list[int]:

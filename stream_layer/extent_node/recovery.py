@@ -46,11 +46,12 @@ from stream_layer.extent_node.replica_state import Event, State, next_state
 log = logging.getLogger(__name__)
 
 
-def new_replica(data_dir: Path, extent_id: int, replicas: list[str], keep: bool) -> Replica:
-    """A replica with an empty commit point and its data file created, name durable (`keep`:
-    a replay may find synced large appends already in the file)."""
+def new_replica(data_dir: Path, extent_id: int, replicas: list[str], keep: bool,
+                sync_dir: bool = True) -> Replica:
+    """A replica with an empty commit point and its data file created, name durable unless
+    `sync_dir` is False (`keep`: a replay may find synced large appends already in the file)."""
     data_path, meta_path = replica_paths(data_dir, extent_id)
-    create_data_file(data_path, keep)
+    create_data_file(data_path, keep, sync_dir)
     return Replica(ReplicaMeta(extent_id, replicas), data_path, meta_path, dirty=True)
 
 
@@ -120,8 +121,10 @@ class Recovery:
         replica = self.replicas.get(extent_id)
         if kind == records.CREATE:
             if replica is None:
+                # The directory is synced once, before the journal is dropped.
                 self.replicas[extent_id] = new_replica(
-                    self.data_dir, extent_id, json.loads(bytes(body[RECORD.size:])), keep=True)
+                    self.data_dir, extent_id, json.loads(bytes(body[RECORD.size:])), keep=True,
+                    sync_dir=False)
             return
         if kind == records.DELETE:
             if replica is not None:

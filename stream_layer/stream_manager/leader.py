@@ -250,6 +250,7 @@ class StreamManagerLeader:
             # created ahead of time makes it free.
             fence = (self.fence(extent) if extent is not None and extent.state == s.OPEN
                      else _nothing())
+            term = self.term()
             fenced, placed = await asyncio.gather(
                 fence, self.new_extent(avoid=extent.replicas if extent else ()),
                 return_exceptions=True)
@@ -257,7 +258,7 @@ class StreamManagerLeader:
                 # Too few replicas answered the fence (seal.py): nothing is decided, the
                 # caller retries. The new extent is unused: keep it as a spare.
                 if not isinstance(placed, BaseException):
-                    self._spares.append(placed)
+                    self._keep_spare(placed, term)
                 raise fenced
             if isinstance(placed, BaseException):
                 raise placed
@@ -325,6 +326,13 @@ class StreamManagerLeader:
         self._refill_spares()
         return await self.create_extent(avoid=avoided)
 
+    def _keep_spare(self, extent: tuple[int, tuple[str, ...]], term: int) -> None:
+        """Keep a created, unused extent as a spare if it was made in the spares' term (a
+        spare of an older term is left to garbage collection). A rollover whose fence failed
+        may keep one past `spare_extents`: it was made already, and is used first."""
+        if term == self._spares_term:
+            self._spares.append(extent)
+
     def _refill_spares(self) -> None:
         if self._refilling or len(self._spares) >= self.limits.spare_extents:
             return
@@ -335,9 +343,7 @@ class StreamManagerLeader:
                 await asyncio.sleep(AFTER_ROLLOVER_S)
                 while len(self._spares) < self.limits.spare_extents and self.is_leader():
                     term = self.term()
-                    created = await self.create_extent()
-                    if term == self._spares_term:
-                        self._spares.append(created)
+                    self._keep_spare(await self.create_extent(), term)
             except StampError as exc:
                 log.info("could not create a spare extent: %s", exc)
             finally:

@@ -123,7 +123,7 @@ BAD_ARGUMENTS = [
     (["log", "frobnicate", "orders"], "invalid choice"),
     (["partition", "move", "-1", "ps-2"], "a partition id is from 0"),
     (["partition", "move", "one", "ps-2"], "a partition id is a whole number"),
-    (["extent", "seal", "-3"], "not an extent id"),
+    (["extent", "seal", "-3"], "an extent id"),
     (["extent", "read", "5", "--offset", "-1"], "a byte offset is from 0"),
     (["extent", "read", "5", "--length", "0"], "a byte length is from 1"),
     (["extent", "ec", "5", "--k", "0"], "a fragment count is from 1"),

@@ -7,23 +7,16 @@ import dataclasses
 
 import pytest
 
+from common.clock import ManualClock
 from common.config import PartitionLimits
 from partition_layer.stats import LoadStats
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_reading_the_figures_does_not_reset_them() -> None:
-    clock = Clock()
+    clock = ManualClock()
     stats = LoadStats(clock, window_s=10.0)
     for i in range(20):
-        clock.now += 0.25
+        clock.advance(0.25)
         stats.record(100, 0.001 * (i + 1))
     first = stats.figures()
     assert first == stats.figures() == stats.figures()
@@ -33,20 +26,20 @@ def test_reading_the_figures_does_not_reset_them() -> None:
 
 
 def test_the_window_slides() -> None:
-    clock = Clock()
+    clock = ManualClock()
     stats = LoadStats(clock, window_s=10.0)
-    for _ in range(50):
+    for _ in range(40):
         stats.record(10, 0.5)
-        clock.now += 0.1  # 50 ops in the first 5 s
-    clock.now += 5.0
-    assert stats.figures()["ops_per_s"] == pytest.approx(50 / 10.0)
+        clock.advance(0.125)  # 40 ops in the first 5 s (steps exact in binary)
+    clock.advance(5.0)
+    assert stats.figures()["ops_per_s"] == pytest.approx(40 / 10.0)
     for _ in range(10):
         stats.record(10, 0.002)
-        clock.now += 1.0  # then 1 op/s for 10 s: the first burst leaves the window
+        clock.advance(1.0)  # then 1 op/s for 10 s: the first burst leaves the window
     figures = stats.figures()
     assert figures["ops_per_s"] == pytest.approx(1.0, rel=0.25)
     assert figures["p99_ms"] == pytest.approx(2.0)
-    clock.now += 60.0
+    clock.advance(60.0)
     assert stats.figures() == {"ops_per_s": 0.0, "bytes_per_s": 0.0, "p50_ms": 0.0,
                                "p99_ms": 0.0}
 
