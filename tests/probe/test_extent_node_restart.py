@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 import pytest
 
@@ -19,7 +18,7 @@ from stream_layer.client import AsyncStreamClient
 from stream_layer.extent_client import AsyncExtentClient
 from stream_layer.seal import seal_extent
 from tests.checker import AppendHistory, acknowledged, check_extent_image, read_image
-from tests.probe.test_stream_manager import start_load
+from tests.probe.test_stream_manager import start_load, wait_for
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow
@@ -30,14 +29,10 @@ LARGE_BLOCK = 300_000  # past journal_bypass_bytes_min: journaled on the journal
 
 async def _until_commit_length(client: AsyncExtentClient, addresses: list[str],
                                extent_id: int, length: int, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
+    async def there() -> bool:
         lengths = [(await client.commit_length(a, extent_id))[0] for a in addresses]
-        if all(n == length for n in lengths):
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"commit lengths {lengths}, waited for {length}")
-        await asyncio.sleep(0.02)
+        return all(n == length for n in lengths)
+    await wait_for(there, timeout_s, f"commit length {length} on {addresses}")
 
 
 def test_restarted_primary_takes_no_append_its_secondaries_would_contradict(
@@ -116,7 +111,8 @@ def test_through_the_stream_client_every_sealed_extent_ends_bitwise_identical(
         big = asyncio.ensure_future(stream.append([b"B" * LARGE_BLOCK]))
         # The primary's journal is held; its secondaries journal what it forwarded.
         past = max(loc.end for loc, _ in acked if loc.extent_id == tail.extent_id)
-        await _until(lambda: _all_past(client.extents, secondaries, tail.extent_id, past))
+        await wait_for(lambda: _all_past(client.extents, secondaries, tail.extent_id, past),
+                       60, "the secondaries to journal past the primary")
         # The secondaries' first fence is slow (past the stream manager's deadline): the
         # rollover's seal is retried with the restarted primary back among its replicas.
         for secondary in secondaries:
@@ -141,7 +137,7 @@ def test_through_the_stream_client_every_sealed_extent_ends_bitwise_identical(
                         return []
             return [e.extent_id for e in extents]
         # A replica that was down at its extent's seal is sealed when it comes back.
-        await _until(sealed_everywhere)
+        await wait_for(sealed_everywhere, 60, "every replica sealed")
         for extent in (await stream.refresh()).extents:
             digests = {hashlib.sha256(await read_image(client.extents, a, extent.extent_id,
                                                        extent.sealed_length)).hexdigest()
@@ -158,11 +154,3 @@ async def _all_past(extents: AsyncExtentClient, addresses: list[str], extent_id:
                     end: int) -> bool:
     lengths = [(await extents.commit_length(a, extent_id))[0] for a in addresses]
     return all(n > end for n in lengths)
-
-
-async def _until(check: Callable[[], Awaitable[object]], timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s")
-        await asyncio.sleep(0.05)

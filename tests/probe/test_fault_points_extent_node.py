@@ -10,7 +10,6 @@ the test checks the node's log to be sure it died there and not of something els
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from tests.checker import (
     read_image,
 )
 from tests.probe.test_extent_node import addresses, new_extent
+from tests.probe.test_stream_manager import wait_for
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow
@@ -39,10 +39,9 @@ DEATH_TIMEOUT_S = 30.0
 async def crashed_at(stamp: LocalStamp, name: str, point: str) -> None:
     """Wait until `name` has killed itself at `point` (its log says so), then reap it."""
     record = stamp.record(name)
-    deadline = time.monotonic() + DEATH_TIMEOUT_S
-    while stamp.alive(name):
-        assert time.monotonic() < deadline, f"{name} did not crash at {point}"
-        await asyncio.sleep(0.02)
+    async def dead() -> bool:
+        return not stamp.alive(name)
+    await wait_for(dead, DEATH_TIMEOUT_S, f"{name} to crash at {point}")
     stamp.kill(name)  # reaps it
     log_text = (Path(record.dir) / LOG_FILE).read_text(errors="replace")
     assert f"fault point {point}: crashing" in log_text, f"{name} died of something else"
@@ -189,11 +188,10 @@ def test_sync_from_peers_crashed_half_way_completes_after_restart(
                                                        asyncio.Event(), deadline_s=60,
                                                        block_bytes=8_000))
         behind = (await client.commit_length(laggard.address, extent_id))[0]
-        deadline = time.monotonic() + 30
-        while min([(await client.commit_length(a, extent_id))[0] for a in replicas[:2]]) \
-                < behind + 100_000:  # the others are well ahead
-            assert time.monotonic() < deadline, "the primary did not run ahead"
-            await asyncio.sleep(0.02)
+        async def ahead() -> bool:  # the others are well ahead
+            lengths = [(await client.commit_length(a, extent_id))[0] for a in replicas[:2]]
+            return min(lengths) >= behind + 100_000
+        await wait_for(ahead, 30, "the primary to run ahead")
         stamp.kill(laggard.name)
         history = await load
         history.acked[:0] = first
