@@ -33,6 +33,7 @@ from common.clock import Clock, SystemClock
 from common.errors import ERRORS_BY_NAME, InvalidArgument, StampError, Throttled, Unavailable
 from common.proto import lock_service_pb2 as pb
 from common.proto import lock_service_pb2_grpc as pb_grpc
+from common.read_index import ReadIndex
 from common.rpc import rpc_errors
 from lock_service import commands as c
 from lock_service import limits
@@ -65,6 +66,8 @@ class LockServicer(pb_grpc.LockServiceServicer):
         self._waiting: dict[str, int] = {}
         self._loop = asyncio.get_running_loop()
         self._tasks: list[asyncio.Task[None]] = []
+        # A read through the log (an empty listing) that concurrent local reads share.
+        self._read_index_batcher = ReadIndex(lambda: self._read(c.ListKeys("", 0)))
         replica.on_freed(self._freed_on_tick_thread)
 
     def start(self) -> None:
@@ -150,10 +153,10 @@ class LockServicer(pb_grpc.LockServiceServicer):
 
     async def _read_index(self) -> None:
         """Before an answer read from the local state: a read through the log (an empty
-        listing) that commits only while this replica still leads a majority, and is applied
-        here after everything committed before it. A leader deposed without noticing (frozen,
-        cut off) fails here instead of answering from stale state (issue 15, hole 7)."""
-        await self._read(c.ListKeys("", 0))
+        listing, shared by concurrent callers: common/read_index.py) that commits only while
+        this replica leads a majority, and is applied here after everything committed before
+        it. A leader deposed without noticing fails here instead of answering stale state."""
+        await self._read_index_batcher.confirm()
 
     # --- background work ---------------------------------------------------------------------
 

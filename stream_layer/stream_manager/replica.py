@@ -23,7 +23,7 @@ import logging
 import os
 import pickle
 import threading
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -31,6 +31,7 @@ from pysyncobj import FAIL_REASON, replicated
 
 from common.errors import NotLeader, StampError, Unavailable
 from common.raft import DurableReplica, RaftTuning
+from common.read_index import ReadIndex
 from stream_layer.stream_manager.state import StreamManagerState
 
 log = logging.getLogger(__name__)
@@ -51,49 +52,13 @@ class ReadBarrier:
     """The no-op a read waits for (never reaches the state machine)."""
 
 
-class ReadIndex:
-    """Coalesces leadership confirmations: a caller joins the next no-op to be proposed, never
-    one already in flight (that one may have been acknowledged before the caller came)."""
-
-    def __init__(self, propose: Callable[[Any], Awaitable[Any]]) -> None:
-        self._propose = propose
-        self._waiting: list[asyncio.Future[None]] = []
-        self._running = False
-        self._task: asyncio.Future[None] | None = None
-
-    async def confirm(self) -> None:
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiting.append(future)
-        if not self._running:
-            self._running = True
-            self._task = asyncio.ensure_future(self._run())
-        await future
-
-    async def _run(self) -> None:
-        try:
-            while self._waiting:
-                batch, self._waiting = self._waiting, []
-                try:
-                    await self._propose(ReadBarrier())
-                except Exception as exc:  # every waiter gets the same NotLeader/Unavailable
-                    for future in batch:
-                        if not future.done():
-                            future.set_exception(exc)
-                else:
-                    for future in batch:
-                        if not future.done():
-                            future.set_result(None)
-        finally:
-            self._running = False
-
-
 class StreamManagerReplica(DurableReplica):
     def __init__(self, raft_address: str, peers: Sequence[str], raft_dir: str | Path,
                  tuning: RaftTuning | None = None) -> None:
         # Before the base constructor: pysyncobj may apply commands from inside it.
         self._state = StreamManagerState()
         self._mutex = threading.Lock()
-        self._read_index = ReadIndex(self.propose)
+        self._read_index = ReadIndex(lambda: self.propose(ReadBarrier()))
         super().__init__(raft_address, peers, raft_dir, tuning)
 
     @replicated
