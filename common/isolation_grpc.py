@@ -35,7 +35,7 @@ _incoming: dict[str, set[aio.ServicerContext]] = {}
 _ending: set[asyncio.Task[None]] = set()  # cut calls being ended (strong refs until done)
 # Where a cut call goes: an abstract Unix socket nobody listens on (refused at once).
 _BLACKHOLE = f"unix-abstract:stamp-isolated-{uuid.uuid4().hex}"
-_blackhole_channels: dict[str, Any] = {}
+_blackhole_channels: dict[Any, Any] = {}  # "sync", or an event loop (aio)
 
 
 def _end_calls_under_way(cut: frozenset[str]) -> None:
@@ -57,12 +57,18 @@ isolation.on_cut(_end_calls_under_way)
 # --- outgoing: guarded channels ------------------------------------------------------------
 
 def _blackhole(kind: str, options: list[tuple[str, Any]]) -> Any:
-    channel = _blackhole_channels.get(kind)
-    if channel is None:
-        channel = (aio.insecure_channel(_BLACKHOLE, options=options) if kind == "aio"
-                   else grpc.insecure_channel(_BLACKHOLE, options=options))
-        _blackhole_channels[kind] = channel
-    return channel
+    """The channel a cut call goes to: one for sync calls, one per event loop for aio calls
+    (an aio channel belongs to the loop that made it; a closed loop's is forgotten)."""
+    if kind != "aio":
+        if "sync" not in _blackhole_channels:
+            _blackhole_channels["sync"] = grpc.insecure_channel(_BLACKHOLE, options=options)
+        return _blackhole_channels["sync"]
+    loop = asyncio.get_running_loop()
+    for key in [k for k in _blackhole_channels if k != "sync" and k.is_closed()]:
+        del _blackhole_channels[key]
+    if loop not in _blackhole_channels:
+        _blackhole_channels[loop] = aio.insecure_channel(_BLACKHOLE, options=options)
+    return _blackhole_channels[loop]
 
 
 class _GuardedMultiCallable:

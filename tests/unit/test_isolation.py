@@ -88,6 +88,19 @@ def test_outgoing_call_to_a_cut_address_fails_unavailable_at_once_until_healed()
     _run(scenario)
 
 
+def test_a_cut_call_fails_unavailable_in_every_event_loop_of_the_process() -> None:
+    """A cut call goes to a channel of its own loop: a second asyncio.run in the same process
+    (unit tests, tools) gets UNAVAILABLE too, not 'Event loop is closed'."""
+    async def scenario(server: aio.Server, address: str) -> None:
+        async with rpc.aio_channel(address, MESSAGE_MAX) as channel:
+            isolation.isolate([address])
+            code, _ = await _code_of(channel.unary_unary(SAY)(b"x", timeout=10))
+            assert code == grpc.StatusCode.UNAVAILABLE
+            isolation.heal([address])
+    _run(scenario)
+    _run(scenario)
+
+
 def test_incoming_call_from_a_cut_process_is_refused_but_faults_service_answers() -> None:
     async def scenario(server: aio.Server, address: str) -> None:
         async with rpc.aio_channel(address, MESSAGE_MAX) as channel:

@@ -27,6 +27,7 @@ from typing import Any
 import uvloop
 
 from common import rpc
+from common.checksums import crc32c
 from common.config import KiB, MiB
 from common.errors import StampError
 from common.proto import partition_pb2 as pb
@@ -103,6 +104,7 @@ async def _append_phase(client: AsyncPartitionClient, clients: int, batch: int,
 # client that polls the new owner sees it serve within one poll of when it does.
 POLL_ATTEMPT_MS = 250
 POLL_PAUSE_S = 0.01
+FAILOVER_DEADLINE_S = 60.0
 
 
 def run_partition_load(sizes_mb: tuple[int, ...] = (10, 1000), tail_mb: int = 4,
@@ -126,7 +128,7 @@ async def _partition_load(stamp: LocalStamp, sizes_mb: tuple[int, ...], tail_mb:
                                                       client_timeout_ms=POLL_ATTEMPT_MS))
     rng = random.Random(0)
     rows: list[dict[str, Any]] = []
-    written: list[tuple[str, str, bytes]] = []
+    written: list[tuple[str, str, int]] = []  # (pname, row, crc32c of the value)
     try:
         for size_mb in sizes_mb:
             progress(f"writing up to {size_mb} MB of rows")
@@ -155,10 +157,11 @@ async def _partition_load(stamp: LocalStamp, sizes_mb: tuple[int, ...], tail_mb:
     return rows
 
 
-async def _fill(client: AsyncPartitionClient, written: list[tuple[str, str, bytes]],
+async def _fill(client: AsyncPartitionClient, written: list[tuple[str, str, int]],
                 target: int, progress: Progress) -> None:
     """Put rows of 60 KiB (below the blob threshold: the rows hold the bytes) until the
-    partition holds `target` bytes of values; `written` records (pname, row, value)."""
+    partition holds `target` bytes of values; `written` records (pname, row, crc32c of the
+    value): a gigabyte of values is checked without being kept."""
     per_call = 16
     value_bytes = 60 * KiB
     next_report = len(written) * value_bytes + 100_000_000
@@ -170,7 +173,7 @@ async def _fill(client: AsyncPartitionClient, written: list[tuple[str, str, byte
             batch = [(pname, f"w{index}-{len(written)}-{i}", os.urandom(value_bytes))
                      for i in range(per_call)]
             await client.batch("bench", pname, [("put", r, v) for _, r, v in batch])
-            written.extend(batch)
+            written.extend((p, r, crc32c(v)) for p, r, v in batch)
             if len(written) * value_bytes >= next_report:
                 progress(f"  {len(written) * value_bytes / 1e6:,.0f} MB written")
                 next_report += 100_000_000
@@ -178,7 +181,7 @@ async def _fill(client: AsyncPartitionClient, written: list[tuple[str, str, byte
 
 
 async def _move(stamp: LocalStamp, client: AsyncPartitionClient,
-                key: tuple[str, str, bytes]) -> None:
+                key: tuple[str, str, int]) -> None:
     """Move partition 1 to the other PS (it checkpoints on the way); wait until `key` is
     served there."""
     current, _ = await client.partition_map()
@@ -198,15 +201,18 @@ async def _move(stamp: LocalStamp, client: AsyncPartitionClient,
 
 async def _kill_and_time_first_read(stamp: LocalStamp, client: AsyncPartitionClient,
                                     poller: AsyncPartitionClient,
-                                    key: tuple[str, str, bytes]) -> float:
+                                    key: tuple[str, str, int]) -> float:
     """SIGKILL the owner of `key`'s partition; seconds until the first read of it is
     answered (by the new owner, with the right value). The killed PS is restarted after."""
-    pname, row_key, value = key
+    pname, row_key, value_crc = key
     current, _ = await client.partition_map()
     victim = current.lookup(route_key("bench", pname)).server
     stamp.kill(victim)
     killed = time.monotonic()
     while True:
+        if time.monotonic() - killed > FAILOVER_DEADLINE_S:
+            raise StampError(f"{pname}/{row_key}: no owner answered within "
+                             f"{FAILOVER_DEADLINE_S:g} s of the kill")
         try:
             got, _ = await poller.get("bench", pname, row_key)
             elapsed = time.monotonic() - killed
@@ -215,7 +221,7 @@ async def _kill_and_time_first_read(stamp: LocalStamp, client: AsyncPartitionCli
             await asyncio.sleep(POLL_PAUSE_S)
             with contextlib.suppress(StampError):
                 await poller.refresh_map()
-    if got != value:
+    if crc32c(got) != value_crc:
         raise StampError(f"{pname}/{row_key}: read back other bytes after the failover")
     await asyncio.to_thread(stamp.start, victim)
     return elapsed
