@@ -41,6 +41,16 @@ async def new_extent(client: AsyncExtentClient, replicas: list[str]) -> int:
     return extent_id
 
 
+async def rejoin_sealed(client: AsyncExtentClient, address: str, extent_id: int, length: int,
+                        sealed_on: list[str], image: bytes) -> None:
+    """A replica back after its extent was sealed without it: sealed at the same length, it
+    holds the same bytes (invariant 2)."""
+    await client.wait_serving(address)
+    assert await client.seal(address, extent_id, length, sealed_on) == length
+    assert await client.commit_length(address, extent_id) == (length, True)
+    assert await read_image(client, address, extent_id, length) == image
+
+
 def test_round_trip_single_and_multi_block(stamp_factory: StampFactory) -> None:
     stamp = stamp_factory(3)
     replicas = addresses(stamp)
@@ -170,9 +180,7 @@ def test_kill_replica_during_pipelined_load(stamp_factory: StampFactory, victim_
 
         # The dead replica comes back and is brought to the sealed length.
         stamp.start(victim.name)
-        await client.wait_serving(victim.address)
-        assert await client.seal(victim.address, extent_id, length, sealed_on) == length
-        assert await read_image(client, victim.address, extent_id, length) == images[0]
+        await rejoin_sealed(client, victim.address, extent_id, length, sealed_on, images[0])
         await client.close()
     asyncio.run(scenario())
 

@@ -26,7 +26,7 @@ from tests.checker import (
     pipelined_appends,
     read_image,
 )
-from tests.probe.test_extent_node import addresses, new_extent
+from tests.probe.test_extent_node import addresses, new_extent, rejoin_sealed
 from tests.probe.test_stream_manager import wait_for
 from tools.local_stamp import LocalStamp
 
@@ -85,10 +85,7 @@ def test_crash_on_the_append_path_loses_nothing_acknowledged(
         check_extent_image(image, history, extent_id)
 
         stamp.start(victim.name)
-        await client.wait_serving(victim.address)
-        assert await client.seal(victim.address, extent_id, length, sealed_on) == length
-        assert await client.commit_length(victim.address, extent_id) == (length, True)
-        assert await read_image(client, victim.address, extent_id, length) == image
+        await rejoin_sealed(client, victim.address, extent_id, length, sealed_on, image)
         await client.close()
     asyncio.run(scenario())
 
@@ -159,10 +156,7 @@ def test_seal_crashed_before_its_record_is_redone_at_the_same_length(
         check_extent_image(image, history, extent_id)
 
         stamp.start(victim.name)
-        await client.wait_serving(victim.address)
-        assert await client.seal(victim.address, extent_id, length, sealed_on) == length
-        assert await client.commit_length(victim.address, extent_id) == (length, True)
-        assert await read_image(client, victim.address, extent_id, length) == image
+        await rejoin_sealed(client, victim.address, extent_id, length, sealed_on, image)
         await client.close()
     asyncio.run(scenario())
 
@@ -206,9 +200,6 @@ def test_sync_from_peers_crashed_half_way_completes_after_restart(
             await client.seal(laggard.address, extent_id, length, sealed_on)
         await crashed_at(stamp, laggard.name, point)
         stamp.start(laggard.name)
-        await client.wait_serving(laggard.address)
-        assert await client.seal(laggard.address, extent_id, length, sealed_on) == length
-        assert await client.commit_length(laggard.address, extent_id) == (length, True)
-        assert await read_image(client, laggard.address, extent_id, length) == image
+        await rejoin_sealed(client, laggard.address, extent_id, length, sealed_on, image)
         await client.close()
     asyncio.run(scenario())
