@@ -265,36 +265,31 @@ class FaultsServicer(faults_pb2_grpc.FaultsServicer):
         return faults_pb2.IsolateReply(cut=sorted(isolation.heal(request.peers or None)))
 
 
-def arm_remote(address: str, spec: str, timeout_s: float = 5.0) -> None:
-    """Arm fault points in the server at `address` (blocking; for tests and `stamp fault`)."""
+def _faults_call(address: str, method: str, request: Any, timeout_s: float) -> Any:
+    """One blocking call to the Faults service of the server at `address`."""
     with sync_channel(address, 4 * 1024 * 1024) as channel:
         try:
-            faults_pb2_grpc.FaultsStub(channel).Arm(faults_pb2.ArmRequest(spec=spec),
-                                                    timeout=timeout_s)
+            return getattr(faults_pb2_grpc.FaultsStub(channel), method)(request,
+                                                                        timeout=timeout_s)
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
+
+
+def arm_remote(address: str, spec: str, timeout_s: float = 5.0) -> None:
+    """Arm fault points in the server at `address` (blocking; for tests and `stamp fault`)."""
+    _faults_call(address, "Arm", faults_pb2.ArmRequest(spec=spec), timeout_s)
 
 
 def isolate_remote(address: str, peers: list[str], timeout_s: float = 5.0) -> list[str]:
     """Cut the server at `address` off from `peers` (names and addresses), both directions;
     returns everything it is cut off from now (blocking; for tests and `stamp isolate`)."""
-    with sync_channel(address, 4 * 1024 * 1024) as channel:
-        try:
-            reply = faults_pb2_grpc.FaultsStub(channel).Isolate(
-                faults_pb2.IsolateRequest(peers=peers), timeout=timeout_s)
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
-    return list(reply.cut)
+    return list(_faults_call(address, "Isolate", faults_pb2.IsolateRequest(peers=peers),
+                             timeout_s).cut)
 
 
 def heal_remote(address: str, peers: list[str] | None = None,
                 timeout_s: float = 5.0) -> list[str]:
     """Lift the cut of the server at `address` from `peers` (None: from everyone); returns
     what stays cut."""
-    with sync_channel(address, 4 * 1024 * 1024) as channel:
-        try:
-            reply = faults_pb2_grpc.FaultsStub(channel).Heal(
-                faults_pb2.HealRequest(peers=peers or []), timeout=timeout_s)
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
-    return list(reply.cut)
+    return list(_faults_call(address, "Heal", faults_pb2.HealRequest(peers=peers or []),
+                             timeout_s).cut)

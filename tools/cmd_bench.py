@@ -10,6 +10,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from tools import cli_checks
+
 Rows = list[dict[str, Any]]
 
 
@@ -109,24 +111,14 @@ def register(commands: Any) -> None:
                        help="partition-load: partition sizes in MB, ascending, comma "
                             "separated; the ratio compares the last with the first "
                             "(default 10,1000)")
-    bench.add_argument("--tail-mb", type=_positive_int, default=4,
+    bench.add_argument("--tail-mb", type=cli_checks.megabytes, default=4,
                        help="partition-load: MB written after the last checkpoint, replayed "
                             "by each new owner (default 4)")
     bench.set_defaults(handler=cmd_bench)
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{value} is not positive")
-    return value
-
-
 def _sizes_mb(text: str) -> tuple[int, ...]:
-    sizes = tuple(_positive_int(part.strip()) for part in text.split(","))
+    sizes = tuple(cli_checks.megabytes(part.strip()) for part in text.split(","))
     if list(sizes) != sorted(set(sizes)):
         raise argparse.ArgumentTypeError(f"{text!r}: sizes must be ascending and distinct")
     return sizes

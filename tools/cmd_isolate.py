@@ -12,7 +12,7 @@ import argparse
 from collections.abc import Iterable
 from typing import Any
 
-from common import rpc
+from common import isolation, rpc
 from common.errors import InvalidArgument
 from tools.local_stamp import LocalStamp
 
@@ -65,7 +65,7 @@ def heal(stamp: LocalStamp, name: str) -> None:
 
 def cmd_isolate(args: argparse.Namespace) -> int:
     stamp = LocalStamp.load(args.data_dir)
-    peers = None if args.from_all else [p.strip() for p in args.peers.split(",") if p.strip()]
+    peers = None if args.from_all else isolation.parse(args.peers)
     if peers is not None and not peers:
         raise InvalidArgument("--from needs at least one process name")
     isolate(stamp, args.name, peers)

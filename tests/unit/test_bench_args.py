@@ -7,7 +7,8 @@ import argparse
 
 import pytest
 
-from tools.cmd_bench import _positive_int, _sizes_mb
+from tools.cli_checks import megabytes
+from tools.cmd_bench import _sizes_mb
 
 
 def test_sizes_are_ascending_positive_whole_numbers() -> None:
@@ -20,7 +21,7 @@ def test_sizes_are_ascending_positive_whole_numbers() -> None:
 
 
 def test_tail_must_be_positive() -> None:
-    assert _positive_int("4") == 4
+    assert megabytes("4") == 4
     for bad in ("0", "-1", "1.5", "four"):
         with pytest.raises(argparse.ArgumentTypeError):
-            _positive_int(bad)
+            megabytes(bad)
