@@ -173,8 +173,9 @@ class FrontEndLimits:
 
     # Token buckets per account: a sustained rate, and a burst an idle account may spend at
     # once. A request larger than the byte burst could never be admitted and is refused.
-    account_requests_per_s_max: float = 2000.0
-    account_burst_requests_max: int = 4000
+    # Azure's default account target is 20,000 requests/s.
+    account_requests_per_s_max: float = 20_000.0
+    account_burst_requests_max: int = 40_000
     account_bytes_per_s_max: int = 64 * MiB
     account_burst_bytes_max: int = 128 * MiB
     # Buckets held at once; only a full bucket (one a new account would get anyway) is evicted.
@@ -198,9 +199,18 @@ class FrontEndLimits:
     # Retry-after of a refusal for overload: from min (a small share) to max (all of it).
     overload_retry_after_ms_min: int = 100
     overload_retry_after_ms_max: int = 2000
+    # Scans (frontend/scan.py): partitions read ahead at once, and the rows and bytes of one
+    # page sent to the SDK.
+    scan_partitions_in_flight_max: int = 3
+    scan_page_rows_max: int = 1000
+    scan_page_bytes_max: int = 1 * MiB
+    # How long the front end keeps an account's keys (a rotated key works at most this long).
+    account_cache_ttl_ms: int = 5000
 
     def __post_init__(self) -> None:
-        positive = ("account_requests_per_s_max", "account_burst_requests_max",
+        positive = ("scan_partitions_in_flight_max", "scan_page_rows_max",
+                    "scan_page_bytes_max", "account_cache_ttl_ms",
+                    "account_requests_per_s_max", "account_burst_requests_max",
                     "account_bytes_per_s_max", "account_burst_bytes_max",
                     "accounts_tracked_max", "talkers_held_max", "talker_window_ms",
                     "servers_tracked_max", "overload_report_ttl_ms")
@@ -271,6 +281,10 @@ def _default_partition_servers() -> tuple[ProcessSpec, ...]:
     return tuple(ProcessSpec(f"ps-{i}", port=7050 + i) for i in (1, 2))
 
 
+def _default_front_ends() -> tuple[ProcessSpec, ...]:
+    return tuple(ProcessSpec(f"fe-{i}", port=7060 + i) for i in (1, 2))
+
+
 def _default_lock_servers() -> tuple[RaftMemberSpec, ...]:
     return tuple(RaftMemberSpec(f"lock-{i}", port=7020 + i, raft_port=7030 + i)
                  for i in (1, 2, 3))
@@ -291,6 +305,8 @@ class StampConfig:
         default_factory=_default_partition_managers)
     partition_servers: tuple[ProcessSpec, ...] = field(
         default_factory=_default_partition_servers)
+    front_end: FrontEndLimits = field(default_factory=FrontEndLimits)
+    front_ends: tuple[ProcessSpec, ...] = field(default_factory=_default_front_ends)
 
     def with_ephemeral_ports(self) -> StampConfig:
         """The same stamp on free ports: for tests and benchmarks that run beside `stamp up`."""
@@ -303,7 +319,8 @@ class StampConfig:
             partition_managers=tuple(dataclasses.replace(p, port=0)
                                      for p in self.partition_managers),
             partition_servers=tuple(dataclasses.replace(p, port=0)
-                                    for p in self.partition_servers))
+                                    for p in self.partition_servers),
+            front_ends=tuple(dataclasses.replace(p, port=0) for p in self.front_ends))
 
 
 def default_config() -> StampConfig:
@@ -325,13 +342,13 @@ def load_config(path: str | Path | None) -> StampConfig:
 def _apply(config: StampConfig, raw: dict[str, Any]) -> StampConfig:
     changes: dict[str, Any] = {}
     for key, value in raw.items():
-        if key in ("extent_node", "stream_manager", "partition"):
+        if key in ("extent_node", "stream_manager", "partition", "front_end"):
             changes[key] = _replace_checked(getattr(config, key), value, key)
         elif key == "extent_nodes":
             changes[key] = tuple(ExtentNodeSpec(**node) for node in value)
         elif key in ("stream_managers", "lock_servers"):
             changes[key] = tuple(RaftMemberSpec(**member) for member in value)
-        elif key in ("partition_managers", "partition_servers"):
+        elif key in ("partition_managers", "partition_servers", "front_ends"):
             changes[key] = tuple(ProcessSpec(**member) for member in value)
         elif key in ("data_dir", "host"):
             changes[key] = str(value)

@@ -1,4 +1,5 @@
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
@@ -6,25 +7,36 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class ScanMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SCAN_ENTITIES: _ClassVar[ScanMode]
+    SCAN_LOG_NAMES: _ClassVar[ScanMode]
+SCAN_ENTITIES: ScanMode
+SCAN_LOG_NAMES: ScanMode
+
 class Empty(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class Record(_message.Message):
-    __slots__ = ("seq", "data")
+    __slots__ = ("seq", "data", "crc")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
+    CRC_FIELD_NUMBER: _ClassVar[int]
     seq: int
     data: bytes
-    def __init__(self, seq: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+    crc: int
+    def __init__(self, seq: _Optional[int] = ..., data: _Optional[bytes] = ..., crc: _Optional[int] = ...) -> None: ...
 
 class AppendOp(_message.Message):
-    __slots__ = ("records", "token")
+    __slots__ = ("records", "token", "crcs")
     RECORDS_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
+    CRCS_FIELD_NUMBER: _ClassVar[int]
     records: _containers.RepeatedScalarFieldContainer[bytes]
     token: str
-    def __init__(self, records: _Optional[_Iterable[bytes]] = ..., token: _Optional[str] = ...) -> None: ...
+    crcs: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, records: _Optional[_Iterable[bytes]] = ..., token: _Optional[str] = ..., crcs: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ReadOp(_message.Message):
     __slots__ = ("from_seq", "limit")
@@ -41,16 +53,18 @@ class TrimOp(_message.Message):
     def __init__(self, upto_seq: _Optional[int] = ...) -> None: ...
 
 class PutOp(_message.Message):
-    __slots__ = ("row", "value", "if_match", "if_none_match")
+    __slots__ = ("row", "value", "if_match", "if_none_match", "value_crc")
     ROW_FIELD_NUMBER: _ClassVar[int]
     VALUE_FIELD_NUMBER: _ClassVar[int]
     IF_MATCH_FIELD_NUMBER: _ClassVar[int]
     IF_NONE_MATCH_FIELD_NUMBER: _ClassVar[int]
+    VALUE_CRC_FIELD_NUMBER: _ClassVar[int]
     row: bytes
     value: bytes
     if_match: str
     if_none_match: bool
-    def __init__(self, row: _Optional[bytes] = ..., value: _Optional[bytes] = ..., if_match: _Optional[str] = ..., if_none_match: _Optional[bool] = ...) -> None: ...
+    value_crc: int
+    def __init__(self, row: _Optional[bytes] = ..., value: _Optional[bytes] = ..., if_match: _Optional[str] = ..., if_none_match: _Optional[bool] = ..., value_crc: _Optional[int] = ...) -> None: ...
 
 class GetOp(_message.Message):
     __slots__ = ("row",)
@@ -67,18 +81,20 @@ class DeleteOp(_message.Message):
     def __init__(self, row: _Optional[bytes] = ..., if_match: _Optional[str] = ...) -> None: ...
 
 class BatchItem(_message.Message):
-    __slots__ = ("kind", "row", "value", "if_match", "if_none_match")
+    __slots__ = ("kind", "row", "value", "if_match", "if_none_match", "value_crc")
     KIND_FIELD_NUMBER: _ClassVar[int]
     ROW_FIELD_NUMBER: _ClassVar[int]
     VALUE_FIELD_NUMBER: _ClassVar[int]
     IF_MATCH_FIELD_NUMBER: _ClassVar[int]
     IF_NONE_MATCH_FIELD_NUMBER: _ClassVar[int]
+    VALUE_CRC_FIELD_NUMBER: _ClassVar[int]
     kind: str
     row: bytes
     value: bytes
     if_match: str
     if_none_match: bool
-    def __init__(self, kind: _Optional[str] = ..., row: _Optional[bytes] = ..., value: _Optional[bytes] = ..., if_match: _Optional[str] = ..., if_none_match: _Optional[bool] = ...) -> None: ...
+    value_crc: int
+    def __init__(self, kind: _Optional[str] = ..., row: _Optional[bytes] = ..., value: _Optional[bytes] = ..., if_match: _Optional[str] = ..., if_none_match: _Optional[bool] = ..., value_crc: _Optional[int] = ...) -> None: ...
 
 class BatchOp(_message.Message):
     __slots__ = ("items",)
@@ -103,23 +119,26 @@ class ScanOp(_message.Message):
     def __init__(self, start_pname: _Optional[str] = ..., start_row: _Optional[bytes] = ..., has_end: _Optional[bool] = ..., end_pname: _Optional[str] = ..., end_row: _Optional[bytes] = ..., limit: _Optional[int] = ...) -> None: ...
 
 class ScanItem(_message.Message):
-    __slots__ = ("pname", "row", "value", "etag")
+    __slots__ = ("pname", "row", "value", "etag", "crc")
     PNAME_FIELD_NUMBER: _ClassVar[int]
     ROW_FIELD_NUMBER: _ClassVar[int]
     VALUE_FIELD_NUMBER: _ClassVar[int]
     ETAG_FIELD_NUMBER: _ClassVar[int]
+    CRC_FIELD_NUMBER: _ClassVar[int]
     pname: str
     row: bytes
     value: bytes
     etag: str
-    def __init__(self, pname: _Optional[str] = ..., row: _Optional[bytes] = ..., value: _Optional[bytes] = ..., etag: _Optional[str] = ...) -> None: ...
+    crc: int
+    def __init__(self, pname: _Optional[str] = ..., row: _Optional[bytes] = ..., value: _Optional[bytes] = ..., etag: _Optional[str] = ..., crc: _Optional[int] = ...) -> None: ...
 
 class Request(_message.Message):
-    __slots__ = ("id", "account", "pname", "token", "append", "read", "trim", "seal", "peek", "put", "get", "delete", "batch", "scan")
+    __slots__ = ("id", "account", "pname", "token", "auth", "append", "read", "trim", "seal", "peek", "put", "get", "delete", "batch", "scan")
     ID_FIELD_NUMBER: _ClassVar[int]
     ACCOUNT_FIELD_NUMBER: _ClassVar[int]
     PNAME_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
+    AUTH_FIELD_NUMBER: _ClassVar[int]
     APPEND_FIELD_NUMBER: _ClassVar[int]
     READ_FIELD_NUMBER: _ClassVar[int]
     TRIM_FIELD_NUMBER: _ClassVar[int]
@@ -134,6 +153,7 @@ class Request(_message.Message):
     account: str
     pname: str
     token: str
+    auth: Auth
     append: AppendOp
     read: ReadOp
     trim: TrimOp
@@ -144,10 +164,10 @@ class Request(_message.Message):
     delete: DeleteOp
     batch: BatchOp
     scan: ScanOp
-    def __init__(self, id: _Optional[int] = ..., account: _Optional[str] = ..., pname: _Optional[str] = ..., token: _Optional[str] = ..., append: _Optional[_Union[AppendOp, _Mapping]] = ..., read: _Optional[_Union[ReadOp, _Mapping]] = ..., trim: _Optional[_Union[TrimOp, _Mapping]] = ..., seal: _Optional[_Union[Empty, _Mapping]] = ..., peek: _Optional[_Union[Empty, _Mapping]] = ..., put: _Optional[_Union[PutOp, _Mapping]] = ..., get: _Optional[_Union[GetOp, _Mapping]] = ..., delete: _Optional[_Union[DeleteOp, _Mapping]] = ..., batch: _Optional[_Union[BatchOp, _Mapping]] = ..., scan: _Optional[_Union[ScanOp, _Mapping]] = ...) -> None: ...
+    def __init__(self, id: _Optional[int] = ..., account: _Optional[str] = ..., pname: _Optional[str] = ..., token: _Optional[str] = ..., auth: _Optional[_Union[Auth, _Mapping]] = ..., append: _Optional[_Union[AppendOp, _Mapping]] = ..., read: _Optional[_Union[ReadOp, _Mapping]] = ..., trim: _Optional[_Union[TrimOp, _Mapping]] = ..., seal: _Optional[_Union[Empty, _Mapping]] = ..., peek: _Optional[_Union[Empty, _Mapping]] = ..., put: _Optional[_Union[PutOp, _Mapping]] = ..., get: _Optional[_Union[GetOp, _Mapping]] = ..., delete: _Optional[_Union[DeleteOp, _Mapping]] = ..., batch: _Optional[_Union[BatchOp, _Mapping]] = ..., scan: _Optional[_Union[ScanOp, _Mapping]] = ...) -> None: ...
 
 class Response(_message.Message):
-    __slots__ = ("id", "error", "message", "first_seq", "next_seq", "records", "value", "etag", "etags", "items", "more", "retry_after_s")
+    __slots__ = ("id", "error", "message", "first_seq", "next_seq", "records", "value", "etag", "etags", "items", "more", "retry_after_s", "value_crc")
     ID_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
@@ -160,6 +180,7 @@ class Response(_message.Message):
     ITEMS_FIELD_NUMBER: _ClassVar[int]
     MORE_FIELD_NUMBER: _ClassVar[int]
     RETRY_AFTER_S_FIELD_NUMBER: _ClassVar[int]
+    VALUE_CRC_FIELD_NUMBER: _ClassVar[int]
     id: int
     error: str
     message: str
@@ -172,7 +193,8 @@ class Response(_message.Message):
     items: _containers.RepeatedCompositeFieldContainer[ScanItem]
     more: bool
     retry_after_s: float
-    def __init__(self, id: _Optional[int] = ..., error: _Optional[str] = ..., message: _Optional[str] = ..., first_seq: _Optional[int] = ..., next_seq: _Optional[int] = ..., records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., value: _Optional[bytes] = ..., etag: _Optional[str] = ..., etags: _Optional[_Iterable[str]] = ..., items: _Optional[_Iterable[_Union[ScanItem, _Mapping]]] = ..., more: _Optional[bool] = ..., retry_after_s: _Optional[float] = ...) -> None: ...
+    value_crc: int
+    def __init__(self, id: _Optional[int] = ..., error: _Optional[str] = ..., message: _Optional[str] = ..., first_seq: _Optional[int] = ..., next_seq: _Optional[int] = ..., records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., value: _Optional[bytes] = ..., etag: _Optional[str] = ..., etags: _Optional[_Iterable[str]] = ..., items: _Optional[_Iterable[_Union[ScanItem, _Mapping]]] = ..., more: _Optional[bool] = ..., retry_after_s: _Optional[float] = ..., value_crc: _Optional[int] = ...) -> None: ...
 
 class RequestBatch(_message.Message):
     __slots__ = ("requests",)
@@ -181,20 +203,76 @@ class RequestBatch(_message.Message):
     def __init__(self, requests: _Optional[_Iterable[_Union[Request, _Mapping]]] = ...) -> None: ...
 
 class ResponseBatch(_message.Message):
-    __slots__ = ("responses",)
+    __slots__ = ("responses", "pressure")
     RESPONSES_FIELD_NUMBER: _ClassVar[int]
+    PRESSURE_FIELD_NUMBER: _ClassVar[int]
     responses: _containers.RepeatedCompositeFieldContainer[Response]
-    def __init__(self, responses: _Optional[_Iterable[_Union[Response, _Mapping]]] = ...) -> None: ...
+    pressure: ServerPressure
+    def __init__(self, responses: _Optional[_Iterable[_Union[Response, _Mapping]]] = ..., pressure: _Optional[_Union[ServerPressure, _Mapping]] = ...) -> None: ...
+
+class ServerPressure(_message.Message):
+    __slots__ = ("server", "queue_ops", "p99_ms")
+    SERVER_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OPS_FIELD_NUMBER: _ClassVar[int]
+    P99_MS_FIELD_NUMBER: _ClassVar[int]
+    server: str
+    queue_ops: int
+    p99_ms: float
+    def __init__(self, server: _Optional[str] = ..., queue_ops: _Optional[int] = ..., p99_ms: _Optional[float] = ...) -> None: ...
+
+class Auth(_message.Message):
+    __slots__ = ("account", "timestamp_ms", "signature", "sas")
+    ACCOUNT_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    SAS_FIELD_NUMBER: _ClassVar[int]
+    account: str
+    timestamp_ms: int
+    signature: bytes
+    sas: str
+    def __init__(self, account: _Optional[str] = ..., timestamp_ms: _Optional[int] = ..., signature: _Optional[bytes] = ..., sas: _Optional[str] = ...) -> None: ...
 
 class SubscribeRequest(_message.Message):
-    __slots__ = ("account", "pname", "from_seq")
+    __slots__ = ("account", "pname", "from_seq", "auth")
     ACCOUNT_FIELD_NUMBER: _ClassVar[int]
     PNAME_FIELD_NUMBER: _ClassVar[int]
     FROM_SEQ_FIELD_NUMBER: _ClassVar[int]
+    AUTH_FIELD_NUMBER: _ClassVar[int]
     account: str
     pname: str
     from_seq: int
-    def __init__(self, account: _Optional[str] = ..., pname: _Optional[str] = ..., from_seq: _Optional[int] = ...) -> None: ...
+    auth: Auth
+    def __init__(self, account: _Optional[str] = ..., pname: _Optional[str] = ..., from_seq: _Optional[int] = ..., auth: _Optional[_Union[Auth, _Mapping]] = ...) -> None: ...
+
+class PartitionScanRequest(_message.Message):
+    __slots__ = ("account", "start_key", "end_key", "has_end", "mode", "page_rows", "page_bytes", "limit")
+    ACCOUNT_FIELD_NUMBER: _ClassVar[int]
+    START_KEY_FIELD_NUMBER: _ClassVar[int]
+    END_KEY_FIELD_NUMBER: _ClassVar[int]
+    HAS_END_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_ROWS_FIELD_NUMBER: _ClassVar[int]
+    PAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    account: str
+    start_key: bytes
+    end_key: bytes
+    has_end: bool
+    mode: ScanMode
+    page_rows: int
+    page_bytes: int
+    limit: int
+    def __init__(self, account: _Optional[str] = ..., start_key: _Optional[bytes] = ..., end_key: _Optional[bytes] = ..., has_end: _Optional[bool] = ..., mode: _Optional[_Union[ScanMode, str]] = ..., page_rows: _Optional[int] = ..., page_bytes: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class PartitionScanPage(_message.Message):
+    __slots__ = ("items", "resume_key", "done")
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    RESUME_KEY_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[ScanItem]
+    resume_key: bytes
+    done: bool
+    def __init__(self, items: _Optional[_Iterable[_Union[ScanItem, _Mapping]]] = ..., resume_key: _Optional[bytes] = ..., done: _Optional[bool] = ...) -> None: ...
 
 class SubscribeReply(_message.Message):
     __slots__ = ("records",)

@@ -44,6 +44,11 @@ class PartitionServerStub:
                 request_serializer=common_dot_proto_dot_partition__pb2.SubscribeRequest.SerializeToString,
                 response_deserializer=common_dot_proto_dot_partition__pb2.SubscribeReply.FromString,
                 _registered_method=True)
+        self.Scan = channel.unary_stream(
+                '/stamp.partition.PartitionServer/Scan',
+                request_serializer=common_dot_proto_dot_partition__pb2.PartitionScanRequest.SerializeToString,
+                response_deserializer=common_dot_proto_dot_partition__pb2.PartitionScanPage.FromString,
+                _registered_method=True)
         self.Load = channel.unary_unary(
                 '/stamp.partition.PartitionServer/Load',
                 request_serializer=common_dot_proto_dot_partition__pb2.LoadRequest.SerializeToString,
@@ -73,6 +78,14 @@ class PartitionServerServicer:
     def Subscribe(self, request, context):
         """Records of one log as they commit, from `from_seq` on; ends with an error status when
         the partition moves (the client resubscribes where it stopped).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Scan(self, request, context):
+        """One partition's part of a key-range scan as one consistent snapshot (the server pins
+        its memtables and runs when the stream starts), in pages; front ends fan out over these.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -110,6 +123,11 @@ def add_PartitionServerServicer_to_server(servicer, server):
                     servicer.Subscribe,
                     request_deserializer=common_dot_proto_dot_partition__pb2.SubscribeRequest.FromString,
                     response_serializer=common_dot_proto_dot_partition__pb2.SubscribeReply.SerializeToString,
+            ),
+            'Scan': grpc.unary_stream_rpc_method_handler(
+                    servicer.Scan,
+                    request_deserializer=common_dot_proto_dot_partition__pb2.PartitionScanRequest.FromString,
+                    response_serializer=common_dot_proto_dot_partition__pb2.PartitionScanPage.SerializeToString,
             ),
             'Load': grpc.unary_unary_rpc_method_handler(
                     servicer.Load,
@@ -181,6 +199,33 @@ class PartitionServer:
             '/stamp.partition.PartitionServer/Subscribe',
             common_dot_proto_dot_partition__pb2.SubscribeRequest.SerializeToString,
             common_dot_proto_dot_partition__pb2.SubscribeReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Scan(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/stamp.partition.PartitionServer/Scan',
+            common_dot_proto_dot_partition__pb2.PartitionScanRequest.SerializeToString,
+            common_dot_proto_dot_partition__pb2.PartitionScanPage.FromString,
             options,
             channel_credentials,
             insecure,
