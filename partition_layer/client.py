@@ -32,7 +32,7 @@ import contextlib
 import itertools
 import os
 import time
-from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -75,11 +75,14 @@ SUBSCRIBE_ATTEMPT_S = 3600.0
 
 
 class AsyncPartitionClient:
-    def __init__(self, pm_addresses: Sequence[str], limits: PartitionLimits | None = None
-                 ) -> None:
+    def __init__(self, pm_addresses: Sequence[str], limits: PartitionLimits | None = None,
+                 on_pressure: Callable[[pb.ServerPressure], None] | None = None) -> None:
         if not pm_addresses:
             raise InvalidArgument("a partition client needs partition manager addresses")
         self.limits = limits or PartitionLimits()
+        # Called with each partition server's load report as its responses arrive (a front
+        # end feeds them to its throttle: frontend/throttle.AccountThrottle.observe_server).
+        self.on_pressure = on_pressure
         self.pm_addresses = list(pm_addresses)
         self._channels = rpc.ChannelCache(self.limits.rpc_message_bytes_max)
         self._sessions: dict[str, CallSession] = {}
@@ -149,9 +152,14 @@ class AsyncPartitionClient:
         session = self._sessions.get(address)
         if session is None:
             session = CallSession(address,
-                                  lambda: pb_grpc.PartitionServerStub(self._channels.get(address)))
+                                  lambda: pb_grpc.PartitionServerStub(self._channels.get(address)),
+                                  self._pressure)
             self._sessions[address] = session
         return session
+
+    def _pressure(self, report: pb.ServerPressure) -> None:
+        if self.on_pressure is not None:
+            self.on_pressure(report)
 
     async def _address_for(self, key: bytes) -> str:
         if self.map is None:

@@ -1,10 +1,12 @@
 """The PS Scan stream over real processes (partition_layer/scan_stream.py): entities in key
 order with their values (blob values included) and CRC32C, log names, one snapshot per
-stream while writes go on, NotOwner from a server that does not hold the start."""
+stream while writes go on, NotOwner from a server that does not hold the start. And the
+pressure report on the PS's Call responses (ResponseBatch.pressure)."""
 
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,11 +15,14 @@ import pytest
 
 from common import rpc
 from common.checksums import crc32c
+from common.clock import SystemClock
+from common.config import FrontEndLimits
 from common.errors import NotOwner
 from common.proto import partition_pb2 as pb
 from common.proto import partition_pb2_grpc as pb_grpc
+from frontend.throttle import AccountThrottle
 from partition_layer import keys
-from partition_layer.client import PartitionClient
+from partition_layer.client import AsyncPartitionClient, PartitionClient
 from tests.conftest import config_toml, stamp_config
 from tools.local_stamp import LocalStamp
 
@@ -134,3 +139,39 @@ def test_not_owner_from_a_server_without_the_partition(pc: PartitionClient,
     _, other = owner_and_other(pc, stamp)
     with pytest.raises(NotOwner):
         scan(other, pb.PartitionScanRequest(account=ACCOUNT))
+
+
+def test_response_batches_carry_the_servers_pressure(stamp: LocalStamp) -> None:
+    """Every Call response batch says which PS sent it, how many operations it holds open
+    and its recent p99; a front end's throttle takes it from the client's hook."""
+    limits = FrontEndLimits(overload_queue_ops_min=1)
+    throttle = AccountThrottle(limits, SystemClock(), random.Random(0))
+    reports: list[pb.ServerPressure] = []
+    overloaded: list[bool] = []
+
+    def observe(report: pb.ServerPressure) -> None:
+        reports.append(pb.ServerPressure(server=report.server, queue_ops=report.queue_ops,
+                                         p99_ms=report.p99_ms))
+        throttle.observe_server(report.server, report.queue_ops, report.p99_ms)
+        overloaded.append(throttle.is_overloaded(report.server))
+
+    async def go() -> None:
+        client = AsyncPartitionClient([r.address for r in stamp.partition_managers()],
+                                      stamp.config.partition, on_pressure=observe)
+        try:
+            for _ in range(3):
+                # 200 appends sent together: they arrive in one request batch, and the
+                # commit pipeline holds at most 4 blocks of 32: the first answers leave
+                # the rest open.
+                await asyncio.gather(*(client.append(ACCOUNT, "pressed", [b"x"])
+                                       for _ in range(200)))
+        finally:
+            await client.close()
+    asyncio.run(go())
+    servers = {r.name for r in stamp.partition_servers()}
+    assert reports and {r.server for r in reports} <= servers
+    assert max(r.queue_ops for r in reports) > 0
+    assert reports[-1].p99_ms > 0  # commits of the first rounds, recomputed since
+    assert overloaded == [r.queue_ops >= 1 or r.p99_ms >= limits.overload_p99_ms_min
+                          for r in reports]
+    assert any(overloaded)
