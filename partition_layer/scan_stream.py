@@ -3,14 +3,12 @@
 snapshot").
 
 Contracts:
-- One stream is one snapshot. When it starts, the memtable's entries within the scanned
-  range are copied (bounded by `memtable_bytes_max`), the memtable being checkpointed is
-  kept (frozen: never written again) and the run readers in force are pinned (runs are
-  immutable). The snapshot is taken without an await, so it sees one state of the partition:
-  the checkpointer swaps memtables and publishes runs without one either. Later writes,
-  checkpoints and merges do not change what the stream returns.
-- Iteration is lazy, page by page: memory beyond the memtable copy is one pending row per
-  source (merge.py) and one page (`page_rows`, about `page_bytes`).
+- One stream is one snapshot (scan_snapshot.py), taken when it starts: the memtable's
+  entries within the scanned range copied, the memtable being checkpointed and the run
+  readers in force pinned. Later writes, checkpoints and merges do not change what the
+  stream returns.
+- Iteration is lazy, page by page (scan_snapshot.py): memory beyond the memtable copy is a
+  data block per run, a batch of rows and one page (`page_rows`, about `page_bytes`).
 - The range is clamped to the request's account and to the partition's range. A page that is
   not the last resumes after its last item (`resume_key`); the last page (`done`) carries the
   partition's high key when the scan's range goes beyond it, else nothing.
@@ -26,62 +24,19 @@ Contracts:
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
-from operator import itemgetter
-from typing import Protocol
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from common.checksums import crc32c
 from common.config import PartitionLimits
 from common.errors import InvalidArgument
 from common.proto import partition_pb2 as pb
 from partition_layer import keys
-from partition_layer.memtable import Memtable
-from partition_layer.merge import aiter_sync, merge
 from partition_layer.partition import RangePartition
 from partition_layer.rows import Row, decode_row, etag_of, is_entity_group
+from partition_layer.scan_snapshot import Snapshot
 
 SKIP_BY_READING_ROWS_MAX = 32
 ITEM_OVERHEAD_BYTES = 16
-
-
-class RunSource(Protocol):
-    """A sorted run as a scan reads it (run_cache.Run is one)."""
-
-    def scan(self, start: bytes = b"", end: bytes | None = None
-             ) -> AsyncIterator[tuple[bytes, bytes]]: ...
-
-
-class Snapshot:
-    """The rows of one partition in [low, high) as they were when it was taken."""
-
-    def __init__(self, memtable: list[tuple[bytes, bytes]], frozen: Memtable | None,
-                 runs: Sequence[RunSource], low: bytes, high: bytes) -> None:
-        assert frozen is None or frozen.frozen, "only a frozen memtable may be kept as is"
-        self._memtable = memtable  # a copy: the live memtable changes under us
-        self._frozen = frozen
-        self._runs = list(runs)  # newest first
-        self.low, self.high = low, high
-
-    @classmethod
-    def of(cls, partition: RangePartition, low: bytes, high: bytes) -> Snapshot:
-        """Take it now (no await: one state of the partition)."""
-        return cls(list(partition.memtable.items(low, high)), partition.frozen,
-                   partition.readers, low, high)
-
-    def rows(self, start: bytes) -> AsyncIterator[tuple[bytes, bytes]]:
-        """Live rows (key, encoded row) from max(start, low) up to high, ascending."""
-        start = max(start, self.low)
-        sources = [aiter_sync(self._memtable_from(start))]
-        if self._frozen is not None:
-            sources.append(aiter_sync(self._frozen.items(start, self.high)))
-        sources += [run.scan(start, self.high) for run in self._runs]
-        return merge(sources, drop_tombstones=True)
-
-    def _memtable_from(self, start: bytes) -> Iterator[tuple[bytes, bytes]]:
-        rows = self._memtable
-        for i in range(bisect.bisect_left(rows, start, key=itemgetter(0)), len(rows)):
-            yield rows[i]
 
 
 def clamp(account: str, start_key: bytes, end_key: bytes | None
@@ -124,62 +79,67 @@ async def pages(snapshot: Snapshot, mode: int, start: bytes, at_end: bytes,
                 check: Callable[[], None]) -> AsyncIterator[pb.PartitionScanPage]:
     """The pages of `snapshot` from `start`; `value_of` reads a blob row's value, `check`
     raises when the partition stopped being served (called before every page)."""
-    items: list[pb.ScanItem] = []
+    page = pb.PartitionScanPage()  # items are added in place: no copy per item
     size = total = 0
     position = start  # past everything returned so far
     skip_until: bytes | None = None  # rows below this are not wanted
     skipped = 0
     names = _Names()
-    rows = snapshot.rows(start)
-    try:
-        while True:
-            try:
-                key, encoded = await anext(rows)
-            except StopAsyncIteration:
-                break
-            if skip_until is not None:
-                if key < skip_until:
-                    skipped += 1
-                    if skipped >= SKIP_BY_READING_ROWS_MAX:
-                        await rows.aclose()
-                        rows = snapshot.rows(skip_until)
+    restart: bytes | None = start
+    while restart is not None:
+        batches, restart = snapshot.batches(restart), None
+        try:
+            async for batch in batches:
+                for key, encoded in batch:
+                    if skip_until is not None:
+                        if key < skip_until:
+                            skipped += 1
+                            if skipped >= SKIP_BY_READING_ROWS_MAX:
+                                restart, skip_until = skip_until, None
+                                break
+                            continue
                         skip_until = None
-                    continue
-                skip_until = None
-            at = keys.kind_offset(key)
-            kind = key[at]
-            if mode == pb.SCAN_LOG_NAMES:
-                # Only a name's first row can be its meta row: skip the rest in any case.
-                skip_until, skipped = keys.prefix_end(key[:at]), 0
-                if kind != keys.KIND_META or _is_entity_group(encoded):
-                    continue
-                item = pb.ScanItem(pname=names.pname(key, at))
-                position = skip_until or snapshot.high
-            elif kind != keys.KIND_ENTITY:
-                if kind == keys.KIND_META and not _is_entity_group(encoded):
-                    skip_until, skipped = keys.prefix_end(key[:at]), 0  # a log's records
-                continue
-            else:
-                row = decode_row(encoded)
-                value = row.value if row.value is not None else await value_of(row)
-                item = pb.ScanItem(pname=names.pname(key, at), row=key[at + 1:], value=value,
-                                   etag=etag_of(row.version), crc=crc32c(value))
-                position = key + b"\x00"
-            items.append(item)
-            size += len(item.value) + len(item.row) + len(item.pname) + ITEM_OVERHEAD_BYTES
-            total += 1
-            if total == bounds.total:
-                check()
-                yield pb.PartitionScanPage(items=items, done=True)
-                return
-            if len(items) >= bounds.page_rows or size >= bounds.page_bytes:
-                check()
-                yield pb.PartitionScanPage(items=items, resume_key=position)
-                items, size = [], 0
-    finally:
-        await rows.aclose()
+                    at = keys.kind_offset(key)
+                    kind = key[at]
+                    if mode == pb.SCAN_LOG_NAMES:
+                        # Only a name's first row can be its meta row: skip the rest anyway.
+                        skip_until, skipped = keys.prefix_end(key[:at]), 0
+                        if kind != keys.KIND_META or _is_entity_group(encoded):
+                            continue
+                        pname = names.pname(key, at)
+                        page.items.add(pname=pname)
+                        size += len(pname) + ITEM_OVERHEAD_BYTES
+                        position = skip_until or snapshot.high
+                    elif kind != keys.KIND_ENTITY:
+                        if kind == keys.KIND_META and not _is_entity_group(encoded):
+                            skip_until, skipped = keys.prefix_end(key[:at]), 0  # a log
+                        continue
+                    else:
+                        row = decode_row(encoded)
+                        value = row.value if row.value is not None else await value_of(row)
+                        pname, row_key = names.pname(key, at), key[at + 1:]
+                        page.items.add(pname=pname, row=row_key, value=value,
+                                       etag=etag_of(row.version), crc=crc32c(value))
+                        size += len(value) + len(row_key) + len(pname) + ITEM_OVERHEAD_BYTES
+                        position = key + b"\x00"
+                    total += 1
+                    if total == bounds.total:
+                        check()
+                        page.done = True
+                        yield page
+                        return
+                    if len(page.items) >= bounds.page_rows or size >= bounds.page_bytes:
+                        check()
+                        page.resume_key = position
+                        yield page
+                        page, size = pb.PartitionScanPage(), 0
+                if restart is not None:
+                    break  # past the rest of a name: read on from its end
+        finally:
+            await batches.aclose()
     check()
-    yield pb.PartitionScanPage(items=items, resume_key=at_end, done=True)
+    page.resume_key, page.done = at_end, True
+    yield page
 
 
 def _is_entity_group(encoded: bytes) -> bool:

@@ -17,7 +17,8 @@ from partition_layer import keys
 from partition_layer.partition_map import PartitionEntry, PartitionMap
 from partition_layer.rows import LogMeta, Row, encode_row
 from partition_layer.scan_client import key_after, scan
-from partition_layer.scan_stream import PageLimits, Snapshot, clamp, clamp_to_partition, pages
+from partition_layer.scan_snapshot import Snapshot
+from partition_layer.scan_stream import PageLimits, clamp, clamp_to_partition, pages
 
 ACCOUNT = "acct"
 
@@ -30,11 +31,11 @@ class MemRun:
     def __init__(self, rows: list[tuple[bytes, bytes]]) -> None:
         self.rows = rows
 
-    async def scan(self, start: bytes = b"", end: bytes | None = None
-                   ) -> AsyncIterator[tuple[bytes, bytes]]:
-        for key, row in self.rows:
-            if key >= start and (end is None or key < end):
-                yield key, row
+    async def scan_blocks(self, start: bytes = b"", end: bytes | None = None
+                          ) -> AsyncIterator[list[tuple[bytes, bytes]]]:
+        wanted = [(k, r) for k, r in self.rows if k >= start and (end is None or k < end)]
+        for i in range(0, len(wanted), 16):
+            yield wanted[i:i + 16]
 
 
 def make_map(version: int, bounds: list[bytes]) -> PartitionMap:

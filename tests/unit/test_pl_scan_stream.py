@@ -9,6 +9,8 @@ import itertools
 from collections.abc import AsyncIterator
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from common.checksums import crc32c
 from common.config import PartitionLimits
@@ -16,17 +18,19 @@ from common.errors import InvalidArgument, NotOwner
 from common.proto import partition_pb2 as pb
 from partition_layer import keys
 from partition_layer.memtable import Memtable
+from partition_layer.merge import aiter_sync, merge
 from partition_layer.rows import ENTITY_GROUP, LogMeta, Row, encode_row, etag_of
+from partition_layer.scan_snapshot import Snapshot, merged_batches
 from partition_layer.scan_stream import (
     SKIP_BY_READING_ROWS_MAX,
     PageLimits,
-    Snapshot,
     clamp,
     clamp_to_partition,
     pages,
 )
 
 ACCOUNT = "acct"
+BLOCK_ROWS = 8
 LOW = keys.account_prefix(ACCOUNT)
 HIGH = keys.prefix_end(LOW)
 assert HIGH is not None
@@ -39,12 +43,12 @@ class FakeRun:
         self.rows = sorted(rows.items())
         self.read = 0
 
-    async def scan(self, start: bytes = b"", end: bytes | None = None
-                   ) -> AsyncIterator[tuple[bytes, bytes]]:
-        for key, row in self.rows:
-            if key >= start and (end is None or key < end):
-                self.read += 1
-                yield key, row
+    async def scan_blocks(self, start: bytes = b"", end: bytes | None = None
+                          ) -> AsyncIterator[list[tuple[bytes, bytes]]]:
+        wanted = [(k, r) for k, r in self.rows if k >= start and (end is None or k < end)]
+        for i in range(0, len(wanted), BLOCK_ROWS):  # as data blocks come
+            self.read += len(wanted[i:i + BLOCK_ROWS])
+            yield wanted[i:i + BLOCK_ROWS]
 
 
 def entity(pname: str, row: str) -> bytes:
@@ -136,7 +140,7 @@ def test_entity_scan_skips_logs_tokens_and_a_logs_records_unread() -> None:
     run = FakeRun(rows)
     result = collect(Snapshot([], None, [run], LOW, HIGH), pb.SCAN_ENTITIES)
     assert items(result) == [("b-group", b"x", b"X")]
-    assert run.read < 3 * SKIP_BY_READING_ROWS_MAX + 10  # not the log's 1000 records
+    assert run.read < 3 * (SKIP_BY_READING_ROWS_MAX + BLOCK_ROWS)  # not the log's 1000 records
 
 
 def test_log_names_one_item_per_log_reading_none_of_its_records() -> None:
@@ -151,7 +155,7 @@ def test_log_names_one_item_per_log_reading_none_of_its_records() -> None:
     result = collect(snapshot, pb.SCAN_LOG_NAMES)
     assert [i.pname for p in result for i in p.items] == ["l1", "l2", "l3", "tiny"]
     assert all(not i.row and not i.value for p in result for i in p.items)
-    assert run.read < 6 * (SKIP_BY_READING_ROWS_MAX + 2)
+    assert run.read < 6 * (SKIP_BY_READING_ROWS_MAX + BLOCK_ROWS)
     # A page's resume key is past the whole name: resuming there lists the next log.
     paged = collect(snapshot, pb.SCAN_LOG_NAMES, page_rows=1)
     assert [p.items[0].pname for p in paged if p.items] == ["l1", "l2", "l3", "tiny"]
@@ -200,3 +204,30 @@ def test_page_limits_are_capped_by_the_config() -> None:
     assert bounds.page_bytes == limits.scan_page_bytes_max
     default = PageLimits(pb.PartitionScanRequest(), limits)
     assert default.page_rows == limits.scan_page_rows_default
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.dictionaries(st.integers(0, 60), st.tuples(st.booleans(), st.integers(1, 9)),
+                                max_size=40), min_size=1, max_size=4),
+       st.integers(1, 7))
+def test_batched_merge_equals_the_reference_merge(sources: list[dict[int, tuple[bool, int]]],
+                                                  chunk: int) -> None:
+    """scan_snapshot.merged_batches against merge.py (the reads' merge): newest source wins,
+    tombstones dropped, each key once, whatever the block sizes."""
+    encoded = [sorted((entity("g", f"{k:03}"), encode_row(
+        Row(v, tombstone=True) if dead else Row(v, value=b"%d" % v)))
+        for k, (dead, v) in source.items()) for source in sources]
+
+    async def blocks(rows: list[tuple[bytes, bytes]]
+                     ) -> AsyncIterator[list[tuple[bytes, bytes]]]:
+        for i in range(0, len(rows), chunk):
+            yield rows[i:i + chunk]
+
+    async def go() -> tuple[list[tuple[bytes, bytes]], list[tuple[bytes, bytes]]]:
+        got = [row async for batch in merged_batches([blocks(r) for r in encoded])
+               for row in batch]
+        reference = [row async for row in merge([aiter_sync(r) for r in encoded],
+                                                drop_tombstones=True)]
+        return got, reference
+    got, reference = asyncio.run(go())
+    assert got == reference
