@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -63,7 +63,7 @@ class ScanRouter(Protocol):
 
 @dataclass
 class ScanPage:
-    items: list[pb.ScanItem]
+    items: Sequence[pb.ScanItem]  # never empty
     resume_key: bytes  # right after the last item
 
 
@@ -123,7 +123,7 @@ class _Segment:
                         page = await asyncio.wait_for(anext(pages), self.page_timeout_s)
                         if page.items:
                             resume = key_after(request.account, request.mode, page.items[-1])
-                            await self.queue.put(ScanPage(list(page.items), resume))
+                            await self.queue.put(ScanPage(page.items, resume))
                             request.start_key = resume
                             deadline = time.monotonic() + self.page_timeout_s
                             backoff = RETRY_BACKOFF_MIN_S

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+from common import faults
 from common.checksums import crc32c
 from common.config import PartitionLimits
 from common.errors import InvalidArgument
@@ -181,4 +182,5 @@ async def serve(request: pb.PartitionScanRequest, find: Callable[[bytes], RangeP
     snapshot = Snapshot.of(partition, start, end)
     async for page in pages(snapshot, request.mode, start, at_end, bounds,
                             partition.read_blob, partition.check_serving):
+        await faults.apoint("ps.scan.page")  # a test slows a stream down to move it mid-way
         yield page

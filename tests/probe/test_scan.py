@@ -2,23 +2,24 @@
 on 2 partition servers (PartitionLimits.bootstrap_split_keys), the cross-partition scanner
 (partition_layer/scan_client.py) and the front end's scan (frontend/scan.py) called
 directly: key order, continuations, a token's prefix, log names — and a partition server
-killed with SIGKILL in the middle of a scan, which resumes without losing or doubling a
-key."""
+killed with SIGKILL, or a partition moved, in the middle of a scan, which resumes without
+losing or doubling a key."""
 
 from __future__ import annotations
 
 import asyncio
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 from common.config import FrontEndLimits
-from common.errors import InvalidArgument, PermissionDenied
+from common.errors import InvalidArgument, NotOwner, PermissionDenied, StampError
 from common.proto import frontend_pb2 as fe_pb
 from common.proto import partition_pb2 as pb
+from common.rpc import arm_remote
 from frontend.scan import encode_continuation, scan_pages
 from partition_layer.client import AsyncPartitionClient, PartitionClient
 from tests.conftest import stamp_config
@@ -193,3 +194,62 @@ def test_a_partition_server_killed_mid_scan(tmp_path: Path) -> None:
         assert got == sorted(written)  # nothing lost, nothing twice, in order
     finally:
         local.kill_all()
+
+
+class RecordingClient(AsyncPartitionClient):
+    """Remembers the errors its scan streams end with."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.stream_errors: list[StampError] = []
+
+    def scan_stream(self, address: str, request: pb.PartitionScanRequest
+                    ) -> AsyncIterator[pb.PartitionScanPage]:
+        inner = super().scan_stream(address, request)
+
+        async def recorded() -> AsyncIterator[pb.PartitionScanPage]:
+            try:
+                async for page in inner:
+                    yield page
+            except StampError as exc:
+                self.stream_errors.append(exc)
+                raise
+        return recorded()
+
+
+def test_a_partition_moved_mid_scan(stamp: LocalStamp, written: list[tuple[str, bytes]]
+                                    ) -> None:
+    """The server of the partition being read unloads it (NotOwner mid-stream): the scan
+    goes on from its last item at the new owner."""
+    # Account "aaa" sorts before "acct": all in the first partition.
+    with PartitionClient.from_stamp(str(stamp.data_dir)) as pc:
+        current, addresses = pc.partition_map()
+        pc.batch("aaa", "big", [("put", b"r%04d" % r, b"v" * 100) for r in range(100)])
+    first = current.partitions[0]
+    other = "ps-2" if first.server == "ps-1" else "ps-1"
+    expected = [("big", b"r%04d" % r) for r in range(100)]
+    # Slow pages (50 of 2 rows, 100 ms each): the stream is still open when the partition
+    # moves (gRPC's flow control would otherwise let the server send every page before).
+    arm_remote(addresses[first.server], "ps.scan.page=delay:100,times=50")
+
+    async def go() -> tuple[list[tuple[str, bytes]], list[StampError]]:
+        client = RecordingClient([r.address for r in stamp.partition_managers()],
+                                 stamp.config.partition)
+        got: list[tuple[str, bytes]] = []
+        try:
+            async for page in scan_pages(client, fe_pb.ScanRequest(account="aaa",
+                                                                   page_rows=2), "",
+                                         FrontEndLimits(scan_partitions_in_flight_max=1)):
+                got += [(i.pname, i.row) for i in page.items]
+                if len(got) == 2:
+                    await asyncio.to_thread(cli, stamp, "partition", "move", str(first.id),
+                                            other)
+        finally:
+            await client.close()
+        return got, client.stream_errors
+    try:
+        got, errors = asyncio.run(go())
+    finally:
+        cli(stamp, "partition", "move", str(first.id), first.server)
+    assert got == expected
+    assert any(isinstance(e, NotOwner) for e in errors), errors
