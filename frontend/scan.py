@@ -50,6 +50,12 @@ def decode_continuation(token: bytes) -> bytes:
     return head[1:]
 
 
+def continuation_after(account: str, mode: int, item: pb.ScanItem) -> bytes:
+    """The continuation that resumes a scan right after `item` (the SDK uses it to resume
+    after an item in the middle of a page: continuations are opaque to its callers)."""
+    return encode_continuation(scan_client.key_after(account, mode, item))
+
+
 def name_range(account: str, prefix: str) -> tuple[bytes, bytes]:
     """[low, high) of the keys of every name of `account` starting with `prefix`."""
     # A name's encoding begins with its escaped UTF-8 bytes: the prefix's, unterminated. The

@@ -8,7 +8,13 @@ import pytest
 from common.errors import InvalidArgument, PermissionDenied
 from common.proto import frontend_pb2 as fe_pb
 from common.proto import partition_pb2 as pb
-from frontend.scan import decode_continuation, encode_continuation, name_range, request_range
+from frontend.scan import (
+    continuation_after,
+    decode_continuation,
+    encode_continuation,
+    name_range,
+    request_range,
+)
 from partition_layer import keys
 
 ACCOUNT = "acct"
@@ -86,3 +92,11 @@ def test_a_tampered_continuation_is_invalid() -> None:
     token[5] ^= 1
     with pytest.raises(InvalidArgument):
         decode_continuation(bytes(token))
+
+
+def test_continuation_after_an_item() -> None:
+    item = pb.ScanItem(pname="g", row=b"r")
+    key = decode_continuation(continuation_after(ACCOUNT, pb.SCAN_ENTITIES, item))
+    assert ekey("g", b"r") < key <= ekey("g", b"r\x00")
+    log = decode_continuation(continuation_after(ACCOUNT, pb.SCAN_LOG_NAMES, item))
+    assert log == keys.prefix_end(keys.pname_prefix(ACCOUNT, "g"))
