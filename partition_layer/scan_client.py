@@ -33,7 +33,7 @@ import grpc
 
 from common import rpc
 from common.config import PartitionLimits
-from common.errors import DeadlineExceeded, NotOwner, StampError, Unavailable
+from common.errors import DeadlineExceeded, Internal, NotOwner, StampError, Unavailable
 from common.proto import partition_pb2 as pb
 from partition_layer import keys
 from partition_layer.partition_map import PartitionMap
@@ -103,11 +103,20 @@ class _Segment:
         self.task = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:
+        """Whatever happens, the queue ends with None or an error: the consumer never
+        waits for a segment that is gone."""
         try:
             await self._read()
-            await self.queue.put(None)
         except StampError as exc:
             await self.queue.put(exc)
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug: the scan fails, it does not hang
+            await self.queue.put(Internal(f"scan of [{self.request.start_key.hex()}, "
+                                          f"{self.end.hex()}) failed: {exc!r}"))
+            return
+        await self.queue.put(None)
 
     async def _read(self) -> None:
         request = self.request

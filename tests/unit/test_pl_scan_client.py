@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from common.config import PartitionLimits
-from common.errors import NotOwner, Unavailable
+from common.errors import Internal, NotOwner, Unavailable
 from common.proto import partition_pb2 as pb
 from partition_layer import keys
 from partition_layer.partition_map import PartitionEntry, PartitionMap
@@ -172,3 +172,20 @@ def test_log_names_across_partitions() -> None:
     router = FakeRouter(rows, make_map(1, bounds))
     got = collect(router, mode=pb.SCAN_LOG_NAMES, page_rows=2)
     assert [name for name, _ in got] == [f"log{n:02}" for n in range(12)]
+
+
+def test_a_bug_in_a_stream_fails_the_scan_instead_of_hanging() -> None:
+    router = FakeRouter(entity_rows(10, 20), make_map(1, BOUNDS))
+
+    async def broken(address: str, request: pb.PartitionScanRequest
+                     ) -> AsyncIterator[pb.PartitionScanPage]:
+        raise RuntimeError("a bug")
+        yield pb.PartitionScanPage()  # an async generator
+
+    router.scan_stream = broken  # type: ignore[method-assign]
+
+    async def go() -> None:
+        async for _ in scan(router, ACCOUNT, b"", None):
+            pass
+    with pytest.raises(Internal, match="a bug"):
+        asyncio.run(asyncio.wait_for(go(), 10))
