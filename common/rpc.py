@@ -173,9 +173,11 @@ def rpc_errors(method: Callable[..., Any]) -> Callable[..., Any]:
 
 async def write_queued(queue: asyncio.Queue, context: aio.ServicerContext,
                        message_type: type, field: str, fault_point: str = "",
-                       items_max: int = 0) -> None:
+                       items_max: int = 0,
+                       before_write: Callable[[Any], None] | None = None) -> None:
     """Write what is queued on a server stream, one message per wake-up (everything queued
-    then, at most `items_max` if given), until a None arrives."""
+    then, at most `items_max` if given), until a None arrives. `before_write` may add to
+    each message (a partition server's pressure report)."""
     while True:
         first = await queue.get()
         if first is None:
@@ -192,6 +194,8 @@ async def write_queued(queue: asyncio.Queue, context: aio.ServicerContext,
             await faults.apoint(fault_point)
         message = message_type()
         getattr(message, field).extend(items)
+        if before_write is not None:
+            before_write(message)
         await context.write(message)
         if done:
             return

@@ -66,5 +66,11 @@ class Run:
         async for item in reader.scan(start, end):
             yield item
 
+    async def scan_blocks(self, start: bytes = b"", end: bytes | None = None
+                          ) -> AsyncIterator[list[tuple[bytes, bytes]]]:
+        reader = await self._indexes.reader(self.info)
+        async for rows in reader.scan_blocks(start, end):
+            yield rows
+
     async def warm(self) -> None:
         await self._indexes.reader(self.info)

@@ -337,6 +337,14 @@ class RunReader:
             return None
         return (await self._block(i, fill_cache=True)).find(key)
 
+    async def scan_blocks(self, start: bytes = b"", end: bytes | None = None
+                          ) -> AsyncIterator[list[tuple[bytes, bytes]]]:
+        """As `scan`, one list per data block (scan_stream.py merges them without an await
+        per row)."""
+        for i in self.index.block_numbers(start, end):
+            block = await self._block(i, fill_cache=False)
+            yield list(block.items(start, end))
+
     async def scan(self, start: bytes = b"", end: bytes | None = None
                    ) -> AsyncIterator[tuple[bytes, bytes]]:
         """(key, encoded row) for keys in [start, end), ascending, one block in memory at a

@@ -29,6 +29,8 @@ from partition_layer.partition_map import range_from_pb
 from partition_layer.partition_streams import LoadReport
 from partition_layer.read_replies import records_reply
 from partition_layer.requests import error_response, handle, route_key, start_small_append
+from partition_layer.scan_stream import serve as serve_scan
+from partition_layer.stats import PressureGauge
 from stream_layer.client import AsyncStreamClient
 
 log = logging.getLogger(__name__)
@@ -56,6 +58,12 @@ class PartitionServer:
         self._loading: dict[int, asyncio.Task[LoadReport]] = {}
         # One per partition served: when it stops, forget it and release its lease.
         self._watchers: dict[RangePartition, asyncio.Task[None]] = {}
+        # Reported on every response batch of the Call streams (front ends throttle on it).
+        self.pressure = PressureGauge(lambda: [p.stats for p in self.partitions.values()])
+
+    def pressure_pb(self) -> pb.ServerPressure:
+        queue_ops, p99_ms = self.pressure.read()
+        return pb.ServerPressure(server=self.name, queue_ops=queue_ops, p99_ms=p99_ms)
 
     def find(self, key: bytes) -> RangePartition:
         for partition in self.partitions.values():
@@ -179,15 +187,23 @@ class PartitionServicer(pb_grpc.PartitionServerServicer):
         appends_open = 0
         appends_answered = asyncio.Event()
         limits = self.server.limits
+        # Every request read counts as open in the server's pressure until it is answered
+        # (or its task is cancelled with the stream).
+        pressure = self.server.pressure
 
         async def run(request: pb.Request) -> None:
             responses.put_nowait(await handle(request, self.server.find, limits))
+
+        def ran(task: asyncio.Task[None]) -> None:  # also when cancelled before it began
+            tasks.discard(task)
+            pressure.open_ops -= 1
 
         def appended(request_id: int, first_seq: int | None, error: StampError | None
                      ) -> None:
             nonlocal appends_open
             responses.put_nowait(pb.Response(id=request_id, first_seq=first_seq)
                                  if error is None else error_response(request_id, error))
+            pressure.open_ops -= 1
             appends_open -= 1
             if not appends_open:
                 appends_answered.set()
@@ -196,6 +212,7 @@ class PartitionServicer(pb_grpc.PartitionServerServicer):
             nonlocal appends_open
             try:
                 async for batch in request_iterator:
+                    pressure.open_ops += len(batch.requests)
                     for request in batch.requests:
                         # Small appends, the bulk of the traffic, need no task of their own.
                         try:
@@ -206,10 +223,11 @@ class PartitionServicer(pb_grpc.PartitionServerServicer):
                                 continue
                         except StampError as exc:
                             responses.put_nowait(error_response(request.id, exc))
+                            pressure.open_ops -= 1
                             continue
                         task = asyncio.get_running_loop().create_task(run(request))
                         tasks.add(task)
-                        task.add_done_callback(tasks.discard)
+                        task.add_done_callback(ran)
             finally:
                 # Every request is answered before the stream ends.
                 if tasks:
@@ -221,11 +239,15 @@ class PartitionServicer(pb_grpc.PartitionServerServicer):
         reader = asyncio.get_running_loop().create_task(read_requests())
         try:
             await rpc.write_queued(responses, context, pb.ResponseBatch, "responses",
-                                   items_max=RESPONSES_PER_MESSAGE_MAX)
+                                   items_max=RESPONSES_PER_MESSAGE_MAX,
+                                   before_write=self._add_pressure)
         finally:
             reader.cancel()
             for task in list(tasks):
                 task.cancel()
+
+    def _add_pressure(self, batch: pb.ResponseBatch) -> None:
+        batch.pressure.CopyFrom(self.server.pressure_pb())
 
     @rpc.rpc_errors
     async def Subscribe(self, request: pb.SubscribeRequest,
@@ -249,6 +271,14 @@ class PartitionServicer(pb_grpc.PartitionServerServicer):
                 return  # a sealed log ends here: nothing more will ever come
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(changed.wait(), SUBSCRIBE_RECHECK_S)
+
+    @rpc.rpc_errors
+    async def Scan(self, request: pb.PartitionScanRequest, context: aio.ServicerContext
+                   ) -> AsyncIterator[pb.PartitionScanPage]:
+        """One partition's part of a scan, one snapshot (scan_stream.py); NotOwner when
+        the partition holding the start is not served here, or stops being served."""
+        async for page in serve_scan(request, self.server.find, self.server.limits):
+            yield page
 
     @rpc.rpc_errors
     async def Load(self, request: pb.LoadRequest, context: aio.ServicerContext

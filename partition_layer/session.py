@@ -28,9 +28,11 @@ WATCHDOG_INTERVAL_S = 0.05
 
 
 class CallSession:
-    def __init__(self, address: str, stub: Callable[[], pb_grpc.PartitionServerStub]) -> None:
+    def __init__(self, address: str, stub: Callable[[], pb_grpc.PartitionServerStub],
+                 on_pressure: Callable[[pb.ServerPressure], None] | None = None) -> None:
         self.address = address
         self._stub = stub
+        self._on_pressure = on_pressure  # the server's load, from every response batch
         self._ids = itertools.count(1)
         self._queue: deque[tuple[pb.Request, int]] = deque()
         self._waiting: dict[int, asyncio.Future[pb.Response]] = {}
@@ -125,6 +127,8 @@ class CallSession:
     async def _read(self, call: grpc.aio.StreamStreamCall) -> None:
         try:
             async for batch in call:
+                if self._on_pressure is not None and batch.HasField("pressure"):
+                    self._on_pressure(batch.pressure)
                 for response in batch.responses:
                     future = self._waiting.pop(response.id, None)
                     if future is not None and not future.done():

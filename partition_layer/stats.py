@@ -1,5 +1,6 @@
 """A partition's load as the PM sees it (§4 heartbeats): operations and bytes per second and
-latency percentiles over a sliding window of the last `window_s` seconds.
+latency percentiles over a sliding window of the last `window_s` seconds; and a partition
+server's pressure as front ends see it on every response batch (`PressureGauge`).
 
 Contract: `figures()` only reads. Heartbeats to the PM and the Status RPC (`stamp partition
 ls`) both read the same figures, and neither erases what the other, or the PM's balancing
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from common.clock import Clock, SystemClock
@@ -59,6 +61,11 @@ class LoadStats:
             if slot < self._samples_per_bucket:
                 bucket.latencies[slot] = seconds
 
+    def recent_latencies(self, seconds: float) -> list[float]:
+        """The latency samples (seconds) of the buckets begun in the last `seconds`."""
+        since = self._clock() - seconds
+        return [x for b in self._buckets if b.started >= since for x in b.latencies]
+
     def figures(self) -> dict[str, float]:
         """Rates and latency percentiles over the last `window_s` seconds (or since the
         partition started serving, if that is shorter). Changes nothing."""
@@ -73,3 +80,41 @@ class LoadStats:
         return {"ops_per_s": sum(b.ops for b in recent) / elapsed,
                 "bytes_per_s": sum(b.nbytes for b in recent) / elapsed,
                 "p50_ms": pct(0.50), "p99_ms": pct(0.99)}
+
+
+# Pressure: the p99 over the last few seconds (an overload shows within them), recomputed at
+# most this often — every response batch carries it, and sorting the samples per batch would
+# cost more than the batch.
+PRESSURE_WINDOW_S = 3.0
+PRESSURE_RECOMPUTE_S = 0.1
+
+
+class PressureGauge:
+    """A partition server's pressure (partition.proto ServerPressure): operations accepted
+    and not yet answered, across its partitions (`open_ops`, kept by the servicer), and the
+    p99 latency of its partitions' operations over the last PRESSURE_WINDOW_S seconds.
+
+    Contract: `read()` is cheap — the p99 is recomputed only when the last one is older than
+    PRESSURE_RECOMPUTE_S; `open_ops` is current. Time comes from an injected clock."""
+
+    def __init__(self, stats: Callable[[], Iterable[LoadStats]], clock: Clock | None = None,
+                 window_s: float = PRESSURE_WINDOW_S,
+                 recompute_s: float = PRESSURE_RECOMPUTE_S) -> None:
+        self._stats = stats
+        self._clock = (clock or SystemClock()).monotonic
+        self._window_s = window_s
+        self._recompute_s = recompute_s
+        self._computed_at: float | None = None
+        self._p99_ms = 0.0
+        self.open_ops = 0
+
+    def read(self) -> tuple[int, float]:
+        """(open operations, p99 latency in ms)."""
+        now = self._clock()
+        if self._computed_at is None or now - self._computed_at >= self._recompute_s:
+            samples = sorted(x for stats in self._stats()
+                             for x in stats.recent_latencies(self._window_s))
+            self._p99_ms = samples[min(len(samples) - 1, int(0.99 * len(samples)))] * 1000 \
+                if samples else 0.0
+            self._computed_at = now
+        return max(0, self.open_ops), self._p99_ms

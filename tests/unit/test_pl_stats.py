@@ -60,3 +60,32 @@ def test_a_status_read_leaves_the_heartbeat_its_figures() -> None:
 
     import asyncio
     asyncio.run(scenario())
+
+
+def test_pressure_p99_is_recent_and_recomputed_at_most_every_100_ms() -> None:
+    from partition_layer.stats import PressureGauge
+
+    clock = ManualClock()
+    a, b = LoadStats(clock), LoadStats(clock)
+    reads = []
+
+    def all_stats() -> list[LoadStats]:
+        reads.append(1)
+        return [a, b]
+    gauge = PressureGauge(all_stats, clock, window_s=3.0, recompute_s=0.1)
+    assert gauge.read() == (0, 0.0)
+    for _ in range(99):
+        a.record(10, 0.001)
+    b.record(10, 0.250)  # the slowest 1% of the two partitions together
+    b.record(10, 0.250)
+    gauge.open_ops = 7
+    assert gauge.read() == (7, 0.0)  # the p99 is reused for 100 ms; open ops are current
+    clock.advance(0.1)
+    assert gauge.read() == (7, pytest.approx(250.0))
+    calls = len(reads)
+    for _ in range(50):
+        gauge.read()
+    assert len(reads) == calls  # no recomputation (and no sort) per batch
+    clock.advance(5.0)  # the slow operations are older than the window now
+    a.record(10, 0.002)
+    assert gauge.read() == (7, pytest.approx(2.0))
