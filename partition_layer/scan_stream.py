@@ -120,7 +120,10 @@ async def pages(snapshot: Snapshot, mode: int, start: bytes, at_end: bytes,
                         value = row.value if row.value is not None else await value_of(row)
                         pname, row_key = names.pname(key, at), key[at + 1:]
                         page.items.add(pname=pname, row=row_key, value=value,
-                                       etag=etag_of(row.version), crc=crc32c(value))
+                                       etag=etag_of(row.version),
+                                       # The writer's CRC, stored with the value (§5).
+                                       crc=row.value_crc if row.value_crc is not None
+                                       else crc32c(value))
                         size += len(value) + len(row_key) + len(pname) + ITEM_OVERHEAD_BYTES
                         position = key + b"\x00"
                     total += 1

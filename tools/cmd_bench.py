@@ -71,6 +71,18 @@ def _ps_failover(args: argparse.Namespace) -> Rows:
     return run_ps_failover(trials=min(args.trials, 10), progress=_progress(args))
 
 
+def _fe_append(args: argparse.Namespace) -> Rows:
+    from tools.bench.front_end import run_fe_append
+
+    return run_fe_append(seconds=args.seconds, progress=_progress(args))
+
+
+def _scan(args: argparse.Namespace) -> Rows:
+    from tools.bench.front_end import run_scan
+
+    return run_scan(rows=args.rows, trials=min(args.trials, 5), progress=_progress(args))
+
+
 BENCHES: dict[str, tuple[str, Callable[[argparse.Namespace], Rows]]] = {
     "extent-append": ("3-way replicated appends to one extent: 4 KiB with 1/8/32 appenders, "
                       "1 MiB blocks, and the disk's own 4 KiB append+fsync rate",
@@ -94,6 +106,11 @@ BENCHES: dict[str, tuple[str, Callable[[argparse.Namespace], Rows]]] = {
                        "3 s)", _partition_load),
     "ps-failover": ("SIGKILL the partition server of a log -> first acknowledged append on "
                     "the new owner (--trials, at most 10)", _ps_failover),
+    "fe-append": ("the log-append loads through the SDK and a front end and direct through "
+                  "the partition client, taking turns (targets: ratio >= 0.8 for 32x1 and "
+                  "32x100, added p50 <= 0.7 ms for 1x1)", _fe_append),
+    "scan": ("rows/s scanning --rows entities of 100 bytes over 4 range partitions through "
+             "the SDK (--trials scans, at most 5; target >= 100,000 rows/s)", _scan),
 }
 
 
@@ -114,7 +131,19 @@ def register(commands: Any) -> None:
     bench.add_argument("--tail-mb", type=cli_checks.megabytes, default=4,
                        help="partition-load: MB written after the last checkpoint, replayed "
                             "by each new owner (default 4)")
+    bench.add_argument("--rows", type=_rows, default=1_000_000,
+                       help="scan: entities to write and scan (default 1,000,000)")
     bench.set_defaults(handler=cmd_bench)
+
+
+def _rows(text: str) -> int:
+    try:
+        rows = int(text.replace(",", "").replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--rows is a whole number, not {text!r}") from None
+    if not 1000 <= rows <= 100_000_000:
+        raise argparse.ArgumentTypeError(f"--rows is 1,000 to 100,000,000, not {rows:,}")
+    return rows
 
 
 def _sizes_mb(text: str) -> tuple[int, ...]:
