@@ -278,3 +278,40 @@ def test_killing_a_front_end_loses_nothing(fe_stamp: LocalStamp, accounts: Accou
     finally:
         fe1.close()
         fe2.close()
+
+
+def test_a_noisy_account_is_throttled_while_a_quiet_one_is_not(
+        stamp_factory: StampFactory) -> None:
+    """Per-account rate limits at a front end: an account that floods it is refused with
+    Throttled and a retry-after, and what it was refused is not written; another account's
+    requests at the same time all go through."""
+    stamp = stamp_factory(3, 1, lock_servers=1, partition_managers=1, partition_servers=1,
+                          front_ends=1, front_end={"account_requests_per_s_max": 50.0,
+                                                   "account_burst_requests_max": 20})
+    with LockClient.from_stamp(stamp.data_dir, holder="test") as locks:
+        store = AccountStore(locks, SystemClock(), cache_ttl_s=0)
+        noisy = wire.Credentials("noisy", key=store.create("noisy").keys[0])
+        quiet = wire.Credentials("quiet", key=store.create("quiet").keys[0])
+    fe = RawFrontEnd(stamp.address("fe-1"))
+    try:
+        # One stream, the quiet account's requests among the flood.
+        requests = [signed(append_request("noisy", "flood", [b"n%d" % i]), noisy)
+                    for i in range(400)]
+        for i in range(15):
+            requests.insert(i * 27, signed(append_request("quiet", "calm", [b"q"]), quiet))
+        answers = fe.call_many(requests)
+        flood = {i: r for i, r in answers.items() if requests[i - 1].account == "noisy"}
+        quiet_answers = {i: r for i, r in answers.items() if requests[i - 1].account == "quiet"}
+        throttled = [r for r in flood.values() if r.error == "Throttled"]
+        admitted = [r for r in flood.values() if not r.error]
+        assert len(admitted) + len(throttled) == 400
+        # 20 at once, then 50/s: however slow the machine, most of a 400-request burst waits.
+        assert len(throttled) >= 200, len(throttled)
+        assert all(r.retry_after_s > 0 and "request rate" in r.message for r in throttled)
+        assert all(not r.error for r in quiet_answers.values())
+        assert fe.status().throttled == len(throttled)
+        with PartitionClient.from_stamp(str(stamp.data_dir)) as pc:
+            assert pc.peek("noisy", "flood")[1] == len(admitted)  # refused: not written
+            assert pc.peek("quiet", "calm")[1] == 15
+    finally:
+        fe.close()
