@@ -110,6 +110,10 @@ class FrontEnd:
         except StampError as exc:
             reply(self.refusal(sdk_id, exc))
             return
+        except Exception as exc:  # a bug: answer (the stream lives on), and say so in the log
+            log.exception("checking a request")
+            reply(self._failure(sdk_id, exc))
+            return
         request.ClearField("auth")  # partition servers never see credentials
         future = self.client.session(address).submit(request, ATTEMPT_TIMEOUT_S, nbytes)
         future.add_done_callback(partial(self._forwarded, request, sdk_id, nbytes, reply))

@@ -6,13 +6,16 @@ Every refused request is checked for its error *and* for having written nothing.
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TypeVar
 
 import grpc
 import pytest
 
+from common import process
 from common.clock import SystemClock
 from common.errors import (
     ChecksumError,
@@ -21,6 +24,7 @@ from common.errors import (
     StampError,
     Unauthenticated,
 )
+from common.process import LOG_FILE
 from common.proto import frontend_pb2 as fe_pb
 from common.proto import frontend_pb2_grpc as fe_grpc
 from common.proto import partition_pb2 as pb
@@ -275,6 +279,11 @@ def test_killing_a_front_end_loses_nothing(fe_stamp: LocalStamp, accounts: Accou
         finally:
             fe1b.close()
         assert [d for _, d in pc.read("acme", "orders", 0, 10)] == [b"a", b"b", b"c"]
+        pid = fe_stamp.record("fe-2").pid
+        fe_stamp.kill("fe-2", signal.SIGTERM)  # a clean stop: it ends on its own, and says so
+        wait_for(lambda: not process.is_alive(pid), 30, "fe-2 stopped on SIGTERM")
+        log = (Path(fe_stamp.record("fe-2").dir) / LOG_FILE).read_text()
+        assert "fe-2 stopping" in log and "Traceback" not in log
     finally:
         fe1.close()
         fe2.close()
