@@ -14,10 +14,13 @@ from typing import TypeVar
 
 import grpc
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from common import process
 from common.clock import SystemClock
 from common.errors import (
+    ERRORS_BY_NAME,
     ChecksumError,
     InvalidArgument,
     PermissionDenied,
@@ -324,3 +327,71 @@ def test_a_noisy_account_is_throttled_while_a_quiet_one_is_not(
             assert pc.peek("quiet", "calm")[1] == 15
     finally:
         fe.close()
+
+
+_NAMES = st.one_of(st.sampled_from(["acme", "orders", "users", "", "Acme", "a-", "a--b",
+                                    "x" * 64]), st.text(max_size=70))
+_BYTES = st.binary(max_size=64)
+
+
+@st.composite
+def _fuzzed_request(draw: st.DrawFn) -> pb.Request:
+    request = pb.Request(account=draw(st.sampled_from(["acme", "other", "", "ACME"])),
+                         pname=draw(_NAMES), token=draw(st.text(max_size=140)))
+    op = draw(st.sampled_from(["append", "read", "trim", "seal", "peek", "put", "get",
+                               "delete", "batch", "scan", "none"]))
+    if op == "append":
+        records = draw(st.lists(_BYTES, max_size=5))
+        crcs = payload_crcs(records) if draw(st.booleans()) else draw(
+            st.lists(st.integers(0, 2**32 - 1), max_size=5))
+        request.append.CopyFrom(pb.AppendOp(records=records, crcs=crcs,
+                                            token=draw(st.text(max_size=140))))
+    elif op == "read":
+        request.read.CopyFrom(pb.ReadOp(from_seq=draw(st.integers(0, 2**64 - 1)),
+                                        limit=draw(st.integers(0, 2**32 - 1))))
+    elif op == "trim":
+        request.trim.upto_seq = draw(st.integers(0, 2**64 - 1))
+    elif op in ("seal", "peek"):
+        getattr(request, op).SetInParent()
+    elif op == "put":
+        value = draw(_BYTES)
+        request.put.CopyFrom(pb.PutOp(row=draw(_BYTES), value=value, value_crc=draw(
+            st.sampled_from([payload_crcs([value])[0], 0])), if_match=draw(st.text(max_size=8))))
+    elif op in ("get", "delete"):
+        getattr(request, op).row = draw(_BYTES)
+    elif op == "batch":
+        items = draw(st.lists(st.builds(pb.BatchItem, kind=st.sampled_from(["put", "delete",
+                                                                              "x"]),
+                                        row=_BYTES, value=_BYTES), max_size=4))
+        for item in items:
+            item.value_crc = payload_crcs([item.value])[0]
+        request.batch.CopyFrom(pb.BatchOp(items=items))
+    elif op == "scan":
+        request.scan.limit = draw(st.integers(0, 100))
+    return request
+
+
+def test_fuzzed_requests_get_typed_errors_never_a_crash(fe: RawFrontEnd,
+                                                        accounts: AccountStore) -> None:
+    """Property: whatever a client sends, signed or not, each request gets exactly one typed
+    answer (never Internal) and the front end keeps serving."""
+    acme = wire.Credentials("acme", key=accounts.create("acme").keys[0])
+    known = set(ERRORS_BY_NAME) - {"Internal", "StampError"}
+
+    @settings(max_examples=15, deadline=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                     HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(st.lists(st.tuples(_fuzzed_request(), st.booleans()), min_size=1, max_size=30))
+    def property_(cases: list[tuple[pb.Request, bool]]) -> None:
+        requests = []
+        for request, sign in cases:
+            if sign and request.WhichOneof("op") not in (None, "scan"):
+                request = signed(request, acme)
+            requests.append(request)
+        for i, response in fe.call_many(requests).items():
+            assert not response.error or response.error in known, response
+            if not requests[i - 1].HasField("auth"):  # unsigned: never past the door
+                assert response.error in ("Unauthenticated", "InvalidArgument"), response
+        assert fe.status().name == "fe-1"
+
+    property_()
