@@ -89,6 +89,11 @@ class FrontEnd:
         self.counters = Counters()
         self._tasks: set[asyncio.Task[None]] = set()
 
+    def observe_pressure(self, pressure: pb.ServerPressure) -> None:
+        """A partition server's load, as it reports it on its Call stream (the sessions'
+        `on_pressure`): the throttle refuses its top talkers while it is overloaded."""
+        self.throttle.observe_server(pressure.server, pressure.queue_ops, pressure.p99_ms)
+
     # ---- the hot path -----------------------------------------------------------------------
 
     def start(self, request: pb.Request, reply: Reply) -> None:
