@@ -7,6 +7,7 @@ Every refused request is checked for its error *and* for having written nothing.
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -37,6 +38,7 @@ from frontend.accounts import AccountStore
 from lock_service.client import LockClient
 from partition_layer.client import PartitionClient
 from partition_layer.payload_crc import payload_crcs
+from partition_layer.requests import route_key
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow
@@ -395,3 +397,35 @@ def test_fuzzed_requests_get_typed_errors_never_a_crash(fe: RawFrontEnd,
         assert fe.status().name == "fe-1"
 
     property_()
+
+
+def test_a_subscription_through_a_front_end_survives_a_partition_server_kill(
+        fe: RawFrontEnd, fe_stamp: LocalStamp, accounts: AccountStore,
+        pc: PartitionClient) -> None:
+    """The front end follows the log to its new partition server: the subscriber sees every
+    record once, in order, and the stream ends when the log is sealed."""
+    acme = wire.Credentials("acme", key=accounts.create("acme").keys[0])
+    pc.append("acme", "events", [b"e0", b"e1"])
+    request = pb.SubscribeRequest(account="acme", pname="events", from_seq=0)
+    wire.sign_subscribe(request, acme, time.time())
+    seen: list[tuple[int, bytes]] = []
+    stream = fe.stub.Subscribe(request, timeout=120)
+    errors: list[BaseException] = []
+
+    def follow() -> None:
+        try:
+            for reply in stream:
+                seen.extend((r.seq, r.data) for r in reply.records)
+        except BaseException as exc:  # reported by the test below
+            errors.append(exc)
+
+    follower = threading.Thread(target=follow, daemon=True)
+    follower.start()
+    wait_for(lambda: len(seen) == 2, 30, "the first records through the front end")
+    owner = pc.partition_map()[0].lookup(route_key("acme", "events")).server
+    fe_stamp.kill(owner)
+    pc.append("acme", "events", [b"e2", b"e3"])  # the partition client waits for the move
+    pc.seal("acme", "events")
+    follower.join(60)
+    assert not follower.is_alive() and not errors, errors
+    assert seen == [(0, b"e0"), (1, b"e1"), (2, b"e2"), (3, b"e3")]
