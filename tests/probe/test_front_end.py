@@ -6,26 +6,40 @@ Every refused request is checked for its error *and* for having written nothing.
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
 import pytest
 
-from common import process
-from common.errors import ChecksumError, InvalidArgument, PermissionDenied, Unauthenticated
+from common import process, rpc
+from common.clock import SystemClock
+from common.errors import (
+    ChecksumError,
+    DeadlineExceeded,
+    InvalidArgument,
+    PermissionDenied,
+    Unauthenticated,
+    Unavailable,
+)
 from common.process import LOG_FILE
+from common.proto import frontend_pb2_grpc as fe_grpc
 from common.proto import partition_pb2 as pb
 from common.rpc import from_rpc_error
 from frontend import connection_string, sas, wire
 from frontend.accounts import AccountStore
+from lock_service.client import LockClient
 from partition_layer.client import PartitionClient
 from partition_layer.payload_crc import payload_crcs
 from partition_layer.requests import route_key
+from partition_layer.session import CallSession
+from tests.checker import check_logs
 from tests.front_end_raw import (
+    MESSAGE_BYTES_MAX,
     RawFrontEnd,
     account_store,
     append_request,
@@ -248,3 +262,67 @@ def test_a_subscription_through_a_front_end_survives_a_partition_server_kill(
     follower.join(60)
     assert not follower.is_alive() and not errors, errors
     assert seen == [(0, b"e0"), (1, b"e1"), (2, b"e2"), (3, b"e3")]
+
+
+def test_appends_through_a_front_end_survive_a_partition_server_kill(
+        front_end_stamp: LocalStamp, pc: PartitionClient) -> None:
+    """32 writers through a front end while the partition's server is SIGKILLed: the front
+    end refreshes its map and retries (safely: every append carries a token), so every
+    acknowledged append reads back once, at its sequence number."""
+    with LockClient.from_stamp(front_end_stamp.data_dir, holder="test") as locks:
+        key = AccountStore(locks, SystemClock()).create("acct").keys[0]
+    acct = wire.Credentials("acct", key=key)
+    acked: list[tuple[str, int, bytes]] = []
+    address = front_end_stamp.address("fe-1")
+
+    async def scenario() -> None:
+        channels = rpc.ChannelCache(MESSAGE_BYTES_MAX)
+        session = CallSession(address, lambda: fe_grpc.FrontEndStub(  # type: ignore[arg-type, return-value]
+            channels.get(address)))
+        stop = asyncio.Event()
+
+        async def writer(index: int) -> None:
+            n = 0
+            while not stop.is_set():
+                log, record = f"log-{index % 4}", f"w{index}-{n}".encode()
+                give_up = time.monotonic() + 60
+                while True:  # the SDK's retry: the same token every time
+                    assert time.monotonic() < give_up, "an append failed for a minute"
+                    request = signed(append_request("acct", log, [record], f"w{index}-{n}"),
+                                     acct)
+                    try:
+                        response = await session.call(request, 30)
+                    except (Unavailable, DeadlineExceeded):
+                        await asyncio.sleep(0.05)
+                        continue
+                    if not response.error:
+                        break
+                    assert response.error in RETRYABLE, response
+                    await asyncio.sleep(0.05)
+                acked.append((log, response.first_seq, record))
+                n += 1
+
+        writers = asyncio.gather(*(writer(i) for i in range(32)))
+        await until_async(lambda: len(acked) >= 200, 60, "appends before the kill")
+        owner = pc.partition_map()[0].lookup(route_key("acct", "log-0")).server
+        await asyncio.to_thread(front_end_stamp.kill, owner)
+        killed_at = len(acked)
+        await until_async(lambda: len(acked) >= killed_at + 200, 90, "appends after the kill")
+        stop.set()
+        await asyncio.wait_for(writers, 60)
+        await session.close()
+        await channels.close()
+
+    asyncio.run(scenario())
+    check_logs(pc, acked)
+
+
+RETRYABLE = {"Unavailable", "NotOwner", "DeadlineExceeded", "Throttled"}
+
+
+async def until_async(check: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s:g}s: {what}")
+        await asyncio.sleep(0.05)
