@@ -27,6 +27,7 @@ from common.errors import (
     Unavailable,
 )
 from common.process import LOG_FILE
+from common.proto import frontend_pb2 as fe_pb
 from common.proto import frontend_pb2_grpc as fe_grpc
 from common.proto import partition_pb2 as pb
 from common.rpc import from_rpc_error
@@ -190,7 +191,7 @@ def test_checksums_names_and_limits(fe: RawFrontEnd, accounts: AccountStore,
     assert fe.status().refused_invalid >= 6
 
 
-def test_subscribe_through_a_front_end(fe: RawFrontEnd, accounts: AccountStore,
+def test_subscribe_and_scan_through_a_front_end(fe: RawFrontEnd, accounts: AccountStore,
                                        pc: PartitionClient) -> None:
     acme = wire.Credentials("acme", key=accounts.create("acme").keys[0])
     pc.append("acme", "events", [b"e0", b"e1"])
@@ -202,7 +203,19 @@ def test_subscribe_through_a_front_end(fe: RawFrontEnd, accounts: AccountStore,
     unsigned = pb.SubscribeRequest(account="acme", pname="events")
     with pytest.raises(grpc.RpcError) as caught:
         list(fe.stub.Subscribe(unsigned, timeout=30))
-    assert type(from_rpc_error(caught.value)).__name__ == "Unauthenticated"
+    assert isinstance(from_rpc_error(caught.value), Unauthenticated)
+    # Scans are authenticated before anything is read (pages: frontend/scan.py's tests).
+    now = time.time()
+    read_only = sas.mint("acme", 1, accounts.get("acme").keys[0], ["read"], "",
+                         int(now) + 3600, now)
+    for credentials, error in ((None, Unauthenticated),
+                               (wire.Credentials("acme", sas=read_only), PermissionDenied)):
+        scan = fe_pb.ScanRequest(account="acme", start_pname="events")
+        if credentials is not None:
+            wire.sign_scan(scan, credentials, now)
+        with pytest.raises(grpc.RpcError) as caught:
+            list(fe.stub.Scan(scan, timeout=30))
+        assert isinstance(from_rpc_error(caught.value), error)
 
 
 def test_killing_a_front_end_loses_nothing(front_end_stamp: LocalStamp, accounts: AccountStore,
