@@ -21,12 +21,18 @@ from common import durable_fs, process
 from common.config import RaftMemberSpec, StampConfig, load_config
 from common.errors import InvalidArgument, NotFound, Unavailable
 from common.stamp_file import STAMP_FILE, read_stamp
+from tools import local_front_ends
 
 KIND_EXTENT_NODE = "extent-node"
 KIND_STREAM_MANAGER = "stream-manager"
 KIND_LOCK = "lock"
 KIND_PARTITION_MANAGER = "partition-manager"
 KIND_PARTITION_SERVER = "partition-server"
+KIND_FRONT_END = local_front_ends.KIND_FRONT_END
+ADMIN_ACCOUNT = "admin"
+# `stamp up` writes the admin account's connection string here (mode 0600): the CLI uses it
+# when no other is given.
+ADMIN_CONNECTION_STRING_FILE = "admin-connection-string"
 
 
 @dataclass
@@ -127,6 +133,11 @@ class LocalStamp:
                 self.records[spec.name] = ProcessRecord(spec.name, kind, str(proc_dir), argv,
                                                         address=f"{host}:{port}")
 
+    def plan_front_ends(self) -> None:
+        """Front ends, once the partition managers have their addresses (they may pick their
+        ports at first start). A stamp without a partition layer has no front ends."""
+        local_front_ends.plan(self)
+
     def _plan_raft_group(self, kind: str, serve: str, specs: Sequence[RaftMemberSpec],
                          peers_arg: Callable[[str, list[tuple[str, str]]], str]) -> None:
         """Plan a Raft group's replicas: ports fixed once (the peers must know them), and
@@ -165,6 +176,12 @@ class LocalStamp:
         self._wait_stream_managers(timeout_s)
         if self.partition_managers() and self.partition_servers():
             self.wait_partitions_served(timeout_s)
+        if self.front_ends():
+            self.wait_front_ends(timeout_s)
+
+    def wait_front_ends(self, timeout_s: float = 30.0) -> None:
+        """Wait until every live front end answers Status."""
+        local_front_ends.wait_answering(self, timeout_s)
 
     def wait_partitions_served(self, timeout_s: float = 30.0) -> None:
         """Wait until every partition of the map is served by a live partition server."""
@@ -226,13 +243,34 @@ class LocalStamp:
     # ---- processes ------------------------------------------------------------------------
 
     def up(self) -> list[str]:
-        """Start every process that is not running; return the names started."""
+        """Start every process that is not running (front ends after the partition layer,
+        whose addresses they are given); with front ends, make sure the admin account exists
+        and its connection string is in the data directory. Return the names started."""
         self.plan()
-        started = [name for name, rec in self.records.items()
-                   if not (rec.pid and process.is_alive(rec.pid))]
+        started = self._not_running()
         self._start_many(started)
+        self.plan_front_ends()
+        front_ends = [name for name in self._not_running() if name not in started]
+        self._start_many(front_ends)
         self.wait_healthy()
-        return started
+        if self.front_ends() and self.lock_servers():
+            self.ensure_admin_account()
+        return started + front_ends
+
+    def _not_running(self) -> list[str]:
+        return [name for name, rec in self.records.items()
+                if not (rec.pid and process.is_alive(rec.pid))]
+
+    @property
+    def admin_connection_string_file(self) -> Path:
+        return self.data_dir / ADMIN_CONNECTION_STRING_FILE
+
+    def ensure_admin_account(self) -> str:
+        """Create the admin account unless it exists (then keep its keys) and write its
+        connection string, naming every front end, to `admin_connection_string_file`
+        (mode 0600, durably); return it."""
+        return local_front_ends.ensure_admin_account(self, ADMIN_ACCOUNT,
+                                                     self.admin_connection_string_file)
 
     def start(self, name: str, env: dict[str, str] | None = None) -> None:
         rec = self.record(name)
@@ -344,6 +382,9 @@ class LocalStamp:
 
     def partition_servers(self) -> list[ProcessRecord]:
         return self._of_kind(KIND_PARTITION_SERVER)
+
+    def front_ends(self) -> list[ProcessRecord]:
+        return self._of_kind(KIND_FRONT_END)
 
     def _of_kind(self, kind: str) -> list[ProcessRecord]:
         return sorted((r for r in self.records.values() if r.kind == kind),
