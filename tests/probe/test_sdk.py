@@ -60,12 +60,22 @@ def wait_for(check: Callable[[], T | None], timeout_s: float, what: str) -> T:
 
 # ---- the stamp, its accounts, and clients of both kinds ------------------------------------
 
+# The scan tests' accounts start cut into several range partitions (the others in one).
+SCAN_ACCOUNT = "sdk-scan"
+BIG_ACCOUNT = "sdk-scan-big"
+SPLITS = (f"{SCAN_ACCOUNT}/bbb", f"{SCAN_ACCOUNT}/ccc", f"{BIG_ACCOUNT}/big-2")
+
+
 @pytest.fixture(scope="module")
 def sdk_stamp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStamp]:
     """One stamp for the module (2 PS, 2 FE); a test that kills a front end restarts it."""
     config = stamp_config(3, 1, lock_servers=3, partition_managers=1, partition_servers=2,
+                          partition={"bootstrap_split_keys": SPLITS},  # type: ignore[dict-item]
                           front_ends=2)
-    stamp = LocalStamp(Path(tmp_path_factory.mktemp("sdk")) / "stamp", config)
+    root = Path(tmp_path_factory.mktemp("sdk"))
+    (root / "stamp.toml").write_text("[partition]\nbootstrap_split_keys = [" + ", ".join(
+        f'"{key}"' for key in SPLITS) + "]\n")
+    stamp = LocalStamp(root / "stamp", config, str(root / "stamp.toml"))
     try:
         stamp.up()
         yield stamp
@@ -265,36 +275,86 @@ def test_entities(client_of: ClientOf, account: Account, pc: PartitionClient) ->
         c.put("events", "row", b"v")
 
 
-def test_scan_and_list_logs(client_of: ClientOf, account: Account) -> None:
-    pytest.importorskip("frontend.scan", reason="the front end's scan (frontend/scan.py) "
-                        "is not on this branch yet")
-    c = client_of(account.name, key=account.keys[0])
-    rows = [(p, f"row-{i:02}".encode()) for p in ("aaa", "bbb", "ccc") for i in range(10)]
-    for pname in ("aaa", "bbb", "ccc"):
-        c.batch(pname, [("put", row, pname.encode() + row) for p, row in rows if p == pname])
-    for log in ("log-a", "log-b", "other"):
-        c.append(log, [b"x"])
-    everything = [(e.pname, e.row) for e in c.scan()]
-    assert everything == rows
+SCAN_ROWS = [(p, f"row-{i:02}".encode()) for p in ("aaa", "bbb", "ccc") for i in range(10)]
+BIG_ROWS = [(p, f"row-{i:03}".encode()) for p in ("big-1", "big-2") for i in range(200)]
+BIG_VALUE_BYTES = 60 * 1024
+
+
+def big_value(pname: str, row: bytes) -> bytes:
+    return (pname.encode() + row) * (BIG_VALUE_BYTES // (len(pname) + len(row)))
+
+
+@pytest.fixture(scope="module")
+def scan_data(accounts: AccountStore, sdk_stamp: LocalStamp) -> dict[str, Account]:
+    """Two accounts whose entities lie in several range partitions (SPLITS): 30 small rows
+    and 3 logs, and 400 rows of 60 KiB (24 MB: more than a stream's flow-control window)."""
+    made = {name: accounts.create(name) for name in (SCAN_ACCOUNT, BIG_ACCOUNT)}
+    endpoints = [sdk_stamp.address(n) for n in FRONT_ENDS]
+    with Client(endpoints, SCAN_ACCOUNT, key=made[SCAN_ACCOUNT].keys[0]) as c:
+        for pname in ("aaa", "bbb", "ccc"):
+            c.batch(pname, [("put", row, pname.encode() + row) for p, row in SCAN_ROWS
+                            if p == pname])
+        for log in ("log-a", "log-b", "other"):
+            c.append(log, [b"x"])
+    with Client(endpoints, BIG_ACCOUNT, key=made[BIG_ACCOUNT].keys[0]) as c:
+        for at in range(0, len(BIG_ROWS), 20):
+            pname = BIG_ROWS[at][0]
+            c.batch(pname, [("put", row, big_value(p, row)) for p, row in BIG_ROWS[at:at + 20]])
+    return made
+
+
+def test_scan_and_list_logs(client_of: ClientOf, scan_data: dict[str, Account]) -> None:
+    c = client_of(SCAN_ACCOUNT, key=scan_data[SCAN_ACCOUNT].keys[0])
+    rows = SCAN_ROWS
+    everything = list(c.scan())
+    assert [(e.pname, e.row) for e in everything] == rows
+    assert all(e.value == e.pname.encode() + e.row and e.etag for e in everything)
     assert [e.value for e in c.scan("bbb", "ccc")] == [b"bbb" + r for p, r in rows
                                                       if p == "bbb"]
     assert [(e.pname, e.row) for e in c.scan(("aaa", b"row-05"), ("bbb", b"row-02"))] == \
         rows[5:12]
     pages = list(c.scan(page_rows=7).pages())
-    assert [len(p.items) for p in pages] == [7, 7, 7, 7, 2]
+    assert all(1 <= len(p.items) <= 7 for p in pages)  # a partition's end may end a page
+    assert [(e.pname, e.row) for p in pages for e in p.items] == rows
     assert pages[-1].continuation is None
-    it = c.scan(limit=13)
-    first = [next(iter(it)) for _ in range(1)]
-    assert [(e.pname, e.row) for e in first] == rows[:1]
-    rest = [(e.pname, e.row) for e in c.scan(continuation=it.continuation)]
-    assert rest == rows[1:]
+    # A continuation resumes right after the last item yielded: inside a page, at a page's
+    # end, after a limit; and it is URL-safe text.
+    for stop in (1, 6, 7, 13):
+        it = c.scan(page_rows=7, limit=None if stop == 6 else stop)
+        head = [(e.pname, e.row) for e in itertools.islice(it, stop)]
+        assert head == rows[:stop]
+        assert it.continuation is not None
+        assert it.continuation.replace("-", "").replace("_", "").replace("~", "").isalnum()
+        rest = [(e.pname, e.row) for e in c.scan(continuation=it.continuation)]
+        assert head + rest == rows
     for page in pages[:-1]:
         resumed = [(e.pname, e.row) for e in c.scan(continuation=page.continuation)]
         assert resumed == rows[rows.index((page.items[-1].pname, page.items[-1].row)) + 1:]
     assert list(c.list_logs()) == ["log-a", "log-b", "other"]
     assert list(c.list_logs("log-")) == ["log-a", "log-b"]
+    assert list(c.list_logs("zzz")) == []
     with pytest.raises(InvalidArgument, match="continuation"):
         list(c.scan(continuation="not a continuation"))
+    now = time.time()
+    no_scan = sas.mint(SCAN_ACCOUNT, 1, scan_data[SCAN_ACCOUNT].keys[0], ["read"], "",
+                       int(now) + 3600, now)
+    with pytest.raises(PermissionDenied):
+        list(client_of(SCAN_ACCOUNT, sas=no_scan).scan())
+
+
+def test_a_scan_resumes_on_another_front_end_when_its_own_dies(
+        sdk_stamp: LocalStamp, client_of: ClientOf, scan_data: dict[str, Account]) -> None:
+    c = client_of(BIG_ACCOUNT, key=scan_data[BIG_ACCOUNT].keys[0])
+    victim = next(n for n in FRONT_ENDS if sdk_stamp.address(n) == c.aio._endpoints.pick())
+    survivor = next(n for n in FRONT_ENDS if n != victim)
+    survivor_requests = front_end_requests(sdk_stamp, survivor)
+    it = iter(c.scan(page_rows=1))
+    seen = [next(it) for _ in range(3)]
+    sdk_stamp.kill(victim)  # far more than a flow-control window is still unsent
+    seen += list(it)
+    assert [(e.pname, e.row) for e in seen] == BIG_ROWS  # nothing lost or repeated
+    assert all(e.value == big_value(e.pname, e.row) for e in seen)
+    assert front_end_requests(sdk_stamp, survivor) > survivor_requests  # resumed there
 
 
 # ---- credentials ---------------------------------------------------------------------------
