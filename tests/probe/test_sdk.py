@@ -555,3 +555,28 @@ def test_an_append_retried_after_its_front_end_died_is_applied_once(
             with sync_channel(address, 1 << 20) as channel:
                 faults_pb2_grpc.FaultsStub(channel).Disarm(faults_pb2.DisarmRequest(
                     name="ps.commit.before_append"), timeout=10)
+
+
+def test_throttled_calls_wait_their_retry_after_and_succeed(
+        stamp_factory: Callable[..., LocalStamp]) -> None:
+    """An account over its request rate is refused with Throttled(retry_after) by the front
+    end; the SDK waits that long and tries again, so the caller sees only success, at the
+    account's rate."""
+    rate, burst = 20.0, 5
+    stamp = stamp_factory(3, 1, lock_servers=3, partition_managers=1, partition_servers=1,
+                          front_ends=1, front_end={"account_requests_per_s_max": rate,
+                                                   "account_burst_requests_max": burst})
+    with LockClient.from_stamp(stamp.data_dir, holder="test-sdk") as locks:
+        slow = AccountStore(locks, SystemClock(), cache_ttl_s=0).create("slow")
+    calls = 30
+    with Client([stamp.address("fe-1")], "slow", key=slow.keys[0]) as c:
+        started = time.monotonic()
+        firsts = [c.append("orders", [f"r-{i}".encode()]) for i in range(calls)]
+        elapsed = time.monotonic() - started
+        assert firsts == list(range(calls))
+        assert c.read("orders", 0, 100) == [(i, f"r-{i}".encode()) for i in range(calls)]
+    assert elapsed >= (calls - burst) / rate * 0.8  # held to the account's rate
+    with sync_channel(stamp.address("fe-1"), 1 << 20) as channel:
+        status = fe_grpc.FrontEndStub(channel).Status(fe_pb.FrontEndStatusRequest(),
+                                                      timeout=10)
+    assert status.throttled > 0  # it was refused, and retried
