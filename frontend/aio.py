@@ -176,6 +176,9 @@ class Client:
                 return
             except grpc.RpcError as exc:
                 error = rpc.from_rpc_error(exc)
+            except asyncio.CancelledError:
+                self._cancelled_by_close()
+                raise
             finally:
                 stream.cancel()
             if deadline is None:
@@ -290,6 +293,9 @@ class Client:
                 error = rpc.from_rpc_error(exc)
             except TimeoutError:
                 error = DeadlineExceeded(f"{endpoint} sent no scan page in time")
+            except asyncio.CancelledError:
+                self._cancelled_by_close()
+                raise
             finally:
                 stream.cancel()
             await self._after_failure(endpoint, error, attempt, deadline, idempotent=True)
@@ -315,6 +321,12 @@ class Client:
     def _check_open(self) -> None:
         if self._closed:
             raise InvalidArgument("this Stamp client is closed: make a new one")
+
+    def _cancelled_by_close(self) -> None:
+        """A stream was cancelled: by `close` (its channel closed under it), say so; a
+        cancellation of the caller's own task goes on as it is."""
+        if self._closed:
+            raise InvalidArgument("this Stamp client is closed: make a new one") from None
 
     def _token(self) -> str:
         return f"{self._token_prefix}-{next(self._tokens)}"
@@ -356,6 +368,7 @@ class Client:
     async def _after_failure(self, endpoint: str, error: StampError, attempt: int,
                              deadline: float, idempotent: bool) -> None:
         """Wait before the next attempt, or raise `error` if there is none to make."""
+        self._check_open()  # closed under the call: say so, not what closing broke
         if endpoint_failed(error):
             self._endpoints.failed(endpoint)
         delay = self._policy.delay(error, attempt, idempotent, self._rng)

@@ -580,3 +580,47 @@ def test_throttled_calls_wait_their_retry_after_and_succeed(
         status = fe_grpc.FrontEndStub(channel).Status(fe_pb.FrontEndStatusRequest(),
                                                       timeout=10)
     assert status.throttled > 0  # it was refused, and retried
+
+
+def test_closing_a_client_ends_its_subscribers_with_a_clear_error(
+        sdk_stamp: LocalStamp, account: Account) -> None:
+    """A subscriber waiting for records (another thread for the blocking client, another task
+    for the asyncio one) ends with InvalidArgument('... closed') when its client is closed."""
+    endpoints = [sdk_stamp.address(n) for n in FRONT_ENDS]
+    blocking = Client(endpoints, account.name, key=account.keys[0])
+    blocking.append("events", [b"e-0"])
+    outcome: list[BaseException | None] = []
+    received: list[tuple[int, bytes]] = []
+
+    def follow() -> None:
+        try:
+            for record in blocking.subscribe("events"):
+                received.append(record)
+            outcome.append(None)
+        except BaseException as exc:  # reported by the test thread
+            outcome.append(exc)
+
+    thread = threading.Thread(target=follow, daemon=True)
+    thread.start()
+    wait_for(lambda: received, 60, "the subscriber's first record")
+    blocking.close()
+    thread.join(timeout=60)
+    assert received == [(0, b"e-0")]
+    assert len(outcome) == 1 and isinstance(outcome[0], InvalidArgument), outcome
+    assert "closed" in str(outcome[0])
+
+    async def scenario() -> BaseException | None:
+        c = aio.Client(endpoints, account.name, key=account.keys[0])
+        first = asyncio.get_running_loop().create_future()
+
+        async def follow_async() -> None:
+            async for record in c.subscribe("events"):
+                if not first.done():
+                    first.set_result(record)
+        task = asyncio.get_running_loop().create_task(follow_async())
+        assert await asyncio.wait_for(first, 60) == (0, b"e-0")
+        await c.close()
+        done, _ = await asyncio.wait([task], timeout=60)
+        return task.exception() if done else None
+    error = asyncio.run(scenario())
+    assert isinstance(error, InvalidArgument) and "closed" in str(error), error
