@@ -221,3 +221,11 @@ def test_bad_scan_arguments_name_the_rule(start: object, end: object, limit: obj
                                           page_rows: object, match: str) -> None:
     with pytest.raises(InvalidArgument, match=match):
         ScanCursor(ScanRange.of(start, end, LIMITS), limit, page_rows)
+
+
+def test_a_key_continuation_before_the_range_starts_at_the_range() -> None:
+    fe = ReferenceFrontEnd(ITEMS)
+    got = collect(scan(fe, continuation=encode_key("aaa", b"2"), start="bbb"))
+    assert keys(got) == KEYS[4:]
+    got = collect(scan(fe, continuation=encode_key("bbb", b"2"), start="bbb"))
+    assert keys(got) == KEYS[6:]
