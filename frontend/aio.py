@@ -40,7 +40,14 @@ What every call does:
   NotFound, Sealed, Trimmed, ChecksumError...) is raised at once.
 - a closed client raises InvalidArgument("... client is closed").
 
-Errors are common/errors.py's StampError subclasses, and nothing else.
+Errors are common/errors.py's StampError subclasses, and nothing else. Every call may raise
+Unauthenticated (a bad or rotated key, an expired token, a clock more than 5 minutes off),
+PermissionDenied (a token without the permission or the name prefix), Unavailable or
+DeadlineExceeded (no front end answered within `timeout_s`), Throttled (still refused at the
+timeout), besides what each method names.
+
+An asyncio Client belongs to the event loop it is first used on (its streams live there);
+the blocking frontend.client.Client may be shared by threads.
 """
 
 from __future__ import annotations
@@ -134,8 +141,10 @@ class Client:
     async def read(self, log: str, from_seq: int = 0, limit: int = 1000
                    ) -> list[tuple[int, bytes]]:
         """Up to `limit` records of `log` from `from_seq` on, as (seq, data), in order (maybe
-        fewer: at most PartitionLimits.read_records_max / read_bytes_max per call). Raises
-        Trimmed below the log's first record, NotFound for no such log, ChecksumError."""
+        fewer: at most PartitionLimits.read_records_max / read_bytes_max per call; none at
+        the log's end; a log never written is empty). Raises Trimmed below the log's first
+        record, OutOfRange past its end, InvalidArgument if `log` names an entity group,
+        ChecksumError if a record does not match the CRC32C stored with it."""
         self._check_open()
         response = await self._call(sdk_requests.read_request(self.account, log, from_seq,
                                                               limit))
@@ -197,7 +206,8 @@ class Client:
         await self._call(sdk_requests.seal_request(self.account, log))
 
     async def peek(self, log: str) -> tuple[int, int]:
-        """(first_seq, next_seq) of `log`: its first untrimmed record and its end."""
+        """(first_seq, next_seq) of `log`: its first untrimmed record and its end; (0, 0)
+        for a log never written."""
         self._check_open()
         response = await self._call(sdk_requests.peek_request(self.account, log))
         return response.first_seq, response.next_seq

@@ -22,6 +22,7 @@ from common.errors import (
     ChecksumError,
     InvalidArgument,
     NotFound,
+    OutOfRange,
     PermissionDenied,
     PreconditionFailed,
     Sealed,
@@ -220,7 +221,11 @@ def test_logs(client_of: ClientOf, account: Account, pc: PartitionClient) -> Non
     assert c.read("orders") == [(0, b"a"), (1, b"b"), (2, b"c")]
     assert c.read("orders", 1, 1) == [(1, b"b")]
     assert c.read("orders", 3) == []
+    with pytest.raises(OutOfRange):
+        c.read("orders", 4)
     assert c.peek("orders") == (0, 3)
+    assert c.peek("never-written") == (0, 0)
+    assert c.read("never-written") == []
     # A token makes the caller's own retry exactly-once too.
     assert c.append("orders", [b"d"], token="retry-me") == 3
     assert c.append("orders", [b"d"], token="retry-me") == 3
