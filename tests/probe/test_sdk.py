@@ -33,7 +33,7 @@ from common.proto import faults_pb2, faults_pb2_grpc
 from common.proto import frontend_pb2 as fe_pb
 from common.proto import frontend_pb2_grpc as fe_grpc
 from common.rpc import arm_remote, sync_channel
-from frontend import aio, sas
+from frontend import aio, connection_string, sas
 from frontend.accounts import Account, AccountStore
 from frontend.client import Client
 from lock_service.client import LockClient
@@ -423,7 +423,7 @@ def test_a_flipped_bit_in_a_scan_fails_loudly(sdk_stamp: LocalStamp, client_of: 
 # ---- credentials ---------------------------------------------------------------------------
 
 def test_credentials_are_checked_and_refusals_are_not_retried(
-        client_of: ClientOf, account: Account, accounts: AccountStore,
+        sdk_stamp: LocalStamp, client_of: ClientOf, account: Account, accounts: AccountStore,
         pc: PartitionClient) -> None:
     owner = client_of(account.name, key=account.keys[0])
     owner.append("orders", [b"mine"])
@@ -432,6 +432,12 @@ def test_credentials_are_checked_and_refusals_are_not_retried(
     read_only = sas.mint(account.name, 1, account.keys[0], ["read"], "", int(now) + 3600, now)
     reader = client_of(account.name, sas=read_only)
     assert reader.read("orders") == [(0, b"mine")]
+    text = connection_string.make([sdk_stamp.address(n) for n in FRONT_ENDS], account.name,
+                                  sas_token=read_only).format()
+    with Client.from_connection_string(text) as from_text:
+        assert from_text.read("orders") == [(0, b"mine")]
+        with pytest.raises(PermissionDenied):
+            from_text.append("orders", [b"not allowed"])
     assert reader.peek("orders") == (0, 1)
     started = time.monotonic()
     with pytest.raises(PermissionDenied):

@@ -229,3 +229,12 @@ def test_a_key_continuation_before_the_range_starts_at_the_range() -> None:
     assert keys(got) == KEYS[4:]
     got = collect(scan(fe, continuation=encode_key("bbb", b"2"), start="bbb"))
     assert keys(got) == KEYS[6:]
+
+
+@settings(max_examples=200, deadline=None)
+@given(pname=st.text(max_size=70), row=st.binary(max_size=1100),
+       token=st.binary(min_size=1, max_size=200))
+def test_any_key_or_token_survives_its_continuation(pname: str, row: bytes, token: bytes
+                                                   ) -> None:
+    assert decode_continuation(encode_key(pname, row)) == Resume(key=(pname, row))
+    assert decode_continuation(encode_token(token)) == Resume(token=token)
