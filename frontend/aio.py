@@ -221,7 +221,7 @@ class Client:
 
     async def _log_names(self, cursor: ScanCursor) -> AsyncIterator[str]:
         async for items, _ in self._scan_batches(cursor):
-            for entity, _ in items:
+            for entity in items:
                 yield entity.pname
 
     # ---- entities ---------------------------------------------------------------------------
