@@ -254,8 +254,27 @@ class AsyncScanIterator:
         return self
 
     async def __anext__(self) -> Entity:
+        if not await self.fill():
+            raise StopAsyncIteration
+        return self.take()
+
+    async def fill(self) -> bool:
+        """Load pages until one has an item not yet yielded; False at the scan's end."""
         while self._at == len(self._page):
-            self._load(*await self._batches.__anext__())
+            try:
+                self._load(*await self._batches.__anext__())
+            except StopAsyncIteration:
+                return False
+        return True
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the loaded page has an item not yet yielded."""
+        return self._at < len(self._page)
+
+    def take(self) -> Entity:
+        """The next item of the loaded page (after `fill` said there is one): the blocking
+        iterator crosses to the event loop once a page, not once an item."""
         self._at += 1
         return self._page[self._at - 1]
 
