@@ -125,7 +125,14 @@ class Client:
 
     @property
     def endpoints(self) -> list[str]:
+        """The front ends of this client, as given."""
         return self._endpoints.all
+
+    @property
+    def next_endpoint(self) -> str:
+        """The front end the next call goes to (the last one that answered, unless it
+        failed since)."""
+        return self._endpoints.pick()
 
     # ---- logs -------------------------------------------------------------------------------
 
