@@ -79,6 +79,7 @@ __all__ = ["AsyncScanIterator", "Client", "Entity", "Page"]
 
 T = TypeVar("T")
 TOKEN_PREFIX_BYTES = 12  # 96 random bits: no two clients share a prefix
+CLOSED = "this Stamp client is closed: make a new one"
 # One attempt waits at most this long for its answer before another front end is tried.
 ATTEMPT_TIMEOUT_S = 10.0
 
@@ -110,6 +111,7 @@ class Client:
         self._endpoints = Endpoints(checked.endpoints, self._clock, self._rng)
         self._channels = rpc.ChannelCache(self.limits.rpc_message_bytes_max)
         self._sessions: dict[str, CallSession] = {}
+        self._pending: set[asyncio.Future[pb.Response]] = set()  # calls awaiting an answer
         # Mutation tokens: a random prefix and a counter (unique without a urandom per call).
         self._token_prefix = os.urandom(TOKEN_PREFIX_BYTES).hex()
         self._tokens = itertools.count()
@@ -333,6 +335,11 @@ class Client:
         if self._closed:
             return
         self._closed = True
+        # A session fails the calls it sent when it is closed, not those still queued in
+        # it: fail every call this client is waiting for, so none waits past close.
+        for future in self._pending:
+            if not future.done():
+                future.set_exception(InvalidArgument(CLOSED))
         for session in self._sessions.values():
             await session.close()
         await self._channels.close()
@@ -345,13 +352,13 @@ class Client:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise InvalidArgument("this Stamp client is closed: make a new one")
+            raise InvalidArgument(CLOSED)
 
     def _cancelled_by_close(self) -> None:
         """A stream was cancelled: by `close` (its channel closed under it), say so; a
         cancellation of the caller's own task goes on as it is."""
         if self._closed:
-            raise InvalidArgument("this Stamp client is closed: make a new one") from None
+            raise InvalidArgument(CLOSED) from None
 
     def _token(self) -> str:
         return f"{self._token_prefix}-{next(self._tokens)}"
@@ -375,9 +382,11 @@ class Client:
             self._check_open()
             endpoint = self._endpoints.pick()
             wire.sign_call(request, self._credentials, self._clock.wall())
+            future = self._session(endpoint).submit(request, self._attempt_s(deadline),
+                                                    nbytes)
+            self._pending.add(future)
             try:
-                response = await self._session(endpoint).call(
-                    request, self._attempt_s(deadline), nbytes)
+                response = await future
             except StampError as exc:
                 error = exc
             else:
@@ -387,6 +396,8 @@ class Client:
                 error = rpc.error_from_name(response.error, response.message)
                 if isinstance(error, Throttled):
                     error.retry_after_s = response.retry_after_s
+            finally:
+                self._pending.discard(future)
             await self._after_failure(endpoint, error, attempt, deadline, idempotent)
             attempt += 1
 

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import threading
 from collections.abc import AsyncIterator, Coroutine, Generator, Iterator, Sequence
 from typing import Any, TypeVar
 
 from common.config import PartitionLimits
-from common.errors import InvalidArgument
+from common.errors import InvalidArgument, StampError
 from common.loop_thread import LoopThread
 from frontend import aio, connection_string
 from frontend.sdk_requests import Row
@@ -29,6 +30,8 @@ __all__ = ["Client", "Entity", "Page", "ScanIterator"]
 
 T = TypeVar("T")
 CLOSED = "this Stamp client is closed: make a new one"
+# How long close() lets calls of other threads end on their own before it cancels them.
+CLOSE_WAIT_S = 2.0
 
 
 class Client:
@@ -41,7 +44,9 @@ class Client:
         `key` and `sas`, how long one call may take (retries included), and the limits
         arguments are checked against (the defaults of PartitionLimits unless given).
         InvalidArgument if any of them is malformed."""
+        self._lock = threading.Condition()
         self._closing = False
+        self._inflight = 0
         self._loop = LoopThread("stamp-sdk")
         try:
             self.aio: aio.Client = self._loop.run(_make(endpoints, account, key, sas,
@@ -62,15 +67,23 @@ class Client:
         return self.aio.account
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        if self._loop.closed or self._closing:
-            coro.close()
-            raise InvalidArgument(CLOSED)
+        # Counted in flight under the lock that close() takes to stop new calls: a call is
+        # never handed to the loop after close() stopped it (it would wait forever).
+        with self._lock:
+            if self._closing:
+                coro.close()
+                raise InvalidArgument(CLOSED)
+            self._inflight += 1
         try:
             return self._loop.run(coro)
         except concurrent.futures.CancelledError:
             if self._closing:  # close() on another thread cancelled this call
                 raise InvalidArgument(CLOSED) from None
             raise
+        finally:
+            with self._lock:
+                self._inflight -= 1
+                self._lock.notify_all()
 
     # ---- logs -------------------------------------------------------------------------------
 
@@ -137,10 +150,16 @@ class Client:
     def close(self) -> None:
         """Close the client; every later call, and every call or iteration still running on
         another thread (a subscriber), raises InvalidArgument."""
-        self._closing = True
-        if not self._loop.closed:
-            self._loop.run(self.aio.close())
-            self._loop.close()
+        with self._lock:
+            if self._closing:
+                return
+            self._closing = True
+        # Closing the async client fails its calls and streams (InvalidArgument); those
+        # still waiting (a backoff sleep) after a while are cancelled with the loop.
+        self._loop.run(self.aio.close())
+        with self._lock:
+            self._lock.wait_for(lambda: self._inflight == 0, timeout=CLOSE_WAIT_S)
+        self._loop.close()
 
     def __enter__(self) -> Client:
         return self
@@ -156,10 +175,10 @@ class Client:
                 except StopAsyncIteration:
                     return
         finally:
-            if not self._loop.closed:
-                # The client may be closing under us (another thread following a log).
-                with contextlib.suppress(Exception):
-                    self._loop.run(iterator.aclose())  # type: ignore[attr-defined]
+            # The client may be closing under us (another thread following a log): then
+            # the loop ends the generator itself.
+            with contextlib.suppress(StampError):
+                self._run(iterator.aclose())  # type: ignore[attr-defined]
 
 
 class ScanIterator:
@@ -186,7 +205,7 @@ class ScanIterator:
         return self._client._iterate(self._it.pages())
 
     def close(self) -> None:
-        with contextlib.suppress(InvalidArgument):
+        with contextlib.suppress(StampError):
             self._client._run(self._it.aclose())
 
 

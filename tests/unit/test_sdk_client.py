@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 import time
 from collections.abc import Callable
 
@@ -39,13 +40,18 @@ class ScriptedSession:
         self.endpoint, self.script, self.sent = endpoint, script, sent
         self.clock, self.step_s = clock, step_s
 
-    async def call(self, request: pb.Request, timeout_s: float, nbytes: int = 256
-                   ) -> pb.Response:
+    def submit(self, request: pb.Request, timeout_s: float, nbytes: int = 256
+               ) -> asyncio.Future[pb.Response]:
         copy = pb.Request()
         copy.CopyFrom(request)
         self.sent.append((self.endpoint, copy))
         self.clock.advance(self.step_s)
-        return self.script(self.endpoint, copy)
+        future: asyncio.Future[pb.Response] = asyncio.get_running_loop().create_future()
+        try:
+            future.set_result(self.script(self.endpoint, copy))
+        except StampError as exc:
+            future.set_exception(exc)
+        return future
 
     async def close(self) -> None:
         pass
@@ -233,3 +239,46 @@ def test_the_blocking_scan_crosses_to_its_loop_once_a_page() -> None:
         resumed = client.ScanIterator(c, AsyncScanIterator(
             ScanCursor(ScanRange(), continuation=token), source, token))
         assert [(e.pname, e.row) for e in resumed] == KEYS[5:]
+
+
+def test_closing_while_other_threads_call_ends_every_call_with_a_stamp_error() -> None:
+    """Calls in flight on other threads (retrying an unreachable front end) when the client
+    is closed end at once, each with InvalidArgument('... closed'): none hangs on the stopped
+    loop nor raises anything else. Repeated, closing after a growing number of failed calls, to
+    meet the callers at different steps."""
+    for round_ in range(8):
+        c = client.Client(["127.0.0.1:1"], "acct", key=KEY, timeout_s=0.2)
+        outcomes: list[BaseException] = []
+        failures = threading.Semaphore(0)
+        threads = [threading.Thread(target=_call_until_closed, args=(c, outcomes, failures),
+                                    daemon=True) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for _ in range(round_):
+            assert failures.acquire(timeout=30)
+        started = time.monotonic()
+        c.close()
+        # Every call ended when the async client closed: none was left for close() to
+        # cancel after waiting CLOSE_WAIT_S (a call queued in a session used to be).
+        assert time.monotonic() - started < client.CLOSE_WAIT_S, f"round {round_}"
+        for thread in threads:
+            thread.join(timeout=20)
+        assert not any(t.is_alive() for t in threads), f"round {round_}: a call hung"
+        assert len(outcomes) == 4 and all(
+            isinstance(o, InvalidArgument) and "closed" in str(o) for o in outcomes), \
+            (round_, outcomes)
+
+
+def _call_until_closed(c: client.Client, outcomes: list[BaseException],
+                       failures: threading.Semaphore) -> None:
+    while True:
+        try:
+            c.peek("orders")
+        except InvalidArgument as exc:
+            outcomes.append(exc)
+            return
+        except StampError:
+            failures.release()
+        except BaseException as exc:  # reported by the test thread
+            outcomes.append(exc)
+            return
