@@ -1,0 +1,352 @@
+"""The Stamp SDK, asyncio (issue 16, DESIGN §5): logs, entities and scans of one account,
+through the stamp's front ends (frontend.proto `FrontEnd`).
+
+    from frontend.aio import Client
+    async with Client.from_connection_string(text) as c:
+        first = await c.append("orders", [b"r1", b"r2"])
+        async for seq, data in c.subscribe("orders", first): ...
+
+`frontend.client.Client` is the same API, blocking. Every method checks its arguments before
+anything is sent (frontend/sdk_requests.py lists the rules and limits: account, log and
+partition names as frontend/names.py; record, value and row sizes, records per append,
+operations per batch from common/config.PartitionLimits): a bad argument raises
+InvalidArgument naming the rule or the limit.
+
+What every call does:
+- it is signed (frontend/wire.py) with the account's key or shared access token, at send
+  time: a retried request carries a fresh timestamp;
+- records and values carry their CRC32C, and what reads return is checked against the
+  CRC32C the stamp stored with it: a mismatch raises ChecksumError, never wrong bytes;
+- data operations share one `Call` stream per front end (many requests per message);
+- an error that may pass (Unavailable, NotOwner, Throttled after its retry-after,
+  DeadlineExceeded) is retried with exponential backoff and jitter (frontend/retry.py),
+  on another endpoint of the connection string when the front end itself failed, until
+  `timeout_s` after the call began; then the last error is raised. Every mutation carries a
+  token (appends: the caller's or one made here; puts, deletes, batches: one made here), so
+  a retry after an ambiguous failure is answered from the first attempt and applied once.
+  Any other error (InvalidArgument, Unauthenticated, PermissionDenied, PreconditionFailed,
+  NotFound, Sealed, Trimmed, ChecksumError...) is raised at once.
+- a closed client raises InvalidArgument("... client is closed").
+
+Errors are common/errors.py's StampError subclasses, and nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import random
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, cast
+
+import grpc
+
+from common import rpc
+from common.clock import Clock, SystemClock
+from common.config import PartitionLimits
+from common.errors import DeadlineExceeded, InvalidArgument, StampError, Throttled
+from common.proto import frontend_pb2_grpc as fe_grpc
+from common.proto import partition_pb2 as pb
+from frontend import connection_string, sdk_requests, wire
+from frontend.retry import Endpoints, RetryPolicy, endpoint_failed
+from frontend.sdk_requests import Row
+from frontend.sdk_scan import AsyncScanIterator, Batches, Entity, Page, ScanCursor, ScanRange
+from partition_layer.payload_crc import verify_value
+from partition_layer.session import CallSession
+
+__all__ = ["AsyncScanIterator", "Client", "Entity", "Page"]
+
+TOKEN_PREFIX_BYTES = 12  # 96 random bits: no two clients share a prefix
+# One attempt waits at most this long for its answer before another front end is tried.
+ATTEMPT_TIMEOUT_S = 10.0
+
+
+class Client:
+    """One account's view of a stamp, through its front ends (module docstring)."""
+
+    def __init__(self, endpoints: Sequence[str], account: str, *, key: bytes | None = None,
+                 sas: str | None = None, timeout_s: float = 30.0,
+                 limits: PartitionLimits | None = None, policy: RetryPolicy | None = None,
+                 clock: Clock | None = None, rng: random.Random | None = None) -> None:
+        """`endpoints`: front ends as HOST:PORT; exactly one of `key` (an account key) and
+        `sas` (a shared access token of `account`); `timeout_s`: how long one call may take,
+        retries included. InvalidArgument if any of them is malformed."""
+        if isinstance(endpoints, str):
+            raise InvalidArgument("endpoints are a sequence of HOST:PORT strings, not a str")
+        checked = connection_string.make(list(endpoints), account, key=key, sas_token=sas)
+        if not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool) \
+                or not 0 < timeout_s < float("inf"):
+            raise InvalidArgument(f"timeout_s is a positive number of seconds, not "
+                                  f"{timeout_s!r:.40}")
+        self.account = checked.account
+        self.timeout_s = float(timeout_s)
+        self.limits = limits or PartitionLimits()
+        self._credentials = wire.Credentials(checked.account, checked.key, checked.sas)
+        self._policy = policy or RetryPolicy()
+        self._clock: Clock = clock or SystemClock()
+        self._rng = rng or random.Random()
+        self._endpoints = Endpoints(checked.endpoints, self._clock, self._rng)
+        self._channels = rpc.ChannelCache(self.limits.rpc_message_bytes_max)
+        self._sessions: dict[str, CallSession] = {}
+        # Mutation tokens: a random prefix and a counter (unique without a urandom per call).
+        self._token_prefix = os.urandom(TOKEN_PREFIX_BYTES).hex()
+        self._tokens = itertools.count()
+        self._closed = False
+
+    @classmethod
+    def from_connection_string(cls, text: str, timeout_s: float = 30.0) -> Client:
+        """A client from `Endpoint=...;Account=...;Key=...` (or `SharedAccessSignature=...`),
+        frontend/connection_string.py; InvalidArgument if it is malformed."""
+        parsed = connection_string.parse(text)
+        return cls(parsed.endpoints, parsed.account, key=parsed.key, sas=parsed.sas,
+                   timeout_s=timeout_s)
+
+    @property
+    def endpoints(self) -> list[str]:
+        return self._endpoints.all
+
+    # ---- logs -------------------------------------------------------------------------------
+
+    async def append(self, log: str, records: Sequence[bytes], token: str | None = None
+                     ) -> int:
+        """Append `records` to `log` atomically, at consecutive sequence numbers; returns the
+        first one. `token` makes a retry by the caller exactly-once too (without one, only
+        this call's own retries are). Raises Sealed, PermissionDenied, InvalidArgument..."""
+        self._check_open()
+        request = sdk_requests.append_request(
+            self.account, log, records, self._token() if token is None else token,
+            self.limits)
+        return (await self._call(request)).first_seq
+
+    async def read(self, log: str, from_seq: int = 0, limit: int = 1000
+                   ) -> list[tuple[int, bytes]]:
+        """Up to `limit` records of `log` from `from_seq` on, as (seq, data), in order (maybe
+        fewer: at most PartitionLimits.read_records_max / read_bytes_max per call). Raises
+        Trimmed below the log's first record, NotFound for no such log, ChecksumError."""
+        self._check_open()
+        response = await self._call(sdk_requests.read_request(self.account, log, from_seq,
+                                                              limit))
+        return [(r.seq, verify_value(r.data, r.crc, f"record {r.seq} of {log!r}"))
+                for r in response.records]
+
+    def subscribe(self, log: str, from_seq: int = 0) -> AsyncIterator[tuple[int, bytes]]:
+        """The records of `log` from `from_seq` on as they are appended, each exactly once and
+        in order, across front-end and partition-server failovers (a broken stream is
+        resubscribed at the next sequence number, on another front end if need be); ends
+        when the log is sealed and everything was delivered. Gives up with the last error
+        after `timeout_s` of failed attempts with no record in between. Arguments are
+        checked at once (InvalidArgument)."""
+        self._check_open()
+        sdk_requests.seal_request(self.account, log)  # checks the name
+        return self._subscribe(log, sdk_requests.check_seq("from_seq", from_seq))
+
+    async def _subscribe(self, log: str, next_seq: int) -> AsyncIterator[tuple[int, bytes]]:
+        # Failed attempts in a row, and when they must stop: a healthy stream may be idle
+        # for hours, so the deadline runs from the first failure after the last reply.
+        attempt, deadline = 0, None
+        while True:
+            self._check_open()
+            endpoint = self._endpoints.pick()
+            request = pb.SubscribeRequest(account=self.account, pname=log, from_seq=next_seq)
+            wire.sign_subscribe(request, self._credentials, self._clock.wall())
+            stream = fe_grpc.FrontEndStub(self._channels.get(endpoint)).Subscribe(request)
+            try:
+                async for reply in stream:
+                    for record in reply.records:
+                        data = verify_value(record.data, record.crc,
+                                            f"record {record.seq} of {log!r}")
+                        if record.seq >= next_seq:
+                            next_seq = record.seq + 1
+                            yield record.seq, data
+                    self._endpoints.answered(endpoint)
+                    attempt, deadline = 0, None
+                return
+            except grpc.RpcError as exc:
+                error = rpc.from_rpc_error(exc)
+            finally:
+                stream.cancel()
+            if deadline is None:
+                deadline = self._clock.monotonic() + self.timeout_s
+            await self._after_failure(endpoint, error, attempt, deadline, idempotent=True)
+            attempt += 1
+
+    async def trim(self, log: str, upto_seq: int) -> None:
+        """Drop the records of `log` below `upto_seq` (a trim never moves back)."""
+        self._check_open()
+        await self._call(sdk_requests.trim_request(self.account, log, upto_seq))
+
+    async def seal(self, log: str) -> None:
+        """Seal `log`: appends are refused (Sealed) from now on; subscribers end."""
+        self._check_open()
+        await self._call(sdk_requests.seal_request(self.account, log))
+
+    async def peek(self, log: str) -> tuple[int, int]:
+        """(first_seq, next_seq) of `log`: its first untrimmed record and its end."""
+        self._check_open()
+        response = await self._call(sdk_requests.peek_request(self.account, log))
+        return response.first_seq, response.next_seq
+
+    def list_logs(self, prefix: str = "") -> AsyncIterator[str]:
+        """The account's log names that start with `prefix`, in name order, across range
+        partitions (an async iterator; InvalidArgument at once for a malformed prefix)."""
+        self._check_open()
+        cursor = ScanCursor(ScanRange.log_names(prefix))
+        return self._log_names(cursor)
+
+    async def _log_names(self, cursor: ScanCursor) -> AsyncIterator[str]:
+        async for items, _ in self._scan_batches(cursor):
+            for entity, _ in items:
+                yield entity.pname
+
+    # ---- entities ---------------------------------------------------------------------------
+
+    async def put(self, pname: str, row: Row, value: bytes, if_match: str | None = None,
+                  if_none_match: str | None = None) -> str:
+        """Write `value` at (pname, row); returns the new ETag. `if_match`: only over that
+        ETag; `if_none_match="*"`: only if the row does not exist (PreconditionFailed
+        otherwise)."""
+        self._check_open()
+        request = sdk_requests.put_request(self.account, pname, row, value, if_match,
+                                           if_none_match, self._token(), self.limits)
+        return (await self._call(request)).etag
+
+    async def get(self, pname: str, row: Row) -> tuple[bytes, str]:
+        """(value, etag) of (pname, row); NotFound if there is none, ChecksumError if the
+        value does not match its stored CRC32C."""
+        self._check_open()
+        response = await self._call(sdk_requests.get_request(self.account, pname, row,
+                                                             self.limits))
+        value = verify_value(response.value, response.value_crc,
+                             f"the value of row {row!r:.80} of {pname!r}")
+        return value, response.etag
+
+    async def delete(self, pname: str, row: Row, if_match: str | None = None) -> None:
+        """Delete (pname, row); NotFound if there is none, PreconditionFailed if `if_match`
+        is not its ETag."""
+        self._check_open()
+        await self._call(sdk_requests.delete_request(self.account, pname, row, if_match,
+                                                     self._token(), self.limits))
+
+    async def batch(self, pname: str, ops: Sequence[tuple[Any, ...]]) -> list[str]:
+        """Apply `ops` (`("put", row, value[, if_match])`, `("delete", row[, if_match])`) to
+        rows of `pname` atomically: all or none. Returns one ETag per op ("" for a
+        delete)."""
+        self._check_open()
+        request = sdk_requests.batch_request(self.account, pname, ops, self._token(),
+                                             self.limits)
+        return list((await self._call(request)).etags)
+
+    def scan(self, start: str | tuple[str, Row] | None = None,
+             end: str | tuple[str, Row] | None = None, limit: int | None = None,
+             continuation: str | None = None, page_rows: int | None = None
+             ) -> AsyncScanIterator:
+        """Entities of the account in key order from `start` up to, not including, `end`,
+        across range partitions, at most `limit` of them (frontend/sdk_scan.py: bounds and
+        continuations). `continuation` resumes a scan of the same range after its last item;
+        `page_rows` caps the rows of one page. Each partition's part is a consistent
+        snapshot. Arguments are checked at once (InvalidArgument)."""
+        self._check_open()
+        cursor = ScanCursor(ScanRange.of(start, end, self.limits), limit, page_rows,
+                            continuation)
+        return AsyncScanIterator(cursor, self._scan_batches, continuation)
+
+    async def _scan_batches(self, cursor: ScanCursor) -> Batches:
+        """The cursor's pages from the front ends, resumed after the last page received when
+        a stream breaks (retries as `_call`'s, the deadline renewed by every page)."""
+        attempt, deadline = 0, self._clock.monotonic() + self.timeout_s
+        while not cursor.finished:
+            self._check_open()
+            endpoint = self._endpoints.pick()
+            request = cursor.request(self.account)
+            wire.sign_scan(request, self._credentials, self._clock.wall())
+            stream = fe_grpc.FrontEndStub(self._channels.get(endpoint)).Scan(request)
+            pages = stream.__aiter__()
+            try:
+                while True:
+                    try:
+                        page = await asyncio.wait_for(pages.__anext__(), self._attempt_s(
+                            deadline))
+                    except StopAsyncIteration:
+                        cursor.finished = True
+                        return
+                    batch = cursor.accept(page)
+                    self._endpoints.answered(endpoint)
+                    attempt, deadline = 0, self._clock.monotonic() + self.timeout_s
+                    yield batch
+            except grpc.RpcError as exc:
+                error = rpc.from_rpc_error(exc)
+            except TimeoutError:
+                error = DeadlineExceeded(f"{endpoint} sent no scan page in time")
+            finally:
+                stream.cancel()
+            await self._after_failure(endpoint, error, attempt, deadline, idempotent=True)
+            attempt += 1
+
+    # ---- the client -------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Close the streams and channels; every later call raises InvalidArgument."""
+        if self._closed:
+            return
+        self._closed = True
+        for session in self._sessions.values():
+            await session.close()
+        await self._channels.close()
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InvalidArgument("this Stamp client is closed: make a new one")
+
+    def _token(self) -> str:
+        return f"{self._token_prefix}-{next(self._tokens)}"
+
+    def _attempt_s(self, deadline: float) -> float:
+        return max(0.05, min(ATTEMPT_TIMEOUT_S, deadline - self._clock.monotonic()))
+
+    def _session(self, endpoint: str) -> CallSession:
+        session = self._sessions.get(endpoint)
+        if session is None:
+            session = CallSession(endpoint, lambda: cast(Any, fe_grpc.FrontEndStub(
+                self._channels.get(endpoint))))
+            self._sessions[endpoint] = session
+        return session
+
+    async def _call(self, request: pb.Request, idempotent: bool = True) -> pb.Response:
+        """Send `request` until it is answered or may not be retried (module docstring)."""
+        nbytes = sdk_requests.request_bytes(request)
+        attempt, deadline = 0, self._clock.monotonic() + self.timeout_s
+        while True:
+            self._check_open()
+            endpoint = self._endpoints.pick()
+            wire.sign_call(request, self._credentials, self._clock.wall())
+            try:
+                response = await self._session(endpoint).call(
+                    request, self._attempt_s(deadline), nbytes)
+            except StampError as exc:
+                error = exc
+            else:
+                self._endpoints.answered(endpoint)
+                if not response.error:
+                    return response
+                error = rpc.error_from_name(response.error, response.message)
+                if isinstance(error, Throttled):
+                    error.retry_after_s = response.retry_after_s
+            await self._after_failure(endpoint, error, attempt, deadline, idempotent)
+            attempt += 1
+
+    async def _after_failure(self, endpoint: str, error: StampError, attempt: int,
+                             deadline: float, idempotent: bool) -> None:
+        """Wait before the next attempt, or raise `error` if there is none to make."""
+        if endpoint_failed(error):
+            self._endpoints.failed(endpoint)
+        delay = self._policy.delay(error, attempt, idempotent, self._rng)
+        if delay is None or self._closed or self._clock.monotonic() + delay > deadline:
+            raise error
+        await asyncio.sleep(delay)

@@ -1,0 +1,192 @@
+"""The Stamp SDK, blocking (issue 16, DESIGN §5): the same API as `frontend.aio.Client`,
+each method a plain call, run on a private event loop (common/loop_thread.py) so it works
+from any thread and from code that has an event loop of its own.
+
+    from frontend.client import Client
+    with Client.from_connection_string(text) as c:
+        first = c.append("orders", [b"r1", b"r2"])
+        for entity in c.scan("orders-2026"): ...
+
+Argument rules, limits, signing, checksums, retries and errors: frontend/aio.py's docstring
+(all of it holds here). A closed client raises InvalidArgument.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
+from typing import Any, TypeVar
+
+from common.errors import InvalidArgument
+from common.loop_thread import LoopThread
+from frontend import aio
+from frontend.sdk_requests import Row
+from frontend.sdk_scan import AsyncScanIterator, Entity, Page
+
+__all__ = ["Client", "Entity", "Page", "ScanIterator"]
+
+T = TypeVar("T")
+
+
+class Client:
+    """Blocking, thread-safe facade over frontend.aio.Client (module docstring)."""
+
+    def __init__(self, endpoints: Sequence[str], account: str, *, key: bytes | None = None,
+                 sas: str | None = None, timeout_s: float = 30.0) -> None:
+        """As frontend.aio.Client: front-end endpoints HOST:PORT, the account, exactly one of
+        `key` and `sas`, and how long one call may take, retries included. InvalidArgument
+        if any of them is malformed."""
+        self._loop = LoopThread("stamp-sdk")
+        try:
+            self.aio: aio.Client = self._loop.run(_make(endpoints, account, key, sas,
+                                                        timeout_s))
+        except BaseException:
+            self._loop.close()
+            raise
+
+    @classmethod
+    def from_connection_string(cls, text: str, timeout_s: float = 30.0) -> Client:
+        """A client from a connection string (frontend/connection_string.py)."""
+        from frontend import connection_string
+        parsed = connection_string.parse(text)
+        return cls(parsed.endpoints, parsed.account, key=parsed.key, sas=parsed.sas,
+                   timeout_s=timeout_s)
+
+    @property
+    def account(self) -> str:
+        return self.aio.account
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self._loop.closed:
+            coro.close()
+            raise InvalidArgument("this Stamp client is closed: make a new one")
+        return self._loop.run(coro)
+
+    # ---- logs -------------------------------------------------------------------------------
+
+    def append(self, log: str, records: Sequence[bytes], token: str | None = None) -> int:
+        """frontend.aio.Client.append: the first sequence number of `records`."""
+        return self._run(self.aio.append(log, records, token))
+
+    def read(self, log: str, from_seq: int = 0, limit: int = 1000) -> list[tuple[int, bytes]]:
+        """frontend.aio.Client.read: up to `limit` (seq, data) from `from_seq` on."""
+        return self._run(self.aio.read(log, from_seq, limit))
+
+    def subscribe(self, log: str, from_seq: int = 0) -> Iterator[tuple[int, bytes]]:
+        """frontend.aio.Client.subscribe: (seq, data) exactly once, in order, across
+        failovers, until the log is sealed. Arguments are checked at once."""
+        return self._iterate(self._run(_later(self.aio.subscribe, log, from_seq)))
+
+    def trim(self, log: str, upto_seq: int) -> None:
+        """frontend.aio.Client.trim."""
+        self._run(self.aio.trim(log, upto_seq))
+
+    def seal(self, log: str) -> None:
+        """frontend.aio.Client.seal."""
+        self._run(self.aio.seal(log))
+
+    def peek(self, log: str) -> tuple[int, int]:
+        """frontend.aio.Client.peek: (first_seq, next_seq)."""
+        return self._run(self.aio.peek(log))
+
+    def list_logs(self, prefix: str = "") -> Iterator[str]:
+        """frontend.aio.Client.list_logs: log names starting with `prefix`, in order."""
+        return self._iterate(self._run(_later(self.aio.list_logs, prefix)))
+
+    # ---- entities ---------------------------------------------------------------------------
+
+    def put(self, pname: str, row: Row, value: bytes, if_match: str | None = None,
+            if_none_match: str | None = None) -> str:
+        """frontend.aio.Client.put: the new ETag."""
+        return self._run(self.aio.put(pname, row, value, if_match, if_none_match))
+
+    def get(self, pname: str, row: Row) -> tuple[bytes, str]:
+        """frontend.aio.Client.get: (value, etag)."""
+        return self._run(self.aio.get(pname, row))
+
+    def delete(self, pname: str, row: Row, if_match: str | None = None) -> None:
+        """frontend.aio.Client.delete."""
+        self._run(self.aio.delete(pname, row, if_match))
+
+    def batch(self, pname: str, ops: Sequence[tuple[Any, ...]]) -> list[str]:
+        """frontend.aio.Client.batch: one ETag per op ("" for a delete)."""
+        return self._run(self.aio.batch(pname, ops))
+
+    def scan(self, start: str | tuple[str, Row] | None = None,
+             end: str | tuple[str, Row] | None = None, limit: int | None = None,
+             continuation: str | None = None, page_rows: int | None = None
+             ) -> ScanIterator:
+        """frontend.aio.Client.scan, as a blocking iterator of Entity with `.pages()` and
+        `.continuation` (frontend/sdk_scan.py)."""
+        it = self._run(_later(self.aio.scan, start, end, limit, continuation, page_rows))
+        return ScanIterator(self, it)
+
+    # ---- the client -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the client; every later call raises InvalidArgument."""
+        if not self._loop.closed:
+            self._loop.run(self.aio.close())
+            self._loop.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _iterate(self, iterator: AsyncIterator[T]) -> Iterator[T]:
+        try:
+            while True:
+                try:
+                    yield self._run(_anext(iterator))
+                except StopAsyncIteration:
+                    return
+        finally:
+            if not self._loop.closed:
+                # The client may be closing under us (another thread following a log).
+                with contextlib.suppress(Exception):
+                    self._loop.run(iterator.aclose())  # type: ignore[attr-defined]
+
+
+class ScanIterator:
+    """A blocking scan: iterate it for Entity, or `.pages()` for Page; `.continuation`
+    resumes after the last item yielded (frontend/sdk_scan.py)."""
+
+    def __init__(self, client: Client, it: AsyncScanIterator) -> None:
+        self._client = client
+        self._it = it
+
+    @property
+    def continuation(self) -> str | None:
+        return self._it.continuation
+
+    def __iter__(self) -> ScanIterator:
+        return self
+
+    def __next__(self) -> Entity:
+        try:
+            return self._client._run(_anext(self._it))
+        except StopAsyncIteration:
+            raise StopIteration from None
+
+    def pages(self) -> Iterator[Page]:
+        return self._client._iterate(self._it.pages())
+
+    def close(self) -> None:
+        with contextlib.suppress(InvalidArgument):
+            self._client._run(self._it.aclose())
+
+
+async def _anext(iterator: AsyncIterator[T]) -> T:
+    return await iterator.__anext__()
+
+
+async def _later(function: Any, *args: Any) -> Any:
+    """Call a synchronous method of the async client on its loop (it may make tasks)."""
+    return function(*args)
+
+
+async def _make(endpoints: Sequence[str], account: str, key: bytes | None, sas: str | None,
+                timeout_s: float) -> aio.Client:
+    return aio.Client(endpoints, account, key=key, sas=sas, timeout_s=timeout_s)

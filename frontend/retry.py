@@ -1,0 +1,103 @@
+"""The SDK's retry decisions (issue 16, DESIGN §5): which errors are retried, after how long,
+and which front end the next attempt goes to. Pure: time and randomness are injected, so
+the policy is tested without sleeping (tests/unit/test_sdk_retry.py).
+
+Contracts:
+- `RetryPolicy.delay` returns None for an error that must not be retried (anything but
+  Unavailable, NotOwner, Throttled, and DeadlineExceeded on an idempotent call); otherwise a
+  backoff growing exponentially from `backoff_min_s` to `backoff_max_s` with jitter (each
+  delay uniform in [half, all] of the exponential step, so concurrent clients spread out but
+  never retry at once), and never less than a Throttled error's `retry_after_s`.
+- `Endpoints.pick` returns an endpoint no failure is held against, in a fixed rotation from a
+  random first one (clients spread over the front ends); a front end that failed
+  (`failed`) is avoided for `avoid_s`; when every endpoint is avoided, the one whose
+  avoidance ends first is tried anyway (a call never waits for lack of a front end).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from common.clock import Clock
+from common.errors import DeadlineExceeded, NotOwner, StampError, Throttled, Unavailable
+
+BACKOFF_MIN_S = 0.02
+BACKOFF_MAX_S = 1.0
+# A front end that failed a call is not asked again for this long while others remain.
+ENDPOINT_AVOID_S = 5.0
+# Throttled answers carry the server's retry-after; never wait longer than this for one
+# (a confused server must not park a client for an hour).
+RETRY_AFTER_MAX_S = 30.0
+
+
+def retryable(error: StampError, idempotent: bool) -> bool:
+    """Whether another attempt may succeed and cannot do harm (module contract)."""
+    if isinstance(error, (Unavailable, Throttled)):  # NotOwner is an Unavailable
+        return True
+    return isinstance(error, DeadlineExceeded) and idempotent
+
+
+def endpoint_failed(error: StampError) -> bool:
+    """Whether `error` says the front end itself is in trouble (try another one), rather than
+    something behind it (a partition moving: NotOwner) or the account (Throttled)."""
+    if isinstance(error, NotOwner):
+        return False
+    return isinstance(error, (Unavailable, DeadlineExceeded))
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    backoff_min_s: float = BACKOFF_MIN_S
+    backoff_max_s: float = BACKOFF_MAX_S
+    retry_after_max_s: float = RETRY_AFTER_MAX_S
+
+    def delay(self, error: StampError, attempt: int, idempotent: bool, rng: random.Random
+              ) -> float | None:
+        """Seconds to wait before attempt `attempt + 1` (attempt counts from 0) after `error`;
+        None: do not retry (module contract)."""
+        if not retryable(error, idempotent):
+            return None
+        step = min(self.backoff_max_s, self.backoff_min_s * (2 ** min(attempt, 32)))
+        wait = rng.uniform(step / 2, step)
+        if isinstance(error, Throttled):
+            wait = max(wait, min(self.retry_after_max_s, max(0.0, error.retry_after_s)))
+        return wait
+
+
+class Endpoints:
+    """Which front end to ask next (module contract)."""
+
+    def __init__(self, endpoints: Sequence[str], clock: Clock, rng: random.Random,
+                 avoid_s: float = ENDPOINT_AVOID_S) -> None:
+        if not endpoints:
+            raise ValueError("at least one endpoint")
+        self._endpoints = list(endpoints)
+        self._clock = clock
+        self._avoid_s = avoid_s
+        self._first = rng.randrange(len(self._endpoints))
+        self._avoid_until: dict[str, float] = {}
+
+    @property
+    def all(self) -> list[str]:
+        return list(self._endpoints)
+
+    def pick(self) -> str:
+        now = self._clock.monotonic()
+        n = len(self._endpoints)
+        rotation = [self._endpoints[(self._first + i) % n] for i in range(n)]
+        for endpoint in rotation:
+            if self._avoid_until.get(endpoint, 0.0) <= now:
+                return endpoint
+        return min(rotation, key=lambda e: self._avoid_until[e])
+
+    def failed(self, endpoint: str) -> None:
+        """`endpoint` failed a call: avoid it for a while; the rotation moves past it."""
+        self._avoid_until[endpoint] = self._clock.monotonic() + self._avoid_s
+        if self._endpoints[self._first] == endpoint:
+            self._first = (self._first + 1) % len(self._endpoints)
+
+    def answered(self, endpoint: str) -> None:
+        """`endpoint` answered: nothing is held against it any more."""
+        self._avoid_until.pop(endpoint, None)

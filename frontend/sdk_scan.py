@@ -1,0 +1,265 @@
+"""The SDK's scans (issue 16, DESIGN §5): what a scan's arguments mean, its continuation
+tokens, and the iterator the SDK hands out.
+
+A scan walks one account's entities in key order, (partition name, row), from `start` up to,
+not including, `end` (each a partition name alone, meaning that name's first row, or a
+(pname, row) pair; None: the account's first key, or its end), across range partitions, in
+pages the front end streams (frontend.proto `Scan`).
+
+Continuations: `ScanIterator.continuation` resumes a scan (the same range, passed back as
+`scan(..., continuation=...)`) exactly after the last item the iterator yielded. It is an
+opaque, URL-safe string in one of two forms:
+- at a page boundary, the front end's own `ScanPage.continuation` in unpadded URL-safe
+  base64 (the front end's token, which survives splits and merges of the partitions);
+- after an item inside a page (the caller stopped mid-page, or `limit` cut the scan), "~"
+  and the URL-safe base64 of that item's key: the scan restarts at that key and drops it.
+None before anything was yielded from a fresh scan, and once the scan is complete.
+
+Contract of `ScanCursor` (pure: tested in tests/unit/test_sdk_scan.py): `request` says where
+the next Scan stream starts — after everything `accept`ed so far, so a stream that breaks
+between pages is resumed from there with nothing lost or repeated — and `accept` checks each
+item's CRC32C (ChecksumError, never wrong bytes), drops the item a key continuation resumes
+at, applies `limit`, and pairs each item with the continuation that follows it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from common.config import PartitionLimits
+from common.errors import InvalidArgument
+from common.proto import frontend_pb2 as fe_pb
+from common.proto import partition_pb2 as pb
+from frontend import names
+from frontend.sdk_requests import UINT32_MAX, row_bytes
+from partition_layer.payload_crc import verify_value
+
+CONTINUATION_CHARS_MAX = 16 * 1024
+KEY_FORM = "~"
+
+
+class Entity(NamedTuple):
+    pname: str
+    row: bytes
+    value: bytes
+    etag: str
+
+
+class Page(NamedTuple):
+    items: list[Entity]
+    continuation: str | None  # resumes after this page's last item; None: the scan is done
+
+
+# ---- continuations --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Resume:
+    """Where a continuation resumes: the front end's token, or after a key."""
+
+    token: bytes = b""
+    key: tuple[str, bytes] | None = None
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def encode_token(token: bytes) -> str:
+    return _b64(token)
+
+
+def encode_key(pname: str, row: bytes) -> str:
+    name = pname.encode()
+    return KEY_FORM + _b64(len(name).to_bytes(2, "big") + name + row)
+
+
+def decode_continuation(text: Any) -> Resume:
+    """The Resume of a continuation; InvalidArgument for anything this SDK did not make."""
+    bad = InvalidArgument("continuation is not one a scan of this SDK returned")
+    if not isinstance(text, str) or not text or len(text) > CONTINUATION_CHARS_MAX:
+        raise bad
+    body = text[1:] if text.startswith(KEY_FORM) else text
+    if not body.isascii() or not all(c.isalnum() or c in "-_" for c in body):
+        raise bad
+    try:
+        data = _unb64(body)
+    except (binascii.Error, ValueError):
+        raise bad from None
+    if not text.startswith(KEY_FORM):
+        if not data:
+            raise bad
+        return Resume(token=data)
+    size = int.from_bytes(data[:2], "big")
+    if len(data) < 2 + size:
+        raise bad
+    try:
+        pname = data[2:2 + size].decode()
+    except UnicodeDecodeError:
+        raise bad from None
+    return Resume(key=(pname, data[2 + size:]))
+
+
+# ---- the range ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ScanRange:
+    start_pname: str = ""
+    start_row: bytes = b""
+    has_end: bool = False
+    end_pname: str = ""
+    end_row: bytes = b""
+    mode: int = pb.SCAN_ENTITIES
+    prefix: str = ""
+
+    @classmethod
+    def of(cls, start: Any, end: Any, limits: PartitionLimits) -> ScanRange:
+        """The range of `scan(start, end)` (module docstring); InvalidArgument if malformed."""
+        start_pname, start_row = _bound("start", start, limits)
+        if end is None:
+            return cls(start_pname, start_row)
+        end_pname, end_row = _bound("end", end, limits)
+        return cls(start_pname, start_row, True, end_pname, end_row)
+
+    @classmethod
+    def log_names(cls, prefix: str) -> ScanRange:
+        return cls(mode=pb.SCAN_LOG_NAMES, prefix=names.check_prefix(prefix))
+
+
+def _bound(what: str, bound: Any, limits: PartitionLimits) -> tuple[str, bytes]:
+    if bound is None:
+        return "", b""
+    if isinstance(bound, str):
+        return names.check_partition(bound), b""
+    if isinstance(bound, tuple) and len(bound) == 2:
+        return names.check_partition(bound[0]), row_bytes(bound[1], limits)
+    raise InvalidArgument(f"a scan's {what} is a partition name, a (partition name, row) "
+                          f"pair or None, not {bound!r:.80}")
+
+
+def _positive(what: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= UINT32_MAX:
+        raise InvalidArgument(f"a scan's {what} is a positive integer (at most 2**32 - 1) or "
+                              f"None, not {value!r:.80}")
+    return value
+
+
+# ---- the cursor -----------------------------------------------------------------------------
+
+class ScanCursor:
+    """Where a scan stands (module contract)."""
+
+    def __init__(self, scan_range: ScanRange, limit: Any = None, page_rows: Any = None,
+                 continuation: str | None = None) -> None:
+        self.range = scan_range
+        self.limit = _positive("limit", limit)
+        self.page_rows = _positive("page_rows", page_rows) or 0
+        self._resume = decode_continuation(continuation) if continuation is not None \
+            else Resume()
+        # The key a key continuation resumes at: dropped if it comes first, as yielded before.
+        self._skip = self._resume.key
+        self.received = 0
+        self.finished = False
+
+    def request(self, account: str) -> fe_pb.ScanRequest:
+        """The Scan request that continues after everything accepted."""
+        r = self.range
+        request = fe_pb.ScanRequest(
+            account=account, start_pname=r.start_pname, start_row=r.start_row,
+            has_end=r.has_end, end_pname=r.end_pname, end_row=r.end_row, mode=r.mode,
+            prefix=r.prefix, page_rows=self.page_rows, continuation=self._resume.token)
+        if self._resume.key is not None:
+            request.start_pname, request.start_row = self._resume.key
+        if self.limit is not None:
+            # One more when a key resume may see its own key again (dropped in `accept`).
+            request.limit = self.limit - self.received + (self._skip is not None)
+        return request
+
+    def accept(self, page: fe_pb.ScanPage
+               ) -> tuple[list[tuple[Entity, str | None]], str | None]:
+        """The page's items, each with the continuation after it, and the continuation after
+        the page; ChecksumError if an item does not match its CRC32C."""
+        if self.finished:
+            return [], None
+        items = list(page.items)
+        if self._skip is not None and items:
+            if (items[0].pname, items[0].row) == self._skip:
+                items = items[1:]
+            self._skip = None
+        cut = self.limit is not None and self.received + len(items) >= self.limit
+        if self.limit is not None:
+            items = items[:self.limit - self.received]
+        entities = [Entity(i.pname, i.row, verify_value(
+            i.value, i.crc, f"the value of row {i.row!r:.80} of {i.pname!r}"), i.etag)
+            for i in items]
+        self.received += len(entities)
+        if page.continuation and not cut:
+            self._resume = Resume(token=page.continuation)
+            after_page: str | None = encode_token(page.continuation)
+        else:
+            self.finished = True
+            # The front end stopped at our limit, or we cut its page: more may follow.
+            after_page = encode_key(*entities[-1][:2]) if cut and entities else None
+        paired = [(e, encode_key(e.pname, e.row)) for e in entities]
+        if paired:
+            paired[-1] = (paired[-1][0], after_page)
+        return paired, after_page
+
+
+# ---- the iterator ---------------------------------------------------------------------------
+
+Batches = AsyncIterator[tuple[list[tuple[Entity, str | None]], str | None]]
+
+
+class AsyncScanIterator:
+    """The asyncio scan iterator: `async for entity in it`, or `async for page in
+    it.pages()` (one or the other; pages() starts with what is left of the current page);
+    `it.continuation` resumes after the last item yielded (module docstring)."""
+
+    def __init__(self, cursor: ScanCursor, source: Callable[[ScanCursor], Batches],
+                 continuation: str | None) -> None:
+        self._cursor = cursor
+        self._batches = source(cursor)
+        self._buffer: deque[tuple[Entity, str | None]] = deque()
+        self._continuation = continuation
+
+    @property
+    def continuation(self) -> str | None:
+        return self._continuation
+
+    def __aiter__(self) -> AsyncScanIterator:
+        return self
+
+    async def __anext__(self) -> Entity:
+        while not self._buffer:
+            items, after_page = await self._batches.__anext__()
+            self._buffer.extend(items)
+            if not items:
+                self._continuation = after_page
+        entity, self._continuation = self._buffer.popleft()
+        return entity
+
+    async def pages(self) -> AsyncIterator[Page]:
+        """The rest of the scan, page by page (pages with no items are skipped)."""
+        if self._buffer:
+            rest = list(self._buffer)
+            self._buffer.clear()
+            self._continuation = rest[-1][1]
+            yield Page([e for e, _ in rest], self._continuation)
+        async for items, after_page in self._batches:
+            self._continuation = after_page
+            if items:
+                yield Page([e for e, _ in items], after_page)
+
+    async def aclose(self) -> None:
+        await self._batches.aclose()  # type: ignore[attr-defined]
