@@ -106,7 +106,7 @@ def cmd_put(args: argparse.Namespace) -> int:
     value = _value(args)  # before connecting: a bad file is not the stamp's error
     with sdk_client.client(args) as client:
         etag = client.put(args.pname, args.row, value, if_match=args.if_match,
-                          if_none_match=True if args.if_none_match else None)
+                          if_none_match="*" if args.if_none_match else None)
     print(etag)
     return 0
 
@@ -139,6 +139,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
             if entity.pname != args.pname:
                 break
             print_entity(entity, args.json, with_pname=False)
+        scan.close()
     return 0
 
 

@@ -136,7 +136,7 @@ def _logs(stamp: LocalStamp, client: Client, cs: ConnectionString, log: str) -> 
 
 def _entities(client: Client, pname: str) -> None:
     print(f"entities in {pname}:")
-    etag = client.put(pname, "alice", b'{"city": "Oslo"}', if_none_match=True)
+    etag = client.put(pname, "alice", b'{"city": "Oslo"}', if_none_match="*")
     value, read_etag = client.get(pname, "alice")
     assert read_etag == etag
     print(f"  put alice -> ETag {etag}; get alice -> {value.decode()} (ETag {read_etag})")
@@ -156,6 +156,7 @@ def _entities(client: Client, pname: str) -> None:
         if entity.pname != pname:
             break
         rows.append(entity.row.decode())
+    rest.close()
     assert rows == ["alice", "bob", "carol", "dave"], rows
     print(f"  scan: {', '.join(rows[:2])} (limit 2, then its continuation token) + "
           f"{', '.join(rows[2:])}: in key order")
