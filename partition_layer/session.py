@@ -4,7 +4,10 @@ requests are queued, sent in batches, and matched to their responses by id.
 Contract: `call` returns the server's Response (which may name an error), or raises
 Unavailable when the stream broke or DeadlineExceeded when no answer came in time — in both
 cases the request may or may not have been executed. Requests never written to a broken
-stream go out on the next one.
+stream go out on the next one. `submit` is the same without a coroutine: it returns the
+future `call` awaits (the front end forwards thousands of requests a second and a task per
+request would cost it more than the forwarding). `on_pressure`, if given, is called with
+every ServerPressure the server reports on the stream (front-end throttling, §6).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import itertools
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import TypeAlias
 
 import grpc
 
@@ -26,11 +30,15 @@ BATCH_BYTES_MAX = 4 * 1024 * 1024
 # How often a session looks for calls past their deadline (deadlines are 0.1 s or more).
 WATCHDOG_INTERVAL_S = 0.05
 
+PressureHook: TypeAlias = Callable[[pb.ServerPressure], None]
+
 
 class CallSession:
-    def __init__(self, address: str, stub: Callable[[], pb_grpc.PartitionServerStub]) -> None:
+    def __init__(self, address: str, stub: Callable[[], pb_grpc.PartitionServerStub],
+                 on_pressure: PressureHook | None = None) -> None:
         self.address = address
         self._stub = stub
+        self._on_pressure = on_pressure
         self._ids = itertools.count(1)
         self._queue: deque[tuple[pb.Request, int]] = deque()
         self._waiting: dict[int, asyncio.Future[pb.Response]] = {}
@@ -44,22 +52,29 @@ class CallSession:
     async def call(self, request: pb.Request, timeout_s: float, nbytes: int = 256
                    ) -> pb.Response:
         """`nbytes`: about how large the request is (ByteSize() would serialize it)."""
-        request.id = next(self._ids)
+        return await self.submit(request, timeout_s, nbytes)
+
+    def submit(self, request: pb.Request, timeout_s: float, nbytes: int = 256
+               ) -> asyncio.Future[pb.Response]:
+        """Queue `request` (its id is replaced by this session's) and return the future of
+        its Response, failed as `call` raises; cancelling the future abandons the call."""
+        request_id = request.id = next(self._ids)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[pb.Response] = loop.create_future()
-        self._waiting[request.id] = future
-        self._deadlines[request.id] = (time.monotonic() + timeout_s, timeout_s)
+        self._waiting[request_id] = future
+        self._deadlines[request_id] = (time.monotonic() + timeout_s, timeout_s)
+        future.add_done_callback(lambda _: self._forget(request_id))
         self._queue.append((request, nbytes))
         self._wake.set()
         if self._task is None:
             self._task = loop.create_task(self._run())
         if self._watchdog is None:
             self._watchdog = loop.create_task(self._expire())
-        try:
-            return await future
-        finally:
-            self._waiting.pop(request.id, None)
-            self._deadlines.pop(request.id, None)
+        return future
+
+    def _forget(self, request_id: int) -> None:
+        self._waiting.pop(request_id, None)
+        self._deadlines.pop(request_id, None)
 
     async def _expire(self) -> None:
         """Fail calls unanswered past their deadline (checked every WATCHDOG_INTERVAL_S)."""
@@ -125,6 +140,8 @@ class CallSession:
     async def _read(self, call: grpc.aio.StreamStreamCall) -> None:
         try:
             async for batch in call:
+                if self._on_pressure is not None and batch.HasField("pressure"):
+                    self._on_pressure(batch.pressure)
                 for response in batch.responses:
                     future = self._waiting.pop(response.id, None)
                     if future is not None and not future.done():

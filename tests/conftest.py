@@ -46,15 +46,19 @@ def stamp_config(extent_nodes: int, stream_managers: int = 0,
                  stream_manager: dict[str, int] | None = None,
                  lock_servers: int = 0, partition_managers: int = 0,
                  partition_servers: int = 0,
-                 partition: dict[str, int] | None = None) -> StampConfig:
+                 partition: dict[str, int] | None = None, front_ends: int = 0,
+                 front_end: dict[str, float] | None = None) -> StampConfig:
     """`extent_nodes` ENs in 3 fault domains (round robin), `stream_managers` SMs,
-    `lock_servers` lock replicas, PMs and PSs, on free ports, with limits overridden."""
+    `lock_servers` lock replicas, PMs, PSs and front ends, on free ports, with limits
+    overridden."""
     base = default_config()
     return dataclasses.replace(
         base,
         extent_node=dataclasses.replace(base.extent_node, **(extent_node or {})),
         stream_manager=dataclasses.replace(base.stream_manager, **(stream_manager or {})),
         partition=dataclasses.replace(base.partition, **(partition or {})),
+        front_end=dataclasses.replace(base.front_end, **(front_end or {})),
+        front_ends=tuple(ProcessSpec(f"fe-{i}", 0) for i in range(1, front_ends + 1)),
         partition_managers=tuple(ProcessSpec(f"pm-{i}", 0)
                                  for i in range(1, partition_managers + 1)),
         partition_servers=tuple(ProcessSpec(f"ps-{i}", 0)
@@ -67,7 +71,7 @@ def stamp_config(extent_nodes: int, stream_managers: int = 0,
                            for i in range(1, lock_servers + 1)))
 
 
-def config_toml(**sections: dict[str, int] | None) -> str:
+def config_toml(**sections: dict[str, int] | dict[str, float] | None) -> str:
     return "".join(f"[{name}]\n" + "".join(f"{k} = {v}\n" for k, v in values.items())
                    for name, values in sections.items() if values)
 
@@ -76,22 +80,26 @@ def config_toml(**sections: dict[str, int] | None) -> str:
 def stamp_factory(tmp_path: Path) -> Iterator[Callable[..., LocalStamp]]:
     """Start a local stamp: factory(extent_nodes=3, stream_managers=0, extent_node={limits},
     stream_manager={limits}, lock_servers=0, partition_managers=0, partition_servers=0,
-    partition={limits}) -> LocalStamp, started and healthy."""
+    partition={limits}, front_ends=0, front_end={limits}) -> LocalStamp, started and
+    healthy (with front ends: the admin account made, its connection string in
+    `stamp.admin_connection_string_file`)."""
     stamps: list[LocalStamp] = []
 
     def make(extent_nodes: int = 3, stream_managers: int = 0,
              extent_node: dict[str, int] | None = None,
              stream_manager: dict[str, int] | None = None, lock_servers: int = 0,
              partition_managers: int = 0, partition_servers: int = 0,
-             partition: dict[str, int] | None = None) -> LocalStamp:
+             partition: dict[str, int] | None = None, front_ends: int = 0,
+             front_end: dict[str, float] | None = None) -> LocalStamp:
         config = stamp_config(extent_nodes, stream_managers, extent_node, stream_manager,
-                              lock_servers, partition_managers, partition_servers, partition)
+                              lock_servers, partition_managers, partition_servers, partition,
+                              front_ends, front_end)
         config_path = None
-        if extent_node or stream_manager or partition:
+        if extent_node or stream_manager or partition or front_end:
             config_path = tmp_path / f"stamp-{len(stamps)}.toml"
             config_path.write_text(config_toml(extent_node=extent_node,
                                                stream_manager=stream_manager,
-                                               partition=partition))
+                                               partition=partition, front_end=front_end))
         stamp = LocalStamp(tmp_path / f"stamp-{len(stamps)}", config,
                            str(config_path) if config_path else None)
         stamps.append(stamp)

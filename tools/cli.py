@@ -102,6 +102,7 @@ SERVERS = {
     "lock": "lock_service.main",
     "partition-manager": "partition_layer.pm_main",
     "partition-server": "partition_layer.ps_main",
+    "front-end": "frontend.fe_main",
 }
 
 

@@ -27,6 +27,11 @@ KIND_STREAM_MANAGER = "stream-manager"
 KIND_LOCK = "lock"
 KIND_PARTITION_MANAGER = "partition-manager"
 KIND_PARTITION_SERVER = "partition-server"
+KIND_FRONT_END = "front-end"
+ADMIN_ACCOUNT = "admin"
+# `stamp up` writes the admin account's connection string here (mode 0600): the CLI uses it
+# when no other is given.
+ADMIN_CONNECTION_STRING_FILE = "admin-connection-string"
 
 
 @dataclass
@@ -127,6 +132,27 @@ class LocalStamp:
                 self.records[spec.name] = ProcessRecord(spec.name, kind, str(proc_dir), argv,
                                                         address=f"{host}:{port}")
 
+    def plan_front_ends(self) -> None:
+        """Front ends, once the partition managers have their addresses (they may pick their
+        ports at first start). A stamp without a partition layer has no front ends."""
+        host = self.config.host
+        lock_addresses = ",".join(r.address for r in self.lock_servers())
+        pm_addresses = ",".join(r.address for r in self.partition_managers())
+        if not (lock_addresses and pm_addresses):
+            return
+        for spec in self.config.front_ends:
+            if spec.name in self.records:
+                continue
+            proc_dir = self.data_dir / spec.name
+            argv = process.stamp_command(
+                "serve", KIND_FRONT_END, "--name", spec.name, "--dir", str(proc_dir),
+                "--host", host, "--port", str(spec.port), "--pm", pm_addresses,
+                "--lock", lock_addresses)
+            if self.config_path:
+                argv += ["--config", self.config_path]
+            self.records[spec.name] = ProcessRecord(spec.name, KIND_FRONT_END, str(proc_dir),
+                                                    argv, address=f"{host}:{spec.port}")
+
     def _plan_raft_group(self, kind: str, serve: str, specs: Sequence[RaftMemberSpec],
                          peers_arg: Callable[[str, list[tuple[str, str]]], str]) -> None:
         """Plan a Raft group's replicas: ports fixed once (the peers must know them), and
@@ -165,6 +191,32 @@ class LocalStamp:
         self._wait_stream_managers(timeout_s)
         if self.partition_managers() and self.partition_servers():
             self.wait_partitions_served(timeout_s)
+        if self.front_ends():
+            self.wait_front_ends(timeout_s)
+
+    def wait_front_ends(self, timeout_s: float = 30.0) -> None:
+        """Wait until every live front end answers Status."""
+        import grpc
+
+        from common.proto import frontend_pb2 as fe_pb
+        from common.proto import frontend_pb2_grpc as fe_grpc
+        from common.rpc import sync_channel
+
+        deadline = time.monotonic() + timeout_s
+        for rec in self.front_ends():
+            if not self.alive(rec.name):
+                continue
+            with sync_channel(rec.address, 4 * 1024 * 1024) as channel:
+                stub = fe_grpc.FrontEndStub(channel)
+                while True:
+                    try:
+                        stub.Status(fe_pb.FrontEndStatusRequest(), timeout=1.0)
+                        break
+                    except grpc.RpcError as exc:
+                        if time.monotonic() > deadline:
+                            raise Unavailable(f"{rec.name} did not answer within "
+                                              f"{timeout_s:g}s: {exc.code()}") from None
+                        time.sleep(0.05)
 
     def wait_partitions_served(self, timeout_s: float = 30.0) -> None:
         """Wait until every partition of the map is served by a live partition server."""
@@ -226,13 +278,55 @@ class LocalStamp:
     # ---- processes ------------------------------------------------------------------------
 
     def up(self) -> list[str]:
-        """Start every process that is not running; return the names started."""
+        """Start every process that is not running (front ends after the partition layer,
+        whose addresses they are given); with front ends, make sure the admin account exists
+        and its connection string is in the data directory. Return the names started."""
         self.plan()
-        started = [name for name, rec in self.records.items()
-                   if not (rec.pid and process.is_alive(rec.pid))]
+        started = self._not_running()
         self._start_many(started)
+        self.plan_front_ends()
+        front_ends = [name for name in self._not_running() if name not in started]
+        self._start_many(front_ends)
         self.wait_healthy()
-        return started
+        if self.front_ends() and self.lock_servers():
+            self.ensure_admin_account()
+        return started + front_ends
+
+    def _not_running(self) -> list[str]:
+        return [name for name, rec in self.records.items()
+                if not (rec.pid and process.is_alive(rec.pid))]
+
+    @property
+    def admin_connection_string_file(self) -> Path:
+        return self.data_dir / ADMIN_CONNECTION_STRING_FILE
+
+    def ensure_admin_account(self) -> str:
+        """Create the admin account unless it exists (then keep its keys) and write its
+        connection string, naming every front end, to `admin_connection_string_file`
+        (mode 0600, durably); return it."""
+        from common.clock import SystemClock
+        from common.errors import AlreadyExists
+        from frontend import connection_string
+        from frontend.accounts import AccountStore
+        from lock_service.client import LockClient
+
+        with LockClient([r.address for r in self.lock_servers()], holder="stamp-up") as locks:
+            store = AccountStore(locks, SystemClock())
+            try:
+                account = store.create(ADMIN_ACCOUNT)
+            except AlreadyExists:
+                account = store.get(ADMIN_ACCOUNT)
+        text = connection_string.make([r.address for r in self.front_ends()], ADMIN_ACCOUNT,
+                                      key=account.keys[0]).format()
+        path = self.admin_connection_string_file
+        tmp = path.with_name(path.name + ".tmp")
+        # The secret is never readable by others, not even for a moment: the temporary file
+        # is made 0600 before the key is written into it (replace_file keeps its mode).
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)
+        os.close(fd)
+        durable_fs.replace_file(path, (text + "\n").encode(), tmp)
+        return text
 
     def start(self, name: str, env: dict[str, str] | None = None) -> None:
         rec = self.record(name)
@@ -344,6 +438,9 @@ class LocalStamp:
 
     def partition_servers(self) -> list[ProcessRecord]:
         return self._of_kind(KIND_PARTITION_SERVER)
+
+    def front_ends(self) -> list[ProcessRecord]:
+        return self._of_kind(KIND_FRONT_END)
 
     def _of_kind(self, kind: str) -> list[ProcessRecord]:
         return sorted((r for r in self.records.values() if r.kind == kind),

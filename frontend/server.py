@@ -1,0 +1,128 @@
+"""The front end's gRPC service (common/proto/frontend.proto; DESIGN §6): stateless, any
+number run side by side; each authenticates, checks, throttles and forwards to the partition
+layer, holding nothing that matters (kill one: nothing is lost).
+
+- Call: many requests in flight on one stream, each handled by `FrontEnd.start`
+  (frontend/server_call.py) concurrently with the others, answered as each is done, in any
+  order, batched into ResponseBatches as the partition server does.
+- Subscribe: authenticated, then relayed from the partition servers across partition moves.
+- Scan: authenticated (a shared access token's prefix bounds the range), then pages from
+  frontend/scan.py.
+- Status: counters.
+Errors of the streaming RPCs are gRPC statuses (common/rpc.py maps StampError to codes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import cast
+
+from grpc import aio
+
+from common import rpc
+from common.errors import StampError
+from common.proto import frontend_pb2 as fe_pb
+from common.proto import frontend_pb2_grpc as fe_grpc
+from common.proto import partition_pb2 as pb
+from frontend import names, sas, wire
+from frontend.auth import MISS
+from frontend.server_call import FrontEnd
+
+log = logging.getLogger(__name__)
+
+RESPONSES_PER_MESSAGE_MAX = 4096
+
+
+class FrontEndServicer(fe_grpc.FrontEndServicer):
+    def __init__(self, front_end: FrontEnd, name: str, address: str) -> None:
+        self.fe = front_end
+        self.name = name
+        self.address = address
+
+    async def Call(self, request_iterator: AsyncIterator[pb.RequestBatch],
+                   context: aio.ServicerContext) -> None:
+        """Many requests in flight on one stream; each answered when done, in any order."""
+        responses: asyncio.Queue[pb.Response | None] = asyncio.Queue()
+        unanswered = 0
+        all_answered = asyncio.Event()
+        all_answered.set()
+
+        def reply(response: pb.Response) -> None:
+            nonlocal unanswered
+            responses.put_nowait(response)
+            unanswered -= 1
+            if not unanswered:
+                all_answered.set()
+
+        async def read_requests() -> None:
+            nonlocal unanswered
+            try:
+                async for batch in request_iterator:
+                    for request in batch.requests:
+                        unanswered += 1
+                        all_answered.clear()
+                        self.fe.start(request, reply)
+                await all_answered.wait()  # every request is answered before the stream ends
+            finally:
+                responses.put_nowait(None)
+
+        reader = asyncio.get_running_loop().create_task(read_requests())
+        try:
+            await rpc.write_queued(responses, context, pb.ResponseBatch, "responses",
+                                   items_max=RESPONSES_PER_MESSAGE_MAX)
+        finally:
+            reader.cancel()
+
+    @rpc.rpc_errors
+    async def Subscribe(self, request: pb.SubscribeRequest,
+                        context: aio.ServicerContext) -> None:
+        """Ends when the log is sealed and read to its end."""
+        await self._authenticate(wire.subscribe_claim(request))
+        self._checked(names.check_log, request.pname)
+        forward = pb.SubscribeRequest()
+        forward.CopyFrom(request)
+        forward.ClearField("auth")
+        async for reply in self.fe.client.subscribe_replies(forward):
+            await context.write(reply)
+
+    @rpc.rpc_errors
+    async def Scan(self, request: fe_pb.ScanRequest, context: aio.ServicerContext) -> None:
+        token = await self._authenticate(wire.scan_claim(request))
+        from frontend.scan import scan_pages  # written beside this; imported when used
+
+        async for page in scan_pages(self.fe.client, request, wire.sas_prefix(token),
+                                     self.fe.fe_limits):
+            await context.write(page)
+
+    @rpc.rpc_errors
+    async def Status(self, request: fe_pb.FrontEndStatusRequest,
+                     context: aio.ServicerContext) -> fe_pb.FrontEndStatus:
+        counters = self.fe.counters
+        return fe_pb.FrontEndStatus(
+            name=self.name, address=self.address, requests=counters.requests,
+            refused_unauthenticated=counters.refused_unauthenticated,
+            refused_permission=counters.refused_permission,
+            refused_invalid=counters.refused_invalid, throttled=counters.throttled,
+            accounts_cached=self.fe.auth.accounts_cached(),
+            map_version=self.fe.client.map_version())
+
+    async def _authenticate(self, claim: wire.Claim) -> sas.SasToken | None:
+        """The claim's token (None for a key), the refusal counted as Call's are."""
+        self.fe.counters.requests += 1
+        try:
+            outcome = self.fe.auth.check_cached(claim)
+            token = await self.fe.auth.check(claim) if outcome is MISS else outcome
+            names.check_account(claim.account)
+        except StampError as exc:
+            self.fe.counters.refused(exc)
+            raise
+        return cast(sas.SasToken | None, token)
+
+    def _checked(self, check: Callable[[str], str], name: str) -> None:
+        try:
+            check(name)
+        except StampError as exc:
+            self.fe.counters.refused(exc)
+            raise

@@ -1,0 +1,197 @@
+"""One Call request at a front end (§6), in this order: authenticate (frontend/auth.py),
+check names, limits and payload CRC32Cs (server_checks.py), admit through the account
+throttle (frontend/throttle.py) for the partition server its key routes to, clear `auth`,
+forward to that server, and answer with the SDK's request id.
+
+The hot path — keys cached, the map known, the server answering — runs without a task or a
+coroutine per request: everything up to the forward is synchronous, the forward is a future
+on the server's multiplexed session (partition_layer/session.py `submit`), and its done
+callback answers. Anything else (an uncached account, no map yet, NotOwner, a broken
+stream) takes the slow path, a task that awaits what it lacks and forwards through the
+partition client's `call`, which refreshes the map and retries. Retrying is safe: the SDK
+sets a token on every mutation (frontend/wire.py signs it), so a repeat is answered from
+the first attempt's outcome.
+
+Contract: `start(request, reply)` calls `reply` exactly once with the request's Response
+(carrying the SDK's id): success, or the error's class name and message (common/errors.py),
+Throttled with its retry-after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+from common.config import FrontEndLimits, PartitionLimits
+from common.errors import (
+    ChecksumError,
+    DeadlineExceeded,
+    Internal,
+    InvalidArgument,
+    NotOwner,
+    PermissionDenied,
+    StampError,
+    Throttled,
+    Unauthenticated,
+    Unavailable,
+)
+from common.proto import partition_pb2 as pb
+from frontend import wire
+from frontend.auth import MISS, Authenticator
+from frontend.forward import ForwardingClient
+from frontend.server_checks import check_request
+from frontend.throttle import AccountThrottle
+from partition_layer.client import ATTEMPT_TIMEOUT_S
+from partition_layer.requests import error_response, route_key
+
+log = logging.getLogger(__name__)
+
+Reply = Callable[[pb.Response], None]
+UNROUTED = "(unrouted)"  # the throttle's server name for a key whose server is unknown
+
+
+@dataclass
+class Counters:
+    """FrontEndStatus's counters: requests taken and refusals made here."""
+
+    requests: int = 0
+    refused_unauthenticated: int = 0
+    refused_permission: int = 0
+    refused_invalid: int = 0
+    throttled: int = 0
+
+    def refused(self, exc: StampError) -> None:
+        if isinstance(exc, Unauthenticated):
+            self.refused_unauthenticated += 1
+        elif isinstance(exc, PermissionDenied):
+            self.refused_permission += 1
+        elif isinstance(exc, InvalidArgument | ChecksumError):
+            self.refused_invalid += 1
+        elif isinstance(exc, Throttled):
+            self.throttled += 1
+
+
+class FrontEnd:
+    """A front end's request path; one per process, shared by every stream."""
+
+    def __init__(self, auth: Authenticator, client: ForwardingClient,
+                 throttle: AccountThrottle, limits: PartitionLimits,
+                 fe_limits: FrontEndLimits) -> None:
+        self.auth = auth
+        self.client = client
+        self.throttle = throttle
+        self.limits = limits
+        self.fe_limits = fe_limits
+        self.counters = Counters()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # ---- the hot path -----------------------------------------------------------------------
+
+    def start(self, request: pb.Request, reply: Reply) -> None:
+        """Take one request (module contract)."""
+        self.counters.requests += 1
+        sdk_id = request.id
+        try:
+            claim = wire.call_claim(request)
+            if self.auth.check_cached(claim) is MISS:
+                self._spawn(self._slow(request, sdk_id, claim, reply))
+                return
+            nbytes = check_request(request, request.WhichOneof("op") or "", self.limits)
+            route = self.client.route(route_key(request.account, request.pname))
+            if route is None:
+                self._spawn(self._slow(request, sdk_id, None, reply, nbytes))
+                return
+            server, address = route
+            self.throttle.admit(request.account, server, nbytes).raise_if_refused()
+        except StampError as exc:
+            reply(self.refusal(sdk_id, exc))
+            return
+        request.ClearField("auth")  # partition servers never see credentials
+        future = self.client.session(address).submit(request, ATTEMPT_TIMEOUT_S, nbytes)
+        future.add_done_callback(partial(self._forwarded, request, sdk_id, nbytes, reply))
+
+    def _forwarded(self, request: pb.Request, sdk_id: int, nbytes: int, reply: Reply,
+                   future: asyncio.Future[pb.Response]) -> None:
+        if not future.cancelled():
+            exc = future.exception()
+            if exc is None:
+                response = future.result()
+                if response.error != NotOwner.__name__:
+                    response.id = sdk_id
+                    reply(response)
+                    return
+            elif not isinstance(exc, Unavailable | DeadlineExceeded):
+                reply(self._failure(sdk_id, exc))
+                return
+        # Not the owner (the map moved on) or the stream broke: retry through the client.
+        self._spawn(self._forward(request, sdk_id, nbytes, reply, refresh=True))
+
+    # ---- the slow path ----------------------------------------------------------------------
+
+    async def _slow(self, request: pb.Request, sdk_id: int, claim: wire.Claim | None,
+                    reply: Reply, nbytes: int | None = None) -> None:
+        try:
+            if claim is not None:
+                await self.auth.check(claim)
+            if nbytes is None:
+                nbytes = check_request(request, request.WhichOneof("op") or "", self.limits)
+            key = route_key(request.account, request.pname)
+            route = self.client.route(key)
+            if route is None:
+                with contextlib.suppress(StampError):  # `call` retries until its deadline
+                    await self.client.refresh_map()
+                route = self.client.route(key)
+            server = route[0] if route is not None else UNROUTED
+            self.throttle.admit(request.account, server, nbytes).raise_if_refused()
+        except StampError as exc:
+            reply(self.refusal(sdk_id, exc))
+            return
+        except Exception as exc:  # a bug: answer, and say so in the log
+            log.exception("checking a request")
+            reply(self._failure(sdk_id, exc))
+            return
+        request.ClearField("auth")
+        await self._forward(request, sdk_id, nbytes, reply, refresh=False)
+
+    async def _forward(self, request: pb.Request, sdk_id: int, nbytes: int, reply: Reply,
+                       refresh: bool) -> None:
+        try:
+            if refresh:
+                await self.client.refresh_map()
+            response = await self.client.call(request, idempotent=True, nbytes=nbytes)
+        except Exception as exc:
+            if not isinstance(exc, StampError):
+                log.exception("forwarding a request")
+            reply(self._failure(sdk_id, exc))
+            return
+        response.id = sdk_id
+        reply(response)
+
+    def _spawn(self, coro: object) -> None:
+        task = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # ---- answers ----------------------------------------------------------------------------
+
+    def refusal(self, sdk_id: int, exc: StampError) -> pb.Response:
+        """A request refused here (not forwarded): counted, and answered with the error."""
+        self.counters.refused(exc)
+        return error_response(sdk_id, exc)
+
+    @staticmethod
+    def _failure(sdk_id: int, exc: BaseException) -> pb.Response:
+        if isinstance(exc, StampError):
+            return error_response(sdk_id, exc)
+        return error_response(sdk_id, Internal(f"front end: {exc!r}"))
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.client.close()
