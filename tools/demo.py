@@ -24,8 +24,7 @@ from tools.local_stamp import LocalStamp
 def run_demo(stamp: LocalStamp) -> None:
     if not stamp.stream_managers():
         raise StampError("the demo needs stream managers: this stamp has none")
-    if stamp.partition_servers() and any(r.kind == "front-end"
-                                         for r in stamp.records.values()):
+    if stamp.partition_servers() and stamp.front_ends():
         from tools.log_demo import run_log_demo
 
         run_log_demo(stamp)

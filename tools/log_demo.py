@@ -18,7 +18,6 @@ import secrets
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 from common.clock import SystemClock
 from common.errors import AlreadyExists, PermissionDenied, PreconditionFailed
@@ -30,10 +29,8 @@ from lock_service.client import LockClient
 from partition_layer import keys
 from partition_layer.client import PartitionClient
 from tools.local_stamp import LocalStamp
-from tools.sdk_client import ADMIN_FILE
 
 DEMO_ACCOUNT = "demo"
-KIND_FRONT_END = "front-end"
 
 
 def _ms(started: float) -> str:
@@ -59,7 +56,7 @@ def _client(cs: ConnectionString, sas_token: str | None = None) -> Client:
 
 def _connection_string(stamp: LocalStamp) -> tuple[ConnectionString, str]:
     """The admin account's connection string, or one of a `demo` account made for it."""
-    path = stamp.data_dir / ADMIN_FILE
+    path = stamp.admin_connection_string_file
     if path.exists():
         return connection_string.parse(path.read_text().strip()), str(path)
     with _accounts(stamp) as store:
@@ -67,9 +64,9 @@ def _connection_string(stamp: LocalStamp) -> tuple[ConnectionString, str]:
             account = store.create(DEMO_ACCOUNT)
         except AlreadyExists:
             account = store.get(DEMO_ACCOUNT)
-    endpoints = [r.address for r in stamp.records.values() if r.kind == KIND_FRONT_END]
+    endpoints = [r.address for r in stamp.front_ends()]
     return (connection_string.make(endpoints, DEMO_ACCOUNT, key=account.keys[0]),
-            f"a new '{DEMO_ACCOUNT}' account (no {Path(path).name} in the data directory)")
+            f"a new '{DEMO_ACCOUNT}' account (no {path.name} in the data directory)")
 
 
 @contextlib.contextmanager

@@ -28,13 +28,14 @@ from typing import TYPE_CHECKING, Any
 
 from common.errors import InvalidArgument, NotFound, StampError
 from tools import cli_checks
+from tools.local_stamp import ADMIN_CONNECTION_STRING_FILE, KIND_FRONT_END
 
 if TYPE_CHECKING:
     from frontend.client import Client
     from frontend.connection_string import ConnectionString
 
 ENV_VAR = "STAMP_CONNECTION_STRING"
-ADMIN_FILE = "admin-connection-string"
+ADMIN_FILE = ADMIN_CONNECTION_STRING_FILE
 TIMEOUT_S_DEFAULT = 30.0
 TIMEOUT_S_MAX = 3600.0
 ROW_BYTES_MAX = 1024  # the partition layer's default row_bytes_max; the stamp checks its own
@@ -140,7 +141,7 @@ def find_connection_string(args: argparse.Namespace) -> Found:
         path = Path(args.data_dir).resolve() / ADMIN_FILE
         # A stamp that is gone or stopped says so, rather than "no such file" or a client
         # retrying dead endpoints until its timeout.
-        cli_checks.require_running(args.data_dir, "front-end")
+        cli_checks.require_running(args.data_dir, KIND_FRONT_END)
         try:
             text = path.read_text(encoding="utf-8").strip()
         except FileNotFoundError:

@@ -22,7 +22,8 @@ CONFIG = "".join(f'[[extent_nodes]]\nname = "en-{i}"\nfault_domain = "fd-{(i - 1
     f'[[stream_managers]]\nname = "sm-{i}"\nport = 0\nraft_port = 0\n'
     f'[[lock_servers]]\nname = "lock-{i}"\nport = 0\nraft_port = 0\n' for i in (1, 2, 3)) + "".join(
     f'[[partition_managers]]\nname = "pm-{i}"\nport = 0\n'
-    f'[[partition_servers]]\nname = "ps-{i}"\nport = 0\n' for i in (1, 2))
+    f'[[partition_servers]]\nname = "ps-{i}"\nport = 0\n'
+    f'[[front_ends]]\nname = "fe-{i}"\nport = 0\n' for i in (1, 2))
 ENS = {f"en-{i}" for i in range(1, 7)}
 
 
@@ -44,15 +45,15 @@ def data_dir(tmp_path: Path) -> Iterator[Path]:
 
 def test_up_status_kill_start_demo_down(data_dir: Path) -> None:
     out = stamp(data_dir, "up", "--config", str(data_dir.parent / "stamp.toml")).stdout
-    assert "started 16 processes" in out
+    assert "started 18 processes" in out
     assert "already running" in stamp(data_dir, "up").stdout
 
     status = json.loads(stamp(data_dir, "status", "--json").stdout)
     assert {p["name"]: p["serving"] for p in status["processes"]} == {
         name: True for name in ENS | {"sm-1", "sm-2", "sm-3", "lock-1", "lock-2", "lock-3",
-                                      "pm-1", "pm-2", "ps-1", "ps-2"}}
+                                      "pm-1", "pm-2", "ps-1", "ps-2", "fe-1", "fe-2"}}
     assert sorted(p.get("role", "") for p in status["processes"]) == [
-        *[""] * 8, *["follower"] * 4, *["leader"] * 3, "standby"]
+        *[""] * 10, *["follower"] * 4, *["leader"] * 3, "standby"]
 
     demo = stamp(data_dir, "demo").stdout
     assert "the subscription saw every one in order" in demo
@@ -92,7 +93,7 @@ def test_up_status_kill_start_demo_down(data_dir: Path) -> None:
     assert [p["alive"] for p in status["processes"] if p["name"] == "en-2"] == [False]
     assert "started en-2" in stamp(data_dir, "start", "en-2").stdout
 
-    assert "stopped 16 processes" in stamp(data_dir, "down").stdout
+    assert "stopped 18 processes" in stamp(data_dir, "down").stdout
     assert "nothing was running" in stamp(data_dir, "down").stdout
 
 
@@ -182,6 +183,7 @@ def test_every_bad_argument_is_one_line(tmp_path: Path) -> None:
     # retried against dead ports until the client's timeout.
     stopped = LocalStamp(tmp_path / "stopped", load_config(None))
     stopped.plan()
+    stopped.plan_front_ends()
     stopped.save()
     for args in NEED_IT_RUNNING:
         assert_one_line_error(stamp(stopped.data_dir, *args, check=False), "is not running", 1)
