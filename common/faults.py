@@ -12,7 +12,8 @@ Actions: `delay:MS` sleeps, `fail` raises FaultInjected, `bug` raises FaultBug (
 no Stamp error: the unexpected exception a bug throws, which code that catches only Stamp
 errors lets through), `crash` SIGKILLs the process itself (nothing is flushed, exactly as
 kill -9 from outside), `torn` is for points whose code does a custom partial action (the
-journal writes half a batch, then crashes).
+journal writes half a batch, then crashes), `flip` is for points that pass bytes on: they
+flip one bit of them (`flipped`), so a test can prove a checksum downstream catches it.
 `after=N` lets the first N hits pass; `times=N` disarms after N firings.
 """
 
@@ -30,7 +31,7 @@ from common.errors import FaultInjected, InvalidArgument
 
 log = logging.getLogger(__name__)
 
-ACTIONS = ("delay", "fail", "bug", "crash", "torn")
+ACTIONS = ("delay", "fail", "bug", "crash", "torn", "flip")
 ENV_VAR = "STAMP_FAULTS"
 
 
@@ -126,6 +127,22 @@ def hit(name: str) -> FaultSpec | None:
     return spec
 
 
+def flipped(name: str, data: bytes) -> bytes:
+    """`data`, with one bit of its middle byte flipped if the point `name` is armed with
+    `flip` and fires now (a corruption in transit or at rest; empty data stays empty). Any
+    other action fires as at `point`."""
+    spec = hit(name)
+    if spec is None:
+        return data
+    if spec.action != "flip":
+        _act(name, spec)
+        return data
+    if not data:
+        return data
+    middle = len(data) // 2
+    return data[:middle] + bytes((data[middle] ^ 0x01,)) + data[middle + 1:]
+
+
 def crash(name: str) -> None:
     log.critical("fault point %s: crashing the process (SIGKILL)", name)
     os.kill(os.getpid(), signal.SIGKILL)
@@ -134,8 +151,11 @@ def crash(name: str) -> None:
 def point(name: str) -> None:
     """A fault point on a thread (blocking code)."""
     spec = hit(name)
-    if spec is None:
-        return
+    if spec is not None:
+        _act(name, spec)
+
+
+def _act(name: str, spec: FaultSpec) -> None:
     if spec.action == "delay":
         time.sleep(spec.arg / 1000.0)
     elif spec.action == "fail":

@@ -22,6 +22,10 @@ so a retried append is applied once; so do puts, deletes and batches (one made h
 retry is answered from the first attempt's outcome and never undoes a later write. Reads,
 trims and seals are safe to repeat as they are (a trim or seal only moves forward). Errors are
 the typed exceptions of common/errors.py.
+
+End-to-end checksums (DESIGN §5, §8 invariant 6): every record and value sent carries its
+CRC32C, computed here; every record and value read is checked against the CRC32C the server
+stored with it when it was written, and a mismatch raises ChecksumError (never wrong bytes).
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ from partition_layer.client_requests import (
     scan_key,
 )
 from partition_layer.partition_map import PartitionMap
+from partition_layer.payload_crc import payload_crcs, verify_records, verify_value
 from partition_layer.requests import route_key
 from partition_layer.session import CallSession
 
@@ -202,9 +207,9 @@ class AsyncPartitionClient:
 
     async def append(self, account: str, log: str, records: Sequence[bytes],
                      token: str | None = None) -> int:
+        records = [r if type(r) is bytes else bytes(r) for r in records]
         request = pb.Request(account=account, pname=log, append=pb.AppendOp(
-            records=[r if type(r) is bytes else bytes(r) for r in records],
-            token=token or self._token()))
+            records=records, crcs=payload_crcs(records), token=token or self._token()))
         nbytes = sum(len(r) + 4 for r in records) + 128
         return (await self.call(request, idempotent=True, nbytes=nbytes)).first_seq
 
@@ -220,7 +225,7 @@ class AsyncPartitionClient:
                              read=pb.ReadOp(from_seq=check_seq("from_seq", from_seq),
                                             limit=min(limit, 2**32 - 1)))
         response = await self.call(request, idempotent=True)
-        return [(r.seq, r.data) for r in response.records]
+        return verify_records(response.records, f"log {log!r}")
 
     async def trim(self, account: str, log: str, upto_seq: int) -> None:
         await self.call(pb.Request(account=account, pname=log,
@@ -252,10 +257,10 @@ class AsyncPartitionClient:
                                         timeout=SUBSCRIBE_ATTEMPT_S)
                 try:
                     async for reply in stream:
-                        for record in reply.records:
-                            if record.seq >= next_seq:
-                                yield record.seq, record.data
-                                next_seq = record.seq + 1
+                        for seq, data in verify_records(reply.records, f"log {log!r}"):
+                            if seq >= next_seq:
+                                yield seq, data
+                                next_seq = seq + 1
                         deadline = time.monotonic() + self.limits.client_timeout_ms / 1000
                     return
                 except grpc.RpcError as exc:
@@ -280,7 +285,9 @@ class AsyncPartitionClient:
         response = await self.call(pb.Request(account=account, pname=pname,
                                               get=pb.GetOp(row=row_bytes(row))),
                                    idempotent=True)
-        return response.value, response.etag
+        value = verify_value(response.value, response.value_crc,
+                             f"the value of row {row!r} in {pname!r}")
+        return value, response.etag
 
     async def delete(self, account: str, pname: str, row: Row,
                      if_match: str | None = None) -> None:
@@ -303,7 +310,9 @@ class AsyncPartitionClient:
         if end is not None:
             op.has_end, op.end_pname, op.end_row = True, end[0], row_bytes(end[1])
         response = await self.call(pb.Request(account=account, scan=op), idempotent=True)
-        return [((i.pname, i.row), i.value) for i in response.items]
+        return [((i.pname, i.row),
+                 verify_value(i.value, i.crc, f"the value of row {i.row!r} in {i.pname!r}"))
+                for i in response.items]
 
     async def close(self) -> None:
         for session in self._sessions.values():

@@ -1,9 +1,10 @@
 """The data requests the partition client sends (client.py), built from its Python arguments:
 argument checks that need no server, and the routing key of a scan.
 
-Contract: every builder either returns a complete pb.Request or raises InvalidArgument; a
-mutation is given `token` as is (the client makes one per call, so a retry of that call is
-answered from the first attempt's outcome, operations.EntityWrite).
+Contract: every builder either returns a complete pb.Request or raises InvalidArgument; every
+value put carries its CRC32C (DESIGN §5, end-to-end checksums); a mutation is given `token` as
+is (the client makes one per call, so a retry of that call is answered from the first
+attempt's outcome, operations.EntityWrite).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from common.checksums import crc32c
 from common.errors import InvalidArgument
 from common.proto import partition_pb2 as pb
 from partition_layer import keys
@@ -24,8 +26,9 @@ def row_bytes(row: Row) -> bytes:
 
 def put_request(account: str, pname: str, row: Row, value: bytes, if_match: str | None,
                 if_none_match: str | None, token: str) -> pb.Request:
+    value = bytes(value)
     return pb.Request(account=account, pname=pname, token=token, put=pb.PutOp(
-        row=row_bytes(row), value=bytes(value), if_match=if_match or "",
+        row=row_bytes(row), value=value, value_crc=crc32c(value), if_match=if_match or "",
         if_none_match=_if_none_match(if_none_match)))
 
 
@@ -70,7 +73,9 @@ def _batch_item(op: tuple[Any, ...]) -> pb.BatchItem:
     if op[0] == "put":
         if len(op) not in (3, 4):
             raise InvalidArgument(f"('put', row, value[, if_match]), not {op!r}")
-        return pb.BatchItem(kind="put", row=row_bytes(op[1]), value=bytes(op[2]),
+        value = bytes(op[2])
+        return pb.BatchItem(kind="put", row=row_bytes(op[1]), value=value,
+                            value_crc=crc32c(value),
                             if_match=op[3] if len(op) == 4 and op[3] else "")
     if len(op) not in (2, 3):
         raise InvalidArgument(f"('delete', row[, if_match]), not {op!r}")

@@ -161,17 +161,21 @@ class Operation:
 
 @dataclass(frozen=True)
 class LogAppend(Operation):
-    """An append of `records`; or, when the records were large enough to go to blob data
-    first (written once, §4), of `count` records held at `blob` (their encoded batch)."""
+    """An append of `records` with `crcs`, the CRC32C of each as the client sent it
+    (verified on arrival: they are stored beside the records, record_batch.py); or, when the
+    records were large enough to go to blob data first (written once, §4), of `count`
+    records held at `blob` (their encoded batch, CRCs included)."""
 
     records: tuple[bytes, ...] = ()
     token: str = ""
     blob: BlobRef | None = None
     count: int = 0
+    crcs: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         assert (self.blob is None) == (self.count == 0), "a blob append says how many records"
         assert (self.blob is None) != (not self.records), "records, or a blob of them"
+        assert len(self.crcs) == len(self.records), "one CRC32C per record"
 
     @property
     def record_count(self) -> int:
@@ -205,7 +209,7 @@ class LogAppend(Operation):
         last = first + count - 1
         # One row for the whole append, keyed by its last record (record_batch.py).
         row = (Row(lsn, blob=self.blob) if self.blob is not None
-               else Row(lsn, value=encode_records(self.records)))
+               else Row(lsn, value=encode_records(self.records, self.crcs)))
         mutations = [(record_key(self.account, self.pname, last), row)]
         grown = LogMeta(meta.first_seq, first + count, False)
         mutations.append((self.log_meta_key, Row(lsn, value=grown.encode())))
@@ -256,7 +260,8 @@ class LogSeal(Operation):
 
 @dataclass(frozen=True)
 class Write:
-    """One entity write: a put (value or blob) or a delete, with its conditions."""
+    """One entity write: a put (value or blob, with the CRC32C its writer sent, stored
+    beside it) or a delete, with its conditions."""
 
     kind: str  # "put" or "delete"
     row: bytes
@@ -264,6 +269,7 @@ class Write:
     blob: BlobRef | None = None
     if_match: str = ""
     if_none_match: bool = False
+    value_crc: int | None = None
 
     def check(self, current: Row | None) -> None:
         if self.kind == "delete" and current is None:
@@ -278,9 +284,9 @@ class Write:
         if self.kind == "delete":
             return Row(lsn, tombstone=True)
         if self.blob is not None:
-            return Row(lsn, blob=self.blob)
+            return Row(lsn, blob=self.blob, value_crc=self.value_crc)
         assert self.value is not None
-        return Row(lsn, value=self.value)
+        return Row(lsn, value=self.value, value_crc=self.value_crc)
 
 
 @dataclass(frozen=True)

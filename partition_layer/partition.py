@@ -46,7 +46,7 @@ from partition_layer.merge import aiter_sync, merge
 from partition_layer.operations import Operation, log_meta_of, meta_key
 from partition_layer.partition_meta import PartitionMeta
 from partition_layer.partition_streams import LoadReport, newest_meta, open_fenced
-from partition_layer.record_batch import decode_records
+from partition_layer.record_batch import Record, decode_records
 from partition_layer.rows import BlobRef, LogMeta, Row, decode_row
 from partition_layer.run_cache import IndexCache, Run
 from partition_layer.runs import block_cache
@@ -249,7 +249,9 @@ class RangePartition:
         return log_meta_of(await self.get_row(meta_key(account, pname)), pname)
 
     async def read_log(self, account: str, pname: str, from_seq: int, limit: int
-                       ) -> tuple[list[tuple[int, bytes]], LogMeta]:
+                       ) -> tuple[list[Record], LogMeta]:
+        """Records [from_seq, ...) of a log, (seq, data, the CRC32C stored with it), up to
+        `limit` records or about `read_bytes_max` bytes, and the log's state."""
         meta = await self.log_state(account, pname)
         if from_seq < meta.first_seq:
             raise Trimmed(f"log {pname!r} is trimmed below {meta.first_seq}")
@@ -260,7 +262,7 @@ class RangePartition:
             return [], meta
         # Appends are rows keyed by their last record (record_batch.py): the first row at or
         # after from_seq holds it; read rows until `end` is covered or the byte budget is.
-        records: list[tuple[int, bytes]] = []
+        records: list[Record] = []
         budget = self.limits.read_bytes_max
         start = keys.encode_key(account, pname, keys.KIND_RECORD, keys.seq_row(from_seq))
         stop = keys.prefix_end(keys.kind_prefix(account, pname, keys.KIND_RECORD))
@@ -268,7 +270,7 @@ class RangePartition:
             rows, more = await self.scan(start, stop, SCAN_ROWS_PER_READ)
             batches = await self._record_batches(rows, end, budget)
             for (key, _), (last, value) in zip(rows, batches, strict=False):
-                for seq, data in decode_records(value, last):
+                for seq, data, crc in decode_records(value, last):
                     expected = from_seq + len(records)
                     if seq < expected:
                         continue  # the start of the append holding from_seq
@@ -279,7 +281,7 @@ class RangePartition:
                     if seq >= end or (records and budget < len(data)):
                         return records, meta  # a full read: the caller asks again from here
                     budget -= len(data)
-                    records.append((seq, data))
+                    records.append((seq, data, crc))
                 start = key + b"\x00"
             if not more and len(batches) == len(rows):
                 break

@@ -3,7 +3,10 @@ partition that holds its key, run it there, and say how it went in a Response.
 
 Contract: every request gets exactly one Response; a refused or failed one carries the error's
 class name (common/errors.py) and message, and a NotOwner means "not executed here: refresh
-the partition map and ask again".
+the partition map and ask again". End-to-end checksums (DESIGN §5): an append, put or batch
+whose records or values do not match the CRC32Cs it carries is refused (ChecksumError; an
+append without one CRC per record: InvalidArgument) before anything is written; the CRCs it
+carried are stored beside the bytes, and reads return them (read_replies.py).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
+from common import faults
 from common.config import PartitionLimits
 from common.errors import InvalidArgument, NotFound, StampError, Throttled
 from common.proto import partition_pb2 as pb
@@ -28,8 +32,10 @@ from partition_layer.operations import (
     validate_writes,
 )
 from partition_layer.partition import RangePartition
+from partition_layer.payload_crc import verify_payload
+from partition_layer.read_replies import records_reply, value_and_crc
 from partition_layer.record_batch import encode_records, encoded_bytes
-from partition_layer.rows import Row, etag_of
+from partition_layer.rows import etag_of
 
 NAME_BYTES_MAX = 1024
 TOKEN_BYTES_MAX = 128
@@ -84,11 +90,26 @@ def _small_append(request: pb.Request, find: Finder, limits: PartitionLimits
     if nbytes >= limits.blob_value_bytes_min:
         return None
     _check_names(request)
-    _check_append(records, request.append.token, limits)
+    records, crcs = _verified_append(request, limits)
     partition = find(route_key(request.account, request.pname))
     partition.check_serving()
-    return partition, LogAppend(request.account, request.pname, tuple(records),
-                                request.append.token), nbytes + 64
+    return partition, LogAppend(request.account, request.pname, records,
+                                request.append.token, crcs=crcs), nbytes + 64
+
+
+def _verified_append(request: pb.Request, limits: PartitionLimits
+                     ) -> tuple[tuple[bytes, ...], tuple[int, ...]]:
+    """An append's records and their CRC32Cs, within the limits and matching (§5)."""
+    append = request.append
+    _check_append(append.records, append.token, limits)
+    verify_payload(request, "partition server")
+    records = tuple(append.records)
+    # A fault point for the tests: bytes changed after they were verified here must still
+    # fail the reader's check (the CRC stored is the client's, not one of what is stored).
+    first = faults.flipped("ps.write.flip_after_verify", records[0])
+    if first is not records[0]:
+        records = (first, *records[1:])
+    return records, tuple(append.crcs)
 
 
 def _check_names(request: pb.Request) -> None:
@@ -115,10 +136,9 @@ async def _dispatch(request: pb.Request, response: pb.Response, find: Finder,
             return
         # A large append goes to blob data once, before the commit, like a large value: the
         # commit log, the memtable and the checkpoints then carry only a pointer.
-        records = list(request.append.records)
-        _check_append(records, request.append.token, limits)
+        records, crcs = _verified_append(request, limits)
         partition.check_serving()
-        batch = encode_records(records)
+        batch = encode_records(records, crcs)
         blob = await partition.write_blob(batch)
         response.first_seq = await partition.submit(
             LogAppend(account, pname, (), request.append.token, blob=blob, count=len(records)),
@@ -127,7 +147,7 @@ async def _dispatch(request: pb.Request, response: pb.Response, find: Finder,
         limit = min(request.read.limit or limits.read_records_max, limits.read_records_max)
         partition.check_serving()
         records, _ = await partition.read_log(account, pname, request.read.from_seq, limit)
-        response.records.extend(pb.Record(seq=s, data=d) for s, d in records)
+        response.records.extend(records_reply(records))
     elif op == "trim":
         await partition.submit(LogTrim(account, pname, request.trim.upto_seq), 64)
     elif op == "seal":
@@ -145,7 +165,7 @@ async def _dispatch(request: pb.Request, response: pb.Response, find: Finder,
             # the name's kind, to say "a log" rather than "not found".
             check_entity_group(await partition.get_row(meta_key(account, pname)), pname)
             raise NotFound(f"no row {request.get.row!r} in {pname!r}")
-        response.value = await _value(partition, row)
+        response.value, response.value_crc = await value_and_crc(partition, row)
         response.etag = etag_of(row.version)
     else:
         writes = await _writes(request, op, partition, limits)
@@ -183,10 +203,13 @@ def _check_row(row: bytes, limits: PartitionLimits) -> None:
 
 async def _writes(request: pb.Request, op: str, partition: RangePartition,
                   limits: PartitionLimits) -> list[Write]:
+    if op in ("put", "batch"):
+        verify_payload(request, "partition server")
     if op == "put":
         items = [pb.BatchItem(kind="put", row=request.put.row, value=request.put.value,
                               if_match=request.put.if_match,
-                              if_none_match=request.put.if_none_match)]
+                              if_none_match=request.put.if_none_match,
+                              value_crc=request.put.value_crc)]
     elif op == "delete":
         items = [pb.BatchItem(kind="delete", row=request.delete.row,
                               if_match=request.delete.if_match)]
@@ -194,8 +217,11 @@ async def _writes(request: pb.Request, op: str, partition: RangePartition,
         items = list(request.batch.items)
         if not 1 <= len(items) <= limits.batch_ops_max:
             raise InvalidArgument(f"a batch has 1..{limits.batch_ops_max} operations")
-    writes = [Write(i.kind, i.row, i.value if i.kind == "put" else None, None, i.if_match,
-                    i.if_none_match) for i in items]
+    # The fault point as at appends: a value changed after it was verified here.
+    writes = [Write(i.kind, i.row,
+                    faults.flipped("ps.write.flip_after_verify", i.value)
+                    if i.kind == "put" else None, None, i.if_match, i.if_none_match,
+                    i.value_crc if i.kind == "put" else None) for i in items]
     validate_writes(writes)
     for write in writes:
         _check_row(write.row, limits)
@@ -207,16 +233,9 @@ async def _writes(request: pb.Request, op: str, partition: RangePartition,
     for write in writes:
         if write.value is not None and len(write.value) >= limits.blob_value_bytes_min:
             write = Write(write.kind, write.row, None, await partition.write_blob(write.value),
-                          write.if_match, write.if_none_match)
+                          write.if_match, write.if_none_match, write.value_crc)
         stored.append(write)
     return stored
-
-
-async def _value(partition: RangePartition, row: Row) -> bytes:
-    if row.blob is not None:
-        return await partition.read_blob(row)
-    assert row.value is not None
-    return row.value
 
 
 async def _scan(request: pb.Request, response: pb.Response, find: Finder,
@@ -241,9 +260,9 @@ async def _scan(request: pb.Request, response: pb.Response, find: Finder,
             _account, pname, kind, row_key = keys.decode_key(key)
             if kind != keys.KIND_ENTITY:
                 continue  # bookkeeping rows and log records are not entities
-            response.items.append(pb.ScanItem(pname=pname, row=row_key,
-                                              value=await _value(partition, row),
-                                              etag=etag_of(row.version)))
+            value, crc = await value_and_crc(partition, row)
+            response.items.append(pb.ScanItem(pname=pname, row=row_key, value=value,
+                                              etag=etag_of(row.version), crc=crc))
         if not more or not rows:
             response.more = more
             return

@@ -3,11 +3,16 @@
 A Row is what one write leaves at a key: its version (the LSN of that write; the ETag is
 derived from it and is opaque to clients) and exactly one of an inline value, a pointer into
 the blob-data stream (large values are written there once, never copied), or a tombstone.
+An entity's value (inline or blob) carries `value_crc`, the CRC32C its writer sent (DESIGN
+§5 end-to-end checksums: stored beside the bytes, returned to the reader, who verifies it);
+bookkeeping rows and log appends (whose records carry their own, record_batch.py) have none.
 
 Encoding (little-endian): `u8 tag, u64 version`, then by tag
-  TAG_VALUE:     the value bytes (the rest of the buffer),
-  TAG_BLOB:      u64 extent_id, u64 offset, u32 length (the frame), u64 value_bytes,
-  TAG_TOMBSTONE: nothing.
+  TAG_VALUE:         the value bytes (the rest of the buffer),
+  TAG_VALUE_CRC:     u32 value_crc, then the value bytes,
+  TAG_BLOB:          u64 extent_id, u64 offset, u32 length (the frame), u64 value_bytes,
+  TAG_BLOB_CRC:      the same as TAG_BLOB, then u32 value_crc,
+  TAG_TOMBSTONE:     nothing.
 The tag is the first byte so `is_tombstone` and `row_version` need not decode the rest.
 
 Contract: `decode_row(encode_row(r)) == r`; a malformed buffer raises Internal, never
@@ -28,9 +33,12 @@ from stream_layer.framing import Location
 TAG_VALUE = 1
 TAG_BLOB = 2
 TAG_TOMBSTONE = 3
+TAG_VALUE_CRC = 4
+TAG_BLOB_CRC = 5
 
 _HEAD = struct.Struct("<BQ")
 _BLOB = struct.Struct("<QQIQ")
+_CRC = struct.Struct("<I")
 _LOG_META = struct.Struct("<BQQB")
 _TOKEN = struct.Struct("<BQQ")
 _ENTITY_TOKEN = struct.Struct("<BQQH")
@@ -55,11 +63,14 @@ class Row:
     value: bytes | None = None
     blob: BlobRef | None = None
     tombstone: bool = False
+    value_crc: int | None = None  # the CRC32C of the value, as its writer sent it
 
     def __post_init__(self) -> None:
         kinds = (self.value is not None) + (self.blob is not None) + bool(self.tombstone)
         assert kinds == 1, "a row is exactly one of value, blob or tombstone"
         assert 0 <= self.version <= _U64_MAX, self.version
+        assert self.value_crc is None or (
+            not self.tombstone and 0 <= self.value_crc < 1 << 32), self.value_crc
 
 
 def etag_of(version: int) -> str:
@@ -68,12 +79,17 @@ def etag_of(version: int) -> str:
 
 
 def encode_row(row: Row) -> bytes:
+    crc = row.value_crc
     if row.value is not None:
-        return _HEAD.pack(TAG_VALUE, row.version) + row.value
+        if crc is None:
+            return _HEAD.pack(TAG_VALUE, row.version) + row.value
+        return b"".join((_HEAD.pack(TAG_VALUE_CRC, row.version), _CRC.pack(crc), row.value))
     if row.blob is not None:
         loc = row.blob.location
-        return _HEAD.pack(TAG_BLOB, row.version) + _BLOB.pack(
-            loc.extent_id, loc.offset, loc.length, row.blob.value_bytes)
+        blob = _BLOB.pack(loc.extent_id, loc.offset, loc.length, row.blob.value_bytes)
+        if crc is None:
+            return _HEAD.pack(TAG_BLOB, row.version) + blob
+        return b"".join((_HEAD.pack(TAG_BLOB_CRC, row.version), blob, _CRC.pack(crc)))
     return _HEAD.pack(TAG_TOMBSTONE, row.version)
 
 
@@ -83,11 +99,19 @@ def decode_row(b: bytes) -> Row:
     tag, version = _HEAD.unpack_from(b)
     if tag == TAG_VALUE:
         return Row(version, value=bytes(b[_HEAD.size:]))
-    if tag == TAG_BLOB:
-        if len(b) != _HEAD.size + _BLOB.size:
-            raise Internal(f"blob row of {len(b)} bytes, expected {_HEAD.size + _BLOB.size}")
+    if tag == TAG_VALUE_CRC:
+        if len(b) < _HEAD.size + _CRC.size:
+            raise Internal(f"value row of {len(b)} bytes is shorter than its header")
+        (crc,) = _CRC.unpack_from(b, _HEAD.size)
+        return Row(version, value=bytes(b[_HEAD.size + _CRC.size:]), value_crc=crc)
+    if tag in (TAG_BLOB, TAG_BLOB_CRC):
+        size = _HEAD.size + _BLOB.size + (_CRC.size if tag == TAG_BLOB_CRC else 0)
+        if len(b) != size:
+            raise Internal(f"blob row of {len(b)} bytes, expected {size}")
         extent_id, offset, length, value_bytes = _BLOB.unpack_from(b, _HEAD.size)
-        return Row(version, blob=BlobRef(Location(extent_id, offset, length), value_bytes))
+        crc = _CRC.unpack_from(b, size - _CRC.size)[0] if tag == TAG_BLOB_CRC else None
+        return Row(version, blob=BlobRef(Location(extent_id, offset, length), value_bytes),
+                   value_crc=crc)
     if tag == TAG_TOMBSTONE:
         if len(b) != _HEAD.size:
             raise Internal(f"tombstone row of {len(b)} bytes, expected {_HEAD.size}")

@@ -27,6 +27,7 @@ from partition_layer import keys
 from partition_layer.partition import SERVING, RangePartition
 from partition_layer.partition_map import range_from_pb
 from partition_layer.partition_streams import LoadReport
+from partition_layer.read_replies import records_reply
 from partition_layer.requests import error_response, handle, route_key, start_small_append
 from stream_layer.client import AsyncStreamClient
 
@@ -241,8 +242,7 @@ class PartitionServicer(pb_grpc.PartitionServerServicer):
             records, meta = await partition.read_log(
                 request.account, request.pname, next_seq, self.server.limits.read_records_max)
             if records:
-                await context.write(pb.SubscribeReply(
-                    records=[pb.Record(seq=s, data=d) for s, d in records]))
+                await context.write(pb.SubscribeReply(records=records_reply(records)))
                 next_seq = records[-1][0] + 1
                 continue
             if meta.sealed:

@@ -19,6 +19,7 @@ from common.process import LOG_FILE
 from common.proto import partition_pb2 as pb
 from common.proto import partition_pb2_grpc as pb_grpc
 from partition_layer.client import PartitionClient
+from partition_layer.payload_crc import payload_crcs
 from partition_layer.session import CallSession
 from tests.checker import append_load, check_logs
 from tools.local_stamp import LocalStamp
@@ -142,8 +143,10 @@ def test_deposed_owner_cannot_make_a_write_visible(stamp_factory: StampFactory) 
                 rpc.aio_channel(stamp.address(old), 16 << 20)))
             try:
                 return await session.call(pb.Request(account="acct", pname="log",
-                                                     append=pb.AppendOp(records=[b"stale"],
-                                                                        token="stale-1")), 60)
+                                                     append=pb.AppendOp(
+                                                         records=[b"stale"],
+                                                         crcs=payload_crcs([b"stale"]),
+                                                         token="stale-1")), 60)
             finally:
                 await session.close()
 

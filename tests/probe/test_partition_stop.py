@@ -18,6 +18,7 @@ from common.process import LOG_FILE
 from common.proto import partition_pb2 as pb
 from common.proto import partition_pb2_grpc as pb_grpc
 from partition_layer.client import PartitionClient
+from partition_layer.payload_crc import payload_crcs
 from partition_layer.session import CallSession
 from tests.checker import acknowledged, append_load, check_logs
 from tests.probe.test_partition_failover import (
@@ -105,7 +106,9 @@ def test_sigterm_answers_every_request_and_exits_cleanly(stamp_factory: StampFac
         async def direct_appends(session: CallSession, count: int) -> list[pb.Response]:
             return await asyncio.gather(*(session.call(pb.Request(
                 account="acct", pname=f"direct-{i % 3}",
-                append=pb.AppendOp(records=[f"d{i}".encode()], token=f"direct-{i}")), 60)
+                append=pb.AppendOp(records=[f"d{i}".encode()],
+                                   crcs=payload_crcs([f"d{i}".encode()]),
+                                   token=f"direct-{i}")), 60)
                 for i in range(count)))
 
         async def scenario() -> tuple[list[pb.Response], int]:

@@ -24,6 +24,7 @@ from common.proto import stream_manager_pb2 as sm_pb
 from common.proto import stream_manager_pb2_grpc as sm_grpc
 from lock_service.client import LockClient
 from partition_layer.client import PartitionClient
+from partition_layer.payload_crc import payload_crcs
 from partition_layer.session import CallSession
 from stream_layer.client import AsyncStream, AsyncStreamClient
 from stream_layer.extent_client import AsyncExtentClient
@@ -183,8 +184,10 @@ def test_isolated_partition_server_loses_its_partition(stamp_factory: StampFacto
             n = 0
             try:
                 while not stop.is_set():
+                    records = [b"stale-%d" % n]
                     request = pb.Request(account="acct", pname=f"log-{n % 4}",
-                                         append=pb.AppendOp(records=[b"stale-%d" % n],
+                                         append=pb.AppendOp(records=records,
+                                                            crcs=payload_crcs(records),
                                                             token=f"stale-{n}"))
                     stale_answers.append(await outcome(session.call(request, 10)))
                     n += 1

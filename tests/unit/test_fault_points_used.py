@@ -4,10 +4,11 @@ A fault point no test arms guards nothing: the crash or delay it stands for is n
 This test reads the code, not a list kept by hand, so a new point fails it until a test arms
 it:
 
-- the points: every name given to `faults.point/apoint/hit/crash`, to a parameter whose name
-  says it is a fault point (`fault_point=`, `fault_name=`, positionally or by keyword, and
-  its default), or built in an f-string for one (`en.forward.before_send@{address}` is the
-  family `en.forward.before_send@*`), in the server packages below;
+- the points: every name given to `faults.point/apoint/hit/crash/flipped`, to a parameter
+  whose name says it is a fault point (`fault_point=`, `fault_name=`, positionally or by
+  keyword, and its default), or built in an f-string for one
+  (`en.forward.before_send@{address}` is the family `en.forward.before_send@*`), in the
+  server packages below;
 - the armed ones: every `name=action` spec in a string of a test (STAMP_FAULTS, `arm_remote`,
   `stamp fault`), every `arm("name", ...)`, and the names a parametrized test puts into a
   spec through a placeholder (`f"{point}=crash"` with `parametrize("point", [...])`, or
@@ -30,7 +31,7 @@ from common.faults import ACTIONS
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCTION_PACKAGES = ("common", "stream_layer", "partition_layer", "lock_service",
                        "frontend", "erasure", "spark", "tools")
-FAULT_CALLS = {"point", "apoint", "hit", "crash"}
+FAULT_CALLS = {"point", "apoint", "hit", "crash", "flipped"}
 # Parameters that carry a fault point's name into the code that fires it.
 FAULT_PARAMETERS = {"fault_point", "fault_name"}
 # The tests of the fault mechanism itself arm made-up names; they arm no production point.

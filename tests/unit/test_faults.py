@@ -78,3 +78,17 @@ def test_bug_raises_an_error_outside_the_stamp_hierarchy() -> None:
         asyncio.run(faults.apoint("p"))
     assert not isinstance(raised.value, StampError)
     faults.point("p")  # fired once, disarmed
+
+
+def test_flip_changes_one_bit_of_the_bytes_passing_a_point() -> None:
+    assert faults.flipped("some.flip", b"abcde") == b"abcde"  # unarmed: untouched
+    faults.arm("some.flip", "flip", times=1)
+    changed = faults.flipped("some.flip", b"abcde")
+    assert changed == b"abbde"
+    assert sum(bin(a ^ b).count("1") for a, b in zip(changed, b"abcde", strict=True)) == 1
+    assert faults.flipped("some.flip", b"abcde") == b"abcde"  # times=1: disarmed
+    faults.arm("some.flip", "flip")
+    assert faults.flipped("some.flip", b"") == b""
+    faults.arm("some.fail", "fail")
+    with pytest.raises(FaultInjected):
+        faults.flipped("some.fail", b"x")  # another action fires as at a point

@@ -26,6 +26,7 @@ from partition_layer.rows import Row, decode_row
 from partition_layer.run_cache import IndexCache
 from partition_layer.stats import LoadStats
 from stream_layer.framing import Location
+from tests.unit.test_pl_operations import log_append
 from tests.unit.test_pl_runs import FakeStream
 
 
@@ -58,7 +59,7 @@ def test_committed_appends_leave_no_row_cache_entries() -> None:
         expected = {f"log-{i}": 0 for i in range(8)}
         for round_ in range(60):
             futures = [p.committer.submit_nowait(
-                LogAppend("acct", log, (b"r" * 300,), token=f"t-{round_}-{log}"), 400)
+                log_append("acct", log, (b"r" * 300,), token=f"t-{round_}-{log}"), 400)
                 for log in expected]
             firsts = await asyncio.gather(*futures)
             assert firsts == list(expected.values())  # consecutive, per log
@@ -72,7 +73,7 @@ def test_committed_appends_leave_no_row_cache_entries() -> None:
             state = await p.log_state("acct", log)
             assert (state.first_seq, state.next_seq) == (0, next_seq)
         # A retried token still finds its original answer (in a run by now).
-        retry = LogAppend("acct", "log-3", (b"r" * 300,), token="t-0-log-3")
+        retry = log_append("acct", "log-3", (b"r" * 300,), token="t-0-log-3")
         assert await p.committer.submit_nowait(retry, 400) == 0
         await p.stop("test over")
         await p.closed()
@@ -97,7 +98,7 @@ def test_callbacks_are_answered_once_in_order_and_one_that_raises_spoils_nothing
             if len(heard) == 6:
                 all_heard.set()
         for index in range(6):
-            p.committer.submit_with(LogAppend("acct", f"log-{index % 2}", (b"r",),
+            p.committer.submit_with(log_append("acct", f"log-{index % 2}", (b"r",),
                                               token=f"cb-{index}"), 64,
                                     functools.partial(done, index))
         await asyncio.wait_for(all_heard.wait(), 5)
@@ -105,7 +106,7 @@ def test_callbacks_are_answered_once_in_order_and_one_that_raises_spoils_nothing
                          (4, 2, None), (5, 2, None)]
         assert p.state == partition_module.SERVING  # the raising callback stopped nothing
         assert await p.committer.submit_nowait(
-            LogAppend("acct", "log-0", (b"r",), token="after"), 64) == 3
+            log_append("acct", "log-0", (b"r",), token="after"), 64) == 3
         # Blocks are answered in order: every earlier answer has been given by now.
         assert len(heard) == 6  # nobody heard twice
         await p.stop("test over")
@@ -128,8 +129,8 @@ def test_a_batch_caught_by_a_stop_while_reading_rows_is_answered_not_owner() -> 
             await asyncio.Event().wait()  # a checkpoint read that never finishes
         p.row_from_checkpoints = stuck  # type: ignore[method-assign]
         heard: list[object] = []
-        future = p.committer.submit_nowait(LogAppend("acct", "log", (b"r",), token="t1"), 64)
-        p.committer.submit_with(LogAppend("acct", "log", (b"r",), token="t2"), 64,
+        future = p.committer.submit_nowait(log_append("acct", "log", (b"r",), token="t1"), 64)
+        p.committer.submit_with(log_append("acct", "log", (b"r",), token="t2"), 64,
                                 lambda first, error: heard.append(error))
         await asyncio.wait_for(reading.wait(), 5)
         assert not p.committer.queue, "the batch is off the queue, being decided"
@@ -209,7 +210,7 @@ class StuckStream(FakeStream):
 
 
 def append_op(n: int) -> LogAppend:
-    return LogAppend("acct", "log", (f"r{n}".encode(),), token=f"t{n}")
+    return log_append("acct", "log", (f"r{n}".encode(),), token=f"t{n}")
 
 
 @pytest.fixture

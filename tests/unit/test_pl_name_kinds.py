@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 from common.errors import InvalidArgument, StampError
 from partition_layer.merge import aiter_sync, merge
-from partition_layer.operations import EntityWrite, LogAppend, LogTrim, Write, record_key
+from partition_layer.operations import EntityWrite, LogTrim, Write, record_key
 from partition_layer.record_batch import decode_records
 from partition_layer.rows import decode_row, encode_row
-from tests.unit.test_pl_operations import Table
+from tests.unit.test_pl_operations import Table, log_append, with_crcs
 
 
 def test_an_entity_put_cannot_overwrite_a_log_append() -> None:
@@ -23,19 +23,19 @@ def test_an_entity_put_cannot_overwrite_a_log_append() -> None:
     (5).to_bytes(8, "big") on the same name replaced it, and reads failed from then on."""
     t = Table()
     records = tuple(b"r%d" % i for i in range(6))
-    assert t.run(LogAppend("a", "orders", records)) == 0
+    assert t.run(log_append("a", "orders", records)) == 0
     with pytest.raises(InvalidArgument, match="is a log"):
         t.run(EntityWrite("a", "orders", (Write("put", (5).to_bytes(8, "big"), b"oops"),)))
     row = t.rows[record_key("a", "orders", 5)]
     assert row.value is not None
-    assert decode_records(row.value, 5) == list(enumerate(records))
+    assert decode_records(row.value, 5) == with_crcs(0, records)
 
 
 def test_a_log_operation_on_an_entity_group_is_refused() -> None:
     t = Table()
     t.run(EntityWrite("a", "users", (Write("put", b"alice", b"1"),)))
     lsn = t.lsn
-    for op in (LogAppend("a", "users", (b"x",)), LogTrim("a", "users", upto_seq=0)):
+    for op in (log_append("a", "users", (b"x",)), LogTrim("a", "users", upto_seq=0)):
         with pytest.raises(InvalidArgument, match="entity group"):
             t.run(op)
     assert t.lsn == lsn
@@ -70,7 +70,7 @@ def test_no_sequence_of_operations_on_one_name_loses_a_row(ops: list[tuple[str, 
         try:
             if kind == "append":
                 records = tuple(b"%d-%d" % (n, i) for i in range(int(arg)))  # type: ignore[call-overload]
-                appends.append((t.run(LogAppend("a", "n", records)), records))  # type: ignore[arg-type]
+                appends.append((t.run(log_append("a", "n", records)), records))  # type: ignore[arg-type]
             elif kind == "trim":
                 t.run(LogTrim("a", "n", upto_seq=int(arg)))  # type: ignore[call-overload]
                 first_seq = max(first_seq, int(arg))  # type: ignore[call-overload]
@@ -93,7 +93,7 @@ def test_no_sequence_of_operations_on_one_name_loses_a_row(ops: list[tuple[str, 
         for rows in ({k: encode_row(r) for k, r in t.rows.items()}, after_merge):
             value = decode_row(rows[record_key("a", "n", last)]).value
             assert value is not None
-            assert decode_records(value, last) == list(enumerate(records, first))
+            assert decode_records(value, last) == with_crcs(first, records)
     probe = EntityWrite("a", "n", ())
     for row, value in entities.items():
         key = probe.key(Write("put", row, value))

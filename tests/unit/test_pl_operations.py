@@ -26,9 +26,25 @@ from partition_layer.operations import (
     meta_key,
     validate_writes,
 )
+from partition_layer.payload_crc import payload_crcs
 from partition_layer.record_batch import decode_records, encode_records
 from partition_layer.rows import BlobRef, LogMeta, Row, etag_of
 from stream_layer.framing import Location
+
+
+def log_append(account: str, log: str, records: tuple[bytes, ...], **fields: object
+               ) -> LogAppend:
+    """A LogAppend of `records` with their CRC32Cs, as the partition server makes one from
+    a verified request."""
+    return LogAppend(account, log, records, crcs=tuple(payload_crcs(records)),
+                     **fields)  # type: ignore[arg-type]
+
+
+def with_crcs(first: int, records: tuple[bytes, ...] | list[bytes]
+              ) -> list[tuple[int, bytes, int]]:
+    """[(seq, record, crc)] as decode_records gives them back."""
+    return [(first + i, r, c) for i, (r, c) in enumerate(zip(records, payload_crcs(records),
+                                                             strict=True))]
 
 
 class Table:
@@ -58,39 +74,39 @@ class Table:
 
 def test_appends_are_consecutive_and_tokens_answer_retries() -> None:
     t = Table()
-    assert t.run(LogAppend("a", "log", (b"x", b"y"))) == 0
-    assert t.run(LogAppend("a", "log", (b"z",), token="t1")) == 2
+    assert t.run(log_append("a", "log", (b"x", b"y"))) == 0
+    assert t.run(log_append("a", "log", (b"z",), token="t1")) == 2
     lsn = t.lsn
-    assert t.run(LogAppend("a", "log", (b"z",), token="t1")) == 2  # a retry
+    assert t.run(log_append("a", "log", (b"z",), token="t1")) == 2  # a retry
     assert t.lsn == lsn, "a retried append wrote something"
     with pytest.raises(InvalidArgument, match="token"):
-        t.run(LogAppend("a", "log", (b"z", b"w"), token="t1"))
+        t.run(log_append("a", "log", (b"z", b"w"), token="t1"))
     assert t.meta("log") == LogMeta(0, 3, False)
     appends = sorted((keys.row_seq(keys.decode_key(k)[3]), row.value) for k, row in t.rows.items()
                      if keys.decode_key(k)[2] == keys.KIND_RECORD)
     # One row per append, keyed by its last record (record_batch.py).
     assert [decode_records(value, last) for last, value in appends] == [
-        [(0, b"x"), (1, b"y")], [(2, b"z")]]
+        with_crcs(0, [b"x", b"y"]), with_crcs(2, [b"z"])]
 
 
 def test_an_append_held_in_blob_data_is_one_pointer_row() -> None:
     t = Table()
-    t.run(LogAppend("a", "log", (b"x",)))
+    t.run(log_append("a", "log", (b"x",)))
     blob = BlobRef(Location(7, 4096, 10_000), 9_984)
-    assert t.run(LogAppend("a", "log", (), token="big", blob=blob, count=100)) == 1
-    assert t.run(LogAppend("a", "log", (), token="big", blob=blob, count=100)) == 1  # retry
+    assert t.run(log_append("a", "log", (), token="big", blob=blob, count=100)) == 1
+    assert t.run(log_append("a", "log", (), token="big", blob=blob, count=100)) == 1  # retry
     with pytest.raises(InvalidArgument, match="token"):
-        t.run(LogAppend("a", "log", (b"y",), token="big"))
+        t.run(log_append("a", "log", (b"y",), token="big"))
     assert t.meta("log") == LogMeta(0, 101, False)
     # The row is the pointer: the records are in blob data, written once.
     assert t.rows[keys.encode_key("a", "log", keys.KIND_RECORD, keys.seq_row(100))].blob == blob
     with pytest.raises(AssertionError):
-        LogAppend("a", "log", (b"x",), blob=blob, count=1)  # records or a blob, not both
+        log_append("a", "log", (b"x",), blob=blob, count=1)  # records or a blob, not both
 
 
 def test_trim_and_seal() -> None:
     t = Table()
-    t.run(LogAppend("a", "log", tuple(b"%d" % i for i in range(5))))
+    t.run(log_append("a", "log", tuple(b"%d" % i for i in range(5))))
     t.run(LogTrim("a", "log", upto_seq=3))
     assert t.meta("log") == LogMeta(3, 5, False)
     lsn = t.lsn
@@ -100,7 +116,7 @@ def test_trim_and_seal() -> None:
         t.run(LogTrim("a", "log", upto_seq=6))
     t.run(LogSeal("a", "log"))
     with pytest.raises(Sealed):
-        t.run(LogAppend("a", "log", (b"late",)))
+        t.run(log_append("a", "log", (b"late",)))
     assert t.meta("log") == LogMeta(3, 5, True)
 
 
@@ -170,7 +186,7 @@ def test_validate_writes() -> None:
 
 def test_record_batches_round_trip() -> None:
     records = [b"", b"a", b"bc" * 1000]
-    assert decode_records(encode_records(records), 41) == [(39, b""), (40, b"a"),
-                                                          (41, b"bc" * 1000)]
+    encoded = encode_records(records, payload_crcs(records))
+    assert decode_records(encoded, 41) == with_crcs(39, records)
     with pytest.raises(Internal):
-        decode_records(encode_records(records)[:-1], 41)
+        decode_records(encoded[:-1], 41)
