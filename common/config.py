@@ -152,6 +152,15 @@ class PartitionLimits:
     read_records_max: int = 10_000
     read_bytes_max: int = 4 * MiB
     scan_rows_max: int = 10_000
+    # One page of a partition's Scan stream (scan_stream.py): rows and about this many bytes
+    # when the request names none, and the most it may ask for (rows: scan_rows_max).
+    scan_page_rows_default: int = 1000
+    scan_page_bytes_default: int = 1 * MiB
+    scan_page_bytes_max: int = 4 * MiB
+    # The first partition names of the range partitions a fresh stamp starts with, besides
+    # the one that starts at the empty key: "account/pname" each (splitting comes later; a
+    # scan benchmark needs several partitions). Empty: one partition for the key space.
+    bootstrap_split_keys: tuple[str, ...] = ()
     rpc_message_bytes_max: int = 64 * MiB
     # A client gives up on an operation after this long (map refreshes and retries included).
     client_timeout_ms: int = 30_000
@@ -161,6 +170,14 @@ class PartitionLimits:
             raise InvalidArgument("partition.blob_value_bytes_min exceeds value_bytes_max")
         if self.partition_lease_ttl_ms < 3 * 100:
             raise InvalidArgument("partition.partition_lease_ttl_ms is at least 300")
+        # TOML gives a list: keep the limits hashable and immutable.
+        object.__setattr__(self, "bootstrap_split_keys", tuple(self.bootstrap_split_keys))
+        if not 0 < self.scan_page_rows_default <= self.scan_rows_max:
+            raise InvalidArgument("partition.scan_page_rows_default must be in "
+                                  "1..scan_rows_max")
+        if not 0 < self.scan_page_bytes_default <= self.scan_page_bytes_max:
+            raise InvalidArgument("partition.scan_page_bytes_default must be in "
+                                  "1..scan_page_bytes_max")
 
 
 @dataclass(frozen=True)

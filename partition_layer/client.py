@@ -13,6 +13,7 @@ This Python API is a contract (the front end's SDK mirrors it):
     pc.delete(account, pname, row, if_match=None)
     pc.batch(account, pname, [("put", row, value), ("delete", row), ...])
     pc.scan(account, start, end, limit)  # keys as (pname, row) tuples; within one partition
+    for (pname, row), value in pc.scan_all(account, start, end, limit): ...  # across them
 
 Routing: each call goes to the server the cached map names for its partition name; a "not
 the owner" answer (or an unreachable server) refreshes the map from a PM and retries, until
@@ -54,6 +55,7 @@ from common.loop_thread import LoopThread
 from common.proto import partition_pb2 as pb
 from common.proto import partition_pb2_grpc as pb_grpc
 from common.stamp_file import addresses_of, read_stamp
+from partition_layer import scan_client
 from partition_layer.client_requests import (
     Row,
     batch_request,
@@ -63,6 +65,7 @@ from partition_layer.client_requests import (
     row_bytes,
     scan_key,
 )
+from partition_layer.operations import entity_key
 from partition_layer.partition_map import PartitionMap
 from partition_layer.payload_crc import payload_crcs, verify_records, verify_value
 from partition_layer.requests import route_key
@@ -314,6 +317,29 @@ class AsyncPartitionClient:
                  verify_value(i.value, i.crc, f"the value of row {i.row!r} in {i.pname!r}"))
                 for i in response.items]
 
+    async def scan_all(self, account: str, start: tuple[str, Row] | None = None,
+                       end: tuple[str, Row] | None = None, limit: int = 0
+                       ) -> AsyncIterator[tuple[tuple[str, bytes], bytes]]:
+        """Entities of `account` in key order across range partitions, from `start` (pname,
+        row) up to `end`, at most `limit` (0: all); one snapshot per partition's part
+        (scan_client.py)."""
+        start_key = b"" if start is None else entity_key(account, start[0],
+                                                         row_bytes(start[1]))
+        end_key = None if end is None else entity_key(account, end[0], row_bytes(end[1]))
+        async for page in scan_client.scan(self, account, start_key, end_key, limit=limit):
+            for item in page.items:
+                yield (item.pname, item.row), item.value
+
+    async def address_for(self, key: bytes) -> str:
+        """The address of the server the cached map names for `key` (NotOwner: none yet)."""
+        return await self._address_for(key)
+
+    def scan_stream(self, address: str, request: pb.PartitionScanRequest
+                    ) -> AsyncIterator[pb.PartitionScanPage]:
+        """The pages of a PS Scan stream on this client's channel to `address`."""
+        stub = pb_grpc.PartitionServerStub(self._channels.get(address))
+        return scan_client.open_grpc_stream(stub, request)
+
     async def close(self) -> None:
         for session in self._sessions.values():
             await session.close()
@@ -385,6 +411,21 @@ class PartitionClient:
              end: tuple[str, Row] | None = None, limit: int = 1000
              ) -> list[tuple[tuple[str, bytes], bytes]]:
         return self.run(self.aio.scan(account, start, end, limit))
+
+    def scan_all(self, account: str, start: tuple[str, Row] | None = None,
+                 end: tuple[str, Row] | None = None, limit: int = 0
+                 ) -> Iterator[tuple[tuple[str, bytes], bytes]]:
+        iterator = self.aio.scan_all(account, start, end, limit).__aiter__()
+        try:
+            while True:
+                try:
+                    yield self.run(iterator.__anext__())
+                except StopAsyncIteration:
+                    return
+        finally:
+            if not self._loop.closed:
+                with contextlib.suppress(Exception):
+                    self.run(iterator.aclose())
 
     def partition_map(self) -> tuple[PartitionMap, dict[str, str]]:
         return self.run(self.aio.partition_map())

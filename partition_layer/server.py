@@ -29,6 +29,7 @@ from partition_layer.partition_map import range_from_pb
 from partition_layer.partition_streams import LoadReport
 from partition_layer.read_replies import records_reply
 from partition_layer.requests import error_response, handle, route_key, start_small_append
+from partition_layer.scan_stream import serve as serve_scan
 from stream_layer.client import AsyncStreamClient
 
 log = logging.getLogger(__name__)
@@ -249,6 +250,14 @@ class PartitionServicer(pb_grpc.PartitionServerServicer):
                 return  # a sealed log ends here: nothing more will ever come
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(changed.wait(), SUBSCRIBE_RECHECK_S)
+
+    @rpc.rpc_errors
+    async def Scan(self, request: pb.PartitionScanRequest, context: aio.ServicerContext
+                   ) -> AsyncIterator[pb.PartitionScanPage]:
+        """One partition's part of a scan, one snapshot (scan_stream.py); NotOwner when
+        the partition holding the start is not served here, or stops being served."""
+        async for page in serve_scan(request, self.server.find, self.server.limits):
+            yield page
 
     @rpc.rpc_errors
     async def Load(self, request: pb.LoadRequest, context: aio.ServicerContext

@@ -1,0 +1,224 @@
+"""One partition's part of a key-range scan: the PS `Scan` stream (partition.proto
+`PartitionScanRequest` / `PartitionScanPage`; §5 "each partition's part is a consistent
+snapshot").
+
+Contracts:
+- One stream is one snapshot. When it starts, the memtable's entries within the scanned
+  range are copied (bounded by `memtable_bytes_max`), the memtable being checkpointed is
+  kept (frozen: never written again) and the run readers in force are pinned (runs are
+  immutable). The snapshot is taken without an await, so it sees one state of the partition:
+  the checkpointer swaps memtables and publishes runs without one either. Later writes,
+  checkpoints and merges do not change what the stream returns.
+- Iteration is lazy, page by page: memory beyond the memtable copy is one pending row per
+  source (merge.py) and one page (`page_rows`, about `page_bytes`).
+- The range is clamped to the request's account and to the partition's range. A page that is
+  not the last resumes after its last item (`resume_key`); the last page (`done`) carries the
+  partition's high key when the scan's range goes beyond it, else nothing.
+- NotOwner when the partition holding the (clamped) start is not served here, and before any
+  page once it stops being served here: the caller refreshes its map and resumes.
+- SCAN_ENTITIES returns entity rows with their value (blob values read from blob data) and
+  its CRC32C. SCAN_LOG_NAMES returns one item per log (its KIND_META row holds LogMeta) and
+  skips every other row of the name without reading it: past SKIP_BY_READING_ROWS_MAX rows
+  the iteration restarts at the end of the name's key prefix (a restart costs a block read
+  per run, so a name of a few rows is cheaper to read past). Entity scans skip a log's
+  records the same way.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from operator import itemgetter
+from typing import Protocol
+
+from common.checksums import crc32c
+from common.config import PartitionLimits
+from common.errors import InvalidArgument
+from common.proto import partition_pb2 as pb
+from partition_layer import keys
+from partition_layer.memtable import Memtable
+from partition_layer.merge import aiter_sync, merge
+from partition_layer.partition import RangePartition
+from partition_layer.rows import Row, decode_row, etag_of, is_entity_group
+
+SKIP_BY_READING_ROWS_MAX = 32
+ITEM_OVERHEAD_BYTES = 16
+
+
+class RunSource(Protocol):
+    """A sorted run as a scan reads it (run_cache.Run is one)."""
+
+    def scan(self, start: bytes = b"", end: bytes | None = None
+             ) -> AsyncIterator[tuple[bytes, bytes]]: ...
+
+
+class Snapshot:
+    """The rows of one partition in [low, high) as they were when it was taken."""
+
+    def __init__(self, memtable: list[tuple[bytes, bytes]], frozen: Memtable | None,
+                 runs: Sequence[RunSource], low: bytes, high: bytes) -> None:
+        assert frozen is None or frozen.frozen, "only a frozen memtable may be kept as is"
+        self._memtable = memtable  # a copy: the live memtable changes under us
+        self._frozen = frozen
+        self._runs = list(runs)  # newest first
+        self.low, self.high = low, high
+
+    @classmethod
+    def of(cls, partition: RangePartition, low: bytes, high: bytes) -> Snapshot:
+        """Take it now (no await: one state of the partition)."""
+        return cls(list(partition.memtable.items(low, high)), partition.frozen,
+                   partition.readers, low, high)
+
+    def rows(self, start: bytes) -> AsyncIterator[tuple[bytes, bytes]]:
+        """Live rows (key, encoded row) from max(start, low) up to high, ascending."""
+        start = max(start, self.low)
+        sources = [aiter_sync(self._memtable_from(start))]
+        if self._frozen is not None:
+            sources.append(aiter_sync(self._frozen.items(start, self.high)))
+        sources += [run.scan(start, self.high) for run in self._runs]
+        return merge(sources, drop_tombstones=True)
+
+    def _memtable_from(self, start: bytes) -> Iterator[tuple[bytes, bytes]]:
+        rows = self._memtable
+        for i in range(bisect.bisect_left(rows, start, key=itemgetter(0)), len(rows)):
+            yield rows[i]
+
+
+def clamp(account: str, start_key: bytes, end_key: bytes | None
+          ) -> tuple[bytes, bytes]:
+    """[start, end) of a scan request within its account's keys (end None: the account's
+    end)."""
+    if not account:
+        raise InvalidArgument("a scan names its account")
+    low = keys.account_prefix(account)
+    high = keys.prefix_end(low)
+    assert high is not None  # an account prefix ends in its terminator 00 01
+    start = max(start_key, low)
+    end = high if end_key is None else max(low, min(end_key, high))
+    return start, end
+
+
+def clamp_to_partition(end: bytes, key_range: keys.KeyRange) -> tuple[bytes, bytes]:
+    """(the end within the partition, the resume key of the last page): the partition's high
+    key when the scan goes beyond it, else b"" (the scan's end is here)."""
+    if key_range.high is not None and key_range.high < end:
+        return key_range.high, key_range.high
+    return end, b""
+
+
+class PageLimits:
+    """How much one page and the whole stream carry, from the request and the config."""
+
+    __slots__ = ("page_bytes", "page_rows", "total")
+
+    def __init__(self, request: pb.PartitionScanRequest, limits: PartitionLimits) -> None:
+        self.page_rows = min(request.page_rows or limits.scan_page_rows_default,
+                             limits.scan_rows_max)
+        self.page_bytes = min(request.page_bytes or limits.scan_page_bytes_default,
+                              limits.scan_page_bytes_max)
+        self.total = request.limit  # 0: no limit
+
+
+async def pages(snapshot: Snapshot, mode: int, start: bytes, at_end: bytes,
+                bounds: PageLimits, value_of: Callable[[Row], Awaitable[bytes]],
+                check: Callable[[], None]) -> AsyncIterator[pb.PartitionScanPage]:
+    """The pages of `snapshot` from `start`; `value_of` reads a blob row's value, `check`
+    raises when the partition stopped being served (called before every page)."""
+    items: list[pb.ScanItem] = []
+    size = total = 0
+    position = start  # past everything returned so far
+    skip_until: bytes | None = None  # rows below this are not wanted
+    skipped = 0
+    names = _Names()
+    rows = snapshot.rows(start)
+    try:
+        while True:
+            try:
+                key, encoded = await anext(rows)
+            except StopAsyncIteration:
+                break
+            if skip_until is not None:
+                if key < skip_until:
+                    skipped += 1
+                    if skipped >= SKIP_BY_READING_ROWS_MAX:
+                        await rows.aclose()
+                        rows = snapshot.rows(skip_until)
+                        skip_until = None
+                    continue
+                skip_until = None
+            at = keys.kind_offset(key)
+            kind = key[at]
+            if mode == pb.SCAN_LOG_NAMES:
+                # Only a name's first row can be its meta row: skip the rest in any case.
+                skip_until, skipped = keys.prefix_end(key[:at]), 0
+                if kind != keys.KIND_META or _is_entity_group(encoded):
+                    continue
+                item = pb.ScanItem(pname=names.pname(key, at))
+                position = skip_until or snapshot.high
+            elif kind != keys.KIND_ENTITY:
+                if kind == keys.KIND_META and not _is_entity_group(encoded):
+                    skip_until, skipped = keys.prefix_end(key[:at]), 0  # a log's records
+                continue
+            else:
+                row = decode_row(encoded)
+                value = row.value if row.value is not None else await value_of(row)
+                item = pb.ScanItem(pname=names.pname(key, at), row=key[at + 1:], value=value,
+                                   etag=etag_of(row.version), crc=crc32c(value))
+                position = key + b"\x00"
+            items.append(item)
+            size += len(item.value) + len(item.row) + len(item.pname) + ITEM_OVERHEAD_BYTES
+            total += 1
+            if total == bounds.total:
+                check()
+                yield pb.PartitionScanPage(items=items, done=True)
+                return
+            if len(items) >= bounds.page_rows or size >= bounds.page_bytes:
+                check()
+                yield pb.PartitionScanPage(items=items, resume_key=position)
+                items, size = [], 0
+    finally:
+        await rows.aclose()
+    check()
+    yield pb.PartitionScanPage(items=items, resume_key=at_end, done=True)
+
+
+def _is_entity_group(encoded: bytes) -> bool:
+    value = decode_row(encoded).value
+    return value is None or is_entity_group(value)
+
+
+class _Names:
+    """The partition name of a key, decoded once per name (rows of a name come together)."""
+
+    __slots__ = ("_name", "_prefix")
+
+    def __init__(self) -> None:
+        self._prefix = b""
+        self._name = ""
+
+    def pname(self, key: bytes, at: int) -> str:
+        if key[:at] != self._prefix:
+            self._prefix = key[:at]
+            self._name = keys.decode_key(key)[1]
+        return self._name
+
+
+async def serve(request: pb.PartitionScanRequest, find: Callable[[bytes], RangePartition],
+                limits: PartitionLimits) -> AsyncIterator[pb.PartitionScanPage]:
+    """The PS `Scan` stream: the pages of `request`, one snapshot of the partition holding
+    its start."""
+    if request.mode not in (pb.SCAN_ENTITIES, pb.SCAN_LOG_NAMES):
+        raise InvalidArgument(f"unknown scan mode {request.mode}")
+    start, end = clamp(request.account, request.start_key,
+                       request.end_key if request.has_end else None)
+    bounds = PageLimits(request, limits)
+    if start >= end:
+        yield pb.PartitionScanPage(done=True)
+        return
+    partition = find(start)
+    partition.check_serving()
+    end, at_end = clamp_to_partition(end, partition.range)
+    snapshot = Snapshot.of(partition, start, end)
+    async for page in pages(snapshot, request.mode, start, at_end, bounds,
+                            partition.read_blob, partition.check_serving):
+        yield page
