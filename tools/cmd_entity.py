@@ -8,7 +8,8 @@ values are bytes. Output:
   terminal only, so the prompt does not follow the value); `--json` prints one object
   {"value": TEXT, "etag": ETAG}, or "value_base64" instead of "value" when the value is not
   UTF-8;
-- `ls` prints `ROW<TAB>VALUE` lines (values shown as UTF-8, other bytes as \\xNN), or with
+- `ls` prints `ROW<TAB>VALUE` lines (one an entity: UTF-8 text, other bytes and control
+  characters escaped as \\xNN, \\n, \\t: tools/sdk_client.show_bytes), or with
   `--json` one object a line: {"pname", "row" | "row_base64", "value" | "value_base64",
   "etag"}.
 """

@@ -187,8 +187,12 @@ def named_errors() -> Iterator[None]:
 
 
 def show_bytes(data: bytes) -> str:
-    """Bytes for a human's terminal: UTF-8 text, other bytes as \\xNN escapes."""
-    return data.decode("utf-8", errors="backslashreplace")
+    """Bytes for a human's terminal, on one line: UTF-8 text, other bytes as \\xNN and
+    control characters (line breaks, tabs) as \\n, \\t, \\xNN escapes. For reading only:
+    `--json` is the exact form."""
+    text = data.decode("utf-8", errors="backslashreplace")
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode()
+                   for c in text)
 
 
 def json_bytes(field: str, data: bytes) -> dict[str, Any]:

@@ -174,6 +174,9 @@ def test_entity_commands(data_dir: Path) -> None:
     listed = run(data_dir, "entity", "ls", "users").stdout.splitlines()
     assert [line.split("\t")[0] for line in listed] == ["alice", "bob", "carol", "dave"]
     assert listed[:2] == ["alice\tBergen", "bob\tRome"]
+    # One line an entity: control characters and bytes that are not UTF-8 are escaped.
+    assert listed[2].startswith("carol\t\\x00\\x01") and "\\t\\n" in listed[2]
+    assert listed[3] == "dave\t\\x00from a file\\n"
     rows = [json.loads(line) for line in
             run(data_dir, "entity", "ls", "users", "--json", "--limit", "2").stdout.splitlines()]
     assert rows == [{"pname": "users", "row": "alice", "value": "Bergen", "etag": new_etag},
