@@ -107,6 +107,8 @@ def test_log_commands(data_dir: Path) -> None:
     assert "trimmed orders below 2" in run(data_dir, "log", "trim", "orders", "2").stdout
     assert run(data_dir, "log", "peek", "orders").stdout == "first 2 next 6\n"
     assert "sealed orders" in run(data_dir, "log", "seal", "orders").stdout
+    followed = run(data_dir, "log", "tail", "orders", "--from", "4")  # a sealed log ends
+    assert followed.stdout == "4\tfive\n5\tsix\n" and "is sealed" in followed.stderr
     assert_one_line_error(run(data_dir, "log", "append", "orders", "seven", check=False),
                           "Sealed")
     assert_one_line_error(run(data_dir, "log", "append", "Orders", "x", check=False),
@@ -304,3 +306,12 @@ def test_help_of_every_new_command(data_dir: Path) -> None:
                  ["entity", "delete"], ["entity", "ls"], ["scan"]):
         out = run(data_dir, *args, "--help").stdout
         assert "--connection-string" in out and "STAMP_CONNECTION_STRING" in out, args
+
+
+def test_unreachable_front_end_is_one_line_after_the_timeout(tmp_path: Path) -> None:
+    """No stamp is needed when the connection string is given: a dead endpoint is retried
+    until --timeout, then one line."""
+    dead = f"Endpoint=127.0.0.1:1;Account=abc;Key={base64.b64encode(bytes(32)).decode()}"
+    for args in (["log", "read", "orders"], ["scan"], ["entity", "get", "users", "r"]):
+        assert_one_line_error(run(tmp_path, *args, "--connection-string", dead, "--timeout",
+                                  "1", check=False), "Unavailable")
