@@ -22,7 +22,6 @@ import contextlib
 import copy
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -121,16 +120,9 @@ def scan_bound(text: str) -> str | tuple[str, str]:
     return (pname, row_key(row)) if sep and row else pname
 
 
-@dataclass(frozen=True)
-class Found:
-    """A connection string and where it came from (said in every error about it)."""
-
-    source: str
-    parsed: ConnectionString
-
-
-def find_connection_string(args: argparse.Namespace) -> Found:
-    """The connection string this command uses (the module's order), parsed and checked."""
+def find_connection_string(args: argparse.Namespace) -> ConnectionString:
+    """The connection string this command uses (the module's order), parsed and checked;
+    an error about it names where it came from."""
     from frontend import connection_string
 
     if args.connection_string is not None:
@@ -153,7 +145,7 @@ def find_connection_string(args: argparse.Namespace) -> Found:
                                   ) from None
         source = str(path)
     try:
-        return Found(source, connection_string.parse(text))
+        return connection_string.parse(text)
     except InvalidArgument as exc:
         raise InvalidArgument(f"the connection string from {source} is not valid: {exc}"
                               ) from None
@@ -163,8 +155,7 @@ def find_connection_string(args: argparse.Namespace) -> Found:
 def client(args: argparse.Namespace) -> Iterator[Client]:
     """An SDK client for this command's connection string, closed afterwards; the stamp's
     errors leave it named by their kind."""
-    found = find_connection_string(args)
-    cs = found.parsed
+    cs = find_connection_string(args)
     from frontend.client import Client
 
     with named_errors(), Client(list(cs.endpoints), cs.account, key=cs.key, sas=cs.sas,
