@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Final
 
 from common.clock import Clock
-from common.errors import StampError, Unavailable
+from common.errors import InvalidArgument, StampError, Unavailable
 from frontend import sas, wire
 from frontend.accounts import CACHE_ENTRIES_MAX, CACHE_TTL_MAX_S
 
@@ -49,7 +49,7 @@ LOOKUPS_PER_CHECK_MAX = 3  # a request names at most two accounts (signer, token
 class Authenticator:
     def __init__(self, read_keys: KeyReader, clock: Clock, ttl_s: float) -> None:
         if not 0 <= ttl_s <= CACHE_TTL_MAX_S:
-            raise ValueError(f"account cache TTL {ttl_s} s is outside 0..{CACHE_TTL_MAX_S}")
+            raise InvalidArgument(f"account cache TTL {ttl_s} s is outside 0..{CACHE_TTL_MAX_S}")
         self._read_keys = read_keys
         self._clock = clock
         self._ttl_s = ttl_s

@@ -53,9 +53,8 @@ async def serve(args: argparse.Namespace) -> None:
     store = AccountStore(locks, clock, cache_ttl_s=0)
     auth = Authenticator(store.keys_of, clock, config.front_end.account_cache_ttl_ms / 1000)
     throttle = AccountThrottle(config.front_end, clock, random.Random())
-    client = ForwardingClient(
-        [a for a in args.pm.split(",") if a], config.partition,
-        on_pressure=lambda p: throttle.observe_server(p.server, p.queue_ops, p.p99_ms))
+    client = ForwardingClient([a for a in args.pm.split(",") if a], config.partition,
+                              on_pressure=lambda pressure: front_end.observe_pressure(pressure))
     front_end = FrontEnd(auth, client, throttle, config.partition, config.front_end)
 
     server = rpc.aio_server(config.partition.rpc_message_bytes_max)

@@ -33,6 +33,9 @@ from frontend.server_call import FrontEnd
 log = logging.getLogger(__name__)
 
 RESPONSES_PER_MESSAGE_MAX = 4096
+# Requests of one Call stream in flight at once: past this the front end stops reading the
+# stream (gRPC flow control then holds the client back) until half of them are answered.
+CALL_INFLIGHT_MAX = 20_000
 
 
 class FrontEndServicer(fe_grpc.FrontEndServicer):
@@ -48,13 +51,17 @@ class FrontEndServicer(fe_grpc.FrontEndServicer):
         unanswered = 0
         all_answered = asyncio.Event()
         all_answered.set()
+        room = asyncio.Event()  # set while fewer than CALL_INFLIGHT_MAX // 2 are in flight
+        room.set()
 
         def reply(response: pb.Response) -> None:
             nonlocal unanswered
             responses.put_nowait(response)
             unanswered -= 1
-            if not unanswered:
-                all_answered.set()
+            if unanswered <= CALL_INFLIGHT_MAX // 2:
+                room.set()
+                if not unanswered:
+                    all_answered.set()
 
         async def read_requests() -> None:
             nonlocal unanswered
@@ -64,6 +71,9 @@ class FrontEndServicer(fe_grpc.FrontEndServicer):
                         unanswered += 1
                         all_answered.clear()
                         self.fe.start(request, reply)
+                    if unanswered >= CALL_INFLIGHT_MAX:
+                        room.clear()
+                        await room.wait()
                 await all_answered.wait()  # every request is answered before the stream ends
             finally:
                 responses.put_nowait(None)

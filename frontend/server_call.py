@@ -89,6 +89,11 @@ class FrontEnd:
         self.counters = Counters()
         self._tasks: set[asyncio.Task[None]] = set()
 
+    def observe_pressure(self, pressure: pb.ServerPressure) -> None:
+        """A partition server's load, as it reports it on its Call stream (the sessions'
+        `on_pressure`): the throttle refuses its top talkers while it is overloaded."""
+        self.throttle.observe_server(pressure.server, pressure.queue_ops, pressure.p99_ms)
+
     # ---- the hot path -----------------------------------------------------------------------
 
     def start(self, request: pb.Request, reply: Reply) -> None:
@@ -109,6 +114,10 @@ class FrontEnd:
             self.throttle.admit(request.account, server, nbytes).raise_if_refused()
         except StampError as exc:
             reply(self.refusal(sdk_id, exc))
+            return
+        except Exception as exc:  # a bug: answer (the stream lives on), and say so in the log
+            log.exception("checking a request")
+            reply(self._failure(sdk_id, exc))
             return
         request.ClearField("auth")  # partition servers never see credentials
         future = self.client.session(address).submit(request, ATTEMPT_TIMEOUT_S, nbytes)

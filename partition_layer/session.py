@@ -106,7 +106,8 @@ class CallSession:
                     while self._queue and (size == 0 or size + self._queue[0][1]
                                            <= BATCH_BYTES_MAX):
                         request, nbytes = self._queue.popleft()
-                        if request.id not in self._waiting:
+                        future = self._waiting.get(request.id)
+                        if future is None or future.done():
                             continue  # its caller gave up already
                         size += nbytes
                         batch.requests.append(request)

@@ -21,13 +21,14 @@ from common import durable_fs, process
 from common.config import RaftMemberSpec, StampConfig, load_config
 from common.errors import InvalidArgument, NotFound, Unavailable
 from common.stamp_file import STAMP_FILE, read_stamp
+from tools import local_front_ends
 
 KIND_EXTENT_NODE = "extent-node"
 KIND_STREAM_MANAGER = "stream-manager"
 KIND_LOCK = "lock"
 KIND_PARTITION_MANAGER = "partition-manager"
 KIND_PARTITION_SERVER = "partition-server"
-KIND_FRONT_END = "front-end"
+KIND_FRONT_END = local_front_ends.KIND_FRONT_END
 ADMIN_ACCOUNT = "admin"
 # `stamp up` writes the admin account's connection string here (mode 0600): the CLI uses it
 # when no other is given.
@@ -135,23 +136,7 @@ class LocalStamp:
     def plan_front_ends(self) -> None:
         """Front ends, once the partition managers have their addresses (they may pick their
         ports at first start). A stamp without a partition layer has no front ends."""
-        host = self.config.host
-        lock_addresses = ",".join(r.address for r in self.lock_servers())
-        pm_addresses = ",".join(r.address for r in self.partition_managers())
-        if not (lock_addresses and pm_addresses):
-            return
-        for spec in self.config.front_ends:
-            if spec.name in self.records:
-                continue
-            proc_dir = self.data_dir / spec.name
-            argv = process.stamp_command(
-                "serve", KIND_FRONT_END, "--name", spec.name, "--dir", str(proc_dir),
-                "--host", host, "--port", str(spec.port), "--pm", pm_addresses,
-                "--lock", lock_addresses)
-            if self.config_path:
-                argv += ["--config", self.config_path]
-            self.records[spec.name] = ProcessRecord(spec.name, KIND_FRONT_END, str(proc_dir),
-                                                    argv, address=f"{host}:{spec.port}")
+        local_front_ends.plan(self)
 
     def _plan_raft_group(self, kind: str, serve: str, specs: Sequence[RaftMemberSpec],
                          peers_arg: Callable[[str, list[tuple[str, str]]], str]) -> None:
@@ -196,27 +181,7 @@ class LocalStamp:
 
     def wait_front_ends(self, timeout_s: float = 30.0) -> None:
         """Wait until every live front end answers Status."""
-        import grpc
-
-        from common.proto import frontend_pb2 as fe_pb
-        from common.proto import frontend_pb2_grpc as fe_grpc
-        from common.rpc import sync_channel
-
-        deadline = time.monotonic() + timeout_s
-        for rec in self.front_ends():
-            if not self.alive(rec.name):
-                continue
-            with sync_channel(rec.address, 4 * 1024 * 1024) as channel:
-                stub = fe_grpc.FrontEndStub(channel)
-                while True:
-                    try:
-                        stub.Status(fe_pb.FrontEndStatusRequest(), timeout=1.0)
-                        break
-                    except grpc.RpcError as exc:
-                        if time.monotonic() > deadline:
-                            raise Unavailable(f"{rec.name} did not answer within "
-                                              f"{timeout_s:g}s: {exc.code()}") from None
-                        time.sleep(0.05)
+        local_front_ends.wait_answering(self, timeout_s)
 
     def wait_partitions_served(self, timeout_s: float = 30.0) -> None:
         """Wait until every partition of the map is served by a live partition server."""
@@ -304,29 +269,8 @@ class LocalStamp:
         """Create the admin account unless it exists (then keep its keys) and write its
         connection string, naming every front end, to `admin_connection_string_file`
         (mode 0600, durably); return it."""
-        from common.clock import SystemClock
-        from common.errors import AlreadyExists
-        from frontend import connection_string
-        from frontend.accounts import AccountStore
-        from lock_service.client import LockClient
-
-        with LockClient([r.address for r in self.lock_servers()], holder="stamp-up") as locks:
-            store = AccountStore(locks, SystemClock())
-            try:
-                account = store.create(ADMIN_ACCOUNT)
-            except AlreadyExists:
-                account = store.get(ADMIN_ACCOUNT)
-        text = connection_string.make([r.address for r in self.front_ends()], ADMIN_ACCOUNT,
-                                      key=account.keys[0]).format()
-        path = self.admin_connection_string_file
-        tmp = path.with_name(path.name + ".tmp")
-        # The secret is never readable by others, not even for a moment: the temporary file
-        # is made 0600 before the key is written into it (replace_file keeps its mode).
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.fchmod(fd, 0o600)
-        os.close(fd)
-        durable_fs.replace_file(path, (text + "\n").encode(), tmp)
-        return text
+        return local_front_ends.ensure_admin_account(self, ADMIN_ACCOUNT,
+                                                     self.admin_connection_string_file)
 
     def start(self, name: str, env: dict[str, str] | None = None) -> None:
         rec = self.record(name)
