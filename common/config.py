@@ -172,6 +172,12 @@ class PartitionLimits:
             raise InvalidArgument("partition.partition_lease_ttl_ms is at least 300")
         # TOML gives a list: keep the limits hashable and immutable.
         object.__setattr__(self, "bootstrap_split_keys", tuple(self.bootstrap_split_keys))
+        for name in self.bootstrap_split_keys:
+            if not isinstance(name, str) or not name.partition("/")[0] or "/" not in name:
+                raise InvalidArgument(f"partition.bootstrap_split_keys: {name!r} is not "
+                                      f"'account/pname'")
+        if len(set(self.bootstrap_split_keys)) != len(self.bootstrap_split_keys):
+            raise InvalidArgument("partition.bootstrap_split_keys repeat a name")
         if not 0 < self.scan_page_rows_default <= self.scan_rows_max:
             raise InvalidArgument("partition.scan_page_rows_default must be in "
                                   "1..scan_rows_max")

@@ -7,10 +7,22 @@ through the stamp's front ends (frontend.proto `FrontEnd`).
         async for seq, data in c.subscribe("orders", first): ...
 
 `frontend.client.Client` is the same API, blocking. Every method checks its arguments before
-anything is sent (frontend/sdk_requests.py lists the rules and limits: account, log and
-partition names as frontend/names.py; record, value and row sizes, records per append,
-operations per batch from common/config.PartitionLimits): a bad argument raises
-InvalidArgument naming the rule or the limit.
+anything is sent: a bad argument raises InvalidArgument naming the rule or the limit
+(frontend/sdk_requests.py has the full rules). The limits are the partition layer's
+(common/config.PartitionLimits, pass `limits=` for a stamp configured otherwise); defaults:
+
+    account, log and partition names   3..63 of a-z, 0-9 and single '-', starting and
+                                       ending with a letter or a digit (frontend/names.py)
+    record                             at most 1 MiB (record_bytes_max)
+    append                             1..10,000 records (append_records_max), at most
+                                       4 MiB in all (append_bytes_max)
+    value                              at most 4 MiB - 4 KiB (value_bytes_max)
+    row key                            1..1024 bytes (row_bytes_max); str is UTF-8
+    batch                              1..100 operations (batch_ops_max)
+    token                              1..128 bytes
+    read                               returns at most 10,000 records and about 4 MiB
+                                       (read_records_max, read_bytes_max) per call
+    scan                               limit and page_rows: positive, at most 2**32 - 1
 
 What every call does:
 - it is signed (frontend/wire.py) with the account's key or shared access token, at send

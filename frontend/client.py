@@ -17,9 +17,10 @@ import contextlib
 from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
+from common.config import PartitionLimits
 from common.errors import InvalidArgument
 from common.loop_thread import LoopThread
-from frontend import aio
+from frontend import aio, connection_string
 from frontend.sdk_requests import Row
 from frontend.sdk_scan import AsyncScanIterator, Entity, Page
 
@@ -32,14 +33,16 @@ class Client:
     """Blocking, thread-safe facade over frontend.aio.Client (module docstring)."""
 
     def __init__(self, endpoints: Sequence[str], account: str, *, key: bytes | None = None,
-                 sas: str | None = None, timeout_s: float = 30.0) -> None:
+                 sas: str | None = None, timeout_s: float = 30.0,
+                 limits: PartitionLimits | None = None) -> None:
         """As frontend.aio.Client: front-end endpoints HOST:PORT, the account, exactly one of
-        `key` and `sas`, and how long one call may take, retries included. InvalidArgument
-        if any of them is malformed."""
+        `key` and `sas`, how long one call may take (retries included), and the limits
+        arguments are checked against (the defaults of PartitionLimits unless given).
+        InvalidArgument if any of them is malformed."""
         self._loop = LoopThread("stamp-sdk")
         try:
             self.aio: aio.Client = self._loop.run(_make(endpoints, account, key, sas,
-                                                        timeout_s))
+                                                        timeout_s, limits))
         except BaseException:
             self._loop.close()
             raise
@@ -47,7 +50,6 @@ class Client:
     @classmethod
     def from_connection_string(cls, text: str, timeout_s: float = 30.0) -> Client:
         """A client from a connection string (frontend/connection_string.py)."""
-        from frontend import connection_string
         parsed = connection_string.parse(text)
         return cls(parsed.endpoints, parsed.account, key=parsed.key, sas=parsed.sas,
                    timeout_s=timeout_s)
@@ -188,5 +190,6 @@ async def _later(function: Any, *args: Any) -> Any:
 
 
 async def _make(endpoints: Sequence[str], account: str, key: bytes | None, sas: str | None,
-                timeout_s: float) -> aio.Client:
-    return aio.Client(endpoints, account, key=key, sas=sas, timeout_s=timeout_s)
+                timeout_s: float, limits: PartitionLimits | None) -> aio.Client:
+    return aio.Client(endpoints, account, key=key, sas=sas, timeout_s=timeout_s,
+                      limits=limits)

@@ -2,7 +2,8 @@
 
 The leader keeps the partition map in the lock service (`pm/map`, JSON, written only with
 its lease as a fence, so a deposed leader's late write is refused), bootstraps one partition
-covering the whole key space, and every `assign_interval_ms`:
+covering the whole key space (or several, cut at `bootstrap_split_keys`), and every
+`assign_interval_ms`:
 - finds the live partition servers (their registrations `ps/<name>` die with their session),
 - reassigns every partition whose server is not live to the live one serving fewest,
 - asks each assigned server to load its partitions until it has confirmed (Load is
@@ -26,7 +27,7 @@ from common.errors import InvalidArgument, NotFound, NotLeader, StampError, Unav
 from common.proto import partition_pb2 as pb
 from common.proto import partition_pb2_grpc as pb_grpc
 from lock_service.client import Lease, LockClient
-from partition_layer.partition_map import PartitionMap, least_loaded
+from partition_layer.partition_map import PartitionMap, bootstrap_split_keys, least_loaded
 
 log = logging.getLogger(__name__)
 
@@ -132,13 +133,13 @@ class PartitionManager:
         found = await asyncio.to_thread(read_map, self.locks)
         if found is not None:
             return found
-        fresh = PartitionMap.bootstrap()
+        fresh = PartitionMap.bootstrap(bootstrap_split_keys(self.limits.bootstrap_split_keys))
         written = await asyncio.to_thread(self.locks.compare_and_set, MAP_KEY, 0,
                                           fresh.to_json(), fence=self.lease)
         if written is None:
             raise Unavailable("the partition map changed while bootstrapping it")
-        log.info("%s: bootstrapped the partition map: one partition for the key space",
-                 self.name)
+        log.info("%s: bootstrapped the partition map: %d partition(s) for the key space",
+                 self.name, len(fresh.partitions))
         return fresh, written
 
     async def _write_map(self, new: PartitionMap, version: int) -> PartitionMap:

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import bisect
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from common.errors import InvalidArgument, NotFound
 from common.proto import partition_pb2 as pb
+from partition_layer import keys
 
 
 @dataclass(frozen=True)
@@ -38,9 +39,15 @@ class PartitionMap:
     partitions: tuple[PartitionEntry, ...]
 
     @classmethod
-    def bootstrap(cls) -> PartitionMap:
-        """One partition covering the whole key space, not yet assigned."""
-        return cls(1, (PartitionEntry(1, b"", None),)).validate()
+    def bootstrap(cls, split_keys: Sequence[bytes] = ()) -> PartitionMap:
+        """The first map, its partitions not yet assigned: one covering the whole key space,
+        cut at each of `split_keys` (ascending, distinct, not empty) into more."""
+        if list(split_keys) != sorted(set(split_keys)) or b"" in split_keys:
+            raise InvalidArgument("bootstrap split keys are distinct, ascending and not empty")
+        lows = [b"", *split_keys]
+        highs: list[bytes | None] = [*split_keys, None]
+        return cls(1, tuple(PartitionEntry(i, low, high) for i, (low, high)
+                            in enumerate(zip(lows, highs, strict=True), start=1))).validate()
 
     def validate(self) -> PartitionMap:
         if not self.partitions:
@@ -109,6 +116,23 @@ class PartitionMap:
                         for p in message.partitions)
         addresses = {p.server: p.address for p in message.partitions if p.address}
         return cls(message.version, entries).validate(), addresses
+
+
+def bootstrap_split_keys(names: Sequence[str]) -> list[bytes]:
+    """The keys at which a fresh stamp's map is cut (PartitionLimits.bootstrap_split_keys):
+    each "account/pname" is the first name of a range partition, which holds every key of
+    that name and of the names after it up to the next; in key order."""
+    found = set()
+    for name in names:
+        account, slash, pname = name.partition("/")
+        if not slash or not account:
+            raise InvalidArgument(f"partition.bootstrap_split_keys: {name!r} is not "
+                                  f"'account/pname'")
+        # The name's smallest key (its meta row's): `stamp partition ls` shows it by name.
+        found.add(keys.encode_key(account, pname, keys.KIND_META, b""))
+    if len(found) != len(names):
+        raise InvalidArgument("partition.bootstrap_split_keys repeat a name")
+    return sorted(found)
 
 
 def range_from_pb(message: pb.KeyRange) -> tuple[bytes, bytes | None]:

@@ -7,8 +7,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from common.config import PartitionLimits
 from common.errors import InvalidArgument
-from partition_layer.partition_map import PartitionEntry, PartitionMap, least_loaded
+from partition_layer import keys
+from partition_layer.partition_map import (
+    PartitionEntry,
+    PartitionMap,
+    bootstrap_split_keys,
+    least_loaded,
+)
 
 
 def map_with(bounds: list[bytes]) -> PartitionMap:
@@ -52,3 +59,32 @@ def test_assign_round_trips_and_least_loaded() -> None:
     assert least_loaded(["ps-1", "ps-2", "ps-3"], current) == "ps-3"
     assert least_loaded([], current) is None
     assert PartitionMap.bootstrap().lookup(b"anything").id == 1
+
+
+def test_bootstrap_cut_at_split_keys_is_disjoint_and_covering() -> None:
+    split = bootstrap_split_keys(["acct/m", "acct/d", "other/a"])
+    fresh = PartitionMap.bootstrap(split)
+    assert [p.id for p in fresh.partitions] == [1, 2, 3, 4]
+    assert [p.low for p in fresh.partitions] == [b"", *split]
+    assert fresh.partitions[-1].high is None
+    # Every key of a name lands in the partition that name starts, or the one before it.
+    assert fresh.lookup(keys.encode_key("acct", "d", keys.KIND_META, b"")).id == 2
+    assert fresh.lookup(keys.encode_key("acct", "c", keys.KIND_ENTITY, b"\xff" * 8)).id == 1
+    assert fresh.lookup(keys.encode_key("acct", "m", keys.KIND_ENTITY, b"x")).id == 3
+    assert fresh.lookup(keys.encode_key("zzz", "a", keys.KIND_META, b"")).id == 4
+    assert PartitionMap.from_json(fresh.to_json()) == fresh
+
+
+@pytest.mark.parametrize("names", [["nodelimiter"], ["/pname"], ["a/x", "a/x"]])
+def test_bad_split_keys(names: list[str]) -> None:
+    with pytest.raises(InvalidArgument):
+        bootstrap_split_keys(names)
+    with pytest.raises(InvalidArgument):
+        PartitionLimits(bootstrap_split_keys=tuple(names))
+
+
+def test_bootstrap_refuses_unsorted_or_empty_keys() -> None:
+    with pytest.raises(InvalidArgument):
+        PartitionMap.bootstrap([b"b", b"a"])
+    with pytest.raises(InvalidArgument):
+        PartitionMap.bootstrap([b""])

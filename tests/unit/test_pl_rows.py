@@ -22,10 +22,12 @@ from stream_layer.framing import Location
 
 u64 = st.integers(0, 2**64 - 1)
 u32 = st.integers(0, 2**32 - 1)
+crcs = st.none() | u32  # an entity's value carries its writer's CRC32C; other rows none
 rows = st.one_of(
-    st.builds(lambda v, b: Row(v, value=b), u64, st.binary(max_size=64)),
-    st.builds(lambda v, e, o, n, size: Row(v, blob=BlobRef(Location(e, o, n), size)),
-              u64, u64, u64, u32, u64),
+    st.builds(lambda v, b, c: Row(v, value=b, value_crc=c), u64, st.binary(max_size=64), crcs),
+    st.builds(lambda v, e, o, n, size, c: Row(v, blob=BlobRef(Location(e, o, n), size),
+                                              value_crc=c),
+              u64, u64, u64, u32, u64, crcs),
     st.builds(lambda v: Row(v, tombstone=True), u64),
 )
 
@@ -54,10 +56,26 @@ def test_etags_differ_by_version() -> None:
 
 def test_malformed_rows_raise_internal() -> None:
     blob = encode_row(Row(5, blob=BlobRef(Location(1, 2, 3), 4)))
+    blob_crc = encode_row(Row(5, blob=BlobRef(Location(1, 2, 3), 4), value_crc=7))
+    value_crc = encode_row(Row(5, value=b"", value_crc=7))
     for bad in [b"", b"\x01\x00", b"\x09" + b"\x00" * 8, blob[:-1], blob + b"\x00",
+                blob_crc[:-1], blob_crc + b"\x00", value_crc[:-1],
                 encode_row(Row(5, tombstone=True)) + b"\x00"]:
         with pytest.raises(Internal):
             decode_row(bad)
+
+
+def test_a_value_crc_costs_four_bytes_and_tells_its_row_apart() -> None:
+    """The CRC of an entity's value is stored beside it (§5), in 4 bytes; a row without one
+    (bookkeeping, a log append) keeps the old encoding, so rows written before still read."""
+    plain, with_crc = Row(3, value=b"v"), Row(3, value=b"v", value_crc=0xDEADBEEF)
+    assert len(encode_row(with_crc)) == len(encode_row(plain)) + 4
+    assert decode_row(encode_row(plain)).value_crc is None
+    assert decode_row(encode_row(with_crc)).value_crc == 0xDEADBEEF
+    blob = BlobRef(Location(1, 2, 3), 4)
+    assert len(encode_row(Row(3, blob=blob, value_crc=1))) == len(encode_row(Row(3, blob=blob))) + 4
+    with pytest.raises(AssertionError):
+        Row(3, tombstone=True, value_crc=1)  # a tombstone has no value to check
 
 
 @given(u64, u64, st.booleans())

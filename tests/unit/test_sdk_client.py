@@ -1,0 +1,211 @@
+"""The SDK client's call loop (frontend/aio.py) over a scripted in-memory session: signing
+at send time, retries, failover, tokens, read-side checksums, a closed client. The network
+side is covered by tests/probe/test_sdk.py against real front ends."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable
+
+import pytest
+
+from common.checksums import crc32c
+from common.clock import ManualClock
+from common.config import PartitionLimits
+from common.errors import (
+    ChecksumError,
+    InvalidArgument,
+    PreconditionFailed,
+    StampError,
+    Unavailable,
+)
+from common.proto import partition_pb2 as pb
+from frontend import aio, client, connection_string, wire
+from frontend.retry import RetryPolicy
+
+KEY = bytes(range(32))
+ENDPOINTS = ["127.0.0.1:1", "127.0.0.1:2"]
+Script = Callable[[str, pb.Request], pb.Response]
+
+
+class ScriptedSession:
+    """Answers each call with `script(endpoint, request)` (which may raise), keeping a copy
+    of every request as it was sent; every call moves the clock on by `step_s`."""
+
+    def __init__(self, endpoint: str, script: Script, sent: list[tuple[str, pb.Request]],
+                 clock: ManualClock, step_s: float) -> None:
+        self.endpoint, self.script, self.sent = endpoint, script, sent
+        self.clock, self.step_s = clock, step_s
+
+    async def call(self, request: pb.Request, timeout_s: float, nbytes: int = 256
+                   ) -> pb.Response:
+        copy = pb.Request()
+        copy.CopyFrom(request)
+        self.sent.append((self.endpoint, copy))
+        self.clock.advance(self.step_s)
+        return self.script(self.endpoint, copy)
+
+    async def close(self) -> None:
+        pass
+
+
+def make(script: Script, step_s: float = 1.0, timeout_s: float = 30.0
+         ) -> tuple[aio.Client, list[tuple[str, pb.Request]], ManualClock]:
+    clock = ManualClock(time.time())
+    sent: list[tuple[str, pb.Request]] = []
+    c = aio.Client(ENDPOINTS, "acct", key=KEY, timeout_s=timeout_s,
+                   limits=PartitionLimits(record_bytes_max=10, batch_ops_max=2),
+                   policy=RetryPolicy(0.001, 0.002), clock=clock, rng=random.Random(0))
+    for endpoint in ENDPOINTS:
+        c._sessions[endpoint] = ScriptedSession(  # type: ignore[assignment]
+            endpoint, script, sent, clock, step_s)
+    return c, sent, clock
+
+
+def verified(request: pb.Request, now_s: float) -> None:
+    wire.authenticate(wire.call_claim(request), keys_of=lambda a: [KEY] if a == "acct"
+                      else None, now_s=now_s)
+
+
+def test_a_retry_goes_to_another_front_end_signed_afresh_with_the_same_token() -> None:
+    def script(endpoint: str, request: pb.Request) -> pb.Response:
+        if len(sent) == 1:
+            raise Unavailable("stream broke")
+        return pb.Response(first_seq=7)
+    c, sent, clock = make(script)
+    assert asyncio.run(c.append("orders", [b"a", b"b"])) == 7
+    (first_ep, first), (second_ep, second) = sent
+    assert first_ep != second_ep
+    assert first.auth.timestamp_ms < second.auth.timestamp_ms
+    assert first.append.token and first.append.token == second.append.token
+    assert list(second.append.crcs) == [crc32c(b"a"), crc32c(b"b")]
+    for request in (first, second):
+        verified(request, clock.wall())
+
+
+def test_each_call_gets_its_own_token_and_a_given_one_is_kept() -> None:
+    c, sent, _ = make(lambda e, r: pb.Response(first_seq=1, etag="x"))
+
+    async def run() -> None:
+        await c.append("orders", [b"a"])
+        await c.append("orders", [b"a"])
+        await c.append("orders", [b"a"], token="mine")
+        await c.put("things", "row", b"v")
+        await c.delete("things", "row")
+    asyncio.run(run())
+    tokens = [r.append.token or r.token for _, r in sent]
+    assert tokens[2] == "mine"
+    assert len(set(tokens)) == 5 and all(tokens)
+
+
+def test_a_final_error_is_raised_at_once() -> None:
+    c, sent, _ = make(lambda e, r: pb.Response(error="PreconditionFailed", message="etag"))
+    with pytest.raises(PreconditionFailed, match="etag"):
+        asyncio.run(c.put("things", "row", b"v", if_match="x"))
+    assert len(sent) == 1
+
+
+def test_throttled_is_retried_and_unavailable_until_the_timeout() -> None:
+    answers = iter([pb.Response(error="Throttled", retry_after_s=0.001),
+                    pb.Response(error="NotOwner"), pb.Response(etag="e")])
+    c, sent, _ = make(lambda e, r: next(answers))
+    assert asyncio.run(c.put("things", "row", b"v")) == "e"
+    assert len(sent) == 3
+
+    def down(endpoint: str, request: pb.Request) -> pb.Response:
+        raise Unavailable(f"{endpoint} is down")
+    c, sent, _ = make(down, step_s=1.0, timeout_s=5.0)
+    with pytest.raises(Unavailable, match="is down"):
+        asyncio.run(c.peek("orders"))
+    assert 4 <= len(sent) <= 6
+    assert {e for e, _ in sent} == set(ENDPOINTS)
+
+
+def test_reads_are_checked_against_their_crc() -> None:
+    good = pb.Record(seq=3, data=b"abc", crc=crc32c(b"abc"))
+    bad = pb.Record(seq=4, data=b"abd", crc=crc32c(b"abc"))
+    c, _, _ = make(lambda e, r: pb.Response(records=[good]))
+    assert asyncio.run(c.read("orders", 3)) == [(3, b"abc")]
+    c, _, _ = make(lambda e, r: pb.Response(records=[good, bad]))
+    with pytest.raises(ChecksumError):
+        asyncio.run(c.read("orders", 3))
+    c, _, _ = make(lambda e, r: pb.Response(value=b"xyz", value_crc=crc32c(b"xyw"), etag="e"))
+    with pytest.raises(ChecksumError):
+        asyncio.run(c.get("things", "row"))
+
+
+def test_bad_arguments_never_reach_a_front_end() -> None:
+    c, sent, _ = make(lambda e, r: pb.Response())
+    bad_calls = [
+        (c.append("Orders", [b"a"]), "log name"),
+        (c.append("orders", [b"x" * 11]), "record_bytes_max"),
+        (c.append("orders", []), "append_records_max"),
+        (c.append("orders", "abc"), "sequence"),  # type: ignore[arg-type]
+        (c.append("orders", ["abc"]), "bytes"),  # type: ignore[list-item]
+        (c.append("orders", [b"a"], token=""), "token"),
+        (c.read("orders", -1), "from_seq"),
+        (c.read("orders", 0, 0), "limit"),
+        (c.trim("orders", 2**64), "upto_seq"),
+        (c.put("things", b"", b"v"), "row_bytes_max"),
+        (c.put("things", "r", "v"), "bytes"),  # type: ignore[arg-type]
+        (c.put("things", "r", b"v", if_none_match="x"), "if_none_match"),
+        (c.put("things", "r", b"v", if_match="e", if_none_match="*"), "exclude"),
+        (c.batch("things", [("put", "a", b"1")] * 3), "batch_ops_max"),
+        (c.batch("things", [("upsert", "a")]), "batch operation"),
+        (c.get("t", "r"), "partition name"),
+    ]
+    for coro, match in bad_calls:
+        with pytest.raises(InvalidArgument, match=match):
+            asyncio.run(coro)
+    for call, match in [(lambda: c.subscribe("x"), "log name"),
+                        (lambda: c.subscribe("orders", -5), "from_seq"),
+                        (lambda: c.list_logs("-x"), "prefix"),
+                        (lambda: c.scan(limit=0), "limit")]:
+        with pytest.raises(InvalidArgument, match=match):
+            call()
+    assert sent == []
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"key": KEY, "sas": "x"}, "exactly one"),
+    ({}, "exactly one"),
+    ({"key": b"short"}, "Key"),
+    ({"key": KEY, "timeout_s": 0}, "timeout_s"),
+    ({"key": KEY, "timeout_s": float("nan")}, "timeout_s"),
+])
+def test_bad_client_arguments(kwargs: dict, match: str) -> None:
+    with pytest.raises(InvalidArgument, match=match):
+        aio.Client(ENDPOINTS, "acct", **kwargs)
+    with pytest.raises(InvalidArgument):
+        aio.Client("127.0.0.1:1", "acct", key=KEY)
+    with pytest.raises(InvalidArgument, match="account"):
+        aio.Client(ENDPOINTS, "A", key=KEY)
+    with pytest.raises(InvalidArgument, match="endpoint"):
+        aio.Client(["nohost"], "acct", key=KEY)
+
+
+def test_a_closed_client_says_so() -> None:
+    c, sent, _ = make(lambda e, r: pb.Response())
+    asyncio.run(c.close())
+    with pytest.raises(InvalidArgument, match="closed"):
+        asyncio.run(c.peek("orders"))
+    with pytest.raises(InvalidArgument, match="closed"):
+        c.scan()
+    text = connection_string.make(ENDPOINTS, "acct", key=KEY).format()
+    with client.Client.from_connection_string(text, timeout_s=1.0) as blocking:
+        assert blocking.account == "acct"
+    with pytest.raises(InvalidArgument, match="closed"):
+        blocking.peek("orders")
+    with pytest.raises(InvalidArgument, match="closed"):
+        blocking.scan()
+    assert sent == []
+
+
+def test_the_blocking_client_reports_errors_as_the_async_one() -> None:
+    with client.Client(["127.0.0.1:1"], "acct", key=KEY, timeout_s=0.5) as c:
+        with pytest.raises(InvalidArgument, match="log name"):
+            c.append("X", [b"a"])
+        with pytest.raises(StampError):  # nothing listens on port 1
+            c.peek("orders")

@@ -1,0 +1,100 @@
+"""The SDK's retry policy and endpoint rotation (frontend/retry.py), on an injected clock and
+seeded randomness."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from common.clock import ManualClock
+from common.errors import (
+    ChecksumError,
+    DeadlineExceeded,
+    InvalidArgument,
+    NotFound,
+    NotOwner,
+    PermissionDenied,
+    PreconditionFailed,
+    Sealed,
+    StampError,
+    Throttled,
+    Trimmed,
+    Unauthenticated,
+    Unavailable,
+)
+from frontend.retry import Endpoints, RetryPolicy, endpoint_failed, retryable
+
+
+@pytest.mark.parametrize("error", [Unavailable("x"), NotOwner("x"), Throttled("x", 0.1)])
+def test_transient_errors_are_retried_with_or_without_idempotence(error: StampError) -> None:
+    assert retryable(error, idempotent=True)
+    assert retryable(error, idempotent=False)
+
+
+def test_a_deadline_is_retried_only_for_an_idempotent_call() -> None:
+    assert retryable(DeadlineExceeded("x"), idempotent=True)
+    assert not retryable(DeadlineExceeded("x"), idempotent=False)
+
+
+@pytest.mark.parametrize("error", [
+    InvalidArgument("x"), Unauthenticated("x"), PermissionDenied("x"), PreconditionFailed("x"),
+    NotFound("x"), Sealed("x"), Trimmed("x"), ChecksumError("x"), StampError("x")])
+def test_final_errors_are_never_retried(error: StampError) -> None:
+    assert RetryPolicy().delay(error, 0, True, random.Random(1)) is None
+
+
+def test_backoff_grows_exponentially_with_jitter_up_to_the_cap() -> None:
+    policy = RetryPolicy(backoff_min_s=0.01, backoff_max_s=0.5)
+    rng = random.Random(7)
+    for attempt in range(12):
+        step = min(0.5, 0.01 * 2 ** attempt)
+        delays = [policy.delay(Unavailable("x"), attempt, True, rng) for _ in range(50)]
+        assert all(d is not None and step / 2 <= d <= step for d in delays)
+        assert len(set(delays)) > 1  # jittered, not one fixed value
+    huge = policy.delay(Unavailable("x"), 10_000, True, rng)
+    assert huge is not None and huge <= 0.5
+
+
+def test_throttled_waits_at_least_its_retry_after_but_not_forever() -> None:
+    policy = RetryPolicy(backoff_min_s=0.01, backoff_max_s=0.5, retry_after_max_s=5.0)
+    rng = random.Random(3)
+    assert policy.delay(Throttled("x", retry_after_s=2.0), 0, True, rng) == 2.0
+    assert policy.delay(Throttled("x", retry_after_s=3600.0), 0, True, rng) == 5.0
+    small = policy.delay(Throttled("x", retry_after_s=0.0), 3, True, rng)
+    assert small is not None and 0.04 <= small <= 0.08
+
+
+def test_only_a_failing_front_end_is_avoided() -> None:
+    assert endpoint_failed(Unavailable("x"))
+    assert endpoint_failed(DeadlineExceeded("x"))
+    assert not endpoint_failed(NotOwner("x"))  # the partition moved, not the front end
+    assert not endpoint_failed(Throttled("x"))
+    assert not endpoint_failed(InvalidArgument("x"))
+
+
+def test_endpoints_rotate_past_a_failed_one_and_return_after_the_avoid_time() -> None:
+    clock = ManualClock()
+    endpoints = Endpoints(["a:1", "b:2", "c:3"], clock, random.Random(0), avoid_s=5.0)
+    first = endpoints.pick()
+    assert endpoints.pick() == first  # sticky while it works
+    endpoints.failed(first)
+    second = endpoints.pick()
+    assert second != first
+    endpoints.failed(second)
+    third = endpoints.pick()
+    assert third not in (first, second)
+    endpoints.failed(third)
+    # All avoided: the one whose avoidance ends first is tried anyway.
+    assert endpoints.pick() == first
+    clock.advance(5.0)
+    assert endpoints.pick() in (first, second, third)
+    endpoints.answered(second)
+    assert endpoints.pick() != third
+
+
+def test_clients_start_on_different_front_ends() -> None:
+    clock = ManualClock()
+    firsts = {Endpoints(["a:1", "b:2", "c:3"], clock, random.Random(seed)).pick()
+              for seed in range(30)}
+    assert firsts == {"a:1", "b:2", "c:3"}
