@@ -31,7 +31,7 @@ def register(commands: Any) -> None:
     entity = commands.add_parser(
         "entity", help="put, get, delete and list entities (through a front end)",
         description="Entities (key/value rows with ETags) of the account of the connection "
-                    "string, through the stamp's front ends.")
+                    "string, through the stamp's front ends. " + sdk_client.SOURCES)
     sub = entity.add_subparsers(dest="entity_command", metavar="ACTION", required=True)
 
     put = sub.add_parser("put", help="write a value; print its new ETag",

@@ -30,9 +30,7 @@ def register(commands: Any) -> None:
     log = commands.add_parser(
         "log", help="append to, read and tail logs (through a front end)",
         description="Logs of the account of the connection string, through the stamp's front "
-                    "ends. The connection string is --connection-string, else "
-                    "$STAMP_CONNECTION_STRING, else the admin account's that 'stamp up' "
-                    "wrote to DATA_DIR/admin-connection-string.")
+                    "ends. " + sdk_client.SOURCES)
     sub = log.add_subparsers(dest="log_command", metavar="ACTION", required=True)
     for name, text in (("append", "append records (arguments, or one per stdin line)"),
                        ("read", "print records from a sequence number: SEQ<TAB>RECORD"),

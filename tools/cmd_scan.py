@@ -24,7 +24,8 @@ def register(commands: Any) -> None:
         description="Print the account's entities in key order, from --start up to, not "
                     "including, --end: PNAME/ROW<TAB>VALUE lines, or one JSON object a line. "
                     "If --limit stops it early, 'continuation: TOKEN' goes to stderr; "
-                    "--continuation TOKEN (same range) resumes right after the last row.")
+                    "--continuation TOKEN (same range) resumes right after the last row. " +
+                    sdk_client.SOURCES)
     scan.add_argument("--start", type=sdk_client.scan_bound, metavar="PNAME[/ROW]",
                       help="first key (PNAME alone: its first row; default: the beginning)")
     scan.add_argument("--end", type=sdk_client.scan_bound, metavar="PNAME[/ROW]",

@@ -37,6 +37,8 @@ ENV_VAR = "STAMP_CONNECTION_STRING"
 ADMIN_FILE = ADMIN_CONNECTION_STRING_FILE
 TIMEOUT_S_DEFAULT = 30.0
 TIMEOUT_S_MAX = 3600.0
+SOURCES = (f"The connection string is --connection-string, else ${ENV_VAR}, else the admin "
+           f"account's that 'stamp up' wrote to DATA_DIR/{ADMIN_FILE}.")
 ROW_BYTES_MAX = 1024  # the partition layer's default row_bytes_max; the stamp checks its own
 
 
