@@ -156,8 +156,9 @@ def cmd_move(args: argparse.Namespace) -> int:
 def cmd_log(args: argparse.Namespace) -> int:
     with sdk_client.client(args) as client:
         if args.action == "append":
-            records = [r.encode() for r in args.records] or \
-                [line.rstrip("\n").encode() for line in sys.stdin]
+            # Bytes as given: arguments as the OS passed them, stdin lines undecoded.
+            records = [r.encode(errors="surrogateescape") for r in args.records] or \
+                [line.rstrip(b"\n") for line in sys.stdin.buffer]
             if not records:
                 raise InvalidArgument("nothing to append: give records or stdin lines")
             first = client.append(args.log, records, token=args.token)

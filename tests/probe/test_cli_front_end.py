@@ -89,6 +89,13 @@ def test_log_commands(data_dir: Path) -> None:
         "0\tone\n1\ttwo\n2\tthree\n3\tfour\n"
     assert run(data_dir, "log", "read", "orders", "--from", "1", "--limit", "2").stdout == \
         "1\ttwo\n2\tthree\n"
+    # Bytes that are not UTF-8, as arguments and on stdin: appended as they are.
+    raw = subprocess.run([sys.executable, "-m", "tools.cli", "--data-dir", str(data_dir), "log",
+                          "append", "raw-bytes", b"\xff\xfe"], capture_output=True, timeout=120,
+                         env={k: v for k, v in os.environ.items() if k != ENV_VAR})
+    assert raw.returncode == 0, raw.stderr
+    run(data_dir, "log", "append", "raw-bytes", stdin=b"\x80\n\xc3\xa9\n")
+    assert run(data_dir, "log", "read", "raw-bytes").stdout == "0\t\\xff\\xfe\n1\t\\x80\n2\té\n"
     # An idempotency token: the retry of an append appends nothing twice.
     once = run(data_dir, "log", "append", "orders", "five", "--token", "t-1").stdout
     assert run(data_dir, "log", "append", "orders", "five", "--token", "t-1").stdout == once
