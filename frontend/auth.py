@@ -21,7 +21,7 @@ from typing import Final
 
 from common.clock import Clock
 from common.errors import InvalidArgument, StampError, Unavailable
-from frontend import sas, wire
+from frontend import names, sas, wire
 from frontend.accounts import CACHE_ENTRIES_MAX, CACHE_TTL_MAX_S
 
 Keys = Sequence[bytes] | None
@@ -88,6 +88,11 @@ class Authenticator:
 
     async def _load(self, account: str) -> Keys:
         """Read `account`'s keys on a thread; concurrent readers of one account share it."""
+        try:
+            names.check_account(account)
+        except InvalidArgument:  # no such account can exist: no read of the store for it
+            self._remember(account, None)
+            return None
         future = self._reading.get(account)
         if future is None:
             future = asyncio.get_running_loop().create_future()

@@ -112,6 +112,20 @@ def stamp_factory(tmp_path: Path) -> Iterator[Callable[..., LocalStamp]]:
 
 
 @pytest.fixture
+def front_end_stamp(stamp_factory: Callable[..., LocalStamp]) -> LocalStamp:
+    """A small whole stamp with two front ends (fe-1, fe-2): 3 ENs, 1 SM, 3 lock replicas,
+    1 PM, 2 PSs. `stamp up` made the admin account: see `admin_connection_string`."""
+    return stamp_factory(3, 1, lock_servers=3, partition_managers=1, partition_servers=2,
+                         front_ends=2)
+
+
+@pytest.fixture
+def admin_connection_string(front_end_stamp: LocalStamp) -> str:
+    """The admin account's connection string naming both front ends of `front_end_stamp`."""
+    return front_end_stamp.admin_connection_string_file.read_text().strip()
+
+
+@pytest.fixture
 def lossy_stamp_factory(tmp_path: Path
                         ) -> Iterator[Callable[..., tuple[LocalStamp, LossyMount]]]:
     """A stamp whose data directory is a lossy mount (tools/lossyfs), for power cuts:

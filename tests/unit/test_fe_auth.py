@@ -79,9 +79,15 @@ def test_refusals_are_typed() -> None:
         auth = Authenticator(store.read, clock, ttl_s=5.0)
         with pytest.raises(Unauthenticated):
             await auth.check(claim("nobody", b"x" * 32, clock))
+        reads = len(store.reads)
+        with pytest.raises(Unauthenticated):  # a name no account can have: the store not read
+            forged = pb.Request(account="No_Such", pname="orders", peek=pb.Empty(), auth=pb.Auth(
+                account="No_Such", timestamp_ms=int(clock.wall() * 1000), signature=b"x" * 32))
+            await auth.check(wire.call_claim(forged))
+        assert len(store.reads) == reads
         with pytest.raises(PermissionDenied):  # other's key on acme's log
             await auth.check(claim("acme", store.keys["other"][0], clock, signer="other"))
-        assert auth.accounts_cached() == 2
+        assert auth.accounts_cached() == 3
     asyncio.run(scenario())
 
 
