@@ -40,7 +40,14 @@ What every call does:
   NotFound, Sealed, Trimmed, ChecksumError...) is raised at once.
 - a closed client raises InvalidArgument("... client is closed").
 
-Errors are common/errors.py's StampError subclasses, and nothing else.
+Errors are common/errors.py's StampError subclasses, and nothing else. Every call may raise
+Unauthenticated (a bad or rotated key, an expired token, a clock more than 5 minutes off),
+PermissionDenied (a token without the permission or the name prefix), Unavailable or
+DeadlineExceeded (no front end answered within `timeout_s`), Throttled (still refused at the
+timeout), besides what each method names.
+
+An asyncio Client belongs to the event loop it is first used on (its streams live there);
+the blocking frontend.client.Client may be shared by threads.
 """
 
 from __future__ import annotations
@@ -134,8 +141,10 @@ class Client:
     async def read(self, log: str, from_seq: int = 0, limit: int = 1000
                    ) -> list[tuple[int, bytes]]:
         """Up to `limit` records of `log` from `from_seq` on, as (seq, data), in order (maybe
-        fewer: at most PartitionLimits.read_records_max / read_bytes_max per call). Raises
-        Trimmed below the log's first record, NotFound for no such log, ChecksumError."""
+        fewer: at most PartitionLimits.read_records_max / read_bytes_max per call; none at
+        the log's end; a log never written is empty). Raises Trimmed below the log's first
+        record, OutOfRange past its end, InvalidArgument if `log` names an entity group,
+        ChecksumError if a record does not match the CRC32C stored with it."""
         self._check_open()
         response = await self._call(sdk_requests.read_request(self.account, log, from_seq,
                                                               limit))
@@ -176,6 +185,9 @@ class Client:
                 return
             except grpc.RpcError as exc:
                 error = rpc.from_rpc_error(exc)
+            except asyncio.CancelledError:
+                self._cancelled_by_close()
+                raise
             finally:
                 stream.cancel()
             if deadline is None:
@@ -194,7 +206,8 @@ class Client:
         await self._call(sdk_requests.seal_request(self.account, log))
 
     async def peek(self, log: str) -> tuple[int, int]:
-        """(first_seq, next_seq) of `log`: its first untrimmed record and its end."""
+        """(first_seq, next_seq) of `log`: its first untrimmed record and its end; (0, 0)
+        for a log never written."""
         self._check_open()
         response = await self._call(sdk_requests.peek_request(self.account, log))
         return response.first_seq, response.next_seq
@@ -290,6 +303,9 @@ class Client:
                 error = rpc.from_rpc_error(exc)
             except TimeoutError:
                 error = DeadlineExceeded(f"{endpoint} sent no scan page in time")
+            except asyncio.CancelledError:
+                self._cancelled_by_close()
+                raise
             finally:
                 stream.cancel()
             await self._after_failure(endpoint, error, attempt, deadline, idempotent=True)
@@ -315,6 +331,12 @@ class Client:
     def _check_open(self) -> None:
         if self._closed:
             raise InvalidArgument("this Stamp client is closed: make a new one")
+
+    def _cancelled_by_close(self) -> None:
+        """A stream was cancelled: by `close` (its channel closed under it), say so; a
+        cancellation of the caller's own task goes on as it is."""
+        if self._closed:
+            raise InvalidArgument("this Stamp client is closed: make a new one") from None
 
     def _token(self) -> str:
         return f"{self._token_prefix}-{next(self._tokens)}"
@@ -356,6 +378,7 @@ class Client:
     async def _after_failure(self, endpoint: str, error: StampError, attempt: int,
                              deadline: float, idempotent: bool) -> None:
         """Wait before the next attempt, or raise `error` if there is none to make."""
+        self._check_open()  # closed under the call: say so, not what closing broke
         if endpoint_failed(error):
             self._endpoints.failed(endpoint)
         delay = self._policy.delay(error, attempt, idempotent, self._rng)

@@ -13,6 +13,7 @@ Argument rules, limits, signing, checksums, retries and errors: frontend/aio.py'
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
@@ -27,6 +28,7 @@ from frontend.sdk_scan import AsyncScanIterator, Entity, Page
 __all__ = ["Client", "Entity", "Page", "ScanIterator"]
 
 T = TypeVar("T")
+CLOSED = "this Stamp client is closed: make a new one"
 
 
 class Client:
@@ -39,6 +41,7 @@ class Client:
         `key` and `sas`, how long one call may take (retries included), and the limits
         arguments are checked against (the defaults of PartitionLimits unless given).
         InvalidArgument if any of them is malformed."""
+        self._closing = False
         self._loop = LoopThread("stamp-sdk")
         try:
             self.aio: aio.Client = self._loop.run(_make(endpoints, account, key, sas,
@@ -59,10 +62,15 @@ class Client:
         return self.aio.account
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        if self._loop.closed:
+        if self._loop.closed or self._closing:
             coro.close()
-            raise InvalidArgument("this Stamp client is closed: make a new one")
-        return self._loop.run(coro)
+            raise InvalidArgument(CLOSED)
+        try:
+            return self._loop.run(coro)
+        except concurrent.futures.CancelledError:
+            if self._closing:  # close() on another thread cancelled this call
+                raise InvalidArgument(CLOSED) from None
+            raise
 
     # ---- logs -------------------------------------------------------------------------------
 
@@ -126,7 +134,9 @@ class Client:
     # ---- the client -------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close the client; every later call raises InvalidArgument."""
+        """Close the client; every later call, and every call or iteration still running on
+        another thread (a subscriber), raises InvalidArgument."""
+        self._closing = True
         if not self._loop.closed:
             self._loop.run(self.aio.close())
             self._loop.close()

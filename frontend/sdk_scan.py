@@ -166,6 +166,10 @@ class ScanCursor:
         self.page_rows = _positive("page_rows", page_rows) or 0
         self._resume = decode_continuation(continuation) if continuation is not None \
             else Resume()
+        start = (scan_range.start_pname, scan_range.start_row)
+        if self._resume.key is not None and self._resume.key < start:
+            # A key before the range (a continuation of another scan): the range decides.
+            self._resume = Resume()
         # The key a key continuation resumes at: dropped if it comes first, as yielded before.
         self._skip = self._resume.key
         self.received = 0

@@ -22,6 +22,7 @@ from common.errors import (
     ChecksumError,
     InvalidArgument,
     NotFound,
+    OutOfRange,
     PermissionDenied,
     PreconditionFailed,
     Sealed,
@@ -32,7 +33,7 @@ from common.proto import faults_pb2, faults_pb2_grpc
 from common.proto import frontend_pb2 as fe_pb
 from common.proto import frontend_pb2_grpc as fe_grpc
 from common.rpc import arm_remote, sync_channel
-from frontend import aio, sas
+from frontend import aio, connection_string, sas
 from frontend.accounts import Account, AccountStore
 from frontend.client import Client
 from lock_service.client import LockClient
@@ -220,7 +221,11 @@ def test_logs(client_of: ClientOf, account: Account, pc: PartitionClient) -> Non
     assert c.read("orders") == [(0, b"a"), (1, b"b"), (2, b"c")]
     assert c.read("orders", 1, 1) == [(1, b"b")]
     assert c.read("orders", 3) == []
+    with pytest.raises(OutOfRange):
+        c.read("orders", 4)
     assert c.peek("orders") == (0, 3)
+    assert c.peek("never-written") == (0, 0)
+    assert c.read("never-written") == []
     # A token makes the caller's own retry exactly-once too.
     assert c.append("orders", [b"d"], token="retry-me") == 3
     assert c.append("orders", [b"d"], token="retry-me") == 3
@@ -418,7 +423,7 @@ def test_a_flipped_bit_in_a_scan_fails_loudly(sdk_stamp: LocalStamp, client_of: 
 # ---- credentials ---------------------------------------------------------------------------
 
 def test_credentials_are_checked_and_refusals_are_not_retried(
-        client_of: ClientOf, account: Account, accounts: AccountStore,
+        sdk_stamp: LocalStamp, client_of: ClientOf, account: Account, accounts: AccountStore,
         pc: PartitionClient) -> None:
     owner = client_of(account.name, key=account.keys[0])
     owner.append("orders", [b"mine"])
@@ -427,6 +432,12 @@ def test_credentials_are_checked_and_refusals_are_not_retried(
     read_only = sas.mint(account.name, 1, account.keys[0], ["read"], "", int(now) + 3600, now)
     reader = client_of(account.name, sas=read_only)
     assert reader.read("orders") == [(0, b"mine")]
+    text = connection_string.make([sdk_stamp.address(n) for n in FRONT_ENDS], account.name,
+                                  sas_token=read_only).format()
+    with Client.from_connection_string(text) as from_text:
+        assert from_text.read("orders") == [(0, b"mine")]
+        with pytest.raises(PermissionDenied):
+            from_text.append("orders", [b"not allowed"])
     assert reader.peek("orders") == (0, 1)
     started = time.monotonic()
     with pytest.raises(PermissionDenied):
@@ -580,3 +591,47 @@ def test_throttled_calls_wait_their_retry_after_and_succeed(
         status = fe_grpc.FrontEndStub(channel).Status(fe_pb.FrontEndStatusRequest(),
                                                       timeout=10)
     assert status.throttled > 0  # it was refused, and retried
+
+
+def test_closing_a_client_ends_its_subscribers_with_a_clear_error(
+        sdk_stamp: LocalStamp, account: Account) -> None:
+    """A subscriber waiting for records (another thread for the blocking client, another task
+    for the asyncio one) ends with InvalidArgument('... closed') when its client is closed."""
+    endpoints = [sdk_stamp.address(n) for n in FRONT_ENDS]
+    blocking = Client(endpoints, account.name, key=account.keys[0])
+    blocking.append("events", [b"e-0"])
+    outcome: list[BaseException | None] = []
+    received: list[tuple[int, bytes]] = []
+
+    def follow() -> None:
+        try:
+            for record in blocking.subscribe("events"):
+                received.append(record)
+            outcome.append(None)
+        except BaseException as exc:  # reported by the test thread
+            outcome.append(exc)
+
+    thread = threading.Thread(target=follow, daemon=True)
+    thread.start()
+    wait_for(lambda: received, 60, "the subscriber's first record")
+    blocking.close()
+    thread.join(timeout=60)
+    assert received == [(0, b"e-0")]
+    assert len(outcome) == 1 and isinstance(outcome[0], InvalidArgument), outcome
+    assert "closed" in str(outcome[0])
+
+    async def scenario() -> BaseException | None:
+        c = aio.Client(endpoints, account.name, key=account.keys[0])
+        first = asyncio.get_running_loop().create_future()
+
+        async def follow_async() -> None:
+            async for record in c.subscribe("events"):
+                if not first.done():
+                    first.set_result(record)
+        task = asyncio.get_running_loop().create_task(follow_async())
+        assert await asyncio.wait_for(first, 60) == (0, b"e-0")
+        await c.close()
+        done, _ = await asyncio.wait([task], timeout=60)
+        return task.exception() if done else None
+    error = asyncio.run(scenario())
+    assert isinstance(error, InvalidArgument) and "closed" in str(error), error

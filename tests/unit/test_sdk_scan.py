@@ -221,3 +221,20 @@ def test_bad_scan_arguments_name_the_rule(start: object, end: object, limit: obj
                                           page_rows: object, match: str) -> None:
     with pytest.raises(InvalidArgument, match=match):
         ScanCursor(ScanRange.of(start, end, LIMITS), limit, page_rows)
+
+
+def test_a_key_continuation_before_the_range_starts_at_the_range() -> None:
+    fe = ReferenceFrontEnd(ITEMS)
+    got = collect(scan(fe, continuation=encode_key("aaa", b"2"), start="bbb"))
+    assert keys(got) == KEYS[4:]
+    got = collect(scan(fe, continuation=encode_key("bbb", b"2"), start="bbb"))
+    assert keys(got) == KEYS[6:]
+
+
+@settings(max_examples=200, deadline=None)
+@given(pname=st.text(max_size=70), row=st.binary(max_size=1100),
+       token=st.binary(min_size=1, max_size=200))
+def test_any_key_or_token_survives_its_continuation(pname: str, row: bytes, token: bytes
+                                                   ) -> None:
+    assert decode_continuation(encode_key(pname, row)) == Resume(key=(pname, row))
+    assert decode_continuation(encode_token(token)) == Resume(token=token)
