@@ -57,11 +57,12 @@ import itertools
 import os
 import random
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import grpc
 
 from common import rpc
+from common.checksums import crc32c, crc32cs
 from common.clock import Clock, SystemClock
 from common.config import PartitionLimits
 from common.errors import DeadlineExceeded, InvalidArgument, StampError, Throttled
@@ -76,6 +77,7 @@ from partition_layer.session import CallSession
 
 __all__ = ["AsyncScanIterator", "Client", "Entity", "Page"]
 
+T = TypeVar("T")
 TOKEN_PREFIX_BYTES = 12  # 96 random bits: no two clients share a prefix
 # One attempt waits at most this long for its answer before another front end is tried.
 ATTEMPT_TIMEOUT_S = 10.0
@@ -123,7 +125,14 @@ class Client:
 
     @property
     def endpoints(self) -> list[str]:
+        """The front ends of this client, as given."""
         return self._endpoints.all
+
+    @property
+    def next_endpoint(self) -> str:
+        """The front end the next call goes to (the last one that answered, unless it
+        failed since)."""
+        return self._endpoints.pick()
 
     # ---- logs -------------------------------------------------------------------------------
 
@@ -148,8 +157,7 @@ class Client:
         self._check_open()
         response = await self._call(sdk_requests.read_request(self.account, log, from_seq,
                                                               limit))
-        return [(r.seq, verify_value(r.data, r.crc, f"record {r.seq} of {log!r}"))
-                for r in response.records]
+        return checked_records(response.records, log)
 
     def subscribe(self, log: str, from_seq: int = 0) -> AsyncIterator[tuple[int, bytes]]:
         """The records of `log` from `from_seq` on as they are appended, each exactly once and
@@ -158,11 +166,18 @@ class Client:
         when the log is sealed and everything was delivered. Gives up with the last error
         after `timeout_s` of failed attempts with no record in between. Arguments are
         checked at once (InvalidArgument)."""
+        return _flatten(self.subscribe_batches(log, from_seq))
+
+    def subscribe_batches(self, log: str, from_seq: int = 0
+                          ) -> AsyncIterator[list[tuple[int, bytes]]]:
+        """`subscribe`, one list of records per reply of the front end (never empty): for a
+        caller that takes many at once (the blocking client crosses threads once a list)."""
         self._check_open()
         sdk_requests.seal_request(self.account, log)  # checks the name
         return self._subscribe(log, sdk_requests.check_seq("from_seq", from_seq))
 
-    async def _subscribe(self, log: str, next_seq: int) -> AsyncIterator[tuple[int, bytes]]:
+    async def _subscribe(self, log: str, next_seq: int
+                         ) -> AsyncIterator[list[tuple[int, bytes]]]:
         # Failed attempts in a row, and when they must stop: a healthy stream may be idle
         # for hours, so the deadline runs from the first failure after the last reply.
         attempt, deadline = 0, None
@@ -174,14 +189,14 @@ class Client:
             stream = fe_grpc.FrontEndStub(self._channels.get(endpoint)).Subscribe(request)
             try:
                 async for reply in stream:
-                    for record in reply.records:
-                        data = verify_value(record.data, record.crc,
-                                            f"record {record.seq} of {log!r}")
-                        if record.seq >= next_seq:
-                            next_seq = record.seq + 1
-                            yield record.seq, data
+                    # Records before next_seq were delivered by an earlier stream.
+                    records = [r for r in checked_records(reply.records, log)
+                               if r[0] >= next_seq]
                     self._endpoints.answered(endpoint)
                     attempt, deadline = 0, None
+                    if records:
+                        next_seq = records[-1][0] + 1
+                        yield records
                 return
             except grpc.RpcError as exc:
                 error = rpc.from_rpc_error(exc)
@@ -221,7 +236,7 @@ class Client:
 
     async def _log_names(self, cursor: ScanCursor) -> AsyncIterator[str]:
         async for items, _ in self._scan_batches(cursor):
-            for entity, _ in items:
+            for entity in items:
                 yield entity.pname
 
     # ---- entities ---------------------------------------------------------------------------
@@ -385,3 +400,22 @@ class Client:
         if delay is None or self._closed or self._clock.monotonic() + delay > deadline:
             raise error
         await asyncio.sleep(delay)
+
+
+def checked_records(records: Sequence[pb.Record], log: str) -> list[tuple[int, bytes]]:
+    """(seq, data) of records read from `log`, in order; ChecksumError if one does not match
+    the CRC32C stored with it (checked in bulk: reads and subscriptions are hot paths)."""
+    datas = [r.data for r in records]
+    if crc32cs(datas) != [r.crc for r in records]:
+        bad = next(r for r in records if crc32c(r.data) != r.crc)
+        verify_value(bad.data, bad.crc, f"record {bad.seq} of {log!r}")
+    return [(r.seq, d) for r, d in zip(records, datas, strict=True)]
+
+
+async def _flatten(batches: AsyncIterator[list[T]]) -> AsyncIterator[T]:
+    try:
+        async for batch in batches:
+            for item in batch:
+                yield item
+    finally:
+        await batches.aclose()  # type: ignore[attr-defined]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Generator, Iterator, Sequence
 from typing import Any, TypeVar
 
 from common.config import PartitionLimits
@@ -85,7 +85,8 @@ class Client:
     def subscribe(self, log: str, from_seq: int = 0) -> Iterator[tuple[int, bytes]]:
         """frontend.aio.Client.subscribe: (seq, data) exactly once, in order, across
         failovers, until the log is sealed. Arguments are checked at once."""
-        return self._iterate(self._run(_later(self.aio.subscribe, log, from_seq)))
+        return _flat(self._iterate(self._run(_later(self.aio.subscribe_batches, log,
+                                                     from_seq))))
 
     def trim(self, log: str, upto_seq: int) -> None:
         """frontend.aio.Client.trim."""
@@ -147,7 +148,7 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _iterate(self, iterator: AsyncIterator[T]) -> Iterator[T]:
+    def _iterate(self, iterator: AsyncIterator[T]) -> Generator[T, None, None]:
         try:
             while True:
                 try:
@@ -177,10 +178,9 @@ class ScanIterator:
         return self
 
     def __next__(self) -> Entity:
-        try:
-            return self._client._run(_anext(self._it))
-        except StopAsyncIteration:
-            raise StopIteration from None
+        if not self._it.loaded and not self._client._run(self._it.fill()):
+            raise StopIteration
+        return self._it.take()
 
     def pages(self) -> Iterator[Page]:
         return self._client._iterate(self._it.pages())
@@ -188,6 +188,14 @@ class ScanIterator:
     def close(self) -> None:
         with contextlib.suppress(InvalidArgument):
             self._client._run(self._it.aclose())
+
+
+def _flat(batches: Generator[list[T], None, None]) -> Iterator[T]:
+    try:
+        for batch in batches:
+            yield from batch
+    finally:
+        batches.close()
 
 
 async def _anext(iterator: AsyncIterator[T]) -> T:

@@ -19,18 +19,18 @@ Contract of `ScanCursor` (pure: tested in tests/unit/test_sdk_scan.py): `request
 the next Scan stream starts — after everything `accept`ed so far, so a stream that breaks
 between pages is resumed from there with nothing lost or repeated — and `accept` checks each
 item's CRC32C (ChecksumError, never wrong bytes), drops the item a key continuation resumes
-at, applies `limit`, and pairs each item with the continuation that follows it.
+at, applies `limit`, and says the continuation after the page.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from common.checksums import crc32c, crc32cs
 from common.config import PartitionLimits
 from common.errors import InvalidArgument
 from common.proto import frontend_pb2 as fe_pb
@@ -189,13 +189,13 @@ class ScanCursor:
             request.limit = self.limit - self.received + (self._skip is not None)
         return request
 
-    def accept(self, page: fe_pb.ScanPage
-               ) -> tuple[list[tuple[Entity, str | None]], str | None]:
-        """The page's items, each with the continuation after it, and the continuation after
-        the page; ChecksumError if an item does not match its CRC32C."""
+    def accept(self, page: fe_pb.ScanPage) -> tuple[list[Entity], str | None]:
+        """The page's items and the continuation after the page (after an item inside a
+        page it is that item's key form, `encode_key`); ChecksumError if an item does not
+        match its CRC32C. Per item this is on a scan's hot path: checked in bulk."""
         if self.finished:
             return [], None
-        items = list(page.items)
+        items: Sequence[pb.ScanItem] = page.items
         if self._skip is not None and items:
             if (items[0].pname, items[0].row) == self._skip:
                 items = items[1:]
@@ -203,26 +203,25 @@ class ScanCursor:
         cut = self.limit is not None and self.received + len(items) >= self.limit
         if self.limit is not None:
             items = items[:self.limit - self.received]
-        entities = [Entity(i.pname, i.row, verify_value(
-            i.value, i.crc, f"the value of row {i.row!r:.80} of {i.pname!r}"), i.etag)
-            for i in items]
+        values = [i.value for i in items]
+        if crc32cs(values) != [i.crc for i in items]:
+            bad = next(i for i in items if crc32c(i.value) != i.crc)
+            verify_value(bad.value, bad.crc, f"the value of row {bad.row!r:.80} of "
+                                             f"{bad.pname!r}")
+        entities = [Entity(i.pname, i.row, v, i.etag) for i, v in zip(items, values,
+                                                                       strict=True)]
         self.received += len(entities)
         if page.continuation and not cut:
             self._resume = Resume(token=page.continuation)
-            after_page: str | None = encode_token(page.continuation)
-        else:
-            self.finished = True
-            # The front end stopped at our limit, or we cut its page: more may follow.
-            after_page = encode_key(*entities[-1][:2]) if cut and entities else None
-        paired = [(e, encode_key(e.pname, e.row)) for e in entities]
-        if paired:
-            paired[-1] = (paired[-1][0], after_page)
-        return paired, after_page
+            return entities, encode_token(page.continuation)
+        self.finished = True
+        # The front end stopped at our limit, or we cut its page: more may follow.
+        return entities, encode_key(*entities[-1][:2]) if cut and entities else None
 
 
 # ---- the iterator ---------------------------------------------------------------------------
 
-Batches = AsyncIterator[tuple[list[tuple[Entity, str | None]], str | None]]
+Batches = AsyncIterator[tuple[list[Entity], str | None]]
 
 
 class AsyncScanIterator:
@@ -234,36 +233,66 @@ class AsyncScanIterator:
                  continuation: str | None) -> None:
         self._cursor = cursor
         self._batches = source(cursor)
-        self._buffer: deque[tuple[Entity, str | None]] = deque()
-        self._continuation = continuation
+        # The current page, how many of its items were yielded, the continuation after it,
+        # and the one before it (after the previous page, or the scan's own).
+        self._page: list[Entity] = []
+        self._at = 0
+        self._after_page: str | None = continuation
+        self._before_page = continuation
 
     @property
     def continuation(self) -> str | None:
-        return self._continuation
+        """Resumes after the last item yielded (computed here, not per item)."""
+        if self._at == len(self._page):
+            return self._after_page
+        if self._at == 0:
+            return self._before_page
+        last = self._page[self._at - 1]
+        return encode_key(last.pname, last.row)
 
     def __aiter__(self) -> AsyncScanIterator:
         return self
 
     async def __anext__(self) -> Entity:
-        while not self._buffer:
-            items, after_page = await self._batches.__anext__()
-            self._buffer.extend(items)
-            if not items:
-                self._continuation = after_page
-        entity, self._continuation = self._buffer.popleft()
-        return entity
+        if not await self.fill():
+            raise StopAsyncIteration
+        return self.take()
+
+    async def fill(self) -> bool:
+        """Load pages until one has an item not yet yielded; False at the scan's end."""
+        while self._at == len(self._page):
+            try:
+                self._load(*await self._batches.__anext__())
+            except StopAsyncIteration:
+                return False
+        return True
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the loaded page has an item not yet yielded."""
+        return self._at < len(self._page)
+
+    def take(self) -> Entity:
+        """The next item of the loaded page (after `fill` said there is one): the blocking
+        iterator crosses to the event loop once a page, not once an item."""
+        self._at += 1
+        return self._page[self._at - 1]
+
+    def _load(self, items: list[Entity], after_page: str | None) -> None:
+        self._before_page = self._after_page  # the last page was all yielded
+        self._page, self._at, self._after_page = items, 0, after_page
 
     async def pages(self) -> AsyncIterator[Page]:
         """The rest of the scan, page by page (pages with no items are skipped)."""
-        if self._buffer:
-            rest = list(self._buffer)
-            self._buffer.clear()
-            self._continuation = rest[-1][1]
-            yield Page([e for e, _ in rest], self._continuation)
+        if self._at < len(self._page):
+            rest = self._page[self._at:]
+            self._at = len(self._page)
+            yield Page(rest, self._after_page)
         async for items, after_page in self._batches:
-            self._continuation = after_page
+            self._load(items, after_page)
+            self._at = len(items)
             if items:
-                yield Page([e for e, _ in items], after_page)
+                yield Page(items, after_page)
 
     async def aclose(self) -> None:
         await self._batches.aclose()  # type: ignore[attr-defined]

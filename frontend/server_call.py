@@ -10,7 +10,8 @@ callback answers. Anything else (an uncached account, no map yet, NotOwner, a br
 stream) takes the slow path, a task that awaits what it lacks and forwards through the
 partition client's `call`, which refreshes the map and retries. Retrying is safe: the SDK
 sets a token on every mutation (frontend/wire.py signs it), so a repeat is answered from
-the first attempt's outcome.
+the first attempt's outcome; a mutation without one is not repeated after an ambiguous
+failure (`retry_safe`), its error is the answer.
 
 Contract: `start(request, reply)` calls `reply` exactly once with the request's Response
 (carrying the SDK's id): success, or the error's class name and message (common/errors.py),
@@ -52,6 +53,19 @@ log = logging.getLogger(__name__)
 
 Reply = Callable[[pb.Response], None]
 UNROUTED = "(unrouted)"  # the throttle's server name for a key whose server is unknown
+
+
+def retry_safe(request: pb.Request) -> bool:
+    """Whether `request` may be sent again after an attempt that may or may not have run:
+    reads, trims and seals always; a mutation only with its token (the SDK always sets
+    one; then a repeat is answered from the first attempt's outcome). A "not the owner"
+    answer means not run: always retried."""
+    op = request.WhichOneof("op")
+    if op == "append":
+        return bool(request.append.token)
+    if op in ("put", "delete", "batch"):
+        return bool(request.token)
+    return True
 
 
 @dataclass
@@ -133,7 +147,7 @@ class FrontEnd:
                     response.id = sdk_id
                     reply(response)
                     return
-            elif not isinstance(exc, Unavailable | DeadlineExceeded):
+            elif not isinstance(exc, Unavailable | DeadlineExceeded) or not retry_safe(request):
                 reply(self._failure(sdk_id, exc))
                 return
         # Not the owner (the map moved on) or the stream broke: retry through the client.
@@ -171,7 +185,8 @@ class FrontEnd:
         try:
             if refresh:
                 await self.client.refresh_map()
-            response = await self.client.call(request, idempotent=True, nbytes=nbytes)
+            response = await self.client.call(request, idempotent=retry_safe(request),
+                                              nbytes=nbytes)
         except Exception as exc:
             if not isinstance(exc, StampError):
                 log.exception("forwarding a request")

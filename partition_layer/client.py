@@ -24,9 +24,8 @@ retry is answered from the first attempt's outcome and never undoes a later writ
 trims and seals are safe to repeat as they are (a trim or seal only moves forward). Errors are
 the typed exceptions of common/errors.py.
 
-End-to-end checksums (DESIGN §5, §8 invariant 6): every record and value sent carries its
-CRC32C, computed here; every record and value read is checked against the CRC32C the server
-stored with it when it was written, and a mismatch raises ChecksumError (never wrong bytes).
+End-to-end checksums (§5, §8 invariant 6): what is sent carries a CRC32C per record and value;
+what is read is checked against the CRC stored with it: ChecksumError, never wrong bytes.
 """
 
 from __future__ import annotations

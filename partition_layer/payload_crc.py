@@ -23,18 +23,8 @@ def verify_payload(request: pb.Request, where: str) -> None:
     (InvalidArgument if an append does not carry one per record). `where` names the hop."""
     op = request.WhichOneof("op")
     if op == "append":
-        append = request.append
-        if len(append.crcs) != len(append.records):
-            raise InvalidArgument(f"an append carries one CRC32C per record: "
-                                  f"{len(append.records)} records, {len(append.crcs)} CRCs")
-        # All at once first (the hot path: no Python work per record); which one is wrong
-        # is looked for only when one is.
-        actual = crc32cs(append.records)
-        if actual != list(append.crcs):
-            i = next(i for i, (a, e) in enumerate(zip(actual, append.crcs, strict=True))
-                     if a != e)
-            raise ChecksumError(f"{where}: record {i} of the append to "
-                                f"{request.pname!r} does not match its CRC32C")
+        verify_append(tuple(request.append.records), tuple(request.append.crcs), where,
+                      request.pname)
     elif op == "put":
         if crc32c(request.put.value) != request.put.value_crc:
             raise ChecksumError(f"{where}: the value put to {request.pname!r} does not match "
@@ -44,6 +34,22 @@ def verify_payload(request: pb.Request, where: str) -> None:
             if item.kind == "put" and crc32c(item.value) != item.value_crc:
                 raise ChecksumError(f"{where}: item {i} of the batch on {request.pname!r} "
                                     f"does not match its CRC32C")
+
+
+def verify_append(records: Sequence[bytes], crcs: Sequence[int], where: str, pname: str
+                  ) -> None:
+    """verify_payload of an append whose records and CRCs the caller has read out of the
+    request already (each access to a repeated bytes field copies the bytes)."""
+    if len(crcs) != len(records):
+        raise InvalidArgument(f"an append carries one CRC32C per record: "
+                              f"{len(records)} records, {len(crcs)} CRCs")
+    # All at once first (the hot path: no Python work per record); which one is wrong is
+    # looked for only when one is.
+    actual = crc32cs(records)
+    if actual != list(crcs):
+        i = next(i for i, (a, e) in enumerate(zip(actual, crcs, strict=True)) if a != e)
+        raise ChecksumError(f"{where}: record {i} of the append to {pname!r} does not "
+                            f"match its CRC32C")
 
 
 def verify_value(value: bytes, expected: int, what: str) -> bytes:

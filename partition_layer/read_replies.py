@@ -36,7 +36,9 @@ async def value_and_crc(partition: RangePartition, row: Row) -> tuple[bytes, int
 
 def records_reply(records: Sequence[Record]) -> list[pb.Record]:
     """The Record messages of records read from a log (partition.read_log), CRCs beside."""
-    reply = [pb.Record(seq=seq, data=data, crc=crc) for seq, data, crc in records]
-    if reply:
-        reply[0].data = faults.flipped("ps.read.flip_record", reply[0].data)
-    return reply
+    if records:
+        seq, data, crc = records[0]
+        altered = faults.flipped("ps.read.flip_record", data)
+        if altered is not data:
+            records = [(seq, altered, crc), *records[1:]]
+    return [pb.Record(seq=seq, data=data, crc=crc) for seq, data, crc in records]

@@ -32,7 +32,7 @@ from partition_layer.operations import (
     validate_writes,
 )
 from partition_layer.partition import RangePartition
-from partition_layer.payload_crc import verify_payload
+from partition_layer.payload_crc import verify_append, verify_payload
 from partition_layer.read_replies import records_reply, value_and_crc
 from partition_layer.record_batch import encode_records, encoded_bytes
 from partition_layer.rows import etag_of
@@ -85,31 +85,33 @@ def _small_append(request: pb.Request, find: Finder, limits: PartitionLimits
     size; None: not an append, or one large enough for blob data first."""
     if request.WhichOneof("op") != "append":
         return None
-    records = request.append.records
+    # Once: every access to a repeated bytes field of the request copies the bytes.
+    records = tuple(request.append.records)
     nbytes = encoded_bytes(records)
     if nbytes >= limits.blob_value_bytes_min:
         return None
     _check_names(request)
-    records, crcs = _verified_append(request, limits)
+    records, crcs = _verified_append(request, records, limits)
     partition = find(route_key(request.account, request.pname))
     partition.check_serving()
     return partition, LogAppend(request.account, request.pname, records,
                                 request.append.token, crcs=crcs), nbytes + 64
 
 
-def _verified_append(request: pb.Request, limits: PartitionLimits
-                     ) -> tuple[tuple[bytes, ...], tuple[int, ...]]:
-    """An append's records and their CRC32Cs, within the limits and matching (§5)."""
+def _verified_append(request: pb.Request, records: tuple[bytes, ...],
+                     limits: PartitionLimits) -> tuple[tuple[bytes, ...], tuple[int, ...]]:
+    """An append's `records` (request.append.records, read once) and their CRC32Cs, within
+    the limits and matching (§5)."""
     append = request.append
-    _check_append(append.records, append.token, limits)
-    verify_payload(request, "partition server")
-    records = tuple(append.records)
+    crcs = tuple(append.crcs)
+    _check_append(records, append.token, limits)
+    verify_append(records, crcs, "partition server", request.pname)
     # A fault point for the tests: bytes changed after they were verified here must still
     # fail the reader's check (the CRC stored is the client's, not one of what is stored).
     first = faults.flipped("ps.write.flip_after_verify", records[0])
     if first is not records[0]:
         records = (first, *records[1:])
-    return records, tuple(append.crcs)
+    return records, crcs
 
 
 def _check_names(request: pb.Request) -> None:
@@ -136,7 +138,7 @@ async def _dispatch(request: pb.Request, response: pb.Response, find: Finder,
             return
         # A large append goes to blob data once, before the commit, like a large value: the
         # commit log, the memtable and the checkpoints then carry only a pointer.
-        records, crcs = _verified_append(request, limits)
+        records, crcs = _verified_append(request, tuple(request.append.records), limits)
         partition.check_serving()
         batch = encode_records(records, crcs)
         blob = await partition.write_blob(batch)

@@ -351,7 +351,7 @@ def test_scan_and_list_logs(client_of: ClientOf, scan_data: dict[str, Account]) 
 def test_a_scan_resumes_on_another_front_end_when_its_own_dies(
         sdk_stamp: LocalStamp, client_of: ClientOf, scan_data: dict[str, Account]) -> None:
     c = client_of(BIG_ACCOUNT, key=scan_data[BIG_ACCOUNT].keys[0])
-    victim = next(n for n in FRONT_ENDS if sdk_stamp.address(n) == c.aio._endpoints.pick())
+    victim = next(n for n in FRONT_ENDS if sdk_stamp.address(n) == c.aio.next_endpoint)
     survivor = next(n for n in FRONT_ENDS if n != victim)
     survivor_requests = front_end_requests(sdk_stamp, survivor)
     it = iter(c.scan(page_rows=1))
@@ -508,7 +508,7 @@ def test_subscribe_survives_killing_its_front_end(
         c = (Client if kind == "blocking" else AioClient)(endpoints, account.name,
                                                          key=account.keys[0])
         try:
-            connected.append(c.aio._endpoints.pick())
+            connected.append(c.aio.next_endpoint)
             for record in c.subscribe("events", 0):
                 received.append(record)
         except BaseException as exc:  # reported by the test thread
@@ -540,7 +540,7 @@ def test_an_append_retried_after_its_front_end_died_is_applied_once(
         pc: PartitionClient) -> None:
     c = client_of(account.name, key=account.keys[0])
     assert c.append("orders", [b"before"]) == 0
-    endpoint = c.aio._endpoints.pick()
+    endpoint = c.aio.next_endpoint
     victim = next(n for n in FRONT_ENDS if sdk_stamp.address(n) == endpoint)
     survivor = next(n for n in FRONT_ENDS if n != victim)
     servers = [r.address for r in sdk_stamp.records.values() if r.name.startswith("ps-")]

@@ -209,3 +209,27 @@ def test_the_blocking_client_reports_errors_as_the_async_one() -> None:
             c.append("X", [b"a"])
         with pytest.raises(StampError):  # nothing listens on port 1
             c.peek("orders")
+
+
+def test_the_blocking_scan_crosses_to_its_loop_once_a_page() -> None:
+    from frontend.sdk_scan import AsyncScanIterator, ScanCursor, ScanRange
+    from tests.unit.test_sdk_scan import ITEMS, KEYS, ReferenceFrontEnd
+
+    with client.Client(["127.0.0.1:1"], "acct", key=KEY) as c:
+        runs = []
+        run = c._run
+
+        def counted(coro):  # type: ignore[no-untyped-def]
+            runs.append(coro)
+            return run(coro)
+        c._run = counted  # type: ignore[method-assign]
+        source = ReferenceFrontEnd(ITEMS, page_rows=4).source
+        it = client.ScanIterator(c, AsyncScanIterator(ScanCursor(ScanRange()), source, None))
+        head = [next(it) for _ in range(5)]
+        token = it.continuation
+        rest = list(it)
+        assert [(e.pname, e.row) for e in head + rest] == KEYS
+        assert len(runs) <= len(KEYS) // 4 + 2  # a page at a time, not an item
+        resumed = client.ScanIterator(c, AsyncScanIterator(
+            ScanCursor(ScanRange(), continuation=token), source, token))
+        assert [(e.pname, e.row) for e in resumed] == KEYS[5:]

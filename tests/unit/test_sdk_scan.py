@@ -185,7 +185,7 @@ def test_a_key_continuation_drops_its_own_key_and_asks_for_one_more() -> None:
     assert (request.start_pname, request.start_row, request.limit) == ("bbb", b"2", 4)
     batch, _ = cursor.accept(fe_pb.ScanPage(items=[item("bbb", b"2"), item("bbb", b"3")],
                                             continuation=b"t"))
-    assert [e.row for e, _ in batch] == [b"3"]
+    assert [e.row for e in batch] == [b"3"]
 
 
 def test_log_names_scan_in_log_name_mode_under_the_prefix() -> None:
