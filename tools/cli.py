@@ -30,7 +30,16 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     import tools.cmd_account
     import tools.cmd_isolate
-    from tools import cmd_bench, cmd_extent, cmd_lock, cmd_partition, cmd_stamp, cmd_stream
+    from tools import (
+        cmd_bench,
+        cmd_entity,
+        cmd_extent,
+        cmd_lock,
+        cmd_partition,
+        cmd_scan,
+        cmd_stamp,
+        cmd_stream,
+    )
 
     parser = _Parser(
         prog="stamp",
@@ -48,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmd_extent.register(commands)
     cmd_lock.register(commands)
     cmd_partition.register(commands)
+    cmd_entity.register(commands)
+    cmd_scan.register(commands)
     tools.cmd_account.register(commands)
     cmd_bench.register(commands)
     return parser

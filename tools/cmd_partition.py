@@ -1,4 +1,6 @@
-"""`stamp partition ls | move` and `stamp log append | read | tail | peek | trim | seal`."""
+"""`stamp partition ls | move` (an operator's view: straight to the partition managers) and
+`stamp log append | read | tail | peek | trim | seal | ls` (a user's: through a front end with
+the SDK, tools/sdk_client.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +10,7 @@ import sys
 from typing import Any
 
 from common.errors import InvalidArgument
-from tools import cli_checks
-
-DEFAULT_ACCOUNT = "demo"
+from tools import cli_checks, sdk_client
 
 
 def register(commands: Any) -> None:
@@ -27,18 +27,25 @@ def register(commands: Any) -> None:
     move.add_argument("server", type=cli_checks.name, help="partition server name, e.g. ps-2")
     move.set_defaults(handler=cmd_move)
 
-    log = commands.add_parser("log", help="append to, read and tail logs")
+    log = commands.add_parser(
+        "log", help="append to, read and tail logs (through a front end)",
+        description="Logs of the account of the connection string, through the stamp's front "
+                    "ends. " + sdk_client.SOURCES)
     sub = log.add_subparsers(dest="log_command", metavar="ACTION", required=True)
     for name, text in (("append", "append records (arguments, or one per stdin line)"),
-                       ("read", "print records from a sequence number"),
+                       ("read", "print records from a sequence number: SEQ<TAB>RECORD"),
                        ("tail", "print records as they are appended (^C to stop)"),
                        ("peek", "print the first and next sequence numbers"),
                        ("trim", "drop the records below a sequence number"),
-                       ("seal", "refuse further appends")):
-        p = sub.add_parser(name, help=text)
-        p.add_argument("log", type=cli_checks.name, help="log name")
-        p.add_argument("--account", default=DEFAULT_ACCOUNT, type=cli_checks.name,
-                       help=f"account (default: {DEFAULT_ACCOUNT})")
+                       ("seal", "refuse further appends"),
+                       ("ls", "list the account's logs in name order")):
+        p = sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
+        if name == "ls":
+            p.add_argument("--prefix", default="", type=sdk_client.name_prefix,
+                           help="only logs whose name starts with this")
+        else:
+            p.add_argument("log", type=sdk_client.log_name, help="log name")
+        sdk_client.add_options(p)
         if name == "append":
             p.add_argument("records", nargs="*", help="records (default: read stdin lines)")
             p.add_argument("--token", type=cli_checks.name,
@@ -49,7 +56,7 @@ def register(commands: Any) -> None:
                                 "its next)")
         if name == "read":
             p.add_argument("--limit", type=cli_checks.record_count,
-                           default=100, help="at most this many")
+                           default=100, help="at most this many (default 100)")
         if name == "trim":
             p.add_argument("upto", type=cli_checks.sequence_number,
                            help="records below this are dropped")
@@ -147,29 +154,36 @@ def cmd_move(args: argparse.Namespace) -> int:
 
 
 def cmd_log(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with sdk_client.client(args) as client:
         if args.action == "append":
-            records = [r.encode() for r in args.records] or \
-                [line.rstrip("\n").encode() for line in sys.stdin]
+            # Bytes as given: arguments as the OS passed them, stdin lines undecoded.
+            records = [r.encode(errors="surrogateescape") for r in args.records] or \
+                [line.rstrip(b"\n") for line in sys.stdin.buffer]
             if not records:
                 raise InvalidArgument("nothing to append: give records or stdin lines")
-            first = client.append(args.account, args.log, records, token=args.token)
+            first = client.append(args.log, records, token=args.token)
             print(f"appended {len(records)} record(s) at {first}..{first + len(records) - 1}")
         elif args.action == "read":
-            first, _ = client.peek(args.account, args.log)
+            first, _ = client.peek(args.log)
             start = first if args.from_seq is None else args.from_seq
-            for seq, data in client.read(args.account, args.log, start, args.limit):
-                print(f"{seq}\t{data.decode(errors='replace')}")
+            for seq, data in client.read(args.log, start, args.limit):
+                print(f"{seq}\t{sdk_client.show_bytes(data)}")
         elif args.action == "tail":
-            _, next_seq = client.peek(args.account, args.log)
+            _, next_seq = client.peek(args.log)
             start = next_seq if args.from_seq is None else args.from_seq
-            for seq, data in client.subscribe(args.account, args.log, start):
-                print(f"{seq}\t{data.decode(errors='replace')}", flush=True)
+            for seq, data in client.subscribe(args.log, start):
+                print(f"{seq}\t{sdk_client.show_bytes(data)}", flush=True)
+            print(f"log {args.log} is sealed: nothing more to follow", file=sys.stderr)
         elif args.action == "peek":
-            first, next_seq = client.peek(args.account, args.log)
+            first, next_seq = client.peek(args.log)
             print(f"first {first} next {next_seq}")
         elif args.action == "trim":
-            client.trim(args.account, args.log, args.upto)
+            client.trim(args.log, args.upto)
+            print(f"trimmed {args.log} below {args.upto}")
         elif args.action == "seal":
-            client.seal(args.account, args.log)
+            client.seal(args.log)
+            print(f"sealed {args.log}")
+        elif args.action == "ls":
+            for log in client.list_logs(args.prefix):
+                print(log)
     return 0

@@ -1,4 +1,5 @@
-"""`stamp demo`: the main job (logs, tools/log_demo.py), then the stream layer beneath it.
+"""`stamp demo`: the main job through the SDK and the front ends (logs, entities, scans,
+shared access tokens: tools/log_demo.py), then the stream layer beneath it.
 
 The stream-layer part creates a stream, appends records to it (one and several blocks
 per append, each on three extent nodes in distinct fault domains before it is
@@ -23,7 +24,7 @@ from tools.local_stamp import LocalStamp
 def run_demo(stamp: LocalStamp) -> None:
     if not stamp.stream_managers():
         raise StampError("the demo needs stream managers: this stamp has none")
-    if stamp.partition_servers():
+    if stamp.partition_servers() and stamp.front_ends():
         from tools.log_demo import run_log_demo
 
         run_log_demo(stamp)

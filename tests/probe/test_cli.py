@@ -122,10 +122,18 @@ BAD_ARGUMENTS = [
     (["log", "tail", "orders", "--from", "-1"], "argument --from"),
     (["log", "trim", "orders", "-1"], "argument upto"),
     (["log", "trim", "orders"], "the following arguments are required: upto"),
-    (["log", "append", "", "x"], "a name is not empty"),
-    (["log", "peek", "orders", "--account", ""], "argument --account: a name is not empty"),
-    (["log", "read", "x" * 2000], "a name has at most 1024 bytes"),
+    (["log", "append", "", "x"], "log name '' has 0 characters"),
+    (["log", "read", "x" * 2000], "has 2000 characters; a log name has 3 to 63"),
+    (["log", "read", "Orders"], "characters other than lowercase letters"),
+    (["log", "peek", "orders", "--timeout", "0"], "argument --timeout: a timeout is more"),
+    (["log", "ls", "--prefix", "A"], "argument --prefix"),
     (["log", "frobnicate", "orders"], "invalid choice"),
+    (["entity", "get", "users", ""], "argument ROW: a row key is not empty"),
+    (["entity", "put", "u", "row", "v"], "argument PNAME: partition name 'u' has 1"),
+    (["entity", "ls", "users", "--limit", "0"], "argument --limit: a record count"),
+    (["entity", "delete", "users"], "the following arguments are required: ROW"),
+    (["scan", "--start", "a/b"], "argument --start: partition name 'a'"),
+    (["scan", "--limit", "-1"], "argument --limit: a record count"),
     (["partition", "move", "-1", "ps-2"], "a partition id is from 0"),
     (["partition", "move", "one", "ps-2"], "a partition id is a whole number"),
     (["extent", "seal", "-3"], "an extent id"),
@@ -142,11 +150,13 @@ BAD_ARGUMENTS = [
     (["frobnicate"], "invalid choice"),
 ]
 # Commands that need a stamp: where there is none, and where it is not running.
-NEED_A_STAMP = [["log", "read", "orders"], ["log", "append", "orders", "x"],
+NEED_A_STAMP = [["log", "read", "orders"], ["log", "append", "orders", "x"], ["log", "ls"],
+                ["entity", "get", "users", "alice"], ["scan"],
                 ["partition", "ls"], ["partition", "move", "1", "ps-2"], ["stream", "ls"],
                 ["lock", "ls"], ["extent", "ls"], ["kill", "en-1"],
                 ["fault", "en-1", "x=fail"]]
 NEED_IT_RUNNING = [["log", "read", "orders"], ["log", "tail", "orders"], ["partition", "ls"],
+                   ["entity", "ls", "users"], ["scan"],
                    ["partition", "move", "1", "ps-2"], ["stream", "ls"], ["lock", "ls"]]
 
 
@@ -177,6 +187,7 @@ def test_every_bad_argument_is_one_line(tmp_path: Path) -> None:
     # retried against dead ports until the client's timeout.
     stopped = LocalStamp(tmp_path / "stopped", load_config(None))
     stopped.plan()
+    stopped.plan_front_ends()
     stopped.save()
     for args in NEED_IT_RUNNING:
         assert_one_line_error(stamp(stopped.data_dir, *args, check=False), "is not running", 1)
