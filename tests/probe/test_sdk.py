@@ -403,9 +403,6 @@ def test_a_flipped_bit_on_the_way_back_fails_loudly(
     assert list(c.subscribe("orders")) == [(0, b"record-0"), (1, b"record-1")]
 
 
-@pytest.mark.xfail(strict=True, reason="partition_layer/scan_stream.py (branch scan) sends "
-                   "crc32c of the bytes it read, not the CRC stored with them "
-                   "(read_replies.value_and_crc, branch crc): to be joined when both merge")
 def test_a_flipped_bit_in_a_scan_fails_loudly(sdk_stamp: LocalStamp, client_of: ClientOf,
                                               account: Account) -> None:
     c = client_of(account.name, key=account.keys[0])

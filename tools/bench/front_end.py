@@ -1,0 +1,218 @@
+"""Front-end benchmarks on a stamp of their own (3 lock, 3 SM, 9 EN, 2 PM, 2 PS, 2 FE):
+
+- `fe-append`: the `log-append` loads (1 KiB records: one appender of single records, 32
+  appenders of single records, 32 appenders of batches of 100) through the SDK and a front
+  end, and direct through the partition client, taking turns in the same run (this machine's
+  speed drifts). Targets (issue 16): ratio SDK/direct >= 0.8 for 32x1 and 32x100; added p50
+  <= 0.7 ms for one appender.
+- `scan`: rows/s scanning 1,000,000 entities of 100 bytes spread over 4 range partitions
+  (made at bootstrap: splitting comes later), through the SDK. Target: >= 100,000 rows/s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import uvloop
+
+from common.config import KiB
+from frontend.aio import Client as AsyncClient
+from partition_layer.client import AsyncPartitionClient
+from tools.bench.fresh_stamp import with_fresh_stamp
+from tools.bench.measure import latency_metrics, row
+from tools.local_stamp import LocalStamp
+
+Progress = Callable[[str], None]
+Append = Callable[[str, Sequence[bytes]], Awaitable[int]]
+RECORD_BYTES = 1 * KiB
+LOADS = ((1, 1), (32, 1), (32, 100))  # (appenders, records per append)
+TURNS = 2  # each path runs this many times per load, alternating
+ADMIN_FILE = "admin-connection-string"
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (/proc): what a front end costs, which the
+    machine's other load does not inflate the way it inflates latencies."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _sdk(stamp: LocalStamp) -> AsyncClient:
+    text = (Path(stamp.data_dir) / ADMIN_FILE).read_text().strip()
+    return AsyncClient.from_connection_string(text)
+
+
+def _direct(stamp: LocalStamp) -> AsyncPartitionClient:
+    return AsyncPartitionClient([r.address for r in stamp.partition_managers()],
+                                stamp.config.partition)
+
+
+# ---- fe-append -------------------------------------------------------------------------------
+
+def run_fe_append(seconds: float = 5.0, progress: Progress = lambda _: None
+                  ) -> list[dict[str, Any]]:
+    return with_fresh_stamp("", lambda stamp: uvloop.run(_fe_append(stamp, seconds, progress)),
+                            progress, stream_layer_only=False)
+
+
+async def _fe_append(stamp: LocalStamp, seconds: float, progress: Progress
+                     ) -> list[dict[str, Any]]:
+    sdk, direct = _sdk(stamp), _direct(stamp)
+    account = sdk.account
+    paths: dict[str, Append] = {
+        "direct": lambda log, records: direct.append(account, log, records),
+        "sdk": lambda log, records: sdk.append(log, records),
+    }
+    fe_pids = [stamp.record(r.name).pid for r in stamp.front_ends()]
+    rows: list[dict[str, Any]] = []
+    try:
+        for name, append in paths.items():
+            await append(f"warm-{name}", [b"x"])
+        for clients, batch in LOADS:
+            found: dict[str, list[tuple[int, list[float], float]]] = {p: [] for p in paths}
+            fe_cpu_s = 0.0
+            for turn in range(TURNS):
+                for name, append in paths.items():
+                    progress(f"{clients}x{batch} via {name}, turn {turn + 1}/{TURNS}, "
+                             f"{seconds / TURNS:g} s")
+                    before = sum(cpu_seconds(pid) for pid in fe_pids)
+                    found[name].append(await _phase(append, f"{name}-{turn}", clients, batch,
+                                                    seconds / TURNS))
+                    if name == "sdk":
+                        fe_cpu_s += sum(cpu_seconds(pid) for pid in fe_pids) - before
+            rows.extend(_rows(found, clients, batch, fe_cpu_s))
+    finally:
+        await sdk.close()
+        await direct.close()
+    return rows
+
+
+async def _phase(append: Append, tag: str, clients: int, batch: int, seconds: float
+                 ) -> tuple[int, list[float], float]:
+    """(records appended, latency per call in s, elapsed s) of `clients` appenders."""
+    records = [os.urandom(RECORD_BYTES) for _ in range(batch)]
+    latencies: list[float] = []
+    stop_at = time.monotonic() + seconds
+
+    async def appender(index: int) -> None:
+        log = f"bench-{tag}-{clients}-{batch}-{index}"
+        while time.monotonic() < stop_at:
+            started = time.perf_counter()
+            await append(log, records)
+            latencies.append(time.perf_counter() - started)
+
+    started = time.monotonic()
+    await asyncio.gather(*(appender(i) for i in range(clients)))
+    return len(latencies) * batch, latencies, time.monotonic() - started
+
+
+def _rows(found: dict[str, list[tuple[int, list[float], float]]], clients: int, batch: int,
+          fe_cpu_s: float) -> list[dict[str, Any]]:
+    rows = []
+    figures: dict[str, dict[str, Any]] = {}
+    for name, phases in found.items():
+        total = sum(p[0] for p in phases)
+        elapsed = sum(p[2] for p in phases)
+        latencies = [latency for p in phases for latency in p[1]]
+        figures[name] = {"records_per_s": round(total / elapsed, 1),
+                         "mb_per_s": round(total * RECORD_BYTES / elapsed / 1e6, 2),
+                         **latency_metrics(latencies)}
+        rows.append(row({"path": name, "clients": clients, "batch": batch,
+                         "record_bytes": RECORD_BYTES, "turns": len(phases)}, figures[name]))
+    sdk, direct = figures["sdk"], figures["direct"]
+    rows.append(row({"compare": f"sdk vs direct, {clients}x{batch}"},
+                    {"ratio": round(sdk["records_per_s"] / max(direct["records_per_s"], 1e-9),
+                                    3),
+                     "added_p50_ms": round(sdk["p50_ms"] - direct["p50_ms"], 3),
+                     "fe_cpu_us_per_request": round(
+                         fe_cpu_s * 1e6 / max(1, sum(len(p[1]) for p in found["sdk"])), 1)}))
+    return rows
+
+
+# ---- scan ------------------------------------------------------------------------------------
+
+SCAN_ACCOUNT_ROWS = 1_000_000
+SCAN_VALUE_BYTES = 100
+SCAN_PNAMES = 1000
+SCAN_PARTITIONS = 4
+PUTS_PER_BATCH = 100
+LOAD_WRITERS = 32
+
+
+def scan_config(account: str = "admin") -> str:
+    """TOML for a stamp whose map starts with SCAN_PARTITIONS partitions, cut between the
+    partition names of `account` the bench writes (pname_of)."""
+    cuts = [f'"{account}/{pname_of(i * SCAN_PNAMES // SCAN_PARTITIONS)}"'
+            for i in range(1, SCAN_PARTITIONS)]
+    return f"[partition]\nbootstrap_split_keys = [{', '.join(cuts)}]\n"
+
+
+def pname_of(index: int) -> str:
+    return f"part-{index:04d}"
+
+
+def run_scan(rows: int = SCAN_ACCOUNT_ROWS, trials: int = 3, progress: Progress = lambda _: None
+             ) -> list[dict[str, Any]]:
+    return with_fresh_stamp(scan_config(), lambda stamp: uvloop.run(
+        _scan(stamp, rows, trials, progress)), progress, stream_layer_only=False)
+
+
+async def _scan(stamp: LocalStamp, total: int, trials: int, progress: Progress
+                ) -> list[dict[str, Any]]:
+    sdk, direct = _sdk(stamp), _direct(stamp)
+    try:
+        current, _ = await direct.partition_map()
+        progress(f"loading {total:,} entities of {SCAN_VALUE_BYTES} bytes over "
+                 f"{len(current.partitions)} range partitions")
+        await _load(direct, sdk.account, total, progress)
+        results = []
+        for trial in range(trials):
+            started = time.perf_counter()
+            count, last = 0, None
+            async for page in sdk.scan().pages():
+                for item in page.items:
+                    key = (item.pname, item.row)
+                    if last is not None and key <= last:
+                        raise AssertionError(f"scan out of order: {key} after {last}")
+                    last = key
+                count += len(page.items)
+            elapsed = time.perf_counter() - started
+            if count != total:
+                raise AssertionError(f"the scan returned {count} rows, not {total}")
+            results.append(count / elapsed)
+            progress(f"scan {trial + 1}/{trials}: {count:,} rows in {elapsed:.2f} s")
+        return [row({"rows": total, "value_bytes": SCAN_VALUE_BYTES,
+                     "partitions": len(current.partitions), "trials": trials},
+                    {"rows_per_s_median": round(statistics.median(results)),
+                     "rows_per_s_max": round(max(results))})]
+    finally:
+        await sdk.close()
+        await direct.close()
+
+
+async def _load(client: AsyncPartitionClient, account: str, total: int, progress: Progress
+                ) -> None:
+    """`total` rows, SCAN_PNAMES partition names with total / SCAN_PNAMES rows each, put in
+    batches through the partition client (loading is not what is measured)."""
+    per_pname = total // SCAN_PNAMES
+    jobs = [(p, start) for p in range(SCAN_PNAMES) for start in range(0, per_pname,
+                                                                      PUTS_PER_BATCH)]
+    value = os.urandom(SCAN_VALUE_BYTES)
+    done = 0
+
+    async def writer(index: int) -> None:
+        nonlocal done
+        for p, start in jobs[index::LOAD_WRITERS]:
+            ops = [("put", f"row-{r:08d}", value)
+                   for r in range(start, min(start + PUTS_PER_BATCH, per_pname))]
+            await client.batch(account, pname_of(p), ops)
+            done += len(ops)
+            if done % 100_000 < len(ops):
+                progress(f"  {done:,} rows loaded")
+    await asyncio.gather(*(writer(i) for i in range(LOAD_WRITERS)))
