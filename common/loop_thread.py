@@ -19,8 +19,27 @@ class LoopThread:
         self._thread.start()
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run `coro` on the loop and wait for its result (thread-safe)."""
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        """Run `coro` on the loop and wait for its result (thread-safe). If the waiting thread
+        is interrupted (KeyboardInterrupt: ^C in a CLI following a log), `coro` is cancelled
+        and, once it started, waited for (at most CLOSE_TIMEOUT_S) before the interrupt goes
+        on: the caller's cleanup may then close an async generator `coro` was driving, which
+        fails with "already running" while `coro` still runs."""
+        started, finished = threading.Event(), threading.Event()
+        future = asyncio.run_coroutine_threadsafe(_tracked(coro, started, finished),
+                                                  self._loop)
+        try:
+            return future.result()
+        except BaseException:
+            if not future.done():
+                future.cancel()
+                # The wrapper starts at the loop's next turn or never (cancelled first).
+                asyncio.run_coroutine_threadsafe(asyncio.sleep(0), self._loop).result(
+                    CLOSE_TIMEOUT_S)
+                if started.is_set():
+                    finished.wait(CLOSE_TIMEOUT_S)
+                else:
+                    coro.close()  # never ran: no "never awaited" warning
+            raise
 
     @property
     def closed(self) -> bool:
@@ -35,6 +54,15 @@ class LoopThread:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=CLOSE_TIMEOUT_S)
         self._loop.close()
+
+
+async def _tracked(coro: Coroutine[Any, Any, T], started: threading.Event,
+                   finished: threading.Event) -> T:
+    started.set()
+    try:
+        return await coro
+    finally:
+        finished.set()
 
 
 async def _cancel_pending() -> None:

@@ -118,6 +118,9 @@ async def pages(snapshot: Snapshot, mode: int, start: bytes, at_end: bytes,
                     else:
                         row = decode_row(encoded)
                         value = row.value if row.value is not None else await value_of(row)
+                        # The same fault point as read_replies.value_and_crc: a value altered
+                        # after it was read must fail at the reader, which checks the CRC.
+                        value = faults.flipped("ps.read.flip_value", value)
                         pname, row_key = names.pname(key, at), key[at + 1:]
                         page.items.add(pname=pname, row=row_key, value=value,
                                        etag=etag_of(row.version),

@@ -34,8 +34,9 @@ PARTITION = {"memtable_bytes_max": 256 * 1024, "runs_max": 2, "data_block_bytes"
 @pytest.fixture(scope="module")
 def stamp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStamp]:
     root: Path = tmp_path_factory.mktemp("partition-semantics")
+    # One front end: the CLI's log commands go through it (issue 16).
     config = stamp_config(3, 3, lock_servers=3, partition_managers=2, partition_servers=2,
-                          partition=PARTITION)
+                          partition=PARTITION, front_ends=1)
     (root / "stamp.toml").write_text(config_toml(partition=PARTITION))
     local = LocalStamp(root / "stamp", config, str(root / "stamp.toml"))
     try:
