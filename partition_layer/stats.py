@@ -82,10 +82,13 @@ class LoadStats:
                 "p50_ms": pct(0.50), "p99_ms": pct(0.99)}
 
 
-# Pressure: the p99 over the last few seconds (an overload shows within them), recomputed at
-# most this often — every response batch carries it, and sorting the samples per batch would
-# cost more than the batch.
-PRESSURE_WINDOW_S = 3.0
+# Pressure: the p99 over the last second or two (the buckets begun within PRESSURE_WINDOW_S:
+# LoadStats's buckets are a second long), recomputed at most this often — every response
+# batch carries it, and sorting the samples per batch would cost more than the batch. Short,
+# because front ends throttle on it: an overload shows at once, and so does its end — a
+# window of several seconds kept reporting an overload for seconds after the throttled
+# account had backed off, and the accounts still sending then were refused instead.
+PRESSURE_WINDOW_S = 1.0
 PRESSURE_RECOMPUTE_S = 0.1
 
 
