@@ -104,3 +104,24 @@ def test_pressure_forgets_an_overload_within_two_seconds() -> None:
     stats.record(10, 0.002)
     clock.advance(0.2)
     assert gauge.read()[1] == pytest.approx(2.0)
+
+
+def test_pressure_reports_the_operations_open_at_once_not_only_those_open_now() -> None:
+    # A group commit answers a flood's 16 appends together, and the report goes out just
+    # after: at that instant none is open, yet the server had 16 in flight a moment ago.
+    clock = ManualClock()
+    gauge = PressureGauge(lambda: [], clock, peak_s=0.25)
+    for _ in range(16):
+        gauge.open_ops += 1
+    for _ in range(16):
+        gauge.open_ops -= 1
+    assert gauge.open_ops == 0
+    assert gauge.read()[0] == 16
+    clock.advance(0.3)
+    assert gauge.read()[0] == 16  # the period before is still reported
+    gauge.open_ops += 1
+    clock.advance(0.3)
+    assert gauge.read()[0] == 1  # the peak is forgotten; one is still open
+    gauge.open_ops -= 1
+    clock.advance(1.0)
+    assert gauge.read()[0] == 0
