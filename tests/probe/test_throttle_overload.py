@@ -7,7 +7,9 @@ what refuses it is the overload throttle (sample-and-hold of the top talkers), n
 The flood runs in a process of its own (`python -m tests.probe.test_throttle_overload`): in
 the test's process it would take the GIL from the quiet client and inflate the very latency
 this measures. It is a well-behaved client: a Throttled answer is counted, not retried by the
-SDK, and the appender waits the retry-after it was given before its next append.
+SDK, and the appender waits the retry-after it was given before its next append. Beside it
+a direct partition client appends a record every 200 ms only to collect the partition
+server's pressure reports, shown when the test fails.
 """
 
 from __future__ import annotations
