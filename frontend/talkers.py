@@ -2,11 +2,13 @@
 (Estan and Varghese, "New directions in traffic measurement", 2002; WAS §8). Pure: the times
 and the random source are passed in.
 
-How it works: every request counts towards the total. A request of an account already held
-counts towards that account; a request of an account not held is sampled with probability
-`p`, and a sampled account is held from then on. An account sending n requests is held after
-about 1/p of them, so a top talker is held early and its count is exact from then on, while
-quiet accounts are rarely held at all. Its share of the load is its count over the total.
+How it works: every request counts towards the total with its weight (what it costs the
+server: the throttle weighs a request by its bytes, as Estan and Varghese sample by the byte).
+A request of an account already held counts towards that account; a request of an account not
+held is sampled with probability 1 - (1 - p)**weight (p per unit of weight), and a sampled
+account is held from then on. An account sending n units is held after about 1/p of them, so
+a top talker is held early and its count is exact from then on, while quiet accounts are
+rarely held at all. Its share of the load is its count over the total.
 
 Bounds: at most `held_max` accounts are held. A newly sampled account takes the place of the
 held account with the smallest count when the table is full (as Space-Saving does): a top
@@ -38,17 +40,17 @@ class TopTalkers:
         self._held: dict[str, float] = {}
         self._total = 0.0
 
-    def count(self, account: str, now: float) -> None:
-        """One request of `account` to this server."""
+    def count(self, account: str, now: float, weight: float = 1.0) -> None:
+        """One request of `account` to this server, costing it `weight` units (> 0)."""
         self._age(now)
-        self._total += 1.0
+        self._total += weight
         if account in self._held:
-            self._held[account] += 1.0
-        elif self._rng.random() < self._p:
+            self._held[account] += weight
+        elif self._rng.random() < 1.0 - (1.0 - self._p) ** weight:
             if len(self._held) >= self._held_max:
                 smallest = min(self._held, key=self._held.__getitem__)
                 del self._held[smallest]
-            self._held[account] = 1.0
+            self._held[account] = weight
 
     def share(self, account: str, now: float) -> float:
         """The fraction of this server's recent requests that `account` sent (0 if not held)."""
@@ -56,6 +58,10 @@ class TopTalkers:
         if self._total <= 0.0:
             return 0.0
         return min(1.0, self._held.get(account, 0.0) / self._total)
+
+    def held_count(self) -> int:
+        """How many accounts are held (an equal share of the load is 1 / this)."""
+        return len(self._held)
 
     def held(self) -> dict[str, float]:
         """The held accounts and their (decayed) counts: for status and tests."""

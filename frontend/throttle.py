@@ -10,11 +10,13 @@ Two mechanisms, both per front end (front ends share nothing):
 - Overload. A partition server reports its queue depth and p99 latency (`observe_server`); at
   or above a threshold it is overloaded until a report says otherwise or the report is older
   than its TTL (a silent server is not throttled for ever). Every request is counted by a
-  sample-and-hold of that server's top talkers (frontend/talkers.py) — counted when offered,
-  not when admitted, so a talker that is being refused does not look quiet and get let in
+  sample-and-hold of that server's top talkers (frontend/talkers.py), weighed by what it costs
+  the server (`request_cost`: a request of 64 KiB is not one of 100 bytes) — counted when
+  offered, not when admitted, so a talker that is being refused does not look quiet and get let in
   again all at once. Under overload a request is refused with a probability that rises with
-  its account's share of the server's requests: a noisy account is mostly refused, while an
-  account below `throttle_share_min` (and every account never sampled) is not refused at all.
+  its account's share of the server's load: a noisy account is mostly refused, while an
+  account below `throttle_share_min` or an equal share of the held talkers' (and every
+  account never sampled) is not refused at all.
 
 Contract: `admit` returns `Decision(admitted=True)` only after taking the tokens; a refused
 request takes nothing. It raises InvalidArgument for a request that could never be admitted
@@ -78,11 +80,31 @@ class _ServerState:
     reported_at: float = 0.0
 
 
-def refusal_probability(share: float, limits: FrontEndLimits) -> float:
-    """Under overload: 0 up to `throttle_share_min`, then linear up to
-    `throttle_probability_max` at a share of 1. Never 1 by default: a server loaded by one
-    account alone still serves some of it, and its next report says whether that is too much."""
-    low = limits.throttle_share_min
+# What a request costs a partition server beyond its bytes, in bytes: a request of this many
+# bytes costs about twice an empty one. (A small append is about 0.2 ms of a partition
+# server's CPU here, a batch of 50 KiB about 1.5 ms: a few KiB per request.)
+REQUEST_COST_BYTES = 4096
+
+
+def request_cost(nbytes: int) -> float:
+    """A request's weight in the top talkers' counts: 1 for an empty one, plus its bytes in
+    units of REQUEST_COST_BYTES. Counting requests alone would make an account of many tiny
+    requests the top talker of a server that another account floods with large batches."""
+    return 1.0 + nbytes / REQUEST_COST_BYTES
+
+
+def refusal_probability(share: float, limits: FrontEndLimits, equal_share: float = 0.0
+                        ) -> float:
+    """Under overload: 0 up to `throttle_share_min` or `equal_share` (1 / the accounts held,
+    when more than one is), whichever is larger, then linear up to `throttle_probability_max`
+    at a share of 1. Never 1 by default: a server loaded by one account alone still serves
+    some of it, and its next report says whether that is too much.
+
+    Why the equal share: an account that sends no more than an equal share of the load is not
+    what overloads the server. Without it, once the top talker backs off (it honours its
+    retry-afters), the next account's share rises past `throttle_share_min` while the server
+    still reports the overload, and a quiet account is refused — a retry-after in its p99."""
+    low = max(limits.throttle_share_min, equal_share)
     if share <= low:
         return 0.0
     return limits.throttle_probability_max * min(1.0, (share - low) / (1.0 - low))
@@ -119,7 +141,7 @@ class AccountThrottle:
                                   f"{limits.account_burst_bytes_max})")
         now = self._clock.monotonic()
         state = self._server(server, now)
-        state.talkers.count(account, now)
+        state.talkers.count(account, now, request_cost(nbytes))
         buckets = self._buckets(account, now)
         if isinstance(buckets, Decision):
             return buckets
@@ -131,7 +153,11 @@ class AccountThrottle:
                       else Reason.ACCOUNT_BYTES)
             return Decision(False, max(wait_requests, wait_bytes), reason)
         if self._overloaded(state, now):
-            probability = refusal_probability(state.talkers.share(account, now), limits)
+            # An equal share among the accounts held; an account held alone has none (it
+            # is the whole load, and throttled as such).
+            held = state.talkers.held_count()
+            probability = refusal_probability(state.talkers.share(account, now), limits,
+                                              1.0 / held if held > 1 else 0.0)
             if probability > 0.0 and self._rng.random() < probability:
                 return Decision(False, self._overload_retry_after_s(probability),
                                 Reason.SERVER_OVERLOAD)
@@ -155,11 +181,14 @@ class AccountThrottle:
         return state.overloaded and fresh
 
     def _overload_retry_after_s(self, probability: float) -> float:
-        # A heavier talker (a higher refusal probability) is told to wait longer.
+        # A heavier talker (a higher refusal probability) is told to wait longer; jittered
+        # down to half of that, so that the requests refused together (a flood's appenders
+        # are refused in the same few milliseconds) do not all come back together.
         low = self._limits.overload_retry_after_ms_min
         high = self._limits.overload_retry_after_ms_max
         scale = probability / self._limits.throttle_probability_max
-        return (low + scale * (high - low)) / 1000.0
+        wait = (low + scale * (high - low)) * (0.5 + 0.5 * self._rng.random())
+        return max(low, wait) / 1000.0
 
     def _server(self, server: str, now: float) -> _ServerState:
         state = self._servers.get(server)

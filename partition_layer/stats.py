@@ -82,11 +82,19 @@ class LoadStats:
                 "p50_ms": pct(0.50), "p99_ms": pct(0.99)}
 
 
-# Pressure: the p99 over the last few seconds (an overload shows within them), recomputed at
-# most this often — every response batch carries it, and sorting the samples per batch would
-# cost more than the batch.
-PRESSURE_WINDOW_S = 3.0
+# Pressure: the p99 over the last second or two (the buckets begun within PRESSURE_WINDOW_S:
+# LoadStats's buckets are a second long), recomputed at most this often — every response
+# batch carries it, and sorting the samples per batch would cost more than the batch. Short,
+# because front ends throttle on it: an overload shows at once, and so does its end — a
+# window of several seconds kept reporting an overload for seconds after the throttled
+# account had backed off, and the accounts still sending then were refused instead.
+PRESSURE_WINDOW_S = 1.0
 PRESSURE_RECOMPUTE_S = 0.1
+# The open operations reported are the most open at once over the last 0.25-0.5 s, not the
+# number at the instant of the report: a report is written just after a group commit
+# answered its requests, so at that instant a flood's appends were nearly all answered (the
+# probe saw 0 open in most reports of a server with 16 appends in flight).
+PRESSURE_PEAK_S = 0.25
 
 
 class PressureGauge:
@@ -95,26 +103,52 @@ class PressureGauge:
     p99 latency of its partitions' operations over the last PRESSURE_WINDOW_S seconds.
 
     Contract: `read()` is cheap — the p99 is recomputed only when the last one is older than
-    PRESSURE_RECOMPUTE_S; `open_ops` is current. Time comes from an injected clock."""
+    PRESSURE_RECOMPUTE_S; the open operations read are the most that were open at once since
+    between PRESSURE_PEAK_S and twice that ago (and at least those open now). Changing
+    `open_ops` is cheap too (a compare: the servicer does it per request). Time comes from an
+    injected clock."""
 
     def __init__(self, stats: Callable[[], Iterable[LoadStats]], clock: Clock | None = None,
                  window_s: float = PRESSURE_WINDOW_S,
-                 recompute_s: float = PRESSURE_RECOMPUTE_S) -> None:
+                 recompute_s: float = PRESSURE_RECOMPUTE_S,
+                 peak_s: float = PRESSURE_PEAK_S) -> None:
         self._stats = stats
         self._clock = (clock or SystemClock()).monotonic
         self._window_s = window_s
         self._recompute_s = recompute_s
+        self._peak_s = peak_s
         self._computed_at: float | None = None
         self._p99_ms = 0.0
-        self.open_ops = 0
+        self._open = 0
+        # The peak of the current period (begun at _period_start) and of the one before.
+        self._peak = 0
+        self._peak_before = 0
+        self._period_start = self._clock()
+
+    @property
+    def open_ops(self) -> int:
+        """Operations open now (the servicer adds and subtracts)."""
+        return self._open
+
+    @open_ops.setter
+    def open_ops(self, value: int) -> None:
+        self._open = value
+        if value > self._peak:
+            self._peak = value
 
     def read(self) -> tuple[int, float]:
         """(open operations, p99 latency in ms)."""
         now = self._clock()
+        if now - self._period_start >= self._peak_s:
+            # A new period; a silent period's peak is what is open at its start.
+            periods = int((now - self._period_start) / self._peak_s)
+            self._peak_before = self._peak if periods == 1 else self._open
+            self._peak = self._open
+            self._period_start += periods * self._peak_s
         if self._computed_at is None or now - self._computed_at >= self._recompute_s:
             samples = sorted(x for stats in self._stats()
                              for x in stats.recent_latencies(self._window_s))
             self._p99_ms = samples[min(len(samples) - 1, int(0.99 * len(samples)))] * 1000 \
                 if samples else 0.0
             self._computed_at = now
-        return max(0, self.open_ops), self._p99_ms
+        return max(0, self._open, self._peak, self._peak_before), self._p99_ms

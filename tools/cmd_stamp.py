@@ -46,7 +46,10 @@ def register(commands: Any) -> None:
                        help="name=action[:arg][,after=N][,times=N]; ... (empty: disarm all)")
     fault.set_defaults(handler=cmd_fault)
 
-    demo = commands.add_parser("demo", help="a short demo of replicated appends and reads")
+    demo = commands.add_parser(
+        "demo", help="a short demo: logs, entities, scans and shared access tokens through the "
+                     "SDK and a front end, then the stream layer's replicated appends across "
+                     "a killed extent node")
     demo.set_defaults(handler=cmd_demo)
 
 
@@ -95,7 +98,10 @@ def cmd_status(args: argparse.Namespace) -> int:
                   if "leases" in row else
                   f"map version {row['map_version']}" if "map_version" in row else
                   f"partitions {row['partitions']}, {row['ops_per_s']} ops/s"
-                  if "partitions" in row else row.get("error", ""))
+                  if "partitions" in row else
+                  f"{row['requests']} requests, {row['refused']} refused, "
+                  f"{row['throttled']} throttled" if "throttled" in row
+                  else row.get("error", ""))
         print(f"{row['name']:<7} {row['kind']:<17} {row['pid'] or '-':>7}  "
               f"{row['address']:<16} {row['fault_domain'] or '-':<5} {state:<9} "
               f"{row.get('extents', '-'):>7} {row.get('bytes', '-'):>12}  {detail}")
@@ -108,6 +114,7 @@ async def _status_rows(stamp: LocalStamp) -> list[dict[str, Any]]:
     from stream_layer.sm_client import AsyncStreamManagerClient
     from tools.local_stamp import (
         KIND_EXTENT_NODE,
+        KIND_FRONT_END,
         KIND_LOCK,
         KIND_PARTITION_MANAGER,
         KIND_PARTITION_SERVER,
@@ -150,6 +157,12 @@ async def _status_rows(stamp: LocalStamp) -> list[dict[str, Any]]:
                                            if p.state == "serving"],
                                ops_per_s=round(sum(p.ops_per_s for p in load.partitions), 1),
                                bytes=sum(p.size_bytes for p in load.partitions), serving=True)
+                elif rec.kind == KIND_FRONT_END:
+                    fe = await _fe_status(rec.address)
+                    # Refusals at the door (signature, permission, malformed) and for load.
+                    row.update(requests=fe.requests, throttled=fe.throttled,
+                               refused=fe.refused_unauthenticated + fe.refused_permission
+                               + fe.refused_invalid, serving=True)
             except StampError as exc:
                 row.update(error=str(exc))
     finally:
@@ -176,6 +189,15 @@ async def _ps_status(address: str) -> Any:
     async with rpc.aio_channel(address, 16 << 20) as channel:
         return await rpc.call(pb_grpc.PartitionServerStub(channel).Status(
             pb.ServerStatusRequest(), timeout=2))
+
+
+async def _fe_status(address: str) -> Any:
+    from common.proto import frontend_pb2 as fe_pb
+    from common.proto import frontend_pb2_grpc as fe_grpc
+
+    async with rpc.aio_channel(address, 16 << 20) as channel:
+        return await rpc.call(fe_grpc.FrontEndStub(channel).Status(
+            fe_pb.FrontEndStatusRequest(), timeout=2))
 
 
 def _lock_client(stamp: LocalStamp) -> Any:

@@ -49,12 +49,15 @@ def test_up_status_kill_start_demo_down(data_dir: Path) -> None:
     assert "already running" in stamp(data_dir, "up").stdout
 
     status = json.loads(stamp(data_dir, "status", "--json").stdout)
-    assert {p["name"]: p["serving"] for p in status["processes"]
-            if p["kind"] != "front-end"} == {
+    assert {p["name"]: p["serving"] for p in status["processes"]} == {
         name: True for name in ENS | {"sm-1", "sm-2", "sm-3", "lock-1", "lock-2", "lock-3",
-                                      "pm-1", "pm-2", "ps-1", "ps-2"}}
-    assert {p["name"]: p["alive"] for p in status["processes"]
-            if p["kind"] == "front-end"} == {"fe-1": True, "fe-2": True}
+                                      "pm-1", "pm-2", "ps-1", "ps-2", "fe-1", "fe-2"}}
+    # Front ends answer their Status RPC (with their counters: nothing refused yet).
+    assert all(p["requests"] >= 0 and p["throttled"] == 0 and p["refused"] == 0
+               for p in status["processes"] if p["kind"] == "front-end")
+    table = stamp(data_dir, "status").stdout
+    assert [line.split()[0] for line in table.splitlines() if "throttled" in line] == [
+        "fe-1", "fe-2"]
     assert sorted(p.get("role", "") for p in status["processes"]
                   if p["kind"] != "front-end") == [
         *[""] * 8, *["follower"] * 4, *["leader"] * 3, "standby"]
