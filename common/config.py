@@ -205,8 +205,10 @@ class FrontEndLimits:
     accounts_tracked_max: int = 100_000
     # A partition server is overloaded while its last report, younger than the TTL, shows a
     # queue (the most operations open at once lately) or a p99 latency at or above these.
-    # Measured here: 32 appenders of 100 records keep about 32-64 open at a p99 near 100 ms;
-    # a flood that doubles a quiet account's p99 keeps thousands open or seconds of p99.
+    # Measured here: 32 appenders of 100 records (the fe-append bench) run at a p99 near
+    # 100 ms; a flood of 16 appenders of 50 KiB batches, unthrottled, kept 18 open at a p99
+    # of 654 ms and made a quiet account's p99 4.5x worse (tests/probe/
+    # test_throttle_overload.py throttles on a queue of 4 to be independent of the machine).
     overload_queue_ops_min: int = 2_000
     overload_p99_ms_min: float = 500.0
     overload_report_ttl_ms: int = 5000
