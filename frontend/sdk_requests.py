@@ -217,9 +217,14 @@ def request_bytes(request: pb.Request) -> int:
     """About how large `request` is on the wire (for batching), without serializing it."""
     op = request.WhichOneof("op")
     if op == "append":
-        return sum(len(r) + 8 for r in request.append.records) + 256
+        return append_bytes(request.append.records)
     if op == "put":
         return len(request.put.value) + len(request.put.row) + 256
     if op == "batch":
         return sum(len(i.value) + len(i.row) + 64 for i in request.batch.items) + 256
     return 256
+
+
+def append_bytes(records: Sequence[bytes]) -> int:
+    """request_bytes of an append of `records` (checked by append_request)."""
+    return sum(map(len, records)) + 8 * len(records) + 256
