@@ -106,6 +106,9 @@ def value_bytes(value: Any, limits: PartitionLimits) -> bytes:
 
 # ---- logs -----------------------------------------------------------------------------------
 
+_BYTES_ONLY = {bytes}
+
+
 def append_request(account: str, log: str, records: Any, token: str,
                    limits: PartitionLimits) -> pb.Request:
     names.check_log(log)
@@ -117,7 +120,7 @@ def append_request(account: str, log: str, records: Any, token: str,
         raise InvalidArgument(f"an append carries 1 to {limits.append_records_max} records "
                               f"(append_records_max), not {len(records)}")
     # The common case (all bytes, all within limits) checked in bulk: this runs per append.
-    data = records if all(type(r) is bytes for r in records) else [
+    data = records if set(map(type, records)) == _BYTES_ONLY else [
         data_bytes(f"record {i}", r) for i, r in enumerate(records)]
     sizes = list(map(len, data))
     if max(sizes) > limits.record_bytes_max:
