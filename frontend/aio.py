@@ -147,7 +147,10 @@ class Client:
         request = sdk_requests.append_request(
             self.account, log, records, self._token() if token is None else token,
             self.limits)
-        return (await self._call(request)).first_seq
+        # Sized from the caller's records: request_bytes would read each one back out of
+        # the message, a copy of every record.
+        nbytes = sdk_requests.append_bytes(records)
+        return (await self._call(request, nbytes=nbytes)).first_seq
 
     async def read(self, log: str, from_seq: int = 0, limit: int = 1000
                    ) -> list[tuple[int, bytes]]:
@@ -374,9 +377,12 @@ class Client:
             self._sessions[endpoint] = session
         return session
 
-    async def _call(self, request: pb.Request, idempotent: bool = True) -> pb.Response:
-        """Send `request` until it is answered or may not be retried (module docstring)."""
-        nbytes = sdk_requests.request_bytes(request)
+    async def _call(self, request: pb.Request, idempotent: bool = True,
+                    nbytes: int | None = None) -> pb.Response:
+        """Send `request` until it is answered or may not be retried (module docstring);
+        `nbytes`: its size if the caller knows it (sdk_requests.request_bytes)."""
+        if nbytes is None:
+            nbytes = sdk_requests.request_bytes(request)
         attempt, deadline = 0, self._clock.monotonic() + self.timeout_s
         while True:
             self._check_open()

@@ -84,6 +84,8 @@ class Endpoints:
         return list(self._endpoints)
 
     def pick(self) -> str:
+        if not self._avoid_until:  # none failed lately: the first of the rotation
+            return self._endpoints[self._first]
         now = self._clock.monotonic()
         n = len(self._endpoints)
         rotation = [self._endpoints[(self._first + i) % n] for i in range(n)]

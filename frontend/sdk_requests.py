@@ -106,6 +106,9 @@ def value_bytes(value: Any, limits: PartitionLimits) -> bytes:
 
 # ---- logs -----------------------------------------------------------------------------------
 
+_BYTES_ONLY = {bytes}
+
+
 def append_request(account: str, log: str, records: Any, token: str,
                    limits: PartitionLimits) -> pb.Request:
     names.check_log(log)
@@ -117,7 +120,7 @@ def append_request(account: str, log: str, records: Any, token: str,
         raise InvalidArgument(f"an append carries 1 to {limits.append_records_max} records "
                               f"(append_records_max), not {len(records)}")
     # The common case (all bytes, all within limits) checked in bulk: this runs per append.
-    data = records if all(type(r) is bytes for r in records) else [
+    data = records if set(map(type, records)) == _BYTES_ONLY else [
         data_bytes(f"record {i}", r) for i, r in enumerate(records)]
     sizes = list(map(len, data))
     if max(sizes) > limits.record_bytes_max:
@@ -217,9 +220,14 @@ def request_bytes(request: pb.Request) -> int:
     """About how large `request` is on the wire (for batching), without serializing it."""
     op = request.WhichOneof("op")
     if op == "append":
-        return sum(len(r) + 8 for r in request.append.records) + 256
+        return append_bytes(request.append.records)
     if op == "put":
         return len(request.put.value) + len(request.put.row) + 256
     if op == "batch":
         return sum(len(i.value) + len(i.row) + 64 for i in request.batch.items) + 256
     return 256
+
+
+def append_bytes(records: Sequence[bytes]) -> int:
+    """request_bytes of an append of `records` (checked by append_request)."""
+    return sum(map(len, records)) + 8 * len(records) + 256

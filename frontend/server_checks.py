@@ -16,7 +16,7 @@ from common.config import PartitionLimits
 from common.errors import InvalidArgument
 from common.proto import partition_pb2 as pb
 from frontend import names
-from partition_layer.payload_crc import verify_payload
+from partition_layer.payload_crc import verify_append, verify_payload
 
 LOG_OPS = frozenset({"append", "read", "trim", "seal", "peek"})
 ENTITY_OPS = frozenset({"put", "get", "delete", "batch"})
@@ -41,8 +41,13 @@ def check_request(request: pb.Request, op: str, limits: PartitionLimits) -> int:
         raise InvalidArgument(f"a front end does not take {op!r} requests on Call")
     nbytes = REQUEST_OVERHEAD_BYTES
     if op == "append":
-        nbytes += _check_append(request.append, limits)
-    elif op == "put":
+        # The records read out of the message once (each read of a repeated bytes field
+        # copies every record), for the limits and the CRCs both.
+        records = tuple(request.append.records)
+        nbytes += _check_append(request.append, records, limits)
+        verify_append(records, tuple(request.append.crcs), "front end", request.pname)
+        return nbytes
+    if op == "put":
         _check_row(request.put.row, limits)
         nbytes += _check_value(request.put.value, limits)
         _check_token(request.token)
@@ -58,20 +63,19 @@ def check_request(request: pb.Request, op: str, limits: PartitionLimits) -> int:
     return nbytes
 
 
-def _check_append(append: pb.AppendOp, limits: PartitionLimits) -> int:
-    records = append.records
+def _check_append(append: pb.AppendOp, records: tuple[bytes, ...], limits: PartitionLimits
+                  ) -> int:
     if not records:
         raise InvalidArgument("an append carries at least one record")
     if len(records) > limits.append_records_max:
         raise InvalidArgument(f"an append of {len(records)} records exceeds "
                               f"partition.append_records_max = {limits.append_records_max}")
-    total = 0
-    for i, record in enumerate(records):
-        size = len(record)
-        if size > limits.record_bytes_max:
-            raise InvalidArgument(f"record {i} has {size} bytes, more than "
-                                  f"partition.record_bytes_max = {limits.record_bytes_max}")
-        total += size
+    sizes = list(map(len, records))  # no Python work per record on the hot path
+    if max(sizes) > limits.record_bytes_max:
+        i = next(i for i, size in enumerate(sizes) if size > limits.record_bytes_max)
+        raise InvalidArgument(f"record {i} has {sizes[i]} bytes, more than "
+                              f"partition.record_bytes_max = {limits.record_bytes_max}")
+    total = sum(sizes)
     if total > limits.append_bytes_max:
         raise InvalidArgument(f"an append of {total} bytes exceeds "
                               f"partition.append_bytes_max = {limits.append_bytes_max}")

@@ -73,3 +73,32 @@ def test_a_payload_that_does_not_match_its_crc_is_refused() -> None:
     del missing.append.crcs[:]
     with pytest.raises(InvalidArgument, match="one CRC32C per record"):
         check(missing)
+
+
+def test_an_append_is_checked_from_its_records_read_once(monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    """Each read of a message's repeated bytes field copies every record (100 KiB for an
+    append of 100 records of 1 KiB): the limits and the CRCs of an append are checked on one
+    tuple of its records, read once — not by verify_payload, which reads them again."""
+    import frontend.server_checks as server_checks
+
+    checked: list[tuple[bytes, ...]] = []
+    real = server_checks.verify_append
+
+    def verify_append(records: tuple[bytes, ...], *args: object) -> None:
+        checked.append(records)
+        real(records, *args)  # type: ignore[arg-type]
+
+    def verify_payload(request: pb.Request, where: str) -> None:
+        raise AssertionError(f"an append's records read a second time ({where})")
+
+    monkeypatch.setattr(server_checks, "verify_append", verify_append)
+    monkeypatch.setattr(server_checks, "verify_payload", verify_payload)
+    assert check(append([b"abc", b"de"])) == REQUEST_OVERHEAD_BYTES + 5
+    assert checked == [(b"abc", b"de")]
+    corrupt = append([b"abc", b"de"])
+    corrupt.append.records[1] = b"dE"
+    with pytest.raises(ChecksumError, match="record 1"):
+        check(corrupt)
+    with pytest.raises(InvalidArgument, match="record 1 has 11 bytes"):
+        check(append([b"abc", b"x" * 11]))

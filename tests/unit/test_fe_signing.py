@@ -113,3 +113,24 @@ def test_any_flipped_signature_bit_is_refused(key: bytes, index: int, flip: int)
     with pytest.raises(Unauthenticated):
         signing.verify(dataclasses.replace(request, signature=bytes(damaged)),
                        keys_of=lambda _: (key, b"\x00" * 32), now_s=NOW)
+
+
+def test_verifying_builds_the_canonical_string_once_for_both_keys(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The front end verifies thousands of requests a second against both of an account's
+    keys: the canonical string is built once per request, not once per key."""
+    request = signed(key=KEYS["acme"][1])
+    built: list[bytes] = []
+    real = signing.canonical_string
+
+    def counting(*args: object) -> bytes:
+        built.append(real(*args))  # type: ignore[arg-type]
+        return built[-1]
+
+    monkeypatch.setattr(signing, "canonical_string", counting)
+    signing.verify(request, keys_of=keys_of, now_s=NOW)
+    assert len(built) == 1
+    with pytest.raises(Unauthenticated, match="bad signature"):
+        signing.verify(dataclasses.replace(request, signature=b"\x00" * 32), keys_of=keys_of,
+                       now_s=NOW)
+    assert len(built) == 2

@@ -98,3 +98,19 @@ def test_clients_start_on_different_front_ends() -> None:
     firsts = {Endpoints(["a:1", "b:2", "c:3"], clock, random.Random(seed)).pick()
               for seed in range(30)}
     assert firsts == {"a:1", "b:2", "c:3"}
+
+
+def test_picking_reads_no_clock_while_no_endpoint_failed() -> None:
+    """`pick` runs once per call: while nothing failed it is the first of the rotation,
+    without reading the clock or building the rotation."""
+    clock = ManualClock(0.0)
+    reads: list[float] = []
+    monotonic = clock.monotonic
+    clock.monotonic = lambda: reads.append(monotonic()) or reads[-1]  # type: ignore[method-assign]
+    endpoints = Endpoints(["a:1", "b:2"], clock, random.Random(3))
+    first = endpoints.pick()
+    assert endpoints.pick() == first and reads == []
+    endpoints.failed(first)
+    assert endpoints.pick() != first and reads
+    endpoints.answered(first)
+    assert endpoints.pick() != first  # the rotation moved past it
