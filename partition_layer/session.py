@@ -5,10 +5,11 @@ Contract: `call` returns the server's Response (which may name an error), or rai
 Unavailable when the stream broke or DeadlineExceeded when no answer came in time — in both
 cases the request may or may not have been executed. Requests never written to a broken
 stream go out on the next one. `close` fails every call not yet answered, sent or still
-queued, with Unavailable, and so every call submitted after it. `submit` is the same without a coroutine: it returns the
-future `call` awaits (the front end forwards thousands of requests a second and a task per
-request would cost it more than the forwarding). `on_pressure`, if given, is called with
-every ServerPressure the server reports on the stream (front-end throttling, §6).
+queued, with Unavailable, and so every call submitted after it. `submit` is the same without
+a coroutine: it returns the future `call` awaits (the front end forwards thousands of
+requests a second and a task per request would cost it more than the forwarding).
+`on_pressure`, if given, is called with every ServerPressure the server reports on the
+stream (front-end throttling, §6).
 """
 
 from __future__ import annotations
