@@ -111,7 +111,6 @@ class Client:
         self._endpoints = Endpoints(checked.endpoints, self._clock, self._rng)
         self._channels = rpc.ChannelCache(self.limits.rpc_message_bytes_max)
         self._sessions: dict[str, CallSession] = {}
-        self._pending: set[asyncio.Future[pb.Response]] = set()  # calls awaiting an answer
         # Mutation tokens: a random prefix and a counter (unique without a urandom per call).
         self._token_prefix = os.urandom(TOKEN_PREFIX_BYTES).hex()
         self._tokens = itertools.count()
@@ -335,11 +334,8 @@ class Client:
         if self._closed:
             return
         self._closed = True
-        # A session fails the calls it sent when it is closed, not those still queued in
-        # it: fail every call this client is waiting for, so none waits past close.
-        for future in self._pending:
-            if not future.done():
-                future.set_exception(InvalidArgument(CLOSED))
+        # Closing a session fails every call waiting in it (Unavailable), which
+        # `_after_failure` turns into InvalidArgument(CLOSED): none waits past close.
         for session in self._sessions.values():
             await session.close()
         await self._channels.close()
@@ -384,7 +380,6 @@ class Client:
             wire.sign_call(request, self._credentials, self._clock.wall())
             future = self._session(endpoint).submit(request, self._attempt_s(deadline),
                                                     nbytes)
-            self._pending.add(future)
             try:
                 response = await future
             except StampError as exc:
@@ -396,8 +391,6 @@ class Client:
                 error = rpc.error_from_name(response.error, response.message)
                 if isinstance(error, Throttled):
                     error.retry_after_s = response.retry_after_s
-            finally:
-                self._pending.discard(future)
             await self._after_failure(endpoint, error, attempt, deadline, idempotent)
             attempt += 1
 
