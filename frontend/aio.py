@@ -232,7 +232,7 @@ class Client:
         """The account's log names that start with `prefix`, in name order, across range
         partitions (an async iterator; InvalidArgument at once for a malformed prefix)."""
         self._check_open()
-        cursor = ScanCursor(ScanRange.log_names(prefix))
+        cursor = ScanCursor(self.account, ScanRange.log_names(prefix))
         return self._log_names(cursor)
 
     async def _log_names(self, cursor: ScanCursor) -> AsyncIterator[str]:
@@ -288,8 +288,8 @@ class Client:
         `page_rows` caps the rows of one page. Each partition's part is a consistent
         snapshot. Arguments are checked at once (InvalidArgument)."""
         self._check_open()
-        cursor = ScanCursor(ScanRange.of(start, end, self.limits), limit, page_rows,
-                            continuation)
+        cursor = ScanCursor(self.account, ScanRange.of(start, end, self.limits), limit,
+                            page_rows, continuation)
         return AsyncScanIterator(cursor, self._scan_batches, continuation)
 
     async def _scan_batches(self, cursor: ScanCursor) -> Batches:
@@ -299,7 +299,7 @@ class Client:
         while not cursor.finished:
             self._check_open()
             endpoint = self._endpoints.pick()
-            request = cursor.request(self.account)
+            request = cursor.request()
             wire.sign_scan(request, self._credentials, self._clock.wall())
             stream = fe_grpc.FrontEndStub(self._channels.get(endpoint)).Scan(request)
             pages = stream.__aiter__()

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 from common.checksums import crc32c
 from common.config import FrontEndLimits
@@ -29,7 +30,9 @@ from common.errors import InvalidArgument, PermissionDenied
 from common.proto import frontend_pb2 as fe_pb
 from common.proto import partition_pb2 as pb
 from partition_layer import keys, scan_client
-from partition_layer.client import AsyncPartitionClient
+
+if TYPE_CHECKING:  # the SDK imports this module for its continuations, not the client
+    from partition_layer.client import AsyncPartitionClient
 
 CONTINUATION_FORMAT = 1
 _CRC = struct.Struct(">I")
@@ -51,8 +54,9 @@ def decode_continuation(token: bytes) -> bytes:
 
 
 def continuation_after(account: str, mode: int, item: pb.ScanItem) -> bytes:
-    """The continuation that resumes a scan right after `item` (the SDK uses it to resume
-    after an item in the middle of a page: continuations are opaque to its callers)."""
+    """The continuation that resumes a scan right after `item`, as a page ending there would
+    carry: the SDK makes it for a caller that stopped in the middle of a page
+    (frontend/sdk_scan.py), so a scan has one form of continuation."""
     return encode_continuation(scan_client.key_after(account, mode, item))
 
 

@@ -230,14 +230,15 @@ def test_the_blocking_scan_crosses_to_its_loop_once_a_page() -> None:
             return run(coro)
         c._run = counted  # type: ignore[method-assign]
         source = ReferenceFrontEnd(ITEMS, page_rows=4).source
-        it = client.ScanIterator(c, AsyncScanIterator(ScanCursor(ScanRange()), source, None))
+        it = client.ScanIterator(c, AsyncScanIterator(ScanCursor("acct", ScanRange()), source,
+                                                      None))
         head = [next(it) for _ in range(5)]
         token = it.continuation
         rest = list(it)
         assert [(e.pname, e.row) for e in head + rest] == KEYS
         assert len(runs) <= len(KEYS) // 4 + 2  # a page at a time, not an item
         resumed = client.ScanIterator(c, AsyncScanIterator(
-            ScanCursor(ScanRange(), continuation=token), source, token))
+            ScanCursor("acct", ScanRange(), continuation=token), source, token))
         assert [(e.pname, e.row) for e in resumed] == KEYS[5:]
 
 
