@@ -329,13 +329,14 @@ class AsyncPartitionClient:
                        ) -> AsyncIterator[tuple[tuple[str, bytes], bytes]]:
         """Entities of `account` in key order across range partitions, from `start` (pname,
         row) up to `end`, at most `limit` (0: all); one snapshot per partition's part
-        (scan_client.py)."""
+        (scan_client.py). ChecksumError if a value does not match its stored CRC32C."""
         start_key = b"" if start is None else entity_key(account, start[0],
                                                          row_bytes(start[1]))
         end_key = None if end is None else entity_key(account, end[0], row_bytes(end[1]))
         async for page in scan_client.scan(self, account, start_key, end_key, limit=limit):
             for item in page.items:
-                yield (item.pname, item.row), item.value
+                yield (item.pname, item.row), verify_value(
+                    item.value, item.crc, f"the value of row {item.row!r} in {item.pname!r}")
 
     async def address_for(self, key: bytes) -> str:
         """The address of the server the cached map names for `key` (NotOwner: none yet)."""
