@@ -95,10 +95,9 @@ class FrontEndServicer(fe_grpc.FrontEndServicer):
         claim = wire.subscribe_claim(request)
         await self._authenticate(claim)
         self._checked(names.check_log, request.pname)
-        forward = pb.SubscribeRequest()
-        forward.CopyFrom(request)
-        forward.ClearField("auth")
-        async with contextlib.aclosing(self.fe.client.subscribe_replies(forward)) as replies:
+        # A request of its own to the partition servers: they never see credentials.
+        async with contextlib.aclosing(self.fe.client.subscribe_replies(
+                request.account, request.pname, request.from_seq)) as replies:
             async for reply in replies:
                 await self._reauthenticate(claim)
                 await context.write(reply)

@@ -255,23 +255,40 @@ class AsyncPartitionClient:
                         ) -> AsyncIterator[tuple[int, bytes]]:
         """Records from `from_seq` on as they commit, across partition moves; ends when the
         log is sealed and every record was delivered."""
-        next_seq = check_seq("from_seq", from_seq)
+        replies = self.subscribe_replies(account, log, check_seq("from_seq", from_seq))
+        async with contextlib.aclosing(replies):
+            async for reply in replies:
+                for record in verify_records(reply.records, f"log {log!r}"):
+                    yield record
+
+    async def subscribe_replies(self, account: str, log: str, from_seq: int
+                                ) -> AsyncIterator[pb.SubscribeReply]:
+        """`subscribe` as whole SubscribeReplies, records untouched with their CRC32Cs (a
+        front end relays them for the SDK to verify end to end): none before `from_seq`,
+        none empty. A broken stream is resumed at the next sequence number on the log's
+        server, the map refreshed, until `client_timeout_ms` passes without a reply."""
+        next_seq = from_seq
         key = route_key(account, log)
-        deadline = time.monotonic() + self.limits.client_timeout_ms / 1000
+        timeout_s = self.limits.client_timeout_ms / 1000
+        deadline = time.monotonic() + timeout_s
         while True:
             try:
                 address = await self._address_for(key)
                 stub = pb_grpc.PartitionServerStub(self._channels.get(address))
-                stream = stub.Subscribe(pb.SubscribeRequest(account=account, pname=log,
-                                                            from_seq=next_seq),
-                                        timeout=SUBSCRIBE_ATTEMPT_S)
+                stream = stub.Subscribe(pb.SubscribeRequest(
+                    account=account, pname=log, from_seq=next_seq),
+                    timeout=SUBSCRIBE_ATTEMPT_S)
                 try:
                     async for reply in stream:
-                        for seq, data in verify_records(reply.records, f"log {log!r}"):
-                            if seq >= next_seq:
-                                yield seq, data
-                                next_seq = seq + 1
-                        deadline = time.monotonic() + self.limits.client_timeout_ms / 1000
+                        if reply.records and reply.records[0].seq < next_seq:
+                            # A retry after a move may start earlier than asked: skip those.
+                            fresh = [r for r in reply.records if r.seq >= next_seq]
+                            del reply.records[:]
+                            reply.records.extend(fresh)
+                        if reply.records:
+                            next_seq = reply.records[-1].seq + 1
+                            yield reply
+                        deadline = time.monotonic() + timeout_s
                     return
                 except grpc.RpcError as exc:
                     raise rpc.from_rpc_error(exc) from None
