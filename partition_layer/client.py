@@ -14,6 +14,7 @@ This Python API is a contract (the front end's SDK mirrors it):
     pc.batch(account, pname, [("put", row, value), ("delete", row), ...])
     pc.scan(account, start, end, limit)  # keys as (pname, row) tuples; within one partition
     for (pname, row), value in pc.scan_all(account, start, end, limit): ...  # across them
+    for log in pc.list_logs(account, prefix=""): ...  # log names in order, across them
 
 Routing: each call goes to the server the cached map names for its partition name; a "not
 the owner" answer (or an unreachable server) refreshes the map from a PM and retries, until
@@ -54,7 +55,7 @@ from common.loop_thread import LoopThread
 from common.proto import partition_pb2 as pb
 from common.proto import partition_pb2_grpc as pb_grpc
 from common.stamp_file import addresses_of, read_stamp
-from partition_layer import scan_client
+from partition_layer import keys, scan_client
 from partition_layer.client_requests import (
     Row,
     batch_request,
@@ -355,6 +356,14 @@ class AsyncPartitionClient:
                 yield (item.pname, item.row), verify_value(
                     item.value, item.crc, f"the value of row {item.row!r} in {item.pname!r}")
 
+    async def list_logs(self, account: str, prefix: str = "") -> AsyncIterator[str]:
+        """The names of `account`'s logs that start with `prefix`, in name order, across
+        range partitions."""
+        low, high = keys.name_range(account, prefix)
+        async for page in scan_client.scan(self, account, low, high, pb.SCAN_LOG_NAMES):
+            for item in page.items:
+                yield item.pname
+
     async def address_for(self, key: bytes) -> str:
         """The address of the server the cached map names for `key` (NotOwner: none yet)."""
         return await self._address_for(key)
@@ -397,18 +406,7 @@ class PartitionClient:
 
     def subscribe(self, account: str, log: str, from_seq: int
                   ) -> Iterator[tuple[int, bytes]]:
-        iterator = self.aio.subscribe(account, log, from_seq).__aiter__()
-        try:
-            while True:
-                try:
-                    yield self.run(iterator.__anext__())
-                except StopAsyncIteration:
-                    return
-        finally:
-            if not self._loop.closed:
-                # The client may be closing under us (a daemon thread following a log).
-                with contextlib.suppress(Exception):
-                    self.run(iterator.aclose())
+        return self._iterate(self.aio.subscribe(account, log, from_seq))
 
     def trim(self, account: str, log: str, upto_seq: int) -> None:
         self.run(self.aio.trim(account, log, upto_seq))
@@ -440,7 +438,14 @@ class PartitionClient:
     def scan_all(self, account: str, start: tuple[str, Row] | None = None,
                  end: tuple[str, Row] | None = None, limit: int = 0
                  ) -> Iterator[tuple[tuple[str, bytes], bytes]]:
-        iterator = self.aio.scan_all(account, start, end, limit).__aiter__()
+        return self._iterate(self.aio.scan_all(account, start, end, limit))
+
+    def list_logs(self, account: str, prefix: str = "") -> Iterator[str]:
+        return self._iterate(self.aio.list_logs(account, prefix))
+
+    def _iterate(self, iterable: AsyncIterator[T]) -> Iterator[T]:
+        """`iterable`, run on the client's loop an item at a time."""
+        iterator = iterable.__aiter__()
         try:
             while True:
                 try:
@@ -449,8 +454,9 @@ class PartitionClient:
                     return
         finally:
             if not self._loop.closed:
+                # The client may be closing under us (a daemon thread following a log).
                 with contextlib.suppress(Exception):
-                    self.run(iterator.aclose())
+                    self.run(iterator.aclose())  # type: ignore[attr-defined]
 
     def partition_map(self) -> tuple[PartitionMap, dict[str, str]]:
         return self.run(self.aio.partition_map())
