@@ -449,6 +449,10 @@ def test_credentials_are_checked_and_refusals_are_not_retried(
     assert scoped.append("orders", [b"scoped"]) == 1
     with pytest.raises(PermissionDenied):
         scoped.append("users", [b"outside the prefix"])
+    lister = client_of(account.name, sas=sas.mint(account.name, 1, account.keys[0], ["scan"],
+                                                  "ord", int(now) + 3600, now))
+    assert list(lister.list_logs()) == ["orders"]  # cut to the token's prefix
+    assert [e.pname for e in lister.scan()] == []  # "users" lies outside it
     with pytest.raises(Unauthenticated):  # another account's key
         client_of(account.name, key=other.keys[0]).append("orders", [b"foreign"])
     with pytest.raises(Unauthenticated):  # an account that does not exist
