@@ -115,6 +115,9 @@ class Authenticator:
         if future is None:
             future = asyncio.get_running_loop().create_future()
             self._reading[account] = future
+            # Dated from before the read: what it returns may be as old as that, and a
+            # rotation during a slow read must still take effect within the TTL.
+            read_at = self._clock.monotonic()
             try:
                 keys = await asyncio.to_thread(self._read_keys, account)
             except BaseException as exc:  # waiters must not hang on a reader that failed
@@ -126,15 +129,15 @@ class Authenticator:
                 raise
             finally:
                 self._reading.pop(account, None)
-            self._remember(account, keys)
+            self._remember(account, keys, read_at)
             future.set_result(keys)
             return keys
         return await asyncio.shield(future)
 
-    def _remember(self, account: str, keys: Keys) -> None:
+    def _remember(self, account: str, keys: Keys, read_at: float | None = None) -> None:
+        now = self._clock.monotonic()
         if len(self._cache) >= CACHE_ENTRIES_MAX:
-            now = self._clock.monotonic()
             self._cache = {k: v for k, v in self._cache.items() if v[0] > now}
             if len(self._cache) >= CACHE_ENTRIES_MAX:
                 self._cache.clear()  # a flood of distinct names: start over, stay bounded
-        self._cache[account] = (self._clock.monotonic() + self._ttl_s, keys)
+        self._cache[account] = ((now if read_at is None else read_at) + self._ttl_s, keys)
