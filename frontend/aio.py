@@ -62,7 +62,6 @@ from typing import Any, TypeVar, cast
 import grpc
 
 from common import rpc
-from common.checksums import crc32c, crc32cs
 from common.clock import Clock, SystemClock
 from common.config import PartitionLimits
 from common.errors import DeadlineExceeded, InvalidArgument, StampError, Throttled
@@ -72,7 +71,7 @@ from frontend import connection_string, sdk_requests, wire
 from frontend.retry import Endpoints, RetryPolicy, endpoint_failed
 from frontend.sdk_requests import Row
 from frontend.sdk_scan import AsyncScanIterator, Batches, Entity, Page, ScanCursor, ScanRange
-from partition_layer.payload_crc import verify_value
+from partition_layer.payload_crc import verify_records, verify_value
 from partition_layer.session import CallSession
 
 __all__ = ["AsyncScanIterator", "Client", "Entity", "Page"]
@@ -158,7 +157,7 @@ class Client:
         self._check_open()
         response = await self._call(sdk_requests.read_request(self.account, log, from_seq,
                                                               limit))
-        return checked_records(response.records, log)
+        return verify_records(response.records, f"log {log!r}")
 
     def subscribe(self, log: str, from_seq: int = 0) -> AsyncIterator[tuple[int, bytes]]:
         """The records of `log` from `from_seq` on as they are appended, each exactly once and
@@ -191,7 +190,7 @@ class Client:
             try:
                 async for reply in stream:
                     # Records before next_seq were delivered by an earlier stream.
-                    records = [r for r in checked_records(reply.records, log)
+                    records = [r for r in verify_records(reply.records, f"log {log!r}")
                                if r[0] >= next_seq]
                     self._endpoints.answered(endpoint)
                     attempt, deadline = 0, None
@@ -404,16 +403,6 @@ class Client:
         if delay is None or self._closed or self._clock.monotonic() + delay > deadline:
             raise error
         await asyncio.sleep(delay)
-
-
-def checked_records(records: Sequence[pb.Record], log: str) -> list[tuple[int, bytes]]:
-    """(seq, data) of records read from `log`, in order; ChecksumError if one does not match
-    the CRC32C stored with it (checked in bulk: reads and subscriptions are hot paths)."""
-    datas = [r.data for r in records]
-    if crc32cs(datas) != [r.crc for r in records]:
-        bad = next(r for r in records if crc32c(r.data) != r.crc)
-        verify_value(bad.data, bad.crc, f"record {bad.seq} of {log!r}")
-    return [(r.seq, d) for r, d in zip(records, datas, strict=True)]
 
 
 async def _flatten(batches: AsyncIterator[list[T]]) -> AsyncIterator[T]:
