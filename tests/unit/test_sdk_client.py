@@ -283,3 +283,24 @@ def _call_until_closed(c: client.Client, outcomes: list[BaseException],
         except BaseException as exc:  # reported by the test thread
             outcomes.append(exc)
             return
+
+
+def test_a_str_that_is_not_unicode_text_is_an_invalid_argument() -> None:
+    """A lone surrogate cannot be encoded as UTF-8: a row key or token made of one is
+    InvalidArgument naming the rule, never a UnicodeEncodeError (every error typed)."""
+    c, sent, _ = make(lambda e, r: pb.Response())
+
+    async def calls() -> None:
+        with pytest.raises(InvalidArgument, match="row key"):
+            await c.put("users", "\ud800", b"v")
+        with pytest.raises(InvalidArgument, match="row key"):
+            c.scan(start=("users", "a\udfff"))
+        with pytest.raises(InvalidArgument, match="token"):
+            await c.append("orders", [b"r"], token="\ud800")
+        with pytest.raises(InvalidArgument, match="if_match"):
+            await c.put("users", "r", b"v", if_match="\ud800")
+        with pytest.raises(InvalidArgument, match="if_match"):
+            await c.batch("users", [("delete", "r", "\ud800")])
+        await c.close()
+    asyncio.run(calls())
+    assert sent == []
