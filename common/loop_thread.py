@@ -19,8 +19,16 @@ class LoopThread:
         self._thread.start()
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run `coro` on the loop and wait for its result (thread-safe)."""
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        """Run `coro` on the loop and wait for its result (thread-safe). If the wait is
+        interrupted (^C raises KeyboardInterrupt in the waiting thread), `coro` is cancelled
+        too: left running, it would hold what it awaits (an async generator mid-step cannot
+        be closed: "asynchronous generator is already running")."""
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()  # no-op once done: only an interrupted wait cancels anything
+            raise
 
     @property
     def closed(self) -> bool:
