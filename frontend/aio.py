@@ -62,7 +62,6 @@ from typing import Any, TypeVar, cast
 import grpc
 
 from common import rpc
-from common.checksums import crc32c, crc32cs
 from common.clock import Clock, SystemClock
 from common.config import PartitionLimits
 from common.errors import DeadlineExceeded, InvalidArgument, StampError, Throttled
@@ -72,7 +71,7 @@ from frontend import connection_string, sdk_requests, wire
 from frontend.retry import Endpoints, RetryPolicy, endpoint_failed
 from frontend.sdk_requests import Row
 from frontend.sdk_scan import AsyncScanIterator, Batches, Entity, Page, ScanCursor, ScanRange
-from partition_layer.payload_crc import verify_value
+from partition_layer.payload_crc import verify_records, verify_value
 from partition_layer.session import CallSession
 
 __all__ = ["AsyncScanIterator", "Client", "Entity", "Page"]
@@ -111,7 +110,6 @@ class Client:
         self._endpoints = Endpoints(checked.endpoints, self._clock, self._rng)
         self._channels = rpc.ChannelCache(self.limits.rpc_message_bytes_max)
         self._sessions: dict[str, CallSession] = {}
-        self._pending: set[asyncio.Future[pb.Response]] = set()  # calls awaiting an answer
         # Mutation tokens: a random prefix and a counter (unique without a urandom per call).
         self._token_prefix = os.urandom(TOKEN_PREFIX_BYTES).hex()
         self._tokens = itertools.count()
@@ -162,7 +160,7 @@ class Client:
         self._check_open()
         response = await self._call(sdk_requests.read_request(self.account, log, from_seq,
                                                               limit))
-        return checked_records(response.records, log)
+        return verify_records(response.records, f"log {log!r}")
 
     def subscribe(self, log: str, from_seq: int = 0) -> AsyncIterator[tuple[int, bytes]]:
         """The records of `log` from `from_seq` on as they are appended, each exactly once and
@@ -195,7 +193,7 @@ class Client:
             try:
                 async for reply in stream:
                     # Records before next_seq were delivered by an earlier stream.
-                    records = [r for r in checked_records(reply.records, log)
+                    records = [r for r in verify_records(reply.records, f"log {log!r}")
                                if r[0] >= next_seq]
                     self._endpoints.answered(endpoint)
                     attempt, deadline = 0, None
@@ -236,7 +234,7 @@ class Client:
         """The account's log names that start with `prefix`, in name order, across range
         partitions (an async iterator; InvalidArgument at once for a malformed prefix)."""
         self._check_open()
-        cursor = ScanCursor(ScanRange.log_names(prefix))
+        cursor = ScanCursor(self.account, ScanRange.log_names(prefix))
         return self._log_names(cursor)
 
     async def _log_names(self, cursor: ScanCursor) -> AsyncIterator[str]:
@@ -292,8 +290,8 @@ class Client:
         `page_rows` caps the rows of one page. Each partition's part is a consistent
         snapshot. Arguments are checked at once (InvalidArgument)."""
         self._check_open()
-        cursor = ScanCursor(ScanRange.of(start, end, self.limits), limit, page_rows,
-                            continuation)
+        cursor = ScanCursor(self.account, ScanRange.of(start, end, self.limits), limit,
+                            page_rows, continuation)
         return AsyncScanIterator(cursor, self._scan_batches, continuation)
 
     async def _scan_batches(self, cursor: ScanCursor) -> Batches:
@@ -303,7 +301,7 @@ class Client:
         while not cursor.finished:
             self._check_open()
             endpoint = self._endpoints.pick()
-            request = cursor.request(self.account)
+            request = cursor.request()
             wire.sign_scan(request, self._credentials, self._clock.wall())
             stream = fe_grpc.FrontEndStub(self._channels.get(endpoint)).Scan(request)
             pages = stream.__aiter__()
@@ -338,11 +336,8 @@ class Client:
         if self._closed:
             return
         self._closed = True
-        # A session fails the calls it sent when it is closed, not those still queued in
-        # it: fail every call this client is waiting for, so none waits past close.
-        for future in self._pending:
-            if not future.done():
-                future.set_exception(InvalidArgument(CLOSED))
+        # Closing a session fails every call waiting in it (Unavailable), which
+        # `_after_failure` turns into InvalidArgument(CLOSED): none waits past close.
         for session in self._sessions.values():
             await session.close()
         await self._channels.close()
@@ -390,7 +385,6 @@ class Client:
             wire.sign_call(request, self._credentials, self._clock.wall())
             future = self._session(endpoint).submit(request, self._attempt_s(deadline),
                                                     nbytes)
-            self._pending.add(future)
             try:
                 response = await future
             except StampError as exc:
@@ -402,8 +396,6 @@ class Client:
                 error = rpc.error_from_name(response.error, response.message)
                 if isinstance(error, Throttled):
                     error.retry_after_s = response.retry_after_s
-            finally:
-                self._pending.discard(future)
             await self._after_failure(endpoint, error, attempt, deadline, idempotent)
             attempt += 1
 
@@ -417,16 +409,6 @@ class Client:
         if delay is None or self._closed or self._clock.monotonic() + delay > deadline:
             raise error
         await asyncio.sleep(delay)
-
-
-def checked_records(records: Sequence[pb.Record], log: str) -> list[tuple[int, bytes]]:
-    """(seq, data) of records read from `log`, in order; ChecksumError if one does not match
-    the CRC32C stored with it (checked in bulk: reads and subscriptions are hot paths)."""
-    datas = [r.data for r in records]
-    if crc32cs(datas) != [r.crc for r in records]:
-        bad = next(r for r in records if crc32c(r.data) != r.crc)
-        verify_value(bad.data, bad.crc, f"record {bad.seq} of {log!r}")
-    return [(r.seq, d) for r, d in zip(records, datas, strict=True)]
 
 
 async def _flatten(batches: AsyncIterator[list[T]]) -> AsyncIterator[T]:

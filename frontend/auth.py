@@ -66,19 +66,37 @@ class Authenticator:
         except _Miss:
             return MISS
 
-    async def check(self, claim: wire.Claim) -> sas.SasToken | None:
-        """Decide `claim`, reading uncached keys off the event loop."""
+    async def check(self, claim: wire.Claim, now_s: float | None = None
+                    ) -> sas.SasToken | None:
+        """Decide `claim` (at `now_s`, by default now), reading uncached keys off the event
+        loop."""
+        if now_s is None:
+            now_s = self._clock.wall()
         for _ in range(LOOKUPS_PER_CHECK_MAX):
             try:
-                return wire.authenticate(claim, keys_of=self._cached_keys,
-                                         now_s=self._clock.wall())
+                return wire.authenticate(claim, keys_of=self._cached_keys, now_s=now_s)
             except _Miss as miss:
                 await self._load(miss.account)
         # Keys that expire as soon as read (a TTL of 0): decide on what was just read.
         fresh: dict[str, Keys] = {}
         for name in {claim.auth.account, claim.account}:
             fresh[name] = await self._load(name)
-        return wire.authenticate(claim, keys_of=lambda n: fresh.get(n), now_s=self._clock.wall())
+        return wire.authenticate(claim, keys_of=lambda n: fresh.get(n), now_s=now_s)
+
+    async def recheck(self, claim: wire.Claim) -> None:
+        """Raise as `check` does if the credentials of a stream admitted on `claim` no
+        longer hold: its signing key was rotated away or its account deleted (seen within
+        the cache's TTL, as for any request), or its token expired. A Subscribe or Scan
+        stream calls it before each reply, so a stream opened with a key or token runs no
+        longer than a request with it could be made. The timestamp is not checked again
+        (it was timely when the stream began; streams run for hours): a key is rechecked
+        as of the request's own time, a token as of now (its expiry)."""
+        auth = claim.auth
+        now_s = self._clock.wall() if auth.sas else auth.timestamp_ms / 1000
+        try:
+            wire.authenticate(claim, keys_of=self._cached_keys, now_s=now_s)
+        except _Miss:
+            await self.check(claim, now_s)
 
     def _cached_keys(self, account: str) -> Keys:
         cached = self._cache.get(account)
@@ -97,6 +115,9 @@ class Authenticator:
         if future is None:
             future = asyncio.get_running_loop().create_future()
             self._reading[account] = future
+            # Dated from before the read: what it returns may be as old as that, and a
+            # rotation during a slow read must still take effect within the TTL.
+            read_at = self._clock.monotonic()
             try:
                 keys = await asyncio.to_thread(self._read_keys, account)
             except BaseException as exc:  # waiters must not hang on a reader that failed
@@ -108,15 +129,15 @@ class Authenticator:
                 raise
             finally:
                 self._reading.pop(account, None)
-            self._remember(account, keys)
+            self._remember(account, keys, read_at)
             future.set_result(keys)
             return keys
         return await asyncio.shield(future)
 
-    def _remember(self, account: str, keys: Keys) -> None:
+    def _remember(self, account: str, keys: Keys, read_at: float | None = None) -> None:
+        now = self._clock.monotonic()
         if len(self._cache) >= CACHE_ENTRIES_MAX:
-            now = self._clock.monotonic()
             self._cache = {k: v for k, v in self._cache.items() if v[0] > now}
             if len(self._cache) >= CACHE_ENTRIES_MAX:
                 self._cache.clear()  # a flood of distinct names: start over, stay bounded
-        self._cache[account] = (self._clock.monotonic() + self._ttl_s, keys)
+        self._cache[account] = ((now if read_at is None else read_at) + self._ttl_s, keys)

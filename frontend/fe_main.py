@@ -42,6 +42,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--pm", required=True, help="partition manager addresses, comma-separated")
     p.add_argument("--lock", required=True, help="lock service addresses, comma-separated")
     p.add_argument("--config", help="stamp config file (TOML)")
+    p.add_argument("--faults-rpc", action="store_true",
+                   help="also serve the Faults service (arm fault points, isolate: for tests "
+                        "and `stamp fault`); off by default: a front end is the stamp's "
+                        "public door and the Faults service checks no credentials")
     return p
 
 
@@ -62,7 +66,8 @@ async def serve(args: argparse.Namespace) -> None:
     address = f"{args.host}:{port}"
     fe_grpc.add_FrontEndServicer_to_server(FrontEndServicer(front_end, args.name, address),
                                            server)
-    faults_pb2_grpc.add_FaultsServicer_to_server(rpc.FaultsServicer(), server)
+    if args.faults_rpc:
+        faults_pb2_grpc.add_FaultsServicer_to_server(rpc.FaultsServicer(), server)
     await server.start()
     warm = asyncio.get_running_loop().create_task(client.refresh_map())  # first calls skip it
     warm.add_done_callback(lambda t: t.cancelled() or t.exception())  # a failure is retried

@@ -155,10 +155,12 @@ def decode(token: str) -> SasToken:
     return decoded
 
 
-def check(token: str, *, account: str, permission: str, name: str, now_s: float,
+def check(token: str, *, account: str, permission: str, name: str | None, now_s: float,
           keys_of: Callable[[str], Sequence[bytes] | None]) -> SasToken:
     """The decoded token if it lets its bearer do `permission` on `account`'s `name` at
-    `now_s`; raises otherwise (see the module's contract). `keys_of(account)` gives an
+    `now_s`; raises otherwise (see the module's contract). `name` None: a request on a
+    range of names (a scan, a listing), which the caller cuts to the token's prefix
+    itself (frontend/scan.request_range). `keys_of(account)` gives an
     account's current keys (key 1, key 2), or None for no such account: it is asked for
     the keys of the account that signed the token."""
     if permission not in PERMISSIONS:
@@ -188,7 +190,7 @@ def check(token: str, *, account: str, permission: str, name: str, now_s: float,
     if permission not in decoded.permissions:
         raise PermissionDenied(f"shared access token does not grant {permission} (it grants "
                                f"{', '.join(sorted(decoded.permissions))})")
-    if not name.startswith(decoded.prefix):
+    if name is not None and not name.startswith(decoded.prefix):
         raise PermissionDenied(f"shared access token covers names starting with "
                                f"{decoded.prefix!r}, not {name!r}")
     return decoded

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 from common.checksums import crc32c
 from common.config import FrontEndLimits
@@ -29,7 +30,10 @@ from common.errors import InvalidArgument, PermissionDenied
 from common.proto import frontend_pb2 as fe_pb
 from common.proto import partition_pb2 as pb
 from partition_layer import keys, scan_client
-from partition_layer.client import AsyncPartitionClient
+from partition_layer.keys import name_range
+
+if TYPE_CHECKING:  # the SDK imports this module for its continuations, not the client
+    from partition_layer.client import AsyncPartitionClient
 
 CONTINUATION_FORMAT = 1
 _CRC = struct.Struct(">I")
@@ -51,19 +55,10 @@ def decode_continuation(token: bytes) -> bytes:
 
 
 def continuation_after(account: str, mode: int, item: pb.ScanItem) -> bytes:
-    """The continuation that resumes a scan right after `item` (the SDK uses it to resume
-    after an item in the middle of a page: continuations are opaque to its callers)."""
+    """The continuation that resumes a scan right after `item`, as a page ending there would
+    carry: the SDK makes it for a caller that stopped in the middle of a page
+    (frontend/sdk_scan.py), so a scan has one form of continuation."""
     return encode_continuation(scan_client.key_after(account, mode, item))
-
-
-def name_range(account: str, prefix: str) -> tuple[bytes, bytes]:
-    """[low, high) of the keys of every name of `account` starting with `prefix`."""
-    # A name's encoding begins with its escaped UTF-8 bytes: the prefix's, unterminated. The
-    # smallest such name is the prefix itself (its terminator 00 01 sorts below any byte).
-    names = keys.account_prefix(account) + prefix.encode("utf-8").replace(b"\x00", b"\x00\xff")
-    high = keys.prefix_end(names)
-    assert high is not None  # ends in the account's terminator 00 01 or a name's bytes
-    return keys.pname_prefix(account, prefix), high
 
 
 def request_range(request: fe_pb.ScanRequest, name_prefix: str) -> tuple[bytes, bytes]:

@@ -51,9 +51,17 @@ def data_bytes(what: str, value: Any) -> bytes:
                           f"{type(value).__name__}")
 
 
+def utf8(what: str, text: str) -> bytes:
+    """`text` in UTF-8; InvalidArgument if it has none (a lone surrogate)."""
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        raise InvalidArgument(f"{what} is Unicode text (UTF-8), not {text!r:.80}") from None
+
+
 def row_bytes(row: Any, limits: PartitionLimits) -> bytes:
     if isinstance(row, str):
-        data = row.encode()
+        data = utf8("a row key", row)
     elif isinstance(row, (bytes, bytearray, memoryview)):
         data = bytes(row)
     else:
@@ -73,7 +81,7 @@ def check_seq(what: str, seq: Any) -> int:
 def check_token(token: Any) -> str:
     if not isinstance(token, str) or not token:
         raise InvalidArgument(f"a token is a non-empty string, not {token!r:.80}")
-    if len(token.encode()) > TOKEN_BYTES_MAX:
+    if len(utf8("a token", token)) > TOKEN_BYTES_MAX:
         raise InvalidArgument(f"a token has at most {TOKEN_BYTES_MAX} bytes (UTF-8)")
     return token
 
@@ -84,6 +92,7 @@ def check_if_match(if_match: Any) -> str:
     if not isinstance(if_match, str):
         raise InvalidArgument(f"if_match is an ETag string or None, not "
                               f"{type(if_match).__name__}")
+    utf8("if_match", if_match)
     return if_match
 
 

@@ -8,18 +8,19 @@ pages the front end streams (frontend.proto `Scan`).
 
 Continuations: `ScanIterator.continuation` resumes a scan (the same range, passed back as
 `scan(..., continuation=...)`) exactly after the last item the iterator yielded. It is an
-opaque, URL-safe string in one of two forms:
-- at a page boundary, the front end's own `ScanPage.continuation` in unpadded URL-safe
-  base64 (the front end's token, which survives splits and merges of the partitions);
-- after an item inside a page (the caller stopped mid-page, or `limit` cut the scan), "~"
-  and the URL-safe base64 of that item's key: the scan restarts at that key and drops it.
-None before anything was yielded from a fresh scan, and once the scan is complete.
+opaque, URL-safe string: a front end's continuation (frontend/scan.py: the raw key to resume
+at, checksummed; it survives splits and merges of the partitions) in unpadded URL-safe
+base64. At a page boundary it is the front end's own `ScanPage.continuation`; after an item
+inside a page (the caller stopped mid-page, or `limit` cut the scan) the SDK makes the same
+token for that item (`frontend.scan.continuation_after`). None before anything was yielded
+from a fresh scan, and once the scan is complete. A front end refuses a continuation outside
+the scan's range (InvalidArgument).
 
 Contract of `ScanCursor` (pure: tested in tests/unit/test_sdk_scan.py): `request` says where
 the next Scan stream starts — after everything `accept`ed so far, so a stream that breaks
 between pages is resumed from there with nothing lost or repeated — and `accept` checks each
-item's CRC32C (ChecksumError, never wrong bytes), drops the item a key continuation resumes
-at, applies `limit`, and says the continuation after the page.
+item's CRC32C (ChecksumError, never wrong bytes), applies `limit`, and says the continuation
+after the page.
 """
 
 from __future__ import annotations
@@ -36,11 +37,11 @@ from common.errors import InvalidArgument
 from common.proto import frontend_pb2 as fe_pb
 from common.proto import partition_pb2 as pb
 from frontend import names
+from frontend.scan import continuation_after
 from frontend.sdk_requests import UINT32_MAX, row_bytes
 from partition_layer.payload_crc import verify_value
 
 CONTINUATION_CHARS_MAX = 16 * 1024
-KEY_FORM = "~"
 
 
 class Entity(NamedTuple):
@@ -57,14 +58,6 @@ class Page(NamedTuple):
 
 # ---- continuations --------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Resume:
-    """Where a continuation resumes: the front end's token, or after a key."""
-
-    token: bytes = b""
-    key: tuple[str, bytes] | None = None
-
-
 def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
@@ -77,35 +70,21 @@ def encode_token(token: bytes) -> str:
     return _b64(token)
 
 
-def encode_key(pname: str, row: bytes) -> str:
-    name = pname.encode()
-    return KEY_FORM + _b64(len(name).to_bytes(2, "big") + name + row)
-
-
-def decode_continuation(text: Any) -> Resume:
-    """The Resume of a continuation; InvalidArgument for anything this SDK did not make."""
+def decode_continuation(text: Any) -> bytes:
+    """The front end's token a continuation carries; InvalidArgument for anything that is
+    not URL-safe base64 of a non-empty token (the front end checks the token itself)."""
     bad = InvalidArgument("continuation is not one a scan of this SDK returned")
     if not isinstance(text, str) or not text or len(text) > CONTINUATION_CHARS_MAX:
         raise bad
-    body = text[1:] if text.startswith(KEY_FORM) else text
-    if not body.isascii() or not all(c.isalnum() or c in "-_" for c in body):
+    if not text.isascii() or not all(c.isalnum() or c in "-_" for c in text):
         raise bad
     try:
-        data = _unb64(body)
+        data = _unb64(text)
     except (binascii.Error, ValueError):
         raise bad from None
-    if not text.startswith(KEY_FORM):
-        if not data:
-            raise bad
-        return Resume(token=data)
-    size = int.from_bytes(data[:2], "big")
-    if len(data) < 2 + size:
+    if not data:
         raise bad
-    try:
-        pname = data[2:2 + size].decode()
-    except UnicodeDecodeError:
-        raise bad from None
-    return Resume(key=(pname, data[2 + size:]))
+    return data
 
 
 # ---- the range ------------------------------------------------------------------------------
@@ -159,35 +138,32 @@ def _positive(what: str, value: Any) -> int | None:
 class ScanCursor:
     """Where a scan stands (module contract)."""
 
-    def __init__(self, scan_range: ScanRange, limit: Any = None, page_rows: Any = None,
-                 continuation: str | None = None) -> None:
+    def __init__(self, account: str, scan_range: ScanRange, limit: Any = None,
+                 page_rows: Any = None, continuation: str | None = None) -> None:
+        self.account = account
         self.range = scan_range
         self.limit = _positive("limit", limit)
         self.page_rows = _positive("page_rows", page_rows) or 0
-        self._resume = decode_continuation(continuation) if continuation is not None \
-            else Resume()
-        start = (scan_range.start_pname, scan_range.start_row)
-        if self._resume.key is not None and self._resume.key < start:
-            # A key before the range (a continuation of another scan): the range decides.
-            self._resume = Resume()
-        # The key a key continuation resumes at: dropped if it comes first, as yielded before.
-        self._skip = self._resume.key
+        self._resume = decode_continuation(continuation) if continuation is not None else b""
         self.received = 0
         self.finished = False
 
-    def request(self, account: str) -> fe_pb.ScanRequest:
+    def request(self) -> fe_pb.ScanRequest:
         """The Scan request that continues after everything accepted."""
         r = self.range
         request = fe_pb.ScanRequest(
-            account=account, start_pname=r.start_pname, start_row=r.start_row,
+            account=self.account, start_pname=r.start_pname, start_row=r.start_row,
             has_end=r.has_end, end_pname=r.end_pname, end_row=r.end_row, mode=r.mode,
-            prefix=r.prefix, page_rows=self.page_rows, continuation=self._resume.token)
-        if self._resume.key is not None:
-            request.start_pname, request.start_row = self._resume.key
+            prefix=r.prefix, page_rows=self.page_rows, continuation=self._resume)
         if self.limit is not None:
-            # One more when a key resume may see its own key again (dropped in `accept`).
-            request.limit = self.limit - self.received + (self._skip is not None)
+            request.limit = self.limit - self.received
         return request
+
+    def continuation_after(self, pname: str, row: bytes) -> str:
+        """The continuation that resumes this scan right after (pname, row), an item of it:
+        the token a front end would give for a page that ended there."""
+        item = pb.ScanItem(pname=pname, row=row)
+        return encode_token(continuation_after(self.account, self.range.mode, item))
 
     def accept(self, page: fe_pb.ScanPage) -> tuple[list[Entity], str | None]:
         """The page's items and the continuation after the page (after an item inside a
@@ -196,10 +172,6 @@ class ScanCursor:
         if self.finished:
             return [], None
         items: Sequence[pb.ScanItem] = page.items
-        if self._skip is not None and items:
-            if (items[0].pname, items[0].row) == self._skip:
-                items = items[1:]
-            self._skip = None
         cut = self.limit is not None and self.received + len(items) >= self.limit
         if self.limit is not None:
             items = items[:self.limit - self.received]
@@ -212,11 +184,12 @@ class ScanCursor:
                                                                        strict=True)]
         self.received += len(entities)
         if page.continuation and not cut:
-            self._resume = Resume(token=page.continuation)
+            self._resume = page.continuation
             return entities, encode_token(page.continuation)
         self.finished = True
         # The front end stopped at our limit, or we cut its page: more may follow.
-        return entities, encode_key(*entities[-1][:2]) if cut and entities else None
+        return entities, (self.continuation_after(*entities[-1][:2]) if cut and entities
+                          else None)
 
 
 # ---- the iterator ---------------------------------------------------------------------------
@@ -248,7 +221,7 @@ class AsyncScanIterator:
         if self._at == 0:
             return self._before_page
         last = self._page[self._at - 1]
-        return encode_key(last.pname, last.row)
+        return self._cursor.continuation_after(last.pname, last.row)
 
     def __aiter__(self) -> AsyncScanIterator:
         return self

@@ -8,6 +8,8 @@ layer, holding nothing that matters (kill one: nothing is lost).
 - Subscribe: authenticated, then relayed from the partition servers across partition moves.
 - Scan: authenticated (a shared access token's prefix bounds the range), then pages from
   frontend/scan.py.
+  Both streams recheck their credentials before every reply: a key rotated, an account
+  deleted or a token expired while one runs ends it with Unauthenticated.
 - Status: counters.
 Errors of the streaming RPCs are gRPC statuses (common/rpc.py maps StampError to codes).
 """
@@ -15,6 +17,7 @@ Errors of the streaming RPCs are gRPC statuses (common/rpc.py maps StampError to
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from typing import cast
@@ -89,22 +92,28 @@ class FrontEndServicer(fe_grpc.FrontEndServicer):
     async def Subscribe(self, request: pb.SubscribeRequest,
                         context: aio.ServicerContext) -> None:
         """Ends when the log is sealed and read to its end."""
-        await self._authenticate(wire.subscribe_claim(request))
+        claim = wire.subscribe_claim(request)
+        await self._authenticate(claim)
         self._checked(names.check_log, request.pname)
-        forward = pb.SubscribeRequest()
-        forward.CopyFrom(request)
-        forward.ClearField("auth")
-        async for reply in self.fe.client.subscribe_replies(forward):
-            await context.write(reply)
+        # A request of its own to the partition servers: they never see credentials.
+        async with contextlib.aclosing(self.fe.client.subscribe_replies(
+                request.account, request.pname, request.from_seq)) as replies:
+            async for reply in replies:
+                await self._reauthenticate(claim)
+                await context.write(reply)
 
     @rpc.rpc_errors
     async def Scan(self, request: fe_pb.ScanRequest, context: aio.ServicerContext) -> None:
-        token = await self._authenticate(wire.scan_claim(request))
+        claim = wire.scan_claim(request)
+        token = await self._authenticate(claim)
         from frontend.scan import scan_pages  # written beside this; imported when used
 
-        async for page in scan_pages(self.fe.client, request, wire.sas_prefix(token),
-                                     self.fe.fe_limits):
-            await context.write(page)
+        async with contextlib.aclosing(scan_pages(self.fe.client, request,
+                                                  wire.sas_prefix(token),
+                                                  self.fe.fe_limits)) as pages:
+            async for page in pages:
+                await self._reauthenticate(claim)
+                await context.write(page)
 
     @rpc.rpc_errors
     async def Status(self, request: fe_pb.FrontEndStatusRequest,
@@ -129,6 +138,15 @@ class FrontEndServicer(fe_grpc.FrontEndServicer):
             self.fe.counters.refused(exc)
             raise
         return cast(sas.SasToken | None, token)
+
+    async def _reauthenticate(self, claim: wire.Claim) -> None:
+        """Before each reply of a stream: its credentials still hold (Authenticator.recheck:
+        a key rotated or a token expired while it ran ends it, Unauthenticated)."""
+        try:
+            await self.fe.auth.recheck(claim)
+        except StampError as exc:
+            self.fe.counters.refused(exc)
+            raise
 
     def _checked(self, check: Callable[[str], str], name: str) -> None:
         try:

@@ -164,7 +164,7 @@ def authenticate(claim: Claim, *, keys_of: Callable[[str], Sequence[bytes] | Non
         raise Unauthenticated("request names no account in its credentials (not signed)")
     if auth.sas:
         token = sas.check(auth.sas, account=claim.account, permission=PERMISSION_OF[
-            claim.method], name=claim.name or "", now_s=now_s, keys_of=keys_of)
+            claim.method], name=claim.name, now_s=now_s, keys_of=keys_of)
         if auth.account != token.account:
             raise Unauthenticated(f"credentials name account {auth.account!r} but carry a "
                                   f"token of {token.account!r}")

@@ -14,6 +14,7 @@ This Python API is a contract (the front end's SDK mirrors it):
     pc.batch(account, pname, [("put", row, value), ("delete", row), ...])
     pc.scan(account, start, end, limit)  # keys as (pname, row) tuples; within one partition
     for (pname, row), value in pc.scan_all(account, start, end, limit): ...  # across them
+    for log in pc.list_logs(account, prefix=""): ...  # log names in order, across them
 
 Routing: each call goes to the server the cached map names for its partition name; a "not
 the owner" answer (or an unreachable server) refreshes the map from a PM and retries, until
@@ -54,7 +55,7 @@ from common.loop_thread import LoopThread
 from common.proto import partition_pb2 as pb
 from common.proto import partition_pb2_grpc as pb_grpc
 from common.stamp_file import addresses_of, read_stamp
-from partition_layer import scan_client
+from partition_layer import keys, scan_client
 from partition_layer.client_requests import (
     Row,
     batch_request,
@@ -255,23 +256,40 @@ class AsyncPartitionClient:
                         ) -> AsyncIterator[tuple[int, bytes]]:
         """Records from `from_seq` on as they commit, across partition moves; ends when the
         log is sealed and every record was delivered."""
-        next_seq = check_seq("from_seq", from_seq)
+        replies = self.subscribe_replies(account, log, check_seq("from_seq", from_seq))
+        async with contextlib.aclosing(replies):
+            async for reply in replies:
+                for record in verify_records(reply.records, f"log {log!r}"):
+                    yield record
+
+    async def subscribe_replies(self, account: str, log: str, from_seq: int
+                                ) -> AsyncIterator[pb.SubscribeReply]:
+        """`subscribe` as whole SubscribeReplies, records untouched with their CRC32Cs (a
+        front end relays them for the SDK to verify end to end): none before `from_seq`,
+        none empty. A broken stream is resumed at the next sequence number on the log's
+        server, the map refreshed, until `client_timeout_ms` passes without a reply."""
+        next_seq = from_seq
         key = route_key(account, log)
-        deadline = time.monotonic() + self.limits.client_timeout_ms / 1000
+        timeout_s = self.limits.client_timeout_ms / 1000
+        deadline = time.monotonic() + timeout_s
         while True:
             try:
                 address = await self._address_for(key)
                 stub = pb_grpc.PartitionServerStub(self._channels.get(address))
-                stream = stub.Subscribe(pb.SubscribeRequest(account=account, pname=log,
-                                                            from_seq=next_seq),
-                                        timeout=SUBSCRIBE_ATTEMPT_S)
+                stream = stub.Subscribe(pb.SubscribeRequest(
+                    account=account, pname=log, from_seq=next_seq),
+                    timeout=SUBSCRIBE_ATTEMPT_S)
                 try:
                     async for reply in stream:
-                        for seq, data in verify_records(reply.records, f"log {log!r}"):
-                            if seq >= next_seq:
-                                yield seq, data
-                                next_seq = seq + 1
-                        deadline = time.monotonic() + self.limits.client_timeout_ms / 1000
+                        if reply.records and reply.records[0].seq < next_seq:
+                            # A retry after a move may start earlier than asked: skip those.
+                            fresh = [r for r in reply.records if r.seq >= next_seq]
+                            del reply.records[:]
+                            reply.records.extend(fresh)
+                        if reply.records:
+                            next_seq = reply.records[-1].seq + 1
+                            yield reply
+                        deadline = time.monotonic() + timeout_s
                     return
                 except grpc.RpcError as exc:
                     raise rpc.from_rpc_error(exc) from None
@@ -329,13 +347,22 @@ class AsyncPartitionClient:
                        ) -> AsyncIterator[tuple[tuple[str, bytes], bytes]]:
         """Entities of `account` in key order across range partitions, from `start` (pname,
         row) up to `end`, at most `limit` (0: all); one snapshot per partition's part
-        (scan_client.py)."""
+        (scan_client.py). ChecksumError if a value does not match its stored CRC32C."""
         start_key = b"" if start is None else entity_key(account, start[0],
                                                          row_bytes(start[1]))
         end_key = None if end is None else entity_key(account, end[0], row_bytes(end[1]))
         async for page in scan_client.scan(self, account, start_key, end_key, limit=limit):
             for item in page.items:
-                yield (item.pname, item.row), item.value
+                yield (item.pname, item.row), verify_value(
+                    item.value, item.crc, f"the value of row {item.row!r} in {item.pname!r}")
+
+    async def list_logs(self, account: str, prefix: str = "") -> AsyncIterator[str]:
+        """The names of `account`'s logs that start with `prefix`, in name order, across
+        range partitions."""
+        low, high = keys.name_range(account, prefix)
+        async for page in scan_client.scan(self, account, low, high, pb.SCAN_LOG_NAMES):
+            for item in page.items:
+                yield item.pname
 
     async def address_for(self, key: bytes) -> str:
         """The address of the server the cached map names for `key` (NotOwner: none yet)."""
@@ -379,18 +406,7 @@ class PartitionClient:
 
     def subscribe(self, account: str, log: str, from_seq: int
                   ) -> Iterator[tuple[int, bytes]]:
-        iterator = self.aio.subscribe(account, log, from_seq).__aiter__()
-        try:
-            while True:
-                try:
-                    yield self.run(iterator.__anext__())
-                except StopAsyncIteration:
-                    return
-        finally:
-            if not self._loop.closed:
-                # The client may be closing under us (a daemon thread following a log).
-                with contextlib.suppress(Exception):
-                    self.run(iterator.aclose())
+        return self._iterate(self.aio.subscribe(account, log, from_seq))
 
     def trim(self, account: str, log: str, upto_seq: int) -> None:
         self.run(self.aio.trim(account, log, upto_seq))
@@ -422,7 +438,14 @@ class PartitionClient:
     def scan_all(self, account: str, start: tuple[str, Row] | None = None,
                  end: tuple[str, Row] | None = None, limit: int = 0
                  ) -> Iterator[tuple[tuple[str, bytes], bytes]]:
-        iterator = self.aio.scan_all(account, start, end, limit).__aiter__()
+        return self._iterate(self.aio.scan_all(account, start, end, limit))
+
+    def list_logs(self, account: str, prefix: str = "") -> Iterator[str]:
+        return self._iterate(self.aio.list_logs(account, prefix))
+
+    def _iterate(self, iterable: AsyncIterator[T]) -> Iterator[T]:
+        """`iterable`, run on the client's loop an item at a time."""
+        iterator = iterable.__aiter__()
         try:
             while True:
                 try:
@@ -431,8 +454,9 @@ class PartitionClient:
                     return
         finally:
             if not self._loop.closed:
+                # The client may be closing under us (a daemon thread following a log).
                 with contextlib.suppress(Exception):
-                    self.run(iterator.aclose())
+                    self.run(iterator.aclose())  # type: ignore[attr-defined]
 
     def partition_map(self) -> tuple[PartitionMap, dict[str, str]]:
         return self.run(self.aio.partition_map())

@@ -131,6 +131,16 @@ def prefix_end(prefix: bytes) -> bytes | None:
     return stripped[:-1] + bytes((stripped[-1] + 1,))
 
 
+def name_range(account: str, prefix: str) -> tuple[bytes, bytes]:
+    """[low, high) of the keys of every name of `account` starting with `prefix`."""
+    # A name's encoding begins with its escaped UTF-8 bytes: the prefix's, unterminated. The
+    # smallest such name is the prefix itself (its terminator 00 01 sorts below any byte).
+    names = account_prefix(account) + prefix.encode("utf-8").replace(b"\x00", b"\x00\xff")
+    high = prefix_end(names)
+    assert high is not None  # ends in the account's terminator 00 01 or a name's bytes
+    return pname_prefix(account, prefix), high
+
+
 @dataclass(frozen=True)
 class KeyRange:
     """The keys [low, high) of a range partition; high None is the end of the key space."""

@@ -30,6 +30,13 @@ async def value_and_crc(partition: RangePartition, row: Row) -> tuple[bytes, int
     else:
         assert row.value is not None, "an entity row holds a value"
         value = row.value
+    return stored_value(row, value)
+
+
+def stored_value(row: Row, value: bytes) -> tuple[bytes, int]:
+    """(`value`, read for `row`, as it goes on the wire; its CRC32C as the writer sent it):
+    `value_and_crc` for a caller that read the value itself (the streaming Scan reads
+    inline values without a coroutine per row)."""
     crc = row.value_crc if row.value_crc is not None else crc32c(value)
     return faults.flipped("ps.read.flip_value", value), crc
 

@@ -27,12 +27,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from common import faults
-from common.checksums import crc32c
 from common.config import PartitionLimits
 from common.errors import InvalidArgument
 from common.proto import partition_pb2 as pb
 from partition_layer import keys
 from partition_layer.partition import RangePartition
+from partition_layer.read_replies import stored_value
 from partition_layer.rows import Row, decode_row, etag_of, is_entity_group
 from partition_layer.scan_snapshot import Snapshot
 
@@ -117,16 +117,12 @@ async def pages(snapshot: Snapshot, mode: int, start: bytes, at_end: bytes,
                         continue
                     else:
                         row = decode_row(encoded)
-                        value = row.value if row.value is not None else await value_of(row)
-                        # The same fault point as read_replies.value_and_crc: a value altered
-                        # after it was read must fail at the reader, which checks the CRC.
-                        value = faults.flipped("ps.read.flip_value", value)
+                        # The writer's CRC, stored with the value (§5), as every read sends.
+                        value, crc = stored_value(row, row.value if row.value is not None
+                                                  else await value_of(row))
                         pname, row_key = names.pname(key, at), key[at + 1:]
                         page.items.add(pname=pname, row=row_key, value=value,
-                                       etag=etag_of(row.version),
-                                       # The writer's CRC, stored with the value (§5).
-                                       crc=row.value_crc if row.value_crc is not None
-                                       else crc32c(value))
+                                       etag=etag_of(row.version), crc=crc)
                         size += len(value) + len(row_key) + len(pname) + ITEM_OVERHEAD_BYTES
                         position = key + b"\x00"
                     total += 1

@@ -4,10 +4,12 @@ requests are queued, sent in batches, and matched to their responses by id.
 Contract: `call` returns the server's Response (which may name an error), or raises
 Unavailable when the stream broke or DeadlineExceeded when no answer came in time — in both
 cases the request may or may not have been executed. Requests never written to a broken
-stream go out on the next one. `submit` is the same without a coroutine: it returns the
-future `call` awaits (the front end forwards thousands of requests a second and a task per
-request would cost it more than the forwarding). `on_pressure`, if given, is called with
-every ServerPressure the server reports on the stream (front-end throttling, §6).
+stream go out on the next one. `close` fails every call not yet answered, sent or still
+queued, with Unavailable, and so every call submitted after it. `submit` is the same without
+a coroutine: it returns the future `call` awaits (the front end forwards thousands of
+requests a second and a task per request would cost it more than the forwarding).
+`on_pressure`, if given, is called with every ServerPressure the server reports on the
+stream (front-end throttling, §6).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class CallSession:
         # (asyncio.timeout per call was a quarter of a small append's client time).
         self._deadlines: dict[int, tuple[float, float]] = {}
         self._watchdog: asyncio.Task[None] | None = None
+        self._closed = False
 
     async def call(self, request: pb.Request, timeout_s: float, nbytes: int = 256
                    ) -> pb.Response:
@@ -61,6 +64,9 @@ class CallSession:
         request_id = request.id = next(self._ids)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[pb.Response] = loop.create_future()
+        if self._closed:
+            future.set_exception(Unavailable(f"{self.address}: the session is closed"))
+            return future
         self._waiting[request_id] = future
         self._deadlines[request_id] = (time.monotonic() + timeout_s, timeout_s)
         future.add_done_callback(lambda _: self._forget(request_id))
@@ -153,7 +159,17 @@ class CallSession:
             self._wake.set()
 
     async def close(self) -> None:
+        """Stop the stream and fail every call still waiting. The stream task fails only
+        those it sent, and the watchdog that would expire the rest stops too: without this
+        the callers of requests still queued would wait forever."""
+        self._closed = True
         for task in (self._task, self._watchdog):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
+        self._queue.clear()
+        waiting, self._waiting = self._waiting, {}
+        self._deadlines.clear()
+        for future in waiting.values():
+            if not future.done():
+                future.set_exception(Unavailable(f"{self.address}: the session is closed"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from common.errors import InvalidArgument, NotFound, Unavailable
 
@@ -29,6 +30,18 @@ def _whole(what: str, low: int, high: int, base: int = 10) -> Callable[[str], in
             raise argparse.ArgumentTypeError(f"{what} is from {low} to {high}, not {value}")
         return value
     parse.__name__ = what  # argparse names the type in its own messages
+    return parse
+
+
+def checked(check: Callable[[str], Any], what: str) -> Callable[[str], Any]:
+    """An argparse type from a checker that raises InvalidArgument (frontend/names.py's,
+    a parser of durations or permissions...): its message becomes the usage error."""
+    def parse(text: str) -> Any:
+        try:
+            return check(text)
+        except InvalidArgument as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    parse.__name__ = what
     return parse
 
 

@@ -19,33 +19,17 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from common.errors import InvalidArgument, NotFound
-from tools import cli_checks
+from tools import cli_checks, sdk_client
+from tools.cli_checks import checked
 
 ENDPOINT_KINDS = ("front-end", "partition-manager")  # the first the stamp has is used
 DURATION_UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def _type(check: Any, what: str) -> Any:
-    """An argparse type from a checker that raises InvalidArgument."""
-    def parse(text: str) -> Any:
-        try:
-            return check(text)
-        except InvalidArgument as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-    parse.__name__ = what
-    return parse
 
 
 def _account_name(text: str) -> str:
     from frontend import names
 
     return names.check_account(text)
-
-
-def _prefix(text: str) -> str:
-    from frontend import names
-
-    return names.check_prefix(text)
 
 
 def _permissions(text: str) -> frozenset[str]:
@@ -89,10 +73,10 @@ def default_endpoints(processes: Mapping[str, Mapping[str, Any]]) -> tuple[list[
 def register(commands: Any) -> None:
     account = commands.add_parser("account", help="accounts, keys and shared access tokens")
     sub = account.add_subparsers(dest="account_command", metavar="ACTION", required=True)
-    name_type = _type(_account_name, "an account name")
+    name_type = checked(_account_name, "an account name")
 
     def endpoint_option(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--endpoint", action="append", type=_type(_endpoint, "HOST:PORT"),
+        parser.add_argument("--endpoint", action="append", type=checked(_endpoint, "HOST:PORT"),
                             help="an endpoint for the connection string (repeatable; default: "
                                  "the stamp's front ends, for now its partition managers)")
 
@@ -122,11 +106,11 @@ def register(commands: Any) -> None:
     token = sub.add_parser("sas", help="print a shared access token")
     token.add_argument("name", type=name_type)
     token.add_argument("--permissions", required=True,
-                       type=_type(_permissions, "a permission list"),
+                       type=checked(_permissions, "a permission list"),
                        help="comma-separated: read,append,trim,seal,write,scan")
-    token.add_argument("--prefix", default="", type=_type(_prefix, "a name prefix"),
+    token.add_argument("--prefix", default="", type=sdk_client.name_prefix,
                        help="names the token covers start with this (default: every name)")
-    token.add_argument("--expiry", required=True, type=_type(parse_duration, "a duration"),
+    token.add_argument("--expiry", required=True, type=checked(parse_duration, "a duration"),
                        help="how long the token is valid: 90s, 30m, 1h, 7d")
     token.add_argument("--key", type=int, choices=(1, 2), default=1,
                        help="which key signs it (rotating that key revokes it; default 1)")

@@ -21,7 +21,7 @@ import argparse
 import contextlib
 import copy
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -66,17 +66,6 @@ def timeout_seconds(text: str) -> float:
     return value
 
 
-def _checked(check: Callable[[str], str], what: str) -> Callable[[str], str]:
-    """An argparse type from a frontend/names.py checker (InvalidArgument -> usage error)."""
-    def parse(text: str) -> str:
-        try:
-            return check(text)
-        except InvalidArgument as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-    parse.__name__ = what
-    return parse
-
-
 def _log(text: str) -> str:
     from frontend import names
 
@@ -95,9 +84,9 @@ def _prefix(text: str) -> str:
     return names.check_prefix(text)
 
 
-log_name = _checked(_log, "a log name")
-partition_name = _checked(_partition, "a partition name")
-name_prefix = _checked(_prefix, "a name prefix")
+log_name = cli_checks.checked(_log, "a log name")
+partition_name = cli_checks.checked(_partition, "a partition name")
+name_prefix = cli_checks.checked(_prefix, "a name prefix")
 
 
 def row_key(text: str) -> str:

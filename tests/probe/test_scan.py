@@ -253,3 +253,13 @@ def test_a_partition_moved_mid_scan(stamp: LocalStamp, written: list[tuple[str, 
         cli(stamp, "partition", "move", str(first.id), first.server)
     assert got == expected
     assert any(isinstance(e, NotOwner) for e in errors), errors
+
+
+def test_the_partition_client_lists_logs_across_partitions(
+        stamp: LocalStamp, written: list[tuple[str, bytes]]) -> None:
+    """PartitionClient.list_logs, as the SDK's: log names only (no entity group), in order,
+    under a prefix, of one account."""
+    with PartitionClient.from_stamp(str(stamp.data_dir)) as pc:
+        assert list(pc.list_logs(ACCOUNT)) == ["g04-log", "log-a", "log-b", "zz-log"]
+        assert list(pc.list_logs(ACCOUNT, "log")) == ["log-a", "log-b"]
+        assert list(pc.list_logs("other")) == []  # it has an entity group, no log

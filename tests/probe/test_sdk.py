@@ -39,6 +39,7 @@ from frontend.client import Client
 from lock_service.client import LockClient
 from partition_layer.client import PartitionClient
 from tests.conftest import stamp_config
+from tests.front_end_raw import wait_for
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow
@@ -47,17 +48,6 @@ T = TypeVar("T")
 LIMITS = PartitionLimits()
 FRONT_ENDS = ("fe-1", "fe-2")
 _accounts = itertools.count(1)
-
-
-def wait_for(check: Callable[[], T | None], timeout_s: float, what: str) -> T:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s:g}s: {what}")
-        time.sleep(0.05)
 
 
 # ---- the stamp, its accounts, and clients of both kinds ------------------------------------
@@ -449,6 +439,10 @@ def test_credentials_are_checked_and_refusals_are_not_retried(
     assert scoped.append("orders", [b"scoped"]) == 1
     with pytest.raises(PermissionDenied):
         scoped.append("users", [b"outside the prefix"])
+    lister = client_of(account.name, sas=sas.mint(account.name, 1, account.keys[0], ["scan"],
+                                                  "ord", int(now) + 3600, now))
+    assert list(lister.list_logs()) == ["orders"]  # cut to the token's prefix
+    assert [e.pname for e in lister.scan()] == []  # "users" lies outside it
     with pytest.raises(Unauthenticated):  # another account's key
         client_of(account.name, key=other.keys[0]).append("orders", [b"foreign"])
     with pytest.raises(Unauthenticated):  # an account that does not exist

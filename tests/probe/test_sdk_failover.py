@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Callable
-from typing import TypeVar
 
 import pytest
 
@@ -23,28 +21,17 @@ from lock_service.client import LockClient
 from partition_layer.client import PartitionClient
 from partition_layer.requests import route_key
 from tests.checker import read_whole_log
+from tests.front_end_raw import wait_for
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow
 
-T = TypeVar("T")
 WRITERS = 32
 LOGS = 8
 FOLLOWED = "load-0"
 # Each phase waits for this many more acknowledged appends: the load goes on across a kill.
 PHASE_APPENDS = 150
 TIMEOUT_S = 90.0
-
-
-def wait_for(check: Callable[[], T | None], timeout_s: float, what: str) -> T:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s:g}s: {what}")
-        time.sleep(0.05)
 
 
 def partition_server_of(stamp: LocalStamp, log: str) -> str:

@@ -116,3 +116,32 @@ def test_a_broken_stream_fails_what_it_sent_and_sends_the_rest_on_a_new_one() ->
         assert (await asyncio.wait_for(queued, 5)).first_seq == 7
         await session.close()
     asyncio.run(scenario())
+
+
+class _StuckCall(_SilentCall):
+    """A stream whose first write never completes (a peer that stopped reading): what
+    comes after it stays queued, unsent."""
+
+    async def write(self, batch: pb.RequestBatch) -> None:
+        self.sent.extend(batch.requests)
+        await asyncio.Event().wait()
+
+
+def test_close_fails_sent_and_queued_calls_and_later_ones() -> None:
+    async def scenario() -> None:
+        call = _StuckCall()
+        session = CallSession("fake:1", lambda: _Stub(call))  # type: ignore[arg-type, return-value]
+        sent = session.submit(pb.Request(account="a", pname="p"), 30)
+        while not call.sent:  # the first batch is being written (and stays so)
+            await asyncio.sleep(0)
+        queued = [session.submit(pb.Request(account="a", pname=f"q{i}"), 30) for i in range(3)]
+        await session.close()
+        for future in [sent, *queued]:
+            with pytest.raises(Unavailable):
+                await asyncio.wait_for(future, 5)  # without the fix: waits until this fails
+        later = session.submit(pb.Request(account="a", pname="late"), 30)
+        with pytest.raises(Unavailable, match="closed"):
+            await asyncio.wait_for(later, 5)
+        assert [r.pname for r in call.sent] == ["p"]  # nothing queued went out
+        assert not session._waiting and not session._deadlines
+    asyncio.run(scenario())

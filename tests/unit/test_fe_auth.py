@@ -112,3 +112,24 @@ def test_a_failing_store_is_unavailable_for_every_waiter() -> None:
 def test_ttl_is_bounded_by_ten_seconds() -> None:
     with pytest.raises(InvalidArgument, match="TTL"):
         Authenticator(FakeStore().read, ManualClock(), ttl_s=11.0)
+
+
+def test_keys_are_kept_for_the_ttl_from_when_their_read_began() -> None:
+    """A slow read of the store (a lock-service election) may return keys as they were
+    when it began: they are dated from then, so a key rotated during the read still stops
+    working within the TTL of the rotation."""
+    async def scenario() -> None:
+        store, clock = FakeStore(), ManualClock(start=1_700_000_000.0)
+        auth = Authenticator(store.read, clock, ttl_s=5.0)
+        old = store.keys["acme"][0]
+        read = store.read
+
+        def slow_read(account: str) -> tuple[bytes, bytes] | None:
+            keys = read(account)  # the keys as they were when the read began...
+            clock.advance(3.0)  # ...answered 3 s later
+            return keys
+        auth._read_keys = slow_read
+        assert await auth.check(claim("acme", old, clock)) is None
+        clock.advance(2.1)  # 5.1 s after the read began
+        assert auth.check_cached(claim("acme", old, clock)) is MISS
+    asyncio.run(scenario())

@@ -230,14 +230,15 @@ def test_the_blocking_scan_crosses_to_its_loop_once_a_page() -> None:
             return run(coro)
         c._run = counted  # type: ignore[method-assign]
         source = ReferenceFrontEnd(ITEMS, page_rows=4).source
-        it = client.ScanIterator(c, AsyncScanIterator(ScanCursor(ScanRange()), source, None))
+        it = client.ScanIterator(c, AsyncScanIterator(ScanCursor("acct", ScanRange()), source,
+                                                      None))
         head = [next(it) for _ in range(5)]
         token = it.continuation
         rest = list(it)
         assert [(e.pname, e.row) for e in head + rest] == KEYS
         assert len(runs) <= len(KEYS) // 4 + 2  # a page at a time, not an item
         resumed = client.ScanIterator(c, AsyncScanIterator(
-            ScanCursor(ScanRange(), continuation=token), source, token))
+            ScanCursor("acct", ScanRange(), continuation=token), source, token))
         assert [(e.pname, e.row) for e in resumed] == KEYS[5:]
 
 
@@ -305,3 +306,24 @@ def test_an_append_is_sized_without_reading_its_records_back(
         session.submit = sized  # type: ignore[method-assign]
     assert asyncio.run(c.append("orders", [b"abc", b"de"])) == 3
     assert sizes == [5 + 2 * 8 + 256]
+
+
+def test_a_str_that_is_not_unicode_text_is_an_invalid_argument() -> None:
+    """A lone surrogate cannot be encoded as UTF-8: a row key or token made of one is
+    InvalidArgument naming the rule, never a UnicodeEncodeError (every error typed)."""
+    c, sent, _ = make(lambda e, r: pb.Response())
+
+    async def calls() -> None:
+        with pytest.raises(InvalidArgument, match="row key"):
+            await c.put("users", "\ud800", b"v")
+        with pytest.raises(InvalidArgument, match="row key"):
+            c.scan(start=("users", "a\udfff"))
+        with pytest.raises(InvalidArgument, match="token"):
+            await c.append("orders", [b"r"], token="\ud800")
+        with pytest.raises(InvalidArgument, match="if_match"):
+            await c.put("users", "r", b"v", if_match="\ud800")
+        with pytest.raises(InvalidArgument, match="if_match"):
+            await c.batch("users", [("delete", "r", "\ud800")])
+        await c.close()
+    asyncio.run(calls())
+    assert sent == []

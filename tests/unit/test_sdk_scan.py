@@ -1,5 +1,6 @@
 """The SDK's scan cursor, continuations and iterator (frontend/sdk_scan.py), against a dumb
-reference front end: a sorted list of items served in pages whose token is the last key."""
+reference front end: a sorted list of items served in pages whose continuations are the
+front end's own (frontend/scan.py), which the SDK also makes after an item mid-page."""
 
 from __future__ import annotations
 
@@ -15,17 +16,17 @@ from common.config import PartitionLimits
 from common.errors import ChecksumError, InvalidArgument
 from common.proto import frontend_pb2 as fe_pb
 from common.proto import partition_pb2 as pb
+from frontend import scan as fe_scan
 from frontend.sdk_scan import (
     AsyncScanIterator,
     Batches,
     Entity,
-    Resume,
     ScanCursor,
     ScanRange,
     decode_continuation,
-    encode_key,
     encode_token,
 )
+from partition_layer import keys as raw_keys
 
 LIMITS = PartitionLimits()
 
@@ -48,12 +49,15 @@ class ReferenceFrontEnd:
 
     def pages(self, request: fe_pb.ScanRequest) -> list[fe_pb.ScanPage]:
         self.requests.append(request)
+        start = (request.start_pname, request.start_row)
+        rest = [i for i in self.items if (i.pname, i.row) >= start]
         if request.continuation:
-            pname, _, row = request.continuation.partition(b"\x00")
-            rest = [i for i in self.items if (i.pname, i.row) > (pname.decode(), row)]
-        else:
-            start = (request.start_pname, request.start_row)
-            rest = [i for i in self.items if (i.pname, i.row) >= start]
+            resume = fe_scan.decode_continuation(request.continuation)
+            low, high = fe_scan.request_range(request, "")
+            if not low <= resume <= high:  # as the front end
+                raise InvalidArgument("the continuation does not belong to this scan's range")
+            rest = [i for i in rest if raw_keys.encode_key(
+                request.account, i.pname, raw_keys.KIND_ENTITY, i.row) >= resume]
         if request.has_end:
             rest = [i for i in rest if (i.pname, i.row) < (request.end_pname, request.end_row)]
         if request.limit:
@@ -64,8 +68,8 @@ class ReferenceFrontEnd:
             chunk = rest[at:at + size]
             last = chunk[-1]
             more = at + size < len(rest)
-            pages.append(fe_pb.ScanPage(items=chunk, continuation=(
-                last.pname.encode() + b"\x00" + last.row) if more else b""))
+            pages.append(fe_pb.ScanPage(items=chunk, continuation=fe_scan.continuation_after(
+                request.account, request.mode, last) if more else b""))
         return pages or [fe_pb.ScanPage()]
 
     def source(self, cursor: ScanCursor) -> Batches:
@@ -73,7 +77,7 @@ class ReferenceFrontEnd:
         reopened from the cursor's request."""
         async def batches() -> AsyncIterator:
             while not cursor.finished:
-                pages = self.pages(cursor.request("acct"))
+                pages = self.pages(cursor.request())
                 broken = self.break_after.pop(0) if self.break_after else None
                 for n, page in enumerate(pages):
                     if broken is not None and n == broken:
@@ -97,7 +101,7 @@ def collect(it: AsyncScanIterator, n: int | None = None) -> list[Entity]:
 
 def scan(fe: ReferenceFrontEnd, continuation: str | None = None, limit: int | None = None,
          start: object = None, end: object = None) -> AsyncScanIterator:
-    cursor = ScanCursor(ScanRange.of(start, end, LIMITS), limit, None, continuation)
+    cursor = ScanCursor("acct", ScanRange.of(start, end, LIMITS), limit, None, continuation)
     return AsyncScanIterator(cursor, fe.source, continuation)
 
 
@@ -154,8 +158,9 @@ def test_a_limit_is_kept_across_broken_streams() -> None:
     fe = ReferenceFrontEnd(ITEMS, page_rows=2, break_after=[1, 1])
     it = scan(fe, limit=7)
     assert keys(collect(it)) == KEYS[:7]
-    assert it.continuation == encode_key(*KEYS[6])
     assert fe.requests[1].limit == 5  # 2 received before the break
+    assert keys(collect(scan(ReferenceFrontEnd(ITEMS), continuation=it.continuation))) == \
+        KEYS[7:]
 
 
 def test_pages_carry_their_continuation_and_start_with_the_rest_of_the_current_page(
@@ -179,17 +184,31 @@ def test_a_corrupted_value_fails_with_a_checksum_error() -> None:
         collect(scan(ReferenceFrontEnd([*ITEMS, bad])))
 
 
-def test_a_key_continuation_drops_its_own_key_and_asks_for_one_more() -> None:
-    cursor = ScanCursor(ScanRange(), limit=3, continuation=encode_key("bbb", b"2"))
-    request = cursor.request("acct")
-    assert (request.start_pname, request.start_row, request.limit) == ("bbb", b"2", 4)
-    batch, _ = cursor.accept(fe_pb.ScanPage(items=[item("bbb", b"2"), item("bbb", b"3")],
-                                            continuation=b"t"))
-    assert [e.row for e in batch] == [b"3"]
+@settings(max_examples=30, deadline=None)
+@given(stop=st.integers(1, len(ITEMS) - 1), page_rows=st.integers(2, 6))
+def test_a_mid_page_continuation_is_the_front_ends_own(stop: int, page_rows: int) -> None:
+    """One form of continuation: stopping after item `stop` inside a page gives the token a
+    front end sends on a page that ends at that item."""
+    it = scan(ReferenceFrontEnd(ITEMS, page_rows))
+    collect(it, stop)
+    one_a_page = ReferenceFrontEnd(ITEMS, page_rows=1).pages(
+        ScanCursor("acct", ScanRange()).request())
+    assert it.continuation == encode_token(one_a_page[stop - 1].continuation)
+
+
+def test_a_limit_cut_resumes_with_the_rest_of_the_limit_not_one_more() -> None:
+    cursor = ScanCursor("acct", ScanRange(), limit=3)
+    batch, after = cursor.accept(fe_pb.ScanPage(items=ITEMS[:4], continuation=b"t"))
+    assert keys(batch) == KEYS[:3] and cursor.finished
+    resumed = ScanCursor("acct", ScanRange(), limit=2, continuation=after)
+    request = resumed.request()
+    assert request.limit == 2 and request.start_pname == ""  # the token says where
+    assert fe_scan.decode_continuation(request.continuation) == raw_keys.encode_key(
+        "acct", "aaa", raw_keys.KIND_ENTITY, b"3") + b"\x00"
 
 
 def test_log_names_scan_in_log_name_mode_under_the_prefix() -> None:
-    request = ScanCursor(ScanRange.log_names("ord")).request("acct")
+    request = ScanCursor("acct", ScanRange.log_names("ord")).request()
     assert (request.mode, request.prefix, request.account) == (pb.SCAN_LOG_NAMES, "ord",
                                                                 "acct")
     with pytest.raises(InvalidArgument, match="prefix"):
@@ -197,10 +216,8 @@ def test_log_names_scan_in_log_name_mode_under_the_prefix() -> None:
 
 
 def test_continuations_round_trip_and_garbage_is_refused() -> None:
-    assert decode_continuation(encode_token(b"\x00\xffabc")) == Resume(token=b"\x00\xffabc")
-    assert decode_continuation(encode_key("aaa", b"\x00r")) == Resume(key=("aaa", b"\x00r"))
-    for text in (encode_key("aaa", b"r"), encode_token(b"xyz")):
-        assert text.replace("-", "").replace("_", "").replace("~", "").isalnum()
+    assert decode_continuation(encode_token(b"\x00\xffabc")) == b"\x00\xffabc"
+    assert encode_token(b"\xfb\xffxyz").replace("-", "").replace("_", "").isalnum()
     for bad in ("", "~", "!!", "a=b", "~AAE", "x" * 20000, 5, b"abc", "~" + "_" * 7):
         with pytest.raises(InvalidArgument, match="continuation"):
             decode_continuation(bad)
@@ -220,21 +237,19 @@ def test_continuations_round_trip_and_garbage_is_refused() -> None:
 def test_bad_scan_arguments_name_the_rule(start: object, end: object, limit: object,
                                           page_rows: object, match: str) -> None:
     with pytest.raises(InvalidArgument, match=match):
-        ScanCursor(ScanRange.of(start, end, LIMITS), limit, page_rows)
+        ScanCursor("acct", ScanRange.of(start, end, LIMITS), limit, page_rows)
 
 
-def test_a_key_continuation_before_the_range_starts_at_the_range() -> None:
-    fe = ReferenceFrontEnd(ITEMS)
-    got = collect(scan(fe, continuation=encode_key("aaa", b"2"), start="bbb"))
-    assert keys(got) == KEYS[4:]
-    got = collect(scan(fe, continuation=encode_key("bbb", b"2"), start="bbb"))
-    assert keys(got) == KEYS[6:]
+def test_a_continuation_of_another_range_is_refused() -> None:
+    head = scan(ReferenceFrontEnd(ITEMS), start="aaa")
+    collect(head, 2)
+    with pytest.raises(InvalidArgument, match="range"):
+        collect(scan(ReferenceFrontEnd(ITEMS), continuation=head.continuation, start="bbb"))
+    got = collect(scan(ReferenceFrontEnd(ITEMS), continuation=head.continuation, start="aaa"))
+    assert keys(got) == KEYS[2:]
 
 
 @settings(max_examples=200, deadline=None)
-@given(pname=st.text(max_size=70), row=st.binary(max_size=1100),
-       token=st.binary(min_size=1, max_size=200))
-def test_any_key_or_token_survives_its_continuation(pname: str, row: bytes, token: bytes
-                                                   ) -> None:
-    assert decode_continuation(encode_key(pname, row)) == Resume(key=(pname, row))
-    assert decode_continuation(encode_token(token)) == Resume(token=token)
+@given(token=st.binary(min_size=1, max_size=200))
+def test_any_token_survives_its_continuation(token: bytes) -> None:
+    assert decode_continuation(encode_token(token)) == token

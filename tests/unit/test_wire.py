@@ -99,3 +99,22 @@ def test_scan_and_subscribe_are_signed_whole() -> None:
     sub.from_seq = 4
     with pytest.raises(Unauthenticated):
         wire.authenticate(wire.subscribe_claim(sub), keys_of=keys_of, now_s=now)
+
+
+def test_a_prefix_token_may_scan_and_list_under_its_prefix() -> None:
+    """A scan or a listing names no single name: a token with a name prefix admits it, and
+    the front end cuts its range to the prefix (frontend/scan.request_range); it used to
+    be refused, the account-wide request's empty name not starting with the prefix."""
+    now = time.time()
+    token = sas.mint("acct", 1, KEY1, ["scan"], "log", int(now) + 60, now)
+    creds = wire.Credentials("acct", sas=token)
+    for mode in (pb.SCAN_ENTITIES, pb.SCAN_LOG_NAMES):
+        scan = fe_pb.ScanRequest(account="acct", mode=mode)
+        wire.sign_scan(scan, creds, now)
+        admitted = wire.authenticate(wire.scan_claim(scan), keys_of=keys_of, now_s=now)
+        assert wire.sas_prefix(admitted) == "log"
+    read_only = sas.mint("acct", 1, KEY1, ["read"], "log", int(now) + 60, now)
+    scan = fe_pb.ScanRequest(account="acct")
+    wire.sign_scan(scan, wire.Credentials("acct", sas=read_only), now)
+    with pytest.raises(PermissionDenied, match="does not grant scan"):
+        wire.authenticate(wire.scan_claim(scan), keys_of=keys_of, now_s=now)
