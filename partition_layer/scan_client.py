@@ -18,12 +18,17 @@ Contracts:
   the resume point from the first, the rest from the next, never a row twice or none.
 - Each page carries `resume_key`: the key right after its last item, where the same scan
   resumes without repeating or skipping an item.
+- Nothing waits forever: every wait on a partition server (a page, the map, an address) has
+  a deadline of `client_timeout_ms`; the consumer's wait for a segment ends when the segment's
+  task ends, even without its end marker; and when the scan ends (the limit, an error, the
+  caller closing it) the segments' tasks are cancelled and waited for, cancelled again should
+  a cancellation be lost.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
@@ -40,9 +45,12 @@ from partition_layer.partition_map import PartitionMap
 from partition_layer.scan_stream import clamp
 
 QUEUE_PAGES = 2
+STOP_RECANCEL_S = 1.0  # a segment task still running this long after its cancellation
 RETRY_BACKOFF_MIN_S = 0.05
 RETRY_BACKOFF_MAX_S = 0.5
 RETRYABLE = (NotOwner, Unavailable, DeadlineExceeded)
+
+log = logging.getLogger(__name__)
 
 StreamOpener = Callable[[str, pb.PartitionScanRequest], AsyncIterator[pb.PartitionScanPage]]
 
@@ -100,36 +108,70 @@ class _Segment:
         self.end = end
         self.page_timeout_s = page_timeout_s
         self.queue: asyncio.Queue[ScanPage | StampError | None] = asyncio.Queue(QUEUE_PAGES)
+        self.ended = False  # the end marker (None or an error) is queued
         self.task = asyncio.get_running_loop().create_task(self._run())
+        self.task.add_done_callback(self._task_done)
 
     async def _run(self) -> None:
-        """Whatever happens, the queue ends with None or an error: the consumer never
-        waits for a segment that is gone."""
+        """The queue ends with None or an error: the consumer never waits for a segment
+        that is gone (and `next` covers a task that ended otherwise)."""
         try:
             await self._read()
         except StampError as exc:
-            await self.queue.put(exc)
+            await self._end(exc)
             return
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug: the scan fails, it does not hang
-            await self.queue.put(Internal(f"scan of [{self.request.start_key.hex()}, "
-                                          f"{self.end.hex()}) failed: {exc!r}"))
+            await self._end(Internal(f"scan of [{self.request.start_key.hex()}, "
+                                     f"{self.end.hex()}) failed: {exc!r}"))
             return
-        await self.queue.put(None)
+        await self._end(None)
+
+    async def _end(self, marker: StampError | None) -> None:
+        await self.queue.put(marker)
+        self.ended = True
+
+    def _lost(self) -> Internal:
+        return Internal(f"the scan of [{self.request.start_key.hex()}, {self.end.hex()}) "
+                        f"stopped without its end marker")
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        # A task that ended without its end marker (cancelled by someone else, a
+        # BaseException): wake a consumer waiting on the empty queue. A full queue needs no
+        # wake-up: `next` sees the ended task once the consumer has emptied it.
+        if not self.ended and not self.queue.full():
+            self.queue.put_nowait(self._lost())
+            self.ended = True
+
+    async def next(self) -> ScanPage | StampError | None:
+        """The segment's next page, or its end: None, or the error that ended it."""
+        if self.queue.empty() and self.task.done():
+            return self._lost()
+        return await self.queue.get()
 
     async def _read(self) -> None:
         request = self.request
         limited = request.limit > 0  # then request.limit is what is left of it
         deadline = time.monotonic() + self.page_timeout_s
         backoff = RETRY_BACKOFF_MIN_S
+        stale = False  # the map is refreshed before the next attempt
         while True:
             try:
-                address = await self.router.address_for(request.start_key)
+                async with asyncio.timeout(self.page_timeout_s):
+                    if stale:
+                        await self.router.refresh_map()
+                        stale = False
+                    address = await self.router.address_for(request.start_key)
                 pages = self.router.scan_stream(address, request)
                 try:
                     while True:
-                        page = await asyncio.wait_for(anext(pages), self.page_timeout_s)
+                        # asyncio.timeout, not wait_for: in Python 3.11 wait_for returns a
+                        # page that arrives with its cancellation and drops the cancellation
+                        # (gh-86296): the segment then read on after the scan ended, blocked
+                        # on its full queue, and the scan's exit waited for it forever.
+                        async with asyncio.timeout(self.page_timeout_s):
+                            page = await anext(pages)
                         if page.items:
                             resume = key_after(request.account, request.mode, page.items[-1])
                             await self.queue.put(ScanPage(page.items, resume))
@@ -153,17 +195,34 @@ class _Segment:
             except StopAsyncIteration:
                 error: StampError = Unavailable("a scan stream ended without its last page")
             except TimeoutError:
-                error = DeadlineExceeded(f"no scan page within {self.page_timeout_s:g}s")
+                error = DeadlineExceeded(f"no map, address or scan page within "
+                                         f"{self.page_timeout_s:g}s")
             except RETRYABLE as exc:
                 error = exc
             if time.monotonic() + backoff > deadline:
                 raise error
             await asyncio.sleep(backoff)
             backoff = min(RETRY_BACKOFF_MAX_S, backoff * 2)
-            await self.router.refresh_map()
+            stale = True
 
-    def cancel(self) -> None:
-        self.task.cancel()
+
+async def _stop(segments: list[_Segment]) -> None:
+    """Cancels the segments' tasks and returns once each has ended. A cancellation can be
+    lost (a library awaiting with the wait_for race above): a task still running
+    STOP_RECANCEL_S later is cancelled again. The caller's own cancellation is not swallowed
+    (the tasks are cancelled already)."""
+    pending = {segment.task for segment in segments}
+    for task in pending:
+        task.cancel()
+    while pending:
+        _, pending = await asyncio.wait(pending, timeout=STOP_RECANCEL_S)
+        for task in pending:
+            log.warning("a scan segment still runs %gs after its cancellation: cancelled "
+                        "again", STOP_RECANCEL_S)
+            task.cancel()
+    for task in {segment.task for segment in segments}:
+        if not task.cancelled():
+            task.exception()  # retrieved: its error, if any, was queued for the consumer
 
 
 async def scan(router: ScanRouter, account: str, start_key: bytes, end_key: bytes | None,
@@ -181,7 +240,12 @@ async def scan(router: ScanRouter, account: str, start_key: bytes, end_key: byte
         while active or planned < end:
             while len(active) < in_flight and planned < end:
                 if router.map is None:
-                    await router.refresh_map()
+                    try:
+                        async with asyncio.timeout(timeout_s):
+                            await router.refresh_map()
+                    except TimeoutError:
+                        raise DeadlineExceeded(
+                            f"no partition map within {timeout_s:g}s") from None
                 assert router.map is not None
                 entry = router.map.lookup(planned)
                 seg_end = end if entry.high is None else min(end, entry.high)
@@ -193,7 +257,7 @@ async def scan(router: ScanRouter, account: str, start_key: bytes, end_key: byte
                     seg_end, timeout_s)
                 active.append(segment)
                 planned = seg_end
-            got = await active[0].queue.get()
+            got = await active[0].next()
             if got is None:
                 active.pop(0)
                 continue
@@ -207,8 +271,4 @@ async def scan(router: ScanRouter, account: str, start_key: bytes, end_key: byte
             returned += len(got.items)
             yield got
     finally:
-        for segment in active:
-            segment.cancel()
-        for segment in active:
-            with contextlib.suppress(asyncio.CancelledError, StampError):
-                await segment.task
+        await _stop(active)

@@ -189,3 +189,126 @@ def test_a_bug_in_a_stream_fails_the_scan_instead_of_hanging() -> None:
             pass
     with pytest.raises(Internal, match="a bug"):
         asyncio.run(asyncio.wait_for(go(), 10))
+
+
+class GatedRouter(FakeRouter):
+    """Partition 2's stream holds its first page until `release` is set: a test decides the
+    exact moment a read-ahead segment's page arrives."""
+
+    def __init__(self, rows: dict[bytes, bytes], truth: PartitionMap) -> None:
+        super().__init__(rows, truth)
+        self.release = asyncio.Event()
+        self.streams_held = 0
+
+    async def scan_stream(self, address: str, request: pb.PartitionScanRequest
+                          ) -> AsyncIterator[pb.PartitionScanPage]:
+        if address != "2":
+            async for page in super().scan_stream(address, request):
+                yield page
+            return
+        # Read ahead of the release, so that the first page is ready the very moment the
+        # release wakes this stream (the fake server's pause before each page would hide it).
+        ready = [page async for page in super().scan_stream(address, request)]
+        self.streams_held += 1
+        try:
+            await self.release.wait()
+            for page in ready:
+                yield page
+        finally:
+            self.streams_held -= 1
+
+
+async def _finishes(coro: object, timeout_s: float = 10.0) -> object:
+    """`coro`'s result; fails (instead of hanging) when it has not finished in time. The task
+    is waited for, not cancelled by the timeout: a scan that swallowed the cancellation would
+    otherwise 'finish' late and pass."""
+    task = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+    done, _ = await asyncio.wait({task}, timeout=timeout_s)
+    assert task in done, f"the scan hung (no progress in {timeout_s:g}s)"
+    return task.result()
+
+
+def test_the_limit_reached_as_a_read_ahead_page_arrives_does_not_hang(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # The first partition holds 45 rows: a limit of 45 ends the scan in it. Its last page is
+    # the moment partition 2's page is let through, so that the read-ahead segment's page
+    # and its cancellation arrive in the same loop turn (asyncio.wait_for in 3.11 then
+    # returned the page and dropped the cancellation: the segment filled its queue and the
+    # scan waited for it forever, with no timer pending).
+    rows = entity_rows(10, 20)
+    router = GatedRouter(rows, make_map(1, BOUNDS))
+
+    async def go() -> list[tuple[str, bytes]]:
+        got = []
+        async for page in scan(router, ACCOUNT, b"", None, limit=45, page_rows=5,
+                               in_flight=3):
+            got += [(i.pname, i.row) for i in page.items]
+            if len(got) == 45:
+                router.release.set()
+        return got
+
+    async def main() -> object:
+        return await _finishes(go())
+    assert asyncio.run(main()) == expected(rows)[:45]
+    assert router.streams_held == 0  # every stream closed
+    assert "cancelled again" not in caplog.text  # the first cancellation was not lost
+
+
+class SwallowingRouter(FakeRouter):
+    """Partition 2's stream loses its first cancellation (as a library with the wait_for race
+    does) and goes on yielding pages."""
+
+    def __init__(self, rows: dict[bytes, bytes], truth: PartitionMap) -> None:
+        super().__init__(rows, truth)
+        self.swallowed = 0
+
+    async def scan_stream(self, address: str, request: pb.PartitionScanRequest
+                          ) -> AsyncIterator[pb.PartitionScanPage]:
+        ready = [page async for page in super().scan_stream(address, request)]
+        if address == "2":
+            try:
+                await asyncio.Event().wait()  # until cancelled
+            except asyncio.CancelledError:
+                self.swallowed += 1
+        for page in ready:
+            yield page
+
+
+def test_a_lost_cancellation_of_a_segment_is_repeated() -> None:
+    rows = entity_rows(10, 20)
+    router = SwallowingRouter(rows, make_map(1, BOUNDS))
+
+    async def go() -> list[tuple[str, bytes]]:
+        got = []
+        async for page in scan(router, ACCOUNT, b"", None, limit=45, page_rows=5):
+            got += [(i.pname, i.row) for i in page.items]
+        return got
+
+    async def main() -> object:
+        return await _finishes(go())
+    assert asyncio.run(main()) == expected(rows)[:45]
+    assert router.swallowed == 1
+
+
+class Escape(BaseException):
+    """Not an Exception: the segment's error handling does not see it."""
+
+
+def test_a_segment_ending_without_its_end_marker_fails_the_scan() -> None:
+    router = FakeRouter(entity_rows(10, 20), make_map(1, BOUNDS))
+
+    async def escaping(address: str, request: pb.PartitionScanRequest
+                       ) -> AsyncIterator[pb.PartitionScanPage]:
+        raise Escape()
+        yield pb.PartitionScanPage()  # an async generator
+
+    router.scan_stream = escaping  # type: ignore[method-assign]
+
+    async def go() -> None:
+        async for _ in scan(router, ACCOUNT, b"", None):
+            pass
+
+    async def main() -> object:
+        return await _finishes(go())
+    with pytest.raises(Internal, match="without its end marker"):
+        asyncio.run(main())
