@@ -32,6 +32,7 @@ SPLITS = ("acct/g03", "acct/g06", "acct/g09")
 PARTITION = {"memtable_bytes_max": 256 * 1024, "data_block_bytes": 4096,
              "bootstrap_split_keys": SPLITS}
 GROUPS = 12
+FE_SCAN_S = 120  # a scan that hangs fails the test (a scan here takes well under a second)
 ROWS = 60
 
 
@@ -91,12 +92,14 @@ def written(stamp: LocalStamp) -> list[tuple[str, bytes]]:
 
 def fe_scan(stamp: LocalStamp, request: fe_pb.ScanRequest, name_prefix: str = "",
             limits: FrontEndLimits | None = None) -> list[fe_pb.ScanPage]:
+    """The pages of `request`; TimeoutError (not a hung test) past FE_SCAN_S."""
     async def go() -> list[fe_pb.ScanPage]:
         client = AsyncPartitionClient([r.address for r in stamp.partition_managers()],
                                       stamp.config.partition)
         try:
-            return [p async for p in scan_pages(client, request, name_prefix,
-                                                limits or FrontEndLimits())]
+            async with asyncio.timeout(FE_SCAN_S):
+                return [p async for p in scan_pages(client, request, name_prefix,
+                                                    limits or FrontEndLimits())]
         finally:
             await client.close()
     return asyncio.run(go())
