@@ -1,7 +1,9 @@
 """The cross-partition scanner (partition_layer/scan_client.py) against fake partition
 servers that answer with the real page logic (scan_stream.pages over in-memory runs):
 key order across partitions, a stale map (a partition split under it), a stream that breaks
-mid-partition, limits, and how many partitions are read at once."""
+mid-partition, limits, how many partitions are read at once, and that no end of a scan
+waits forever (a read-ahead page arriving as the limit ends the scan, a lost cancellation, a
+segment ending without its end marker)."""
 
 from __future__ import annotations
 
