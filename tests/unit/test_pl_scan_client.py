@@ -11,6 +11,8 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from common.config import PartitionLimits
 from common.errors import Internal, NotOwner, Unavailable
@@ -314,3 +316,24 @@ def test_a_segment_ending_without_its_end_marker_fails_the_scan() -> None:
         return await _finishes(go())
     with pytest.raises(Internal, match="without its end marker"):
         asyncio.run(main())
+
+
+@settings(max_examples=60, deadline=None)
+@given(limit=st.integers(0, 210), page_rows=st.integers(1, 50), in_flight=st.integers(1, 4))
+def test_any_limit_ends_the_scan_and_closes_every_stream(limit: int, page_rows: int,
+                                                         in_flight: int) -> None:
+    # Limits and pages that end at a page's, a partition's or the data's end, or inside them.
+    rows = entity_rows(10, 20)
+    router = FakeRouter(rows, make_map(1, BOUNDS))
+
+    async def go() -> list[tuple[str, bytes]]:
+        got = []
+        async for page in scan(router, ACCOUNT, b"", None, limit=limit, page_rows=page_rows,
+                               in_flight=in_flight):
+            got += [(i.pname, i.row) for i in page.items]
+        return got
+
+    async def main() -> object:
+        return await _finishes(go())
+    assert asyncio.run(main()) == expected(rows)[:limit or None]
+    assert router.open_now == 0 and router.open_max <= in_flight
