@@ -308,8 +308,11 @@ class Client:
             try:
                 while True:
                     try:
-                        page = await asyncio.wait_for(pages.__anext__(), self._attempt_s(
-                            deadline))
+                        # asyncio.timeout, not wait_for: in 3.11 wait_for drops a
+                        # cancellation that arrives with the page (partition_layer/
+                        # scan_client.py), and a closed client's scan would go on.
+                        async with asyncio.timeout(self._attempt_s(deadline)):
+                            page = await pages.__anext__()
                     except StopAsyncIteration:
                         cursor.finished = True
                         return
