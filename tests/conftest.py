@@ -6,6 +6,7 @@ depth mismatch" (a CPython bug, fixed in 3.11.8) and the run ends in a traceback
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import random
@@ -74,6 +75,22 @@ def stamp_config(extent_nodes: int, stream_managers: int = 0,
 def config_toml(**sections: dict[str, int] | dict[str, float] | None) -> str:
     return "".join(f"[{name}]\n" + "".join(f"{k} = {v}\n" for k, v in values.items())
                    for name, values in sections.items() if values)
+
+
+@contextlib.contextmanager
+def module_stamp(factory: pytest.TempPathFactory, name: str,
+                 partition: dict[str, int], **shape: int) -> Iterator[LocalStamp]:
+    """A started stamp for a module's tests (`shape`: stamp_config's counts), its partition
+    limits also in its config file (for the CLI); killed by PID on exit."""
+    root: Path = factory.mktemp(name)
+    config = stamp_config(partition=partition, **shape)  # type: ignore[arg-type]
+    (root / "stamp.toml").write_text(config_toml(partition=partition))
+    local = LocalStamp(root / "stamp", config, str(root / "stamp.toml"))
+    try:
+        local.up()
+        yield local
+    finally:
+        local.kill_all()
 
 
 @pytest.fixture

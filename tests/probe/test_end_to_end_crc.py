@@ -7,7 +7,6 @@ commit log on the extent nodes (a new owner replays them). One stamp for the mod
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -17,7 +16,7 @@ from common.proto import partition_pb2 as pb
 from common.rpc import arm_remote
 from partition_layer.client import PartitionClient
 from partition_layer.client_requests import batch_request, put_request
-from tests.conftest import config_toml, stamp_config
+from tests.conftest import module_stamp
 from tests.probe.test_partition_failover import owner_of
 from tools.local_stamp import LocalStamp
 
@@ -30,16 +29,10 @@ LARGE = bytes(range(256)) * (BLOB_MIN // 256 + 8)
 
 @pytest.fixture(scope="module")
 def stamp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStamp]:
-    root: Path = tmp_path_factory.mktemp("end-to-end-crc")
-    config = stamp_config(3, 3, lock_servers=3, partition_managers=1, partition_servers=2,
-                          partition=PARTITION)
-    (root / "stamp.toml").write_text(config_toml(partition=PARTITION))
-    local = LocalStamp(root / "stamp", config, str(root / "stamp.toml"))
-    try:
-        local.up()
+    with module_stamp(tmp_path_factory, "end-to-end-crc", PARTITION,
+                      extent_nodes=3, stream_managers=3,
+                      lock_servers=3, partition_managers=1, partition_servers=2) as local:
         yield local
-    finally:
-        local.kill_all()
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -21,7 +20,7 @@ from common.errors import (
     Trimmed,
 )
 from partition_layer.client import PartitionClient
-from tests.conftest import config_toml, stamp_config
+from tests.conftest import module_stamp
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow
@@ -33,17 +32,11 @@ PARTITION = {"memtable_bytes_max": 256 * 1024, "runs_max": 2, "data_block_bytes"
 
 @pytest.fixture(scope="module")
 def stamp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStamp]:
-    root: Path = tmp_path_factory.mktemp("partition-semantics")
     # One front end: the CLI's log commands go through it (issue 16).
-    config = stamp_config(3, 3, lock_servers=3, partition_managers=2, partition_servers=2,
-                          partition=PARTITION, front_ends=1)
-    (root / "stamp.toml").write_text(config_toml(partition=PARTITION))
-    local = LocalStamp(root / "stamp", config, str(root / "stamp.toml"))
-    try:
-        local.up()
+    with module_stamp(tmp_path_factory, "partition-semantics", PARTITION,
+                      extent_nodes=3, stream_managers=3, lock_servers=3,
+                      partition_managers=2, partition_servers=2, front_ends=1) as local:
         yield local
-    finally:
-        local.kill_all()
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Iterator
-from pathlib import Path
 
 import grpc
 import pytest
@@ -23,7 +22,7 @@ from common.proto import partition_pb2_grpc as pb_grpc
 from frontend.throttle import AccountThrottle
 from partition_layer import keys
 from partition_layer.client import AsyncPartitionClient, PartitionClient
-from tests.conftest import config_toml, stamp_config
+from tests.conftest import module_stamp
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow
@@ -35,16 +34,10 @@ ACCOUNT = "scanner"
 
 @pytest.fixture(scope="module")
 def stamp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStamp]:
-    root: Path = tmp_path_factory.mktemp("scan-stream")
-    config = stamp_config(3, 3, lock_servers=3, partition_managers=1, partition_servers=2,
-                          partition=PARTITION)
-    (root / "stamp.toml").write_text(config_toml(partition=PARTITION))
-    local = LocalStamp(root / "stamp", config, str(root / "stamp.toml"))
-    try:
-        local.up()
+    with module_stamp(tmp_path_factory, "scan-stream", PARTITION,
+                      extent_nodes=3, stream_managers=3,
+                      lock_servers=3, partition_managers=1, partition_servers=2) as local:
         yield local
-    finally:
-        local.kill_all()
 
 
 @pytest.fixture(scope="module")
