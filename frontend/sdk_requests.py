@@ -32,7 +32,7 @@ from common.config import PartitionLimits
 from common.errors import InvalidArgument
 from common.proto import partition_pb2 as pb
 from frontend import names
-from partition_layer.payload_crc import payload_crcs
+from partition_layer.payload_crc import check_append_sizes, payload_crcs
 from partition_layer.requests import TOKEN_BYTES_MAX
 
 Row = bytes | str
@@ -125,21 +125,10 @@ def append_request(account: str, log: str, records: Any, token: str,
             records, Sequence):
         raise InvalidArgument(f"records are a sequence (list, tuple) of bytes, not "
                               f"{type(records).__name__}")
-    if not 1 <= len(records) <= limits.append_records_max:
-        raise InvalidArgument(f"an append carries 1 to {limits.append_records_max} records "
-                              f"(append_records_max), not {len(records)}")
-    # The common case (all bytes, all within limits) checked in bulk: this runs per append.
+    # The common case (all bytes) checked in bulk: this runs per append.
     data = records if set(map(type, records)) == _BYTES_ONLY else [
         data_bytes(f"record {i}", r) for i, r in enumerate(records)]
-    sizes = list(map(len, data))
-    if max(sizes) > limits.record_bytes_max:
-        i = next(i for i, n in enumerate(sizes) if n > limits.record_bytes_max)
-        raise InvalidArgument(f"record {i} has {sizes[i]} bytes; a record has at most "
-                              f"{limits.record_bytes_max} (record_bytes_max)")
-    total = sum(sizes)
-    if total > limits.append_bytes_max:
-        raise InvalidArgument(f"an append carries at most {limits.append_bytes_max} bytes "
-                              f"(append_bytes_max), not {total}")
+    check_append_sizes(list(map(len, data)), limits)
     return pb.Request(account=account, pname=log, append=pb.AppendOp(
         records=data, token=check_token(token), crcs=payload_crcs(data)))
 

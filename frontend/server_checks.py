@@ -16,7 +16,7 @@ from common.config import PartitionLimits
 from common.errors import InvalidArgument
 from common.proto import partition_pb2 as pb
 from frontend import names
-from partition_layer.payload_crc import verify_append, verify_payload
+from partition_layer.payload_crc import check_append_sizes, verify_append, verify_payload
 
 LOG_OPS = frozenset({"append", "read", "trim", "seal", "peek"})
 ENTITY_OPS = frozenset({"put", "get", "delete", "batch"})
@@ -65,20 +65,7 @@ def check_request(request: pb.Request, op: str, limits: PartitionLimits) -> int:
 
 def _check_append(append: pb.AppendOp, records: tuple[bytes, ...], limits: PartitionLimits
                   ) -> int:
-    if not records:
-        raise InvalidArgument("an append carries at least one record")
-    if len(records) > limits.append_records_max:
-        raise InvalidArgument(f"an append of {len(records)} records exceeds "
-                              f"partition.append_records_max = {limits.append_records_max}")
-    sizes = list(map(len, records))  # no Python work per record on the hot path
-    if max(sizes) > limits.record_bytes_max:
-        i = next(i for i, size in enumerate(sizes) if size > limits.record_bytes_max)
-        raise InvalidArgument(f"record {i} has {sizes[i]} bytes, more than "
-                              f"partition.record_bytes_max = {limits.record_bytes_max}")
-    total = sum(sizes)
-    if total > limits.append_bytes_max:
-        raise InvalidArgument(f"an append of {total} bytes exceeds "
-                              f"partition.append_bytes_max = {limits.append_bytes_max}")
+    total = check_append_sizes(list(map(len, records)), limits)  # no Python work per record
     _check_token(append.token)
     return total
 

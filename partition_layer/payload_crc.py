@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from common.checksums import crc32c, crc32cs
+from common.config import PartitionLimits
 from common.errors import ChecksumError, InvalidArgument
 from common.proto import partition_pb2 as pb
 
@@ -69,3 +70,23 @@ def verify_records(records: Sequence[pb.Record], what: str) -> list[tuple[int, b
         bad = next(r for r in records if crc32c(r.data) != r.crc)
         verify_value(bad.data, bad.crc, f"record {bad.seq} of {what}")
     return [(r.seq, d) for r, d in zip(records, datas, strict=True)]
+
+
+def check_append_sizes(sizes: Sequence[int], limits: PartitionLimits) -> int:
+    """The bytes of an append whose records have `sizes`; InvalidArgument naming the limit it
+    breaks (records per append, bytes per record, bytes per append). One check for the SDK
+    (before sending), the front end and the partition server."""
+    if not sizes:
+        raise InvalidArgument("an append carries at least one record")
+    if len(sizes) > limits.append_records_max:
+        raise InvalidArgument(f"an append of {len(sizes)} records exceeds "
+                              f"partition.append_records_max = {limits.append_records_max}")
+    if max(sizes) > limits.record_bytes_max:
+        i = next(i for i, size in enumerate(sizes) if size > limits.record_bytes_max)
+        raise InvalidArgument(f"record {i} has {sizes[i]} bytes, more than "
+                              f"partition.record_bytes_max = {limits.record_bytes_max}")
+    total = sum(sizes)
+    if total > limits.append_bytes_max:
+        raise InvalidArgument(f"an append of {total} bytes exceeds "
+                              f"partition.append_bytes_max = {limits.append_bytes_max}")
+    return total

@@ -32,7 +32,7 @@ from partition_layer.operations import (
     validate_writes,
 )
 from partition_layer.partition import RangePartition
-from partition_layer.payload_crc import verify_append, verify_payload
+from partition_layer.payload_crc import check_append_sizes, verify_append, verify_payload
 from partition_layer.read_replies import records_reply, value_and_crc
 from partition_layer.record_batch import encode_records, encoded_bytes
 from partition_layer.rows import etag_of
@@ -182,14 +182,7 @@ async def _dispatch(request: pb.Request, response: pb.Response, find: Finder,
 
 
 def _check_append(records: Sequence[bytes], token: str, limits: PartitionLimits) -> None:
-    if not records:
-        raise InvalidArgument("an append carries at least one record")
-    if len(records) > limits.append_records_max:
-        raise InvalidArgument(f"an append carries at most {limits.append_records_max} records")
-    if any(len(r) > limits.record_bytes_max for r in records):
-        raise InvalidArgument(f"a record has at most {limits.record_bytes_max} bytes")
-    if sum(len(r) for r in records) > limits.append_bytes_max:
-        raise InvalidArgument(f"an append carries at most {limits.append_bytes_max} bytes")
+    check_append_sizes(list(map(len, records)), limits)
     _check_token(token)
 
 

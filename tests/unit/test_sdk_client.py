@@ -147,7 +147,7 @@ def test_bad_arguments_never_reach_a_front_end() -> None:
     bad_calls = [
         (c.append("Orders", [b"a"]), "log name"),
         (c.append("orders", [b"x" * 11]), "record_bytes_max"),
-        (c.append("orders", []), "append_records_max"),
+        (c.append("orders", []), "at least one record"),
         (c.append("orders", "abc"), "sequence"),  # type: ignore[arg-type]
         (c.append("orders", ["abc"]), "bytes"),  # type: ignore[list-item]
         (c.append("orders", [b"a"], token=""), "token"),
