@@ -67,6 +67,17 @@ class RunInfo:
     last_key: bytes
     min_version: int | None = None
     max_version: int | None = None
+    # The view (issue 17, split and merge): only keys in [view_low, view_high) of this run
+    # belong to the partition whose metadata lists it; view_high None: no upper bound. A
+    # split child lists its parent's runs narrowed to its own range, so one physical run
+    # (same index blocks) may be listed by several partitions, and twice by a merged one,
+    # each time with a disjoint view. Reads, scans, merges and size estimates of a run go
+    # through its view: a key outside it is not in the run, for this partition.
+    view_low: bytes = b""
+    view_high: bytes | None = None
+
+    def in_view(self, key: bytes) -> bool:
+        return self.view_low <= key and (self.view_high is None or key < self.view_high)
 
     def to_dict(self) -> dict[str, Any]:
         return {"run_id": self.run_id,
@@ -75,7 +86,8 @@ class RunInfo:
                 "key_count": self.key_count, "data_blocks": self.data_blocks,
                 "data_bytes": self.data_bytes, "first_key": self.first_key.hex(),
                 "last_key": self.last_key.hex(), "min_version": self.min_version,
-                "max_version": self.max_version}
+                "max_version": self.max_version, "view_low": self.view_low.hex(),
+                "view_high": None if self.view_high is None else self.view_high.hex()}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunInfo:
@@ -85,7 +97,10 @@ class RunInfo:
                    key_count=d["key_count"], data_blocks=d["data_blocks"],
                    data_bytes=d["data_bytes"], first_key=bytes.fromhex(d["first_key"]),
                    last_key=bytes.fromhex(d["last_key"]), min_version=d.get("min_version"),
-                   max_version=d.get("max_version"))
+                   max_version=d.get("max_version"),
+                   view_low=bytes.fromhex(d.get("view_low", "")),
+                   view_high=None if d.get("view_high") is None
+                   else bytes.fromhex(d["view_high"]))
 
 
 class RunWriter:

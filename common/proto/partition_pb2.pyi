@@ -291,14 +291,16 @@ class KeyRange(_message.Message):
     def __init__(self, low: _Optional[bytes] = ..., high: _Optional[bytes] = ..., has_high: _Optional[bool] = ...) -> None: ...
 
 class LoadRequest(_message.Message):
-    __slots__ = ("partition_id", "range", "map_version")
+    __slots__ = ("partition_id", "range", "map_version", "create_if_missing")
     PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
     RANGE_FIELD_NUMBER: _ClassVar[int]
     MAP_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CREATE_IF_MISSING_FIELD_NUMBER: _ClassVar[int]
     partition_id: int
     range: KeyRange
     map_version: int
-    def __init__(self, partition_id: _Optional[int] = ..., range: _Optional[_Union[KeyRange, _Mapping]] = ..., map_version: _Optional[int] = ...) -> None: ...
+    create_if_missing: bool
+    def __init__(self, partition_id: _Optional[int] = ..., range: _Optional[_Union[KeyRange, _Mapping]] = ..., map_version: _Optional[int] = ..., create_if_missing: _Optional[bool] = ...) -> None: ...
 
 class LoadReply(_message.Message):
     __slots__ = ("seconds", "replayed_ops", "replayed_bytes", "runs", "epoch")
@@ -325,7 +327,7 @@ class UnloadReply(_message.Message):
     def __init__(self) -> None: ...
 
 class PartitionLoad(_message.Message):
-    __slots__ = ("partition_id", "state", "ops_per_s", "bytes_per_s", "p50_ms", "p99_ms", "size_bytes", "memtable_bytes", "runs", "epoch", "range")
+    __slots__ = ("partition_id", "state", "ops_per_s", "bytes_per_s", "p50_ms", "p99_ms", "size_bytes", "memtable_bytes", "runs", "epoch", "range", "queue_ops", "samples", "size_split_key", "requests_sampled")
     PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     OPS_PER_S_FIELD_NUMBER: _ClassVar[int]
@@ -337,6 +339,10 @@ class PartitionLoad(_message.Message):
     RUNS_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     RANGE_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OPS_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    SIZE_SPLIT_KEY_FIELD_NUMBER: _ClassVar[int]
+    REQUESTS_SAMPLED_FIELD_NUMBER: _ClassVar[int]
     partition_id: int
     state: str
     ops_per_s: float
@@ -348,7 +354,77 @@ class PartitionLoad(_message.Message):
     runs: int
     epoch: int
     range: KeyRange
-    def __init__(self, partition_id: _Optional[int] = ..., state: _Optional[str] = ..., ops_per_s: _Optional[float] = ..., bytes_per_s: _Optional[float] = ..., p50_ms: _Optional[float] = ..., p99_ms: _Optional[float] = ..., size_bytes: _Optional[int] = ..., memtable_bytes: _Optional[int] = ..., runs: _Optional[int] = ..., epoch: _Optional[int] = ..., range: _Optional[_Union[KeyRange, _Mapping]] = ...) -> None: ...
+    queue_ops: int
+    samples: _containers.RepeatedCompositeFieldContainer[LoadSample]
+    size_split_key: bytes
+    requests_sampled: int
+    def __init__(self, partition_id: _Optional[int] = ..., state: _Optional[str] = ..., ops_per_s: _Optional[float] = ..., bytes_per_s: _Optional[float] = ..., p50_ms: _Optional[float] = ..., p99_ms: _Optional[float] = ..., size_bytes: _Optional[int] = ..., memtable_bytes: _Optional[int] = ..., runs: _Optional[int] = ..., epoch: _Optional[int] = ..., range: _Optional[_Union[KeyRange, _Mapping]] = ..., queue_ops: _Optional[int] = ..., samples: _Optional[_Iterable[_Union[LoadSample, _Mapping]]] = ..., size_split_key: _Optional[bytes] = ..., requests_sampled: _Optional[int] = ...) -> None: ...
+
+class LoadSample(_message.Message):
+    __slots__ = ("key", "left", "right", "contained")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    LEFT_FIELD_NUMBER: _ClassVar[int]
+    RIGHT_FIELD_NUMBER: _ClassVar[int]
+    CONTAINED_FIELD_NUMBER: _ClassVar[int]
+    key: bytes
+    left: int
+    right: int
+    contained: int
+    def __init__(self, key: _Optional[bytes] = ..., left: _Optional[int] = ..., right: _Optional[int] = ..., contained: _Optional[int] = ...) -> None: ...
+
+class SplitRequest(_message.Message):
+    __slots__ = ("partition_id", "key", "left_id", "right_id", "map_version")
+    PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    LEFT_ID_FIELD_NUMBER: _ClassVar[int]
+    RIGHT_ID_FIELD_NUMBER: _ClassVar[int]
+    MAP_VERSION_FIELD_NUMBER: _ClassVar[int]
+    partition_id: int
+    key: bytes
+    left_id: int
+    right_id: int
+    map_version: int
+    def __init__(self, partition_id: _Optional[int] = ..., key: _Optional[bytes] = ..., left_id: _Optional[int] = ..., right_id: _Optional[int] = ..., map_version: _Optional[int] = ...) -> None: ...
+
+class SplitReply(_message.Message):
+    __slots__ = ("seconds", "unavailable_s", "left", "right", "left_epoch", "right_epoch")
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    UNAVAILABLE_S_FIELD_NUMBER: _ClassVar[int]
+    LEFT_FIELD_NUMBER: _ClassVar[int]
+    RIGHT_FIELD_NUMBER: _ClassVar[int]
+    LEFT_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    RIGHT_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    seconds: float
+    unavailable_s: float
+    left: KeyRange
+    right: KeyRange
+    left_epoch: int
+    right_epoch: int
+    def __init__(self, seconds: _Optional[float] = ..., unavailable_s: _Optional[float] = ..., left: _Optional[_Union[KeyRange, _Mapping]] = ..., right: _Optional[_Union[KeyRange, _Mapping]] = ..., left_epoch: _Optional[int] = ..., right_epoch: _Optional[int] = ...) -> None: ...
+
+class MergeRequest(_message.Message):
+    __slots__ = ("left_id", "right_id", "merged_id", "map_version")
+    LEFT_ID_FIELD_NUMBER: _ClassVar[int]
+    RIGHT_ID_FIELD_NUMBER: _ClassVar[int]
+    MERGED_ID_FIELD_NUMBER: _ClassVar[int]
+    MAP_VERSION_FIELD_NUMBER: _ClassVar[int]
+    left_id: int
+    right_id: int
+    merged_id: int
+    map_version: int
+    def __init__(self, left_id: _Optional[int] = ..., right_id: _Optional[int] = ..., merged_id: _Optional[int] = ..., map_version: _Optional[int] = ...) -> None: ...
+
+class MergeReply(_message.Message):
+    __slots__ = ("seconds", "unavailable_s", "range", "epoch")
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    UNAVAILABLE_S_FIELD_NUMBER: _ClassVar[int]
+    RANGE_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    seconds: float
+    unavailable_s: float
+    range: KeyRange
+    epoch: int
+    def __init__(self, seconds: _Optional[float] = ..., unavailable_s: _Optional[float] = ..., range: _Optional[_Union[KeyRange, _Mapping]] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class ServerStatusRequest(_message.Message):
     __slots__ = ()
@@ -399,6 +475,102 @@ class MoveRequest(_message.Message):
     partition_id: int
     server: str
     def __init__(self, partition_id: _Optional[int] = ..., server: _Optional[str] = ...) -> None: ...
+
+class SplitPartitionRequest(_message.Message):
+    __slots__ = ("partition_id", "key", "trigger")
+    PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    TRIGGER_FIELD_NUMBER: _ClassVar[int]
+    partition_id: int
+    key: bytes
+    trigger: str
+    def __init__(self, partition_id: _Optional[int] = ..., key: _Optional[bytes] = ..., trigger: _Optional[str] = ...) -> None: ...
+
+class MergePartitionsRequest(_message.Message):
+    __slots__ = ("left_id", "right_id", "trigger")
+    LEFT_ID_FIELD_NUMBER: _ClassVar[int]
+    RIGHT_ID_FIELD_NUMBER: _ClassVar[int]
+    TRIGGER_FIELD_NUMBER: _ClassVar[int]
+    left_id: int
+    right_id: int
+    trigger: str
+    def __init__(self, left_id: _Optional[int] = ..., right_id: _Optional[int] = ..., trigger: _Optional[str] = ...) -> None: ...
+
+class PartitionOpReply(_message.Message):
+    __slots__ = ("done", "map")
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    MAP_FIELD_NUMBER: _ClassVar[int]
+    done: HistoryEntry
+    map: PartitionMap
+    def __init__(self, done: _Optional[_Union[HistoryEntry, _Mapping]] = ..., map: _Optional[_Union[PartitionMap, _Mapping]] = ...) -> None: ...
+
+class HistoryEntry(_message.Message):
+    __slots__ = ("op", "trigger", "from_ids", "to_ids", "key", "server", "started_at", "seconds", "unavailable_s", "result", "map_version")
+    OP_FIELD_NUMBER: _ClassVar[int]
+    TRIGGER_FIELD_NUMBER: _ClassVar[int]
+    FROM_IDS_FIELD_NUMBER: _ClassVar[int]
+    TO_IDS_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    SERVER_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    UNAVAILABLE_S_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    MAP_VERSION_FIELD_NUMBER: _ClassVar[int]
+    op: str
+    trigger: str
+    from_ids: _containers.RepeatedScalarFieldContainer[int]
+    to_ids: _containers.RepeatedScalarFieldContainer[int]
+    key: bytes
+    server: str
+    started_at: float
+    seconds: float
+    unavailable_s: float
+    result: str
+    map_version: int
+    def __init__(self, op: _Optional[str] = ..., trigger: _Optional[str] = ..., from_ids: _Optional[_Iterable[int]] = ..., to_ids: _Optional[_Iterable[int]] = ..., key: _Optional[bytes] = ..., server: _Optional[str] = ..., started_at: _Optional[float] = ..., seconds: _Optional[float] = ..., unavailable_s: _Optional[float] = ..., result: _Optional[str] = ..., map_version: _Optional[int] = ...) -> None: ...
+
+class HistoryRequest(_message.Message):
+    __slots__ = ("limit",)
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    limit: int
+    def __init__(self, limit: _Optional[int] = ...) -> None: ...
+
+class HistoryReply(_message.Message):
+    __slots__ = ("entries",)
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[HistoryEntry]
+    def __init__(self, entries: _Optional[_Iterable[_Union[HistoryEntry, _Mapping]]] = ...) -> None: ...
+
+class BalanceRequest(_message.Message):
+    __slots__ = ("dry_run",)
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    dry_run: bool
+    def __init__(self, dry_run: _Optional[bool] = ...) -> None: ...
+
+class BalanceAction(_message.Message):
+    __slots__ = ("op", "partition_ids", "key", "server", "trigger", "reason")
+    OP_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_IDS_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    SERVER_FIELD_NUMBER: _ClassVar[int]
+    TRIGGER_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    op: str
+    partition_ids: _containers.RepeatedScalarFieldContainer[int]
+    key: bytes
+    server: str
+    trigger: str
+    reason: str
+    def __init__(self, op: _Optional[str] = ..., partition_ids: _Optional[_Iterable[int]] = ..., key: _Optional[bytes] = ..., server: _Optional[str] = ..., trigger: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class BalanceReply(_message.Message):
+    __slots__ = ("actions", "skipped")
+    ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    actions: _containers.RepeatedCompositeFieldContainer[BalanceAction]
+    skipped: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, actions: _Optional[_Iterable[_Union[BalanceAction, _Mapping]]] = ..., skipped: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ManagerStatusRequest(_message.Message):
     __slots__ = ()

@@ -64,6 +64,16 @@ class PartitionServerStub:
                 request_serializer=common_dot_proto_dot_partition__pb2.ServerStatusRequest.SerializeToString,
                 response_deserializer=common_dot_proto_dot_partition__pb2.ServerLoad.FromString,
                 _registered_method=True)
+        self.Split = channel.unary_unary(
+                '/stamp.partition.PartitionServer/Split',
+                request_serializer=common_dot_proto_dot_partition__pb2.SplitRequest.SerializeToString,
+                response_deserializer=common_dot_proto_dot_partition__pb2.SplitReply.FromString,
+                _registered_method=True)
+        self.Merge = channel.unary_unary(
+                '/stamp.partition.PartitionServer/Merge',
+                request_serializer=common_dot_proto_dot_partition__pb2.MergeRequest.SerializeToString,
+                response_deserializer=common_dot_proto_dot_partition__pb2.MergeReply.FromString,
+                _registered_method=True)
 
 
 class PartitionServerServicer:
@@ -111,6 +121,23 @@ class PartitionServerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Split(self, request, context):
+        """PM -> PS: split a partition this PS serves at `key` into two children, pointer-only,
+        and serve both here (partition_layer/split_merge.py). Idempotent: a retry of the same
+        request (same ids and key) finishes or confirms the same split.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Merge(self, request, context):
+        """PM -> PS: merge two adjacent partitions this PS serves into one, pointer-only, and serve
+        it here. Idempotent like Split.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PartitionServerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -143,6 +170,16 @@ def add_PartitionServerServicer_to_server(servicer, server):
                     servicer.Status,
                     request_deserializer=common_dot_proto_dot_partition__pb2.ServerStatusRequest.FromString,
                     response_serializer=common_dot_proto_dot_partition__pb2.ServerLoad.SerializeToString,
+            ),
+            'Split': grpc.unary_unary_rpc_method_handler(
+                    servicer.Split,
+                    request_deserializer=common_dot_proto_dot_partition__pb2.SplitRequest.FromString,
+                    response_serializer=common_dot_proto_dot_partition__pb2.SplitReply.SerializeToString,
+            ),
+            'Merge': grpc.unary_unary_rpc_method_handler(
+                    servicer.Merge,
+                    request_deserializer=common_dot_proto_dot_partition__pb2.MergeRequest.FromString,
+                    response_serializer=common_dot_proto_dot_partition__pb2.MergeReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -317,6 +354,60 @@ class PartitionServer:
             metadata,
             _registered_method=True)
 
+    @staticmethod
+    def Split(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stamp.partition.PartitionServer/Split',
+            common_dot_proto_dot_partition__pb2.SplitRequest.SerializeToString,
+            common_dot_proto_dot_partition__pb2.SplitReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Merge(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stamp.partition.PartitionServer/Merge',
+            common_dot_proto_dot_partition__pb2.MergeRequest.SerializeToString,
+            common_dot_proto_dot_partition__pb2.MergeReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
 
 class PartitionManagerStub:
     """Missing associated documentation comment in .proto file."""
@@ -346,6 +437,26 @@ class PartitionManagerStub:
                 '/stamp.partition.PartitionManager/Status',
                 request_serializer=common_dot_proto_dot_partition__pb2.ManagerStatusRequest.SerializeToString,
                 response_deserializer=common_dot_proto_dot_partition__pb2.ManagerStatusReply.FromString,
+                _registered_method=True)
+        self.Split = channel.unary_unary(
+                '/stamp.partition.PartitionManager/Split',
+                request_serializer=common_dot_proto_dot_partition__pb2.SplitPartitionRequest.SerializeToString,
+                response_deserializer=common_dot_proto_dot_partition__pb2.PartitionOpReply.FromString,
+                _registered_method=True)
+        self.Merge = channel.unary_unary(
+                '/stamp.partition.PartitionManager/Merge',
+                request_serializer=common_dot_proto_dot_partition__pb2.MergePartitionsRequest.SerializeToString,
+                response_deserializer=common_dot_proto_dot_partition__pb2.PartitionOpReply.FromString,
+                _registered_method=True)
+        self.History = channel.unary_unary(
+                '/stamp.partition.PartitionManager/History',
+                request_serializer=common_dot_proto_dot_partition__pb2.HistoryRequest.SerializeToString,
+                response_deserializer=common_dot_proto_dot_partition__pb2.HistoryReply.FromString,
+                _registered_method=True)
+        self.Balance = channel.unary_unary(
+                '/stamp.partition.PartitionManager/Balance',
+                request_serializer=common_dot_proto_dot_partition__pb2.BalanceRequest.SerializeToString,
+                response_deserializer=common_dot_proto_dot_partition__pb2.BalanceReply.FromString,
                 _registered_method=True)
 
 
@@ -379,6 +490,34 @@ class PartitionManagerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Split(self, request, context):
+        """Operator (leader only): split / merge by hand; each returns when the new map is
+        published, with what was done and how long the range was unavailable.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Merge(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def History(self, request, context):
+        """The last operations on the map (split, merge, move, reassign), newest last.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Balance(self, request, context):
+        """What the balancing policy would do now, and why (dry_run), or do it now.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PartitionManagerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -401,6 +540,26 @@ def add_PartitionManagerServicer_to_server(servicer, server):
                     servicer.Status,
                     request_deserializer=common_dot_proto_dot_partition__pb2.ManagerStatusRequest.FromString,
                     response_serializer=common_dot_proto_dot_partition__pb2.ManagerStatusReply.SerializeToString,
+            ),
+            'Split': grpc.unary_unary_rpc_method_handler(
+                    servicer.Split,
+                    request_deserializer=common_dot_proto_dot_partition__pb2.SplitPartitionRequest.FromString,
+                    response_serializer=common_dot_proto_dot_partition__pb2.PartitionOpReply.SerializeToString,
+            ),
+            'Merge': grpc.unary_unary_rpc_method_handler(
+                    servicer.Merge,
+                    request_deserializer=common_dot_proto_dot_partition__pb2.MergePartitionsRequest.FromString,
+                    response_serializer=common_dot_proto_dot_partition__pb2.PartitionOpReply.SerializeToString,
+            ),
+            'History': grpc.unary_unary_rpc_method_handler(
+                    servicer.History,
+                    request_deserializer=common_dot_proto_dot_partition__pb2.HistoryRequest.FromString,
+                    response_serializer=common_dot_proto_dot_partition__pb2.HistoryReply.SerializeToString,
+            ),
+            'Balance': grpc.unary_unary_rpc_method_handler(
+                    servicer.Balance,
+                    request_deserializer=common_dot_proto_dot_partition__pb2.BalanceRequest.FromString,
+                    response_serializer=common_dot_proto_dot_partition__pb2.BalanceReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -511,6 +670,114 @@ class PartitionManager:
             '/stamp.partition.PartitionManager/Status',
             common_dot_proto_dot_partition__pb2.ManagerStatusRequest.SerializeToString,
             common_dot_proto_dot_partition__pb2.ManagerStatusReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Split(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stamp.partition.PartitionManager/Split',
+            common_dot_proto_dot_partition__pb2.SplitPartitionRequest.SerializeToString,
+            common_dot_proto_dot_partition__pb2.PartitionOpReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Merge(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stamp.partition.PartitionManager/Merge',
+            common_dot_proto_dot_partition__pb2.MergePartitionsRequest.SerializeToString,
+            common_dot_proto_dot_partition__pb2.PartitionOpReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def History(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stamp.partition.PartitionManager/History',
+            common_dot_proto_dot_partition__pb2.HistoryRequest.SerializeToString,
+            common_dot_proto_dot_partition__pb2.HistoryReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Balance(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stamp.partition.PartitionManager/Balance',
+            common_dot_proto_dot_partition__pb2.BalanceRequest.SerializeToString,
+            common_dot_proto_dot_partition__pb2.BalanceReply.FromString,
             options,
             channel_credentials,
             insecure,

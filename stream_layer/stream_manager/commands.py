@@ -66,6 +66,17 @@ class Concat:
 
 
 @dataclass(frozen=True)
+class CreateStreamFrom:
+    """A new stream holding exactly `extents` (pointers, in order): each must exist, none
+    may be open or deleted, none may repeat. Split and merge build the children's streams
+    with it inside one MultiModify (with FenceStream guards on the parents' streams and
+    DeleteStream of them), so either the parent's streams or the children's exist."""
+
+    name: str
+    extents: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class MultiModify:
     """Several changes applied atomically: all or none (split and merge use this)."""
 
