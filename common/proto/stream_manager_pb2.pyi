@@ -155,20 +155,22 @@ class CreateFromRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ..., extents: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class StreamOp(_message.Message):
-    __slots__ = ("create", "delete", "rename", "concat", "fence", "create_from")
+    __slots__ = ("create", "delete", "rename", "concat", "fence", "create_from", "retire")
     CREATE_FIELD_NUMBER: _ClassVar[int]
     DELETE_FIELD_NUMBER: _ClassVar[int]
     RENAME_FIELD_NUMBER: _ClassVar[int]
     CONCAT_FIELD_NUMBER: _ClassVar[int]
     FENCE_FIELD_NUMBER: _ClassVar[int]
     CREATE_FROM_FIELD_NUMBER: _ClassVar[int]
+    RETIRE_FIELD_NUMBER: _ClassVar[int]
     create: str
     delete: str
     rename: RenameRequest
     concat: ConcatRequest
     fence: FenceStreamRequest
     create_from: CreateFromRequest
-    def __init__(self, create: _Optional[str] = ..., delete: _Optional[str] = ..., rename: _Optional[_Union[RenameRequest, _Mapping]] = ..., concat: _Optional[_Union[ConcatRequest, _Mapping]] = ..., fence: _Optional[_Union[FenceStreamRequest, _Mapping]] = ..., create_from: _Optional[_Union[CreateFromRequest, _Mapping]] = ...) -> None: ...
+    retire: str
+    def __init__(self, create: _Optional[str] = ..., delete: _Optional[str] = ..., rename: _Optional[_Union[RenameRequest, _Mapping]] = ..., concat: _Optional[_Union[ConcatRequest, _Mapping]] = ..., fence: _Optional[_Union[FenceStreamRequest, _Mapping]] = ..., create_from: _Optional[_Union[CreateFromRequest, _Mapping]] = ..., retire: _Optional[str] = ...) -> None: ...
 
 class MultiModifyRequest(_message.Message):
     __slots__ = ("ops",)

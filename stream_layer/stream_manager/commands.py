@@ -77,6 +77,15 @@ class CreateStreamFrom:
 
 
 @dataclass(frozen=True)
+class RetireStream:
+    """Delete a stream and retire its name for good: CreateStream and CreateStreamFrom of a
+    retired name are refused (PreconditionFailed). A split or merge retires its parents'
+    streams, so a late Load of a parent can never bring it back empty."""
+
+    name: str
+
+
+@dataclass(frozen=True)
 class MultiModify:
     """Several changes applied atomically: all or none (split and merge use this)."""
 
