@@ -29,7 +29,8 @@ def test_a_run_write_lets_other_tasks_run_between_rows() -> None:
         memtable.put(record_key("acct", "log", n), encode_row(Row(n + 1, value=b"v" * 100)))
     stream = FakeStream()
     partition = SimpleNamespace(meta=PartitionMeta(1, KeyRange(b"", None)),
-                                streams={"row": stream}, limits=PartitionLimits())
+                                range=KeyRange(b"", None), streams={"row": stream},
+                                limits=PartitionLimits())
 
     async def scenario() -> tuple[int, int]:
         turns = 0
@@ -56,15 +57,19 @@ def test_a_run_write_lets_other_tasks_run_between_rows() -> None:
     assert turns >= rows // ROWS_PER_YIELD
 
 
+EVERYTHING = KeyRange(b"", None)
+
+
 class MemorySite:
     """A CheckpointSite on in-memory streams: the fields the checkpointer swaps and
     publishes, and a record of how it held the commits back."""
 
-    def __init__(self, limits: PartitionLimits) -> None:
-        self.id, self.limits = 7, limits
-        self.streams = {"row": FakeStream(), "meta": FakeStream()}
+    def __init__(self, limits: PartitionLimits, key_range: KeyRange = EVERYTHING,
+                 streams: dict[str, FakeStream] | None = None) -> None:
+        self.id, self.limits, self.range = 7, limits, key_range
+        self.streams = streams or {"row": FakeStream(), "meta": FakeStream()}
         self.memtable, self.frozen = Memtable(), None
-        self.meta: PartitionMeta | None = PartitionMeta(7, KeyRange(b"", None))
+        self.meta: PartitionMeta | None = PartitionMeta(7, key_range)
         self.readers: list[Run] = []
         self.row_cache = LruCache(1 << 20)
         self.indexes = IndexCache(1 << 20, self.streams["row"].read, block_cache(1 << 20))
