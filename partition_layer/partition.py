@@ -36,7 +36,7 @@ from common.errors import (
     StampError,
     Trimmed,
 )
-from partition_layer import keys
+from partition_layer import keys, size_split
 from partition_layer.cache import LruCache
 from partition_layer.checkpoint import Checkpointer
 from partition_layer.commit_log import CommitOp, Replayer, decode_batch
@@ -370,11 +370,13 @@ class RangePartition:
     # ---- load report for heartbeats ---------------------------------------------------------
 
     def load_report(self) -> dict[str, Any]:
+        """The window's figures, the size (runs through their views: size_split.py) and
+        `size_split_key` (bytes, b"" for none): where a split by size would cut."""
         window = self.stats.figures()
-        checkpointed = sum(r.info.data_bytes for r in self.readers)
+        checkpointed = size_split.partition_run_bytes(self)
         memtable = self.memtable.nbytes + (self.frozen.nbytes if self.frozen else 0)
         return {**window, "size_bytes": checkpointed + memtable, "memtable_bytes": memtable,
-                "runs": len(self.readers)}
+                "runs": len(self.readers), "size_split_key": size_split.size_split_key(self)}
 
 
 def _live(row: Row) -> Row | None:
