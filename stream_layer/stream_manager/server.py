@@ -17,6 +17,7 @@ from common import rpc
 from common.errors import AlreadyExists, InvalidArgument, NotLeader
 from common.proto import stream_manager_pb2 as pb
 from common.proto import stream_manager_pb2_grpc as pb_grpc
+from stream_layer import stream_ops
 from stream_layer.stream_manager import state as s
 from stream_layer.stream_manager.leader import StreamManagerLeader
 
@@ -136,13 +137,15 @@ class StreamManagerServicer(pb_grpc.StreamManagerServicer):
     @rpc.rpc_errors
     async def MultiModify(self, request: pb.MultiModifyRequest,
                           context: aio.ServicerContext) -> pb.MultiModifyReply:
+        """Apply the ops atomically (state.MultiModify). Goes straight to Raft: a `fence` op
+        is a guard (it raises or checks the writer epoch) and seals nothing, unlike the
+        FenceStream RPC. The reply lists the streams it named that exist after it."""
         self._require_leader()
         commands = [_stream_op(op) for op in request.ops]
-        results = await self.replica.propose(s.MultiModify(tuple(commands)))
-        named = {r.name: r for r in results if isinstance(r, s.Stream)}
-        alive = self.replica.read(lambda st: [n for n in named if n in st.streams])
-        return pb.MultiModifyReply(streams=[
-            self._stream_info(self.replica.read(lambda st, n=n: st.stream(n))) for n in alive])
+        await self.replica.propose(s.MultiModify(tuple(commands)))
+        names = list(dict.fromkeys(n for op in request.ops for n in stream_ops.named(op)))
+        alive = self.replica.read(lambda st: [st.streams[n] for n in names if n in st.streams])
+        return pb.MultiModifyReply(streams=[self._stream_info(v) for v in alive])
 
     # ---- listings, heartbeats, status -----------------------------------------------------
 
@@ -240,4 +243,10 @@ def _stream_op(op: pb.StreamOp) -> object:
         return s.RenameStream(op.rename.old, op.rename.new)
     if kind == "concat":
         return s.Concat(op.concat.target, op.concat.source)
+    if kind == "fence":
+        return s.FenceStream(op.fence.name, op.fence.epoch)
+    if kind == "create_from":
+        return s.CreateStreamFrom(op.create_from.name, tuple(op.create_from.extents))
+    if kind == "retire":
+        return s.RetireStream(op.retire)
     raise InvalidArgument("a multi-modify op names no change")
