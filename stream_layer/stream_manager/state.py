@@ -169,7 +169,7 @@ class StreamManagerState:
 
     # ---- handlers --------------------------------------------------------------------------
 
-    def _check_new_name(self, name: str) -> None:
+    def check_new_name(self, name: str) -> None:
         """A stream may be created under `name`: valid, not in use, never retired."""
         if not name or len(name.encode()) > STREAM_NAME_BYTES_MAX:
             raise InvalidArgument(f"a stream name has 1..{STREAM_NAME_BYTES_MAX} bytes")
@@ -180,7 +180,7 @@ class StreamManagerState:
                                      f"split or merged): it is never created again")
 
     def _create_stream(self, c: CreateStream) -> Stream:
-        self._check_new_name(c.name)
+        self.check_new_name(c.name)
         stream = Stream(c.name)
         self._put(self.streams, c.name, stream)
         return stream
@@ -189,7 +189,7 @@ class StreamManagerState:
         """A new stream of existing extents (shared, pointers only): each exists and is
         sealed or erasure-coded (an open extent has one writer's stream; a deleted one has
         no data), none repeats (a stream holds an extent once)."""
-        self._check_new_name(c.name)
+        self.check_new_name(c.name)
         if len(set(c.extents)) != len(c.extents):
             raise InvalidArgument(f"stream {c.name!r}: extents {list(c.extents)} repeat")
         for extent_id in c.extents:
@@ -212,7 +212,7 @@ class StreamManagerState:
 
     def _rename_stream(self, c: RenameStream) -> Stream:
         stream = self.stream(c.old)
-        self._check_new_name(c.new)
+        self.check_new_name(c.new)
         renamed = Stream(c.new, stream.extents, stream.writer_epoch)
         self._put(self.streams, c.new, renamed)
         self._remove(self.streams, c.old)
