@@ -184,8 +184,8 @@ def best_key(samples: Iterable[Sample], low: bytes, high: bytes | None,
              contained_max: float = CONTAINED_SCORE_MAX) -> tuple[bytes | None, str]:
     """(the best candidate strictly inside (low, high), why it won) or (None, why none did).
     Pure: the policy calls it on the samples a heartbeat carried."""
-    refused = {"outside the range": 0, "too few requests": 0, "unbalanced": 0,
-               "contained": 0}
+    refused = {"outside the range": 0, "too few requests": 0, "contained": 0,
+               "unbalanced": 0}
     best: Scores | None = None
     for sample in samples:
         s = scores(sample)
@@ -193,10 +193,10 @@ def best_key(samples: Iterable[Sample], low: bytes, high: bytes | None,
             refused["outside the range"] += 1
         elif s.requests < requests_min:
             refused["too few requests"] += 1
+        elif s.contained >= contained_max:  # first: a candidate only scans span is both
+            refused["contained"] += 1
         elif s.balance >= balance_max:
             refused["unbalanced"] += 1
-        elif s.contained >= contained_max:
-            refused["contained"] += 1
         elif best is None or s.balance + s.contained < best.balance + best.contained:
             best = s
     if best is None:
