@@ -161,14 +161,14 @@ class _Pass:
 
     def cool(self, p: PartitionSnapshot, what: str) -> bool:
         if p.changed_s_ago is not None and p.changed_s_ago < self.config.cooldown_s:
-            self.skipped.append(f"{what} {p.id}: changed {p.changed_s_ago:.1f} s ago, "
-                                f"cooldown {self.config.cooldown_s:g} s")
+            self.skipped.append(f"{what}: partition {p.id} changed {p.changed_s_ago:.1f} s "
+                                f"ago, cooldown {self.config.cooldown_s:g} s")
             return False
         return True
 
     def split(self, p: PartitionSnapshot, trigger: str, why: str) -> bool:
         """Plan a split of `p` (load: at its load key; size: at its size key)."""
-        if not self.room() or p.id in self.used or not self.cool(p, f"split {p.id}"):
+        if not self.room() or p.id in self.used or not self.cool(p, f"split {p.id} ({trigger})"):
             return False
         if self.count >= self.high_watermark:
             self.skipped.append(f"split {p.id} ({trigger}): {self.count} partitions, at the "
