@@ -45,7 +45,9 @@ class PartitionSnapshot:
     id: int
     low: bytes
     high: bytes | None
-    server: str  # "" while unassigned
+    # "" while unassigned; the PM also leaves it "" while an operation on the partition is
+    # pending, and the policy then leaves the partition alone.
+    server: str
     ops_per_s: float = 0.0
     bytes_per_s: float = 0.0
     p99_ms: float = 0.0
@@ -79,6 +81,10 @@ class Decision:
     skipped: tuple[str, ...]
 
 
+def mib(nbytes: float) -> str:
+    return f"{nbytes / 2**20:.1f} MiB"
+
+
 def key_name(key: bytes) -> str:
     """A split key as an operator types it: account/partition_name."""
     try:
@@ -109,7 +115,7 @@ class DefaultPolicy:
             return None, "no size key"
         if not (partition.low < key and (partition.high is None or key < partition.high)):
             return None, f"size key {key_name(key)} is outside the range"
-        return key, f"size key halving {partition.size_bytes} bytes"
+        return key, f"size key halving {mib(partition.size_bytes)}"
 
     def load_key(self, partition: PartitionSnapshot) -> tuple[bytes | None, str]:
         c = self.config
@@ -195,9 +201,9 @@ class _Pass:
             if not self.settled(p):
                 continue
             if p.ops_per_s >= c.split_ops_per_s_min or p.bytes_per_s >= c.split_bytes_per_s_min:
-                self.split(p, "load", f"{p.ops_per_s:.0f} ops/s, {p.bytes_per_s:.0f} B/s, "
+                self.split(p, "load", f"{p.ops_per_s:.0f} ops/s, {mib(p.bytes_per_s)}/s, "
                                       f"over {c.split_ops_per_s_min:g} ops/s or "
-                                      f"{c.split_bytes_per_s_min:g} B/s")
+                                      f"{mib(c.split_bytes_per_s_min)}/s")
 
     def balance(self) -> None:
         c = self.config
@@ -252,7 +258,8 @@ class _Pass:
         c = self.config
         for p in sorted(self.served, key=lambda p: -p.size_bytes):
             if p.size_bytes >= c.split_size_bytes_min and self.settled(p):
-                self.split(p, "size", f"{p.size_bytes} bytes, over {c.split_size_bytes_min}")
+                self.split(p, "size", f"{mib(p.size_bytes)}, over "
+                                      f"{mib(c.split_size_bytes_min)}")
 
     def merges(self) -> None:
         c = self.config
@@ -281,7 +288,7 @@ class _Pass:
                 return
             self.actions.append(Action("merge", (a.id, b.id), trigger="count", reason=(
                 f"partitions {a.id} and {b.id}: {a.ops_per_s:.1f} and {b.ops_per_s:.1f} "
-                f"ops/s, {a.size_bytes + b.size_bytes} bytes together; {self.count} "
+                f"ops/s, {mib(a.size_bytes + b.size_bytes)} together; {self.count} "
                 f"partitions, above the low watermark {self.low_watermark}")))
             self.used.update((a.id, b.id))
             self.count -= 1
