@@ -16,8 +16,9 @@ not in an action already):
 2. balance: while a PS's load (ops/s) is above mean * balance_load_ratio_max (and above the
    least loaded by balance_ops_per_s_min), it gives the partition whose move brings both
    nearest the mean to the least loaded PS; when no single move brings it within the ratio
-   and its hottest partition carries more than half the gap, that partition is split at its
-   load key instead (trigger "load"), and its halves are moved by a later pass;
+   and its hottest partition carries more than half the gap (but less than twice it, so that
+   moving a half narrows the gap), that partition is split at its load key instead (trigger
+   "load"), and a half is moved by a later pass;
 3. size: a partition of split_size_bytes_min or more is split at its size key ("size");
 4. count: while there are more partitions than the low watermark, the coldest adjacent pair
    of cold partitions is merged ("count").
@@ -235,10 +236,12 @@ class _Pass:
             if best is not None and fits:
                 self.move(best, src, dst, figures)
                 exhausted.discard(src)
-            elif hottest.ops_per_s > gap / 2 and self.split(
+            elif gap / 2 < hottest.ops_per_s < 2 * gap and self.split(
                     hottest, "load", f"{hottest.ops_per_s:.0f} ops/s; {figures}; no single "
                                      f"move balances"):
-                pass  # its halves move in a later pass
+                # Its halves move in a later pass. Coarser than the gap, or moving a half
+                # would not even narrow it: a split only adds partitions (and more splits).
+                pass
             elif best is not None:
                 self.move(best, src, dst, figures + "; the closest move")
                 exhausted.discard(src)

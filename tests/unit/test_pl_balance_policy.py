@@ -118,6 +118,13 @@ def test_a_skewed_pair_splits_the_hot_side_then_moves_a_half() -> None:
     assert actions == [("move", (4,), "ps-2", "load")]  # 1900 vs 2100: within 15%
 
 
+def test_a_small_imbalance_does_not_split_what_no_half_move_would_fix() -> None:
+    # 1160 vs 840: 16% over the mean, but a half of 580 moved would make it 580 vs 1420.
+    actions, skipped = decide(part(1, None, 128, ops=1160, samples=balanced_samples(50)),
+                              part(2, 128, None, server="ps-2", ops=840))
+    assert actions == [] and any("neither a move nor a split" in s for s in skipped)
+
+
 @pytest.mark.parametrize("loads", [(2100, 1900), (0.0, 60.0), (0.0, 0.0)])
 def test_balanced_or_idle_servers_are_left_alone(loads: tuple[float, float]) -> None:
     actions, _ = decide(part(1, None, 128, ops=loads[0], samples=balanced_samples(50)),
