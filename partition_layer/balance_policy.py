@@ -16,9 +16,9 @@ not in an action already):
 2. balance: while a PS's load (ops/s) is above mean * balance_load_ratio_max (and above the
    least loaded by balance_ops_per_s_min), it gives the partition whose move brings both
    nearest the mean to the least loaded PS; when no single move brings it within the ratio
-   and its hottest partition carries more than half the gap (but less than twice it, so that
-   moving a half narrows the gap), that partition is split at its load key instead (trigger
-   "load"), and a half is moved by a later pass;
+   and its hottest partition carries more than half the gap, that partition is cut at the
+   load key that gives one side half the gap (trigger "load": a half when the other PS is
+   idle), and that side is moved by a later pass;
 3. size: a partition of split_size_bytes_min or more is split at its size key ("size");
 4. count: while there are more partitions than the low watermark, the coldest adjacent pair
    of cold partitions is merged ("count").
@@ -118,11 +118,13 @@ class DefaultPolicy:
             return None, f"size key {key_name(key)} is outside the range"
         return key, f"size key halving {mib(partition.size_bytes)}"
 
-    def load_key(self, partition: PartitionSnapshot) -> tuple[bytes | None, str]:
+    def load_key(self, partition: PartitionSnapshot, share: float = 0.5
+                 ) -> tuple[bytes | None, str]:
+        """The load finder's key giving one side about `share` of the partition's load."""
         c = self.config
         return best_key(partition.samples, partition.low, partition.high,
                         c.finder_requests_min, c.finder_balance_score_max,
-                        c.finder_contained_score_max)
+                        c.finder_contained_score_max, share)
 
     def decide(self, snapshot: LoadSnapshot) -> Decision:
         if not snapshot.servers:
@@ -173,15 +175,17 @@ class _Pass:
             return False
         return True
 
-    def split(self, p: PartitionSnapshot, trigger: str, why: str) -> bool:
-        """Plan a split of `p` (load: at its load key; size: at its size key)."""
+    def split(self, p: PartitionSnapshot, trigger: str, why: str, share: float = 0.5) -> bool:
+        """Plan a split of `p` (load: at its load key, giving one side `share` of the load;
+        size: at its size key)."""
         if not self.room() or p.id in self.used or not self.cool(p, f"split {p.id} ({trigger})"):
             return False
         if self.count >= self.high_watermark:
             self.skipped.append(f"split {p.id} ({trigger}): {self.count} partitions, at the "
                                 f"high watermark {self.high_watermark}")
             return False
-        key, how = self.policy.load_key(p) if trigger == "load" else self.policy.size_key(p)
+        key, how = self.policy.load_key(p, share) if trigger == "load" else \
+            self.policy.size_key(p)
         if key is None:
             self.skipped.append(f"split {p.id} ({trigger}): {how}")
             return False
@@ -219,36 +223,48 @@ class _Pass:
             gap = self.load[src] - self.load[dst]
             if self.load[src] <= mean * c.balance_load_ratio_max or gap < c.balance_ops_per_s_min:
                 return
-            exhausted.add(src)
-            figures = (f"{src} {self.load[src]:.0f} ops/s, mean {mean:.0f}, "
-                       f"{dst} {self.load[dst]:.0f}")
-            mine = [p for p in self.served if p.server == src and p.id not in self.used
-                    and self.settled(p)]
-            if not mine:
-                self.skipped.append(f"balance {src}: {figures}; no settled partition to give")
-                continue
-            movable = [p for p in mine if 0.1 * gap <= p.ops_per_s < gap]
-            best = min(movable, key=lambda p: abs(p.ops_per_s - gap / 2), default=None)
-            hottest = max(mine, key=lambda p: p.ops_per_s)
-            fits = best is not None and max(self.load[src] - best.ops_per_s,
-                                            self.load[dst] + best.ops_per_s) \
-                <= mean * c.balance_load_ratio_max
-            if best is not None and fits:
-                self.move(best, src, dst, figures)
-                exhausted.discard(src)
-            elif gap / 2 < hottest.ops_per_s < 2 * gap and self.split(
-                    hottest, "load", f"{hottest.ops_per_s:.0f} ops/s; {figures}; no single "
-                                     f"move balances"):
-                # Its halves move in a later pass. Coarser than the gap, or moving a half
-                # would not even narrow it: a split only adds partitions (and more splits).
-                pass
-            elif best is not None:
-                self.move(best, src, dst, figures + "; the closest move")
-                exhausted.discard(src)
-            else:
-                self.skipped.append(f"balance {src}: {figures}; neither a move nor a split "
-                                    f"of partition {hottest.id} "
-                                    f"({hottest.ops_per_s:.0f} ops/s) helps")
+            if not self.relieve(src, dst, mean):
+                exhausted.add(src)
+
+    def recent(self, p: PartitionSnapshot) -> bool:
+        return p.changed_s_ago is not None and p.changed_s_ago < self.config.cooldown_s
+
+    def relieve(self, src: str, dst: str, mean: float) -> bool:
+        """Plan one move from `src` to `dst`, or a cut of src's hottest partition; True: a
+        move (src may give more in this pass)."""
+        gap = self.load[src] - self.load[dst]
+        figures = f"{src} {self.load[src]:.0f} ops/s, mean {mean:.0f}, {dst} {self.load[dst]:.0f}"
+        mine = [p for p in self.served if p.server == src and p.id not in self.used
+                and self.settled(p)]
+        if not mine:
+            self.skipped.append(f"balance {src}: {figures}; no settled partition to give")
+            return False
+        # A move narrows the gap by something (a tenth) and does not reverse it. One that
+        # leaves both within the tolerance is taken; a partition changed within the cooldown
+        # only if it lands within half of it (so noise in the figures does not move it back
+        # and forth).
+        tolerance = self.config.balance_load_ratio_max - 1.0
+        movable = [p for p in mine if 0.1 * gap <= p.ops_per_s < gap]
+        fitting = [p for p in movable
+                   if max(self.load[src] - p.ops_per_s, self.load[dst] + p.ops_per_s)
+                   <= mean * (1.0 + (tolerance / 2 if self.recent(p) else tolerance))]
+        hottest = max(mine, key=lambda p: p.ops_per_s)
+        if fitting:
+            self.move(min(fitting, key=lambda p: abs(p.ops_per_s - gap / 2)), src, dst, figures)
+            return True
+        if hottest.ops_per_s > gap / 2 and self.split(
+                hottest, "load", f"{hottest.ops_per_s:.0f} ops/s; {figures}; no single move "
+                                 f"balances: cut off about {gap / 2:.0f} ops/s",
+                share=min(0.5, gap / 2 / hottest.ops_per_s)):
+            return False  # the piece moves in a later pass
+        closest = [p for p in movable if not self.recent(p)]
+        if closest:
+            self.move(min(closest, key=lambda p: abs(p.ops_per_s - gap / 2)), src, dst,
+                      figures + "; the closest move")
+            return True
+        self.skipped.append(f"balance {src}: {figures}; neither a move nor a split of "
+                            f"partition {hottest.id} ({hottest.ops_per_s:.0f} ops/s) helps")
+        return False
 
     def move(self, p: PartitionSnapshot, src: str, dst: str, figures: str) -> None:
         self.actions.append(Action("move", (p.id,), server=dst, trigger="load", reason=(

@@ -159,3 +159,13 @@ def test_counters_match_counting_every_request(ops: list[tuple[int, int, bool]],
     samples, counted = finder.report()
     assert counted == len(requests)
     assert sorted(samples) == reference(requests, seed)
+
+
+@pytest.mark.parametrize(("share", "expected"), [(0.5, name(3)), (0.2, name(1)), (0.1, None)])
+def test_a_cut_for_a_share_of_the_load(share: float, expected: bytes | None) -> None:
+    # Left shares 0.2, 0.35 and 0.5: a half is name(3)'s; a fifth is name(1)'s (or the right
+    # of a 0.8 left); a tenth is nobody's within 25% of it.
+    samples = [(name(1), 200, 800, 0), (name(2), 350, 650, 0), (name(3), 500, 500, 0)]
+    assert best_key(samples, b"", None, share=share)[0] == expected
+    mirrored = [(key, right, left, c) for key, left, right, c in samples]
+    assert best_key(mirrored, b"", None, share=share)[0] == expected
