@@ -212,8 +212,9 @@ class PartitionManagerConfig:
     actions_per_pass_max: int = 3
     # No split or merge of a range a split, merge or move made or touched this recently: a
     # range just split is not merged back, nor a merged one split again (the churn Pravega and
-    # TiKV users reported). Longer than the PS's 15 s load window, so a decision reads
-    # figures measured wholly after the last change.
+    # TiKV users reported); and such a range moves again only to land well within the balance
+    # tolerance (noise in the figures does not move it back and forth). Longer than the PS's
+    # 15 s load window, so a split or merge reads figures measured wholly after the change.
     cooldown_s: float = 20.0
     # A partition made or moved this recently is left alone by every rule: its load is still
     # being measured (its stats start empty where it loads; heartbeats come every second).
