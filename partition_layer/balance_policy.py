@@ -14,8 +14,9 @@ not in an action already):
 1. hot: a partition at or above split_ops_per_s_min or split_bytes_per_s_min is split at its
    load key (trigger "load");
 2. balance: while a PS's load (ops/s) is above mean * balance_load_ratio_max (and above the
-   least loaded by balance_ops_per_s_min), it gives the partition whose move brings both
-   nearest the mean to the least loaded PS; when no single move brings it within the ratio
+   least loaded by balance_ops_per_s_min), it gives the least loaded PS the partition whose
+   move leaves both nearest the mean and within the ratio (a partition changed within the
+   cooldown: within half of it, so noise does not move it back); when no such move exists
    and its hottest partition carries more than half the gap, that partition is cut at the
    load key that gives one side half the gap (trigger "load": a half when the other PS is
    idle), and that side is moved by a later pass;
