@@ -45,6 +45,18 @@ def test_the_window_slides() -> None:
                                "p99_ms": 0.0, "samples": (), "requests_sampled": 0}
 
 
+def test_the_finder_reports_on_the_stats_clock_and_a_reading_changes_nothing() -> None:
+    clock = ManualClock()
+    stats = LoadStats(clock, window_s=10.0)
+    for i in range(300):
+        stats.sample_key(bytes([i % 7 + 1]))
+    first = stats.figures()
+    assert first == stats.figures() and first["requests_sampled"] == 300
+    assert len(first["samples"]) == 20
+    clock.advance(25.0)  # two finder windows without a request: the load faded
+    assert (stats.figures()["samples"], stats.figures()["requests_sampled"]) == ((), 0)
+
+
 def test_a_status_read_leaves_the_heartbeat_its_figures() -> None:
     """`stamp partition ls` (the Status RPC) and the heartbeat both call load_report."""
     from tests.unit.test_pl_committer import serving_partition
