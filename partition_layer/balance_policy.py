@@ -47,9 +47,7 @@ class PartitionSnapshot:
     id: int
     low: bytes
     high: bytes | None
-    # "" while unassigned; the PM also leaves it "" while an operation on the partition is
-    # pending, and the policy then leaves the partition alone.
-    server: str
+    server: str  # "" while unassigned
     ops_per_s: float = 0.0
     bytes_per_s: float = 0.0
     p99_ms: float = 0.0
@@ -59,6 +57,8 @@ class PartitionSnapshot:
     requests_sampled: int = 0
     size_split_key: bytes | None = None
     changed_s_ago: float | None = None  # since a split/merge/move made or touched it
+    # A split or merge of it is under way: its load counts on its server, it is left alone.
+    pending: bool = False
 
 
 @dataclass(frozen=True)
@@ -167,7 +167,9 @@ class _Pass:
         return len(self.actions) < self.config.actions_per_pass_max
 
     def settled(self, p: PartitionSnapshot) -> bool:
-        return p.changed_s_ago is None or p.changed_s_ago >= self.config.settle_s
+        """Measured since its last change, and not being changed now: every rule asks."""
+        return not p.pending and (p.changed_s_ago is None
+                                  or p.changed_s_ago >= self.config.settle_s)
 
     def cool(self, p: PartitionSnapshot, what: str) -> bool:
         if p.changed_s_ago is not None and p.changed_s_ago < self.config.cooldown_s:
@@ -331,11 +333,13 @@ def load_policy(config: PartitionManagerConfig) -> DefaultPolicy:
 
 
 def snapshot_from(current: PartitionMap, loads: Mapping[int, pb.PartitionLoad],
-                  live: Iterable[str], changed_at: Mapping[int, float], now: float
-                  ) -> LoadSnapshot:
+                  live: Iterable[str], changed_at: Mapping[int, float], now: float,
+                  pending: Iterable[int] = ()) -> LoadSnapshot:
     """The snapshot a policy decides on: the map's partitions in key order, each with the
     load its server's last heartbeat reported (zeros while it reports none or is not
-    serving) and the seconds since `changed_at` (unix or monotonic, as `now`)."""
+    serving), the seconds since `changed_at` (unix or monotonic, as `now`), and whether it
+    is in `pending` (a split or merge of it under way)."""
+    busy = set(pending)
     parts = []
     for entry in current.partitions:
         load = loads.get(entry.id)
@@ -343,7 +347,7 @@ def snapshot_from(current: PartitionMap, loads: Mapping[int, pb.PartitionLoad],
         ago = None if changed is None else max(0.0, now - changed)
         if load is None or load.state != "serving":
             parts.append(PartitionSnapshot(entry.id, entry.low, entry.high, entry.server,
-                                           changed_s_ago=ago))
+                                           changed_s_ago=ago, pending=entry.id in busy))
             continue
         parts.append(PartitionSnapshot(
             entry.id, entry.low, entry.high, entry.server, ops_per_s=load.ops_per_s,
@@ -351,5 +355,6 @@ def snapshot_from(current: PartitionMap, loads: Mapping[int, pb.PartitionLoad],
             size_bytes=load.size_bytes,
             samples=tuple((s.key, s.left, s.right, s.contained) for s in load.samples),
             requests_sampled=load.requests_sampled,
-            size_split_key=load.size_split_key or None, changed_s_ago=ago))
+            size_split_key=load.size_split_key or None, changed_s_ago=ago,
+            pending=entry.id in busy))
     return LoadSnapshot(tuple(sorted(set(live))), tuple(parts))

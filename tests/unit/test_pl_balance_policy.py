@@ -248,6 +248,18 @@ def test_at_most_actions_per_pass_and_never_one_partition_twice() -> None:
     assert len(ids) == len(set(ids))
 
 
+def test_a_partition_being_split_or_merged_is_left_alone_but_its_load_counts() -> None:
+    current = PartitionMap.bootstrap([name(128)]).assigned({1: "ps-1", 2: "ps-1"})
+    loads = {1: pb.PartitionLoad(partition_id=1, state="serving", ops_per_s=3000.0),
+             2: pb.PartitionLoad(partition_id=2, state="serving", ops_per_s=1000.0)}
+    snap = snapshot_from(current, loads, ["ps-1", "ps-2"], {}, now=0.0, pending=[2])
+    assert [p.pending for p in snap.partitions] == [False, True]
+    # ps-1 carries 4000 (the busy 1000 counted: without it, moving partition 1's 3000 would
+    # not narrow a gap of 3000); partition 2 would be the better move, but it is busy.
+    actions, _ = decide(*snap.partitions)
+    assert actions == [("move", (1,), "ps-2", "load")]
+
+
 def test_partitions_of_dead_servers_are_left_alone() -> None:
     actions, _ = decide(part(1, None, 128, server="ps-9", ops=4000,
                              samples=balanced_samples(60)),
@@ -377,7 +389,8 @@ def snapshots(draw: st.DrawFn) -> LoadSnapshot:
             ops=draw(st.sampled_from([0.0, 5.0, 300.0, 3000.0, 20_000.0])), samples=samples,
             size_bytes=draw(st.sampled_from([0, 10 * 2**30])),
             size_split_key=name(draw(st.integers(0, NAMES - 1))),
-            changed_s_ago=draw(st.sampled_from([None, 1.0, 10.0, 100.0]))))
+            changed_s_ago=draw(st.sampled_from([None, 1.0, 10.0, 100.0])),
+            pending=draw(st.booleans())))
     return LoadSnapshot(servers, tuple(parts))
 
 
@@ -396,7 +409,7 @@ def test_any_decision_is_within_its_limits(snapshot: LoadSnapshot, per_pass: int
     for action in decision.actions:
         assert action.reason and action.trigger in ("load", "size", "count")
         touched = [by_id[pid] for pid in action.partition_ids]
-        assert all(p.server in snapshot.servers for p in touched)
+        assert all(p.server in snapshot.servers and not p.pending for p in touched)
         assert all(p.changed_s_ago is None or p.changed_s_ago >= config.settle_s
                    for p in touched)
         if action.op == "split":
