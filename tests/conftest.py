@@ -48,13 +48,18 @@ def stamp_config(extent_nodes: int, stream_managers: int = 0,
                  lock_servers: int = 0, partition_managers: int = 0,
                  partition_servers: int = 0,
                  partition: dict[str, int] | None = None, front_ends: int = 0,
-                 front_end: dict[str, float] | None = None) -> StampConfig:
+                 front_end: dict[str, float] | None = None,
+                 partition_manager: dict[str, float] | None = None) -> StampConfig:
     """`extent_nodes` ENs in 3 fault domains (round robin), `stream_managers` SMs,
     `lock_servers` lock replicas, PMs, PSs and front ends, on free ports, with limits
-    overridden."""
+    overridden. The PM's balancing pass is off unless `partition_manager` turns it on: a
+    test that does not ask for splits and moves gets none (the processes read the same from
+    `config_toml`)."""
     base = default_config()
     return dataclasses.replace(
         base,
+        partition_manager=dataclasses.replace(base.partition_manager,
+                                              **pm_settings(partition_manager)),
         extent_node=dataclasses.replace(base.extent_node, **(extent_node or {})),
         stream_manager=dataclasses.replace(base.stream_manager, **(stream_manager or {})),
         partition=dataclasses.replace(base.partition, **(partition or {})),
@@ -72,9 +77,27 @@ def stamp_config(extent_nodes: int, stream_managers: int = 0,
                            for i in range(1, lock_servers + 1)))
 
 
-def config_toml(**sections: dict[str, int] | dict[str, float] | None) -> str:
-    return "".join(f"[{name}]\n" + "".join(f"{k} = {v}\n" for k, v in values.items())
+BALANCING_OFF = {"balance_interval_s": 0}
+
+
+def pm_settings(partition_manager: dict[str, float] | None) -> dict[str, float]:
+    """The partition manager settings of a test stamp: balancing off unless asked for."""
+    return {**BALANCING_OFF, **(partition_manager or {})}
+
+
+def config_toml(partition_manager: dict[str, float] | None = None,
+                **sections: dict[str, int] | dict[str, float] | None) -> str:
+    """A test stamp's config file: the given sections, and always `[partition_manager]`
+    (balancing off unless `partition_manager` says otherwise)."""
+    sections = {**sections, "partition_manager": pm_settings(partition_manager)}
+    return "".join(f"[{name}]\n" + "".join(f"{k} = {_toml(v)}\n" for k, v in values.items())
                    for name, values in sections.items() if values)
+
+
+def _toml(value: object) -> str:
+    if isinstance(value, tuple | list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return f'"{value}"' if isinstance(value, str) else str(value)
 
 
 @contextlib.contextmanager
@@ -97,7 +120,8 @@ def module_stamp(factory: pytest.TempPathFactory, name: str,
 def stamp_factory(tmp_path: Path) -> Iterator[Callable[..., LocalStamp]]:
     """Start a local stamp: factory(extent_nodes=3, stream_managers=0, extent_node={limits},
     stream_manager={limits}, lock_servers=0, partition_managers=0, partition_servers=0,
-    partition={limits}, front_ends=0, front_end={limits}) -> LocalStamp, started and
+    partition={limits}, front_ends=0, front_end={limits}, partition_manager={settings}:
+    balancing is off unless given) -> LocalStamp, started and
     healthy (with front ends: the admin account made, its connection string in
     `stamp.admin_connection_string_file`)."""
     stamps: list[LocalStamp] = []
@@ -107,18 +131,17 @@ def stamp_factory(tmp_path: Path) -> Iterator[Callable[..., LocalStamp]]:
              stream_manager: dict[str, int] | None = None, lock_servers: int = 0,
              partition_managers: int = 0, partition_servers: int = 0,
              partition: dict[str, int] | None = None, front_ends: int = 0,
-             front_end: dict[str, float] | None = None) -> LocalStamp:
+             front_end: dict[str, float] | None = None,
+             partition_manager: dict[str, float] | None = None) -> LocalStamp:
         config = stamp_config(extent_nodes, stream_managers, extent_node, stream_manager,
                               lock_servers, partition_managers, partition_servers, partition,
-                              front_ends, front_end)
-        config_path = None
-        if extent_node or stream_manager or partition or front_end:
-            config_path = tmp_path / f"stamp-{len(stamps)}.toml"
-            config_path.write_text(config_toml(extent_node=extent_node,
-                                               stream_manager=stream_manager,
-                                               partition=partition, front_end=front_end))
-        stamp = LocalStamp(tmp_path / f"stamp-{len(stamps)}", config,
-                           str(config_path) if config_path else None)
+                              front_ends, front_end, partition_manager)
+        config_path = tmp_path / f"stamp-{len(stamps)}.toml"
+        config_path.write_text(config_toml(extent_node=extent_node,
+                                           stream_manager=stream_manager,
+                                           partition=partition, front_end=front_end,
+                                           partition_manager=partition_manager))
+        stamp = LocalStamp(tmp_path / f"stamp-{len(stamps)}", config, str(config_path))
         stamps.append(stamp)
         stamp.up()
         return stamp
@@ -152,14 +175,12 @@ def lossy_stamp_factory(tmp_path: Path
 
     def make(config: StampConfig, extent_node: dict[str, int] | None = None
              ) -> tuple[LocalStamp, LossyMount]:
-        config_path = None
-        if extent_node:
-            config_path = tmp_path / f"lossy-{len(made)}.toml"
-            config_path.write_text(config_toml(extent_node=extent_node))
+        config_path = tmp_path / f"lossy-{len(made)}.toml"
+        config_path.write_text(config_toml(extent_node=extent_node))
         mount = LossyMount(tmp_path / f"backing-{len(made)}", tmp_path / f"lossy-{len(made)}",
                            always_durable=("server.log",))
         mount.start()
-        stamp = LocalStamp(mount.mountpoint, config, str(config_path) if config_path else None)
+        stamp = LocalStamp(mount.mountpoint, config, str(config_path))
         made.append((stamp, mount))
         stamp.up()
         return stamp, mount

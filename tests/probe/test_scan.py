@@ -22,7 +22,7 @@ from common.proto import partition_pb2 as pb
 from common.rpc import arm_remote
 from frontend.scan import encode_continuation, scan_pages
 from partition_layer.client import AsyncPartitionClient, PartitionClient
-from tests.conftest import stamp_config
+from tests.conftest import config_toml, stamp_config
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow
@@ -39,10 +39,7 @@ ROWS = 60
 def start_stamp(root: Path) -> LocalStamp:
     config = stamp_config(3, 3, lock_servers=3, partition_managers=1, partition_servers=2,
                           partition=PARTITION)  # type: ignore[arg-type]
-    toml = "[partition]\n" + "".join(
-        f"{k} = {list(v) if isinstance(v, tuple) else v}\n".replace("'", '"')
-        for k, v in PARTITION.items())
-    (root / "stamp.toml").write_text(toml)
+    (root / "stamp.toml").write_text(config_toml(partition=PARTITION))
     local = LocalStamp(root / "stamp", config, str(root / "stamp.toml"))
     local.up()
     # The PM assigns each partition to a server live when the map is made: spread them.

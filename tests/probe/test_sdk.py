@@ -38,7 +38,7 @@ from frontend.accounts import Account, AccountStore
 from frontend.client import Client
 from lock_service.client import LockClient
 from partition_layer.client import PartitionClient
-from tests.conftest import stamp_config
+from tests.conftest import config_toml, stamp_config
 from tests.front_end_raw import wait_for
 from tools.local_stamp import LocalStamp
 
@@ -65,8 +65,8 @@ def sdk_stamp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStamp]:
                           partition={"bootstrap_split_keys": SPLITS},  # type: ignore[dict-item]
                           front_ends=2)
     root = Path(tmp_path_factory.mktemp("sdk"))
-    (root / "stamp.toml").write_text("[partition]\nbootstrap_split_keys = [" + ", ".join(
-        f'"{key}"' for key in SPLITS) + "]\n")
+    (root / "stamp.toml").write_text(config_toml(
+        partition={"bootstrap_split_keys": SPLITS}))  # type: ignore[dict-item]
     stamp = LocalStamp(root / "stamp", config, str(root / "stamp.toml"))
     try:
         stamp.up()

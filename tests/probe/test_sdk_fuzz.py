@@ -34,7 +34,7 @@ from frontend import names, wire
 from frontend.accounts import Account, AccountStore
 from frontend.client import Client
 from lock_service.client import LockClient
-from tests.conftest import stamp_config
+from tests.conftest import config_toml, stamp_config
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow
@@ -50,7 +50,9 @@ CALL_TIMEOUT_S = 60.0
 def fuzz_stamp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStamp]:
     config = stamp_config(3, 1, lock_servers=3, partition_managers=1, partition_servers=1,
                           front_ends=1)
-    stamp = LocalStamp(Path(tmp_path_factory.mktemp("sdk-fuzz")) / "stamp", config)
+    root = Path(tmp_path_factory.mktemp("sdk-fuzz"))
+    (root / "stamp.toml").write_text(config_toml())
+    stamp = LocalStamp(root / "stamp", config, str(root / "stamp.toml"))
     try:
         stamp.up()
         yield stamp

@@ -12,15 +12,21 @@ from typing import Any
 from common.config import load_config
 from tools.local_stamp import LocalStamp
 
+# A bench measures one thing: the PM does not split or move partitions under it unless it
+# is the thing measured (`balancing=True`: stamp bench balance).
+BALANCING_OFF = "[partition_manager]\nbalance_interval_s = 0\n"
+
 
 def with_fresh_stamp(config_text: str, body: Callable[[LocalStamp], Any],
-                     progress: Callable[[str], None], *, stream_layer_only: bool) -> Any:
+                     progress: Callable[[str], None], *, stream_layer_only: bool,
+                     balancing: bool = False) -> Any:
     """Run `body(stamp)` on a new stamp of the default shape, overridden by `config_text`
-    (TOML); `stream_layer_only`: no lock service and no partition layer, which stream-layer
-    benches do not use."""
+    (TOML, without a [partition_manager] section); `stream_layer_only`: no lock service and
+    no partition layer, which stream-layer benches do not use; `balancing`: the PM's
+    balancing pass runs (off otherwise)."""
     with tempfile.TemporaryDirectory(prefix="stamp-bench-") as tmp:
         config_path = Path(tmp) / "bench.toml"
-        config_path.write_text(config_text)
+        config_path.write_text(config_text + ("" if balancing else "\n" + BALANCING_OFF))
         config = load_config(config_path).with_ephemeral_ports()
         if stream_layer_only:
             config = dataclasses.replace(config, lock_servers=(), partition_managers=(),
