@@ -6,13 +6,13 @@ forward to that server, and answer with the SDK's request id.
 The hot path — keys cached, the map known, the server answering — runs without a task or a
 coroutine per request: everything up to the forward is synchronous, the forward goes on the
 server's multiplexed session (partition_layer/session.py `send`) with a `_Forward` that the
-session answers, and that answers the SDK, as the server's response is read.
-Anything else (an uncached account, no map yet, NotOwner, a broken
-stream) takes the slow path, a task that awaits what it lacks and forwards through the
-partition client's `call`, which refreshes the map and retries. Retrying is safe: the SDK
-sets a token on every mutation (frontend/wire.py signs it), so a repeat is answered from
-the first attempt's outcome; a mutation without one is not repeated after an ambiguous
-failure (`retry_safe`), its error is the answer.
+session answers, and that answers the SDK, as the server's response is read. Anything else
+(an uncached account, no map yet, NotOwner, a broken stream) takes the slow path, a task
+that awaits what it lacks and forwards through the partition client's `call`, which
+refreshes the map and retries. Retrying is safe: the SDK sets a token on every mutation
+(frontend/wire.py signs it), so a repeat is answered from the first attempt's outcome; a
+mutation without one is not repeated after an ambiguous failure (`retry_safe`), its error
+is the answer.
 
 Contract: `start(request, reply)` calls `reply` exactly once with the request's Response
 (carrying the SDK's id): success, or the error's class name and message (common/errors.py),
