@@ -28,12 +28,19 @@ NAME_CHARS_MAX = 63
 NAME_ALPHABET = frozenset(string.ascii_lowercase + string.digits + "-")
 _ENDS = frozenset(string.ascii_lowercase + string.digits)
 
+# Names found valid, remembered (a name's validity never changes; a refusal is not kept):
+# the SDK and the front end check the same few names thousands of times a second.
+NAMES_CACHED_MAX = 65_536
+_valid: set[str] = set()
+
 RULES = (f"{NAME_CHARS_MIN} to {NAME_CHARS_MAX} characters: lowercase letters a-z, digits "
          f"and single hyphens, starting and ending with a letter or a digit")
 
 
 def check_name(kind: str, name: str) -> str:
     """`name` if it follows the rules above; else InvalidArgument naming the broken rule."""
+    if type(name) is str and name in _valid:
+        return name
     if not isinstance(name, str):
         raise InvalidArgument(f"{kind} name must be a string, not {type(name).__name__}")
     shown = name if len(name) <= NAME_CHARS_MAX + 8 else name[:NAME_CHARS_MAX] + "..."
@@ -50,6 +57,9 @@ def check_name(kind: str, name: str) -> str:
     if "--" in name:
         raise InvalidArgument(f"{kind} name {shown!r} has two hyphens in a row; hyphens "
                               f"are single ({RULES})")
+    if len(_valid) >= NAMES_CACHED_MAX:
+        _valid.clear()  # many distinct names: start over, stay bounded
+    _valid.add(str(name))  # a str subclass is remembered as the plain str it equals
     return name
 
 

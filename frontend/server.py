@@ -41,6 +41,55 @@ RESPONSES_PER_MESSAGE_MAX = 4096
 CALL_INFLIGHT_MAX = 20_000
 
 
+class _Replies:
+    """The answers of one Call stream not yet written, and its requests in flight.
+
+    `reply` only appends (it runs once per request, from the partition servers' sessions);
+    `write_all` writes whatever has gathered each time it wakes, in one message of at most
+    RESPONSES_PER_MESSAGE_MAX (a write waits for the one before: answers that come meanwhile
+    go out together), and ends once the client has closed its side and every request is
+    answered, or at once if reading failed (the stream is gone)."""
+
+    def __init__(self) -> None:
+        self.unanswered = 0
+        self.room = asyncio.Event()  # set while fewer than CALL_INFLIGHT_MAX // 2 in flight
+        self.room.set()
+        self._pending: list[pb.Response] = []
+        self._wake = asyncio.Event()
+        self._reading = True
+        self._abandoned = False
+
+    def reply(self, response: pb.Response) -> None:
+        self._pending.append(response)
+        self.unanswered -= 1
+        if self.unanswered <= CALL_INFLIGHT_MAX // 2:
+            self.room.set()
+        self._wake.set()
+
+    def reading_done(self, abandon: bool = False) -> None:
+        self._reading = False
+        self._abandoned = abandon
+        self._wake.set()
+
+    async def write_all(self, context: aio.ServicerContext) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if self._abandoned:
+                return
+            while self._pending:
+                batch = pb.ResponseBatch()
+                if len(self._pending) <= RESPONSES_PER_MESSAGE_MAX:
+                    batch.responses.extend(self._pending)
+                    self._pending.clear()
+                else:
+                    batch.responses.extend(self._pending[:RESPONSES_PER_MESSAGE_MAX])
+                    del self._pending[:RESPONSES_PER_MESSAGE_MAX]
+                await context.write(batch)
+            if not self._reading and self.unanswered <= 0:
+                return
+
+
 class FrontEndServicer(fe_grpc.FrontEndServicer):
     def __init__(self, front_end: FrontEnd, name: str, address: str) -> None:
         self.fe = front_end
@@ -50,43 +99,29 @@ class FrontEndServicer(fe_grpc.FrontEndServicer):
     async def Call(self, request_iterator: AsyncIterator[pb.RequestBatch],
                    context: aio.ServicerContext) -> None:
         """Many requests in flight on one stream; each answered when done, in any order."""
-        responses: asyncio.Queue[pb.Response | None] = asyncio.Queue()
-        unanswered = 0
-        all_answered = asyncio.Event()
-        all_answered.set()
-        room = asyncio.Event()  # set while fewer than CALL_INFLIGHT_MAX // 2 are in flight
-        room.set()
-
-        def reply(response: pb.Response) -> None:
-            nonlocal unanswered
-            responses.put_nowait(response)
-            unanswered -= 1
-            if unanswered <= CALL_INFLIGHT_MAX // 2:
-                room.set()
-                if not unanswered:
-                    all_answered.set()
-
-        async def read_requests() -> None:
-            nonlocal unanswered
-            try:
-                async for batch in request_iterator:
-                    for request in batch.requests:
-                        unanswered += 1
-                        all_answered.clear()
-                        self.fe.start(request, reply)
-                    if unanswered >= CALL_INFLIGHT_MAX:
-                        room.clear()
-                        await room.wait()
-                await all_answered.wait()  # every request is answered before the stream ends
-            finally:
-                responses.put_nowait(None)
-
-        reader = asyncio.get_running_loop().create_task(read_requests())
+        replies = _Replies()
+        reader = asyncio.get_running_loop().create_task(
+            self._read_requests(request_iterator, replies))
         try:
-            await rpc.write_queued(responses, context, pb.ResponseBatch, "responses",
-                                   items_max=RESPONSES_PER_MESSAGE_MAX)
+            await replies.write_all(context)
         finally:
             reader.cancel()
+
+    async def _read_requests(self, request_iterator: AsyncIterator[pb.RequestBatch],
+                             replies: _Replies) -> None:
+        """Start every request of the stream, holding back past CALL_INFLIGHT_MAX."""
+        try:
+            async for batch in request_iterator:
+                replies.unanswered += len(batch.requests)
+                for request in batch.requests:
+                    self.fe.start(request, replies.reply)
+                if replies.unanswered >= CALL_INFLIGHT_MAX:
+                    replies.room.clear()
+                    await replies.room.wait()
+        except BaseException:
+            replies.reading_done(abandon=True)  # the stream broke: answers go nowhere
+            raise
+        replies.reading_done()
 
     @rpc.rpc_errors
     async def Subscribe(self, request: pb.SubscribeRequest,

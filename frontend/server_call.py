@@ -4,14 +4,15 @@ throttle (frontend/throttle.py) for the partition server its key routes to, clea
 forward to that server, and answer with the SDK's request id.
 
 The hot path — keys cached, the map known, the server answering — runs without a task or a
-coroutine per request: everything up to the forward is synchronous, the forward is a future
-on the server's multiplexed session (partition_layer/session.py `submit`), and its done
-callback answers. Anything else (an uncached account, no map yet, NotOwner, a broken
-stream) takes the slow path, a task that awaits what it lacks and forwards through the
-partition client's `call`, which refreshes the map and retries. Retrying is safe: the SDK
-sets a token on every mutation (frontend/wire.py signs it), so a repeat is answered from
-the first attempt's outcome; a mutation without one is not repeated after an ambiguous
-failure (`retry_safe`), its error is the answer.
+coroutine per request: everything up to the forward is synchronous, the forward goes on the
+server's multiplexed session (partition_layer/session.py `send`) with a `_Forward` that the
+session answers, and that answers the SDK, as the server's response is read. Anything else
+(an uncached account, no map yet, NotOwner, a broken stream) takes the slow path, a task
+that awaits what it lacks and forwards through the partition client's `call`, which
+refreshes the map and retries. Retrying is safe: the SDK sets a token on every mutation
+(frontend/wire.py signs it), so a repeat is answered from the first attempt's outcome; a
+mutation without one is not repeated after an ambiguous failure (`retry_safe`), its error
+is the answer.
 
 Contract: `start(request, reply)` calls `reply` exactly once with the request's Response
 (carrying the SDK's id): success, or the error's class name and message (common/errors.py),
@@ -25,7 +26,6 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 
 from common.config import FrontEndLimits, PartitionLimits
 from common.errors import (
@@ -89,6 +89,34 @@ class Counters:
             self.throttled += 1
 
 
+class _Forward:
+    """One request forwarded on the hot path: the session's Waiter for its answer
+    (partition_layer/session.py `send`), which hands it to `FrontEnd._forwarded` at once —
+    no future, done callback or loop turn per request."""
+
+    __slots__ = ("_done", "front_end", "nbytes", "reply", "request", "sdk_id")
+
+    def __init__(self, front_end: FrontEnd, request: pb.Request, sdk_id: int, nbytes: int,
+                 reply: Reply) -> None:
+        self.front_end = front_end
+        self.request = request
+        self.sdk_id = sdk_id
+        self.nbytes = nbytes
+        self.reply = reply
+        self._done = False
+
+    def done(self) -> bool:
+        return self._done
+
+    def set_result(self, response: pb.Response) -> None:
+        self._done = True
+        self.front_end._forwarded(self, response, None)
+
+    def set_exception(self, exc: BaseException) -> None:
+        self._done = True
+        self.front_end._forwarded(self, None, exc)
+
+
 class FrontEnd:
     """A front end's request path; one per process, shared by every stream."""
 
@@ -134,24 +162,25 @@ class FrontEnd:
             reply(self._failure(sdk_id, exc))
             return
         request.ClearField("auth")  # partition servers never see credentials
-        future = self.client.session(address).submit(request, ATTEMPT_TIMEOUT_S, nbytes)
-        future.add_done_callback(partial(self._forwarded, request, sdk_id, nbytes, reply))
+        self.client.session(address).send(request, ATTEMPT_TIMEOUT_S, nbytes,
+                                          _Forward(self, request, sdk_id, nbytes, reply))
 
-    def _forwarded(self, request: pb.Request, sdk_id: int, nbytes: int, reply: Reply,
-                   future: asyncio.Future[pb.Response]) -> None:
-        if not future.cancelled():
-            exc = future.exception()
-            if exc is None:
-                response = future.result()
-                if response.error != NotOwner.__name__:
-                    response.id = sdk_id
-                    reply(response)
-                    return
-            elif not isinstance(exc, Unavailable | DeadlineExceeded) or not retry_safe(request):
-                reply(self._failure(sdk_id, exc))
+    def _forwarded(self, forward: _Forward, response: pb.Response | None,
+                   exc: BaseException | None) -> None:
+        """The hot path's answer from the partition server (or its failure)."""
+        if exc is None:
+            assert response is not None
+            if response.error != NotOwner.__name__:
+                response.id = forward.sdk_id
+                forward.reply(response)
                 return
+        elif not isinstance(exc, Unavailable | DeadlineExceeded) or not retry_safe(
+                forward.request):
+            forward.reply(self._failure(forward.sdk_id, exc))
+            return
         # Not the owner (the map moved on) or the stream broke: retry through the client.
-        self._spawn(self._forward(request, sdk_id, nbytes, reply, refresh=True))
+        self._spawn(self._forward(forward.request, forward.sdk_id, forward.nbytes,
+                                  forward.reply, refresh=True))
 
     # ---- the slow path ----------------------------------------------------------------------
 

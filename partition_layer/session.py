@@ -8,6 +8,10 @@ stream go out on the next one. `close` fails every call not yet answered, sent o
 queued, with Unavailable, and so every call submitted after it. `submit` is the same without
 a coroutine: it returns the future `call` awaits (the front end forwards thousands of
 requests a second and a task per request would cost it more than the forwarding).
+`send` is `submit` for a caller that brings its own `Waiter` (a front end's forward, which
+must be answered whatever happens): its `set_result` or `set_exception` is called exactly
+once, from the session's own tasks, as the future's would be — without a future, its done
+callbacks and the loop turn each of them costs (a front end forwards every request).
 `on_pressure`, if given, is called with every ServerPressure the server reports on the
 stream (front-end throttling, §6).
 """
@@ -19,7 +23,7 @@ import itertools
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TypeAlias
+from typing import Protocol, TypeAlias
 
 import grpc
 
@@ -35,6 +39,17 @@ WATCHDOG_INTERVAL_S = 0.05
 PressureHook: TypeAlias = Callable[[pb.ServerPressure], None]
 
 
+class Waiter(Protocol):
+    """What waits for one request's answer: an asyncio.Future, or a caller's own object
+    (`send`). Once done, neither method is called again."""
+
+    def done(self) -> bool: ...
+
+    def set_result(self, response: pb.Response, /) -> None: ...
+
+    def set_exception(self, error: BaseException, /) -> None: ...
+
+
 class CallSession:
     def __init__(self, address: str, stub: Callable[[], pb_grpc.PartitionServerStub],
                  on_pressure: PressureHook | None = None) -> None:
@@ -43,7 +58,7 @@ class CallSession:
         self._on_pressure = on_pressure
         self._ids = itertools.count(1)
         self._queue: deque[tuple[pb.Request, int]] = deque()
-        self._waiting: dict[int, asyncio.Future[pb.Response]] = {}
+        self._waiting: dict[int, Waiter] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         # request id -> (deadline, timeout): one watchdog for them all, not a timer per call
@@ -61,22 +76,28 @@ class CallSession:
                ) -> asyncio.Future[pb.Response]:
         """Queue `request` (its id is replaced by this session's) and return the future of
         its Response, failed as `call` raises; cancelling the future abandons the call."""
-        request_id = request.id = next(self._ids)
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[pb.Response] = loop.create_future()
-        if self._closed:
-            future.set_exception(Unavailable(f"{self.address}: the session is closed"))
-            return future
-        self._waiting[request_id] = future
-        self._deadlines[request_id] = (time.monotonic() + timeout_s, timeout_s)
+        future: asyncio.Future[pb.Response] = asyncio.get_running_loop().create_future()
+        request_id = self.send(request, timeout_s, nbytes, future)
+        # A future its caller cancelled is forgotten now, not at its deadline.
         future.add_done_callback(lambda _: self._forget(request_id))
+        return future
+
+    def send(self, request: pb.Request, timeout_s: float, nbytes: int, waiter: Waiter) -> int:
+        """Queue `request` (its id is replaced by this session's, which is returned);
+        `waiter` is answered as `submit`'s future would be (module docstring)."""
+        request_id = request.id = next(self._ids)
+        if self._closed:
+            waiter.set_exception(Unavailable(f"{self.address}: the session is closed"))
+            return request_id
+        self._waiting[request_id] = waiter
+        self._deadlines[request_id] = (time.monotonic() + timeout_s, timeout_s)
         self._queue.append((request, nbytes))
         self._wake.set()
         if self._task is None:
-            self._task = loop.create_task(self._run())
+            self._task = asyncio.get_running_loop().create_task(self._run())
         if self._watchdog is None:
-            self._watchdog = loop.create_task(self._expire())
-        return future
+            self._watchdog = asyncio.get_running_loop().create_task(self._expire())
+        return request_id
 
     def _forget(self, request_id: int) -> None:
         self._waiting.pop(request_id, None)
@@ -88,9 +109,12 @@ class CallSession:
             await asyncio.sleep(WATCHDOG_INTERVAL_S)
             now = time.monotonic()
             for request_id, (deadline, timeout_s) in list(self._deadlines.items()):
-                future = self._waiting.get(request_id) if deadline <= now else None
-                if future is not None and not future.done():
-                    future.set_exception(DeadlineExceeded(
+                if deadline > now:
+                    continue
+                del self._deadlines[request_id]
+                waiter = self._waiting.pop(request_id, None)
+                if waiter is not None and not waiter.done():
+                    waiter.set_exception(DeadlineExceeded(
                         f"{self.address} did not answer within {timeout_s:g}s"))
         self._watchdog = None
 
@@ -112,8 +136,8 @@ class CallSession:
                     while self._queue and (size == 0 or size + self._queue[0][1]
                                            <= BATCH_BYTES_MAX):
                         request, nbytes = self._queue.popleft()
-                        future = self._waiting.get(request.id)
-                        if future is None or future.done():
+                        waiter = self._waiting.get(request.id)
+                        if waiter is None or waiter.done():
                             continue  # its caller gave up already
                         size += nbytes
                         batch.requests.append(request)
@@ -132,17 +156,20 @@ class CallSession:
             reader.cancel()
             self._task = None
             for request_id in [r for r in self._waiting if r <= last_sent]:
-                future = self._waiting.pop(request_id)
-                if not future.done():
-                    future.set_exception(Unavailable(f"{self.address}: {error}"))
+                waiter = self._waiting.pop(request_id)
+                self._deadlines.pop(request_id, None)
+                if not waiter.done():
+                    waiter.set_exception(Unavailable(f"{self.address}: {error}"))
             if self._queue and last_sent:
                 self._task = asyncio.get_running_loop().create_task(self._run())
             elif self._queue:
                 # Nothing got through: the server is unreachable. Fail the rest too.
                 while self._queue:
-                    future = self._waiting.pop(self._queue.popleft()[0].id, None)
-                    if future is not None and not future.done():
-                        future.set_exception(Unavailable(f"{self.address}: {error}"))
+                    request_id = self._queue.popleft()[0].id
+                    waiter = self._waiting.pop(request_id, None)
+                    self._deadlines.pop(request_id, None)
+                    if waiter is not None and not waiter.done():
+                        waiter.set_exception(Unavailable(f"{self.address}: {error}"))
 
     async def _read(self, call: grpc.aio.StreamStreamCall) -> None:
         try:
@@ -150,9 +177,10 @@ class CallSession:
                 if self._on_pressure is not None and batch.HasField("pressure"):
                     self._on_pressure(batch.pressure)
                 for response in batch.responses:
-                    future = self._waiting.pop(response.id, None)
-                    if future is not None and not future.done():
-                        future.set_result(response)
+                    waiter = self._waiting.pop(response.id, None)
+                    self._deadlines.pop(response.id, None)
+                    if waiter is not None and not waiter.done():
+                        waiter.set_result(response)
         except grpc.RpcError:
             pass
         finally:
@@ -170,6 +198,6 @@ class CallSession:
         self._queue.clear()
         waiting, self._waiting = self._waiting, {}
         self._deadlines.clear()
-        for future in waiting.values():
-            if not future.done():
-                future.set_exception(Unavailable(f"{self.address}: the session is closed"))
+        for waiter in waiting.values():
+            if not waiter.done():
+                waiter.set_exception(Unavailable(f"{self.address}: the session is closed"))

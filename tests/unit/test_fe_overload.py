@@ -17,6 +17,7 @@ from frontend.auth import Authenticator
 from frontend.server_call import FrontEnd
 from frontend.throttle import AccountThrottle
 from partition_layer.payload_crc import payload_crcs
+from partition_layer.session import Waiter
 
 KEYS = {"noisy": (b"n" * 32, b"m" * 32), "quiet": (b"q" * 32, b"r" * 32)}
 
@@ -25,12 +26,10 @@ class FakeSession:
     def __init__(self) -> None:
         self.forwarded: list[pb.Request] = []
 
-    def submit(self, request: pb.Request, timeout_s: float, nbytes: int
-               ) -> asyncio.Future[pb.Response]:
+    def send(self, request: pb.Request, timeout_s: float, nbytes: int, waiter: Waiter) -> int:
         self.forwarded.append(request)
-        future: asyncio.Future[pb.Response] = asyncio.get_running_loop().create_future()
-        future.set_result(pb.Response(id=999, first_seq=len(self.forwarded)))
-        return future
+        waiter.set_result(pb.Response(id=999, first_seq=len(self.forwarded)))
+        return 999
 
 
 class FakeClient:

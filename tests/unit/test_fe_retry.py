@@ -17,6 +17,7 @@ from frontend.auth import Authenticator
 from frontend.server_call import FrontEnd, retry_safe
 from frontend.throttle import AccountThrottle
 from partition_layer.payload_crc import payload_crcs
+from partition_layer.session import Waiter
 
 KEY = b"k" * 32
 
@@ -27,14 +28,12 @@ class FailingSession:
     def __init__(self, outcome: str) -> None:
         self.outcome = outcome
 
-    def submit(self, request: pb.Request, timeout_s: float, nbytes: int
-               ) -> asyncio.Future[pb.Response]:
-        future: asyncio.Future[pb.Response] = asyncio.get_running_loop().create_future()
+    def send(self, request: pb.Request, timeout_s: float, nbytes: int, waiter: Waiter) -> int:
         if self.outcome == "broken":
-            future.set_exception(Unavailable("stream to ps-1 broke"))
+            waiter.set_exception(Unavailable("stream to ps-1 broke"))
         else:
-            future.set_result(pb.Response(id=request.id, error=NotOwner.__name__))
-        return future
+            waiter.set_result(pb.Response(id=request.id, error=NotOwner.__name__))
+        return request.id
 
 
 class RetryingClient:

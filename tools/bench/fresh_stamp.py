@@ -1,5 +1,6 @@
 """A whole stamp of its own for one benchmark: in a temporary directory, on free ports,
-stopped (SIGTERM, then SIGKILL) when the bench is done or interrupted."""
+stopped (SIGTERM, then SIGKILL) when the bench is done or interrupted, or when it fails to
+come up."""
 
 from __future__ import annotations
 
@@ -35,8 +36,10 @@ def with_fresh_stamp(config_text: str, body: Callable[[LocalStamp], Any],
         else:
             progress("starting a stamp: 3 lock, 3 SM, 9 EN, 2 PM, 2 PS")
         stamp = LocalStamp(Path(tmp) / "stamp", config, str(config_path))
-        stamp.up()
         try:
+            # Inside the try: a stamp that fails to come up (a port taken meanwhile, on a
+            # shared machine) has its processes started so far stopped, not orphaned.
+            stamp.up()
             return body(stamp)
         finally:
             stamp.down()

@@ -32,7 +32,17 @@ Progress = Callable[[str], None]
 Append = Callable[[str, Sequence[bytes]], Awaitable[int]]
 RECORD_BYTES = 1 * KiB
 LOADS = ((1, 1), (32, 1), (32, 100))  # (appenders, records per append)
-TURNS = 2  # each path runs this many times per load, alternating
+# Each path runs in turns of about PHASE_S, alternating, at least TURNS_MIN of each: this
+# machine's speed drifts within seconds (other processes come and go), and short turns put
+# both paths under the same conditions. The logs are the same from turn to turn (a new log
+# costs its first append more).
+PHASE_S = 1.0
+TURNS_MIN = 2
+
+
+def turns_for(seconds: float) -> int:
+    """How many turns each path gets in `seconds` of its own."""
+    return max(TURNS_MIN, round(seconds / PHASE_S))
 ADMIN_FILE = "admin-connection-string"
 
 
@@ -77,13 +87,14 @@ async def _fe_append(stamp: LocalStamp, seconds: float, progress: Progress
         for clients, batch in LOADS:
             found: dict[str, list[tuple[int, list[float], float]]] = {p: [] for p in paths}
             fe_cpu_s = 0.0
-            for turn in range(TURNS):
+            turns = turns_for(seconds)
+            for turn in range(turns):
                 for name, append in paths.items():
-                    progress(f"{clients}x{batch} via {name}, turn {turn + 1}/{TURNS}, "
-                             f"{seconds / TURNS:g} s")
+                    progress(f"{clients}x{batch} via {name}, turn {turn + 1}/{turns}, "
+                             f"{seconds / turns:g} s")
                     before = sum(cpu_seconds(pid) for pid in fe_pids)
-                    found[name].append(await _phase(append, f"{name}-{turn}", clients, batch,
-                                                    seconds / TURNS))
+                    found[name].append(await _phase(append, name, clients, batch,
+                                                    seconds / turns))
                     if name == "sdk":
                         fe_cpu_s += sum(cpu_seconds(pid) for pid in fe_pids) - before
             rows.extend(_rows(found, clients, batch, fe_cpu_s))
