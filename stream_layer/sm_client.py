@@ -109,6 +109,10 @@ class AsyncStreamManagerClient:
         return await self.call("Concat", pb.ConcatRequest(target=target, source=source))
 
     async def multi_modify(self, ops: Sequence[pb.StreamOp]) -> list[pb.StreamInfo]:
+        """Apply `ops` (build them with stream_layer.stream_ops) all or none; returns the
+        streams they named that exist afterwards. A refusal (Fenced, NotFound, ...) raises
+        and changes nothing; a transport failure leaves it unknown whether it applied: look
+        (e.g. whether a stream it creates exists)."""
         return list((await self.call("MultiModify", pb.MultiModifyRequest(ops=ops))).streams)
 
     async def list_extents(self) -> list[pb.ExtentInfo]:

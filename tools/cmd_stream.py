@@ -52,8 +52,19 @@ def _client(args: argparse.Namespace) -> Any:
 
 
 def _extents(info: Any) -> list[dict[str, Any]]:
+    """A stream's extents; in listings each names the streams holding it (`streams`)."""
     return [{"extent_id": e.extent_id, "state": e.state, "sealed_length": e.sealed_length,
-             "replicas": list(e.replicas)} for e in info.extents]
+             "replicas": list(e.replicas), "streams": list(e.streams)} for e in info.extents]
+
+
+def shared_with(row: dict[str, Any]) -> str:
+    """'-', or how many of the stream's extents other streams hold too, and which streams
+    (a split's children share their parent's extents until they rewrite them)."""
+    others = sorted({name for e in row["extents"] for name in e["streams"]} - {row["name"]})
+    if not others:
+        return "-"
+    shared = sum(1 for e in row["extents"] if set(e["streams"]) - {row["name"]})
+    return f"{shared} shared with {','.join(others)}"
 
 
 def cmd_create(args: argparse.Namespace) -> int:
@@ -100,15 +111,19 @@ def cmd_ls(args: argparse.Namespace) -> int:
         streams = client.list_streams(args.prefix)
     rows = [{"name": s.name, "extents": _extents(s)} for s in streams]
     if args.json:
+        for row in rows:
+            row["shared_extents"] = sum(1 for e in row["extents"]
+                                        if set(e["streams"]) - {row["name"]})
         print(json.dumps(rows, indent=2))
         return 0
-    print(f"{'STREAM':<32} {'EXTENTS':>7} {'SEALED BYTES':>13}  LAST EXTENT")
+    print(f"{'STREAM':<32} {'EXTENTS':>7} {'SEALED BYTES':>13}  {'LAST EXTENT':<32} SHARED")
     for row in rows:
         last = row["extents"][-1] if row["extents"] else None
         sealed = sum(e["sealed_length"] for e in row["extents"])
         where = f"{last['extent_id']} {last['state']} on {','.join(last['replicas'])}" \
             if last else "-"
-        print(f"{row['name']:<32} {len(row['extents']):>7} {sealed:>13}  {where}")
+        print(f"{row['name']:<32} {len(row['extents']):>7} {sealed:>13}  {where:<32} "
+              f"{shared_with(row)}")
     return 0
 
 

@@ -14,9 +14,10 @@ from typing import TypeVar
 from grpc import aio
 
 from common import rpc
-from common.errors import AlreadyExists, InvalidArgument, NotLeader
+from common.errors import InvalidArgument, NotLeader
 from common.proto import stream_manager_pb2 as pb
 from common.proto import stream_manager_pb2_grpc as pb_grpc
+from stream_layer import stream_ops
 from stream_layer.stream_manager import state as s
 from stream_layer.stream_manager.leader import StreamManagerLeader
 
@@ -59,10 +60,14 @@ class StreamManagerServicer(pb_grpc.StreamManagerServicer):
                              ec_k=extent.ec_k, ec_m=extent.ec_m, ec_cuts=extent.ec_cuts,
                              ec_crcs=extent.ec_crcs)
 
-    def _stream_info(self, stream: s.Stream) -> pb.StreamInfo:
+    def _stream_info(self, stream: s.Stream,
+                     holders: Mapping[int, Sequence[str]] | None = None) -> pb.StreamInfo:
+        """`stream` as the RPCs answer it; with `holders` (a listing's), each extent names
+        every stream holding it (a split's children share their parent's extents)."""
         return self.replica.read(lambda st: pb.StreamInfo(
             name=stream.name, writer_epoch=stream.writer_epoch,
-            extents=[self._extent_info(st, st.extent(e)) for e in stream.extents]))
+            extents=[self._extent_info(st, st.extent(e), (holders or {}).get(e, ()))
+                     for e in stream.extents]))
 
     # ---- streams --------------------------------------------------------------------------
 
@@ -71,8 +76,9 @@ class StreamManagerServicer(pb_grpc.StreamManagerServicer):
                            context: aio.ServicerContext) -> pb.StreamInfo:
         """A new stream with its first extent already open, ready for appends."""
         self._require_leader()
-        if self.replica.read(lambda st: request.name in st.streams):
-            raise AlreadyExists(f"stream {request.name!r} exists")
+        # Refuse a name in use, retired or invalid before an extent is made for it (the
+        # commit checks again: the state may change meanwhile).
+        self.replica.read(lambda st: st.check_new_name(request.name))
         extent_id, replicas = await self.leader.new_extent()
         results = await self.replica.propose(s.MultiModify((
             s.CreateStream(request.name),
@@ -101,10 +107,10 @@ class StreamManagerServicer(pb_grpc.StreamManagerServicer):
     @rpc.rpc_errors
     async def ListStreams(self, request: pb.ListStreamsRequest,
                           context: aio.ServicerContext) -> pb.ListStreamsReply:
-        streams = await self._confirmed_read(lambda st: sorted(
+        streams, holders = await self._confirmed_read(lambda st: (sorted(
             (v for k, v in st.streams.items() if k.startswith(request.prefix)),
-            key=lambda v: v.name))
-        return pb.ListStreamsReply(streams=[self._stream_info(v) for v in streams])
+            key=lambda v: v.name), _holders(st)))
+        return pb.ListStreamsReply(streams=[self._stream_info(v, holders) for v in streams])
 
     @rpc.rpc_errors
     async def SealAndAdd(self, request: pb.SealAndAddRequest,
@@ -136,13 +142,15 @@ class StreamManagerServicer(pb_grpc.StreamManagerServicer):
     @rpc.rpc_errors
     async def MultiModify(self, request: pb.MultiModifyRequest,
                           context: aio.ServicerContext) -> pb.MultiModifyReply:
+        """Apply the ops atomically (state.MultiModify). Goes straight to Raft: a `fence` op
+        is a guard (it raises or checks the writer epoch) and seals nothing, unlike the
+        FenceStream RPC. The reply lists the streams it named that exist after it."""
         self._require_leader()
         commands = [_stream_op(op) for op in request.ops]
-        results = await self.replica.propose(s.MultiModify(tuple(commands)))
-        named = {r.name: r for r in results if isinstance(r, s.Stream)}
-        alive = self.replica.read(lambda st: [n for n in named if n in st.streams])
-        return pb.MultiModifyReply(streams=[
-            self._stream_info(self.replica.read(lambda st, n=n: st.stream(n))) for n in alive])
+        await self.replica.propose(s.MultiModify(tuple(commands)))
+        names = list(dict.fromkeys(n for op in request.ops for n in stream_ops.named(op)))
+        alive = self.replica.read(lambda st: [st.streams[n] for n in names if n in st.streams])
+        return pb.MultiModifyReply(streams=[self._stream_info(v) for v in alive])
 
     # ---- listings, heartbeats, status -----------------------------------------------------
 
@@ -152,11 +160,8 @@ class StreamManagerServicer(pb_grpc.StreamManagerServicer):
         self._require_leader()
 
         def listing(st: s.StreamManagerState) -> list[pb.ExtentInfo]:
-            owners: dict[int, list[str]] = {}
-            for stream in st.streams.values():
-                for extent_id in stream.extents:
-                    owners.setdefault(extent_id, []).append(stream.name)
-            return [self._extent_info(st, e, owners.get(e.extent_id, ()))
+            holders = _holders(st)
+            return [self._extent_info(st, e, holders.get(e.extent_id, ()))
                     for e in sorted(st.extents.values(), key=lambda e: e.extent_id)]
         return pb.ListExtentsReply(extents=await self._confirmed_read(listing))
 
@@ -230,6 +235,15 @@ class StreamManagerServicer(pb_grpc.StreamManagerServicer):
             extents=counts[1], nodes=counts[2])
 
 
+def _holders(st: s.StreamManagerState) -> dict[int, list[str]]:
+    """extent id -> the names of the streams holding it, sorted."""
+    holders: dict[int, list[str]] = {}
+    for name in sorted(st.streams):
+        for extent_id in st.streams[name].extents:
+            holders.setdefault(extent_id, []).append(name)
+    return holders
+
+
 def _stream_op(op: pb.StreamOp) -> object:
     kind = op.WhichOneof("op")
     if kind == "create":
@@ -240,4 +254,10 @@ def _stream_op(op: pb.StreamOp) -> object:
         return s.RenameStream(op.rename.old, op.rename.new)
     if kind == "concat":
         return s.Concat(op.concat.target, op.concat.source)
+    if kind == "fence":
+        return s.FenceStream(op.fence.name, op.fence.epoch)
+    if kind == "create_from":
+        return s.CreateStreamFrom(op.create_from.name, tuple(op.create_from.extents))
+    if kind == "retire":
+        return s.RetireStream(op.retire)
     raise InvalidArgument("a multi-modify op names no change")

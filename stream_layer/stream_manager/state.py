@@ -5,7 +5,10 @@ which every replica runs on the same commands in the same (Raft log) order:
 - streams: name -> ordered extent ids; only the last extent of a stream may be open;
 - extents: replicas (node names, [0] the primary), state, sealed length, EC fragments;
 - nodes: the extent node registry (address, fault domain, upgrade domain, capacity, alive);
-- the extent id allocator.
+- the extent id allocator;
+- retired stream names (a split's or merge's parents), never created again.
+An extent may be held by several streams (CreateStreamFrom: a split's children share their
+parent's extents); it stays until no stream holds it (DeleteExtent refuses until then).
 
 Contract: `apply(command)` returns a result or raises a StampError for a refused command, and
 a refused command changes nothing — a MultiModify is all or none (an undo log restores every
@@ -14,7 +17,8 @@ matter of putting old records back. Liveness (heartbeat times) is soft state on 
 not here: only its conclusions (NodeDead, NodeAlive) are commands.
 
 The records and their transition table are in records.py, the commands in commands.py; both
-are re-exported here, so `state.X` names every piece of the state machine.
+are re-exported here, so `state.X` names every piece of the state machine. The erasure-coding
+handlers are in erasure_handlers.py.
 """
 
 from __future__ import annotations
@@ -33,11 +37,12 @@ from common.errors import (
     PreconditionFailed,
     StampError,
 )
-from stream_layer.ec.layout import check_layout
+from stream_layer.stream_manager import erasure_handlers
 from stream_layer.stream_manager.commands import (
     AddExtent,
     Concat,
     CreateStream,
+    CreateStreamFrom,
     DeleteExtent,
     DeleteStream,
     FenceStream,
@@ -51,6 +56,7 @@ from stream_layer.stream_manager.commands import (
     ReplaceFragment,
     ReplaceReplica,
     ReserveExtentIds,
+    RetireStream,
     SealExtent,
 )
 from stream_layer.stream_manager.records import (
@@ -71,12 +77,12 @@ from stream_layer.stream_manager.records import (
 
 # Re-exported: every piece of the state machine is `state.X` to its users.
 __all__ = [
-    "ALIVE", "DEAD", "DELETED", "ERASURE_CODED", "EXTENT_IDS_RESERVED_MAX",
-    "EXTENT_TRANSITIONS", "OPEN", "SEALED", "STREAM_NAME_BYTES_MAX", "AddExtent", "Concat",
-    "CreateStream", "DeleteExtent", "DeleteStream", "Extent", "FenceStream", "MultiModify",
+    "ALIVE", "DEAD", "DELETED", "ERASURE_CODED", "EXTENT_IDS_RESERVED_MAX", "EXTENT_TRANSITIONS",
+    "OPEN", "SEALED", "STREAM_NAME_BYTES_MAX", "AddExtent", "Concat", "CreateStream",
+    "CreateStreamFrom", "DeleteExtent", "DeleteStream", "Extent", "FenceStream", "MultiModify",
     "Node", "NodeAlive", "NodeDead", "RecordErasureCoding", "RegisterNode", "ReleaseReplicas",
-    "RenameStream", "ReplaceFragment", "ReplaceReplica", "ReserveExtentIds", "SealExtent",
-    "Stream", "StreamManagerState", "check_epoch",
+    "RenameStream", "ReplaceFragment", "ReplaceReplica", "ReserveExtentIds", "RetireStream",
+    "SealExtent", "Stream", "StreamManagerState", "check_epoch",
 ]
 
 
@@ -88,6 +94,9 @@ class StreamManagerState:
     extents: dict[int, Extent] = field(default_factory=dict)
     nodes: dict[str, Node] = field(default_factory=dict)
     next_extent_id: int = 1
+    # Names of streams a split or merge retired (RetireStream): never created again, so a
+    # late loader of a parent partition cannot bring its streams back empty.
+    retired: set[str] = field(default_factory=set)
     _undo: list[Callable[[], None]] | None = field(default=None, repr=False, compare=False)
 
     def apply(self, command: Any) -> Any:
@@ -119,6 +128,11 @@ class StreamManagerState:
             old = table[key]
             self._undo.append(lambda: table.__setitem__(key, old))
         del table[key]
+
+    def _retire(self, name: str) -> None:
+        if self._undo is not None and name not in self.retired:
+            self._undo.append(lambda: self.retired.discard(name))
+        self.retired.add(name)
 
     def _rollback(self) -> None:
         assert self._undo is not None
@@ -155,12 +169,35 @@ class StreamManagerState:
 
     # ---- handlers --------------------------------------------------------------------------
 
-    def _create_stream(self, c: CreateStream) -> Stream:
-        if not c.name or len(c.name.encode()) > STREAM_NAME_BYTES_MAX:
+    def check_new_name(self, name: str) -> None:
+        """A stream may be created under `name`: valid, not in use, never retired."""
+        if not name or len(name.encode()) > STREAM_NAME_BYTES_MAX:
             raise InvalidArgument(f"a stream name has 1..{STREAM_NAME_BYTES_MAX} bytes")
-        if c.name in self.streams:
-            raise AlreadyExists(f"stream {c.name!r} exists")
+        if name in self.streams:
+            raise AlreadyExists(f"stream {name!r} exists")
+        if name in self.retired:
+            raise PreconditionFailed(f"stream name {name!r} was retired (its partition was "
+                                     f"split or merged): it is never created again")
+
+    def _create_stream(self, c: CreateStream) -> Stream:
+        self.check_new_name(c.name)
         stream = Stream(c.name)
+        self._put(self.streams, c.name, stream)
+        return stream
+
+    def _create_stream_from(self, c: CreateStreamFrom) -> Stream:
+        """A new stream of existing extents (shared, pointers only): each exists and is
+        sealed or erasure-coded (an open extent has one writer's stream; a deleted one has
+        no data), none repeats (a stream holds an extent once)."""
+        self.check_new_name(c.name)
+        if len(set(c.extents)) != len(c.extents):
+            raise InvalidArgument(f"stream {c.name!r}: extents {list(c.extents)} repeat")
+        for extent_id in c.extents:
+            extent = self.extent(extent_id)
+            if extent.state in (OPEN, DELETED):
+                raise PreconditionFailed(f"extent {extent_id} is {extent.state}: a stream "
+                                         f"is made only of sealed extents")
+        stream = Stream(c.name, tuple(c.extents))
         self._put(self.streams, c.name, stream)
         return stream
 
@@ -168,9 +205,14 @@ class StreamManagerState:
         self.stream(c.name)
         self._remove(self.streams, c.name)
 
+    def _retire_stream(self, c: RetireStream) -> None:
+        self.stream(c.name)
+        self._remove(self.streams, c.name)
+        self._retire(c.name)
+
     def _rename_stream(self, c: RenameStream) -> Stream:
         stream = self.stream(c.old)
-        self._create_stream(CreateStream(c.new))  # validates the new name
+        self.check_new_name(c.new)
         renamed = Stream(c.new, stream.extents, stream.writer_epoch)
         self._put(self.streams, c.new, renamed)
         self._remove(self.streams, c.old)
@@ -292,57 +334,6 @@ class StreamManagerState:
         self._put(self.extents, c.extent_id, changed)
         return changed
 
-    def _record_erasure_coding(self, c: RecordErasureCoding) -> Extent:
-        extent = self.extent(c.extent_id)
-        if extent.state == ERASURE_CODED and (extent.fragments, extent.ec_k, extent.ec_m,
-                                              extent.ec_cuts, extent.ec_crcs) == (
-                c.fragments, c.k, c.m, c.cuts, c.crcs):
-            return extent  # a retried record: the same answer
-        if extent.state != SEALED:
-            raise PreconditionFailed(f"extent {c.extent_id} is {extent.state}: only sealed "
-                                     f"extents are erasure-coded")
-        check_layout(c.k, c.m, c.cuts)
-        if c.cuts[-1] != extent.sealed_length:
-            raise InvalidArgument(f"the layout covers {c.cuts[-1]} bytes; extent "
-                                  f"{c.extent_id} has {extent.sealed_length}")
-        if len(c.fragments) != c.k + c.m or len(set(c.fragments)) != len(c.fragments):
-            raise InvalidArgument(f"RS({c.k},{c.m}) needs {c.k + c.m} distinct nodes, not "
-                                  f"{list(c.fragments)}")
-        if len(c.crcs) != c.k + c.m:
-            raise InvalidArgument(f"RS({c.k},{c.m}) needs {c.k + c.m} fragment checksums")
-        for name in c.fragments:
-            self.node(name)
-        return self._transition(extent, ERASURE_CODED, fragments=tuple(c.fragments),
-                                ec_k=c.k, ec_m=c.m, ec_cuts=tuple(c.cuts),
-                                ec_crcs=tuple(c.crcs))
-
-    def _release_replicas(self, c: ReleaseReplicas) -> Extent:
-        extent = self.extent(c.extent_id)
-        if extent.state != ERASURE_CODED:
-            raise PreconditionFailed(f"extent {c.extent_id} is {extent.state}: its replicas "
-                                     f"are its data")
-        kept = tuple(r for r in extent.replicas if r not in c.nodes)
-        changed = dataclasses.replace(extent, replicas=kept)
-        self._put(self.extents, c.extent_id, changed)
-        return changed
-
-    def _replace_fragment(self, c: ReplaceFragment) -> Extent:
-        extent = self.extent(c.extent_id)
-        if extent.state != ERASURE_CODED:
-            raise PreconditionFailed(f"extent {c.extent_id} is {extent.state}: it has no "
-                                     f"fragments")
-        if not 0 <= c.index < len(extent.fragments) or extent.fragments[c.index] != c.old:
-            raise PreconditionFailed(f"fragment {c.index} of extent {c.extent_id} is not on "
-                                     f"{c.old}")
-        if c.new in extent.fragments:
-            raise PreconditionFailed(f"{c.new} already holds a fragment of extent "
-                                     f"{c.extent_id}")
-        self.node(c.new)
-        fragments = tuple(c.new if i == c.index else f for i, f in enumerate(extent.fragments))
-        changed = dataclasses.replace(extent, fragments=fragments)
-        self._put(self.extents, c.extent_id, changed)
-        return changed
-
     def _delete_extent(self, c: DeleteExtent) -> Extent:
         extent = self.extent(c.extent_id)
         if self.references().get(c.extent_id):
@@ -350,14 +341,17 @@ class StreamManagerState:
         return self._transition(extent, DELETED)
 
     _HANDLERS: ClassVar[dict[type, Callable[[StreamManagerState, Any], Any]]] = {
-        CreateStream: _create_stream, DeleteStream: _delete_stream,
+        CreateStream: _create_stream, CreateStreamFrom: _create_stream_from,
+        DeleteStream: _delete_stream, RetireStream: _retire_stream,
         RenameStream: _rename_stream, ReserveExtentIds: _reserve_extent_ids,
         AddExtent: _add_extent, FenceStream: _fence_stream, SealExtent: _seal_extent,
         Concat: _concat,
         MultiModify: _multi_modify, RegisterNode: _register_node, NodeDead: _node_dead,
         NodeAlive: _node_alive, ReplaceReplica: _replace_replica,
-        DeleteExtent: _delete_extent, RecordErasureCoding: _record_erasure_coding,
-        ReleaseReplicas: _release_replicas, ReplaceFragment: _replace_fragment,
+        DeleteExtent: _delete_extent,
+        RecordErasureCoding: erasure_handlers.record_erasure_coding,
+        ReleaseReplicas: erasure_handlers.release_replicas,
+        ReplaceFragment: erasure_handlers.replace_fragment,
     }
 
     # ---- snapshots and comparison ----------------------------------------------------------
@@ -368,11 +362,13 @@ class StreamManagerState:
             "extents": [dataclasses.asdict(e) for e in self.extents.values()],
             "nodes": [dataclasses.asdict(n) for n in self.nodes.values()],
             "next_extent_id": self.next_extent_id,
+            "retired": sorted(self.retired),
         }
 
     @classmethod
     def from_snapshot(cls, raw: dict[str, Any]) -> StreamManagerState:
-        state = cls(next_extent_id=raw["next_extent_id"])
+        # Snapshots from before retirement existed have no "retired": none was.
+        state = cls(next_extent_id=raw["next_extent_id"], retired=set(raw.get("retired", ())))
         for s in raw["streams"]:
             state.streams[s["name"]] = Stream(s["name"], tuple(s["extents"]),
                                               s.get("writer_epoch", 0))

@@ -163,6 +163,8 @@ commands = st.one_of(
     st.builds(s.FenceStream, names, st.integers(0, 3)),
     st.builds(s.SealExtent, st.integers(1, 30), st.integers(0, 500)),
     st.builds(s.Concat, names, names),
+    st.builds(s.CreateStreamFrom, names, st.lists(st.integers(1, 30), max_size=3).map(tuple)),
+    st.builds(s.RetireStream, names),
     st.builds(s.ReplaceReplica, st.integers(1, 30), st.sampled_from([n for n, _ in NODES]),
               st.sampled_from([n for n, _ in NODES])),
     st.builds(s.DeleteExtent, st.integers(1, 30)),
@@ -177,6 +179,7 @@ def check_invariants(state: s.StreamManagerState) -> None:
         for extent_id in stream.extents[:-1]:
             assert state.extents[extent_id].state != s.OPEN, "an open extent mid-stream"
         assert len(set(stream.extents)) == len(stream.extents)
+        assert stream.name not in state.retired, "a retired name is in use"
     references = state.references()
     for extent in state.extents.values():
         if extent.state == s.DELETED:
