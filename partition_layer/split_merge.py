@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING
 from common import faults
 from common.errors import InvalidArgument, PreconditionFailed, StampError
 from common.proto import partition_pb2 as pb
-from common.proto import stream_manager_pb2 as sm_pb
 from partition_layer import keys, meta_derive
 from partition_layer.keys import KeyRange
 from partition_layer.partition import GONE, MERGING, SERVING, SPLITTING, RangePartition
@@ -40,8 +39,10 @@ from partition_layer.partition_streams import (
     stream_name,
     streams_exist,
 )
+from stream_layer.stream_ops import create_from_op, fence_op, retire_op
 
 if TYPE_CHECKING:
+    from common.proto.stream_manager_pb2 import StreamOp
     from partition_layer.server import PartitionServer
 
 log = logging.getLogger(__name__)
@@ -243,7 +244,7 @@ class SplitMerge:
                 log.warning("partition %d serves on: its split or merge did not begin",
                             partition.id)
 
-    async def _multi_modify(self, ops: list[sm_pb.StreamOp], child_id: int) -> None:
+    async def _multi_modify(self, ops: list[StreamOp], child_id: int) -> None:
         """One atomic change on the stream manager; an ambiguous failure (the reply lost) is
         resolved by whether the child's streams exist."""
         try:
@@ -274,15 +275,13 @@ class SplitMerge:
         return [self.server.partitions[child] for child in child_ids]
 
 
-def _fence(partition: RangePartition) -> list[sm_pb.StreamOp]:
-    return [sm_pb.StreamOp(fence=sm_pb.FenceStreamRequest(
-        name=stream_name(partition.id, kind), epoch=partition.epoch)) for kind in STREAM_KINDS]
+def _fence(partition: RangePartition) -> list[StreamOp]:
+    return [fence_op(stream_name(partition.id, kind), partition.epoch) for kind in STREAM_KINDS]
 
 
-def _create_from(partition_id: int, kind: str, extents: Sequence[int]) -> sm_pb.StreamOp:
-    return sm_pb.StreamOp(create_from=sm_pb.CreateFromRequest(
-        name=stream_name(partition_id, kind), extents=list(extents)))
+def _create_from(partition_id: int, kind: str, extents: Sequence[int]) -> StreamOp:
+    return create_from_op(stream_name(partition_id, kind), extents)
 
 
-def _retire(partition_id: int) -> list[sm_pb.StreamOp]:
-    return [sm_pb.StreamOp(retire=stream_name(partition_id, kind)) for kind in STREAM_KINDS]
+def _retire(partition_id: int) -> list[StreamOp]:
+    return [retire_op(stream_name(partition_id, kind)) for kind in STREAM_KINDS]
