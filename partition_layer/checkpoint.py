@@ -11,6 +11,13 @@ in the background (`merge_group`, size-tiered): the newest version of each key; 
 records dropped; tombstones dropped when the group reaches the oldest run. Checkpoints and
 merges write metadata records one at a time, each naming every run that is current then.
 
+Views (issue 17): a split child lists its parent's runs narrowed to its range, a merged
+partition its two parents' runs with disjoint views (runs.py RunInfo). A merge reads each
+source run through its view and, like a checkpoint, writes only keys in the partition's
+range; the run it writes gets that range as its view. The tombstone rule is unchanged and
+still sound: a merge group is the newest runs, so one that reaches the oldest run holds
+every run listed, and every older version of a key is in a run whose view holds the key.
+
 Memory stays bounded: at most one memtable is being checkpointed; when the live one fills up
 too, writes wait (`wait_for_room`).
 
@@ -30,6 +37,7 @@ from typing import Protocol
 from common import faults
 from common.config import PartitionLimits
 from partition_layer.cache import LruCache
+from partition_layer.keys import KeyRange
 from partition_layer.memtable import Memtable
 from partition_layer.merge import aiter_sync, merge
 from partition_layer.operations import ENTITY_TOKEN_TTL_MS
@@ -69,6 +77,7 @@ class CheckpointSite(Protocol):
     one; tests/unit/test_pl_checkpoint.py has a small one on in-memory streams)."""
 
     id: int
+    range: KeyRange  # runs written hold only these keys and have it as their view
     limits: PartitionLimits
     streams: Mapping[str, AsyncStream]  # "row": runs are written there; "meta": records
     memtable: Memtable  # swapped for a fresh one at a checkpoint
@@ -160,7 +169,8 @@ class Checkpointer:
         info: RunInfo | None = None
         if len(frozen):
             info = await self._write_run(
-                [aiter_sync(frozen.items(b"", None))], drop_tombstones=not p.readers)
+                [aiter_sync(frozen.items(p.range.low, p.range.high))],
+                drop_tombstones=not p.readers)
         await faults.apoint("ps.checkpoint.before_meta")
         async with self._meta_lock:
             runs = ([info] if info is not None else []) + list(p.meta.runs)
@@ -190,7 +200,8 @@ class Checkpointer:
                 await asyncio.sleep(0)
         if not count:
             return None
-        return await writer.finish()
+        info = await writer.finish()
+        return dataclasses.replace(info, view_low=p.range.low, view_high=p.range.high)
 
     async def _publish(self, runs: list[RunInfo], replay_from: Location | None,
                        applied_lsn: int) -> None:
@@ -198,8 +209,8 @@ class Checkpointer:
         p = self.p
         assert p.meta is not None
         assert p.indexes is not None
-        readers = {r.info.run_id: r for r in p.readers}
-        fresh = [readers.get(info.run_id) or Run(info, p.indexes) for info in runs]
+        readers = {r.info: r for r in p.readers}
+        fresh = [readers.get(info) or Run(info, p.indexes) for info in runs]
         meta = dataclasses.replace(p.meta, runs=runs, replay_from=replay_from,
                                    applied_lsn=applied_lsn)
         await p.streams["meta"].append([encode_meta(meta)])
@@ -227,7 +238,9 @@ class Checkpointer:
         ids = {v.run_id for v in victims}
         readers = [r for r in p.readers if r.info.run_id in ids]
         bottom = victims[-1].run_id == p.meta.runs[-1].run_id
-        merged = await self._write_run([r.scan(b"", None) for r in readers],
+        # Each source through its view (Run.scan), and only the partition's keys: a run
+        # shared with a split sibling holds the sibling's keys too.
+        merged = await self._write_run([r.scan(p.range.low, p.range.high) for r in readers],
                                        drop_tombstones=bottom)
         async with self._meta_lock:
             # Runs checkpointed meanwhile are newer than the group, the rest older: the

@@ -64,6 +64,15 @@ class Memtable:
                     break
         return copied
 
+    def keys_spread(self, count: int) -> list[bytes]:
+        """Up to `count` keys spread evenly over the memtable by position, ascending: each
+        stands for about len/count entries (size_split.py). O(count log n), no full walk."""
+        n = len(self._rows)
+        if n <= count:
+            return list(self._rows.keys())
+        keys = self._rows.keys()
+        return [keys[i * n // count] for i in range(count)]
+
     def freeze(self) -> Memtable:
         """Mark read-only (for a checkpoint) and return self."""
         self._frozen = True

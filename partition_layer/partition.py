@@ -39,10 +39,10 @@ from common.errors import (
     StampError,
     Trimmed,
 )
-from partition_layer import keys, meta_derive
+from partition_layer import keys, meta_derive, size_split
 from partition_layer.cache import LruCache
 from partition_layer.checkpoint import Checkpointer
-from partition_layer.commit_log import CommitOp, Replayer, decode_batch
+from partition_layer.commit_log import CommitOp, Replayer, decode_batch, within
 from partition_layer.committer import GroupCommitter
 from partition_layer.memtable import Memtable
 from partition_layer.merge import aiter_sync, merge
@@ -131,7 +131,7 @@ class RangePartition:
         replayer = Replayer(self.applied_lsn)
         async for location, block in self.streams["log"].blocks(self.meta.replay_from):
             for op in replayer.feed(decode_batch(block)):
-                self.apply(self._own_mutations(op))
+                self.apply(within(op, self.range))  # a split child replays its parent's
                 report.replayed_ops += 1
             report.replayed_bytes += len(block)
             self.log_bytes += len(block)
@@ -149,13 +149,6 @@ class RangePartition:
                  "(%d bytes)", self.id, self.epoch, report.seconds, report.runs,
                  report.replayed_ops, report.replayed_bytes)
         return report
-
-    def _own_mutations(self, op: CommitOp) -> CommitOp:
-        """`op` without the mutations outside this partition's range (a split child's log
-        begins with its parent's)."""
-        if all(self.range.contains(key) for key, _ in op.mutations):
-            return op
-        return CommitOp(op.lsn, [(k, r) for k, r in op.mutations if self.range.contains(k)])
 
     async def _warm_indexes(self) -> None:
         for run in list(self.readers):
@@ -387,11 +380,13 @@ class RangePartition:
     # ---- load report for heartbeats ---------------------------------------------------------
 
     def load_report(self) -> dict[str, Any]:
+        """The window's figures, the size (runs through their views: size_split.py) and
+        `size_split_key` (bytes, b"" for none): where a split by size would cut."""
         window = self.stats.figures()
-        checkpointed = sum(r.info.data_bytes for r in self.readers)
+        checkpointed = size_split.partition_run_bytes(self)
         memtable = self.memtable.nbytes + (self.frozen.nbytes if self.frozen else 0)
         return {**window, "size_bytes": checkpointed + memtable, "memtable_bytes": memtable,
-                "runs": len(self.readers)}
+                "runs": len(self.readers), "size_split_key": size_split.size_split_key(self)}
 
 
 def _live(row: Row) -> Row | None:

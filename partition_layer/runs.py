@@ -79,6 +79,22 @@ class RunInfo:
     def in_view(self, key: bytes) -> bool:
         return self.view_low <= key and (self.view_high is None or key < self.view_high)
 
+    def clamp(self, start: bytes, end: bytes | None) -> tuple[bytes, bytes | None] | None:
+        """[start, end) narrowed to the view and to the run's keys [first_key, last_key]:
+        the bounds a read of this run uses for the partition listing it; None when nothing
+        is left (then the run need not be opened at all)."""
+        low = max(start, self.view_low, self.first_key)
+        high = end if self.view_high is None else (
+            self.view_high if end is None else min(end, self.view_high))
+        if low > self.last_key or (high is not None and high <= low):
+            return None
+        return low, high
+
+    def whole_in_view(self) -> bool:
+        """Whether every key of the run lies in its view (a run not shared by a split)."""
+        return self.view_low <= self.first_key and (
+            self.view_high is None or self.last_key < self.view_high)
+
     def to_dict(self) -> dict[str, Any]:
         return {"run_id": self.run_id,
                 "index_blocks": [_loc_to_list(x) for x in self.index_blocks],

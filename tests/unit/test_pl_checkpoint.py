@@ -5,19 +5,22 @@ a site of its own (`CheckpointSite`, no RangePartition)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from types import SimpleNamespace
+
+import pytest
 
 from common.config import PartitionLimits
 from partition_layer.cache import LruCache
 from partition_layer.checkpoint import ROWS_PER_YIELD, Checkpointer
-from partition_layer.keys import KeyRange
+from partition_layer.keys import KIND_ENTITY, KIND_META, KeyRange, encode_key
 from partition_layer.memtable import Memtable
-from partition_layer.merge import aiter_sync
+from partition_layer.merge import aiter_sync, merge
 from partition_layer.operations import record_key
 from partition_layer.partition_meta import PartitionMeta, decode_meta
-from partition_layer.rows import Row, encode_row
+from partition_layer.rows import Row, decode_row, encode_row
 from partition_layer.run_cache import IndexCache, Run
-from partition_layer.runs import block_cache
+from partition_layer.runs import RunIndex, RunInfo, RunReader, block_cache
 from stream_layer.framing import Location
 from tests.unit.test_pl_runs import FakeStream
 
@@ -29,7 +32,8 @@ def test_a_run_write_lets_other_tasks_run_between_rows() -> None:
         memtable.put(record_key("acct", "log", n), encode_row(Row(n + 1, value=b"v" * 100)))
     stream = FakeStream()
     partition = SimpleNamespace(meta=PartitionMeta(1, KeyRange(b"", None)),
-                                streams={"row": stream}, limits=PartitionLimits())
+                                range=KeyRange(b"", None), streams={"row": stream},
+                                limits=PartitionLimits())
 
     async def scenario() -> tuple[int, int]:
         turns = 0
@@ -56,15 +60,19 @@ def test_a_run_write_lets_other_tasks_run_between_rows() -> None:
     assert turns >= rows // ROWS_PER_YIELD
 
 
+EVERYTHING = KeyRange(b"", None)
+
+
 class MemorySite:
     """A CheckpointSite on in-memory streams: the fields the checkpointer swaps and
     publishes, and a record of how it held the commits back."""
 
-    def __init__(self, limits: PartitionLimits) -> None:
-        self.id, self.limits = 7, limits
-        self.streams = {"row": FakeStream(), "meta": FakeStream()}
+    def __init__(self, limits: PartitionLimits, key_range: KeyRange = EVERYTHING,
+                 streams: dict[str, FakeStream] | None = None) -> None:
+        self.id, self.limits, self.range = 7, limits, key_range
+        self.streams = streams or {"row": FakeStream(), "meta": FakeStream()}
         self.memtable, self.frozen = Memtable(), None
-        self.meta: PartitionMeta | None = PartitionMeta(7, KeyRange(b"", None))
+        self.meta: PartitionMeta | None = PartitionMeta(7, key_range)
         self.readers: list[Run] = []
         self.row_cache = LruCache(1 << 20)
         self.indexes = IndexCache(1 << 20, self.streams["row"].read, block_cache(1 << 20))
@@ -107,3 +115,143 @@ def test_a_checkpoint_publishes_a_run_and_the_replay_point_through_its_site() ->
     (record,) = site.streams["meta"].blocks.values()
     assert decode_meta(record) == site.meta, "the record in the stream is the one in force"
     assert len(site.row_cache) == 0 and site.stopped_for == []
+
+
+# ---- runs through views: split children and a merged partition (issue 17) ---------------------
+
+M = encode_key("acct", "m", KIND_META, b"")  # the split key: the start of name "m"
+LEFT, RIGHT = KeyRange(b"", M), KeyRange(M, None)
+
+
+def entity(name: str) -> bytes:
+    return encode_key("acct", name, KIND_ENTITY, b"row")
+
+
+def derived(site: MemorySite, runs: list[RunInfo], next_run_id: int) -> None:
+    """Give a site the metadata a split or merge derives (split17.md "Loading")."""
+    site.meta = dataclasses.replace(site.meta, runs=runs, next_run_id=next_run_id)
+    site.readers = [Run(info, site.indexes) for info in runs]
+
+
+def narrowed(runs: list[RunInfo], key_range: KeyRange) -> list[RunInfo]:
+    """A split child's runs: each view cut to the child's range (none here is left empty)."""
+    out = []
+    for info in runs:
+        low = max(info.view_low, key_range.low)
+        high = min((h for h in (info.view_high, key_range.high) if h is not None), default=None)
+        out.append(dataclasses.replace(info, view_low=low, view_high=high))
+    return out
+
+
+async def visible(site: MemorySite) -> dict[bytes, bytes]:
+    """What reads of the site's runs find: point reads newest run first (as
+    RangePartition.row_from_checkpoints) must agree with a merged scan (as its scan)."""
+    scanned = {k: v async for k, v in merge([r.scan() for r in site.readers],
+                                             drop_tombstones=True)}
+    for name in "abcdefghijklmnopqrstuvwxyz":
+        found = None
+        for reader in site.readers:
+            found = await reader.get(entity(name))
+            if found is not None:
+                break
+        live = None if found is None or decode_row(found).tombstone else found
+        assert live == scanned.get(entity(name)), name
+    return scanned
+
+
+async def physical_keys(site: MemorySite, info: RunInfo) -> list[bytes]:
+    """Every key the run holds in the stream, whatever any view says."""
+    reader = RunReader(await RunIndex.load(info, site.streams["row"].read),
+                       site.streams["row"].read)
+    return [k async for k, _ in reader.scan()]
+
+
+def split_and_merge_sites(merge_left: bool) -> tuple[dict[bytes, bytes], MemorySite]:
+    """Parent P holds a..z in run R; split at "m": C=[,m) deletes "c" and writes a big "b"
+    (merging its runs down to one when `merge_left`: the tombstone goes), D=[m,) writes "x";
+    then E = C + D lists C's runs then D's (R among them with view [m,)), renumbered as a
+    merge derives them. Returns what E sees before its own merge, and E."""
+    limits = PartitionLimits()
+    shared = {"row": FakeStream(), "meta": FakeStream()}  # children share the parent's extents
+    parent = MemorySite(limits, streams=shared)
+    for n, name in enumerate("abcdefghijklmnopqrstuvwxyz"):
+        parent.memtable.put(entity(name), encode_row(Row(n + 1, value=b"old " + name.encode())))
+
+    async def scenario() -> tuple[dict[bytes, bytes], MemorySite]:
+        await Checkpointer(parent).checkpoint_now()  # type: ignore[arg-type]
+        assert parent.meta is not None
+        (r,) = parent.meta.runs
+        assert await physical_keys(parent, r) == [entity(c) for c in
+                                                  "abcdefghijklmnopqrstuvwxyz"]
+
+        left = MemorySite(limits, LEFT, streams=shared)
+        derived(left, narrowed(parent.meta.runs, LEFT), parent.meta.next_run_id)
+        left.memtable.put(entity("c"), encode_row(Row(100, tombstone=True)))
+        left.memtable.put(entity("b"), encode_row(Row(101, value=b"B" * 4000)))
+        left.applied_lsn = left.log_bytes = 2
+        await Checkpointer(left).checkpoint_now()  # type: ignore[arg-type]
+        assert left.meta is not None and len(left.meta.runs) == 2
+        if merge_left:
+            await Checkpointer(left)._merge_runs()  # type: ignore[arg-type]
+            (merged,) = left.meta.runs  # it reached the oldest run: the tombstone is gone
+            assert (merged.view_low, merged.view_high) == (LEFT.low, LEFT.high)
+            assert await physical_keys(left, merged) == [entity(c) for c in "abdefghijkl"], \
+                "a merge writes only the partition's keys, and drops the tombstone"
+
+        right = MemorySite(limits, RIGHT, streams=shared)
+        derived(right, narrowed(parent.meta.runs, RIGHT), parent.meta.next_run_id)
+        right.memtable.put(entity("x"), encode_row(Row(200, value=b"new x")))
+        right.applied_lsn = right.log_bytes = 1
+        await Checkpointer(right).checkpoint_now()  # type: ignore[arg-type]
+        assert right.meta is not None and len(right.meta.runs) == 2
+
+        whole = MemorySite(limits, KeyRange(b"", None), streams=shared)
+        runs = [dataclasses.replace(info, run_id=n + 1) for n, info in
+                enumerate([*left.meta.runs, *right.meta.runs])]
+        derived(whole, runs, len(runs) + 1)
+        return await visible(whole), whole
+
+    return asyncio.run(scenario())
+
+
+def expected_after_merge() -> dict[bytes, bytes]:
+    rows = {entity(name): encode_row(Row(n + 1, value=b"old " + name.encode()))
+            for n, name in enumerate("abcdefghijklmnopqrstuvwxyz")}
+    del rows[entity("c")]
+    rows[entity("b")] = encode_row(Row(101, value=b"B" * 4000))
+    rows[entity("x")] = encode_row(Row(200, value=b"new x"))
+    return rows
+
+
+@pytest.mark.parametrize("merge_left", [True, False])
+def test_a_merged_partition_reads_its_parents_runs_through_their_views(merge_left: bool
+                                                                       ) -> None:
+    """The case views exist for: C deleted "c" and (merge_left) merged its runs down to one,
+    dropping the tombstone, while R — still listed by D — holds "c". E lists R with D's view
+    [m,): "c" must not come back, D's "x" and R's old keys of both halves are seen, and
+    merging E's runs down to one keeps exactly that. Without merge_left, E lists R twice
+    (views [,m) and [m,)), and its index is loaded once."""
+    seen, whole = split_and_merge_sites(merge_left)
+    expected = expected_after_merge()
+    assert seen == expected
+    assert whole.meta is not None
+    if not merge_left:
+        physical = {r.index_blocks for r in whole.meta.runs}
+        assert len(physical) == len(whole.meta.runs) - 1, "R is listed twice"
+
+    physical_runs = {r.index_blocks for r in whole.meta.runs}
+    assert whole.indexes.loads == len(physical_runs), "one index load per physical run"
+
+    async def merge_whole() -> dict[bytes, bytes]:
+        checkpointer = Checkpointer(whole)  # type: ignore[arg-type]
+        while len(whole.meta.runs) > 1:
+            before = len(whole.meta.runs)
+            await checkpointer._merge_runs()
+            assert len(whole.meta.runs) < before, "each merge takes at least two runs"
+        (only,) = whole.meta.runs
+        assert (only.view_low, only.view_high) == (b"", None)
+        assert await physical_keys(whole, only) == sorted(expected)
+        return await visible(whole)
+
+    assert asyncio.run(merge_whole()) == expected
+    assert whole.stopped_for == []

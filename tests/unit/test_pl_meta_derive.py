@@ -8,6 +8,7 @@ import pytest
 
 from common.errors import Internal
 from partition_layer import keys, meta_derive
+from partition_layer.commit_log import CommitOp, within
 from partition_layer.keys import KeyRange
 from partition_layer.partition_meta import PartitionMeta, decode_meta, encode_meta
 from partition_layer.runs import RunInfo
@@ -131,3 +132,10 @@ def test_narrow_view_drops_runs_outside() -> None:
     assert meta_derive.narrow_view(r, KeyRange(k("a"), k("d"))) is None  # no key below "d"
     narrowed = meta_derive.narrow_view(r, KeyRange(k("e"), k("z")))
     assert narrowed is not None and (narrowed.view_low, narrowed.view_high) == (k("e"), k("g"))
+
+
+def test_replay_keeps_only_mutations_in_range() -> None:
+    op = CommitOp(7, [(k("a"), b"1"), (k("n"), b"2"), (k("z"), b"3")])
+    assert within(op, KeyRange(b"", None)) is op
+    assert within(op, KeyRange(k("m"), k("y"))) == CommitOp(7, [(k("n"), b"2")])
+    assert within(op, KeyRange(k("b"), k("c"))) == CommitOp(7, [])
