@@ -83,7 +83,7 @@ class SplitMerge:
                                   "three distinct ids needed")
         async with self._lock:
             unavailable_from = time.monotonic()
-            if not await self._children_committed(left_id, right_id):
+            if not await self._committed(left_id, parent_id):
                 parent = await self._served(parent_id)
                 check_split_key(parent.range, key)
                 await self._check_unused(left_id, right_id)
@@ -134,7 +134,7 @@ class SplitMerge:
                                   "three distinct ids needed")
         async with self._lock:
             unavailable_from = time.monotonic()
-            if not await streams_exist(self.server.streams, merged_id):
+            if not await self._committed(merged_id, left_id, right_id):
                 left, right = (self._serving(left_id), self._serving(right_id))
                 if left.range.high != right.range.low:
                     raise PreconditionFailed(f"partitions {left_id} and {right_id} are not "
@@ -209,9 +209,16 @@ class SplitMerge:
                     or await streams_exist(self.server.streams, partition_id)):
                 raise PreconditionFailed(f"partition id {partition_id} is in use")
 
-    async def _children_committed(self, left_id: int, right_id: int) -> bool:
-        return (await streams_exist(self.server.streams, left_id)
-                or await streams_exist(self.server.streams, right_id))
+    async def _committed(self, made_id: int, *parent_ids: int) -> bool:
+        """Whether the operation making `made_id` out of `parent_ids` committed: its one
+        multi-modify made `made_id`'s streams and retired the parents' (ids are never
+        reused, but a wrong request must not pass for a retry)."""
+        if not await streams_exist(self.server.streams, made_id):
+            return False
+        for parent_id in parent_ids:
+            if await streams_exist(self.server.streams, parent_id):
+                return False
+        return True
 
     async def _quiesce(self, partitions: Sequence[RangePartition], state: str) -> None:
         """Stop admitting, commit what was taken, checkpoint everything: afterwards nothing

@@ -1,0 +1,248 @@
+"""Split and merge on the partition server (issue 17, split_merge.py), real processes.
+
+No PM runs in these stamps: the PM of this branch does not know splits yet and would fight
+one (pm17 teaches it), so the tests load partitions themselves (Load with create_if_missing
+for the bootstrap partition 1, as the PM does) and talk to the PS directly: its Call stream
+routes each request by key to the partition it serves.
+
+- a split at a name boundary: both children serve the right halves; every acknowledged
+  record and entity reads back with the same bytes, seq and ETag; append tokens stay
+  exactly-once; more writes to both; a merge back; a kill -9 of the PS and a reload of the
+  merged partition on another PS; the split-away parent cannot be loaded anywhere again.
+- a SIGKILL (fault point `crash`) at each step of a split and of a merge: before the
+  commit, a load of the parent rolls the intent back; after it, the same Split or Merge
+  again finishes it; the data is checked after each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from common import rpc
+from common.errors import InvalidArgument, PreconditionFailed, StampError
+from stream_layer.sm_client import AsyncStreamManagerClient
+from tests.probe.ps_direct import Acked, DirectPS, name_key, until
+from tools.local_stamp import LocalStamp
+
+pytestmark = pytest.mark.slow
+
+StampFactory = Callable[..., LocalStamp]
+LOGS = tuple(f"log-{i}" for i in range(6))
+GROUPS = ("ents-0", "ents-1")  # entity groups sort before every log ("e" < "l")
+
+
+def direct_stamp(factory: StampFactory, servers: int) -> LocalStamp:
+    return factory(3, 1, lock_servers=3, partition_servers=servers,
+                   partition={"partition_lease_ttl_ms": 1000})
+
+
+def fresh_acked() -> Acked:
+    return Acked(logs={pname: [] for pname in LOGS}, groups=GROUPS)
+
+
+async def partition_streams(stamp: LocalStamp, partition_id: int) -> list[str]:
+    sm = AsyncStreamManagerClient([r.address for r in stamp.stream_managers()])
+    try:
+        return [s.name for s in await sm.list_streams(f"partition/{partition_id}/")]
+    finally:
+        await sm.close()
+
+
+async def crash_at(ps: DirectPS, point: str,
+                   operation: Callable[[DirectPS], Awaitable[object]]) -> DirectPS:
+    """Arm `point` to crash the PS, run `operation` (it fails as the process dies), check
+    the point fired, restart the process; a fresh DirectPS to it."""
+    await asyncio.to_thread(rpc.arm_remote, ps.address, point)
+    with pytest.raises(StampError):
+        await operation(ps)
+    name = point.partition("=")[0]
+    assert ps.log_says(f"fault point {name}: crashing the process"), point
+    await ps.close()
+    ps.stamp.kill(ps.name)  # reaps it
+    ps.stamp.start(ps.name)
+    return DirectPS(ps.stamp, ps.name)
+
+
+def test_split_then_merge_reads_every_write_back(stamp_factory: StampFactory) -> None:
+    stamp = direct_stamp(stamp_factory, 2)
+    acked = fresh_acked()
+
+    async def scenario() -> None:
+        ps1, ps2 = DirectPS(stamp, "ps-1"), DirectPS(stamp, "ps-2")
+        try:
+            await ps1.load(1, create=True)
+            for tag in ("a", "b"):
+                await acked.write_round(ps1, tag)
+            split = await ps1.split(1, "log-3", 2, 3)
+            assert (split.left.low, split.left.high, split.left.has_high) == (
+                b"", name_key("log-3"), True)
+            assert (split.right.low, split.right.has_high) == (name_key("log-3"), False)
+            assert 0 < split.unavailable_s <= split.seconds
+            assert await ps1.served() == {2: (b"", name_key("log-3")),
+                                          3: (name_key("log-3"), None)}
+            await acked.check(ps1)
+            await acked.retry_last_appends(ps1)  # tokens moved with their names
+            await acked.write_round(ps1, "c")  # to both children
+            await acked.check(ps1)
+            # The parent is gone for good: not here, not elsewhere, and nothing made anew.
+            for ps in (ps1, ps2):
+                with pytest.raises(PreconditionFailed):
+                    await ps.load(1)
+            assert await partition_streams(stamp, 1) == []
+
+            merged = await ps1.merge(2, 3, 4)
+            assert (merged.range.low, merged.range.has_high) == (b"", False)
+            assert await ps1.served() == {4: (b"", None)}
+            await acked.check(ps1)
+            await acked.retry_last_appends(ps1)
+            await acked.write_round(ps1, "d")  # only in the merged partition's commit log
+            for ps in (ps1, ps2):
+                for gone in (2, 3):
+                    with pytest.raises(PreconditionFailed):
+                        await ps.load(gone)
+            stamp.kill("ps-1")
+            await ps1.close()
+            await ps2.load(4)  # waits for the dead owner's lease to lapse
+            assert await ps2.served() == {4: (b"", None)}
+            await acked.check(ps2)
+            await acked.write_round(ps2, "e")
+            await acked.check(ps2)
+        finally:
+            await ps1.close()
+            await ps2.close()
+    asyncio.run(scenario())
+
+
+def test_a_crash_at_each_step_of_a_split(stamp_factory: StampFactory) -> None:
+    stamp = direct_stamp(stamp_factory, 1)
+    acked = fresh_acked()
+
+    async def scenario() -> None:
+        ps = DirectPS(stamp, "ps-1")
+        try:
+            await ps.load(1, create=True)
+            await acked.write_round(ps, "a")
+            # Before the commit: the parent's load rolls back (or there is nothing to).
+            for point in ("ps.split.checkpointed=crash", "ps.split.intent_written=crash"):
+                ps = await crash_at(ps, point, lambda p: p.split(1, "log-3", 2, 3))
+                await ps.load(1)
+                assert await ps.served() == {1: (b"", None)}
+                assert await partition_streams(stamp, 2) == []
+                await acked.check(ps)
+                await acked.write_round(ps, point)
+            assert ps.log_says("partition 1: meta derived or rolled back")
+            # Sealed, not committed: Split again loads the parent (rolled back) and splits.
+            ps = await crash_at(ps, "ps.split.sealed=crash",
+                                lambda p: p.split(1, "log-3", 2, 3))
+            await ps.split(1, "log-3", 2, 3)
+            assert set(await ps.served()) == {2, 3}
+            await acked.check(ps)
+            await acked.write_round(ps, "after-sealed")
+            # Committed: the parent cannot come back; Split again loads the children.
+            ps = await crash_at(ps, "ps.split.committed=crash",
+                                lambda p: p.split(3, "log-4", 4, 5))
+            await ps.load(2)
+            with pytest.raises(PreconditionFailed):
+                await ps.load(3)
+            await ps.split(3, "log-4", 4, 5)
+            assert await ps.served() == {2: (b"", name_key("log-3")),
+                                         4: (name_key("log-3"), name_key("log-4")),
+                                         5: (name_key("log-4"), None)}
+            await acked.check(ps)
+            await acked.retry_last_appends(ps)
+            await acked.write_round(ps, "after-committed")
+            ps = await crash_at(ps, "ps.split.children_loading=crash",
+                                lambda p: p.split(5, "log-5", 6, 7))
+            await asyncio.gather(ps.load(2), ps.load(4))
+            await ps.split(5, "log-5", 6, 7)
+            assert set(await ps.served()) == {2, 4, 6, 7}
+            await acked.check(ps)
+            await acked.write_round(ps, "end")
+            await acked.check(ps)
+        finally:
+            await ps.close()
+    asyncio.run(scenario())
+
+
+def test_a_crash_at_each_step_of_a_merge(stamp_factory: StampFactory) -> None:
+    stamp = direct_stamp(stamp_factory, 1)
+    acked = fresh_acked()
+
+    async def scenario() -> None:
+        ps = DirectPS(stamp, "ps-1")
+        try:
+            await ps.load(1, create=True)
+            await acked.write_round(ps, "a")
+            await ps.split(1, "log-3", 2, 3)
+            await acked.write_round(ps, "b")
+            for point in ("ps.merge.checkpointed=crash", "ps.merge.intent_written=crash",
+                          "ps.merge.sealed=crash"):
+                ps = await crash_at(ps, point, lambda p: p.merge(2, 3, 4))
+                await asyncio.gather(ps.load(2), ps.load(3))  # roll back their intents
+                assert set(await ps.served()) == {2, 3}
+                assert await partition_streams(stamp, 4) == []
+                await acked.check(ps)
+                await acked.write_round(ps, point)
+            await ps.merge(2, 3, 4)
+            await acked.check(ps)
+            await ps.split(4, "log-2", 5, 6)
+            await acked.write_round(ps, "c")
+            # Committed: Merge again loads the merged partition.
+            ps = await crash_at(ps, "ps.merge.committed=crash", lambda p: p.merge(5, 6, 7))
+            await ps.merge(5, 6, 7)
+            assert await ps.served() == {7: (b"", None)}
+            await acked.check(ps)
+            await acked.retry_last_appends(ps)
+            await acked.write_round(ps, "d")
+            await ps.split(7, "log-1", 8, 9)
+            ps = await crash_at(ps, "ps.merge.merged_loading=crash", lambda p: p.merge(8, 9, 10))
+            await ps.merge(8, 9, 10)
+            assert await ps.served() == {10: (b"", None)}
+            await acked.check(ps)
+            await acked.write_round(ps, "end")
+            await acked.check(ps)
+        finally:
+            await ps.close()
+    asyncio.run(scenario())
+
+
+def test_split_refuses_bad_keys_and_ids(stamp_factory: StampFactory) -> None:
+    stamp = direct_stamp(stamp_factory, 1)
+
+    async def scenario() -> None:
+        ps = DirectPS(stamp, "ps-1")
+        try:
+            # No streams and not a bootstrap load: refused, nothing made.
+            with pytest.raises(PreconditionFailed):
+                await ps.load(1)
+            assert await partition_streams(stamp, 1) == []
+            await ps.load(1, create=True)
+            acked = fresh_acked()
+            await acked.write_round(ps, "a")
+            inside_a_name = name_key("log-3") + b"\x02"  # the records of log-3
+            with pytest.raises(InvalidArgument, match="strictly inside"):
+                await ps.split_at(1, b"", 2, 3)  # the range's own low key
+            with pytest.raises(InvalidArgument, match="first key of a partition name"):
+                await ps.split_at(1, inside_a_name, 2, 3)
+            for left, right in ((2, 2), (1, 3), (0, 3)):
+                with pytest.raises(InvalidArgument, match="distinct ids"):
+                    await ps.split(1, "log-3", left, right)
+            assert await ps.served() == {1: (b"", None)}  # it serves on
+            await acked.check(ps)
+            await ps.split(1, "log-3", 2, 3)
+            with pytest.raises(PreconditionFailed, match="in use"):
+                await ps.split(3, "log-4", 2, 5)
+            with pytest.raises(PreconditionFailed, match="not served here"):
+                await ps.merge(2, 9, 10)
+            await until(lambda: _serves(ps, {2, 3}), 10, "the children to serve")
+            await acked.check(ps)
+        finally:
+            await ps.close()
+    asyncio.run(scenario())
+
+
+async def _serves(ps: DirectPS, ids: set[int]) -> bool:
+    return set(await ps.served()) == ids
