@@ -118,7 +118,8 @@ class RangePartition:
         if resolved:
             # Its own record first: the next load must not derive (or roll back) again.
             await self.streams["meta"].append([encode_meta(self.meta)])
-            log.info("partition %d: meta derived or rolled back: %s", self.id, self.meta)
+            log.info("partition %d: meta derived or rolled back: %s, %d runs", self.id,
+                     self.meta.key_range.to_dict(), len(self.meta.runs))
         self.range = self.meta.key_range
         self.applied_lsn = self.meta.applied_lsn
         self.last_commit = self.meta.replay_from

@@ -12,6 +12,7 @@ be served in place of one whose split has not happened (issue 17).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 
@@ -41,12 +42,15 @@ async def open_fenced(client: AsyncStreamClient, partition_id: int, epoch: int,
                       create_if_missing: bool = False) -> dict[str, AsyncStream]:
     """Each of the partition's streams, fenced at `epoch`. Missing ones are made only with
     `create_if_missing`; else PreconditionFailed, before anything is fenced or made."""
-    missing = []
-    for kind in STREAM_KINDS:
+    async def exists(kind: str) -> bool:
         try:
             await client.sm.open_stream(stream_name(partition_id, kind))
         except NotFound:
-            missing.append(kind)
+            return False
+        return True
+
+    found = await asyncio.gather(*(exists(kind) for kind in STREAM_KINDS))
+    missing = [kind for kind, there in zip(STREAM_KINDS, found, strict=True) if not there]
     if missing and not create_if_missing:
         raise PreconditionFailed(f"partition {partition_id} has no {'/'.join(missing)} "
                                  "stream and may not make one (it is not a partition of the "
@@ -57,8 +61,9 @@ async def open_fenced(client: AsyncStreamClient, partition_id: int, epoch: int,
             await client.create_stream(name)
         except StampError as exc:  # another loader made it meanwhile: fencing decides
             log.info("partition %d: creating %s: %s", partition_id, name, exc)
-    return {kind: await client.fence_stream(stream_name(partition_id, kind), epoch)
-            for kind in STREAM_KINDS}
+    fenced = await asyncio.gather(*(client.fence_stream(stream_name(partition_id, kind), epoch)
+                                    for kind in STREAM_KINDS))
+    return dict(zip(STREAM_KINDS, fenced, strict=True))
 
 
 async def streams_exist(client: AsyncStreamClient, partition_id: int) -> bool:
@@ -76,13 +81,14 @@ async def seal_all(client: AsyncStreamClient, partition_id: int, epoch: int
     """Seal the last extent of each of the partition's streams (fencing again at the
     owner's own epoch, which is accepted) and list their extents: after this, they are
     exactly what a split or merge hands on."""
-    extents = {}
-    for kind in STREAM_KINDS:
+    async def seal(kind: str) -> list[int]:
         stream = await client.fence_stream(stream_name(partition_id, kind), epoch)
         info = await stream.refresh()
         assert all(e.state != "open" for e in info.extents), (stream.name, info.extents)
-        extents[kind] = [e.extent_id for e in info.extents]
-    return extents
+        return [e.extent_id for e in info.extents]
+
+    sealed = await asyncio.gather(*(seal(kind) for kind in STREAM_KINDS))
+    return dict(zip(STREAM_KINDS, sealed, strict=True))
 
 
 async def newest_meta(stream: AsyncStream) -> PartitionMeta | None:
