@@ -120,6 +120,9 @@ class SplitMerge:
                 ops += [_create_from(child, kind, extents[kind]) for kind in STREAM_KINDS]
             await self._multi_modify(ops + _retire(parent.id), left_id)
         except BaseException as exc:
+            # Which side survives is the next loader's to find out: B's streams or C's.
+            log.warning("partition %d: split failed after its intent was written: %r",
+                        parent.id, exc)
             await parent.stop(f"split failed after its intent was written: {exc!r}")
             raise
         await faults.apoint("ps.split.committed")
@@ -180,6 +183,8 @@ class SplitMerge:
                     e for e in right_extents[kind] if e not in shared]))
             await self._multi_modify(ops + _retire(left.id) + _retire(right.id), merged_id)
         except BaseException as exc:
+            log.warning("partitions %d and %d: merge failed after its intent was written: "
+                        "%r", left.id, right.id, exc)
             for side in (left, right):
                 await side.stop(f"merge failed after its intent was written: {exc!r}")
             raise

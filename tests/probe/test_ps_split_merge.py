@@ -17,12 +17,14 @@ routes each request by key to the partition it serves.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from collections.abc import Awaitable, Callable
 
 import pytest
 
 from common import rpc
-from common.errors import InvalidArgument, PreconditionFailed, StampError
+from common.errors import Fenced, InvalidArgument, PreconditionFailed, StampError
 from stream_layer.sm_client import AsyncStreamManagerClient
 from tests.probe.ps_direct import Acked, DirectPS, name_key, until
 from tools.local_stamp import LocalStamp
@@ -246,3 +248,48 @@ def test_split_refuses_bad_keys_and_ids(stamp_factory: StampFactory) -> None:
 
 async def _serves(ps: DirectPS, ids: set[int]) -> bool:
     return set(await ps.served()) == ids
+
+
+def test_a_deposed_owner_cannot_commit_a_split(stamp_factory: StampFactory) -> None:
+    """The owner is frozen (SIGSTOP) between sealing and the multi-modify; its lease lapses,
+    the other PS loads the parent (rolling the intent back) and takes writes; then the old
+    owner wakes and sends the multi-modify: its fence guard makes it change nothing."""
+    stamp = direct_stamp(stamp_factory, 2)
+    acked = fresh_acked()
+
+    async def scenario() -> None:
+        ps1, ps2 = DirectPS(stamp, "ps-1"), DirectPS(stamp, "ps-2")
+        try:
+            await ps1.load(1, create=True)
+            await acked.write_round(ps1, "a")
+            await asyncio.to_thread(rpc.arm_remote, ps1.address,
+                                    "ps.split.sealed=delay:2000,times=1")
+            split = asyncio.ensure_future(ps1.split(1, "log-3", 2, 3))
+            await until(_async(lambda: ps1.log_says("fault point ps.split.sealed fired")), 30,
+                        "the split to reach its sealed step")
+            os.kill(stamp.record("ps-1").pid, signal.SIGSTOP)
+            try:
+                await ps2.load(1)  # once ps-1's lease lapsed: fences, rolls the intent back
+                assert await ps2.served() == {1: (b"", None)}
+                await acked.write_round(ps2, "b")
+            finally:
+                os.kill(stamp.record("ps-1").pid, signal.SIGCONT)
+            with pytest.raises(Fenced):
+                await split
+            assert ps1.log_says("split failed after its intent was written")
+            assert await partition_streams(stamp, 2) == []
+            assert await partition_streams(stamp, 3) == []
+            assert 1 not in await ps1.served()
+            await acked.check(ps2)
+            await acked.write_round(ps2, "c")
+            await acked.check(ps2)
+        finally:
+            await ps1.close()
+            await ps2.close()
+    asyncio.run(scenario())
+
+
+def _async(check: Callable[[], bool]) -> Callable[[], Awaitable[bool]]:
+    async def wrapped() -> bool:
+        return check()
+    return wrapped
