@@ -17,8 +17,11 @@ from common.proto import partition_pb2 as pb
 from common.proto import partition_pb2_grpc as pb_grpc
 from partition_layer import keys
 from partition_layer.client_requests import put_request
+from partition_layer.partition_meta import PartitionMeta, decode_meta
+from partition_layer.partition_streams import stream_name
 from partition_layer.payload_crc import payload_crcs
 from partition_layer.session import CallSession
+from stream_layer.client import AsyncStreamClient
 from tools.local_stamp import LocalStamp
 
 ACCOUNT = "acct"
@@ -128,6 +131,21 @@ class Acked:
         for pname, (batch, token, first) in self.last_append.items():
             assert (await ps.call(append_request(pname, batch, token))).first_seq == first
         await self.check(ps)
+
+
+async def newest_record(stamp: LocalStamp, partition_id: int) -> PartitionMeta:
+    """The newest record of a partition's metadata stream, read as any client can (its
+    open extent to what the replicas agree is committed)."""
+    client = AsyncStreamClient([r.address for r in stamp.stream_managers()])
+    try:
+        stream = await client.open_stream(stream_name(partition_id, "meta"))
+        newest = None
+        async for _, block in stream.blocks():
+            newest = block
+        assert newest is not None, f"partition {partition_id} has no metadata record"
+        return decode_meta(newest)
+    finally:
+        await client.close()
 
 
 async def until(check: Callable[[], Awaitable[bool]], timeout_s: float, what: str) -> None:

@@ -24,9 +24,16 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from common import rpc
-from common.errors import Fenced, InvalidArgument, PreconditionFailed, StampError
+from common.errors import Fenced, InvalidArgument, NotOwner, PreconditionFailed, StampError
 from stream_layer.sm_client import AsyncStreamManagerClient
-from tests.probe.ps_direct import Acked, DirectPS, name_key, until
+from tests.probe.ps_direct import (
+    Acked,
+    DirectPS,
+    append_request,
+    name_key,
+    newest_record,
+    until,
+)
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow
@@ -78,13 +85,26 @@ def test_split_then_merge_reads_every_write_back(stamp_factory: StampFactory) ->
             await ps1.load(1, create=True)
             for tag in ("a", "b"):
                 await acked.write_round(ps1, tag)
-            split = await ps1.split(1, "log-3", 2, 3)
+            # While it splits, the parent answers NotOwner (the client refreshes its map).
+            await asyncio.to_thread(rpc.arm_remote, ps1.address,
+                                    "ps.split.intent_written=delay:1000,times=1")
+            splitting = asyncio.ensure_future(ps1.split(1, "log-3", 2, 3))
+            await until(_async(lambda: ps1.log_says("fault point ps.split.intent_written fired")),
+                        30, "the split to write its intent")
+            with pytest.raises(NotOwner, match="splitting"):
+                await ps1.call(append_request("log-0", [b"refused"], "refused"))
+            split = await splitting
             assert (split.left.low, split.left.high, split.left.has_high) == (
                 b"", name_key("log-3"), True)
             assert (split.right.low, split.right.has_high) == (name_key("log-3"), False)
             assert 0 < split.unavailable_s <= split.seconds
             assert await ps1.served() == {2: (b"", name_key("log-3")),
                                           3: (name_key("log-3"), None)}
+            for child, key_range in ((2, split.left), (3, split.right)):
+                # Each child's own record first, before it served: no load derives again.
+                record = await newest_record(stamp, child)
+                assert (record.partition_id, record.intents) == (child, [])
+                assert record.key_range.low == key_range.low
             await acked.check(ps1)
             await acked.retry_last_appends(ps1)  # tokens moved with their names
             await acked.write_round(ps1, "c")  # to both children
@@ -98,6 +118,7 @@ def test_split_then_merge_reads_every_write_back(stamp_factory: StampFactory) ->
             merged = await ps1.merge(2, 3, 4)
             assert (merged.range.low, merged.range.has_high) == (b"", False)
             assert await ps1.served() == {4: (b"", None)}
+            assert (await newest_record(stamp, 4)).partition_id == 4
             await acked.check(ps1)
             await acked.retry_last_appends(ps1)
             await acked.write_round(ps1, "d")  # only in the merged partition's commit log
@@ -133,6 +154,8 @@ def test_a_crash_at_each_step_of_a_split(stamp_factory: StampFactory) -> None:
                 await ps.load(1)
                 assert await ps.served() == {1: (b"", None)}
                 assert await partition_streams(stamp, 2) == []
+                record = await newest_record(stamp, 1)  # rolled back: no intent left
+                assert (record.partition_id, record.intents) == (1, [])
                 await acked.check(ps)
                 await acked.write_round(ps, point)
             assert ps.log_says("partition 1: meta derived or rolled back")
@@ -186,6 +209,9 @@ def test_a_crash_at_each_step_of_a_merge(stamp_factory: StampFactory) -> None:
                 await asyncio.gather(ps.load(2), ps.load(3))  # roll back their intents
                 assert set(await ps.served()) == {2, 3}
                 assert await partition_streams(stamp, 4) == []
+                for side in (2, 3):
+                    record = await newest_record(stamp, side)
+                    assert (record.partition_id, record.intents) == (side, [])
                 await acked.check(ps)
                 await acked.write_round(ps, point)
             await ps.merge(2, 3, 4)
