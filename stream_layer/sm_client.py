@@ -16,9 +16,10 @@ from typing import Any
 
 from common import rpc
 from common.config import StreamManagerLimits
-from common.errors import DeadlineExceeded, NotLeader, Unavailable
+from common.errors import AlreadyExists, DeadlineExceeded, NotFound, NotLeader, Unavailable
 from common.proto import stream_manager_pb2 as pb
 from common.proto import stream_manager_pb2_grpc as pb_grpc
+from stream_layer import stream_ops
 
 RETRY_DELAY_S = 0.02
 RETRY_DELAY_MAX_S = 0.2
@@ -112,8 +113,34 @@ class AsyncStreamManagerClient:
         """Apply `ops` (build them with stream_layer.stream_ops) all or none; returns the
         streams they named that exist afterwards. A refusal (Fenced, NotFound, ...) raises
         and changes nothing; a transport failure leaves it unknown whether it applied: look
-        (e.g. whether a stream it creates exists)."""
+        (e.g. whether a stream it creates exists: `multi_modify_resolved`)."""
         return list((await self.call("MultiModify", pb.MultiModifyRequest(ops=ops))).streams)
+
+    async def multi_modify_resolved(self, ops: Sequence[pb.StreamOp], witness: str
+                                    ) -> list[pb.StreamInfo]:
+        """`multi_modify`, with its ambiguity resolved: `witness` is a stream only this
+        change creates (a split's or merge's child: ids are never reused). `call` resends
+        after a timeout or a leader change, and the first attempt may have applied: the
+        resend is then refused (its guards find the retired parents: NotFound; or its
+        children exist: AlreadyExists). If `witness` exists, the change applied: return the
+        streams `ops` named that exist, as the reply would have. Otherwise the refusal (or
+        the transport failure) stands and nothing was changed by this call."""
+        try:
+            return await self.multi_modify(ops)
+        except (NotFound, AlreadyExists, Unavailable, DeadlineExceeded):
+            if not await self._exists(witness):
+                raise
+        names = list(dict.fromkeys(n for op in ops for n in stream_ops.named(op)))
+        return [info for name in names if (info := await self._open_if_exists(name))]
+
+    async def _exists(self, name: str) -> bool:
+        return await self._open_if_exists(name) is not None
+
+    async def _open_if_exists(self, name: str) -> pb.StreamInfo | None:
+        try:
+            return await self.open_stream(name)
+        except NotFound:
+            return None
 
     async def list_extents(self) -> list[pb.ExtentInfo]:
         return list((await self.call("ListExtents", pb.ListExtentsRequest())).extents)

@@ -275,6 +275,11 @@ class StreamManagerState:
         target, source = self.stream(c.target), self.stream(c.source)
         if c.target == c.source:
             raise InvalidArgument("cannot concatenate a stream onto itself")
+        # Streams may share extents (a split's children): a stream holds each one once.
+        repeated = sorted(set(target.extents) & set(source.extents))
+        if repeated:
+            raise InvalidArgument(f"stream {c.target!r} already holds extent {repeated[0]} of "
+                                  f"{c.source!r}: a stream holds an extent once")
         for extent_id in (*target.extents[-1:], *source.extents):
             if self.extent(extent_id).state == OPEN:
                 raise PreconditionFailed(f"extent {extent_id} is open: seal it before concat")

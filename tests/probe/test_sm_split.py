@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from common.errors import Fenced, PreconditionFailed
+from common.errors import Fenced, NotFound, PreconditionFailed
 from stream_layer.client import AsyncStreamClient
 from stream_layer.stream_ops import create_from_op, fence_op, retire_op
 from tests.probe.test_stream_manager import (
@@ -23,6 +23,7 @@ from tests.probe.test_stream_manager import (
     client_for,
     converged_digests,
     leader_name,
+    wait_for,
 )
 from tools.local_stamp import LocalStamp
 
@@ -75,7 +76,9 @@ async def make_parent(client: AsyncStreamClient, parent: int) -> dict[str, list[
 
 def test_split_multi_modify_through_the_real_stream_manager(
         stamp_factory: StampFactory) -> None:
-    stamp = stamp_factory(3, 3)
+    # No spare extents: their background creation would change the state (extent ids
+    # reserved) while the test compares the state before and after a failover.
+    stamp = stamp_factory(3, 3, stream_manager={"spare_extents": 0})
 
     async def scenario() -> None:
         client = client_for(stamp)
@@ -93,6 +96,13 @@ def test_split_multi_modify_through_the_real_stream_manager(
         reply = await client.sm.multi_modify(split_ops(1, 2, 3, EPOCH, extents))
         assert sorted(s.name for s in reply) == sorted(
             f"partition/{c}/{k}" for c in (2, 3) for k in KINDS)
+        # Sent again (as after a timeout): refused, its guards find no parent; resolved by
+        # its witness, it is the change that applied.
+        with pytest.raises(NotFound):
+            await client.sm.multi_modify(split_ops(1, 2, 3, EPOCH, extents))
+        again = await client.sm.multi_modify_resolved(split_ops(1, 2, 3, EPOCH, extents),
+                                                      witness="partition/2/meta")
+        assert again == reply
         assert sorted(s.name for s in await client.list_streams()) == sorted(
             s.name for s in reply)
         for kind in KINDS:
@@ -142,5 +152,70 @@ def test_split_multi_modify_through_the_real_stream_manager(
         stamp.start(victim)
         assert await converged_digests(stamp, client) == digests, \
             "the namespace changed across the failover (or a refused change left a trace)"
+        await client.close()
+    asyncio.run(scenario())
+
+
+def test_a_fence_guard_in_a_multi_modify_seals_nothing(stamp_factory: StampFactory) -> None:
+    """Unlike the FenceStream RPC (which seals the last extent), a fence op in a multi-modify
+    only checks and raises the writer epoch: the stream's open extent stays open."""
+    stamp = stamp_factory(3, 3, stream_manager={"spare_extents": 0})
+
+    async def scenario() -> None:
+        client = client_for(stamp)
+        stream = await client.create_stream("x")
+        await stream.append([b"one"])
+        (info,) = await client.sm.multi_modify([fence_op("x", 3)])
+        assert info.writer_epoch == 3 and [e.state for e in info.extents] == ["open"]
+        with pytest.raises(Fenced):
+            await client.sm.multi_modify([fence_op("x", 2)])
+        assert [e.state for e in (await client.sm.open_stream("x")).extents] == ["open"]
+        await client.close()
+    asyncio.run(scenario())
+
+
+def test_a_shared_extent_is_rereplicated_once_for_all_its_streams(
+        stamp_factory: StampFactory) -> None:
+    """After a split the children share every extent. An extent node holding some of them
+    dies: each shared extent is copied once (one extent record, three replicas in three
+    fault domains), and both children read the parent's bytes from the new replicas."""
+    stamp = stamp_factory(6, 3, stream_manager={"heartbeat_interval_ms": 200,
+                                                "suspect_after_ms": 1000,
+                                                "dead_after_ms": 2500})
+
+    async def scenario() -> None:
+        client = client_for(stamp)
+        extents = await make_parent(client, 1)
+        data = {k: await blocks_of(client, f"partition/1/{k}") for k in KINDS}
+        await client.sm.multi_modify(split_ops(1, 2, 3, EPOCH, extents))
+        shared = {e.extent_id: e for e in await client.sm.list_extents()
+                  if len(e.streams) == 2}
+        assert set(shared) == {i for ids in extents.values() for i in ids}
+        victim = max(stamp.extent_nodes(),
+                     key=lambda n: sum(n.name in e.replicas for e in shared.values())).name
+        held = {i for i, e in shared.items() if victim in e.replicas}
+        stamp.kill(victim)
+
+        async def copied() -> dict[int, Any] | None:
+            now = {e.extent_id: e for e in await client.sm.list_extents()}
+            if any(victim in now[i].replicas for i in held):
+                return None
+            return now
+        now = await wait_for(copied, 60, f"{victim}'s shared extents to be copied")
+        domains = {n.name: n.fault_domain for n in stamp.extent_nodes()}
+        for extent_id in shared:
+            extent = now[extent_id]
+            assert len(extent.replicas) == 3, extent
+            assert len({domains[r] for r in extent.replicas}) == 3, extent
+            assert list(extent.streams) == list(shared[extent_id].streams), extent
+        for extent_id in held:  # every replica, the new one too, serves the sealed bytes
+            extent = now[extent_id]
+            for address in extent.addresses if extent.sealed_length else ():
+                frames = await client.extents.read_frames(address, extent_id, 0,
+                                                          extent.sealed_length)
+                assert len(frames) == extent.sealed_length
+        for kind in KINDS:
+            for child in (2, 3):
+                assert await blocks_of(client, f"partition/{child}/{kind}") == data[kind]
         await client.close()
     asyncio.run(scenario())

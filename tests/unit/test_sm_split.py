@@ -210,3 +210,20 @@ def test_stream_op_builders_round_trip_through_the_server_conversion() -> None:
     assert stream_ops.named(stream_ops.create_from_op("c", [1])) == ("c",)
     with pytest.raises(InvalidArgument):
         _stream_op(pb.StreamOp())
+
+
+def test_concat_refuses_to_make_a_stream_hold_an_extent_twice() -> None:
+    # Siblings of a split share their parent's extents: concatenating one onto the other
+    # (or a stream onto one it was concatenated to before) would repeat them.
+    state = fresh()
+    sealed_stream(state, "b", 1)
+    state.apply(s.CreateStreamFrom("c", (1, 2)))
+    state.apply(s.CreateStreamFrom("d", (1, 2)))
+    sealed_stream(state, "e", 3)
+    state.apply(s.Concat("b", "e"))
+    before = state.digest()
+    for target, source in (("c", "d"), ("b", "e")):
+        with pytest.raises(InvalidArgument, match="already holds extent"):
+            state.apply(s.Concat(target, source))
+    assert state.digest() == before
+    assert state.stream("b").extents == (1, 2, 3, 4)
