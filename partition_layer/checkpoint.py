@@ -31,7 +31,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from common import faults
@@ -44,6 +44,7 @@ from partition_layer.operations import ENTITY_TOKEN_TTL_MS
 from partition_layer.partition_meta import PartitionMeta, encode_meta
 from partition_layer.run_cache import IndexCache, Run
 from partition_layer.runs import RunInfo, RunWriter
+from partition_layer.size_split import run_bytes_in_view
 from stream_layer.client import AsyncStream
 from stream_layer.framing import Location
 
@@ -57,18 +58,26 @@ MERGE_SIZE_RATIO = 2
 ROWS_PER_YIELD = 64
 
 
-def merge_group(runs: list[RunInfo]) -> list[RunInfo]:
+def _data_bytes(info: RunInfo) -> int:
+    return info.data_bytes
+
+
+def merge_group(runs: list[RunInfo], size: Callable[[RunInfo], int] = _data_bytes
+                ) -> list[RunInfo]:
     """The runs to merge (size-tiered): the newest run and each next older one while it is
     at most MERGE_SIZE_RATIO times the size of the group so far. Each byte is then rewritten
-    about log(size) times, not once per merge."""
+    about log(size) times, not once per merge. `size`: a run's bytes as this partition
+    lists it — within its view, so a parent's run a split child lists with half its keys
+    counts half, and the child rewrites it (and stops sharing it) as soon as its own."""
     if not runs:
         return []
-    group, total = [runs[0]], runs[0].data_bytes
+    group, total = [runs[0]], size(runs[0])
     for run in runs[1:]:
-        if run.data_bytes > MERGE_SIZE_RATIO * total:
+        run_bytes = size(run)
+        if run_bytes > MERGE_SIZE_RATIO * total:
             break
         group.append(run)
-        total += run.data_bytes
+        total += run_bytes
     return group
 
 
@@ -232,7 +241,9 @@ class Checkpointer:
     async def _merge_runs(self) -> None:
         p = self.p
         assert p.meta is not None
-        victims = merge_group(p.meta.runs)
+        indexes = {r.info: r.loaded_index() for r in p.readers}
+        victims = merge_group(p.meta.runs,
+                              lambda info: run_bytes_in_view(info, indexes.get(info)))
         if len(victims) < 2:
             return  # every older run is much bigger: merging now would rewrite it for little
         ids = {v.run_id for v in victims}

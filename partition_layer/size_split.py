@@ -9,7 +9,8 @@ hold keys of the view, a block only partly in the view counting half. Without th
 
 `size_split_key` is where the policy splits a partition that is too big (`trigger` size):
 the weighted median of the partition's data — each in-view data block of a run with a loaded
-index weighs its bytes at its first key, and a spread of memtable keys weighs the memtable's
+index weighs its bytes at its first key (a run whose index is not loaded is left out: it
+says nothing of where its bytes lie), and a spread of memtable keys weighs the memtable's
 bytes — moved to the start of its partition name, because a split never cuts a partition
 name (split17.md). When that start is the partition's low end, the start of the next name
 is tried. b"" when no name start lies strictly inside the range with data on both sides

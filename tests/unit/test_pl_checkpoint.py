@@ -12,7 +12,7 @@ import pytest
 
 from common.config import PartitionLimits
 from partition_layer.cache import LruCache
-from partition_layer.checkpoint import ROWS_PER_YIELD, Checkpointer
+from partition_layer.checkpoint import MERGE_SIZE_RATIO, ROWS_PER_YIELD, Checkpointer
 from partition_layer.keys import KIND_ENTITY, KIND_META, KeyRange, encode_key
 from partition_layer.memtable import Memtable
 from partition_layer.merge import aiter_sync, merge
@@ -255,3 +255,35 @@ def test_a_merged_partition_reads_its_parents_runs_through_their_views(merge_lef
 
     assert asyncio.run(merge_whole()) == expected
     assert whole.stopped_for == []
+
+
+def test_a_split_child_sizes_its_parents_run_by_its_view_when_choosing_a_merge() -> None:
+    """Child C = [,m) lists its parent's run R (a..z) with half its keys in view, and
+    checkpoints a run of its own: too small to merge with all of R (data_bytes) but big
+    enough for C's half of it, which is what a merge would rewrite. C merges, and its one
+    run no longer shares R."""
+    limits = dataclasses.replace(PartitionLimits(), data_block_bytes=2048)
+    shared = {"row": FakeStream(), "meta": FakeStream()}
+    parent = MemorySite(limits, streams=shared)
+    for n, name in enumerate("abcdefghijklmnopqrstuvwxyz"):
+        parent.memtable.put(entity(name), encode_row(Row(n + 1, value=b"p" * 1000)))
+
+    async def scenario() -> None:
+        await Checkpointer(parent).checkpoint_now()  # type: ignore[arg-type]
+        assert parent.meta is not None
+        left = MemorySite(limits, LEFT, streams=shared)
+        derived(left, narrowed(parent.meta.runs, LEFT), parent.meta.next_run_id)
+        for n, name in enumerate("abc"):
+            left.memtable.put(entity(name), encode_row(Row(100 + n, value=b"c" * 3000)))
+        left.applied_lsn = left.log_bytes = 3
+        checkpointer = Checkpointer(left)  # type: ignore[arg-type]
+        await checkpointer.checkpoint_now()
+        assert left.meta is not None
+        mine, r = left.meta.runs
+        assert r.data_bytes > MERGE_SIZE_RATIO * mine.data_bytes, "by data_bytes: no merge"
+        for reader in left.readers:
+            await reader.warm()
+        await checkpointer._merge_runs()
+        (merged,) = left.meta.runs
+        assert await physical_keys(left, merged) == [entity(c) for c in "abcdefghijkl"]
+    asyncio.run(scenario())
