@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from common import faults
-from common.errors import InvalidArgument, PreconditionFailed, StampError
+from common.errors import InvalidArgument, PreconditionFailed
 from common.proto import partition_pb2 as pb
 from partition_layer import keys, meta_derive
 from partition_layer.keys import KeyRange
@@ -257,14 +257,10 @@ class SplitMerge:
                             partition.id)
 
     async def _multi_modify(self, ops: list[StreamOp], child_id: int) -> None:
-        """One atomic change on the stream manager; an ambiguous failure (the reply lost) is
-        resolved by whether the child's streams exist."""
-        try:
-            await self.server.streams.sm.multi_modify(ops)
-        except StampError as exc:
-            if not await streams_exist(self.server.streams, child_id):
-                raise
-            log.info("multi-modify for partition %d answered %r but committed", child_id, exc)
+        """One atomic change on the stream manager; an ambiguous failure (a timeout, a
+        resend refused because the first attempt applied) is resolved by whether the
+        child's metadata stream exists (sm_client.multi_modify_resolved)."""
+        await self.server.streams.sm.multi_modify_resolved(ops, stream_name(child_id, "meta"))
 
     async def _retire_here(self, partition: RangePartition, why: str) -> None:
         """The parent stops for good here (its lease is released); never loaded here
