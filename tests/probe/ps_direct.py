@@ -125,6 +125,16 @@ class Acked:
             response = await ps.call(pb.Request(pname=group, get=pb.GetOp(row=row.encode())))
             assert (response.value, response.etag) == (value, etag), (group, row)
 
+    async def check_scan(self, ps: DirectPS, start_pname: str, groups: set[str]) -> None:
+        """A scan from `start_pname` (to the end of the partition holding it) returns
+        exactly the acknowledged rows of `groups`, in key order, with their ETags."""
+        response = await ps.call(pb.Request(scan=pb.ScanOp(start_pname=start_pname,
+                                                           limit=1000)))
+        got = [(i.pname, i.row.decode(), i.value, i.etag) for i in response.items]
+        expected = sorted((group, row, value, etag) for (group, row), (value, etag)
+                          in self.entities.items() if group in groups)
+        assert got == expected and not response.more, (start_pname, got[:2])
+
     async def retry_last_appends(self, ps: DirectPS) -> None:
         """Each log's last append sent again with its token: answered from the first
         attempt (same first seq), nothing appended twice."""

@@ -40,7 +40,7 @@ pytestmark = pytest.mark.slow
 
 StampFactory = Callable[..., LocalStamp]
 LOGS = tuple(f"log-{i}" for i in range(6))
-GROUPS = ("ents-0", "ents-1")  # entity groups sort before every log ("e" < "l")
+GROUPS = ("ents-0", "ents-1", "tbl-0")  # "ents-*" < every "log-*" < "tbl-0"
 
 
 def direct_stamp(factory: StampFactory, servers: int) -> LocalStamp:
@@ -106,6 +106,9 @@ def test_split_then_merge_reads_every_write_back(stamp_factory: StampFactory) ->
                 assert (record.partition_id, record.intents) == (child, [])
                 assert record.key_range.low == key_range.low
             await acked.check(ps1)
+            # Each child scans its own rows of the parent's shared run, none of the other's.
+            await acked.check_scan(ps1, "ents-0", {"ents-0", "ents-1"})
+            await acked.check_scan(ps1, "log-3", {"tbl-0"})
             await acked.retry_last_appends(ps1)  # tokens moved with their names
             await acked.write_round(ps1, "c")  # to both children
             await acked.check(ps1)
@@ -120,6 +123,7 @@ def test_split_then_merge_reads_every_write_back(stamp_factory: StampFactory) ->
             assert await ps1.served() == {4: (b"", None)}
             assert (await newest_record(stamp, 4)).partition_id == 4
             await acked.check(ps1)
+            await acked.check_scan(ps1, "ents-0", set(GROUPS))
             await acked.retry_last_appends(ps1)
             await acked.write_round(ps1, "d")  # only in the merged partition's commit log
             for ps in (ps1, ps2):
@@ -131,6 +135,7 @@ def test_split_then_merge_reads_every_write_back(stamp_factory: StampFactory) ->
             await ps2.load(4)  # waits for the dead owner's lease to lapse
             assert await ps2.served() == {4: (b"", None)}
             await acked.check(ps2)
+            await acked.check_scan(ps2, "ents-0", set(GROUPS))
             await acked.write_round(ps2, "e")
             await acked.check(ps2)
         finally:
