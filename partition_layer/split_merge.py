@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from common import faults
@@ -87,8 +87,7 @@ class SplitMerge:
                 parent = await self._served(parent_id)
                 check_split_key(parent.range, key)
                 await self._check_unused(left_id, right_id)
-                unavailable_from = time.monotonic()
-                await self._commit_split(parent, key, left_id, right_id)
+                unavailable_from = await self._commit_split(parent, key, left_id, right_id)
             await faults.apoint("ps.split.children_loading")
             left, right = await self._load_children(parent_id, (left_id, right_id))
         now = time.monotonic()
@@ -100,8 +99,9 @@ class SplitMerge:
                              left_epoch=left.epoch, right_epoch=right.epoch)
 
     async def _commit_split(self, parent: RangePartition, key: bytes, left_id: int,
-                            right_id: int) -> None:
-        await self._quiesce([parent], SPLITTING)
+                            right_id: int) -> float:
+        """The split up to its commit; returns when the parent stopped admitting."""
+        stopped_at = await self._quiesce([parent], SPLITTING)
         await faults.apoint("ps.split.checkpointed")
         try:
             assert parent.meta is not None
@@ -127,6 +127,7 @@ class SplitMerge:
             raise
         await faults.apoint("ps.split.committed")
         await self._retire_here(parent, f"split into {left_id} and {right_id}")
+        return stopped_at
 
     # ---- merge ------------------------------------------------------------------------------
 
@@ -143,8 +144,7 @@ class SplitMerge:
                     raise PreconditionFailed(f"partitions {left_id} and {right_id} are not "
                                              "adjacent")
                 await self._check_unused(merged_id)
-                unavailable_from = time.monotonic()
-                await self._commit_merge(left, right, merged_id)
+                unavailable_from = await self._commit_merge(left, right, merged_id)
             await faults.apoint("ps.merge.merged_loading")
             (merged,) = await self._load_children(None, (merged_id,), (left_id, right_id))
         now = time.monotonic()
@@ -155,8 +155,9 @@ class SplitMerge:
                              range=range_pb(merged.range), epoch=merged.epoch)
 
     async def _commit_merge(self, left: RangePartition, right: RangePartition,
-                            merged_id: int) -> None:
-        await self._quiesce([left, right], MERGING)
+                            merged_id: int) -> float:
+        """The merge up to its commit; returns when both stopped admitting."""
+        stopped_at = await self._quiesce([left, right], MERGING)
         await faults.apoint("ps.merge.checkpointed")
         try:
             assert left.meta is not None and right.meta is not None
@@ -191,6 +192,7 @@ class SplitMerge:
         await faults.apoint("ps.merge.committed")
         for side in (left, right):
             await self._retire_here(side, f"merged into {merged_id}")
+        return stopped_at
 
     # ---- steps ------------------------------------------------------------------------------
 
@@ -225,29 +227,40 @@ class SplitMerge:
                 return False
         return True
 
-    async def _quiesce(self, partitions: Sequence[RangePartition], state: str) -> None:
+    async def _quiesce(self, partitions: Sequence[RangePartition], state: str) -> float:
         """Stop admitting, commit what was taken, checkpoint everything: afterwards nothing
-        of these partitions is outside their runs, and nothing writes to their streams."""
+        of these partitions is outside their runs, and nothing writes to their streams.
+        Returns when admission stopped: the range is unavailable from there."""
+        # A checkpoint while they still serve: the one under `state` then writes only what
+        # came in meanwhile, so the range is unavailable for less.
+        await _all(partition.checkpointer.checkpoint_now() for partition in partitions)
+        stopped_at = time.monotonic()
         for partition in partitions:
+            if partition.state != SERVING:  # stopped meanwhile (lease lost, fenced)
+                await self._resume(partitions)
+                raise PreconditionFailed(f"partition {partition.id} stopped serving")
             partition.state = state
         try:
-            for partition in partitions:
-                await partition.committer.settle()
-                # A checkpoint (and the run merge it may start) under way ends first: its
-                # record must not land after the intent.
-                await partition.checkpointer.closed()
-                await partition.checkpointer.checkpoint_now()
-                await partition.checkpointer.closed()
-                if partition.state != state or not partition.lease_valid():
-                    raise PreconditionFailed(f"partition {partition.id} stopped serving "
-                                             f"while {state}")
-                assert partition.meta is not None
-                assert partition.meta.applied_lsn == partition.applied_lsn, (
-                    partition.meta.applied_lsn, partition.applied_lsn)
-                assert not len(partition.memtable) and partition.frozen is None
+            await _all(self._checkpoint_fully(partition, state) for partition in partitions)
         except BaseException:
             await self._resume(partitions)
             raise
+        return stopped_at
+
+    async def _checkpoint_fully(self, partition: RangePartition, state: str) -> None:
+        await partition.committer.settle()
+        # A checkpoint (and the run merge it may start) under way ends first: its record
+        # must not land after the intent.
+        await partition.checkpointer.closed()
+        await partition.checkpointer.checkpoint_now()
+        await partition.checkpointer.closed()
+        if partition.state != state or not partition.lease_valid():
+            raise PreconditionFailed(f"partition {partition.id} stopped serving while "
+                                     f"{state}")
+        assert partition.meta is not None
+        assert partition.meta.applied_lsn == partition.applied_lsn, (
+            partition.meta.applied_lsn, partition.applied_lsn)
+        assert not len(partition.memtable) and partition.frozen is None
 
     async def _resume(self, partitions: Sequence[RangePartition]) -> None:
         for partition in partitions:
@@ -281,6 +294,14 @@ class SplitMerge:
                 f"partition {other.id} serves with its children")
         await asyncio.gather(*(self.server.load(child, ANYWHERE) for child in child_ids))
         return [self.server.partitions[child] for child in child_ids]
+
+
+async def _all(steps: Iterable[Awaitable[None]]) -> None:
+    """Run `steps` together; once all have ended, raise the first failure."""
+    results = await asyncio.gather(*steps, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
 
 
 def _fence(partition: RangePartition) -> list[StreamOp]:
