@@ -17,6 +17,7 @@ routes each request by key to the partition it serves.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import signal
 from collections.abc import Awaitable, Callable
@@ -24,7 +25,14 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from common import rpc
-from common.errors import Fenced, InvalidArgument, NotOwner, PreconditionFailed, StampError
+from common.errors import (
+    Fenced,
+    InvalidArgument,
+    NotOwner,
+    PreconditionFailed,
+    StampError,
+    Throttled,
+)
 from stream_layer.sm_client import AsyncStreamManagerClient
 from tests.probe.ps_direct import (
     Acked,
@@ -324,3 +332,59 @@ def _async(check: Callable[[], bool]) -> Callable[[], Awaitable[bool]]:
     async def wrapped() -> bool:
         return check()
     return wrapped
+
+
+def test_writers_ride_through_a_split_and_a_merge(stamp_factory: StampFactory) -> None:
+    """Writers append to the PS all along; a request the parent refuses mid-split is
+    answered NotOwner and sent again (same token) until a child takes it. Afterwards every
+    acknowledged append is there once, at the seq it was acknowledged with, with no gap."""
+    stamp = direct_stamp(stamp_factory, 1)
+    acked = Acked(logs={f"log-{i}": [] for i in range(16)})
+    refused: list[str] = []
+    acked_at: list[float] = []
+
+    async def writer(ps: DirectPS, pnames: list[str], stop: asyncio.Event) -> None:
+        n = 0
+        while not stop.is_set():
+            pname = pnames[n % len(pnames)]
+            batch, token = [f"{pname}/{n}".encode()], f"{pname}-w{n}"
+            while True:
+                try:
+                    first = (await ps.call(append_request(pname, batch, token))).first_seq
+                    break
+                except (NotOwner, Throttled) as exc:
+                    refused.append(str(exc))
+                    await asyncio.sleep(0.005)
+            assert first == len(acked.logs[pname]), (pname, first)
+            acked.logs[pname].extend(batch)
+            acked_at.append(asyncio.get_running_loop().time())
+            n += 1
+
+    async def scenario() -> None:
+        ps = DirectPS(stamp, "ps-1")
+        try:
+            await ps.load(1, create=True)
+            stop = asyncio.Event()
+            names = list(acked.logs)
+            writers = [asyncio.ensure_future(writer(ps, names[i::8], stop)) for i in range(8)]
+
+            async def more(n: int) -> None:
+                target = len(acked_at) + n
+                await until(_async(lambda: len(acked_at) >= target), 60, f"{n} more appends")
+            await more(200)
+            split = await ps.split(1, "log-5", 2, 3)
+            await more(200)
+            merge = await ps.merge(2, 3, 4)
+            await more(200)
+            stop.set()
+            await asyncio.gather(*writers)
+            await acked.check(ps)
+            gap = max(b - a for a, b in itertools.pairwise(acked_at))
+            print(f"split unavailable {split.unavailable_s:.3f}s, merge "
+                  f"{merge.unavailable_s:.3f}s; longest gap between acks {gap:.3f}s, "
+                  f"{len(refused)} refusals")
+            assert all("splitting" in r or "merging" in r or "serves no partition" in r
+                       for r in refused if "Throttled" not in r), refused[:3]
+        finally:
+            await ps.close()
+    asyncio.run(scenario())
