@@ -9,8 +9,11 @@ from the intent record: meta_derive.py). Merge(C, D, E) has the same shape.
 
 Contracts:
 - Idempotent: a retry of the same request finishes or confirms the same operation (the
-  children's metadata stream existing means it committed); after a crash, a load of the
-  parent rolls the intent back (its own streams still exist: it never committed).
+  children's metadata stream there and the parents' streams gone means it committed);
+  after a crash before the commit, a load of the parent rolls the intent back.
+- Fault points, in order: ps.split.checkpointed, .intent_written, .sealed, .committed,
+  .children_loading; ps.merge.checkpointed, .intent_written, .sealed, .committed,
+  .merged_loading.
 - The parent is fully checkpointed before the intent is written (asserted): a child replays
   nothing of its parent's that is not in the runs it lists.
 - Never both the parent and a child serving on this process (asserted before a child loads).
@@ -162,18 +165,18 @@ class SplitMerge:
         try:
             assert left.meta is not None and right.meta is not None
             intent = meta_derive.merge_intent(left.meta, right.meta, merged_id)
-            for side in (left, right):
-                assert side.meta is not None
-                await side.streams["meta"].append(
-                    [encode_meta(meta_derive.with_intent(side.meta, intent))])
+            await _all(side.streams["meta"].append(
+                [encode_meta(meta_derive.with_intent(side.meta, intent))])
+                for side in (left, right) if side.meta is not None)
         except BaseException:
-            # The left's intent alone is harmless: its next load rolls it back.
+            # One side's intent alone is harmless: its next load rolls it back.
             await self._resume([left, right])
             raise
         try:
             await faults.apoint("ps.merge.intent_written")
-            left_extents = await seal_all(self.server.streams, left.id, left.epoch)
-            right_extents = await seal_all(self.server.streams, right.id, right.epoch)
+            left_extents, right_extents = await asyncio.gather(
+                seal_all(self.server.streams, left.id, left.epoch),
+                seal_all(self.server.streams, right.id, right.epoch))
             await faults.apoint("ps.merge.sealed")
             ops = _fence(left) + _fence(right)
             for kind in STREAM_KINDS:
