@@ -34,3 +34,27 @@ def test_bad_config_is_a_clear_error(tmp_path: Path, text: str) -> None:
     path.write_text(text)
     with pytest.raises(InvalidArgument):
         load_config(path)
+
+
+def test_partition_manager_section_overrides_the_balancing_defaults(tmp_path: Path) -> None:
+    assert default_config().partition_manager.balance_interval_s == 5.0
+    assert default_config().partition_manager.policy == \
+        "partition_layer.balance_policy.DefaultPolicy"
+    path = tmp_path / "c.toml"
+    path.write_text("[partition_manager]\nbalance_interval_s = 0\ncooldown_s = 2.5\n"
+                    'policy = "my.module.Policy"\n')
+    section = load_config(path).partition_manager
+    assert (section.balance_interval_s, section.cooldown_s, section.policy) == \
+        (0, 2.5, "my.module.Policy")
+
+
+@pytest.mark.parametrize("text", ["[partition_manager]\nspeed = 3\n",
+                                  "[partition_manager]\nbalance_interval_s = -1\n",
+                                  '[partition_manager]\npolicy = "NoDots"\n',
+                                  "[partition_manager]\nmerge_ops_per_s_max = 1e9\n",
+                                  "[partition_manager]\npartitions_per_server_low = 30\n"])
+def test_bad_partition_manager_section_is_a_clear_error(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    with pytest.raises(InvalidArgument, match="partition_manager"):
+        load_config(path)
