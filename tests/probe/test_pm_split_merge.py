@@ -35,6 +35,7 @@ from partition_layer.client import PartitionClient
 from partition_layer.partition_map import PartitionMap
 from tests.checker import append_load, check_logs
 from tests.conftest import config_toml, stamp_config
+from tests.probe.test_partition_failover import log_says
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow
@@ -247,6 +248,7 @@ def test_pm_leader_killed_mid_operation(pm_stamp: LocalStamp, point: str) -> Non
                 ("split", "1", "--key", "acct/log-2")
             result = await asyncio.to_thread(cli, stamp, "partition", *args, check=False)
             assert result.returncode == 1, result.stdout  # its PM died under it
+            assert log_says(stamp, old, f"fault point {point}: crashing the process")
             stamp.kill(old)  # reaps it
             want = [4] if point.startswith("pm.merge") else [2, 3]
             await watch.until(lambda m: [p.id for p in m.partitions] == want
