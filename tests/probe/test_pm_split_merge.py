@@ -16,6 +16,7 @@ children's streams and views) merged with this one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import subprocess
 import sys
@@ -47,19 +48,27 @@ MANAGER = {"balance_interval_s": 0}
 OP_WAIT_S = 90.0
 
 
-@pytest.fixture
-def pm_stamp(tmp_path: Path) -> Iterator[LocalStamp]:
-    """3 ENs, 1 SM, 3 lock replicas, 2 PMs, 2 PSs; the balancing pass off."""
+@contextlib.contextmanager
+def started_stamp(root: Path, manager: dict[str, float]) -> Iterator[LocalStamp]:
+    """3 ENs, 1 SM, 3 lock replicas, 2 PMs, 2 PSs, with `manager` as its partition_manager
+    config section."""
     config = stamp_config(3, 1, lock_servers=3, partition_managers=2, partition_servers=2,
                           partition=PARTITION)
-    config_file = tmp_path / "stamp.toml"
-    config_file.write_text(config_toml(partition=PARTITION, partition_manager=MANAGER))
-    stamp = LocalStamp(tmp_path / "stamp", config, str(config_file))
+    config_file = root / "stamp.toml"
+    config_file.write_text(config_toml(partition=PARTITION, partition_manager=manager))
+    stamp = LocalStamp(root / "stamp", config, str(config_file))
     try:
         stamp.up()
         yield stamp
     finally:
         stamp.kill_all()
+
+
+@pytest.fixture
+def pm_stamp(tmp_path: Path) -> Iterator[LocalStamp]:
+    """The balancing pass off: only the test changes the map."""
+    with started_stamp(tmp_path, MANAGER) as stamp:
+        yield stamp
 
 
 def cli(stamp: LocalStamp, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -302,5 +311,77 @@ def test_split_that_never_commits_is_rolled_back(pm_stamp: LocalStamp) -> None:
             await acked_more(acked, 100)
             stop.set()
             await load
+        pc.run(scenario())
+        check_logs(pc, acked)
+
+
+# A partition is hot from 20 ops/s (8 appenders make hundreds), its figures count from the
+# first second; no merge (2 PSs x 5 is above any count reached here).
+HOT = {"split_ops_per_s_min": 20, "settle_s": 0.5, "finder_requests_min": 50}
+
+
+def load_splits(stamp: LocalStamp) -> list[dict[str, object]]:
+    return [e for e in history(stamp) if e["op"] == "split" and e["trigger"] == "load"]
+
+
+def test_balance_dry_run_then_for_real(tmp_path: Path) -> None:
+    """`stamp partition balance --dry-run` names the split of the hot partition with its
+    reason and changes nothing; `stamp partition balance` does it (trigger "load" in the
+    history); every write reads back."""
+    acked: list[tuple[str, int, bytes]] = []
+    with started_stamp(tmp_path, {**MANAGER, **HOT}) as stamp, \
+            PartitionClient.from_stamp(str(stamp.data_dir)) as pc:
+        pc.wait_served()
+
+        async def scenario() -> None:
+            stop = asyncio.Event()
+            load = asyncio.ensure_future(append_load(pc.aio, 8, stop, acked))
+            deadline = time.monotonic() + OP_WAIT_S
+            while True:
+                out = json.loads((await asyncio.to_thread(
+                    cli, stamp, "partition", "balance", "--dry-run", "--json")).stdout)
+                if any(a["op"] == "split" for a in out["actions"]):
+                    break
+                assert time.monotonic() < deadline, f"no split proposed: {out}"
+                await asyncio.sleep(0.5)
+            split = next(a for a in out["actions"] if a["op"] == "split")
+            assert split["partition_ids"] == [1] and split["trigger"] == "load" \
+                and "ops/s" in split["reason"], split
+            current = await manager_map(stamp)
+            assert current is not None and [p.id for p in current.partitions] == [1]
+            assert not load_splits(stamp), "a dry run did something"
+            out = (await asyncio.to_thread(cli, stamp, "partition", "balance")).stdout
+            assert "ran split of partition 1" in out, out
+            done = load_splits(stamp)
+            assert [(e["from_ids"], e["result"]) for e in done] == [([1], "ok")], done
+            await acked_more(acked, 100)
+            stop.set()
+            await load
+        pc.run(scenario())
+        check_logs(pc, acked)
+
+
+def test_balance_pass_splits_a_hot_partition_by_itself(tmp_path: Path) -> None:
+    """The leader's pass (every second here) splits the hot partition at its load key and
+    records it; the writers never see an error; every write reads back."""
+    acked: list[tuple[str, int, bytes]] = []
+    with started_stamp(tmp_path, {"balance_interval_s": 1, **HOT}) as stamp, \
+            PartitionClient.from_stamp(str(stamp.data_dir)) as pc:
+        pc.wait_served()
+
+        async def scenario() -> None:
+            stop = asyncio.Event()
+            load = asyncio.ensure_future(append_load(pc.aio, 8, stop, acked))
+            deadline = time.monotonic() + OP_WAIT_S
+            while not any(e["result"] == "ok" for e in
+                          await asyncio.to_thread(load_splits, stamp)):
+                assert time.monotonic() < deadline, "the pass split nothing"
+                assert not load.done(), load  # an appender error ends the load
+                await asyncio.sleep(0.5)
+            await acked_more(acked, 100)
+            stop.set()
+            await load
+            current = await manager_map(stamp)
+            assert current is not None and len(current.partitions) >= 2
         pc.run(scenario())
         check_logs(pc, acked)
