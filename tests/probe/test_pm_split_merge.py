@@ -385,3 +385,36 @@ def test_balance_pass_splits_a_hot_partition_by_itself(tmp_path: Path) -> None:
             assert current is not None and len(current.partitions) >= 2
         pc.run(scenario())
         check_logs(pc, acked)
+
+
+def test_split_children_move_when_their_server_dies(pm_stamp: LocalStamp) -> None:
+    """After a split, the children's PS is SIGKILLed: the PM reassigns both to the other PS
+    (history: reassign, dead server), which loads them from their own streams (never
+    created empty: they were born of a split); every write reads back."""
+    stamp = pm_stamp
+    acked: list[tuple[str, int, bytes]] = []
+    with PartitionClient.from_stamp(str(stamp.data_dir)) as pc:
+        pc.wait_served()
+
+        async def scenario() -> None:
+            stop = asyncio.Event()
+            load = asyncio.ensure_future(append_load(pc.aio, 8, stop, acked))
+            await acked_more(acked, 200)
+            await asyncio.to_thread(cli, stamp, "partition", "split", "1", "--key",
+                                    "acct/log-2")
+            await acked_more(acked, 100)
+            current = await manager_map(stamp)
+            assert current is not None
+            victim = current.get(2).server
+            stamp.kill(victim)
+            await acked_more(acked, 200)  # both halves serve again elsewhere
+            stop.set()
+            await load
+            current = await manager_map(stamp)
+            assert current is not None and [p.id for p in current.partitions] == [2, 3]
+            assert {p.server for p in current.partitions} != {victim}
+        pc.run(scenario())
+        check_logs(pc, acked)
+    moved = {tuple(e["from_ids"]) for e in history(stamp)  # type: ignore[arg-type]
+             if e["op"] == "reassign" and e["trigger"] == "dead server"}
+    assert {(2,), (3,)} <= moved, history(stamp)
