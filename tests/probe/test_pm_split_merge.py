@@ -220,6 +220,9 @@ def test_operator_mistakes_are_one_line(pm_stamp: LocalStamp) -> None:
         lines = result.stderr.splitlines()
         assert result.returncode != 0 and len(lines) == 1 and fragment in lines[0] \
             and "Traceback" not in result.stderr, (args, result.stderr)
+    result = cli(stamp, "partition", "split", "1", check=False)  # no load reported: no key
+    assert result.returncode == 1 and len(result.stderr.splitlines()) == 1 \
+        and "give --key" in result.stderr, result.stderr
     cli(stamp, "partition", "split", "1", "--key", "acct/m")
     result = cli(stamp, "partition", "split", "2", "--key", "acct/z", check=False)
     assert result.returncode == 1 and "not strictly inside" in result.stderr, result.stderr
@@ -388,9 +391,10 @@ def test_balance_pass_splits_a_hot_partition_by_itself(tmp_path: Path) -> None:
 
 
 def test_split_children_move_when_their_server_dies(pm_stamp: LocalStamp) -> None:
-    """After a split, the children's PS is SIGKILLed: the PM reassigns both to the other PS
-    (history: reassign, dead server), which loads them from their own streams (never
-    created empty: they were born of a split); every write reads back."""
+    """A split at the policy's key (no --key), then the children's PS is SIGKILLed: the PM
+    reassigns both to the other PS (history: reassign, dead server), which loads them from
+    their own streams (never created empty: they were born of a split); every write reads
+    back."""
     stamp = pm_stamp
     acked: list[tuple[str, int, bytes]] = []
     with PartitionClient.from_stamp(str(stamp.data_dir)) as pc:
@@ -400,8 +404,19 @@ def test_split_children_move_when_their_server_dies(pm_stamp: LocalStamp) -> Non
             stop = asyncio.Event()
             load = asyncio.ensure_future(append_load(pc.aio, 8, stop, acked))
             await acked_more(acked, 200)
-            await asyncio.to_thread(cli, stamp, "partition", "split", "1", "--key",
-                                    "acct/log-2")
+            # No --key: the policy's key, from the load the partition's heartbeats report
+            # (a clear error until they report enough requests).
+            deadline = time.monotonic() + OP_WAIT_S
+            while True:
+                result = await asyncio.to_thread(cli, stamp, "partition", "split", "1",
+                                                 check=False)
+                if result.returncode == 0:
+                    break
+                assert "give --key" in result.stderr, result.stderr
+                assert time.monotonic() < deadline, result.stderr
+                await asyncio.sleep(0.5)
+            assert result.stdout.startswith("split partition 1 into 2 [-inf, acct/log-"), \
+                result.stdout
             await acked_more(acked, 100)
             current = await manager_map(stamp)
             assert current is not None
