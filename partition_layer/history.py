@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 from common.errors import Unavailable
 from common.proto import partition_pb2 as pb
@@ -37,12 +37,12 @@ class HistoryEntry:
     to_ids: tuple[int, ...]
     started_at: float                # unix seconds
     seconds: float = 0.0
-    unavailable_s: float = 0.0
+    unavailable_s: float = 0.0       # from the PS's reply (0: the manager that published
+                                     # did not make the call, e.g. a new leader finishing)
     result: str = RESULT_OK          # ok | rolled back: why | failed: why
     map_version: int = 0             # the version that published it (0: none did)
     key: bytes = b""                 # split: the key
     server: str = ""                 # where the result is served
-    extra: dict[str, str] = field(default_factory=dict)  # reserved; not on the wire
 
     def to_dict(self) -> dict[str, object]:
         data = asdict(self)
