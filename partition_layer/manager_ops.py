@@ -136,7 +136,7 @@ class SplitMerge:
             await faults.apoint("pm.split.before_publish")
         else:
             await faults.apoint("pm.merge.before_publish")
-        return await self._publish(op, op.server, unavailable_s, op.trigger)
+        return await self._publish(op, op.server, unavailable_s, op.trigger, served=True)
 
     async def _call_ps(self, op: PendingOp, address: str) -> float:
         stub = self.manager.stub(address)
@@ -151,8 +151,10 @@ class SplitMerge:
                 timeout=OP_TIMEOUT_S))
         return float(reply.unavailable_s)
 
-    async def _publish(self, op: PendingOp, server: str, unavailable_s: float, trigger: str
-                       ) -> OpDone:
+    async def _publish(self, op: PendingOp, server: str, unavailable_s: float, trigger: str,
+                       served: bool = False) -> OpDone:
+        """Publish the op's results on `server`. `served`: that server just answered that it
+        serves them (they are confirmed there); else the pass sends them a Load."""
         m = self.manager
         async with m.map_lock:
             current, version = await m.current_map()
@@ -168,7 +170,10 @@ class SplitMerge:
                 new = new.assigned({result: server for result in op.results})
             await m.write_map(new, version)
             for result in op.results:
-                m.confirmed[result] = server
+                if served:
+                    m.confirmed[result] = server
+                else:
+                    m.confirmed.pop(result, None)
             for source in op.sources:
                 m.confirmed.pop(source, None)
         entry = HistoryEntry(op.op, trigger, op.sources, op.results, op.started_at,

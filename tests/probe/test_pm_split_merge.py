@@ -433,3 +433,38 @@ def test_split_children_move_when_their_server_dies(pm_stamp: LocalStamp) -> Non
     moved = {tuple(e["from_ids"]) for e in history(stamp)  # type: ignore[arg-type]
              if e["op"] == "reassign" and e["trigger"] == "dead server"}
     assert {(2,), (3,)} <= moved, history(stamp)
+
+
+def test_ps_killed_right_after_the_split_committed(pm_stamp: LocalStamp) -> None:
+    """The PS SIGKILLs itself just after the split's multi-modify (ps.split.committed): the
+    operator's call fails, the split is pending in the map; the stream manager says it
+    committed, so the PM publishes the children and they end up served by the live PS
+    (published there, or on the dead one until its session ends, then reassigned); every
+    write reads back."""
+    stamp = pm_stamp
+    acked: list[tuple[str, int, bytes]] = []
+    with PartitionClient.from_stamp(str(stamp.data_dir)) as pc:
+        pc.wait_served()
+        owner = pc.partition_map()[0].get(1).server
+
+        async def scenario() -> None:
+            stop = asyncio.Event()
+            load = asyncio.ensure_future(append_load(pc.aio, 8, stop, acked))
+            await acked_more(acked, 200)
+            await asyncio.to_thread(rpc.arm_remote, stamp.address(owner),
+                                    "ps.split.committed=crash")
+            result = await asyncio.to_thread(cli, stamp, "partition", "split", "1", "--key",
+                                             "acct/log-2", check=False)
+            assert result.returncode == 1 and "stays pending" in result.stderr, result.stderr
+            assert log_says(stamp, owner, "fault point ps.split.committed: crashing")
+            stamp.kill(owner)  # reaps it; it stays down
+            survivor = next(r.name for r in stamp.partition_servers() if r.name != owner)
+            await MapWatch(stamp).until(
+                lambda m: [(p.id, p.server) for p in m.partitions] == [(2, survivor),
+                                                                      (3, survivor)],
+                "the committed split published, its children on the live PS")
+            await acked_more(acked, 200)  # both children serve
+            stop.set()
+            await load
+        pc.run(scenario())
+        check_logs(pc, acked)
