@@ -212,9 +212,20 @@ class SplitMerge:
         try:
             committed = await self.committed(op)
             current, _ = await m.current_map()
+            fresh = next((p for p in current.pending
+                          if p.sources == op.sources and p.results == op.results), None)
+            if fresh is None:
+                return  # resolved meanwhile (by the operator's call, or another leader)
+            op = fresh
             spare = least_loaded(live, current)
             decision = pending_resolution.resolve(
                 op, committed, live, spare, PS_ATTEMPTS_MAX if m.sm is not None else 1 << 30)
+            if decision.action == pending_resolution.WAIT:
+                # Nothing to do until the stream manager or a server answers: look again in
+                # a while, not every pass.
+                log.debug("%s: pending %s of %s: %s", m.name, op.op, _sources(op), decision.why)
+                self._not_before[op.sources] = time.monotonic() + RETRY_BACKOFF_S
+                return
             log.info("%s: pending %s of %s: %s (%s)", m.name, op.op, _sources(op),
                      decision.action, decision.why)
             if decision.action == pending_resolution.PUBLISH:
@@ -235,8 +246,9 @@ class SplitMerge:
 
     async def committed(self, op: PendingOp) -> bool | None:
         """Whether the op's multi-modify committed (its first new meta stream exists); None
-        when the stream manager does not say, or no stream manager is known (then the PS,
-        whose Split / Merge is idempotent, is asked again and decides)."""
+        when the stream manager does not say. Without a stream manager: False — the PS,
+        whose Split / Merge is idempotent, is asked again and decides (and nothing is rolled
+        back: the caller lifts the bound)."""
         sm = self.manager.sm
         if sm is None:
             return False
