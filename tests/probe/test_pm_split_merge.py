@@ -435,36 +435,57 @@ def test_split_children_move_when_their_server_dies(pm_stamp: LocalStamp) -> Non
     assert {(2,), (3,)} <= moved, history(stamp)
 
 
-def test_ps_killed_right_after_the_split_committed(pm_stamp: LocalStamp) -> None:
-    """The PS SIGKILLs itself just after the split's multi-modify (ps.split.committed): the
-    operator's call fails, the split is pending in the map; the stream manager says it
-    committed, so the PM publishes the children and they end up served by the live PS
-    (published there, or on the dead one until its session ends, then reassigned); every
-    write reads back."""
+PS_SPLIT_POINTS = ["ps.split.checkpointed", "ps.split.intent_written", "ps.split.sealed",
+                   "ps.split.committed", "ps.split.children_loading"]
+PS_MERGE_POINTS = ["ps.merge.checkpointed", "ps.merge.intent_written", "ps.merge.sealed",
+                   "ps.merge.committed", "ps.merge.merged_loading"]
+
+
+@pytest.mark.parametrize("point", PS_SPLIT_POINTS + PS_MERGE_POINTS)
+def test_ps_killed_at_each_step(pm_stamp: LocalStamp, point: str) -> None:
+    """The PS SIGKILLs itself at `point` of a split (or merge) the operator asked for, and
+    stays down: the operator's call fails, the op is pending in the map. Before the commit
+    the PM moves the op's sources to the live PS and asks it again (a merge's two halves
+    loaded there first); after it, the stream manager says it committed and the PM publishes.
+    Either way the op completes on the live PS, the map never shows both the parent and a
+    child, and every write reads back."""
     stamp = pm_stamp
+    merge = point.startswith("ps.merge")
     acked: list[tuple[str, int, bytes]] = []
     with PartitionClient.from_stamp(str(stamp.data_dir)) as pc:
         pc.wait_served()
-        owner = pc.partition_map()[0].get(1).server
 
         async def scenario() -> None:
+            watch = MapWatch(stamp)
+            watch.start()
             stop = asyncio.Event()
             load = asyncio.ensure_future(append_load(pc.aio, 8, stop, acked))
             await acked_more(acked, 200)
-            await asyncio.to_thread(rpc.arm_remote, stamp.address(owner),
-                                    "ps.split.committed=crash")
-            result = await asyncio.to_thread(cli, stamp, "partition", "split", "1", "--key",
-                                             "acct/log-2", check=False)
-            assert result.returncode == 1 and "stays pending" in result.stderr, result.stderr
-            assert log_says(stamp, owner, "fault point ps.split.committed: crashing")
-            stamp.kill(owner)  # reaps it; it stays down
+            if merge:
+                await asyncio.to_thread(cli, stamp, "partition", "split", "1", "--key",
+                                        "acct/log-2")
+                await acked_more(acked, 100)
+            current = await manager_map(stamp)
+            assert current is not None
+            owner = current.partitions[0].server
             survivor = next(r.name for r in stamp.partition_servers() if r.name != owner)
-            await MapWatch(stamp).until(
-                lambda m: [(p.id, p.server) for p in m.partitions] == [(2, survivor),
-                                                                      (3, survivor)],
-                "the committed split published, its children on the live PS")
-            await acked_more(acked, 200)  # both children serve
+            await asyncio.to_thread(rpc.arm_remote, stamp.address(owner), f"{point}=crash")
+            args = ("merge", "2", "3") if merge else ("split", "1", "--key", "acct/log-2")
+            result = await asyncio.to_thread(cli, stamp, "partition", *args, check=False)
+            assert result.returncode == 1 and "stays pending" in result.stderr, result.stderr
+            assert log_says(stamp, owner, f"fault point {point}: crashing the process")
+            stamp.kill(owner)  # reaps it; it stays down
+            want = [(4, survivor)] if merge else [(2, survivor), (3, survivor)]
+            await watch.until(lambda m: [(p.id, p.server) for p in m.partitions] == want
+                              and not m.pending, f"the {args[0]} finished on {survivor}")
+            await acked_more(acked, 200)  # the result serves
             stop.set()
             await load
+            await watch.stop()
+            for seen in watch.seen.values():
+                ids = {p.id for p in seen.partitions}
+                assert not ({1} & ids and {2, 3} & ids) and not ({4} & ids and {2, 3} & ids)
         pc.run(scenario())
         check_logs(pc, acked)
+    done = [(e["op"], e["result"]) for e in history(stamp) if e["op"] in ("split", "merge")]
+    assert done[-1] == ("merge" if merge else "split", "ok"), done
