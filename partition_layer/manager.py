@@ -10,7 +10,7 @@ covering the whole key space (or several, cut at `bootstrap_split_keys`), and ev
 - resolves the pending splits and merges (manager_ops.py: publish, call again, roll back),
 - asks each assigned server to load its partitions until it has confirmed (Load is
   idempotent; a heartbeat that no longer lists a partition sends it again) — never a
-  partition with a split or merge pending (the PS's Split / Merge loads it itself), and
+  partition with a split or merge pending (manager_ops.py loads what its op needs), and
   with `create_if_missing` only for a partition of the bootstrap map.
 A PS that died keeps its partitions' leases until they expire, so its successor's load
 waits for that (the lease, not the PM, decides who serves, §8 invariant 3).

@@ -14,8 +14,9 @@ move) if they differ; then the same three steps with S.Merge and `with_merge`.
 A call that fails leaves the op pending; every pass `resolve_pending` looks at the stream
 manager (has `partition/<first new id>/meta`: committed) and publishes, calls the PS again,
 reassigns, or — after `PS_ATTEMPTS_MAX` failed calls without a commit — rolls back
-(pending_resolution.py). While an op is pending the manager sends no plain Load of its
-sources (the PS's Split / Merge loads them itself when needed).
+(pending_resolution.py). While an op is pending the pass sends no plain Load of its
+sources: a PS's Split loads its parent itself when needed, and the op's own call loads a
+merge's two halves on its server just before Merge (the PS's Merge wants both served).
 """
 
 from __future__ import annotations
@@ -28,9 +29,16 @@ from typing import TYPE_CHECKING
 from common import faults, rpc
 from common.errors import InvalidArgument, NotFound, StampError, Unavailable
 from common.proto import partition_pb2 as pb
+from common.proto import partition_pb2_grpc as pb_grpc
 from partition_layer import pending_resolution
 from partition_layer.history import RESULT_OK, HistoryEntry
-from partition_layer.partition_map import OP_SPLIT, PartitionMap, PendingOp, least_loaded
+from partition_layer.partition_map import (
+    BORN_BOOTSTRAP,
+    OP_SPLIT,
+    PartitionMap,
+    PendingOp,
+    least_loaded,
+)
 from partition_layer.partition_streams import stream_name
 
 if TYPE_CHECKING:
@@ -146,10 +154,28 @@ class SplitMerge:
                 partition_id=op.parent, key=op.key, left_id=op.left, right_id=op.right,
                 map_version=version), timeout=OP_TIMEOUT_S))
         else:
+            await self._load_merge_sources(op, stub)
             reply = await rpc.call(stub.Merge(pb.MergeRequest(
                 left_id=op.left, right_id=op.right, merged_id=op.merged, map_version=version),
                 timeout=OP_TIMEOUT_S))
         return float(reply.unavailable_s)
+
+    async def _load_merge_sources(self, op: PendingOp, stub: pb_grpc.PartitionServerStub
+                                  ) -> None:
+        """A merge needs both halves served on its server (a PS's Merge, unlike its Split,
+        loads nothing): after a failed try they may have stopped there (the intent was
+        written), or have just been reassigned to it. Load is idempotent and a loader drops
+        an intent that did not commit."""
+        m = self.manager
+        current, _ = await m.current_map()
+        for source in op.sources:
+            if op.attempts == 0 and m.confirmed.get(source) == op.server:
+                continue  # the first try: it serves them already
+            entry = current.get(source)
+            await rpc.call(stub.Load(pb.LoadRequest(
+                partition_id=source, range=entry.range_pb(), map_version=current.version,
+                create_if_missing=entry.born == BORN_BOOTSTRAP),
+                timeout=m.limits.load_timeout_ms / 1000))
 
     async def _publish(self, op: PendingOp, server: str, unavailable_s: float, trigger: str,
                        served: bool = False) -> OpDone:
