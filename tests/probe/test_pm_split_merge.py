@@ -166,8 +166,9 @@ def history(stamp: LocalStamp) -> list[dict[str, object]]:
 
 
 def test_split_and_merge_by_hand_under_load(pm_stamp: LocalStamp) -> None:
-    """`stamp partition split 1 --key acct/log-2` then `merge` of the children, under 8
-    appenders over log-0..3: each prints its unavailable time, the map goes 1 -> 2+3 -> 4,
+    """`stamp partition split 1 --key acct/log-2`, a move of the right child to the other
+    PS, then `merge` of the children (the right one moved back first), under 8 appenders
+    over log-0..3: each prints its unavailable time, the map goes 1 -> 2+3 -> 4,
     ls --json shows the ranges in hex, the history has both, every write reads back."""
     stamp = pm_stamp
     acked: list[tuple[str, int, bytes]] = []
@@ -186,6 +187,13 @@ def test_split_and_merge_by_hand_under_load(pm_stamp: LocalStamp) -> None:
                                   "3 [acct/log-2, +inf) on ps-"), out
             assert "the range was unavailable" in out
             await acked_more(acked, 200)
+            # The halves on different servers: the merge first moves the right one back.
+            current = await manager_map(stamp)
+            assert current is not None
+            other = next(r.name for r in stamp.partition_servers()
+                         if r.name != current.get(2).server)
+            await asyncio.to_thread(cli, stamp, "partition", "move", "3", other)
+            await acked_more(acked, 100)
             out = (await asyncio.to_thread(cli, stamp, "partition", "merge", "2")).stdout
             assert out.startswith("merged partition 2+3 into 4 [-inf, +inf)"), out
             await acked_more(acked, 200)
@@ -202,9 +210,11 @@ def test_split_and_merge_by_hand_under_load(pm_stamp: LocalStamp) -> None:
     listed = json.loads(cli(stamp, "partition", "ls", "--json").stdout)["partitions"]
     assert [(r["id"], r["low"], r["high"]) for r in listed] == [(4, "", None)]
     done = [(e["op"], e["from_ids"], e["to_ids"], e["trigger"], e["result"])
-            for e in history(stamp) if e["op"] in ("split", "merge")]
+            for e in history(stamp) if e["op"] in ("split", "merge", "move")]
     assert done == [("split", [1], [2, 3], "operator", "ok"),
-                    ("merge", [2, 3], [4], "operator", "ok")]
+                    ("move", [3], [3], "operator", "ok"),   # by hand
+                    ("move", [3], [3], "operator", "ok"),   # the merge's, back
+                    ("merge", [2, 3], [4], "operator", "ok")], done
 
 
 def test_operator_mistakes_are_one_line(pm_stamp: LocalStamp) -> None:
