@@ -44,18 +44,19 @@ pytestmark = pytest.mark.slow
 PARTITION = {"partition_lease_ttl_ms": 1000, "server_session_ttl_ms": 1000,
              "manager_lease_ttl_ms": 1000}
 # No balancing pass: only the operator changes the map here.
-MANAGER = {"balance_interval_s": 0}
+MANAGER: dict[str, float | str] = {"balance_interval_s": 0}
 OP_WAIT_S = 90.0
 
 
 @contextlib.contextmanager
-def started_stamp(root: Path, manager: dict[str, float]) -> Iterator[LocalStamp]:
+def started_stamp(root: Path, manager: dict[str, float | str]) -> Iterator[LocalStamp]:
     """3 ENs, 1 SM, 3 lock replicas, 2 PMs, 2 PSs, with `manager` as its partition_manager
     config section."""
     config = stamp_config(3, 1, lock_servers=3, partition_managers=2, partition_servers=2,
                           partition=PARTITION)
     config_file = root / "stamp.toml"
-    config_file.write_text(config_toml(partition=PARTITION, partition_manager=manager))
+    config_file.write_text(config_toml(partition=PARTITION,
+                                       partition_manager=manager))  # type: ignore[arg-type]
     stamp = LocalStamp(root / "stamp", config, str(config_file))
     try:
         stamp.up()
@@ -330,7 +331,8 @@ def test_split_that_never_commits_is_rolled_back(pm_stamp: LocalStamp) -> None:
 
 # A partition is hot from 20 ops/s (8 appenders make hundreds), its figures count from the
 # first second; no merge (2 PSs x 5 is above any count reached here).
-HOT = {"split_ops_per_s_min": 20, "settle_s": 0.5, "finder_requests_min": 50}
+HOT: dict[str, float | str] = {"split_ops_per_s_min": 20, "settle_s": 0.5,
+                               "finder_requests_min": 50}
 
 
 def load_splits(stamp: LocalStamp) -> list[dict[str, object]]:
@@ -499,3 +501,38 @@ def test_ps_killed_at_each_step(pm_stamp: LocalStamp, point: str) -> None:
         check_logs(pc, acked)
     done = [(e["op"], e["result"]) for e in history(stamp) if e["op"] in ("split", "merge")]
     assert done[-1] == ("merge" if merge else "split", "ok"), done
+
+
+def test_balance_pass_survives_failing_actions_and_a_policy_bug(tmp_path: Path) -> None:
+    """A policy whose actions fail, and which throws on every other pass: each failed
+    action is recorded in the history ("failed: why") pass after pass, the map stays
+    whole and unchanged, and writes go on."""
+    acked: list[tuple[str, int, bytes]] = []
+    manager: dict[str, float | str] = {
+        "balance_interval_s": 0.5, "policy": '"tests.probe.pm_policies.FailingPolicy"'}
+    with started_stamp(tmp_path, manager) as stamp, \
+            PartitionClient.from_stamp(str(stamp.data_dir)) as pc:
+        pc.wait_served()
+
+        async def scenario() -> None:
+            stop = asyncio.Event()
+            load = asyncio.ensure_future(append_load(pc.aio, 4, stop, acked))
+            deadline = time.monotonic() + OP_WAIT_S
+            while True:
+                failed = [e for e in await asyncio.to_thread(history, stamp)
+                          if str(e["result"]).startswith("failed: ")]
+                # three passes with actions means the loop outlived two policy exceptions
+                if len([e for e in failed if e["op"] == "split"]) >= 3:
+                    break
+                assert time.monotonic() < deadline, f"the pass stopped: {failed}"
+                await asyncio.sleep(0.5)
+            assert {e["op"] for e in failed} == {"split", "move"}, failed
+            assert any("not the first key" in str(e["result"]) or "not an encoded key"
+                       in str(e["result"]) for e in failed), failed
+            await acked_more(acked, 100)
+            stop.set()
+            await load
+            current = await manager_map(stamp)
+            assert current is not None and [p.id for p in current.partitions] == [1]
+        pc.run(scenario())
+        check_logs(pc, acked)
