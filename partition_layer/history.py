@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from common.errors import Unavailable
 from common.proto import partition_pb2 as pb
@@ -20,6 +20,11 @@ from lock_service.client import Lease, LockClient
 
 HISTORY_KEY = "pm/history"
 HISTORY_KEPT = 200
+# The whole list is one lock-service value (lock_service/limits.py: VALUE_BYTES_MAX 256 KiB):
+# the oldest entries go first when it would pass this, and one entry's result (an error's
+# text) is cut to RESULT_CHARS_MAX.
+HISTORY_BYTES_MAX = 192 * 1024
+RESULT_CHARS_MAX = 400
 WRITE_ATTEMPTS_MAX = 8  # compare-and-set retries against a concurrent writer (none expected)
 
 OP_MOVE = "move"
@@ -77,10 +82,17 @@ class HistoryEntry:
 
 
 def appended(entries: Sequence[HistoryEntry], entry: HistoryEntry,
-             kept: int = HISTORY_KEPT) -> list[HistoryEntry]:
-    """`entries` with `entry` added last, the oldest dropped beyond `kept`."""
+             kept: int = HISTORY_KEPT, bytes_max: int = HISTORY_BYTES_MAX
+             ) -> list[HistoryEntry]:
+    """`entries` with `entry` added last, the oldest dropped beyond `kept` entries or
+    `bytes_max` encoded bytes (the new entry always stays)."""
     assert kept > 0
-    return [*entries, entry][-kept:]
+    if len(entry.result) > RESULT_CHARS_MAX:
+        entry = replace(entry, result=entry.result[:RESULT_CHARS_MAX - 3] + "...")
+    result = [*entries, entry][-kept:]
+    while len(result) > 1 and len(encode(result)) > bytes_max:
+        result = result[max(1, len(result) // 8):]  # drop the oldest eighth, at least one
+    return result
 
 
 def encode(entries: Sequence[HistoryEntry]) -> bytes:

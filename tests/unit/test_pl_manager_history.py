@@ -3,11 +3,14 @@ its pending-operation resolution rules (pending_resolution.resolve), on tables."
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from partition_layer import pending_resolution as pr
 from partition_layer.history import (
     HISTORY_KEPT,
+    RESULT_CHARS_MAX,
     HistoryEntry,
     appended,
     changed_at,
@@ -30,6 +33,18 @@ def test_history_keeps_only_the_newest() -> None:
         assert len(entries) == min(i + 1, HISTORY_KEPT)
     assert entries[0] == entry(25) and entries[-1] == entry(HISTORY_KEPT + 24)
     assert appended([entry(1), entry(2)], entry(3), kept=2) == [entry(2), entry(3)]
+
+
+def test_history_fits_in_one_lock_service_value() -> None:
+    long = HistoryEntry("split", "load", (1,), (), 1.0, result="failed: " + "x" * 5000)
+    kept = appended([], long)
+    assert len(kept[0].result) == RESULT_CHARS_MAX and kept[0].result.endswith("...")
+    entries: list[HistoryEntry] = []
+    for i in range(HISTORY_KEPT):
+        entries = appended(entries, replace(long, started_at=float(i)), bytes_max=20_000)
+        assert len(encode(entries)) <= 20_000
+    assert entries[-1].started_at == HISTORY_KEPT - 1  # the newest always stays
+    assert len(encode(appended([], long, bytes_max=10))) > 10  # even alone
 
 
 def test_history_round_trips_through_json_and_protobuf() -> None:
