@@ -24,6 +24,9 @@ from tools import cli_checks
 
 OP_TIMEOUT_S = 180.0  # a split or merge, and a merge's move before it
 QUERY_TIMEOUT_S = 30.0
+STATUS_TIMEOUT_S = 5.0  # who leads: a PM that does not answer this fast is passed over
+LEADER_TRIES_MAX = 3  # leadership moving while we ask: a PM lease lasts seconds
+LEADER_RETRY_DELAY_S = 0.5
 
 
 def positive_id(text: str) -> int:
@@ -99,32 +102,51 @@ def register(sub: Any) -> None:
 
 
 def call_leader(data_dir: str, method: str, request: Any, timeout_s: float) -> Any:
-    """`method` on the leading partition manager: each PM is tried; a standby's NotLeader
-    moves on, any other answer is the leader's (its error is the one raised)."""
+    """`method` on the leading partition manager. The leader is found first (each PM's
+    Status names it), and only it is asked: a split or merge whose leader died under it is
+    not sent again to the next one (the op is pending in the map; the new leader finishes
+    it). A NotLeader answer (leadership moved before the call arrived: nothing was done)
+    looks for the leader again."""
     import asyncio
 
     from common import rpc
+    from common.proto import partition_pb2 as pb
     from common.proto import partition_pb2_grpc as pb_grpc
     from common.stamp_file import addresses_of
 
     cli_checks.require_running(data_dir, "partition-manager")
+    addresses = addresses_of(data_dir, "partition-manager")
+
+    async def leader_address() -> str:
+        why: list[str] = []
+        for address in addresses:
+            async with rpc.aio_channel(address, 16 << 20) as channel:
+                try:
+                    status = await rpc.call(pb_grpc.PartitionManagerStub(channel).Status(
+                        pb.ManagerStatusRequest(), timeout=STATUS_TIMEOUT_S))
+                except StampError as exc:
+                    why.append(f"{address}: {exc}")
+                    continue
+            if status.leader:
+                return address
+            if status.leader_address in addresses:
+                return str(status.leader_address)
+        raise Unavailable("no partition manager leads now" + (f" ({'; '.join(why)})"
+                                                              if why else ""))
 
     async def call() -> Any:
-        errors: list[StampError] = []
-        for address in addresses_of(data_dir, "partition-manager"):
-            channel = rpc.aio_channel(address, 16 << 20)
-            try:
-                stub = pb_grpc.PartitionManagerStub(channel)
-                return await rpc.call(getattr(stub, method)(request, timeout=timeout_s))
-            except NotLeader as exc:
-                errors.append(exc)
-            except Unavailable as exc:
-                errors.insert(0, exc)  # the leader's own answer, or a dead PM: say it first
-            finally:
-                await channel.close()
-        if errors and not isinstance(errors[0], NotLeader):
-            raise errors[0]
-        raise Unavailable(f"no partition manager leads now: {errors[0] if errors else ''}")
+        for _ in range(LEADER_TRIES_MAX - 1):
+            address = await leader_address()
+            async with rpc.aio_channel(address, 16 << 20) as channel:
+                try:
+                    stub = pb_grpc.PartitionManagerStub(channel)
+                    return await rpc.call(getattr(stub, method)(request, timeout=timeout_s))
+                except NotLeader:
+                    await asyncio.sleep(LEADER_RETRY_DELAY_S)
+        address = await leader_address()
+        async with rpc.aio_channel(address, 16 << 20) as channel:
+            stub = pb_grpc.PartitionManagerStub(channel)
+            return await rpc.call(getattr(stub, method)(request, timeout=timeout_s))
     return asyncio.run(call())
 
 
