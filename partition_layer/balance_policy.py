@@ -14,10 +14,12 @@ not in an action already):
 1. hot: a partition at or above split_ops_per_s_min or split_bytes_per_s_min is split at its
    load key (trigger "load");
 2. balance: while a PS's load (ops/s) is above mean * balance_load_ratio_max (and above the
-   least loaded by balance_ops_per_s_min), it gives the partition whose move brings both
-   nearest the mean to the least loaded PS; when no single move brings it within the ratio
-   and its hottest partition carries more than half the gap, that partition is split at its
-   load key instead (trigger "load"), and its halves are moved by a later pass;
+   least loaded by balance_ops_per_s_min), it gives the least loaded PS the partition whose
+   move leaves both nearest the mean and within the ratio (a partition changed within the
+   cooldown: within half of it, so noise does not move it back); when no such move exists
+   and its hottest partition carries more than half the gap, that partition is cut at the
+   load key that gives one side half the gap (trigger "load": a half when the other PS is
+   idle), and that side is moved by a later pass;
 3. size: a partition of split_size_bytes_min or more is split at its size key ("size");
 4. count: while there are more partitions than the low watermark, the coldest adjacent pair
    of cold partitions is merged ("count").
@@ -55,6 +57,8 @@ class PartitionSnapshot:
     requests_sampled: int = 0
     size_split_key: bytes | None = None
     changed_s_ago: float | None = None  # since a split/merge/move made or touched it
+    # A split or merge of it is under way: its load counts on its server, it is left alone.
+    pending: bool = False
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,10 @@ class Action:
 class Decision:
     actions: tuple[Action, ...]
     skipped: tuple[str, ...]
+
+
+def mib(nbytes: float) -> str:
+    return f"{nbytes / 2**20:.1f} MiB"
 
 
 def key_name(key: bytes) -> str:
@@ -109,13 +117,15 @@ class DefaultPolicy:
             return None, "no size key"
         if not (partition.low < key and (partition.high is None or key < partition.high)):
             return None, f"size key {key_name(key)} is outside the range"
-        return key, f"size key halving {partition.size_bytes} bytes"
+        return key, f"size key halving {mib(partition.size_bytes)}"
 
-    def load_key(self, partition: PartitionSnapshot) -> tuple[bytes | None, str]:
+    def load_key(self, partition: PartitionSnapshot, share: float = 0.5
+                 ) -> tuple[bytes | None, str]:
+        """The load finder's key giving one side about `share` of the partition's load."""
         c = self.config
         return best_key(partition.samples, partition.low, partition.high,
                         c.finder_requests_min, c.finder_balance_score_max,
-                        c.finder_contained_score_max)
+                        c.finder_contained_score_max, share)
 
     def decide(self, snapshot: LoadSnapshot) -> Decision:
         if not snapshot.servers:
@@ -157,24 +167,28 @@ class _Pass:
         return len(self.actions) < self.config.actions_per_pass_max
 
     def settled(self, p: PartitionSnapshot) -> bool:
-        return p.changed_s_ago is None or p.changed_s_ago >= self.config.settle_s
+        """Measured since its last change, and not being changed now: every rule asks."""
+        return not p.pending and (p.changed_s_ago is None
+                                  or p.changed_s_ago >= self.config.settle_s)
 
     def cool(self, p: PartitionSnapshot, what: str) -> bool:
         if p.changed_s_ago is not None and p.changed_s_ago < self.config.cooldown_s:
-            self.skipped.append(f"{what} {p.id}: changed {p.changed_s_ago:.1f} s ago, "
-                                f"cooldown {self.config.cooldown_s:g} s")
+            self.skipped.append(f"{what}: partition {p.id} changed {p.changed_s_ago:.1f} s "
+                                f"ago, cooldown {self.config.cooldown_s:g} s")
             return False
         return True
 
-    def split(self, p: PartitionSnapshot, trigger: str, why: str) -> bool:
-        """Plan a split of `p` (load: at its load key; size: at its size key)."""
-        if not self.room() or p.id in self.used or not self.cool(p, f"split {p.id}"):
+    def split(self, p: PartitionSnapshot, trigger: str, why: str, share: float = 0.5) -> bool:
+        """Plan a split of `p` (load: at its load key, giving one side `share` of the load;
+        size: at its size key)."""
+        if not self.room() or p.id in self.used or not self.cool(p, f"split {p.id} ({trigger})"):
             return False
         if self.count >= self.high_watermark:
             self.skipped.append(f"split {p.id} ({trigger}): {self.count} partitions, at the "
                                 f"high watermark {self.high_watermark}")
             return False
-        key, how = self.policy.load_key(p) if trigger == "load" else self.policy.size_key(p)
+        key, how = self.policy.load_key(p, share) if trigger == "load" else \
+            self.policy.size_key(p)
         if key is None:
             self.skipped.append(f"split {p.id} ({trigger}): {how}")
             return False
@@ -195,9 +209,9 @@ class _Pass:
             if not self.settled(p):
                 continue
             if p.ops_per_s >= c.split_ops_per_s_min or p.bytes_per_s >= c.split_bytes_per_s_min:
-                self.split(p, "load", f"{p.ops_per_s:.0f} ops/s, {p.bytes_per_s:.0f} B/s, "
+                self.split(p, "load", f"{p.ops_per_s:.0f} ops/s, {mib(p.bytes_per_s)}/s, "
                                       f"over {c.split_ops_per_s_min:g} ops/s or "
-                                      f"{c.split_bytes_per_s_min:g} B/s")
+                                      f"{mib(c.split_bytes_per_s_min)}/s")
 
     def balance(self) -> None:
         c = self.config
@@ -212,34 +226,48 @@ class _Pass:
             gap = self.load[src] - self.load[dst]
             if self.load[src] <= mean * c.balance_load_ratio_max or gap < c.balance_ops_per_s_min:
                 return
-            exhausted.add(src)
-            figures = (f"{src} {self.load[src]:.0f} ops/s, mean {mean:.0f}, "
-                       f"{dst} {self.load[dst]:.0f}")
-            mine = [p for p in self.served if p.server == src and p.id not in self.used
-                    and self.settled(p)]
-            if not mine:
-                self.skipped.append(f"balance {src}: {figures}; no settled partition to give")
-                continue
-            movable = [p for p in mine if 0.1 * gap <= p.ops_per_s < gap]
-            best = min(movable, key=lambda p: abs(p.ops_per_s - gap / 2), default=None)
-            hottest = max(mine, key=lambda p: p.ops_per_s)
-            fits = best is not None and max(self.load[src] - best.ops_per_s,
-                                            self.load[dst] + best.ops_per_s) \
-                <= mean * c.balance_load_ratio_max
-            if best is not None and fits:
-                self.move(best, src, dst, figures)
-                exhausted.discard(src)
-            elif hottest.ops_per_s > gap / 2 and self.split(
-                    hottest, "load", f"{hottest.ops_per_s:.0f} ops/s; {figures}; no single "
-                                     f"move balances"):
-                pass  # its halves move in a later pass
-            elif best is not None:
-                self.move(best, src, dst, figures + "; the closest move")
-                exhausted.discard(src)
-            else:
-                self.skipped.append(f"balance {src}: {figures}; neither a move nor a split "
-                                    f"of partition {hottest.id} "
-                                    f"({hottest.ops_per_s:.0f} ops/s) helps")
+            if not self.relieve(src, dst, mean):
+                exhausted.add(src)
+
+    def recent(self, p: PartitionSnapshot) -> bool:
+        return p.changed_s_ago is not None and p.changed_s_ago < self.config.cooldown_s
+
+    def relieve(self, src: str, dst: str, mean: float) -> bool:
+        """Plan one move from `src` to `dst`, or a cut of src's hottest partition; True: a
+        move (src may give more in this pass)."""
+        gap = self.load[src] - self.load[dst]
+        figures = f"{src} {self.load[src]:.0f} ops/s, mean {mean:.0f}, {dst} {self.load[dst]:.0f}"
+        mine = [p for p in self.served if p.server == src and p.id not in self.used
+                and self.settled(p)]
+        if not mine:
+            self.skipped.append(f"balance {src}: {figures}; no settled partition to give")
+            return False
+        # A move narrows the gap by something (a tenth) and does not reverse it. One that
+        # leaves both within the tolerance is taken; a partition changed within the cooldown
+        # only if it lands within half of it (so noise in the figures does not move it back
+        # and forth).
+        tolerance = self.config.balance_load_ratio_max - 1.0
+        movable = [p for p in mine if 0.1 * gap <= p.ops_per_s < gap]
+        fitting = [p for p in movable
+                   if max(self.load[src] - p.ops_per_s, self.load[dst] + p.ops_per_s)
+                   <= mean * (1.0 + (tolerance / 2 if self.recent(p) else tolerance))]
+        hottest = max(mine, key=lambda p: p.ops_per_s)
+        if fitting:
+            self.move(min(fitting, key=lambda p: abs(p.ops_per_s - gap / 2)), src, dst, figures)
+            return True
+        if hottest.ops_per_s > gap / 2 and self.split(
+                hottest, "load", f"{hottest.ops_per_s:.0f} ops/s; {figures}; no single move "
+                                 f"balances: cut off about {gap / 2:.0f} ops/s",
+                share=min(0.5, gap / 2 / hottest.ops_per_s)):
+            return False  # the piece moves in a later pass
+        closest = [p for p in movable if not self.recent(p)]
+        if closest:
+            self.move(min(closest, key=lambda p: abs(p.ops_per_s - gap / 2)), src, dst,
+                      figures + "; the closest move")
+            return True
+        self.skipped.append(f"balance {src}: {figures}; neither a move nor a split of "
+                            f"partition {hottest.id} ({hottest.ops_per_s:.0f} ops/s) helps")
+        return False
 
     def move(self, p: PartitionSnapshot, src: str, dst: str, figures: str) -> None:
         self.actions.append(Action("move", (p.id,), server=dst, trigger="load", reason=(
@@ -252,7 +280,8 @@ class _Pass:
         c = self.config
         for p in sorted(self.served, key=lambda p: -p.size_bytes):
             if p.size_bytes >= c.split_size_bytes_min and self.settled(p):
-                self.split(p, "size", f"{p.size_bytes} bytes, over {c.split_size_bytes_min}")
+                self.split(p, "size", f"{mib(p.size_bytes)}, over "
+                                      f"{mib(c.split_size_bytes_min)}")
 
     def merges(self) -> None:
         c = self.config
@@ -281,7 +310,7 @@ class _Pass:
                 return
             self.actions.append(Action("merge", (a.id, b.id), trigger="count", reason=(
                 f"partitions {a.id} and {b.id}: {a.ops_per_s:.1f} and {b.ops_per_s:.1f} "
-                f"ops/s, {a.size_bytes + b.size_bytes} bytes together; {self.count} "
+                f"ops/s, {mib(a.size_bytes + b.size_bytes)} together; {self.count} "
                 f"partitions, above the low watermark {self.low_watermark}")))
             self.used.update((a.id, b.id))
             self.count -= 1
@@ -304,11 +333,13 @@ def load_policy(config: PartitionManagerConfig) -> DefaultPolicy:
 
 
 def snapshot_from(current: PartitionMap, loads: Mapping[int, pb.PartitionLoad],
-                  live: Iterable[str], changed_at: Mapping[int, float], now: float
-                  ) -> LoadSnapshot:
+                  live: Iterable[str], changed_at: Mapping[int, float], now: float,
+                  pending: Iterable[int] = ()) -> LoadSnapshot:
     """The snapshot a policy decides on: the map's partitions in key order, each with the
     load its server's last heartbeat reported (zeros while it reports none or is not
-    serving) and the seconds since `changed_at` (unix or monotonic, as `now`)."""
+    serving), the seconds since `changed_at` (unix or monotonic, as `now`), and whether it
+    is in `pending` (a split or merge of it under way)."""
+    busy = set(pending)
     parts = []
     for entry in current.partitions:
         load = loads.get(entry.id)
@@ -316,7 +347,7 @@ def snapshot_from(current: PartitionMap, loads: Mapping[int, pb.PartitionLoad],
         ago = None if changed is None else max(0.0, now - changed)
         if load is None or load.state != "serving":
             parts.append(PartitionSnapshot(entry.id, entry.low, entry.high, entry.server,
-                                           changed_s_ago=ago))
+                                           changed_s_ago=ago, pending=entry.id in busy))
             continue
         parts.append(PartitionSnapshot(
             entry.id, entry.low, entry.high, entry.server, ops_per_s=load.ops_per_s,
@@ -324,5 +355,6 @@ def snapshot_from(current: PartitionMap, loads: Mapping[int, pb.PartitionLoad],
             size_bytes=load.size_bytes,
             samples=tuple((s.key, s.left, s.right, s.contained) for s in load.samples),
             requests_sampled=load.requests_sampled,
-            size_split_key=load.size_split_key or None, changed_s_ago=ago))
+            size_split_key=load.size_split_key or None, changed_s_ago=ago,
+            pending=entry.id in busy))
     return LoadSnapshot(tuple(sorted(set(live))), tuple(parts))

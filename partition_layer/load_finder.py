@@ -10,6 +10,10 @@ raftstore split_controller.rs, which both do this:
   above 0.25, or a contained score C/(L+R+C) at or above 0.5 (a scan across the cut costs two
   partitions a request each); of the rest the one with the lowest sum of both scores wins.
 
+Ours adds one thing: a cut that gives one side a chosen share of the load rather than half
+(`best_key(share=...)`), so the policy can cut off just the load an overloaded server should
+give away; the balance score is then the side's relative distance from that share.
+
 Contract: the keys recorded are partition-name starts (keys.encode_key(account, pname,
 KIND_META, b""): requests.route_key), so every candidate is a legal split key — a split never
 cuts a partition name (split17.md). All load on one name gives no key: every candidate is that
@@ -171,39 +175,53 @@ class Scores:
     contained: float
 
 
-def scores(sample: Sample) -> Scores:
+def scores(sample: Sample, share: float = 0.5) -> Scores:
+    """A candidate's scores. `share`: the share of the load one side should get — a half for
+    a split that halves the load, less to cut a piece off. The balance score is how far the
+    nearer side's share is from it, relative to it: for a half that is |L-R|/(L+R), as
+    CockroachDB and TiKV score; for a piece it refuses (at 0.25) the same relative error."""
     key, left, right, contained = sample
     sides = left + right
     total = sides + contained
-    return Scores(key, total, abs(left - right) / sides if sides else 1.0,
-                  contained / total if total else 0.0)
+    if sides:
+        left_share = left / sides
+        balance = min(abs(left_share - share), abs(1 - left_share - share)) / share
+    else:
+        balance = 1.0
+    return Scores(key, total, balance, contained / total if total else 0.0)
 
 
 def best_key(samples: Iterable[Sample], low: bytes, high: bytes | None,
              requests_min: int = REQUESTS_MIN, balance_max: float = BALANCE_SCORE_MAX,
-             contained_max: float = CONTAINED_SCORE_MAX) -> tuple[bytes | None, str]:
-    """(the best candidate strictly inside (low, high), why it won) or (None, why none did).
-    Pure: the policy calls it on the samples a heartbeat carried."""
-    refused = {"outside the range": 0, "too few requests": 0, "unbalanced": 0,
-               "contained": 0}
+             contained_max: float = CONTAINED_SCORE_MAX, share: float = 0.5
+             ) -> tuple[bytes | None, str]:
+    """(the best candidate strictly inside (low, high), why it won) or (None, why none did):
+    the one with the lowest balance + contained score of those with enough requests and each
+    score under its limit. `share` (at most a half): the share of the load one side should
+    get (scores). Pure: the policy calls it on the samples a heartbeat carried."""
+    if not 0.0 < share <= 0.5:
+        raise ValueError(f"a share of the load to cut off is in (0, 0.5], not {share}")
+    refused = {"outside the range": 0, "too few requests": 0, "contained": 0,
+               "unbalanced": 0}
     best: Scores | None = None
     for sample in samples:
-        s = scores(sample)
+        s = scores(sample, share)
         if not (low < s.key and (high is None or s.key < high)):
             refused["outside the range"] += 1
         elif s.requests < requests_min:
             refused["too few requests"] += 1
+        elif s.contained >= contained_max:  # first: a candidate only scans span is both
+            refused["contained"] += 1
         elif s.balance >= balance_max:
             refused["unbalanced"] += 1
-        elif s.contained >= contained_max:
-            refused["contained"] += 1
         elif best is None or s.balance + s.contained < best.balance + best.contained:
             best = s
     if best is None:
         why = ", ".join(f"{n} {what}" for what, n in refused.items() if n)
         return None, f"no load key ({why or 'no samples'})"
-    return best.key, (f"load key of {best.requests} requests: balance {best.balance:.2f}, "
-                      f"contained {best.contained:.2f}")
+    target = "" if share == 0.5 else f" for a {share:.2f} share"
+    return best.key, (f"load key of {best.requests} requests{target}: balance "
+                      f"{best.balance:.2f}, contained {best.contained:.2f}")
 
 
 def sample_of(samples: Sequence[Sample], key: bytes) -> Sample | None:

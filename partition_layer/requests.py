@@ -92,8 +92,10 @@ def _small_append(request: pb.Request, find: Finder, limits: PartitionLimits
         return None
     _check_names(request)
     records, crcs = _verified_append(request, records, limits)
-    partition = find(route_key(request.account, request.pname))
+    route = route_key(request.account, request.pname)
+    partition = find(route)
     partition.check_serving()
+    partition.stats.sample_key(route)
     return partition, LogAppend(request.account, request.pname, records,
                                 request.append.token, crcs=crcs), nbytes + 64
 
@@ -129,13 +131,16 @@ async def _dispatch(request: pb.Request, response: pb.Response, find: Finder,
         await _scan(request, response, find, limits)
         return
     _check_names(request)
-    partition = find(route_key(request.account, request.pname))
+    route = route_key(request.account, request.pname)
+    partition = find(route)
     account, pname = request.account, request.pname
+    small = _small_append(request, find, limits) if op == "append" else None
+    if small is not None:  # counted for the load finder there
+        response.first_seq = await small[0].committer.submit(*small[1:])
+        return
+    # Every request routed here counts towards where a split would halve the load (stats.py).
+    partition.stats.sample_key(route)
     if op == "append":
-        small = _small_append(request, find, limits)
-        if small is not None:
-            response.first_seq = await small[0].committer.submit(*small[1:])
-            return
         # A large append goes to blob data once, before the commit, like a large value: the
         # commit log, the memtable and the checkpoints then carry only a pointer.
         records, crcs = _verified_append(request, tuple(request.append.records), limits)
@@ -249,6 +254,8 @@ async def _scan(request: pb.Request, response: pb.Response, find: Finder,
     partition.check_serving()
     if partition.range.high is not None and (end is None or partition.range.high < end):
         end = partition.range.high
+    # The scan spans [start, end) of this partition: it counts against splitting inside it.
+    partition.stats.sample_span(start, end, meta_key(request.account, scan.start_pname))
     while len(response.items) < limit:
         rows, more = await partition.scan(start, end, limit - len(response.items))
         for key, row in rows:

@@ -164,6 +164,13 @@ class PartitionServer:
             reply.partitions.append(pb.PartitionLoad(
                 partition_id=partition.id, state=partition.state, epoch=partition.epoch,
                 range=pb.KeyRange(low=low, high=high or b"", has_high=high is not None),
+                # What the balancing policy reads (balance_policy.py): operations waiting
+                # for the commit log, and where a split would halve the load or the data.
+                queue_ops=report.get("queue_ops", len(partition.committer.queue)),
+                samples=[pb.LoadSample(key=key, left=left, right=right, contained=contained)
+                         for key, left, right, contained in report.get("samples", ())],
+                size_split_key=report.get("size_split_key") or b"",
+                requests_sampled=report.get("requests_sampled", 0),
                 **{k: report[k] for k in ("ops_per_s", "bytes_per_s", "p50_ms", "p99_ms",
                                           "size_bytes", "memtable_bytes", "runs")}))
         for partition_id in self._loading:

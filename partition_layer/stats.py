@@ -7,6 +7,11 @@ ls`) both read the same figures, and neither erases what the other, or the PM's 
 pass, will see (issue 15 hole 9: a reading that reset the window stole the PM's figures).
 Time comes from an injected clock. Bounded: the window is `WINDOW_BUCKETS` buckets, each
 with a fixed reservoir of latency samples.
+
+Where to split for load (issue 17): `finder` counts the requests routed to the partition
+(requests.py calls `sample_key` / `sample_span`) around its candidate split keys
+(load_finder.py); `figures()` carries its candidates (`samples`) and the requests they come
+from (`requests_sampled`) to the heartbeat.
 """
 
 from __future__ import annotations
@@ -15,8 +20,10 @@ import random
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from common.clock import Clock, SystemClock
+from partition_layer.load_finder import LoadFinder
 
 LATENCY_SAMPLES_MAX = 2048
 # The PM's balancing pass looks every few seconds (§4: 15 s in the paper); heartbeats come
@@ -42,6 +49,10 @@ class LoadStats:
         self._started = self._clock()
         self._buckets: deque[_Bucket] = deque()
         self._random = random.Random(0)
+        self.finder = LoadFinder(clock)
+        # Bound methods: the request path calls them for every request it routes here.
+        self.sample_key = self.finder.record
+        self.sample_span = self.finder.record_span
 
     def record(self, nbytes: int, seconds: float) -> None:
         now = self._clock()
@@ -66,9 +77,11 @@ class LoadStats:
         since = self._clock() - seconds
         return [x for b in self._buckets if b.started >= since for x in b.latencies]
 
-    def figures(self) -> dict[str, float]:
+    def figures(self) -> dict[str, Any]:
         """Rates and latency percentiles over the last `window_s` seconds (or since the
-        partition started serving, if that is shorter). Changes nothing."""
+        partition started serving, if that is shorter), and the load finder's candidates
+        (partition.proto LoadSample tuples) with the requests counted. Changes nothing the
+        next reader would see differently."""
         now = self._clock()
         since = max(now - self._window_s, self._started)
         elapsed = max(now - since, 1e-6)
@@ -77,9 +90,11 @@ class LoadStats:
 
         def pct(p: float) -> float:
             return ordered[min(len(ordered) - 1, int(p * len(ordered)))] * 1000 if ordered else 0.0
+        samples, requests = self.finder.report()
         return {"ops_per_s": sum(b.ops for b in recent) / elapsed,
                 "bytes_per_s": sum(b.nbytes for b in recent) / elapsed,
-                "p50_ms": pct(0.50), "p99_ms": pct(0.99)}
+                "p50_ms": pct(0.50), "p99_ms": pct(0.99),
+                "samples": samples, "requests_sampled": requests}
 
 
 # Pressure: the p99 over the last second or two (the buckets begun within PRESSURE_WINDOW_S:

@@ -3,6 +3,7 @@ changes nothing (issue 15 hole 9), and they cover a sliding window."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 
 import pytest
@@ -41,7 +42,19 @@ def test_the_window_slides() -> None:
     assert figures["p99_ms"] == pytest.approx(2.0)
     clock.advance(60.0)
     assert stats.figures() == {"ops_per_s": 0.0, "bytes_per_s": 0.0, "p50_ms": 0.0,
-                               "p99_ms": 0.0}
+                               "p99_ms": 0.0, "samples": (), "requests_sampled": 0}
+
+
+def test_the_finder_reports_on_the_stats_clock_and_a_reading_changes_nothing() -> None:
+    clock = ManualClock()
+    stats = LoadStats(clock, window_s=10.0)
+    for i in range(300):
+        stats.sample_key(bytes([i % 7 + 1]))
+    first = stats.figures()
+    assert first == stats.figures() and first["requests_sampled"] == 300
+    assert len(first["samples"]) == 20
+    clock.advance(25.0)  # two finder windows without a request: the load faded
+    assert (stats.figures()["samples"], stats.figures()["requests_sampled"]) == ((), 0)
 
 
 def test_a_status_read_leaves_the_heartbeat_its_figures() -> None:
@@ -89,3 +102,41 @@ def test_pressure_p99_is_recent_and_recomputed_at_most_every_100_ms() -> None:
     clock.advance(5.0)  # the slow operations are older than the window now
     a.record(10, 0.002)
     assert gauge.read() == (7, pytest.approx(2.0))
+
+
+def test_requests_routed_to_a_partition_feed_its_finder_and_the_heartbeat() -> None:
+    """requests.py counts every request it routes (appends on the hot path, scans as spans)
+    for the load finder; PartitionServer.load_pb carries the candidates to the PM."""
+    from common.checksums import crc32c
+    from common.proto import partition_pb2 as pb
+    from partition_layer.requests import handle, route_key
+    from partition_layer.server import PartitionServer
+    from tests.unit.test_pl_committer import serving_partition
+
+    async def scenario() -> None:
+        limits = PartitionLimits()
+        p = serving_partition(limits)
+        server = PartitionServer("ps-1", None, None, limits)  # type: ignore[arg-type]
+        server.partitions[p.id] = p
+        logs = [f"log-{i:03d}" for i in range(40)]
+        for i in range(200):
+            reply = await handle(pb.Request(id=i, account="acct", pname=logs[i % 40],
+                                            append=pb.AppendOp(records=[b"r"],
+                                                               crcs=[crc32c(b"r")])),
+                                 server.find, limits)
+            assert not reply.error, reply.message
+        scan = pb.Request(id=999, account="acct", scan=pb.ScanOp(start_pname="log-000"))
+        assert not (await handle(scan, server.find, limits)).error
+        (load,) = server.load_pb("addr").partitions
+        assert load.requests_sampled == 201
+        candidates = [s.key for s in load.samples]
+        assert len(candidates) == 20 and set(candidates) <= {route_key("acct", x) for x in logs}
+        # Counted on each candidate taken before it: the scan (seeded: not taken) spans every
+        # name after its own start; at the start itself it is to the right.
+        assert [s.contained for s in load.samples] == \
+            [int(key > route_key("acct", "log-000")) for key in candidates]
+        assert all(s.left + s.right + s.contained > 0 for s in load.samples)
+        assert load.queue_ops == 0 and load.size_split_key == b""
+        await p.stop("test over")
+
+    asyncio.run(scenario())
