@@ -41,8 +41,9 @@ class Balancer:
             current, _ = await m.current_map()
         live = await m.live()
         history = await asyncio.to_thread(m.history.read)
+        busy = {i for op in current.pending for i in op.sources} | m.ops.busy
         return snapshot_from(current, m.partition_loads(), live, changed_at(history),
-                             time.time())
+                             time.time(), pending=busy)
 
     async def split_key(self, partition_id: int, current: PartitionMap) -> bytes:
         """The policy's split key for the partition, from its latest heartbeat."""
