@@ -14,13 +14,15 @@ move) if they differ; then the same three steps with S.Merge and `with_merge`.
 A call that fails leaves the op pending; every pass `resolve_pending` looks at the stream
 manager (has `partition/<first new id>/meta`: committed) and publishes, calls the PS again,
 reassigns, or — after `PS_ATTEMPTS_MAX` failed calls without a commit — rolls back
-(pending_resolution.py). While an op is pending the pass sends no plain Load of its
+(pending_resolution.py); the operator's call waits for that outcome (OUTCOME_WAIT_S) and
+answers it. While an op is pending the pass sends no plain Load of its
 sources: a PS's Split loads its parent itself when needed, and the op's own call loads a
 merge's two halves on its server just before Merge (the PS's Merge wants both served).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -52,6 +54,10 @@ PS_ATTEMPTS_MAX = 5   # failed PS calls without a commit before a pending op is 
 # that waits for a dead owner's lease is not hammered, and the roll-back bound is not
 # used up within one lease TTL.
 RETRY_BACKOFF_S = 1.0
+# An operator's split or merge whose first call failed waits this long for the pass to
+# finish it (or roll it back) before answering that it is still pending.
+OUTCOME_WAIT_S = 60.0
+OUTCOME_POLL_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -93,8 +99,11 @@ class SplitMerge:
             await faults.apoint("pm.split.pending_written")
             await m.settle_load(partition_id)
             return await self._call_and_publish(op, live[op.server])
+        except Unavailable as exc:
+            failed = exc
         finally:
             self.busy.discard(partition_id)
+        return await self._outcome(op, failed)
 
     # ---- merge ------------------------------------------------------------------------------
 
@@ -126,8 +135,30 @@ class SplitMerge:
             await m.settle_load(left.id)
             await m.settle_load(right.id)
             return await self._call_and_publish(op, live[op.server])
+        except Unavailable as exc:
+            failed = exc
         finally:
             self.busy.difference_update(op.sources)
+        return await self._outcome(op, failed)
+
+    async def _outcome(self, op: PendingOp, failed: Unavailable) -> OpDone:
+        """An operator's op whose call failed stays pending and the pass resolves it (calls
+        again, publishes, or rolls back): wait for that, up to OUTCOME_WAIT_S, and answer
+        what happened rather than "it failed" when it then completes."""
+        m = self.manager
+        deadline = time.monotonic() + OUTCOME_WAIT_S
+        while time.monotonic() < deadline:
+            await asyncio.sleep(OUTCOME_POLL_S)
+            current, _ = await m.current_map()
+            if any(p.sources == op.sources and p.results == op.results
+                   for p in current.pending):
+                continue
+            for entry in reversed(await asyncio.to_thread(m.history.read)):
+                if entry.op == op.op and entry.to_ids == op.results:
+                    if entry.result == RESULT_OK:
+                        return OpDone(entry, current)
+                    raise Unavailable(f"{op.op} of {_sources(op)}: {entry.result}")
+        raise failed
 
     # ---- the PS call and the publication ----------------------------------------------------
 

@@ -307,7 +307,10 @@ def test_split_that_never_commits_is_rolled_back(pm_stamp: LocalStamp) -> None:
                                     "ps.split.intent_written=fail")
             result = await asyncio.to_thread(cli, stamp, "partition", "split", "1", "--key",
                                              "acct/log-2", check=False)
-            assert result.returncode == 1 and "stays pending" in result.stderr, result.stderr
+            # The operator's call waits for the outcome: rolled back.
+            assert result.returncode == 1 and "rolled back: not committed after 5 failed " \
+                "attempts" in result.stderr and len(result.stderr.splitlines()) == 1, \
+                result.stderr
             deadline = time.monotonic() + OP_WAIT_S
             while not any(str(e["result"]).startswith("rolled back")
                           for e in await asyncio.to_thread(history, stamp)):
@@ -456,11 +459,11 @@ PS_MERGE_POINTS = ["ps.merge.checkpointed", "ps.merge.intent_written", "ps.merge
 @pytest.mark.parametrize("point", PS_SPLIT_POINTS + PS_MERGE_POINTS)
 def test_ps_killed_at_each_step(pm_stamp: LocalStamp, point: str) -> None:
     """The PS SIGKILLs itself at `point` of a split (or merge) the operator asked for, and
-    stays down: the operator's call fails, the op is pending in the map. Before the commit
+    stays down: the PM's call fails, the op is pending in the map. Before the commit
     the PM moves the op's sources to the live PS and asks it again (a merge's two halves
     loaded there first); after it, the stream manager says it committed and the PM publishes.
-    Either way the op completes on the live PS, the map never shows both the parent and a
-    child, and every write reads back."""
+    Either way the op completes on the live PS, the operator's command reports it done, the
+    map never shows both the parent and a child, and every write reads back."""
     stamp = pm_stamp
     merge = point.startswith("ps.merge")
     acked: list[tuple[str, int, bytes]] = []
@@ -483,8 +486,10 @@ def test_ps_killed_at_each_step(pm_stamp: LocalStamp, point: str) -> None:
             survivor = next(r.name for r in stamp.partition_servers() if r.name != owner)
             await asyncio.to_thread(rpc.arm_remote, stamp.address(owner), f"{point}=crash")
             args = ("merge", "2", "3") if merge else ("split", "1", "--key", "acct/log-2")
-            result = await asyncio.to_thread(cli, stamp, "partition", *args, check=False)
-            assert result.returncode == 1 and "stays pending" in result.stderr, result.stderr
+            # The operator's call fails at the PS, then waits for the PM to finish the op.
+            out = (await asyncio.to_thread(cli, stamp, "partition", *args)).stdout
+            assert out.startswith("merged partition 2+3 into 4 " if merge else
+                                  "split partition 1 into 2 "), out
             assert log_says(stamp, owner, f"fault point {point}: crashing the process")
             stamp.kill(owner)  # reaps it; it stays down
             want = [(4, survivor)] if merge else [(2, survivor), (3, survivor)]
