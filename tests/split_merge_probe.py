@@ -9,6 +9,7 @@ serves must be disjoint (a parent and its children serving at once is a violatio
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 import time
 from collections.abc import Callable
@@ -105,7 +106,7 @@ def overlapping(ranges: list[tuple[int, bytes, bytes | None]]) -> list[tuple[int
     """Pairs of ids whose ranges overlap."""
     pairs = []
     ordered = sorted(ranges, key=lambda r: r[1])
-    for (a, _, a_high), (b, b_low, _) in zip(ordered, ordered[1:], strict=False):
+    for (a, _, a_high), (b, b_low, _) in itertools.pairwise(ordered):
         if a_high is None or b_low < a_high:
             pairs.append((a, b))
     return pairs
