@@ -129,7 +129,7 @@ BENCHES: dict[str, tuple[str, Callable[[argparse.Namespace], Rows]]] = {
               "ratio largest/smallest <= 1.5, unavailable p50 <= 100 ms)", _split),
     "balance": ("2 PSs, one partition, 32 appenders over 256 logs, uniform then skewed: "
                 "records/s before and after the PM balances, time until every PS is within "
-                "25%% of the mean (targets: <= 30 s, no appender error, after >= before)",
+                "25% of the mean (targets: <= 30 s, no appender error, after >= before)",
                 _balance),
 }
 
