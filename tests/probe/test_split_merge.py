@@ -11,15 +11,21 @@ key space, and no two partitions with overlapping ranges were served at once."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from common import rpc
+from common.process import LOG_FILE
 from common.proto import partition_pb2 as pb
 from common.proto import partition_pb2_grpc as pb_grpc
 from partition_layer.client import PartitionClient
+from partition_layer.payload_crc import payload_crcs
+from partition_layer.session import CallSession
 from tests.history import MixedWorkload, check
 from tests.split_merge_probe import (
     MapWatcher,
@@ -231,3 +237,57 @@ def disk_bytes(stamp: LocalStamp) -> int:
         if path.is_file():
             total += path.stat().st_blocks * 512
     return total
+
+
+def test_deposed_ps_cannot_make_a_write_visible_after_a_split(stamp_factory: StampFactory
+                                                               ) -> None:
+    """The owner freezes (SIGSTOP) in the middle of a commit; its lease lapses, the other
+    PS loads the partition and the PM splits it there; then the frozen one wakes up and
+    carries on with its commit, into streams that were retired by the split. The append
+    must fail and the record never appear, in either child."""
+    stamp = split_stamp(stamp_factory)
+    with PartitionClient.from_stamp(str(stamp.data_dir)) as pc:
+        pc.append("acct", "log", [b"r0"])
+        old = current_map(stamp).get(1).server
+        new = next(r.name for r in stamp.partition_servers() if r.name != old)
+        rpc.arm_remote(stamp.address(old), "ps.commit.before_append=delay:1000,times=1; "
+                                           "ps.lease_lost=delay:3000")
+
+        async def stale_append() -> pb.Response | Exception:
+            session = CallSession(stamp.address(old), lambda: pb_grpc.PartitionServerStub(
+                rpc.aio_channel(stamp.address(old), 16 << 20)))
+            try:
+                return await session.call(pb.Request(
+                    account="acct", pname="log", append=pb.AppendOp(
+                        records=[b"stale"], crcs=payload_crcs([b"stale"]), token="stale-1")),
+                    60)
+            except Exception as exc:  # a broken stream is an answer too
+                return exc
+            finally:
+                await session.close()
+
+        async def scenario() -> pb.Response | Exception:
+            pending = asyncio.ensure_future(stale_append())
+            while not log_says(stamp, old, "fault point ps.commit.before_append fired"):
+                await asyncio.sleep(0.01)
+            os.kill(stamp.record(old).pid, signal.SIGSTOP)
+            try:
+                await asyncio.to_thread(wait_until, lambda: current_map(stamp).get(1).server
+                                        == new and all_served(stamp), 30,
+                                        "the other PS to take the partition over")
+                reply = await asyncio.to_thread(split, stamp, 1, "acct", "log")
+                assert len(reply.done.to_ids) == 2
+            finally:
+                os.kill(stamp.record(old).pid, signal.SIGCONT)
+            return await pending
+        answer = pc.run(scenario())
+        assert isinstance(answer, Exception) or answer.error, f"stale append acked: {answer}"
+        wait_until(lambda: log_says(stamp, old, "partition 1 stops serving"), 15,
+                   "the old owner to stop serving")
+        assert pc.read("acct", "log", 0, 10) == [(0, b"r0")]
+        assert pc.peek("acct", "log") == (0, 1)
+        assert pc.append("acct", "log", [b"r1"]) == 1
+
+
+def log_says(stamp: LocalStamp, name: str, text: str) -> bool:
+    return text in (Path(stamp.record(name).dir) / LOG_FILE).read_text(errors="replace")
