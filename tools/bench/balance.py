@@ -44,7 +44,7 @@ WITHIN = 0.25
 
 def run_balance(progress: Progress = lambda _: None) -> list[dict[str, Any]]:
     return with_fresh_stamp("", lambda stamp: uvloop.run(_balance(stamp, progress)),
-                            progress, stream_layer_only=False)
+                            progress, stream_layer_only=False, balancing=True)
 
 
 class Load:
