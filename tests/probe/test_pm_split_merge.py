@@ -514,7 +514,7 @@ def test_balance_pass_survives_failing_actions_and_a_policy_bug(tmp_path: Path) 
     whole and unchanged, and writes go on."""
     acked: list[tuple[str, int, bytes]] = []
     manager: dict[str, float | str] = {
-        "balance_interval_s": 0.5, "policy": '"tests.probe.pm_policies.FailingPolicy"'}
+        "balance_interval_s": 0.5, "policy": "tests.probe.pm_policies.FailingPolicy"}
     with started_stamp(tmp_path, manager) as stamp, \
             PartitionClient.from_stamp(str(stamp.data_dir)) as pc:
         pc.wait_served()
