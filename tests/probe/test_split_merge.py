@@ -150,7 +150,7 @@ def _recovered(stamp: LocalStamp, before: int) -> bool:
 SPLIT_STEPS = ["ps.split.checkpointed", "ps.split.intent_written", "ps.split.sealed",
                "ps.split.committed", "ps.split.children_loading"]
 MERGE_STEPS = ["ps.merge.checkpointed", "ps.merge.intent_written", "ps.merge.sealed",
-               "ps.merge.committed", "ps.merge.children_loading"]
+               "ps.merge.committed", "ps.merge.merged_loading"]
 PM_STEPS = ["pm.split.pending_written", "pm.split.before_publish",
             "pm.merge.pending_written", "pm.merge.before_publish"]
 
