@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from common.checksums import crc32c
 from common.errors import ChecksumError, Internal
+from partition_layer.keys import KeyRange
 
 MAGIC = b"CL"
 FORMAT = 2
@@ -103,6 +104,14 @@ def decode_batch(b: bytes) -> CommitBatch:
         raise Internal(f"commit batch has {end - pos} stray bytes")
     _check_order(ops)
     return CommitBatch(ops, epoch)
+
+
+def within(op: CommitOp, key_range: KeyRange) -> CommitOp:
+    """`op` without its mutations outside `key_range`: a split child's commit log begins
+    with its parent's, whose operations may touch the other child's keys."""
+    if all(key_range.contains(key) for key, _ in op.mutations):
+        return op
+    return CommitOp(op.lsn, [(k, row) for k, row in op.mutations if key_range.contains(k)])
 
 
 def ops_after(batch: CommitBatch, applied_lsn: int) -> list[CommitOp]:

@@ -135,6 +135,9 @@ class GroupCommitter:
         # key -> (lsn, row or None when deleted): what blocks in flight will have written.
         self._inflight_rows: dict[bytes, tuple[int, Row | None]] = {}
         self.inflight = 0
+        # Operations taken off the queue whose block is not yet started (`_start` may await
+        # rows from the checkpoints): neither queued nor in flight, but not settled either.
+        self.deciding = 0
         self.next_lsn = 0
         self._tail: asyncio.Task[None] | None = None
         self._paused = False
@@ -167,7 +170,10 @@ class GroupCommitter:
         self._wake.set()
 
     def idle(self) -> bool:
-        return not self.queue and not self.inflight
+        """Nothing queued, being decided or in flight: every operation taken is answered
+        (a split or merge checkpoints after this and then writes its intent: an operation
+        committed later would land past the checkpoint and be lost to the children)."""
+        return not self.queue and not self.deciding and not self.inflight
 
     async def settle(self) -> None:
         """Until every queued operation is answered (an unload hands over nothing pending)."""
@@ -229,6 +235,7 @@ class GroupCommitter:
             if self._paused or not self.queue:
                 continue
             batch = self._take_batch()
+            self.deciding += len(batch)
             try:
                 await self._start(batch)
             except BaseException:
@@ -238,6 +245,8 @@ class GroupCommitter:
                 for pending in batch:
                     pending.answer(None, NotOwner(f"partition {self.p.id} stopped serving"))
                 raise
+            finally:
+                self.deciding -= len(batch)
             # Let the block's append go out before deciding the next one: its round trip
             # then overlaps with this process's work on the operations still queued.
             await asyncio.sleep(0)

@@ -5,14 +5,20 @@ its lease as a fence, so a deposed leader's late write is refused), bootstraps o
 covering the whole key space (or several, cut at `bootstrap_split_keys`), and every
 `assign_interval_ms`:
 - finds the live partition servers (their registrations `ps/<name>` die with their session),
-- reassigns every partition whose server is not live to the live one serving fewest,
+- reassigns every partition whose server is not live to the live one serving fewest
+  (recorded in the history: "reassign", trigger "dead server"),
+- resolves the pending splits and merges (manager_ops.py: publish, call again, roll back),
 - asks each assigned server to load its partitions until it has confirmed (Load is
-  idempotent; a heartbeat that no longer lists a partition sends it again).
+  idempotent; a heartbeat that no longer lists a partition sends it again) — never a
+  partition with a split or merge pending (manager_ops.py loads what its op needs), and
+  with `create_if_missing` only for a partition of the bootstrap map.
 A PS that died keeps its partitions' leases until they expire, so its successor's load
 waits for that (the lease, not the PM, decides who serves, §8 invariant 3).
 
-Any PM answers GetMap from the lock service; the policy that picks a server is one function
-(`partition_map.least_loaded`), to be replaced by a balancing policy class later.
+Any PM answers GetMap from the lock service. Every change of the map is a compare-and-set
+under `map_lock` (one writer in this process: the pass, an operator's split, merge or move).
+Split, merge and the balance pass live beside this module (manager_ops.py, balancer.py), the
+history in history.py.
 """
 
 from __future__ import annotations
@@ -20,14 +26,32 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Coroutine
+from typing import Any
 
 from common import rpc
-from common.config import PartitionLimits
-from common.errors import InvalidArgument, NotFound, NotLeader, StampError, Unavailable
+from common.config import PartitionLimits, PartitionManagerConfig
+from common.errors import InvalidArgument, NotLeader, StampError, Unavailable
 from common.proto import partition_pb2 as pb
 from common.proto import partition_pb2_grpc as pb_grpc
 from lock_service.client import Lease, LockClient
-from partition_layer.partition_map import PartitionMap, bootstrap_split_keys, least_loaded
+from partition_layer.balancer import Balancer
+from partition_layer.history import (
+    OP_MOVE,
+    OP_REASSIGN,
+    TRIGGER_DEAD_SERVER,
+    TRIGGER_OPERATOR,
+    HistoryEntry,
+    HistoryStore,
+)
+from partition_layer.manager_ops import SplitMerge
+from partition_layer.partition_map import (
+    BORN_BOOTSTRAP,
+    PartitionMap,
+    bootstrap_split_keys,
+    least_loaded,
+)
+from stream_layer.sm_client import AsyncStreamManagerClient
 
 log = logging.getLogger(__name__)
 
@@ -54,16 +78,23 @@ def live_servers(locks: LockClient) -> dict[str, str]:
 
 
 class PartitionManager:
-    def __init__(self, name: str, address: str, locks: LockClient, limits: PartitionLimits
-                 ) -> None:
+    def __init__(self, name: str, address: str, locks: LockClient, limits: PartitionLimits,
+                 sm: AsyncStreamManagerClient | None = None,
+                 config: PartitionManagerConfig | None = None) -> None:
         self.name = name
         self.address = address
         self.locks = locks
         self.limits = limits
+        self.sm = sm  # None: pending ops are resolved by asking the PS again (idempotent)
         self.lease: Lease | None = None
         self.heartbeats: dict[str, tuple[float, pb.ServerLoad]] = {}
         self.confirmed: dict[int, str] = {}
+        self.map_lock = asyncio.Lock()
+        self.history = HistoryStore(locks)
+        self.ops = SplitMerge(self)
+        self.balancer = Balancer(self, config or PartitionManagerConfig())
         self._inflight: dict[int, asyncio.Task[None]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
         self._channels: dict[str, object] = {}
         self.map_version = 0
 
@@ -109,27 +140,49 @@ class PartitionManager:
             await self._try_lead()
             if not self.is_leader():
                 return
-        live = await asyncio.to_thread(live_servers, self.locks)
-        current, version = await self._current_map()
-        counted = current
-        changes: dict[int, str] = {}
-        for entry in current.partitions:
-            if entry.server not in live:
-                choice = least_loaded(live, counted)
-                if choice is None:
-                    break  # no live server: nothing to assign to
-                changes[entry.id] = choice
-                counted = counted.assigned({entry.id: choice})
-        if changes:
-            current = await self._write_map(current.assigned(changes), version)
-            log.info("%s: assigned %s (map version %d)", self.name, changes, current.version)
+        live = await self.live()
+        async with self.map_lock:
+            current, version = await self.current_map()
+            before = counted = current
+            changes: dict[int, str] = {}
+            for entry in current.partitions:
+                # The sources of a pending op move with their op (its resolution reassigns).
+                if entry.server not in live and current.pending_for(entry.id) is None:
+                    choice = least_loaded(live, counted)
+                    if choice is None:
+                        break  # no live server: nothing to assign to
+                    changes[entry.id] = choice
+                    counted = counted.assigned({entry.id: choice})
+            if changes:
+                current = await self.write_map(current.assigned(changes), version)
+                log.info("%s: assigned %s (map version %d)", self.name, changes,
+                         current.version)
+        await self._record_reassigned(before, current, changes)
         self.map_version = current.version
+        self.ops.resolve_pending(current, live)
         for entry in current.partitions:
             if (entry.server in live and self.confirmed.get(entry.id) != entry.server
-                    and entry.id not in self._inflight):
+                    and entry.id not in self._inflight
+                    and current.pending_for(entry.id) is None
+                    and entry.id not in self.ops.busy):
                 self._start_load(entry.id, entry.server, live[entry.server], current)
 
-    async def _current_map(self) -> tuple[PartitionMap, int]:
+    async def _record_reassigned(self, before: PartitionMap, after: PartitionMap,
+                                 changes: dict[int, str]) -> None:
+        """History entries for partitions taken from a server that died (a first
+        assignment, from no server, is not a reassignment)."""
+        now = time.time()
+        for partition_id, server in changes.items():
+            if before.get(partition_id).server:
+                await self.record(HistoryEntry(
+                    OP_REASSIGN, TRIGGER_DEAD_SERVER, (partition_id,), (partition_id,), now,
+                    map_version=after.version, server=server))
+
+    async def live(self) -> dict[str, str]:
+        return await asyncio.to_thread(live_servers, self.locks)
+
+    async def current_map(self) -> tuple[PartitionMap, int]:
+        """The stored map and its lock-service version (bootstrapped when there is none)."""
         found = await asyncio.to_thread(read_map, self.locks)
         if found is not None:
             return found
@@ -142,12 +195,34 @@ class PartitionManager:
                  self.name, len(fresh.partitions))
         return fresh, written
 
-    async def _write_map(self, new: PartitionMap, version: int) -> PartitionMap:
+    async def write_map(self, new: PartitionMap, version: int) -> PartitionMap:
+        """Store `new` if the stored map is still at `version` (fenced by the lease)."""
+        new.validate()  # invariant 4 at every version written
         written = await asyncio.to_thread(self.locks.compare_and_set, MAP_KEY, version,
                                           new.to_json(), fence=self.lease)
         if written is None:
             raise Unavailable("the partition map changed under this pass; trying again")
+        self.map_version = new.version
         return new
+
+    async def record(self, entry: HistoryEntry) -> None:
+        """Add to the history; a failure to record is logged, never fails the operation."""
+        try:
+            await asyncio.to_thread(self.history.add, entry, self.lease)
+        except StampError as exc:
+            log.warning("%s: could not record %s in the history: %s", self.name, entry, exc)
+
+    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def settle_load(self, partition_id: int) -> None:
+        """Wait for a Load of the partition this manager has in flight (a Split or Merge
+        must not race it)."""
+        task = self._inflight.get(partition_id)
+        if task is not None:
+            await asyncio.shield(task)
 
     def _start_load(self, partition_id: int, server: str, address: str,
                     current: PartitionMap) -> None:
@@ -155,9 +230,10 @@ class PartitionManager:
 
         async def load() -> None:
             try:
-                reply = await rpc.call(self._stub(address).Load(
+                reply = await rpc.call(self.stub(address).Load(
                     pb.LoadRequest(partition_id=partition_id, range=entry.range_pb(),
-                                   map_version=current.version),
+                                   map_version=current.version,
+                                   create_if_missing=entry.born == BORN_BOOTSTRAP),
                     timeout=self.limits.load_timeout_ms / 1000))
                 self.confirmed[partition_id] = server
                 log.info("%s: %s serves partition %d (load %.3f s, %d ops replayed)",
@@ -170,7 +246,7 @@ class PartitionManager:
 
         self._inflight[partition_id] = asyncio.get_running_loop().create_task(load())
 
-    def _stub(self, address: str) -> pb_grpc.PartitionServerStub:
+    def stub(self, address: str) -> pb_grpc.PartitionServerStub:
         channel = self._channels.get(address)
         if channel is None:
             channel = rpc.aio_channel(address, self.limits.rpc_message_bytes_max)
@@ -187,6 +263,11 @@ class PartitionManager:
                     and partition_id not in self._inflight:
                 del self.confirmed[partition_id]  # it lost it: load it again
 
+    def partition_loads(self) -> dict[int, pb.PartitionLoad]:
+        """The latest heartbeat's load of every partition a server reported serving."""
+        return {p.partition_id: p for _, load in self.heartbeats.values()
+                for p in load.partitions}
+
     async def get_map(self) -> pb.PartitionMap:
         found = await asyncio.to_thread(read_map, self.locks)
         if found is None:
@@ -194,25 +275,33 @@ class PartitionManager:
         live = await asyncio.to_thread(live_servers, self.locks)
         return found[0].to_pb(live)
 
-    async def move(self, partition_id: int, server: str) -> pb.PartitionMap:
-        """Operator move: the old owner unloads (checkpoints, releases its lease), the map
-        names the new one, which loads. Writes pause for about the checkpoint and load."""
+    async def move(self, partition_id: int, server: str, trigger: str = TRIGGER_OPERATOR
+                   ) -> pb.PartitionMap:
+        """Move: the old owner unloads (checkpoints, releases its lease), the map names the
+        new one, which loads. Writes pause for about the checkpoint and load (recorded in the
+        history as the unavailable time)."""
         await self.require_leader()
-        live = await asyncio.to_thread(live_servers, self.locks)
+        started_at, started = time.time(), time.monotonic()
+        live = await self.live()
         if server not in live:
             raise InvalidArgument(f"{server!r} is not a live partition server "
                                   f"(live: {', '.join(sorted(live)) or 'none'})")
-        current, version = await self._current_map()
+        current, version = await self.current_map()
         entry = current.get(partition_id)
+        if current.pending_for(partition_id) is not None or partition_id in self.ops.busy:
+            raise InvalidArgument(f"partition {partition_id} has a split or merge under way")
         if entry.server != server:
             if entry.server in live:
                 try:
-                    await rpc.call(self._stub(live[entry.server]).Unload(
+                    await rpc.call(self.stub(live[entry.server]).Unload(
                         pb.UnloadRequest(partition_id=partition_id), timeout=UNLOAD_TIMEOUT_S))
                 except StampError as exc:
                     log.warning("%s: %s did not unload partition %d cleanly: %s", self.name,
                                 entry.server, partition_id, exc)
-            current = await self._write_map(current.assigned({partition_id: server}), version)
+            async with self.map_lock:
+                current, version = await self.current_map()
+                current = await self.write_map(current.assigned({partition_id: server}),
+                                               version)
             self.confirmed.pop(partition_id, None)
         task = self._inflight.get(partition_id)
         if task is None and self.confirmed.get(partition_id) != server:
@@ -223,6 +312,11 @@ class PartitionManager:
         if self.confirmed.get(partition_id) != server:
             raise Unavailable(f"{server} did not load partition {partition_id}; the manager "
                               f"keeps trying")
+        if entry.server != server:
+            seconds = time.monotonic() - started
+            await self.record(HistoryEntry(OP_MOVE, trigger, (partition_id,), (partition_id,),
+                                           started_at, seconds=seconds, unavailable_s=seconds,
+                                           map_version=current.version, server=server))
         return current.to_pb(live)
 
     def status(self) -> pb.ManagerStatusReply:
@@ -235,40 +329,11 @@ class PartitionManager:
         return reply
 
     async def close(self) -> None:
-        for task in list(self._inflight.values()):
+        for task in [*self._inflight.values(), *self._tasks]:
             task.cancel()
         for channel in self._channels.values():
             await channel.close()  # type: ignore[attr-defined]
+        if self.sm is not None:
+            await self.sm.close()
         if self.lease is not None:
             await asyncio.to_thread(self.lease.release)
-
-
-class ManagerServicer(pb_grpc.PartitionManagerServicer):
-    def __init__(self, manager: PartitionManager) -> None:
-        self.manager = manager
-
-    @rpc.rpc_errors
-    async def GetMap(self, request: pb.GetMapRequest, context: object) -> pb.PartitionMap:
-        return await self.manager.get_map()
-
-    @rpc.rpc_errors
-    async def Heartbeat(self, request: pb.ServerLoad, context: object) -> pb.HeartbeatReply:
-        self.manager.heartbeat(request)
-        return pb.HeartbeatReply()
-
-    @rpc.rpc_errors
-    async def Move(self, request: pb.MoveRequest, context: object) -> pb.PartitionMap:
-        if not request.server:
-            raise InvalidArgument("move names the partition server to move to")
-        try:
-            return await self.manager.move(request.partition_id, request.server)
-        except NotFound as exc:
-            raise InvalidArgument(str(exc)) from exc
-
-    @rpc.rpc_errors
-    async def Status(self, request: pb.ManagerStatusRequest, context: object
-                     ) -> pb.ManagerStatusReply:
-        reply = self.manager.status()
-        if not reply.leader:
-            reply.leader_address = await asyncio.to_thread(self.manager.leader_address) or ""
-        return reply

@@ -11,7 +11,10 @@ Contracts:
   the metadata and commit-log streams — any older owner's append fails from then on, §8
   invariant 3), then reads the last metadata record, the checkpoints' indexes, and replays
   the commit log from the replay point: its cost grows with the log since the last
-  checkpoint, not with the partition's size.
+  checkpoint, not with the partition's size. A newest record carrying a split or merge
+  intent is resolved first (meta_derive.py: a child's meta derived, or the intent rolled
+  back) and the result appended to its own metadata stream before it serves; replay skips
+  mutations outside its range (a split child replays its parent's log).
 - It serves only while its lease is valid (the lease client stops claiming before the lock
   service could hand the partition to another PS). A failed commit-log append leaves the
   partition's state unknown (was it written?): the partition stops serving, and the next load
@@ -36,15 +39,15 @@ from common.errors import (
     StampError,
     Trimmed,
 )
-from partition_layer import keys, size_split
+from partition_layer import keys, meta_derive, size_split
 from partition_layer.cache import LruCache
 from partition_layer.checkpoint import Checkpointer
-from partition_layer.commit_log import CommitOp, Replayer, decode_batch
+from partition_layer.commit_log import CommitOp, Replayer, decode_batch, within
 from partition_layer.committer import GroupCommitter
 from partition_layer.memtable import Memtable
 from partition_layer.merge import aiter_sync, merge
 from partition_layer.operations import Operation, log_meta_of, meta_key
-from partition_layer.partition_meta import PartitionMeta
+from partition_layer.partition_meta import PartitionMeta, encode_meta
 from partition_layer.partition_streams import LoadReport, newest_meta, open_fenced
 from partition_layer.record_batch import Record, decode_records
 from partition_layer.rows import BlobRef, LogMeta, Row, decode_row
@@ -57,6 +60,8 @@ from stream_layer.framing import Location
 log = logging.getLogger(__name__)
 
 LOADING, SERVING, UNLOADING, GONE = "loading", "serving", "unloading", "gone"
+# Split or merge under way (split_merge.py): NotOwner to new operations, queued ones commit.
+SPLITTING, MERGING = "splitting", "merging"
 ABSENT = b""  # the row cache's mark for "no row in the checkpoints"
 SCAN_ROWS_PER_READ = 256
 
@@ -100,15 +105,21 @@ class RangePartition:
 
     # ---- load -------------------------------------------------------------------------------
 
-    async def load(self) -> LoadReport:
+    async def load(self, create_if_missing: bool = False) -> LoadReport:
         started = time.monotonic()
         report = LoadReport()
-        self.streams = await open_fenced(self.client, self.id, self.epoch)
-        self.meta = await newest_meta(self.streams["meta"])
+        self.streams = await open_fenced(self.client, self.id, self.epoch, create_if_missing)
+        self.meta, resolved = meta_derive.resolve(await newest_meta(self.streams["meta"]),
+                                                  self.id)
         if self.meta is None:
             self.meta = PartitionMeta(partition_id=self.id, key_range=self.range, runs=[],
                                       replay_from=None, applied_lsn=0, next_run_id=1,
                                       intents=[])
+        if resolved:
+            # Its own record first: the next load must not derive (or roll back) again.
+            await self.streams["meta"].append([encode_meta(self.meta)])
+            log.info("partition %d: meta derived or rolled back: %s, %d runs", self.id,
+                     self.meta.key_range.to_dict(), len(self.meta.runs))
         self.range = self.meta.key_range
         self.applied_lsn = self.meta.applied_lsn
         self.last_commit = self.meta.replay_from
@@ -121,7 +132,7 @@ class RangePartition:
         replayer = Replayer(self.applied_lsn)
         async for location, block in self.streams["log"].blocks(self.meta.replay_from):
             for op in replayer.feed(decode_batch(block)):
-                self.apply(op)
+                self.apply(within(op, self.range))  # a split child replays its parent's
                 report.replayed_ops += 1
             report.replayed_bytes += len(block)
             self.log_bytes += len(block)
@@ -150,14 +161,14 @@ class RangePartition:
     # ---- serving checks ---------------------------------------------------------------------
 
     def committing(self) -> bool:
-        return self.state in (SERVING, UNLOADING)
+        return self.state in (SERVING, UNLOADING, SPLITTING, MERGING)
 
     def gone(self) -> bool:
         return self.state == GONE
 
     def check_serving(self) -> None:
         if self.state != SERVING:
-            raise NotOwner(f"partition {self.id} is {self.state} here")
+            raise NotOwner(f"partition {self.id} is {self.state} here")  # e.g. "splitting"
         if not self.lease_valid():
             raise NotOwner(f"partition {self.id}: this server's lease has run out")
 

@@ -4,15 +4,19 @@ metadata record.
 
 Contract: `open_fenced` returns only once every stream is fenced with the loader's epoch, so
 any older owner's append fails from then on (§8 invariant 3); after it every extent of those
-streams is sealed, which is why `newest_meta` may take sealed lengths as the true ends.
+streams is sealed, which is why `newest_meta` may take sealed lengths as the true ends. It
+makes missing streams only when told to (a partition of the bootstrap map): a split or merge
+child whose streams are missing is refused with nothing made — an empty partition must never
+be served in place of one whose split has not happened (issue 17).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 
-from common.errors import NotFound, StampError
+from common.errors import NotFound, PreconditionFailed, StampError
 from partition_layer.partition_meta import PartitionMeta, decode_meta
 from stream_layer.client import AsyncStream, AsyncStreamClient
 from stream_layer.framing import Location
@@ -34,21 +38,57 @@ class LoadReport:
     runs: int = 0
 
 
-async def open_fenced(client: AsyncStreamClient, partition_id: int, epoch: int
-                      ) -> dict[str, AsyncStream]:
-    """Each of the partition's streams (made if missing), fenced at `epoch`."""
-    streams = {}
-    for kind in STREAM_KINDS:
+async def open_fenced(client: AsyncStreamClient, partition_id: int, epoch: int,
+                      create_if_missing: bool = False) -> dict[str, AsyncStream]:
+    """Each of the partition's streams, fenced at `epoch`. Missing ones are made only with
+    `create_if_missing`; else PreconditionFailed, before anything is fenced or made."""
+    async def exists(kind: str) -> bool:
+        try:
+            await client.sm.open_stream(stream_name(partition_id, kind))
+        except NotFound:
+            return False
+        return True
+
+    found = await asyncio.gather(*(exists(kind) for kind in STREAM_KINDS))
+    missing = [kind for kind, there in zip(STREAM_KINDS, found, strict=True) if not there]
+    if missing and not create_if_missing:
+        raise PreconditionFailed(f"partition {partition_id} has no {'/'.join(missing)} "
+                                 "stream and may not make one (it is not a partition of the "
+                                 "bootstrap map: split or merged away, or not made yet)")
+    for kind in missing:
         name = stream_name(partition_id, kind)
         try:
-            await client.sm.open_stream(name)
-        except NotFound:
-            try:
-                await client.create_stream(name)
-            except StampError as exc:  # another loader made it meanwhile: fencing decides
-                log.info("partition %d: creating %s: %s", partition_id, name, exc)
-        streams[kind] = await client.fence_stream(name, epoch)
-    return streams
+            await client.create_stream(name)
+        except StampError as exc:  # another loader made it meanwhile: fencing decides
+            log.info("partition %d: creating %s: %s", partition_id, name, exc)
+    fenced = await asyncio.gather(*(client.fence_stream(stream_name(partition_id, kind), epoch)
+                                    for kind in STREAM_KINDS))
+    return dict(zip(STREAM_KINDS, fenced, strict=True))
+
+
+async def streams_exist(client: AsyncStreamClient, partition_id: int) -> bool:
+    """Whether the partition's metadata stream exists (split and merge make a child's
+    streams all at once, in one multi-modify: its metadata stream stands for all four)."""
+    try:
+        await client.sm.open_stream(stream_name(partition_id, "meta"))
+    except NotFound:
+        return False
+    return True
+
+
+async def seal_all(client: AsyncStreamClient, partition_id: int, epoch: int
+                   ) -> dict[str, list[int]]:
+    """Seal the last extent of each of the partition's streams (fencing again at the
+    owner's own epoch, which is accepted) and list their extents: after this, they are
+    exactly what a split or merge hands on."""
+    async def seal(kind: str) -> list[int]:
+        stream = await client.fence_stream(stream_name(partition_id, kind), epoch)
+        info = await stream.refresh()
+        assert all(e.state != "open" for e in info.extents), (stream.name, info.extents)
+        return [e.extent_id for e in info.extents]
+
+    sealed = await asyncio.gather(*(seal(kind) for kind in STREAM_KINDS))
+    return dict(zip(STREAM_KINDS, sealed, strict=True))
 
 
 async def newest_meta(stream: AsyncStream) -> PartitionMeta | None:

@@ -1,6 +1,8 @@
 """The partition manager process: `stamp serve partition-manager --name pm-1 --dir DIR
---port P --lock ADDRS [--config FILE]`. Run two or more; the one holding the leader lock acts
-(partition_layer/manager.py), the others stand by and answer map lookups."""
+--port P --lock ADDRS [--sm ADDRS] [--config FILE]`. Run two or more; the one holding the
+leader lock acts (partition_layer/manager.py), the others stand by and answer map lookups.
+With the stream managers' addresses it can tell whether a split or merge it left pending
+committed (manager_ops.py); without them it asks the partition server again instead."""
 
 from __future__ import annotations
 
@@ -17,7 +19,9 @@ from common.process import write_ready
 from common.proto import faults_pb2_grpc
 from common.proto import partition_pb2_grpc as pb_grpc
 from lock_service.client import LockClient
-from partition_layer.manager import ManagerServicer, PartitionManager
+from partition_layer.manager import PartitionManager
+from partition_layer.manager_servicer import ManagerServicer
+from stream_layer.sm_client import AsyncStreamManagerClient
 
 log = logging.getLogger("stamp.partition_manager")
 
@@ -30,6 +34,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default=HOST)
     p.add_argument("--port", type=int, default=0, help="gRPC port (0: pick a free one)")
     p.add_argument("--lock", required=True, help="lock service addresses, comma-separated")
+    p.add_argument("--sm", default="", help="stream manager addresses, comma-separated")
     p.add_argument("--config", help="stamp config file (TOML)")
     return p
 
@@ -41,17 +46,22 @@ async def serve(args: argparse.Namespace) -> None:
     server = rpc.aio_server(limits.rpc_message_bytes_max)
     port = server.add_insecure_port(f"{args.host}:{args.port}")
     address = f"{args.host}:{port}"
-    manager = PartitionManager(args.name, address, locks, limits)
+    sm_addresses = [a for a in args.sm.split(",") if a]
+    sm = AsyncStreamManagerClient(sm_addresses, config.stream_manager) if sm_addresses else None
+    manager = PartitionManager(args.name, address, locks, limits, sm, config.partition_manager)
     pb_grpc.add_PartitionManagerServicer_to_server(ManagerServicer(manager), server)
     faults_pb2_grpc.add_FaultsServicer_to_server(rpc.FaultsServicer(), server)
     await server.start()
-    assigner = asyncio.get_running_loop().create_task(manager.run_forever())
+    loop = asyncio.get_running_loop()
+    assigner = loop.create_task(manager.run_forever())
+    balancer = loop.create_task(manager.balancer.run_forever())
     write_ready(args.dir, args.name, address)
     log.info("%s serving on %s", args.name, address)
 
     await server_main.until_stopped()
     log.info("%s stopping", args.name)
     assigner.cancel()
+    balancer.cancel()
     await server.stop(grace=1.0)
     with contextlib.suppress(StampError):
         await manager.close()

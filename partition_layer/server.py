@@ -19,7 +19,7 @@ from grpc import aio
 
 from common import faults, rpc
 from common.config import PartitionLimits
-from common.errors import NotOwner, StampError, Unavailable
+from common.errors import NotOwner, PreconditionFailed, StampError, Unavailable
 from common.proto import partition_pb2 as pb
 from common.proto import partition_pb2_grpc as pb_grpc
 from lock_service.client import Lease, LockClient
@@ -30,6 +30,7 @@ from partition_layer.partition_streams import LoadReport
 from partition_layer.read_replies import records_reply
 from partition_layer.requests import error_response, handle, route_key, start_small_append
 from partition_layer.scan_stream import serve as serve_scan
+from partition_layer.split_merge import SplitMerge
 from partition_layer.stats import PressureGauge
 from stream_layer.client import AsyncStreamClient
 
@@ -58,31 +59,42 @@ class PartitionServer:
         self._loading: dict[int, asyncio.Task[LoadReport]] = {}
         # One per partition served: when it stops, forget it and release its lease.
         self._watchers: dict[RangePartition, asyncio.Task[None]] = {}
+        # Partitions split or merged away by this process: never loaded here again.
+        self.retired: set[int] = set()
         # Reported on every response batch of the Call streams (front ends throttle on it).
         self.pressure = PressureGauge(lambda: [p.stats for p in self.partitions.values()])
+        self.split_merge = SplitMerge(self)
 
     def pressure_pb(self) -> pb.ServerPressure:
         queue_ops, p99_ms = self.pressure.read()
         return pb.ServerPressure(server=self.name, queue_ops=queue_ops, p99_ms=p99_ms)
 
     def find(self, key: bytes) -> RangePartition:
+        held = ""
         for partition in self.partitions.values():
-            if partition.state == SERVING and partition.range.contains(key):
-                return partition
-        raise NotOwner(f"{self.name} serves no partition holding that key")
+            if partition.range.contains(key):
+                if partition.state == SERVING:
+                    return partition
+                held = f" (partition {partition.id} is {partition.state} here)"
+        raise NotOwner(f"{self.name} serves no partition holding that key{held}")
 
-    async def load(self, partition_id: int, key_range: keys.KeyRange) -> LoadReport:
+    async def load(self, partition_id: int, key_range: keys.KeyRange,
+                   create_if_missing: bool = False) -> LoadReport:
+        if partition_id in self.retired:
+            raise PreconditionFailed(f"partition {partition_id} was split or merged away")
         current = self.partitions.get(partition_id)
         if current is not None and current.state == SERVING:
             return self.reports[partition_id]
         task = self._loading.get(partition_id)
         if task is None:
-            task = asyncio.get_running_loop().create_task(self._load(partition_id, key_range))
+            task = asyncio.get_running_loop().create_task(
+                self._load(partition_id, key_range, create_if_missing))
             self._loading[partition_id] = task
             task.add_done_callback(lambda _: self._loading.pop(partition_id, None))
         return await asyncio.shield(task)
 
-    async def _load(self, partition_id: int, key_range: keys.KeyRange) -> LoadReport:
+    async def _load(self, partition_id: int, key_range: keys.KeyRange,
+                    create_if_missing: bool) -> LoadReport:
         loop = asyncio.get_running_loop()
         holder: list[RangePartition] = []
 
@@ -101,7 +113,7 @@ class PartitionServer:
                                    lease.token, lease.valid)
         holder.append(partition)
         try:
-            report = await partition.load()
+            report = await partition.load(create_if_missing)
         except BaseException:
             await partition.stop("load failed")
             await asyncio.to_thread(lease.release)
@@ -293,7 +305,8 @@ class PartitionServicer(pb_grpc.PartitionServerServicer):
     async def Load(self, request: pb.LoadRequest, context: aio.ServicerContext
                    ) -> pb.LoadReply:
         low, high = range_from_pb(request.range)
-        report = await self.server.load(request.partition_id, keys.KeyRange(low, high))
+        report = await self.server.load(request.partition_id, keys.KeyRange(low, high),
+                                        request.create_if_missing)
         partition = self.server.partitions.get(request.partition_id)
         return pb.LoadReply(seconds=report.seconds, replayed_ops=report.replayed_ops,
                             replayed_bytes=report.replayed_bytes,
@@ -305,6 +318,18 @@ class PartitionServicer(pb_grpc.PartitionServerServicer):
                      ) -> pb.UnloadReply:
         await self.server.unload(request.partition_id)
         return pb.UnloadReply()
+
+    @rpc.rpc_errors
+    async def Split(self, request: pb.SplitRequest, context: aio.ServicerContext
+                    ) -> pb.SplitReply:
+        return await self.server.split_merge.split(request.partition_id, request.key,
+                                                   request.left_id, request.right_id)
+
+    @rpc.rpc_errors
+    async def Merge(self, request: pb.MergeRequest, context: aio.ServicerContext
+                    ) -> pb.MergeReply:
+        return await self.server.split_merge.merge(request.left_id, request.right_id,
+                                                   request.merged_id)
 
     @rpc.rpc_errors
     async def Status(self, request: pb.ServerStatusRequest, context: aio.ServicerContext

@@ -83,6 +83,19 @@ def _scan(args: argparse.Namespace) -> Rows:
     return run_scan(rows=args.rows, trials=min(args.trials, 5), progress=_progress(args))
 
 
+def _split(args: argparse.Namespace) -> Rows:
+    from tools.bench.split import run_split
+
+    return run_split(sizes_mb=args.sizes_mb, trials=min(args.trials, 5),
+                     progress=_progress(args))
+
+
+def _balance(args: argparse.Namespace) -> Rows:
+    from tools.bench.balance import run_balance
+
+    return run_balance(progress=_progress(args))
+
+
 BENCHES: dict[str, tuple[str, Callable[[argparse.Namespace], Rows]]] = {
     "extent-append": ("3-way replicated appends to one extent: 4 KiB with 1/8/32 appenders, "
                       "1 MiB blocks, and the disk's own 4 KiB append+fsync rate",
@@ -111,6 +124,13 @@ BENCHES: dict[str, tuple[str, Callable[[argparse.Namespace], Rows]]] = {
                   "32x100, added p50 <= 0.7 ms for 1x1)", _fe_append),
     "scan": ("rows/s scanning --rows entities of 100 bytes over 4 range partitions through "
              "the SDK (--trials scans, at most 5; target >= 100,000 rows/s)", _scan),
+    "split": ("split then merge a partition of each of --sizes-mb under an appender load on "
+              "it (--trials, at most 5): duration and unavailable time (targets: duration "
+              "ratio largest/smallest <= 1.5, unavailable p50 <= 100 ms)", _split),
+    "balance": ("2 PSs, one partition, 32 appenders over 256 logs, uniform then skewed: "
+                "records/s before and after the PM balances, time until every PS is within "
+                "25% of the mean (targets: <= 30 s, no appender error, after >= before)",
+                _balance),
 }
 
 
@@ -125,7 +145,7 @@ def register(commands: Any) -> None:
     bench.add_argument("--trials", type=int, default=20,
                        help="trials of a kill-and-measure bench (default 20)")
     bench.add_argument("--sizes-mb", type=_sizes_mb, default=(10, 1000),
-                       help="partition-load: partition sizes in MB, ascending, comma "
+                       help="partition-load and split: partition sizes in MB, ascending, comma "
                             "separated; the ratio compares the last with the first "
                             "(default 10,1000)")
     bench.add_argument("--tail-mb", type=cli_checks.megabytes, default=4,

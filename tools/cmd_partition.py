@@ -1,4 +1,5 @@
-"""`stamp partition ls | move` (an operator's view: straight to the partition managers) and
+"""`stamp partition ls | move` (an operator's view: straight to the partition managers; split,
+merge, history and balance in tools/cmd_partition_ops.py) and
 `stamp log append | read | tail | peek | trim | seal | ls` (a user's: through a front end with
 the SDK, tools/sdk_client.py)."""
 
@@ -10,13 +11,17 @@ import sys
 from typing import Any
 
 from common.errors import InvalidArgument
-from tools import cli_checks, sdk_client
+from tools import cli_checks, cmd_partition_ops, sdk_client
 
 
 def register(commands: Any) -> None:
     partition = commands.add_parser("partition", help="range partitions and who serves them")
     sub = partition.add_subparsers(dest="partition_command", metavar="ACTION", required=True)
-    ls = sub.add_parser("ls", help="every range partition: key range, server, load")
+    ls = sub.add_parser("ls", help="every range partition: key range, server, load",
+                        description="Every range partition in key order: its range (by "
+                                    "partition name), server, state and load. --json adds "
+                                    "\"low\" and \"high\": the encoded keys in hex (\"\" for "
+                                    "the lowest, null for the top).")
     ls.add_argument("--json", action="store_true", help="print JSON")
     ls.set_defaults(handler=cmd_ls)
     move = sub.add_parser("move", help="move a partition to another partition server",
@@ -26,6 +31,7 @@ def register(commands: Any) -> None:
                       help="partition id (see 'stamp partition ls')")
     move.add_argument("server", type=cli_checks.name, help="partition server name, e.g. ps-2")
     move.set_defaults(handler=cmd_move)
+    cmd_partition_ops.register(sub)
 
     log = commands.add_parser(
         "log", help="append to, read and tail logs (through a front end)",
@@ -70,7 +76,7 @@ def _client(args: argparse.Namespace) -> Any:
     return PartitionClient.from_stamp(args.data_dir)
 
 
-def _range(low: bytes, high: bytes | None) -> str:
+def show_range(low: bytes, high: bytes | None) -> str:
     from partition_layer import keys
 
     def show(key: bytes) -> str:
@@ -106,7 +112,9 @@ def cmd_ls(args: argparse.Namespace) -> int:
     rows = []
     for entry in current.partitions:
         p = load.get(entry.id)
-        rows.append({"id": entry.id, "range": _range(entry.low, entry.high),
+        rows.append({"id": entry.id, "range": show_range(entry.low, entry.high),
+                     "low": entry.low.hex(),
+                     "high": None if entry.high is None else entry.high.hex(),
                      "server": entry.server or "-", "address": addresses.get(entry.server, ""),
                      "state": p.state if p else "unserved",
                      "ops_per_s": round(p.ops_per_s, 1) if p else 0.0,
@@ -127,28 +135,10 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_move(args: argparse.Namespace) -> int:
-    import asyncio
-
-    from common import rpc
-    from common.errors import NotLeader, Unavailable
     from common.proto import partition_pb2 as pb
-    from common.proto import partition_pb2_grpc as pb_grpc
-    from common.stamp_file import addresses_of
 
-    cli_checks.require_running(args.data_dir, "partition-manager")
-
-    async def move() -> None:
-        last: Exception | None = None
-        for address in addresses_of(args.data_dir, "partition-manager"):
-            stub = pb_grpc.PartitionManagerStub(rpc.aio_channel(address, 16 << 20))
-            try:
-                await rpc.call(stub.Move(pb.MoveRequest(partition_id=args.id,
-                                                        server=args.server), timeout=60))
-                return
-            except (NotLeader, Unavailable) as exc:
-                last = exc
-        raise Unavailable(f"no partition manager could move it: {last}")
-    asyncio.run(move())
+    cmd_partition_ops.call_leader(args.data_dir, "Move", pb.MoveRequest(
+        partition_id=args.id, server=args.server), cmd_partition_ops.OP_TIMEOUT_S)
     print(f"partition {args.id} is served by {args.server}")
     return 0
 

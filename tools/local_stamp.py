@@ -112,7 +112,7 @@ class LocalStamp:
     def _plan_partition_layer(self, sm_addresses: str) -> None:
         host = self.config.host
         lock_addresses = ",".join(r.address for r in self.lock_servers())
-        groups = ((KIND_PARTITION_MANAGER, self.config.partition_managers, ()),
+        groups = ((KIND_PARTITION_MANAGER, self.config.partition_managers, ("--sm", sm_addresses)),
                   (KIND_PARTITION_SERVER, self.config.partition_servers, ("--sm", sm_addresses)))
         for kind, specs, extra in groups:
             for spec in specs:

@@ -143,6 +143,35 @@ def test_a_batch_caught_by_a_stop_while_reading_rows_is_answered_not_owner() -> 
     asyncio.run(scenario())
 
 
+def test_settle_waits_for_a_batch_being_decided() -> None:
+    """A split or merge settles the committer, checkpoints, then writes its intent. A batch
+    taken off the queue and still reading rows from the checkpoints is neither queued nor
+    in flight: if `settle` returned then, its operations would commit after the checkpoint,
+    be acknowledged, and be skipped by the children (a merge lost acknowledged writes so)."""
+
+    async def scenario() -> None:
+        p = serving_partition(PartitionLimits())
+        reading, release = asyncio.Event(), asyncio.Event()
+        real = p.row_from_checkpoints
+
+        async def slow(key: bytes, remember_absent: bool = True) -> Row | None:
+            reading.set()
+            await release.wait()
+            return await real(key, remember_absent)
+        p.row_from_checkpoints = slow  # type: ignore[method-assign]
+        future = p.committer.submit_nowait(log_append("acct", "log", (b"r",), token="t1"), 64)
+        await asyncio.wait_for(reading.wait(), 5)
+        settled = asyncio.ensure_future(p.committer.settle())
+        await asyncio.sleep(0.05)
+        assert not settled.done(), "settle returned with a batch still being decided"
+        release.set()
+        await asyncio.wait_for(settled, 5)
+        assert future.done() and future.result() == 0 and p.applied_lsn == 1
+        await p.stop("test over")
+
+    asyncio.run(scenario())
+
+
 # ---- the committer on a site of its own (CommitSite): no RangePartition ---------------------
 
 
