@@ -16,6 +16,11 @@ $(INSTALLED): pyproject.toml
 	@command -v fusermount3 >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
 		&& { apt-get update -qq && apt-get install -y -qq fuse3 >/dev/null; } \
 		|| echo "note: no fusermount3 (package fuse3): the power-cut tests will be skipped"; }
+	@# A JRE (17+) for Spark (spark/): Debian's headless OpenJDK when none is found; root only.
+	@v=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n 1); \
+	[ "$${v:-0}" -ge 17 ] 2>/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+		&& { apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless >/dev/null; } \
+		|| echo "note: no Java 17+: the Spark jobs and tests need one (set JAVA_HOME)"; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test,bench]'
 	touch $@
