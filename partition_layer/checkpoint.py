@@ -112,6 +112,8 @@ class Checkpointer:
         self.p = site
         self._task: asyncio.Task[None] | None = None
         self._merge: asyncio.Task[None] | None = None
+        # Set while the run merge publishes its record: from then on it is allowed to end.
+        self._merge_publishing = False
         self._meta_lock = asyncio.Lock()
         self.checkpoints = 0
         self.merges = 0
@@ -142,6 +144,20 @@ class Checkpointer:
         for task in (self._task, self._merge):
             if task is not None and task is not asyncio.current_task():
                 task.cancel()
+
+    async def abort_merge(self) -> None:
+        """End the run merge under way without waiting for it, unless it is publishing its
+        record (a moment). A merge only rewrites runs the record in force still lists: the
+        bytes it wrote so far are left unreferenced (garbage collection reclaims them), and
+        no reader or later load is any the wiser. A split or merge calls this: waiting for
+        a merge of a large partition kept its range unavailable for seconds."""
+        merge = self._merge
+        if merge is None or merge is asyncio.current_task():
+            return
+        if not self._merge_publishing:
+            merge.cancel()
+            log.info("partition %d: run merge abandoned", self.p.id)
+        await asyncio.gather(merge, return_exceptions=True)
 
     async def closed(self) -> None:
         """Until the checkpoint and merge under way (cancelled by `cancel`) have ended."""
@@ -237,6 +253,7 @@ class Checkpointer:
             await self.p.stop(f"merge failed: {exc}")
         finally:
             self._merge = None
+            self._merge_publishing = False
 
     async def _merge_runs(self) -> None:
         p = self.p
@@ -254,6 +271,7 @@ class Checkpointer:
         merged = await self._write_run([r.scan(p.range.low, p.range.high) for r in readers],
                                        drop_tombstones=bottom)
         async with self._meta_lock:
+            self._merge_publishing = True
             # Runs checkpointed meanwhile are newer than the group, the rest older: the
             # merged run takes the group's place.
             current = p.meta.runs

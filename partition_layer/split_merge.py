@@ -53,6 +53,23 @@ log = logging.getLogger(__name__)
 ANYWHERE = keys.WHOLE_KEY_SPACE  # a child's range comes from its derived meta
 
 
+class Steps:
+    """When each step of one split or merge ended, for its log line: where the unavailable
+    time goes (quiesce, intent, seal, commit, children's load)."""
+
+    def __init__(self) -> None:
+        self._last = time.monotonic()
+        self.spent: list[tuple[str, float]] = []
+
+    def done(self, step: str) -> None:
+        now = time.monotonic()
+        self.spent.append((step, now - self._last))
+        self._last = now
+
+    def __str__(self) -> str:
+        return " ".join(f"{step} {seconds * 1000:.1f}ms" for step, seconds in self.spent)
+
+
 def range_pb(key_range: KeyRange) -> pb.KeyRange:
     high = key_range.high
     return pb.KeyRange(low=key_range.low, high=high or b"", has_high=high is not None)
@@ -84,44 +101,51 @@ class SplitMerge:
         if len({parent_id, left_id, right_id}) != 3 or not left_id or not right_id:
             raise InvalidArgument(f"split of {parent_id} into {left_id} and {right_id}: "
                                   "three distinct ids needed")
+        steps = Steps()
         async with self._lock:
             unavailable_from = time.monotonic()
             if not await self._committed(left_id, parent_id):
                 parent = await self._served(parent_id)
                 check_split_key(parent.range, key)
                 await self._check_unused(left_id, right_id)
-                unavailable_from = await self._commit_split(parent, key, left_id, right_id)
+                steps.done("checks")
+                unavailable_from = await self._commit_split(parent, key, left_id, right_id,
+                                                            steps)
             await faults.apoint("ps.split.children_loading")
             left, right = await self._load_children(parent_id, (left_id, right_id))
+            steps.done("load")
         now = time.monotonic()
-        log.info("split of partition %d into %d %s and %d %s: %.3f s, unavailable %.3f s",
-                 parent_id, left_id, left.range.to_dict(), right_id, right.range.to_dict(),
-                 now - started, now - unavailable_from)
+        log.info("split of partition %d into %d %s and %d %s: %.3f s, unavailable %.3f s "
+                 "(%s)", parent_id, left_id, left.range.to_dict(), right_id,
+                 right.range.to_dict(), now - started, now - unavailable_from, steps)
         return pb.SplitReply(seconds=now - started, unavailable_s=now - unavailable_from,
                              left=range_pb(left.range), right=range_pb(right.range),
                              left_epoch=left.epoch, right_epoch=right.epoch)
 
     async def _commit_split(self, parent: RangePartition, key: bytes, left_id: int,
-                            right_id: int) -> float:
+                            right_id: int, steps: Steps) -> float:
         """The split up to its commit; returns when the parent stopped admitting."""
-        stopped_at = await self._quiesce([parent], SPLITTING)
+        stopped_at = await self._quiesce([parent], SPLITTING, steps)
         await faults.apoint("ps.split.checkpointed")
         try:
             assert parent.meta is not None
             record = meta_derive.with_intent(parent.meta,
                                              meta_derive.split_intent(key, left_id, right_id))
             await parent.streams["meta"].append([encode_meta(record)])
+            steps.done("intent")
         except BaseException:
             await self._resume([parent])
             raise
         try:
             await faults.apoint("ps.split.intent_written")
             extents = await seal_all(self.server.streams, parent.id, parent.epoch)
+            steps.done("seal")
             await faults.apoint("ps.split.sealed")
             ops = _fence(parent)
             for child in (left_id, right_id):
                 ops += [_create_from(child, kind, extents[kind]) for kind in STREAM_KINDS]
             await self._multi_modify(ops + _retire(parent.id), left_id)
+            steps.done("commit")
         except BaseException as exc:
             # Which side survives is the next loader's to find out: B's streams or C's.
             log.warning("partition %d: split failed after its intent was written: %r",
@@ -130,6 +154,7 @@ class SplitMerge:
             raise
         await faults.apoint("ps.split.committed")
         await self._retire_here(parent, f"split into {left_id} and {right_id}")
+        steps.done("stop")
         return stopped_at
 
     # ---- merge ------------------------------------------------------------------------------
@@ -139,6 +164,7 @@ class SplitMerge:
         if len({left_id, right_id, merged_id}) != 3 or not merged_id:
             raise InvalidArgument(f"merge of {left_id} and {right_id} into {merged_id}: "
                                   "three distinct ids needed")
+        steps = Steps()
         async with self._lock:
             unavailable_from = time.monotonic()
             if not await self._committed(merged_id, left_id, right_id):
@@ -147,20 +173,22 @@ class SplitMerge:
                     raise PreconditionFailed(f"partitions {left_id} and {right_id} are not "
                                              "adjacent")
                 await self._check_unused(merged_id)
-                unavailable_from = await self._commit_merge(left, right, merged_id)
+                steps.done("checks")
+                unavailable_from = await self._commit_merge(left, right, merged_id, steps)
             await faults.apoint("ps.merge.merged_loading")
             (merged,) = await self._load_children(None, (merged_id,), (left_id, right_id))
+            steps.done("load")
         now = time.monotonic()
-        log.info("merge of partitions %d and %d into %d %s: %.3f s, unavailable %.3f s",
+        log.info("merge of partitions %d and %d into %d %s: %.3f s, unavailable %.3f s (%s)",
                  left_id, right_id, merged_id, merged.range.to_dict(), now - started,
-                 now - unavailable_from)
+                 now - unavailable_from, steps)
         return pb.MergeReply(seconds=now - started, unavailable_s=now - unavailable_from,
                              range=range_pb(merged.range), epoch=merged.epoch)
 
     async def _commit_merge(self, left: RangePartition, right: RangePartition,
-                            merged_id: int) -> float:
+                            merged_id: int, steps: Steps) -> float:
         """The merge up to its commit; returns when both stopped admitting."""
-        stopped_at = await self._quiesce([left, right], MERGING)
+        stopped_at = await self._quiesce([left, right], MERGING, steps)
         await faults.apoint("ps.merge.checkpointed")
         try:
             assert left.meta is not None and right.meta is not None
@@ -168,6 +196,7 @@ class SplitMerge:
             await _all(side.streams["meta"].append(
                 [encode_meta(meta_derive.with_intent(side.meta, intent))])
                 for side in (left, right) if side.meta is not None)
+            steps.done("intent")
         except BaseException:
             # One side's intent alone is harmless: its next load rolls it back.
             await self._resume([left, right])
@@ -177,6 +206,7 @@ class SplitMerge:
             left_extents, right_extents = await asyncio.gather(
                 seal_all(self.server.streams, left.id, left.epoch),
                 seal_all(self.server.streams, right.id, right.epoch))
+            steps.done("seal")
             await faults.apoint("ps.merge.sealed")
             ops = _fence(left) + _fence(right)
             for kind in STREAM_KINDS:
@@ -186,6 +216,7 @@ class SplitMerge:
                 ops.append(_create_from(merged_id, kind, left_extents[kind] + [
                     e for e in right_extents[kind] if e not in shared]))
             await self._multi_modify(ops + _retire(left.id) + _retire(right.id), merged_id)
+            steps.done("commit")
         except BaseException as exc:
             log.warning("partitions %d and %d: merge failed after its intent was written: "
                         "%r", left.id, right.id, exc)
@@ -195,6 +226,7 @@ class SplitMerge:
         await faults.apoint("ps.merge.committed")
         for side in (left, right):
             await self._retire_here(side, f"merged into {merged_id}")
+        steps.done("stop")
         return stopped_at
 
     # ---- steps ------------------------------------------------------------------------------
@@ -230,13 +262,15 @@ class SplitMerge:
                 return False
         return True
 
-    async def _quiesce(self, partitions: Sequence[RangePartition], state: str) -> float:
+    async def _quiesce(self, partitions: Sequence[RangePartition], state: str, steps: Steps
+                       ) -> float:
         """Stop admitting, commit what was taken, checkpoint everything: afterwards nothing
         of these partitions is outside their runs, and nothing writes to their streams.
         Returns when admission stopped: the range is unavailable from there."""
         # A checkpoint while they still serve: the one under `state` then writes only what
         # came in meanwhile, so the range is unavailable for less.
         await _all(partition.checkpointer.checkpoint_now() for partition in partitions)
+        steps.done("checkpoint")
         stopped_at = time.monotonic()
         for partition in partitions:
             if partition.state != SERVING:  # stopped meanwhile (lease lost, fenced)
@@ -248,14 +282,18 @@ class SplitMerge:
         except BaseException:
             await self._resume(partitions)
             raise
+        steps.done("quiesce")
         return stopped_at
 
     async def _checkpoint_fully(self, partition: RangePartition, state: str) -> None:
         await partition.committer.settle()
         # A checkpoint (and the run merge it may start) under way ends first: its record
-        # must not land after the intent.
+        # must not land after the intent. A run merge is abandoned, not waited for: it may
+        # have gigabytes left to rewrite.
+        await partition.checkpointer.abort_merge()
         await partition.checkpointer.closed()
         await partition.checkpointer.checkpoint_now()
+        await partition.checkpointer.abort_merge()  # one that checkpoint started
         await partition.checkpointer.closed()
         if partition.state != state or not partition.lease_valid():
             raise PreconditionFailed(f"partition {partition.id} stopped serving while "
