@@ -117,6 +117,10 @@ class PartitionLimits:
     heartbeat_interval_ms: int = 1000
     # How long a PS may take to load a partition before the PM tries elsewhere.
     load_timeout_ms: int = 30_000
+    # A request for a range being split or merged here waits at most this long for the
+    # children to serve (then runs there), instead of NotOwner at once: the client's map
+    # refresh and retry would add their time to the range's unavailability.
+    split_hold_ms: int = 2_000
     # Values this large go to the blob-data stream once; the row keeps a pointer (§4).
     blob_value_bytes_min: int = 64 * KiB
     value_bytes_max: int = 4 * MiB - 4 * KiB

@@ -19,14 +19,18 @@ Contracts:
 - Never both the parent and a child serving on this process (asserted before a child loads).
 - A failure before the intent: the parent serves on. After it: the parent stops (its lease
   goes), and the next Split or Load decides from the stream manager which side survives.
+- While one runs, requests for the parents' ranges that meet NotOwner here wait for it to
+  end (`holds`, `settled`; at most `split_hold_ms`) and then run where their key is served:
+  on a child here, or the parent again after a failure before the intent (server.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import Awaitable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from common import faults
@@ -92,6 +96,30 @@ class SplitMerge:
     def __init__(self, server: PartitionServer) -> None:
         self.server = server
         self._lock = asyncio.Lock()
+        # The parents' ranges of the operation under way, and an event set when none runs.
+        self._held: tuple[KeyRange, ...] = ()
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def holds(self, key: bytes) -> bool:
+        """Whether `key` is in a range being split or merged here now."""
+        return any(key_range.contains(key) for key_range in self._held)
+
+    async def settled(self, timeout_s: float) -> None:
+        """Until no split or merge runs here, or `timeout_s` has passed."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await self._idle.wait()
+
+    @contextlib.contextmanager
+    def _holding(self, ranges: Sequence[KeyRange]) -> Iterator[None]:
+        self._held = tuple(ranges)
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self._held = ()
+            self._idle.set()
 
     # ---- split ------------------------------------------------------------------------------
 
@@ -109,10 +137,13 @@ class SplitMerge:
                 check_split_key(parent.range, key)
                 await self._check_unused(left_id, right_id)
                 steps.done("checks")
-                unavailable_from = await self._commit_split(parent, key, left_id, right_id,
-                                                            steps)
-            await faults.apoint("ps.split.children_loading")
-            left, right = await self._load_children(parent_id, (left_id, right_id))
+                with self._holding([parent.range]):
+                    unavailable_from = await self._commit_split(parent, key, left_id,
+                                                                right_id, steps)
+                    left, right = await self._load_split_children(parent_id, left_id,
+                                                                  right_id)
+            else:
+                left, right = await self._load_split_children(parent_id, left_id, right_id)
             steps.done("load")
         now = time.monotonic()
         log.info("split of partition %d into %d %s and %d %s: %.3f s, unavailable %.3f s "
@@ -174,9 +205,11 @@ class SplitMerge:
                                              "adjacent")
                 await self._check_unused(merged_id)
                 steps.done("checks")
-                unavailable_from = await self._commit_merge(left, right, merged_id, steps)
-            await faults.apoint("ps.merge.merged_loading")
-            (merged,) = await self._load_children(None, (merged_id,), (left_id, right_id))
+                with self._holding([left.range, right.range]):
+                    unavailable_from = await self._commit_merge(left, right, merged_id, steps)
+                    merged = await self._load_merged(left_id, right_id, merged_id)
+            else:
+                merged = await self._load_merged(left_id, right_id, merged_id)
             steps.done("load")
         now = time.monotonic()
         log.info("merge of partitions %d and %d into %d %s: %.3f s, unavailable %.3f s (%s)",
@@ -321,6 +354,17 @@ class SplitMerge:
         again."""
         self.server.retired.add(partition.id)
         await partition.stop(why)
+
+    async def _load_split_children(self, parent_id: int, left_id: int, right_id: int
+                                   ) -> list[RangePartition]:
+        await faults.apoint("ps.split.children_loading")
+        return await self._load_children(parent_id, (left_id, right_id))
+
+    async def _load_merged(self, left_id: int, right_id: int, merged_id: int
+                           ) -> RangePartition:
+        await faults.apoint("ps.merge.merged_loading")
+        (merged,) = await self._load_children(None, (merged_id,), (left_id, right_id))
+        return merged
 
     async def _load_children(self, parent_id: int | None, child_ids: Sequence[int],
                              parent_ids: Sequence[int] = ()) -> list[RangePartition]:
