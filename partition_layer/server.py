@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 from functools import partial
 
@@ -68,6 +69,24 @@ class PartitionServer:
     def pressure_pb(self) -> pb.ServerPressure:
         queue_ops, p99_ms = self.pressure.read()
         return pb.ServerPressure(server=self.name, queue_ops=queue_ops, p99_ms=p99_ms)
+
+    async def handle(self, request: pb.Request) -> pb.Response:
+        """Run one data request. One refused NotOwner because its range is being split or
+        merged here waits for that to end (at most `split_hold_ms`) and runs again where
+        its key is served then: the range is unavailable for the split's own time, not
+        that plus the client's map refresh and retry."""
+        deadline = time.monotonic() + self.limits.split_hold_ms / 1000
+        while True:
+            response = await handle(request, self.find, self.limits)
+            remaining = deadline - time.monotonic()
+            if (response.error != NotOwner.__name__ or remaining <= 0
+                    or not self.held(request)):
+                return response
+            await self.split_merge.settled(remaining)
+
+    def held(self, request: pb.Request) -> bool:
+        """Whether the request's key is in a range being split or merged here."""
+        return self.split_merge.holds(route_key(request.account, request.pname))
 
     def find(self, key: bytes) -> RangePartition:
         held = ""
@@ -211,7 +230,7 @@ class PartitionServicer(pb_grpc.PartitionServerServicer):
         pressure = self.server.pressure
 
         async def run(request: pb.Request) -> None:
-            responses.put_nowait(await handle(request, self.server.find, limits))
+            responses.put_nowait(await self.server.handle(request))
 
         def ran(task: asyncio.Task[None]) -> None:  # also when cancelled before it began
             tasks.discard(task)
@@ -241,9 +260,11 @@ class PartitionServicer(pb_grpc.PartitionServerServicer):
                                 appends_answered.clear()
                                 continue
                         except StampError as exc:
-                            responses.put_nowait(error_response(request.id, exc))
-                            pressure.open_ops -= 1
-                            continue
+                            if not (isinstance(exc, NotOwner) and self.server.held(request)):
+                                responses.put_nowait(error_response(request.id, exc))
+                                pressure.open_ops -= 1
+                                continue
+                            # Its range is being split or merged here: a task waits for it.
                         task = asyncio.get_running_loop().create_task(run(request))
                         tasks.add(task)
                         task.add_done_callback(ran)
