@@ -114,6 +114,9 @@ class Checkpointer:
         self._merge: asyncio.Task[None] | None = None
         # Set while the run merge publishes its record: from then on it is allowed to end.
         self._merge_publishing = False
+        # A split child's or merged partition's first own record (publish_first), appended
+        # while it already serves; every later record waits for it.
+        self._first: asyncio.Task[None] | None = None
         self._meta_lock = asyncio.Lock()
         self.checkpoints = 0
         self.merges = 0
@@ -140,8 +143,35 @@ class Checkpointer:
             self._task = asyncio.get_running_loop().create_task(self._run_checkpoint())
             await asyncio.shield(self._task)
 
+    def publish_first(self) -> None:
+        """Append the partition's meta as its first own record, in the background (a split
+        child or merged partition derives its meta from a parent's intent record: §4,
+        meta_derive.py). It may serve meanwhile: a load before this record is durable
+        derives the same meta from the same intent record and replays the same commit
+        log. Every record published later waits for this one, so it is never newer than
+        one of theirs. A failure stops the partition, as a failed checkpoint does."""
+        p = self.p
+        assert p.meta is not None and self._first is None
+        record = encode_meta(p.meta)
+
+        async def append() -> None:
+            try:
+                await p.streams["meta"].append([record])
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("partition %d: its first record failed: %s", p.id, exc)
+                await p.stop(f"its first record failed: {exc}")
+                raise
+
+        self._first = asyncio.get_running_loop().create_task(append())
+
+    async def _first_published(self) -> None:
+        if self._first is not None:
+            await asyncio.shield(self._first)  # raises if it failed: nothing is published
+
     def cancel(self) -> None:
-        for task in (self._task, self._merge):
+        for task in (self._task, self._merge, self._first):
             if task is not None and task is not asyncio.current_task():
                 task.cancel()
 
@@ -162,7 +192,8 @@ class Checkpointer:
     async def closed(self) -> None:
         """Until the checkpoint and merge under way (cancelled by `cancel`) have ended."""
         current = asyncio.current_task()
-        tasks = [t for t in (self._task, self._merge) if t is not None and t is not current]
+        tasks = [t for t in (self._task, self._merge, self._first)
+                 if t is not None and t is not current]
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 
@@ -232,6 +263,7 @@ class Checkpointer:
                        applied_lsn: int) -> None:
         """Append the metadata record naming `runs`, then make them the ones reads use."""
         p = self.p
+        await self._first_published()
         assert p.meta is not None
         assert p.indexes is not None
         readers = {r.info: r for r in p.readers}
