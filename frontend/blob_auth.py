@@ -179,7 +179,7 @@ def check_sas(params: Mapping[str, str], keys: Keys | None, account: str, contai
     fields = [params.get(f, "") for f in ("sp", "st", "se")] + [canonical] + [
         params.get(f, "") for f in ("si", "sip", "spr", "sv", "sr", "snapshot", "ses",
                                     "rscc", "rscd", "rsce", "rscl", "rsct")]
-    text = "\n".join(fields).rstrip("\n")
+    text = "\n".join(fields)  # the SDK's lines, less the last one's newline
     if not any(hmac.compare_digest(sign(key, text), params.get("sig", "")) for key in keys):
         raise _denied("Signature did not match.")
     _check_sas_window(params, now)

@@ -1,0 +1,312 @@
+"""The Azure Blob REST endpoint of the front ends (issue 20), driven by Azure's own SDK
+(`azure-storage-blob`, a client nobody here wrote) against a real stamp: 2 partition
+servers, 2 front ends, each test with an account of its own.
+
+Sequences from Azurite's append-blob tests (offsets 0, 6, 12, 13 for appends of 6, 6, 1 and
+1 bytes; a new ETag per append; seal, then append -> 409), every operation of the subset and
+its errors as the SDK's exceptions.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import itertools
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from azure.core import MatchConditions
+from azure.core.exceptions import (
+    ClientAuthenticationError,
+    HttpResponseError,
+    ResourceExistsError,
+    ResourceModifiedError,
+    ResourceNotFoundError,
+)
+from azure.core.pipeline import PipelineRequest
+from azure.core.pipeline.policies import SansIOHTTPPolicy
+from azure.storage.blob import (
+    BlobClient,
+    BlobSasPermissions,
+    BlobServiceClient,
+    ContentSettings,
+    generate_blob_sas,
+)
+
+from common.clock import SystemClock
+from frontend.accounts import Account, AccountStore
+from lock_service.client import LockClient
+from tests.conftest import stamp_config
+from tools.local_front_ends import azure_connection_string, blob_endpoint
+from tools.local_stamp import LocalStamp
+
+_accounts = itertools.count(1)
+
+
+@pytest.fixture(scope="module")
+def blob_stamp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStamp]:
+    """One stamp for the module; a test that kills a process starts it again."""
+    config = stamp_config(3, 1, lock_servers=3, partition_managers=1, partition_servers=2,
+                          front_ends=2)
+    root = Path(tmp_path_factory.mktemp("azure"))
+    stamp = LocalStamp(root / "stamp", config)
+    try:
+        stamp.up()
+        yield stamp
+    finally:
+        stamp.kill_all()
+
+
+@pytest.fixture(scope="module")
+def accounts(blob_stamp: LocalStamp) -> Iterator[AccountStore]:
+    with LockClient.from_stamp(blob_stamp.data_dir, holder="test-azure") as locks:
+        yield AccountStore(locks, SystemClock(), cache_ttl_s=0)
+
+
+@pytest.fixture
+def account(accounts: AccountStore) -> Account:
+    return accounts.create(f"azure-{next(_accounts)}")
+
+
+def connection_string(stamp: LocalStamp, account: Account, front_end: str = "fe-1",
+                      key: bytes | None = None) -> str:
+    text = azure_connection_string(stamp.record(front_end), account.name,
+                                   key if key is not None else account.keys[0])
+    assert text is not None, f"{front_end} has no Azure Blob endpoint in stamp.json"
+    return text
+
+
+@pytest.fixture
+def service(blob_stamp: LocalStamp, account: Account) -> BlobServiceClient:
+    return BlobServiceClient.from_connection_string(connection_string(blob_stamp, account))
+
+
+def test_azurite_append_sequence_offsets_etags_and_seal(service: BlobServiceClient) -> None:
+    container = service.create_container("logs")
+    blob = container.get_blob_client("audit.log")
+    created = blob.create_append_blob()
+    etags = [created["etag"]]
+    offsets = []
+    for data in (b"abcdef", b"123456", b"x", b"y"):
+        answer = blob.append_block(data)
+        offsets.append(int(answer["blob_append_offset"]))
+        assert int(answer["blob_committed_block_count"]) == len(offsets)
+        etags.append(answer["etag"])
+    assert offsets == [0, 6, 12, 13]
+    assert len(set(etags)) == len(etags)  # a new ETag per append
+    assert blob.download_blob().readall() == b"abcdef123456xy"
+    props = blob.get_blob_properties()
+    assert props.size == 14 and props.blob_type == "AppendBlob" and props.etag == etags[-1]
+    assert props.append_blob_committed_block_count == 4 and not props.is_append_blob_sealed
+    sealed = blob.seal_append_blob()
+    assert sealed["blob_sealed"] is True
+    assert blob.get_blob_properties().is_append_blob_sealed
+    with pytest.raises(ResourceExistsError) as refused:  # 409 BlobIsSealed
+        blob.append_block(b"z")
+    assert refused.value.error_code == "BlobIsSealed"
+    assert blob.download_blob().readall() == b"abcdef123456xy"
+
+
+def test_ranged_reads_206_and_416(service: BlobServiceClient) -> None:
+    blob = service.create_container("ranges").get_blob_client("r")
+    blob.create_append_blob()
+    data = bytes(range(256)) * 40
+    for at in range(0, len(data), 1000):
+        blob.append_block(data[at:at + 1000])
+    assert blob.download_blob(offset=1500, length=3000).readall() == data[1500:4500]
+    assert blob.download_blob(offset=len(data) - 7).readall() == data[-7:]
+    with pytest.raises(HttpResponseError) as past_end:
+        blob.download_blob(offset=len(data), length=10)
+    assert past_end.value.status_code == 416
+
+
+def test_containers_create_list_properties_delete(service: BlobServiceClient) -> None:
+    for name in ("alpha", "alpine", "beta"):
+        service.create_container(name, metadata={"owner": name})
+    with pytest.raises(ResourceExistsError) as again:
+        service.create_container("alpha")
+    assert again.value.error_code == "ContainerAlreadyExists"
+    assert [c.name for c in service.list_containers()] == ["alpha", "alpine", "beta"]
+    assert [c.name for c in service.list_containers(name_starts_with="alp")] == [
+        "alpha", "alpine"]
+    pages = service.list_containers(results_per_page=2).by_page()
+    assert [[c.name for c in page] for page in pages] == [["alpha", "alpine"], ["beta"]]
+    props = service.get_container_client("alpha").get_container_properties()
+    assert props.metadata == {"owner": "alpha"} and props.etag
+    service.delete_container("alpha")
+    with pytest.raises(ResourceNotFoundError) as gone:
+        service.get_container_client("alpha").get_container_properties()
+    assert gone.value.error_code == "ContainerNotFound"
+    with pytest.raises(ResourceNotFoundError) as no_container:
+        service.get_container_client("alpha").get_blob_client("b").create_append_blob()
+    assert no_container.value.error_code == "ContainerNotFound"
+    assert [c.name for c in service.list_containers()] == ["alpine", "beta"]
+
+
+def test_a_deleted_container_made_again_is_empty(service: BlobServiceClient) -> None:
+    container = service.create_container("again")
+    container.get_blob_client("old").create_append_blob()
+    container.delete_container()
+    deadline = time.monotonic() + 30
+    while True:  # the name is held for a moment (ContainerBeingDeleted), as the service does
+        try:
+            container = service.create_container("again")
+            break
+        except ResourceExistsError as exc:
+            assert exc.error_code == "ContainerBeingDeleted"
+            assert time.monotonic() < deadline, "the name was held for 30 s"
+            time.sleep(0.2)
+    assert list(container.list_blobs()) == []
+
+
+def test_blob_errors_metadata_and_delete(service: BlobServiceClient) -> None:
+    container = service.create_container("things")
+    blob = container.get_blob_client("b1")
+    with pytest.raises(ResourceNotFoundError) as missing:
+        blob.append_block(b"data")
+    assert missing.value.error_code == "BlobNotFound"
+    with pytest.raises(ResourceNotFoundError):
+        blob.get_blob_properties()
+    blob.create_append_blob(metadata={"kind": "audit"},
+                            content_settings=ContentSettings(content_type="text/plain"))
+    with pytest.raises(ResourceExistsError) as exists:  # If-None-Match: *
+        blob.create_append_blob(match_condition=MatchConditions.IfMissing)
+    assert exists.value.error_code == "BlobAlreadyExists"
+    props = blob.get_blob_properties()
+    assert props.metadata == {"kind": "audit"}
+    assert props.content_settings.content_type == "text/plain"
+    changed = blob.set_blob_metadata({"kind": "trail", "n": "2"})
+    assert changed["etag"] != props.etag
+    assert blob.get_blob_properties().metadata == {"kind": "trail", "n": "2"}
+    blob.delete_blob()
+    with pytest.raises(ResourceNotFoundError) as deleted:
+        blob.download_blob()
+    assert deleted.value.error_code == "BlobNotFound"
+
+
+def test_append_conditions(service: BlobServiceClient) -> None:
+    blob = service.create_container("conds").get_blob_client("c")
+    etag = blob.create_append_blob()["etag"]
+    etag = blob.append_block(b"12345", appendpos_condition=0, etag=etag,
+                             match_condition=MatchConditions.IfNotModified)["etag"]
+    # 412s the SDK raises as HttpResponseError (it does so against the service too)
+    with pytest.raises(HttpResponseError) as position:
+        blob.append_block(b"678", appendpos_condition=4)
+    assert position.value.status_code == 412
+    assert position.value.error_code == "AppendPositionConditionNotMet"
+    with pytest.raises(HttpResponseError) as size:
+        blob.append_block(b"678", maxsize_condition=7)
+    assert size.value.status_code == 412
+    assert size.value.error_code == "MaxBlobSizeConditionNotMet"
+    with pytest.raises(ResourceModifiedError) as stale:
+        blob.append_block(b"678", etag='"0x1"', match_condition=MatchConditions.IfNotModified)
+    assert stale.value.error_code == "ConditionNotMet"
+    with pytest.raises(HttpResponseError) as unchanged:
+        blob.download_blob(etag=etag, match_condition=MatchConditions.IfModified)
+    assert unchanged.value.status_code == 304
+    with pytest.raises(HttpResponseError) as unchanged_props:
+        blob.get_blob_properties(etag=etag, match_condition=MatchConditions.IfModified)
+    assert unchanged_props.value.status_code == 304
+    answer = blob.append_block(b"678", appendpos_condition=5, maxsize_condition=8)
+    assert int(answer["blob_append_offset"]) == 5
+    assert blob.download_blob().readall() == b"12345678"
+
+
+def _tamper_body(request: PipelineRequest) -> None:
+    """After the SDK computed the body's checksum header: change the body."""
+    request.http_request.data = b"X" * len(request.http_request.data)
+
+
+def test_content_md5_and_crc64_are_checked(service: BlobServiceClient) -> None:
+    blob = service.create_container("sums").get_blob_client("s")
+    blob.create_append_blob()
+    blob.append_block(b"good", validate_content=True)  # Content-MD5
+    blob.append_block(b"crc!", validate_content="crc64")  # x-ms-content-crc64
+    with pytest.raises(HttpResponseError) as md5:
+        blob.append_block(b"bad1", validate_content=True, raw_request_hook=_tamper_body)
+    assert md5.value.status_code == 400 and md5.value.error_code == "Md5Mismatch"
+    with pytest.raises(HttpResponseError) as crc:
+        blob.append_block(b"bad2", validate_content="crc64", raw_request_hook=_tamper_body)
+    assert crc.value.status_code == 400 and crc.value.error_code == "Crc64Mismatch"
+
+    def both(request: PipelineRequest) -> None:
+        data = request.http_request.data
+        request.http_request.headers["Content-MD5"] = base64.b64encode(
+            hashlib.md5(data).digest()).decode()
+
+    with pytest.raises(HttpResponseError) as two:
+        blob.append_block(b"two!", validate_content="crc64", raw_request_hook=both)
+    assert two.value.status_code == 400 and two.value.error_code == "InvalidHeaderValue"
+    with pytest.raises(HttpResponseError) as large:
+        blob.append_block(b"x" * (4 * 1024 * 1024 + 1))
+    assert large.value.status_code == 413 and large.value.error_code == "RequestBodyTooLarge"
+    assert blob.download_blob().readall() == b"goodcrc!"
+
+
+def test_list_blobs_prefix_and_pages(service: BlobServiceClient) -> None:
+    container = service.create_container("listing")
+    names = ["a/1", "a/2", "a/3", "b/1", "c"]
+    for name in names:
+        container.get_blob_client(name).create_append_blob(metadata={"n": name[-1]})
+    container.get_blob_client("a/2").append_block(b"four")
+    listed = list(container.list_blobs(include=["metadata"]))
+    assert [b.name for b in listed] == names
+    assert listed[1].size == 4 and listed[1].blob_type == "AppendBlob"
+    assert listed[0].metadata == {"n": "1"}
+    assert [b.name for b in container.list_blobs(name_starts_with="a/")] == names[:3]
+    pages = container.list_blobs(results_per_page=2).by_page()
+    assert [[b.name for b in page] for page in pages] == [names[:2], names[2:4], names[4:]]
+
+
+def test_wrong_key_tampered_request_and_expired_sas_are_refused(
+        blob_stamp: LocalStamp, account: Account, service: BlobServiceClient) -> None:
+    container = service.create_container("guarded")
+    blob = container.get_blob_client("g")
+    blob.create_append_blob()
+    blob.append_block(b"secret")
+    wrong = BlobServiceClient.from_connection_string(
+        connection_string(blob_stamp, account, key=b"k" * 32))
+    with pytest.raises(ClientAuthenticationError):
+        wrong.get_container_client("guarded").get_blob_client("g").append_block(b"evil")
+    with pytest.raises(ClientAuthenticationError):
+        wrong.create_container("intruder")
+
+    class Tamper(SansIOHTTPPolicy):  # after signing: the request is not what was signed
+        def on_request(self, request: PipelineRequest) -> None:
+            request.http_request.url = request.http_request.url.replace("/guarded/g",
+                                                                        "/guarded/h")
+
+    tampered = BlobServiceClient.from_connection_string(
+        connection_string(blob_stamp, account), _additional_pipeline_policies=[Tamper()])
+    with pytest.raises(ClientAuthenticationError):
+        tampered.get_container_client("guarded").get_blob_client("g").create_append_blob()
+    assert [b.name for b in container.list_blobs()] == ["g"]  # nothing written
+    assert blob.download_blob().readall() == b"secret"
+
+    def sas_blob(expiry: datetime, permission: BlobSasPermissions) -> BlobClient:
+        token = generate_blob_sas(account.name, "guarded", "g",
+                                  account_key=base64.b64encode(account.keys[1]).decode(),
+                                  permission=permission, expiry=expiry)
+        url = f"{blob_endpoint(blob_stamp.record('fe-2'), account.name)}/guarded/g?{token}"
+        return BlobClient.from_blob_url(url)
+
+    hour = datetime.now(UTC) + timedelta(hours=1)
+    reader = sas_blob(hour, BlobSasPermissions(read=True))
+    assert reader.download_blob().readall() == b"secret"  # signed with key 2, via fe-2
+    assert reader.download_blob(offset=2, length=3).readall() == b"cre"
+    with pytest.raises(HttpResponseError) as write:  # a valid token, not for writes
+        reader.append_block(b"evil")
+    assert (write.value.status_code, write.value.error_code) == (
+        403, "AuthorizationPermissionMismatch")
+    expired = sas_blob(datetime.now(UTC) - timedelta(minutes=1), BlobSasPermissions(read=True))
+    with pytest.raises(ClientAuthenticationError):
+        expired.download_blob()
+    no_read = sas_blob(hour, BlobSasPermissions(write=True))
+    with pytest.raises(HttpResponseError) as unread:
+        no_read.download_blob()
+    assert (unread.value.status_code, unread.value.error_code) == (
+        403, "AuthorizationPermissionMismatch")
+    assert blob.download_blob().readall() == b"secret"
