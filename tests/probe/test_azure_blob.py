@@ -10,8 +10,11 @@ its errors as the SDK's exceptions.
 from __future__ import annotations
 
 import base64
+import collections
 import hashlib
 import itertools
+import random
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -310,3 +313,59 @@ def test_wrong_key_tampered_request_and_expired_sas_are_refused(
     assert (unread.value.status_code, unread.value.error_code) == (
         403, "AuthorizationPermissionMismatch")
     assert blob.download_blob().readall() == b"secret"
+
+
+@pytest.mark.slow
+def test_upload_20_mib_in_chunks_then_download_whole_and_by_range(
+        service: BlobServiceClient, rng: random.Random) -> None:
+    data = rng.randbytes(20 * 1024 * 1024)
+    blob = service.create_container("big").get_blob_client("twenty")
+    blob.upload_blob(data, blob_type="AppendBlob")  # 4 MiB Append Blocks with appendpos
+    props = blob.get_blob_properties()
+    assert props.size == len(data) and props.append_blob_committed_block_count == 5
+    assert blob.download_blob(max_concurrency=2).readall() == data
+    for _ in range(8):  # ranges across the 1 MiB records and the 4 MiB appends
+        start = rng.randrange(len(data))
+        length = rng.randrange(1, 3 * 1024 * 1024)
+        assert blob.download_blob(offset=start, length=length).readall() == \
+            data[start:start + length]
+
+
+def test_concurrent_appenders_with_appendpos_exactly_one_wins_each_position(
+        service: BlobServiceClient) -> None:
+    blob = service.create_container("race").get_blob_client("r")
+    blob.create_append_blob()
+    appenders, rounds, size = 6, 8, 9
+    barrier = threading.Barrier(appenders)
+    wins: dict[int, list[int]] = collections.defaultdict(list)
+    failures: list[BaseException] = []
+
+    def appender(index: int) -> None:
+        try:
+            appends(index)
+        except BaseException as exc:
+            failures.append(exc)
+            barrier.abort()
+
+    def appends(index: int) -> None:
+        mine = BlobClient(service.url, "race", "r", credential=service.credential)
+        for turn in range(rounds):
+            barrier.wait(timeout=60)
+            payload = f"{index:02d}-{turn:06d}".encode()
+            assert len(payload) == size
+            try:
+                mine.append_block(payload, appendpos_condition=turn * size)
+                wins[turn].append(index)
+            except HttpResponseError as exc:
+                assert (exc.status_code, exc.error_code) == (
+                    412, "AppendPositionConditionNotMet")
+
+    threads = [threading.Thread(target=appender, args=(i,)) for i in range(appenders)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not failures, failures
+    assert all(len(wins[turn]) == 1 for turn in range(rounds)), dict(wins)
+    expected = b"".join(f"{wins[t][0]:02d}-{t:06d}".encode() for t in range(rounds))
+    assert blob.download_blob().readall() == expected
