@@ -21,6 +21,7 @@ import secrets
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 
+from common import faults
 from common.checksums import crc32c
 from common.clock import Clock
 from common.config import FrontEndLimits
@@ -269,6 +270,8 @@ class BlobStore:
                 self._props.pop(key, None)  # it may or may not have been written
                 raise
             self._remember(key, decision.props, etags[0])
+            # Appended, not yet answered: a crash here loses the answer (the SDK retries).
+            await faults.apoint("fe.blob.append.before_answer")
             return decision.offset, decision.props, etags[0]
         raise BlobError(503, "ServerBusy", "The blob kept changing under this append.")
 

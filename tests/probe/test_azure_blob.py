@@ -36,13 +36,19 @@ from azure.storage.blob import (
     BlobSasPermissions,
     BlobServiceClient,
     ContentSettings,
+    LinearRetry,
     generate_blob_sas,
 )
 
 from common.clock import SystemClock
+from common.rpc import arm_remote
 from frontend.accounts import Account, AccountStore
+from frontend.blob_model import CONTAINERS_GROUP, Container, container_group
 from lock_service.client import LockClient
+from partition_layer.client import PartitionClient
+from partition_layer.requests import route_key
 from tests.conftest import stamp_config
+from tests.front_end_raw import wait_for
 from tools.local_front_ends import azure_connection_string, blob_endpoint
 from tools.local_stamp import LocalStamp
 
@@ -369,3 +375,55 @@ def test_concurrent_appenders_with_appendpos_exactly_one_wins_each_position(
     assert all(len(wins[turn]) == 1 for turn in range(rounds)), dict(wins)
     expected = b"".join(f"{wins[t][0]:02d}-{t:06d}".encode() for t in range(rounds))
     assert blob.download_blob().readall() == expected
+
+
+@pytest.mark.slow
+def test_an_sdk_upload_survives_sigkill_of_its_partition_server_and_front_end(
+        blob_stamp: LocalStamp, account: Account, rng: random.Random) -> None:
+    """The SDK's own retries finish the upload; the blob is exactly the bytes uploaded.
+    fe-1 crashes right after an append committed, before answering it: the SDK retries it
+    (appendpos, same bytes) and it is answered as done, not appended twice nor refused."""
+    retry = LinearRetry(backoff=0.5, random_jitter_range=0.2, retry_total=60,
+                        retry_connect=60, retry_read=10, retry_status=20)
+    uploader = BlobServiceClient.from_connection_string(
+        connection_string(blob_stamp, account, "fe-1"), retry_policy=retry,
+        max_block_size=256 * 1024)
+    watcher = BlobServiceClient.from_connection_string(
+        connection_string(blob_stamp, account, "fe-2"))
+    uploader.create_container("survivor")
+    data = rng.randbytes(12 * 1024 * 1024)  # 48 Append Blocks
+    outcome: list[BaseException | None] = []
+
+    def upload() -> None:
+        try:
+            uploader.get_blob_client("survivor", "s").upload_blob(data, blob_type="AppendBlob")
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    arm_remote(blob_stamp.address("fe-1"), "fe.blob.append.before_answer=crash,after=8")
+    thread = threading.Thread(target=upload)
+    thread.start()
+    wait_for(lambda: not blob_stamp.alive("fe-1"), 60, "fe-1 crashing after an append")
+    watched = watcher.get_blob_client("survivor", "s")
+    at_crash = _size(watched)
+    with PartitionClient.from_stamp(str(blob_stamp.data_dir)) as pc:
+        gen = Container.decode(pc.get(account.name, CONTAINERS_GROUP, "survivor")[0]).gen
+        key = route_key(account.name, container_group("survivor", gen))
+        server = pc.partition_map()[0].lookup(key).server
+    blob_stamp.kill(server)
+    blob_stamp.forget_dead()
+    blob_stamp.start("fe-1")  # on the ports it had: the SDK's endpoint
+    blob_stamp.start(server)
+    thread.join(timeout=240)
+    assert not thread.is_alive(), "the upload did not finish in 240 s"
+    assert outcome == [None], outcome
+    assert 0 < at_crash < len(data)
+    assert watched.download_blob().readall() == data
+
+
+def _size(blob: BlobClient) -> int:
+    try:
+        return blob.get_blob_properties().size
+    except ResourceNotFoundError:
+        return 0
