@@ -252,14 +252,14 @@ def parse_range(text: str | None, size: int) -> tuple[int, int] | None:
                 raise ValueError(text)
             return (max(0, size - count), size) if size else _unsatisfiable(size)
         start = int(first)
-        end = int(last) + 1 if last else size
-        if start < 0 or end <= start:
+        end = int(last) + 1 if last else None
+        if start < 0 or (end is not None and end <= start):
             raise ValueError(text)
     except ValueError:
         return None  # the service ignores a malformed range and returns the whole blob
     if start >= size:
         return _unsatisfiable(size)
-    return start, min(end, size)
+    return start, size if end is None else min(end, size)
 
 
 def _unsatisfiable(size: int) -> tuple[int, int]:
