@@ -36,8 +36,8 @@ from tools.bench.measure import latency_metrics, row
 AZURITE_VERSION = "3.37.0"
 # Azurite's well-known development account (its documentation's; not a secret).
 AZURITE_ACCOUNT = "devstoreaccount1"
-AZURITE_KEY = ("Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UJJCHUqlJHExIwaKSEUvUfQpZ"
-               "x4fGt5eH3n9lZoh2FqPWk3LH1TePmg2vL24yNA==")
+AZURITE_KEY = ("Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/"
+               "KBHBeksoGMGw==")
 BLOCK_BYTES = 4096
 CLIENT_COUNTS = (1, 16)
 THREADS_PER_PROCESS_MAX = 4
