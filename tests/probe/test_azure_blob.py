@@ -13,7 +13,10 @@ import base64
 import collections
 import hashlib
 import itertools
+import json
 import random
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -319,6 +322,39 @@ def test_wrong_key_tampered_request_and_expired_sas_are_refused(
     assert (unread.value.status_code, unread.value.error_code) == (
         403, "AuthorizationPermissionMismatch")
     assert blob.download_blob().readall() == b"secret"
+
+
+
+def test_stamp_account_create_prints_an_azure_connection_string(
+        blob_stamp: LocalStamp) -> None:
+    done = subprocess.run([sys.executable, "-m", "tools.cli", "--data-dir",
+                           str(blob_stamp.data_dir), "account", "create", "cli-azure"],
+                          capture_output=True, text=True, timeout=120, check=True)
+    stamp_line, azure_line = done.stdout.splitlines()
+    assert stamp_line.startswith("Endpoint=")
+    fields = dict(part.split("=", 1) for part in azure_line.rstrip(";").split(";"))
+    address = json.loads((blob_stamp.data_dir / "stamp.json").read_text())[
+        "processes"]["fe-1"]["extra"]["http_address"]
+    assert fields["BlobEndpoint"] == f"http://{address}/cli-azure"
+    assert fields["AccountName"] == "cli-azure" and fields["DefaultEndpointsProtocol"] == "http"
+    service = BlobServiceClient.from_connection_string(azure_line)
+    blob = service.create_container("from-cli").get_blob_client("b")
+    blob.create_append_blob()
+    blob.append_block(b"hello")
+    assert blob.download_blob().readall() == b"hello"
+
+
+def test_comp_is_routed_before_the_blob_type_header(service: BlobServiceClient) -> None:
+    """An SDK has been seen sending x-ms-blob-type on Append Block: still an append."""
+    blob = service.create_container("routing").get_blob_client("r")
+    blob.create_append_blob()
+
+    def typed(request: PipelineRequest) -> None:
+        request.http_request.headers["x-ms-blob-type"] = "AppendBlob"
+
+    blob.append_block(b"one", raw_request_hook=typed)
+    blob.append_block(b"two", raw_request_hook=typed)
+    assert blob.download_blob().readall() == b"onetwo"
 
 
 @pytest.mark.slow
