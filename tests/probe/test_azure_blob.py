@@ -19,6 +19,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -313,6 +315,19 @@ def test_wrong_key_tampered_request_and_expired_sas_are_refused(
         reader.append_block(b"evil")
     assert (write.value.status_code, write.value.error_code) == (
         403, "AuthorizationPermissionMismatch")
+    # The plain HTTP Range header too, answered as the service answers
+    ranged = urllib.request.Request(reader.url, headers={"Range": "bytes=1-3",
+                                                         "x-ms-version": "2021-08-06"})
+    with urllib.request.urlopen(ranged, timeout=30) as answer:
+        assert answer.status == 206 and answer.read() == b"ecr"
+        assert answer.headers["Content-Range"] == "bytes 1-3/6"
+        assert answer.headers["x-ms-version"] == "2021-08-06"  # echoed
+        assert answer.headers["x-ms-request-id"] and answer.headers["ETag"].startswith('"0x')
+    past = urllib.request.Request(reader.url, headers={"Range": "bytes=6-"})
+    with pytest.raises(urllib.error.HTTPError) as unsatisfiable:
+        urllib.request.urlopen(past, timeout=30)
+    assert unsatisfiable.value.code == 416
+    assert unsatisfiable.value.headers["x-ms-error-code"] == "InvalidRange"
     expired = sas_blob(datetime.now(UTC) - timedelta(minutes=1), BlobSasPermissions(read=True))
     with pytest.raises(ClientAuthenticationError):
         expired.download_blob()
