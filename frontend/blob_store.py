@@ -15,7 +15,10 @@ partition layer's errors are mapped once, in `service_error`.
 
 from __future__ import annotations
 
+import asyncio
 import collections
+import contextlib
+import logging
 import math
 import secrets
 from collections.abc import AsyncIterator, Callable
@@ -39,6 +42,8 @@ from frontend import blob_model as model
 from frontend.blob_model import BlobError, Conditions, Container, Props
 from frontend.forward import ForwardingClient
 from partition_layer.payload_crc import verify_value
+
+log = logging.getLogger(__name__)
 
 ROW_END = b"\xff"  # after every row of a prefix: names are UTF-8, which never holds 0xff
 OFFSET_END = (1 << 64) - 1
@@ -73,6 +78,7 @@ class BlobStore:
         self._containers: dict[tuple[str, str], tuple[float, Container | None]] = {}
         self._props: collections.OrderedDict[tuple[str, str, str], tuple[Props, str]] = \
             collections.OrderedDict()
+        self._sweeps: set[asyncio.Task[None]] = set()
 
     def _now_ms(self) -> int:
         return int(self.clock.wall() * 1000)
@@ -158,6 +164,9 @@ class BlobStore:
             raise _container_not_found() from None
         self._containers[(account, name)] = (
             self.clock.monotonic() + self.limits.blob_container_cache_ttl_ms / 1000, None)
+        # Once no front end can still write under it (its name is held that long).
+        self._sweep(account, model.container_group(name, container.gen), b"\x00", ROW_END,
+                    delay_s=2 * self.limits.blob_container_cache_ttl_ms / 1000)
 
     async def list_containers(self, account: str, prefix: str, marker: str, limit: int
                               ) -> tuple[list[tuple[str, Container, str]], str]:
@@ -215,10 +224,15 @@ class BlobStore:
         props = Props(secrets.token_hex(model.GEN_BYTES), now, now, metadata=metadata,
                       content=content)
         if_match = None
+        replaced: tuple[Props, str] | None = None
+        if conds.if_none_match is None:  # the one it replaces, whose records go
+            try:
+                replaced = await self._fresh_props(account, group, name)
+            except BlobError:
+                replaced = None
         if conds.if_match is not None:
-            current = await self._fresh_props(account, group, name)
-            model.check_etag_conditions(conds, current[1], read=False)
-            if_match = current[1]
+            model.check_etag_conditions(conds, replaced[1] if replaced else None, read=False)
+            if_match = replaced[1] if replaced else None
         try:
             etag = await self.client.put(
                 account, group, model.props_row(name), props.encode(), if_match=if_match,
@@ -230,6 +244,8 @@ class BlobStore:
             raise BlobError(412, "ConditionNotMet", "The condition specified using HTTP "
                             "conditional header(s) is not met.") from None
         self._remember((account, group, name), props, etag)
+        if replaced is not None and replaced[0].gen != props.gen:
+            self._sweep_blob(account, group, name, replaced[0].gen)
         return props, etag
 
     async def append(self, account: str, container: str, name: str, block: bytes,
@@ -297,7 +313,7 @@ class BlobStore:
                           conds: Conditions) -> None:
         """Its records stay behind, unreachable: a blob of the same name gets another
         generation."""
-        group, _props, etag = await self.read_props(account, container, name)
+        group, props, etag = await self.read_props(account, container, name)
         model.check_etag_conditions(conds, etag, read=False)
         self._props.pop((account, group, name), None)
         try:
@@ -305,6 +321,54 @@ class BlobStore:
         except (NotFound, PreconditionFailed):
             raise BlobError(412, "ConditionNotMet", "The blob changed while it was being "
                             "deleted.") from None
+        self._sweep_blob(account, group, name, props.gen)
+
+    # ---- garbage ----------------------------------------------------------------------------
+
+    def _sweep_blob(self, account: str, group: str, name: str, gen: str) -> None:
+        """Delete the records of a blob's generation no properties row names any more."""
+        prefix = model.data_prefix(name, gen)
+        self._sweep(account, group, prefix, prefix + ROW_END)
+
+    def _sweep(self, account: str, group: str, start: bytes, end: bytes,
+               delay_s: float = 0.0) -> None:
+        """In the background, delete the rows [start, end) of `group`: unreachable rows (a
+        deleted blob's records, a deleted container's rows), so nothing reads them and no
+        write races the deletes. Best effort: what a crash interrupts stays, unread."""
+        if len(self._sweeps) >= self.limits.blob_props_cached_max:
+            log.warning("not sweeping %s of %s: too many sweeps running", group, account)
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._sweep_rows(account, group, start, end, delay_s))
+        self._sweeps.add(task)
+        task.add_done_callback(self._sweeps.discard)
+
+    async def _sweep_rows(self, account: str, group: str, start: bytes, end: bytes,
+                          delay_s: float) -> None:
+        try:
+            await asyncio.sleep(delay_s)
+            while True:
+                items, _more = await self._scan(account, group, start, end,
+                                                self.limits.blob_read_records_max)
+                if not items:
+                    return
+                try:
+                    await self.client.batch(account, group,
+                                            [("delete", item.row) for item in items])
+                except NotFound:  # one went meanwhile (another sweep): one at a time
+                    for item in items:
+                        with contextlib.suppress(NotFound):
+                            await self.client.delete(account, group, item.row)
+                start = items[-1].row + b"\x00"
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("sweeping rows of %s in account %s", group, account)
+
+    async def close(self) -> None:
+        for task in list(self._sweeps):
+            task.cancel()
+        await asyncio.gather(*self._sweeps, return_exceptions=True)
 
     async def read(self, account: str, group: str, name: str, gen: str, start: int,
                    end: int) -> AsyncIterator[bytes]:

@@ -86,6 +86,7 @@ async def serve(args: argparse.Namespace) -> None:
     await server_main.until_stopped()
     log.info("%s stopping", args.name)
     await http_runner.cleanup()
+    await blobs.close()
     await server.stop(grace=1.0)
     await front_end.close()
     await asyncio.to_thread(locks.close)

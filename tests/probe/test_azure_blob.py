@@ -201,6 +201,35 @@ def test_blob_errors_metadata_and_delete(service: BlobServiceClient) -> None:
     assert deleted.value.error_code == "BlobNotFound"
 
 
+
+def test_deleted_and_replaced_blobs_and_containers_leave_no_records(
+        blob_stamp: LocalStamp, account: Account, service: BlobServiceClient) -> None:
+    container = service.create_container("swept")
+    for name in ("deleted", "replaced", "kept"):
+        blob = container.get_blob_client(name)
+        blob.create_append_blob()
+        blob.append_block(name.encode() * 1000)
+    with PartitionClient.from_stamp(str(blob_stamp.data_dir)) as pc:
+        gen = Container.decode(pc.get(account.name, CONTAINERS_GROUP, "swept")[0]).gen
+        group = container_group("swept", gen)
+
+        def records_of(name: str) -> list[object]:
+            prefix = f"d/{name}\x00".encode()
+            return pc.scan(account.name, (group, prefix), (group, prefix + b"\xff"))
+
+        assert all(records_of(name) for name in ("deleted", "replaced", "kept"))
+        container.get_blob_client("deleted").delete_blob()
+        container.get_blob_client("replaced").create_append_blob()  # a new, empty one
+        wait_for(lambda: not records_of("deleted") and not records_of("replaced"), 30,
+                 "the records of the deleted and the replaced blob swept")
+        assert records_of("kept")
+        assert container.get_blob_client("kept").download_blob().readall() == b"kept" * 1000
+        assert container.get_blob_client("replaced").get_blob_properties().size == 0
+        container.delete_container()
+        wait_for(lambda: not pc.scan(account.name, (group, b"\x00"), (group, b"\xff")), 30,
+                 "the deleted container's rows swept")
+
+
 def test_append_conditions(service: BlobServiceClient) -> None:
     blob = service.create_container("conds").get_blob_client("c")
     etag = blob.create_append_blob()["etag"]
