@@ -57,6 +57,7 @@ from tests.front_end_raw import wait_for
 from tools.local_front_ends import azure_connection_string, blob_endpoint
 from tools.local_stamp import LocalStamp
 
+pytestmark = pytest.mark.slow  # one whole stamp for the module
 _accounts = itertools.count(1)
 
 
@@ -401,7 +402,6 @@ def test_comp_is_routed_before_the_blob_type_header(service: BlobServiceClient) 
     assert blob.download_blob().readall() == b"onetwo"
 
 
-@pytest.mark.slow
 def test_upload_20_mib_in_chunks_then_download_whole_and_by_range(
         service: BlobServiceClient, rng: random.Random) -> None:
     data = rng.randbytes(20 * 1024 * 1024)
@@ -457,7 +457,6 @@ def test_concurrent_appenders_with_appendpos_exactly_one_wins_each_position(
     assert blob.download_blob().readall() == expected
 
 
-@pytest.mark.slow
 def test_an_sdk_upload_survives_sigkill_of_its_partition_server_and_front_end(
         blob_stamp: LocalStamp, account: Account, rng: random.Random) -> None:
     """The SDK's own retries finish the upload; the blob is exactly the bytes uploaded.
