@@ -149,3 +149,11 @@ def test_a_service_sas_made_by_the_sdk_is_accepted_until_it_expires() -> None:
             blob_auth.check_sas(params, [KEY], account, "logs", blob, permission, when,
                                 "127.0.0.1", False)
         assert refused.value.status == 403
+
+
+@pytest.mark.parametrize("last", [None, (6, 4, 7)])
+def test_properties_and_containers_round_trip(last: tuple[int, int, int] | None) -> None:
+    blob = Props("ab" * 8, 1, 2, 10, 2, True, {"k": "v"}, {"Content-Type": "text/plain"}, last)
+    assert Props.decode(blob.encode()) == blob
+    container = model.Container("cd" * 8, 5, {"owner": "x"}, deleted_ms=9)
+    assert model.Container.decode(container.encode()) == container
