@@ -200,15 +200,14 @@ async def set_container_metadata(request: BlobRequest, store: BlobStore, fe: Fro
 
 async def list_blobs(request: BlobRequest, store: BlobStore, fe: FrontEnd
                      ) -> web.StreamResponse:
-    if request.query.get("delimiter"):
-        raise BlobError(400, "UnsupportedQueryParameter",
-                        "delimiter (a hierarchical listing) is not supported here.")
     prefix, marker, max_results = _list_params(request, store)
+    delimiter = request.query.get("delimiter", "")
     found, next_marker = await store.list_blobs(
         request.account, request.container, prefix, marker,
-        max_results or store.limits.blob_list_results_max)
+        max_results or store.limits.blob_list_results_max, delimiter)
     body = blob_xml.blobs(request.endpoint(), request.container, prefix, marker, max_results,
-                          found, next_marker, "metadata" in request.query.get("include", ""))
+                          delimiter, found, next_marker,
+                          "metadata" in request.query.get("include", ""))
     return _answer(request, 200, body=body, content_type="application/xml")
 
 

@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 
 ROW_END = b"\xff"  # after every row of a prefix: names are UTF-8, which never holds 0xff
 OFFSET_END = (1 << 64) - 1
+# A List Blobs entry: a blob (name, properties, row ETag), or a BlobPrefix (its name).
+Listed = tuple[str, Props, str] | str
 
 
 def service_error(exc: StampError) -> BlobError:
@@ -397,16 +399,34 @@ class BlobStore:
                     return
 
     async def list_blobs(self, account: str, container: str, prefix: str, marker: str,
-                         limit: int) -> tuple[list[tuple[str, Props, str]], str]:
+                         limit: int, delimiter: str = "") -> tuple[list[Listed], str]:
+        """Blobs whose names start with `prefix`, from `marker` on, in name order, at most
+        `limit`, and the marker of the next page ("" at the end). With a `delimiter`, the
+        names that hold it after the prefix are listed once per group, as the group's
+        prefix up to and including the delimiter (a str in the list: a BlobPrefix)."""
         group = model.container_group(container, (await self.container(account,
                                                                        container)).gen)
         start = model.props_row(max(prefix, marker))
-        items, _more = await self._scan(account, group, start,
-                                        model.props_row(prefix) + ROW_END, limit + 1)
-        found = [(model.name_of_props_row(i.row), Props.decode(i.value), i.etag)
-                 for i in items]
+        end = model.props_row(prefix) + ROW_END
+        found: list[Listed] = []
+        while len(found) <= limit:
+            items, more = await self._scan(account, group, start, end,
+                                           limit + 1 - len(found))
+            for item in items:
+                name = model.name_of_props_row(item.row)
+                cut = name.find(delimiter, len(prefix)) if delimiter else -1
+                if cut >= 0:  # a group: listed once, then skipped as a whole
+                    found.append(name[:cut + len(delimiter)])
+                    start = model.props_row(name[:cut + len(delimiter)]) + ROW_END
+                    break
+                found.append((name, Props.decode(item.value), item.etag))
+                start = item.row + b"\x00"
+            else:
+                if not more or not items:
+                    break
         if len(found) > limit:
-            return found[:limit], found[limit][0]
+            following = found[limit]
+            return found[:limit], following if isinstance(following, str) else following[0]
         return found, ""
 
     async def _scan(self, account: str, group: str, start_row: bytes, end_row: bytes,

@@ -45,9 +45,14 @@ def containers(endpoint: str, prefix: str, marker: str, max_results: int | None,
 
 
 def blobs(endpoint: str, container: str, prefix: str, marker: str, max_results: int | None,
-          found: list[tuple[str, Props, str]], next_marker: str, with_metadata: bool) -> bytes:
+          delimiter: str, found: list[tuple[str, Props, str] | str], next_marker: str,
+          with_metadata: bool) -> bytes:
     items = []
-    for name, props, etag in found:
+    for entry in found:
+        if isinstance(entry, str):
+            items.append(f"<BlobPrefix><Name>{escape(entry)}</Name></BlobPrefix>")
+            continue
+        name, props, etag = entry
         content = props.content
         meta = _metadata(props.metadata) if with_metadata else ""
         items.append(
@@ -70,7 +75,8 @@ def blobs(endpoint: str, container: str, prefix: str, marker: str, max_results: 
             f"<LeaseState>available</LeaseState><ServerEncrypted>false</ServerEncrypted>"
             f"<Sealed>{'true' if props.sealed else 'false'}</Sealed></Properties>"
             f"{meta}</Blob>")
+    delimited = f"<Delimiter>{escape(delimiter)}</Delimiter>" if delimiter else ""
     return (f"{PROLOGUE}<EnumerationResults ServiceEndpoint={quoteattr(endpoint)} "
             f"ContainerName={quoteattr(container)}>{_paging(prefix, marker, max_results)}"
-            f"<Blobs>{''.join(items)}</Blobs><NextMarker>{escape(next_marker)}</NextMarker>"
-            f"</EnumerationResults>").encode()
+            f"{delimited}<Blobs>{''.join(items)}</Blobs>"
+            f"<NextMarker>{escape(next_marker)}</NextMarker></EnumerationResults>").encode()

@@ -38,6 +38,7 @@ from azure.core.pipeline import PipelineRequest
 from azure.core.pipeline.policies import SansIOHTTPPolicy
 from azure.storage.blob import (
     BlobClient,
+    BlobPrefix,
     BlobSasPermissions,
     BlobServiceClient,
     ContentSettings,
@@ -303,6 +304,13 @@ def test_list_blobs_prefix_and_pages(service: BlobServiceClient) -> None:
     assert [b.name for b in container.list_blobs(name_starts_with="a/")] == names[:3]
     pages = container.list_blobs(results_per_page=2).by_page()
     assert [[b.name for b in page] for page in pages] == [names[:2], names[2:4], names[4:]]
+    top = list(container.walk_blobs(delimiter="/"))  # a hierarchical listing
+    assert [(b.name, isinstance(b, BlobPrefix)) for b in top] == [
+        ("a/", True), ("b/", True), ("c", False)]
+    assert [b.name for b in container.walk_blobs(name_starts_with="a/", delimiter="/")] == \
+        names[:3]
+    pages = container.list_blobs(results_per_page=1).by_page()  # every page of one
+    assert [b.name for page in pages for b in page] == names
 
 
 def test_wrong_key_tampered_request_and_expired_sas_are_refused(
