@@ -272,6 +272,10 @@ class BlobStore:
                 fresh = True
                 continue
             if isinstance(decision, model.Dedup):
+                if not fresh:  # decided on what it remembered: only a row read now says so
+                    props, etag = await self._fresh_props(account, group, name)
+                    fresh = True
+                    continue
                 return decision.offset, props, etag
             ops: list[tuple[object, ...]] = [
                 ("put", model.props_row(name), decision.props.encode(), etag)]
