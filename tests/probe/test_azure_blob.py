@@ -41,9 +41,12 @@ from azure.storage.blob import (
     BlobPrefix,
     BlobSasPermissions,
     BlobServiceClient,
+    ContainerClient,
+    ContainerSasPermissions,
     ContentSettings,
     LinearRetry,
     generate_blob_sas,
+    generate_container_sas,
 )
 
 from common.clock import SystemClock
@@ -369,6 +372,12 @@ def test_wrong_key_tampered_request_and_expired_sas_are_refused(
     expired = sas_blob(datetime.now(UTC) - timedelta(minutes=1), BlobSasPermissions(read=True))
     with pytest.raises(ClientAuthenticationError):
         expired.download_blob()
+    listing = generate_container_sas(account.name, "guarded",
+                                     account_key=base64.b64encode(account.keys[0]).decode(),
+                                     permission=ContainerSasPermissions(list=True), expiry=hour)
+    lister = ContainerClient.from_container_url(
+        f"{blob_endpoint(blob_stamp.record('fe-1'), account.name)}/guarded?{listing}")
+    assert [b.name for b in lister.list_blobs()] == ["g"]
     no_read = sas_blob(hour, BlobSasPermissions(write=True))
     with pytest.raises(HttpResponseError) as unread:
         no_read.download_blob()
@@ -463,6 +472,40 @@ def test_concurrent_appenders_with_appendpos_exactly_one_wins_each_position(
     assert all(len(wins[turn]) == 1 for turn in range(rounds)), dict(wins)
     expected = b"".join(f"{wins[t][0]:02d}-{t:06d}".encode() for t in range(rounds))
     assert blob.download_blob().readall() == expected
+
+
+
+def test_concurrent_appenders_without_conditions_each_land_once(
+        service: BlobServiceClient) -> None:
+    """Appends without a position race for the blob's properties row; the losers decide
+    again on what the winner left: every block lands, once, whole."""
+    blob = service.create_container("crowd").get_blob_client("c")
+    blob.create_append_blob()
+    appenders, each = 8, 12
+    failures: list[BaseException] = []
+
+    def appender(index: int) -> None:
+        mine = BlobClient(service.url, "crowd", "c", credential=service.credential)
+        try:
+            for turn in range(each):
+                mine.append_block(f"[{index}:{turn:03d}]".encode())
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=appender, args=(i,)) for i in range(appenders)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not failures, failures
+    data = blob.download_blob().readall().decode()
+    blocks = data[1:-1].split("][")
+    assert sorted(blocks) == sorted(f"{i}:{t:03d}" for i in range(appenders)
+                                    for t in range(each))
+    for index in range(appenders):  # each appender's blocks in its own order
+        mine = [b for b in blocks if b.startswith(f"{index}:")]
+        assert mine == sorted(mine)
+    assert blob.get_blob_properties().append_blob_committed_block_count == appenders * each
 
 
 def test_an_sdk_upload_survives_sigkill_of_its_partition_server_and_front_end(
