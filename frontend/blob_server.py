@@ -42,6 +42,8 @@ DEFAULT_VERSION = "2021-12-02"  # answered when a request names none
 BODY_SLACK_BYTES = 64 * 1024
 SAS_READS = {("GET", ""), ("HEAD", ""), ("GET", "metadata")}
 REQUEST_OVERHEAD_BYTES = 256  # what the throttle charges a request beyond its body
+# On SIGTERM, requests under way get this long (as gRPC's streams do), then are cut.
+SHUTDOWN_GRACE_S = 1.0
 
 
 @dataclass
@@ -198,7 +200,8 @@ async def start(front_end: FrontEnd, store: BlobStore, host: str, port: int
     runner = web.AppRunner(make_app(front_end, store), access_log=None,
                            handle_signals=False)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_address=True)
+    site = web.TCPSite(runner, host, port, reuse_address=True,
+                       shutdown_timeout=SHUTDOWN_GRACE_S)
     await site.start()
     server = site._server  # aiohttp keeps the listening socket here
     bound = server.sockets[0].getsockname()[1] if server is not None else port
