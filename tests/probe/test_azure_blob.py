@@ -200,6 +200,10 @@ def test_blob_errors_metadata_and_delete(service: BlobServiceClient) -> None:
     changed = blob.set_blob_metadata({"kind": "trail", "n": "2"})
     assert changed["etag"] != props.etag
     assert blob.get_blob_properties().metadata == {"kind": "trail", "n": "2"}
+    with pytest.raises(HttpResponseError) as block_blob:  # append blobs only, here
+        container.get_blob_client("b2").upload_blob(b"data")
+    assert (block_blob.value.status_code, block_blob.value.error_code) == (
+        400, "InvalidHeaderValue")
     blob.delete_blob()
     with pytest.raises(ResourceNotFoundError) as deleted:
         blob.download_blob()
