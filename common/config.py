@@ -344,8 +344,10 @@ class FrontEndLimits:
     blob_list_results_max: int = 5000
     # A SharedKey request dated further than this from the front end's clock is refused.
     blob_request_skew_ms: int = 15 * 60 * 1000
-    # Records read per partition-server call while serving a blob's bytes.
-    blob_read_records_max: int = 16
+    # One partition-server call while serving a blob's bytes asks for about this many bytes
+    # (as many records as the sizes of those read so far say) and at most this many records.
+    blob_read_bytes_max: int = 16 * MiB
+    blob_read_records_max: int = 1024
 
     def __post_init__(self) -> None:
         positive = ("scan_partitions_in_flight_max", "scan_page_rows_max",
@@ -357,7 +359,8 @@ class FrontEndLimits:
                     "blob_append_bytes_max", "blob_record_bytes_max", "blob_appends_max",
                     "blob_props_cached_max", "blob_container_cache_ttl_ms",
                     "blob_write_attempts_max", "blob_list_results_max",
-                    "blob_request_skew_ms", "blob_read_records_max")
+                    "blob_request_skew_ms", "blob_read_bytes_max",
+                    "blob_read_records_max")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise InvalidArgument(f"front_end.{name} must be positive")

@@ -355,7 +355,7 @@ class BlobStore:
             await asyncio.sleep(delay_s)
             while True:
                 items, _more = await self._scan(account, group, start, end,
-                                                self.limits.blob_read_records_max)
+                                                self.client.limits.batch_ops_max)
                 if not items:
                     return
                 try:
@@ -379,17 +379,21 @@ class BlobStore:
     async def read(self, account: str, group: str, name: str, gen: str, start: int,
                    end: int) -> AsyncIterator[bytes]:
         """The bytes [start, end) of the blob's generation `gen`, in pieces: its records
-        from the one holding `start` (the first whose end offset is past it) on."""
-        record_bytes = self.limits.blob_record_bytes_max
+        from the one holding `start` (the first whose end offset is past it) on, about
+        `blob_read_bytes_max` per call (records counted by the mean size of those read so
+        far: a blob of 4 KiB appends is not read 16 records at a time)."""
+        record_bytes = self.limits.blob_record_bytes_max  # the mean until one is read
         pos = start
         while pos < end:
+            wanted = min(end - pos, self.limits.blob_read_bytes_max)
             limit = min(self.limits.blob_read_records_max,
-                        (end - pos + record_bytes - 1) // record_bytes + 1)
+                        (wanted + record_bytes - 1) // record_bytes + 1)
             items, _more = await self._scan(account, group, model.data_row(name, gen, pos + 1),
                                             model.data_row(name, gen, OFFSET_END), limit)
             if not items:
                 raise BlobError(500, "InternalError", f"blob {name!r} has no record holding "
                                 f"byte {pos}")
+            record_bytes = max(1, sum(len(i.value) for i in items) // len(items))
             for item in items:
                 record_end = model.end_of_data_row(item.row)
                 record_start = record_end - len(item.value)
