@@ -14,6 +14,7 @@ import base64
 import hashlib
 from collections.abc import Callable
 from dataclasses import replace
+from email.utils import parsedate_to_datetime
 
 from aiohttp import web
 
@@ -87,7 +88,21 @@ def conditions(request: BlobRequest) -> Conditions:
     return Conditions(if_match=request.header("If-Match"),
                       if_none_match=request.header("If-None-Match"),
                       appendpos=_number(request, "x-ms-blob-condition-appendpos"),
-                      maxsize=_number(request, "x-ms-blob-condition-maxsize"))
+                      maxsize=_number(request, "x-ms-blob-condition-maxsize"),
+                      if_modified_since_s=_date(request, "If-Modified-Since"),
+                      if_unmodified_since_s=_date(request, "If-Unmodified-Since"))
+
+
+def _date(request: BlobRequest, name: str) -> int | None:
+    """An HTTP date header in whole seconds since the epoch (None: absent or not a date,
+    which the service ignores as HTTP says)."""
+    text = request.header(name)
+    if text is None:
+        return None
+    try:
+        return int(parsedate_to_datetime(text).timestamp())
+    except (TypeError, ValueError):
+        return None
 
 
 def _number(request: BlobRequest, name: str) -> int | None:
@@ -312,7 +327,8 @@ async def blob_properties(request: BlobRequest, store: BlobStore, fe: FrontEnd
                           ) -> web.StreamResponse:
     _group, props, etag = await store.read_props(request.account, request.container,
                                                  request.blob)
-    model.check_etag_conditions(conditions(request), etag, read=True)
+    model.check_etag_conditions(conditions(request), etag, read=True,
+                                modified_ms=props.modified_ms)
     headers = _blob_headers(props, etag)
     headers["Content-Length"] = str(props.length)
     return web.Response(status=200, headers={**request.base_headers(), **headers})
@@ -322,7 +338,8 @@ async def get_metadata(request: BlobRequest, store: BlobStore, fe: FrontEnd
                        ) -> web.StreamResponse:
     _group, props, etag = await store.read_props(request.account, request.container,
                                                  request.blob)
-    model.check_etag_conditions(conditions(request), etag, read=True)
+    model.check_etag_conditions(conditions(request), etag, read=True,
+                                modified_ms=props.modified_ms)
     headers = {"ETag": http_etag(etag), "Last-Modified": http_date(props.modified_ms)}
     headers.update({META_PREFIX + k: v for k, v in props.metadata.items()})
     return _answer(request, 200, headers)
@@ -332,7 +349,8 @@ async def get_blob(request: BlobRequest, store: BlobStore, fe: FrontEnd
                    ) -> web.StreamResponse:
     group, props, etag = await store.read_props(request.account, request.container,
                                                 request.blob)
-    model.check_etag_conditions(conditions(request), etag, read=True)
+    model.check_etag_conditions(conditions(request), etag, read=True,
+                                modified_ms=props.modified_ms)
     wanted = model.parse_range(request.header("x-ms-range") or request.header("Range"),
                                props.length)
     start, end = wanted if wanted is not None else (0, props.length)

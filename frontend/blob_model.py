@@ -166,11 +166,17 @@ class Conditions:
     if_none_match: str | None = None
     appendpos: int | None = None
     maxsize: int | None = None
+    if_modified_since_s: int | None = None  # HTTP dates: whole seconds since the epoch
+    if_unmodified_since_s: int | None = None
 
 
-def check_etag_conditions(conds: Conditions, etag: str | None, read: bool) -> None:
-    """If-Match / If-None-Match against the blob's row ETag (None: no blob). A read whose
-    If-None-Match matches is 304 Not Modified; a write is 412 ConditionNotMet."""
+def check_etag_conditions(conds: Conditions, etag: str | None, read: bool,
+                          modified_ms: int | None = None) -> None:
+    """If-Match / If-None-Match against the resource's row ETag (None: no such resource),
+    If-Modified-Since / If-Unmodified-Since against its last modification (`modified_ms`).
+    A read whose If-None-Match matches, or that is not modified since, is 304 Not Modified;
+    every other failed condition is 412 ConditionNotMet."""
+    _check_dates(conds, modified_ms, read)
     wanted = conds.if_match
     if wanted is not None and (etag is None or (wanted.strip() != "*"
                                                 and row_etag(wanted) != etag)):
@@ -184,6 +190,20 @@ def check_etag_conditions(conds: Conditions, etag: str | None, read: bool) -> No
             raise BlobError(412, "ConditionNotMet",
                             "The condition specified using HTTP conditional header(s) is not "
                             "met.")
+
+
+def _check_dates(conds: Conditions, modified_ms: int | None, read: bool) -> None:
+    if modified_ms is None:
+        return
+    modified_s = modified_ms // 1000  # HTTP dates have whole seconds
+    if conds.if_unmodified_since_s is not None and modified_s > conds.if_unmodified_since_s:
+        raise BlobError(412, "ConditionNotMet",
+                        "The condition specified using HTTP conditional header(s) is not met.")
+    if conds.if_modified_since_s is not None and modified_s <= conds.if_modified_since_s:
+        if read:
+            raise BlobError(304, "ConditionNotMet", "Not modified.")
+        raise BlobError(412, "ConditionNotMet",
+                        "The condition specified using HTTP conditional header(s) is not met.")
 
 
 @dataclass(frozen=True)
@@ -214,7 +234,7 @@ def decide_append(props: Props, etag: str, size: int, crc: int, conds: Condition
     if (conds.appendpos is not None and last is not None and conds.appendpos == last[0]
             and (size, crc) == (last[1], last[2]) and props.length == last[0] + last[1]):
         return Dedup(last[0])
-    check_etag_conditions(conds, etag, read=False)
+    check_etag_conditions(conds, etag, read=False, modified_ms=props.modified_ms)
     if props.sealed:
         raise BlobError(409, "BlobIsSealed", "The blob is sealed and its contents cannot be "
                         "modified.")

@@ -157,7 +157,7 @@ class BlobStore:
         """Its name stays taken for a while (ContainerBeingDeleted) so that no front end
         still trusting it can write under it once it is created again."""
         container, etag = await self.container_props(account, name)
-        model.check_etag_conditions(conds, etag, read=False)
+        model.check_etag_conditions(conds, etag, read=False, modified_ms=container.created_ms)
         gone = replace(container, deleted_ms=self._now_ms())
         try:
             await self.client.put(account, model.CONTAINERS_GROUP, name, gone.encode(),
@@ -233,7 +233,9 @@ class BlobStore:
             except BlobError:
                 replaced = None
         if conds.if_match is not None:
-            model.check_etag_conditions(conds, replaced[1] if replaced else None, read=False)
+            model.check_etag_conditions(conds, replaced[1] if replaced else None, read=False,
+                                        modified_ms=replaced[0].modified_ms if replaced
+                                        else None)
             if_match = replaced[1] if replaced else None
         try:
             etag = await self.client.put(
@@ -303,7 +305,7 @@ class BlobStore:
         metadata), after `conds` hold."""
         group, props, etag = await self.read_props(account, container, name)
         for _ in range(self.limits.blob_write_attempts_max):
-            model.check_etag_conditions(conds, etag, read=False)
+            model.check_etag_conditions(conds, etag, read=False, modified_ms=props.modified_ms)
             changed = replace(change(props), modified_ms=self._now_ms())
             try:
                 new_etag = await self.client.put(account, group, model.props_row(name),
@@ -320,7 +322,7 @@ class BlobStore:
         """Its records stay behind, unreachable: a blob of the same name gets another
         generation."""
         group, props, etag = await self.read_props(account, container, name)
-        model.check_etag_conditions(conds, etag, read=False)
+        model.check_etag_conditions(conds, etag, read=False, modified_ms=props.modified_ms)
         self._props.pop((account, group, name), None)
         try:
             await self.client.delete(account, group, model.props_row(name), if_match=etag)

@@ -262,6 +262,13 @@ def test_append_conditions(service: BlobServiceClient) -> None:
     with pytest.raises(HttpResponseError) as unchanged_props:
         blob.get_blob_properties(etag=etag, match_condition=MatchConditions.IfModified)
     assert unchanged_props.value.status_code == 304
+    an_hour_ago = datetime.now(UTC) - timedelta(hours=1)
+    with pytest.raises(ResourceModifiedError):  # If-Unmodified-Since: it was modified since
+        blob.append_block(b"678", if_unmodified_since=an_hour_ago)
+    with pytest.raises(HttpResponseError) as not_since:  # If-Modified-Since, a read: 304
+        blob.get_blob_properties(if_modified_since=datetime.now(UTC) + timedelta(hours=1))
+    assert not_since.value.status_code == 304
+    assert blob.get_blob_properties(if_modified_since=an_hour_ago).size == 5
     answer = blob.append_block(b"678", appendpos_condition=5, maxsize_condition=8)
     assert int(answer["blob_append_offset"]) == 5
     assert blob.download_blob().readall() == b"12345678"

@@ -44,6 +44,8 @@ def test_an_append_grows_the_blob_and_remembers_itself() -> None:
     (props(6, appends=3), Conditions(), "BlockCountExceedsLimit"),
     (props(6), Conditions(if_match='"0x6"'), "ConditionNotMet"),
     (props(6), Conditions(if_none_match="*"), "ConditionNotMet"),
+    (props(6, modified_ms=5000), Conditions(if_unmodified_since_s=4), "ConditionNotMet"),
+    (props(6, modified_ms=5000), Conditions(if_modified_since_s=5), "ConditionNotMet"),
 ])
 def test_refusals(blob: Props, conds: Conditions, code: str) -> None:
     with pytest.raises(BlobError) as refused:
@@ -59,6 +61,11 @@ def test_a_retry_of_the_last_append_is_answered_as_done_only_if_it_is_that_appen
     with pytest.raises(BlobError):
         decide(blob, 3, Conditions(appendpos=6))
     assert isinstance(decide(blob, 4, Conditions()), model.Write)  # no position: appended
+
+
+def test_dates_have_whole_seconds() -> None:
+    decide(props(6, modified_ms=5999), 4, Conditions(if_unmodified_since_s=5))
+    decide(props(6, modified_ms=5999), 4, Conditions(if_modified_since_s=4))
 
 
 def test_etags_round_trip_and_match_if_match() -> None:
