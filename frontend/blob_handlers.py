@@ -79,6 +79,11 @@ def route(request: BlobRequest) -> Handler:
     handler = table.get((method, comp))
     if handler is None:
         raise _unsupported(request)
+    if request.header("x-ms-lease-id") is not None and request.container:
+        # No leases here (comp=lease is refused): a request that names one names none held.
+        kind = "Blob" if request.blob else "Container"
+        raise BlobError(412, f"LeaseNotPresentWith{kind}Operation",
+                        f"There is currently no lease on the {kind.lower()}.")
     return handler
 
 

@@ -269,6 +269,10 @@ def test_append_conditions(service: BlobServiceClient) -> None:
         blob.get_blob_properties(if_modified_since=datetime.now(UTC) + timedelta(hours=1))
     assert not_since.value.status_code == 304
     assert blob.get_blob_properties(if_modified_since=an_hour_ago).size == 5
+    with pytest.raises(HttpResponseError) as leased:  # no leases here: none is held
+        blob.append_block(b"678", lease="0f6c3f2e-ca4f-11f0-a5b2-0242ac110002")
+    assert (leased.value.status_code, leased.value.error_code) == (
+        412, "LeaseNotPresentWithBlobOperation")
     answer = blob.append_block(b"678", appendpos_condition=5, maxsize_condition=8)
     assert int(answer["blob_append_offset"]) == 5
     assert blob.download_blob().readall() == b"12345678"
