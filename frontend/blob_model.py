@@ -19,6 +19,14 @@ The mapping:
 - The blob's ETag is its properties row's ETag: it changes with every append, metadata write
   and seal.
 
+Why the records live in an entity group and not in a log of the partition layer (§5): an
+append blob behaves as a log (append-only records, read by position through the offset
+index), but the service's appends are conditional (appendpos, maxsize, If-Match, sealed) and
+change the blob's ETag, length and block count with the bytes, atomically. A log's append is
+unconditional, and a name is a log or an entity group, never both, so no log append can be
+made atomic with a properties row; an entity group's batch is exactly that (conditions on
+one row, several rows written all or none), and keys in offset order give the index.
+
 Contract: `decide_append` either raises BlobError (the service's status and code) or says
 what to write; it never reads the clock (the caller passes `now_ms`).
 """
