@@ -329,6 +329,29 @@ class FrontEndLimits:
     scan_page_bytes_max: int = 1 * MiB
     # How long the front end keeps an account's keys (a rotated key works at most this long).
     account_cache_ttl_ms: int = 5000
+    # The Azure Blob REST endpoint (frontend/blob_*.py; DESIGN §6). An Append Block body: Azure's
+    # limit for append blobs (API versions before 2022-11-02; larger ones get 413).
+    blob_append_bytes_max: int = 4 * MiB
+    # An Append Block is cut into records of at most this size, appended atomically together.
+    blob_record_bytes_max: int = 1 * MiB
+    # Azure's limit on the Append Blocks of one append blob (BlockCountExceedsLimit past it).
+    blob_appends_max: int = 50_000
+    # Blob properties a front end remembers: an appender whose blob is remembered costs one
+    # conditional write and no read (a stale one fails its condition and is read again).
+    blob_props_cached_max: int = 10_000
+    # How long a front end trusts a container's existence. A deleted container's name stays
+    # taken (ContainerBeingDeleted) for twice this, so no front end writes under a stale one.
+    blob_container_cache_ttl_ms: int = 1000
+    # Conditional writes of one request retried after losing a race for the blob.
+    blob_write_attempts_max: int = 64
+    # Items of one List Blobs / List Containers page: Azure's maximum.
+    blob_list_results_max: int = 5000
+    # A SharedKey request dated further than this from the front end's clock is refused.
+    blob_request_skew_ms: int = 15 * 60 * 1000
+    # One partition-server call while serving a blob's bytes asks for about this many bytes
+    # (as many records as the sizes of those read so far say) and at most this many records.
+    blob_read_bytes_max: int = 16 * MiB
+    blob_read_records_max: int = 1024
 
     def __post_init__(self) -> None:
         positive = ("scan_partitions_in_flight_max", "scan_page_rows_max",
@@ -336,7 +359,12 @@ class FrontEndLimits:
                     "account_requests_per_s_max", "account_burst_requests_max",
                     "account_bytes_per_s_max", "account_burst_bytes_max",
                     "accounts_tracked_max", "talkers_held_max", "talker_window_ms",
-                    "servers_tracked_max", "overload_report_ttl_ms")
+                    "servers_tracked_max", "overload_report_ttl_ms",
+                    "blob_append_bytes_max", "blob_record_bytes_max", "blob_appends_max",
+                    "blob_props_cached_max", "blob_container_cache_ttl_ms",
+                    "blob_write_attempts_max", "blob_list_results_max",
+                    "blob_request_skew_ms", "blob_read_bytes_max",
+                    "blob_read_records_max")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise InvalidArgument(f"front_end.{name} must be positive")

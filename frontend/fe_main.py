@@ -21,8 +21,10 @@ from common.config import HOST, load_config
 from common.process import write_ready
 from common.proto import faults_pb2_grpc
 from common.proto import frontend_pb2_grpc as fe_grpc
+from frontend import blob_server
 from frontend.accounts import AccountStore
 from frontend.auth import Authenticator
+from frontend.blob_store import BlobStore
 from frontend.forward import ForwardingClient
 from frontend.server import FrontEndServicer
 from frontend.server_call import FrontEnd
@@ -39,6 +41,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dir", required=True, type=Path, help="its directory (log, ready file)")
     p.add_argument("--host", default=HOST)
     p.add_argument("--port", type=int, default=0, help="gRPC port (0: pick a free one)")
+    p.add_argument("--http-port", type=int, default=0,
+                   help="the Azure Blob REST endpoint's port (0: pick a free one)")
     p.add_argument("--pm", required=True, help="partition manager addresses, comma-separated")
     p.add_argument("--lock", required=True, help="lock service addresses, comma-separated")
     p.add_argument("--config", help="stamp config file (TOML)")
@@ -71,11 +75,18 @@ async def serve(args: argparse.Namespace) -> None:
     await server.start()
     warm = asyncio.get_running_loop().create_task(client.refresh_map())  # first calls skip it
     warm.add_done_callback(lambda t: t.cancelled() or t.exception())  # a failure is retried
+    blobs = BlobStore(client, config.front_end, clock)
+    http_runner, http_address = await blob_server.start(front_end, blobs, args.host,
+                                                        args.http_port)
+    blob_server.write_http_ready(args.dir, http_address)  # before ready.json: read with it
     write_ready(args.dir, args.name, address)
-    log.info("%s serving on %s", args.name, address)
+    log.info("%s serving on %s (Azure Blob REST on http://%s)", args.name, address,
+             http_address)
 
     await server_main.until_stopped()
     log.info("%s stopping", args.name)
+    await http_runner.cleanup()
+    await blobs.close()
     await server.stop(grace=1.0)
     await front_end.close()
     await asyncio.to_thread(locks.close)

@@ -294,6 +294,8 @@ class LocalStamp:
                 at = rec.argv.index("--port") + 1
                 if rec.argv[at] == "0":
                     rec.argv[at] = ready.address.rpartition(":")[2]
+            if rec.kind == KIND_FRONT_END:
+                local_front_ends.record_http(rec)
         self.save()
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
