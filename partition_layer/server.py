@@ -41,6 +41,10 @@ SUBSCRIBE_RECHECK_S = 1.0
 RESPONSES_PER_MESSAGE_MAX = 4096
 
 
+# A partition's lease, and the list that names the partition it guards once loaded.
+Acquired = tuple[Lease, list[RangePartition]]
+
+
 def lease_name(partition_id: int) -> str:
     return f"partition/{partition_id}"
 
@@ -82,11 +86,11 @@ class PartitionServer:
             if (response.error != NotOwner.__name__ or remaining <= 0
                     or not self.held(request)):
                 return response
-            await self.split_merge.settled(remaining)
+            await self.split_merge.hold.settled(remaining)
 
     def held(self, request: pb.Request) -> bool:
         """Whether the request's key is in a range being split or merged here."""
-        return self.split_merge.holds(route_key(request.account, request.pname))
+        return self.split_merge.hold.holds(route_key(request.account, request.pname))
 
     def find(self, key: bytes) -> RangePartition:
         held = ""
@@ -98,7 +102,10 @@ class PartitionServer:
         raise NotOwner(f"{self.name} serves no partition holding that key{held}")
 
     async def load(self, partition_id: int, key_range: keys.KeyRange,
-                   create_if_missing: bool = False) -> LoadReport:
+                   create_if_missing: bool = False, acquired: Acquired | None = None
+                   ) -> LoadReport:
+        """Load the partition here (idempotent). `acquired`: its lease, taken beforehand
+        (`acquire`: a split takes its children's before the parent stops admitting)."""
         if partition_id in self.retired:
             raise PreconditionFailed(f"partition {partition_id} was split or merged away")
         current = self.partitions.get(partition_id)
@@ -107,13 +114,14 @@ class PartitionServer:
         task = self._loading.get(partition_id)
         if task is None:
             task = asyncio.get_running_loop().create_task(
-                self._load(partition_id, key_range, create_if_missing))
+                self._load(partition_id, key_range, create_if_missing, acquired))
             self._loading[partition_id] = task
             task.add_done_callback(lambda _: self._loading.pop(partition_id, None))
         return await asyncio.shield(task)
 
-    async def _load(self, partition_id: int, key_range: keys.KeyRange,
-                    create_if_missing: bool) -> LoadReport:
+    async def acquire(self, partition_id: int) -> Acquired:
+        """The partition's lease, and where to name the partition it guards: losing the
+        lease stops that partition."""
         loop = asyncio.get_running_loop()
         holder: list[RangePartition] = []
 
@@ -128,6 +136,12 @@ class PartitionServer:
                                         self.limits.load_timeout_ms / 1000, lost)
         if lease is None:
             raise Unavailable(f"partition {partition_id}: its lease stayed held elsewhere")
+        return lease, holder
+
+    async def _load(self, partition_id: int, key_range: keys.KeyRange,
+                    create_if_missing: bool, acquired: Acquired | None) -> LoadReport:
+        lease, holder = acquired or await self.acquire(partition_id)
+        loop = asyncio.get_running_loop()
         partition = RangePartition(partition_id, key_range, self.streams, self.limits,
                                    lease.token, lease.valid)
         holder.append(partition)

@@ -30,11 +30,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from common import faults
-from common.errors import InvalidArgument, PreconditionFailed
+from common.errors import InvalidArgument, PreconditionFailed, StampError
 from common.proto import partition_pb2 as pb
 from partition_layer import keys, meta_derive
 from partition_layer.keys import KeyRange
@@ -46,15 +46,18 @@ from partition_layer.partition_streams import (
     stream_name,
     streams_exist,
 )
+from partition_layer.range_hold import RangeHold
 from stream_layer.stream_ops import create_from_op, fence_op, retire_op
 
 if TYPE_CHECKING:
     from common.proto.stream_manager_pb2 import StreamOp
-    from partition_layer.server import PartitionServer
+    from partition_layer.server import Acquired, PartitionServer
 
 log = logging.getLogger(__name__)
 
 ANYWHERE = keys.WHOLE_KEY_SPACE  # a child's range comes from its derived meta
+Leases = Mapping[int, "Acquired"]
+NO_LEASES: Leases = {}
 
 
 class Steps:
@@ -96,30 +99,27 @@ class SplitMerge:
     def __init__(self, server: PartitionServer) -> None:
         self.server = server
         self._lock = asyncio.Lock()
-        # The parents' ranges of the operation under way, and an event set when none runs.
-        self._held: tuple[KeyRange, ...] = ()
-        self._idle = asyncio.Event()
-        self._idle.set()
+        # The parents' ranges while an operation runs: their requests wait (server.py).
+        self.hold = RangeHold()
 
-    def holds(self, key: bytes) -> bool:
-        """Whether `key` is in a range being split or merged here now."""
-        return any(key_range.contains(key) for key_range in self._held)
-
-    async def settled(self, timeout_s: float) -> None:
-        """Until no split or merge runs here, or `timeout_s` has passed."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout_s):
-                await self._idle.wait()
-
-    @contextlib.contextmanager
-    def _holding(self, ranges: Sequence[KeyRange]) -> Iterator[None]:
-        self._held = tuple(ranges)
-        self._idle.clear()
+    @contextlib.asynccontextmanager
+    async def _leases(self, *ids: int) -> AsyncIterator[dict[int, Acquired]]:
+        """The made partitions' leases, taken before the parents stop admitting (a lock
+        service round trip off the unavailable time); each one its partition did not take
+        over by loading is released at the end."""
+        taken = await asyncio.gather(*(self.server.acquire(i) for i in ids),
+                                     return_exceptions=True)
+        leases = {i: t for i, t in zip(ids, taken, strict=True) if isinstance(t, tuple)}
         try:
-            yield
+            for outcome in taken:
+                if isinstance(outcome, BaseException):
+                    raise outcome
+            yield leases
         finally:
-            self._held = ()
-            self._idle.set()
+            for partition_id, (lease, _) in leases.items():
+                if self.server.leases.get(partition_id) is not lease:
+                    with contextlib.suppress(StampError):
+                        await asyncio.to_thread(lease.release)
 
     # ---- split ------------------------------------------------------------------------------
 
@@ -137,11 +137,13 @@ class SplitMerge:
                 check_split_key(parent.range, key)
                 await self._check_unused(left_id, right_id)
                 steps.done("checks")
-                with self._holding([parent.range]):
+                async with self._leases(left_id, right_id) as leases, \
+                        self.hold.holding([parent.range]):
+                    steps.done("leases")
                     unavailable_from = await self._commit_split(parent, key, left_id,
                                                                 right_id, steps)
                     left, right = await self._load_split_children(parent_id, left_id,
-                                                                  right_id)
+                                                                  right_id, leases)
             else:
                 left, right = await self._load_split_children(parent_id, left_id, right_id)
             steps.done("load")
@@ -205,9 +207,11 @@ class SplitMerge:
                                              "adjacent")
                 await self._check_unused(merged_id)
                 steps.done("checks")
-                with self._holding([left.range, right.range]):
+                async with self._leases(merged_id) as leases, \
+                        self.hold.holding([left.range, right.range]):
+                    steps.done("leases")
                     unavailable_from = await self._commit_merge(left, right, merged_id, steps)
-                    merged = await self._load_merged(left_id, right_id, merged_id)
+                    merged = await self._load_merged(left_id, right_id, merged_id, leases)
             else:
                 merged = await self._load_merged(left_id, right_id, merged_id)
             steps.done("load")
@@ -355,19 +359,20 @@ class SplitMerge:
         self.server.retired.add(partition.id)
         await partition.stop(why)
 
-    async def _load_split_children(self, parent_id: int, left_id: int, right_id: int
-                                   ) -> list[RangePartition]:
+    async def _load_split_children(self, parent_id: int, left_id: int, right_id: int,
+                                   leases: Leases = NO_LEASES) -> list[RangePartition]:
         await faults.apoint("ps.split.children_loading")
-        return await self._load_children(parent_id, (left_id, right_id))
+        return await self._load_children(parent_id, (left_id, right_id), (), leases)
 
-    async def _load_merged(self, left_id: int, right_id: int, merged_id: int
-                           ) -> RangePartition:
+    async def _load_merged(self, left_id: int, right_id: int, merged_id: int,
+                           leases: Leases = NO_LEASES) -> RangePartition:
         await faults.apoint("ps.merge.merged_loading")
-        (merged,) = await self._load_children(None, (merged_id,), (left_id, right_id))
+        (merged,) = await self._load_children(None, (merged_id,), (left_id, right_id), leases)
         return merged
 
     async def _load_children(self, parent_id: int | None, child_ids: Sequence[int],
-                             parent_ids: Sequence[int] = ()) -> list[RangePartition]:
+                             parent_ids: Sequence[int] = (), leases: Leases = NO_LEASES
+                             ) -> list[RangePartition]:
         """Load the committed children here; their parents must not serve here any more."""
         for gone_id in (*((parent_id,) if parent_id is not None else ()), *parent_ids):
             self.server.retired.add(gone_id)
@@ -377,7 +382,8 @@ class SplitMerge:
         for other in self.server.partitions.values():
             assert other.id not in (parent_id, *parent_ids) or other.state == GONE, (
                 f"partition {other.id} serves with its children")
-        await asyncio.gather(*(self.server.load(child, ANYWHERE) for child in child_ids))
+        await asyncio.gather(*(self.server.load(child, ANYWHERE, acquired=leases.get(child))
+                               for child in child_ids))
         return [self.server.partitions[child] for child in child_ids]
 
 
