@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import hashlib
 import hmac
 import struct
 from collections.abc import Callable, Iterable, Sequence
@@ -49,6 +50,9 @@ SIGNATURE_BYTES = 32
 # The (account, method, resource) heads found well-formed, and the owners of resources,
 # remembered: the same few come by thousands a second, to the SDK and the front end both.
 HEADS_CACHED_MAX = 65_536
+# HMAC states keyed and ready (ipad/opad hashed), one per key in use: an account has two keys
+# and a front end serves a bounded number of accounts at once (frontend/accounts.py).
+KEYED_MACS_CACHED_MAX = 4096
 
 
 @dataclass(frozen=True)
@@ -107,26 +111,36 @@ def _canonical_head(account: str, method: str, resource_text: str) -> str:
     return "\n".join([SCHEME, account, method, resource_text, ""])
 
 
-def _canonical(request: SignedRequest) -> bytes:
-    return canonical_string(request.account, request.method, request.resource,
-                            request.timestamp_ms, request.payload_crc32c)
-
-
 def _mac(key: bytes, canonical: bytes) -> bytes:
-    # hmac.digest: OpenSSL's one-shot HMAC, without the Python object hmac.new builds (the
-    # front end makes two per request, the SDK one).
-    return hmac.digest(key, canonical, "sha256")
+    # A copy of the key's ready HMAC state: hmac.digest(key, ..., "sha256") keys a new one
+    # every time (OpenSSL 3 also looks the digest up, under locks), twice as slow; the front
+    # end makes two per request, the SDK one.
+    mac = _keyed(key).copy()
+    mac.update(canonical)
+    return mac.digest()
+
+
+@functools.lru_cache(maxsize=KEYED_MACS_CACHED_MAX)
+def _keyed(key: bytes) -> hmac.HMAC:
+    return hmac.new(key, digestmod=hashlib.sha256)
 
 
 def sign(key: bytes, account: str, method: str, resource_text: str, payload_checksum: int,
          now_s: float) -> SignedRequest:
     """The request signed with `key` (either of the account's keys) at time `now_s`."""
-    names.check_account(account)
     timestamp_ms = int(now_s * 1000)
-    canonical = canonical_string(account, method, resource_text, timestamp_ms,
-                                 payload_checksum)
     return SignedRequest(account, method, resource_text, timestamp_ms, payload_checksum,
-                         _mac(key, canonical))
+                         signature(key, account, method, resource_text, payload_checksum,
+                                   timestamp_ms))
+
+
+def signature(key: bytes, account: str, method: str, resource_text: str,
+              payload_checksum: int, timestamp_ms: int) -> bytes:
+    """`sign`'s signature alone, for a request stamped `timestamp_ms` (the SDK writes it
+    straight into the request it sends)."""
+    names.check_account(account)
+    return _mac(key, canonical_string(account, method, resource_text, timestamp_ms,
+                                      payload_checksum))
 
 
 def verify(request: SignedRequest, *, keys_of: Callable[[str], Sequence[bytes] | None],
@@ -136,33 +150,42 @@ def verify(request: SignedRequest, *, keys_of: Callable[[str], Sequence[bytes] |
 
     `request.payload_crc32c` must be the checksum the front end computed of (or verified
     against) the payload it actually received, not one the caller merely claimed."""
-    if not request.signature:
+    verify_fields(request.account, request.method, request.resource, request.timestamp_ms,
+                  request.payload_crc32c, request.signature, keys_of=keys_of, now_s=now_s)
+
+
+def verify_fields(account: str, method: str, resource_text: str, timestamp_ms: int,
+                  payload_checksum: int, signature: bytes | None, *,
+                  keys_of: Callable[[str], Sequence[bytes] | None], now_s: float) -> None:
+    """`verify` of a SignedRequest with these fields, without making one (the front end
+    verifies every request it takes)."""
+    if not signature:
         raise Unauthenticated("request is not signed (no signature)")
-    keys = keys_of(request.account)
+    keys = keys_of(account)
     if keys is None:
         # Said as a bad signature, not "no such account", so unsigned probing cannot list
         # the accounts.
-        raise Unauthenticated(f"bad signature for account {request.account!r}")
+        raise Unauthenticated(f"bad signature for account {account!r}")
     try:
-        canonical = _canonical(request)
+        canonical = canonical_string(account, method, resource_text, timestamp_ms,
+                                     payload_checksum)
     except InvalidArgument as exc:
         raise Unauthenticated(f"malformed signed request: {exc}") from None
-    expected = [_mac(key, canonical) for key in keys]
     # compare_digest against every key, without stopping early: the time taken does not
     # say which key (or how much of a signature) matched.
-    matched = [hmac.compare_digest(mac, request.signature) for mac in expected]
+    matched = [hmac.compare_digest(_mac(key, canonical), signature) for key in keys]
     if not any(matched):
-        raise Unauthenticated(f"bad signature for account {request.account!r} (made with "
+        raise Unauthenticated(f"bad signature for account {account!r} (made with "
                               f"neither of its current keys, or the request was altered)")
-    skew_s = request.timestamp_ms / 1000 - now_s
+    skew_s = timestamp_ms / 1000 - now_s
     if abs(skew_s) > CLOCK_SKEW_MAX_S:
         raise Unauthenticated(f"request timestamp is {abs(skew_s):.0f} s "
                               f"{'ahead of' if skew_s > 0 else 'behind'} the server's clock; "
                               f"at most {CLOCK_SKEW_MAX_S:.0f} s either way is accepted")
-    owner = resource_account(request.resource)
-    if owner != request.account:
-        raise PermissionDenied(f"account {request.account!r} may not act on {owner!r}'s "
-                               f"resource {request.resource!r}")
+    owner = resource_account(resource_text)
+    if owner != account:
+        raise PermissionDenied(f"account {account!r} may not act on {owner!r}'s "
+                               f"resource {resource_text!r}")
 
 
 def encode_signature(signature: bytes) -> str:
