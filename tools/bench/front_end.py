@@ -4,7 +4,10 @@
   appenders of single records, 32 appenders of batches of 100) through the SDK and a front
   end, and direct through the partition client, taking turns in the same run (this machine's
   speed drifts). Targets (issue 16): ratio SDK/direct >= 0.8 for 32x1 and 32x100; added p50
-  <= 0.7 ms for one appender.
+  <= 0.7 ms for one appender. Each path's row also gives the CPU it cost per request: this
+  process (the SDK or the partition client), the front ends, and the rest of the stamp
+  (from /proc); the compare row, what the front-end hop adds in all. On a loaded machine
+  these move far less than the rates and latencies do.
 - `scan`: rows/s scanning 1,000,000 entities of 100 bytes spread over 4 range partitions
   (made at bootstrap: splitting comes later), through the SDK. Target: >= 100,000 rows/s.
 """
@@ -44,6 +47,8 @@ TURNS_MIN = 2
 def turns_for(seconds: float) -> int:
     """How many turns each path gets in `seconds` of its own."""
     return max(TURNS_MIN, round(seconds / PHASE_S))
+
+
 ADMIN_FILE = "admin-connection-string"
 
 
