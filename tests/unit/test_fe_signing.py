@@ -148,3 +148,9 @@ def test_the_signature_is_hmac_sha256_of_the_documented_canonical_string() -> No
     assert request.signature == hmac.digest(KEYS["acme"][1], canonical, "sha256")
     assert signing.sign(KEYS["acme"][1], "acme", "Append", "/acme/orders",
                         request.payload_crc32c, NOW).signature == request.signature
+
+
+@pytest.mark.parametrize("key", [b"", b"k", b"\x07" * 32, b"\x08" * 64, b"\x09" * 65, b"x" * 200])
+def test_the_mac_is_hmac_sha256_for_any_key_length(key: bytes) -> None:
+    for message in (b"", b"m", b"stamp-hmac-sha256-v1\n" * 9):
+        assert signing._mac(key, message) == hmac.digest(key, message, "sha256")
