@@ -348,6 +348,38 @@ class FrontEndLimits:
 
 
 @dataclass(frozen=True)
+class WatchConfig:
+    """Watching a stamp (issue 19): Prometheus metrics on every process, the gRPC health
+    service, `stamp status` and `stamp top`."""
+
+    # Off: processes get no `--metrics-port`, record nothing and install no interceptor.
+    metrics_enabled: bool = True
+    # What the scrape configuration `stamp up` writes asks Prometheus for.
+    scrape_interval_ms: int = 5000
+    # A scrape's request head: read within this long, at most this large.
+    metrics_request_timeout_ms: int = 2000
+    metrics_request_bytes_max: int = 16 * KiB
+    # A server re-checks whether it can do its job this often (its health status follows).
+    health_check_interval_ms: int = 250
+    # A dependency's check (the lock service, from a front end or a PM) gives up after this.
+    health_dependency_timeout_ms: int = 1000
+    # `stamp status` and `stamp top` wait this long for a process's health answer: a
+    # SIGKILLed process (connection refused) answers at once, a frozen one times out; both
+    # are reported unhealthy within 2 s of the kill (the issue's bound).
+    health_rpc_timeout_ms: int = 1000
+    # `stamp top` redraws this often, scraping every process each time.
+    top_refresh_interval_ms: int = 1000
+    top_scrape_timeout_ms: int = 800
+    # `stamp top` lists at most this many partitions (the most loaded first).
+    top_partitions_max: int = 20
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            if f.name != "metrics_enabled" and getattr(self, f.name) <= 0:
+                raise InvalidArgument(f"watch.{f.name} must be positive")
+
+
+@dataclass(frozen=True)
 class RaftMemberSpec:
     """One replica of a Raft group (stream manager or lock service)."""
 
@@ -427,6 +459,7 @@ class StampConfig:
         default_factory=_default_partition_servers)
     front_end: FrontEndLimits = field(default_factory=FrontEndLimits)
     front_ends: tuple[ProcessSpec, ...] = field(default_factory=_default_front_ends)
+    watch: WatchConfig = field(default_factory=WatchConfig)
 
     def with_ephemeral_ports(self) -> StampConfig:
         """The same stamp on free ports: for tests and benchmarks that run beside `stamp up`."""
@@ -463,7 +496,7 @@ def _apply(config: StampConfig, raw: dict[str, Any]) -> StampConfig:
     changes: dict[str, Any] = {}
     for key, value in raw.items():
         if key in ("extent_node", "stream_manager", "partition", "partition_manager",
-                   "front_end"):
+                   "front_end", "watch"):
             changes[key] = _replace_checked(getattr(config, key), value, key)
         elif key == "extent_nodes":
             changes[key] = tuple(ExtentNodeSpec(**node) for node in value)

@@ -21,7 +21,7 @@ from common import durable_fs, process
 from common.config import RaftMemberSpec, StampConfig, load_config
 from common.errors import InvalidArgument, NotFound, Unavailable
 from common.stamp_file import STAMP_FILE, read_stamp
-from tools import local_front_ends
+from tools import local_front_ends, local_watch
 
 KIND_EXTENT_NODE = "extent-node"
 KIND_STREAM_MANAGER = "stream-manager"
@@ -46,6 +46,7 @@ class ProcessRecord:
     fault_domain: str = ""
     upgrade_domain: str = ""
     extra: dict[str, str] = field(default_factory=dict)
+    metrics_address: str = ""  # host:port of its Prometheus metrics ("": none)
 
 
 class LocalStamp:
@@ -108,6 +109,7 @@ class LocalStamp:
                 fault_domain=spec.fault_domain, upgrade_domain=spec.upgrade_domain)
 
         self._plan_partition_layer(sm_addresses)
+        local_watch.plan(self)
 
     def _plan_partition_layer(self, sm_addresses: str) -> None:
         host = self.config.host
@@ -137,6 +139,7 @@ class LocalStamp:
         """Front ends, once the partition managers have their addresses (they may pick their
         ports at first start). A stamp without a partition layer has no front ends."""
         local_front_ends.plan(self)
+        local_watch.plan(self)
 
     def _plan_raft_group(self, kind: str, serve: str, specs: Sequence[RaftMemberSpec],
                          peers_arg: Callable[[str, list[tuple[str, str]]], str]) -> None:
@@ -245,7 +248,8 @@ class LocalStamp:
     def up(self) -> list[str]:
         """Start every process that is not running (front ends after the partition layer,
         whose addresses they are given); with front ends, make sure the admin account exists
-        and its connection string is in the data directory. Return the names started."""
+        and its connection string is in the data directory; write the Prometheus scrape
+        configuration (`local_watch`). Return the names started."""
         self.plan()
         started = self._not_running()
         self._start_many(started)
@@ -255,6 +259,7 @@ class LocalStamp:
         self.wait_healthy()
         if self.front_ends() and self.lock_servers():
             self.ensure_admin_account()
+        local_watch.write_scrape_config(self)
         return started + front_ends
 
     def _not_running(self) -> list[str]:
