@@ -80,36 +80,49 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from tools import tables
 
     stamp = _stamp(args)
     rows = asyncio.run(_status_rows(stamp))
     if args.json:
         print(json.dumps({"data_dir": str(stamp.data_dir), "processes": rows}, indent=2))
         return 0
-    print(f"{'NAME':<7} {'KIND':<17} {'PID':>7}  {'ADDRESS':<16} {'FD':<5} {'STATE':<9} "
-          f"{'EXTENTS':>7} {'BYTES':>12}  DETAIL")
-    for row in rows:
-        state = row.get("role") or ("serving" if row.get("serving") else
-                                    "up" if row["alive"] else "down")
-        detail = (f"journal {row['journal_bytes']} B" if "journal_bytes" in row else
-                  f"applied {row['applied_index']}, {row['streams']} streams"
-                  if "streams" in row else
-                  f"applied {row['applied_index']}, {row['leases']} leases, {row['keys']} keys"
-                  if "leases" in row else
-                  f"map version {row['map_version']}" if "map_version" in row else
-                  f"partitions {row['partitions']}, {row['ops_per_s']} ops/s"
-                  if "partitions" in row else
-                  f"{row['requests']} requests, {row['refused']} refused, "
-                  f"{row['throttled']} throttled" if "throttled" in row
-                  else row.get("error", ""))
-        print(f"{row['name']:<7} {row['kind']:<17} {row['pid'] or '-':>7}  "
-              f"{row['address']:<16} {row['fault_domain'] or '-':<5} {state:<9} "
-              f"{row.get('extents', '-'):>7} {row.get('bytes', '-'):>12}  {detail}")
+    tables.print_table(
+        ["NAME", "KIND", "PID", "ADDRESS", "FD", "HEALTH", "STATE", "EXTENTS", "BYTES",
+         "DETAIL"],
+        ([row["name"], row["kind"], row["pid"] or None, row["address"],
+          row["fault_domain"] or None, row["health"], _state(row), row.get("extents"),
+          row.get("bytes"), _detail(row)] for row in rows),
+        right=["PID", "EXTENTS", "BYTES"])
     return 0
 
 
+def _state(row: dict[str, Any]) -> str:
+    return row.get("role") or ("serving" if row.get("serving") else
+                               "up" if row["alive"] else "down")
+
+
+def _detail(row: dict[str, Any]) -> str:
+    if "journal_bytes" in row:
+        return f"journal {row['journal_bytes']} B"
+    if "streams" in row:
+        return f"applied {row['applied_index']}, {row['streams']} streams"
+    if "leases" in row:
+        return f"applied {row['applied_index']}, {row['leases']} leases, {row['keys']} keys"
+    if "map_version" in row:
+        return f"map version {row['map_version']}"
+    if "partitions" in row:
+        return f"partitions {row['partitions']}, {row['ops_per_s']} ops/s"
+    if "throttled" in row:
+        return (f"{row['requests']} requests, {row['refused']} refused, "
+                f"{row['throttled']} throttled")
+    return str(row.get("error", ""))
+
+
 async def _status_rows(stamp: LocalStamp) -> list[dict[str, Any]]:
-    """One row per process: alive by pid, and what it says of itself when asked."""
+    """One row per process: alive by pid, its health (the gRPC health service), and what it
+    says of itself when asked."""
+    from common import health
     from stream_layer.extent_client import AsyncExtentClient
     from stream_layer.sm_client import AsyncStreamManagerClient
     from tools.local_stamp import (
@@ -121,6 +134,10 @@ async def _status_rows(stamp: LocalStamp) -> list[dict[str, Any]]:
         KIND_STREAM_MANAGER,
     )
 
+    # Every process's health at once (common/health.py): what `stamp status` reports a
+    # killed or frozen process as within the health RPC's deadline.
+    healths = await health.check_many([r.address for r in stamp.records.values()],
+                                      stamp.config.watch.health_rpc_timeout_ms / 1000)
     locks = _lock_client(stamp)
     extents = AsyncExtentClient()
     sms = AsyncStreamManagerClient([r.address for r in stamp.stream_managers()] or ["-"])
@@ -129,7 +146,9 @@ async def _status_rows(stamp: LocalStamp) -> list[dict[str, Any]]:
         for rec in stamp.records.values():
             row: dict[str, Any] = {"name": rec.name, "kind": rec.kind, "pid": rec.pid,
                                    "address": rec.address, "fault_domain": rec.fault_domain,
-                                   "alive": stamp.alive(rec.name), "serving": False}
+                                   "alive": stamp.alive(rec.name), "serving": False,
+                                   "health": healths.get(rec.address, health.UNREACHABLE),
+                                   "metrics_address": rec.metrics_address}
             rows.append(row)
             if not row["alive"]:
                 continue
