@@ -322,6 +322,15 @@ async def serve(host: str, port: int | None) -> asyncio.Server | None:
     return server
 
 
+def reset() -> None:
+    """Metrics off again, every family and callback forgotten (for tests, which turn them on
+    and off within one process)."""
+    global _enabled
+    _enabled = False
+    _families.families.clear()
+    _families.callbacks.clear()
+
+
 async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     """One HTTP/1.0-style exchange: the request line and headers, then the whole reply and
     close (Prometheus and `stamp top` open a connection per scrape)."""

@@ -1,0 +1,59 @@
+"""What `stamp up` writes for watching (tools/local_watch.py) and how the CLI's tables read
+when they are not on a terminal (tools/tables.py): plain lines, never wrapped."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+from pathlib import Path
+
+from common.config import WatchConfig, default_config
+from tools import local_watch, tables
+from tools.local_stamp import LocalStamp
+
+
+def _stamp(tmp_path: Path, metrics_enabled: bool = True) -> LocalStamp:
+    config = dataclasses.replace(default_config().with_ephemeral_ports(),
+                                 watch=WatchConfig(metrics_enabled=metrics_enabled))
+    stamp = LocalStamp(tmp_path / "stamp", config)
+    stamp.plan()
+    stamp.plan_front_ends()
+    return stamp
+
+
+def test_every_process_gets_its_own_metrics_port_once_and_is_in_the_scrape_config(
+        tmp_path: Path) -> None:
+    stamp = _stamp(tmp_path)
+    addresses = {rec.name: rec.metrics_address for rec in stamp.records.values()}
+    assert len(addresses) == 3 + 3 + 9 + 2 + 2 + 2 and all(addresses.values())
+    assert len(set(addresses.values())) == len(addresses)
+    for rec in stamp.records.values():
+        port = rec.metrics_address.rpartition(":")[2]
+        assert rec.argv[rec.argv.index("--metrics-port") + 1] == port
+    argv = {rec.name: list(rec.argv) for rec in stamp.records.values()}
+    local_watch.plan(stamp)  # planned again (a restart, `stamp up` again): nothing changes
+    assert {rec.name: rec.argv for rec in stamp.records.values()} == argv
+    text = local_watch.scrape_config(stamp)
+    for name, address in addresses.items():
+        assert f'- targets: ["{address}"]' in text and f"process: {name}" in text
+    assert "job_name: extent-node" in text and "scrape_interval: 5s" in text
+
+
+def test_metrics_off_in_the_config_plans_no_metrics_port(tmp_path: Path) -> None:
+    stamp = _stamp(tmp_path, metrics_enabled=False)
+    assert all(not rec.metrics_address and "--metrics-port" not in rec.argv
+               for rec in stamp.records.values())
+
+
+def test_a_table_off_a_terminal_is_plain_lines_never_wrapped() -> None:
+    out = io.StringIO()
+    long_range = "[acct/" + "x" * 300 + ", +inf)"
+    tables.console(out).print(tables.table(["ID", "RANGE", "OPS/S"],
+                                           [[1, long_range, 2.5], [2, "b", None]],
+                                           title="map version 3", right=["OPS/S"]))
+    lines = out.getvalue().splitlines()
+    assert "\x1b" not in out.getvalue()  # no colour codes in a pipe
+    assert lines[0].strip() == "map version 3"
+    assert lines[1].split() == ["ID", "RANGE", "OPS/S"]
+    assert lines[3].split()[0] == "1" and long_range in lines[3] and lines[3].endswith("2.5")
+    assert lines[4].split() == ["2", "b", "-"]
