@@ -83,7 +83,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from tools import tables
 
     stamp = _stamp(args)
-    rows = asyncio.run(_status_rows(stamp))
+    rows = asyncio.run(status_rows(stamp))
     if args.json:
         print(json.dumps({"data_dir": str(stamp.data_dir), "processes": rows}, indent=2))
         return 0
@@ -119,7 +119,7 @@ def _detail(row: dict[str, Any]) -> str:
     return str(row.get("error", ""))
 
 
-async def _status_rows(stamp: LocalStamp) -> list[dict[str, Any]]:
+async def status_rows(stamp: LocalStamp) -> list[dict[str, Any]]:
     """One row per process: alive by pid, its health (the gRPC health service), and what it
     says of itself when asked."""
     from common import health
