@@ -1,0 +1,100 @@
+"""The cost of metrics (issue 19): `stamp bench log-append --metrics compare`.
+
+Two stamps of the default shape run side by side, one with metrics on (every process serves
+Prometheus metrics, the RPC interceptor counts and times, the servers record) and one with
+`[watch] metrics_enabled = false`. The log-append loads (1 KiB records; 1, 8 and 32
+appenders; single records and batches of 100) go to each in turn, alternating which goes
+first, in turns of about a second (this shared machine's speed drifts within seconds;
+`front_end.turns_for`), on the same logs from turn to turn. After each turn on the
+metrics stamp every one of its processes is scraped once, far more often than Prometheus's
+5 s interval, so a scrape's cost is counted rather than hidden. Target: ratio on/off >= 0.97
+(at most 3% fewer records/s).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import uvloop
+
+from partition_layer.client import AsyncPartitionClient
+from tools.bench.fresh_stamp import with_fresh_stamp
+from tools.bench.front_end import _phase, turns_for
+from tools.bench.measure import latency_metrics, row
+from tools.local_stamp import LocalStamp
+from tools.scrape import scrape_many
+
+Progress = Callable[[str], None]
+RECORD_BYTES = 1024
+LOADS = ((1, 1), (8, 1), (32, 1), (1, 100), (8, 100), (32, 100))  # (appenders, batch)
+METRICS_OFF = "[watch]\nmetrics_enabled = false\n"
+TARGET_RATIO = 0.97
+
+
+def run_metrics_compare(seconds: float = 5.0, progress: Progress = lambda _: None
+                        ) -> list[dict[str, Any]]:
+    progress("two stamps: one with metrics on, one with metrics off")
+    return with_fresh_stamp("", lambda on: with_fresh_stamp(
+        METRICS_OFF, lambda off: uvloop.run(_compare(on, off, seconds, progress)), progress,
+        stream_layer_only=False), progress, stream_layer_only=False)
+
+
+async def _compare(on: LocalStamp, off: LocalStamp, seconds: float, progress: Progress
+                   ) -> list[dict[str, Any]]:
+    assert all(r.metrics_address for r in on.records.values())
+    assert not any(r.metrics_address for r in off.records.values())
+    clients = {"on": _client(on), "off": _client(off)}
+    scraped = 0
+    rows: list[dict[str, Any]] = []
+    try:
+        for name, client in clients.items():
+            await client.append("bench", f"warm-{name}", [b"x"])
+        for appenders, batch in LOADS:
+            found: dict[str, list[tuple[int, list[float], float]]] = {"on": [], "off": []}
+            turns = turns_for(seconds)
+            for turn in range(turns):
+                order = ("on", "off") if turn % 2 == 0 else ("off", "on")
+                for name in order:
+                    progress(f"{appenders}x{batch} metrics {name}, turn {turn + 1}/{turns}")
+                    client = clients[name]
+                    found[name].append(await _phase(
+                        lambda log, records, c=client: c.append("bench", log, records),
+                        "m", appenders, batch, seconds / turns))
+                    if name == "on":
+                        scraped += await _scrape_once(on)
+            rows.extend(_rows(found, appenders, batch))
+    finally:
+        for client in clients.values():
+            await client.close()
+    rows.append(row({"compare": "scrapes of the metrics stamp"}, {"scrapes": scraped}))
+    return rows
+
+
+def _client(stamp: LocalStamp) -> AsyncPartitionClient:
+    return AsyncPartitionClient([r.address for r in stamp.partition_managers()],
+                                stamp.config.partition)
+
+
+async def _scrape_once(stamp: LocalStamp) -> int:
+    found = await scrape_many(r.metrics_address for r in stamp.records.values())
+    return sum(1 for samples in found.values() if samples is not None)
+
+
+def _rows(found: dict[str, list[tuple[int, list[float], float]]], appenders: int,
+          batch: int) -> list[dict[str, Any]]:
+    rows, figures = [], {}
+    for name, phases in found.items():
+        total = sum(p[0] for p in phases)
+        elapsed = sum(p[2] for p in phases)
+        figures[name] = {"records_per_s": round(total / elapsed, 1),
+                         "mb_per_s": round(total * RECORD_BYTES / elapsed / 1e6, 2),
+                         **latency_metrics([x for p in phases for x in p[1]])}
+        rows.append(row({"metrics": name, "clients": appenders, "batch": batch,
+                         "record_bytes": RECORD_BYTES, "turns": len(phases)}, figures[name]))
+    ratio = figures["on"]["records_per_s"] / max(figures["off"]["records_per_s"], 1e-9)
+    rows.append(row({"compare": f"metrics on vs off, {appenders}x{batch}"},
+                    {"ratio": round(ratio, 3),
+                     "added_p50_ms": round(figures["on"]["p50_ms"] - figures["off"]["p50_ms"],
+                                           3)}))
+    return rows
