@@ -14,16 +14,22 @@ Throughput on a machine shared with other work swings by more than the 3% measur
 same code gave ratios from 0.4 to 1.3 in fe-append's history). So each turn also counts the
 CPU time the serving stamp's processes spent (/proc, user + system): CPU per record is what
 metrics add, and other load hardly inflates it. `cpu_ratio` = CPU per record off / on is the
-throughput ratio a CPU-bound stamp would see.
+throughput ratio a CPU-bound stamp would see. Last, what recording one operation costs in
+this process (timed, best of 5): a partition server's per-operation record with metrics on,
+the same calls on the null objects of metrics off, and prometheus-client's own Histogram.
 """
 
 from __future__ import annotations
 
+import time
+import timeit
 from collections.abc import Callable
 from typing import Any
 
 import uvloop
+from prometheus_client import CollectorRegistry, Histogram
 
+from common import metrics
 from partition_layer.client import AsyncPartitionClient
 from tools.bench.fresh_stamp import with_fresh_stamp
 from tools.bench.front_end import _phase, cpu_seconds, turns_for
@@ -83,7 +89,40 @@ async def _compare(on: LocalStamp, off: LocalStamp, seconds: float, progress: Pr
         for client in clients.values():
             await client.close()
     rows.append(row({"compare": "scrapes of the metrics stamp"}, {"scrapes": scraped}))
+    rows.append(recording_cost())
     return rows
+
+
+RECORDINGS_TIMED = 100_000
+
+
+def recording_cost() -> dict[str, Any]:
+    """Nanoseconds to record one operation (a latency and a count), as the PS does."""
+    clock = time.perf_counter
+    timing, count = metrics.Timing(metrics.LATENCY_BUCKETS_S), metrics.Count()
+    reference = Histogram("bench_h", "reference", buckets=metrics.LATENCY_BUCKETS_S,
+                          registry=CollectorRegistry())
+
+    def on() -> None:
+        started = clock()
+        timing.observe(clock() - started)
+        count.inc()
+
+    def off() -> None:
+        started = clock()
+        metrics.NULL.observe(clock() - started)
+        metrics.NULL.inc()
+
+    def client_library() -> None:
+        started = clock()
+        reference.observe(clock() - started)
+
+    def ns(body: Callable[[], None]) -> float:
+        best = min(timeit.repeat(body, number=RECORDINGS_TIMED, repeat=5))
+        return round(best / RECORDINGS_TIMED * 1e9, 1)
+    return row({"compare": "recording one operation, in process"},
+               {"metrics_on_ns": ns(on), "metrics_off_ns": ns(off),
+                "prometheus_client_histogram_ns": ns(client_library)})
 
 
 def _client(stamp: LocalStamp) -> AsyncPartitionClient:
