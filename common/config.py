@@ -361,6 +361,10 @@ class WatchConfig:
     metrics_request_bytes_max: int = 16 * KiB
     # A server re-checks whether it can do its job this often (its health status follows).
     health_check_interval_ms: int = 250
+    # A process whose gRPC port is fixed in the config serves metrics on that port plus
+    # this (the same on every host that plans the stamp); one whose port is picked at start
+    # gets a free port.
+    metrics_port_offset: int = 1000
     # A dependency's check (the lock service, from a front end or a PM) gives up after this.
     health_dependency_timeout_ms: int = 1000
     # `stamp status` and `stamp top` wait this long for a process's health answer: a
@@ -460,6 +464,19 @@ class StampConfig:
     front_end: FrontEndLimits = field(default_factory=FrontEndLimits)
     front_ends: tuple[ProcessSpec, ...] = field(default_factory=_default_front_ends)
     watch: WatchConfig = field(default_factory=WatchConfig)
+    # The host (an address every other host reaches it at) of each process named here
+    # (`[hosts]` in TOML: en-1 = "10.0.0.2"); the others run on `host`. `stamp up --only HOST`
+    # starts the processes of one host, so one config runs a stamp across machines.
+    hosts: dict[str, str] = field(default_factory=dict)
+
+    def host_of(self, name: str) -> str:
+        return self.hosts.get(name, self.host)
+
+    def fixed_ports(self) -> dict[str, int]:
+        """Each process's gRPC port as configured (0: picked when it starts)."""
+        return {spec.name: spec.port for spec in (
+            *self.lock_servers, *self.stream_managers, *self.extent_nodes,
+            *self.partition_managers, *self.partition_servers, *self.front_ends)}
 
     def with_ephemeral_ports(self) -> StampConfig:
         """The same stamp on free ports: for tests and benchmarks that run beside `stamp up`."""
@@ -506,9 +523,16 @@ def _apply(config: StampConfig, raw: dict[str, Any]) -> StampConfig:
             changes[key] = tuple(ProcessSpec(**member) for member in value)
         elif key in ("data_dir", "host"):
             changes[key] = str(value)
+        elif key == "hosts":
+            changes[key] = {str(name): str(host) for name, host in value.items()}
         else:
             raise InvalidArgument(f"unknown config key {key!r}")
-    return dataclasses.replace(config, **changes)
+    config = dataclasses.replace(config, **changes)
+    unknown = sorted(set(config.hosts) - set(config.fixed_ports()))
+    if unknown:
+        raise InvalidArgument(f"[hosts] names processes the stamp does not have: "
+                              f"{', '.join(unknown)}")
+    return config
 
 
 def _replace_checked(obj: Any, values: dict[str, Any], section: str) -> Any:

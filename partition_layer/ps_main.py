@@ -132,7 +132,12 @@ async def serve(args: argparse.Namespace) -> None:
     metrics.on_scrape(lambda: watch_server(ps.load_pb(address)))
     await server.start()
     registration = Registration(locks, args.name, address, limits)
-    await asyncio.to_thread(registration.ensure)
+    try:
+        await asyncio.to_thread(registration.ensure)
+    except StampError as exc:
+        # The lock service is not up yet (its hosts start later: `stamp up --only`): the
+        # heartbeats register it once it is; until then its health says NOT_SERVING.
+        log.warning("%s not registered yet: %s", args.name, exc)
     # A server does its job while it holds its session lease: the PM assigns it partitions
     # only then, and without it its partition leases cannot be renewed either.
     watch.healthy_when(lambda: None if registration.session is not None

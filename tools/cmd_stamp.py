@@ -20,6 +20,9 @@ def register(commands: Any) -> None:
                                          "extent nodes in 3 fault domains) and wait until all "
                                          "serve. Processes already running are left alone.")
     up.add_argument("--config", help="a stamp config file (TOML) overriding the default")
+    up.add_argument("--only", metavar="HOST",
+                    help="start only the processes the config's [hosts] puts on HOST (each "
+                         "host of a multi-host stamp runs this), without waiting for the rest")
     up.set_defaults(handler=cmd_up)
 
     down = commands.add_parser("down", help="stop the stamp (SIGTERM, then SIGKILL)")
@@ -65,10 +68,13 @@ def cmd_up(args: argparse.Namespace) -> int:
             stamp.config, stamp.config_path = load_config(args.config), args.config
     except NotFound:
         stamp = LocalStamp(args.data_dir, load_config(args.config), args.config)
-    started = stamp.up()
-    running = len(stamp.records) - len(started)
-    print(f"stamp up in {stamp.data_dir}: started {len(started)} processes"
-          + (f", {running} already running" if running else ""))
+    started = stamp.up(only=args.only)
+    if args.only:
+        print(f"stamp up in {stamp.data_dir}: started {len(started)} processes on {args.only}")
+    else:
+        running = len(stamp.records) - len(started)
+        print(f"stamp up in {stamp.data_dir}: started {len(started)} processes"
+              + (f", {running} already running" if running else ""))
     print(f"endpoints: {stamp.stamp_file}")
     return 0
 

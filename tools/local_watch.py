@@ -21,14 +21,19 @@ METRICS_PATH = "/metrics"
 
 
 def plan(stamp: LocalStamp) -> None:
-    """Give every planned process without one a metrics port (a free one, picked now)."""
-    if not stamp.config.watch.metrics_enabled:
+    """Give every planned process without one a metrics port, on its own host: its
+    configured gRPC port + `watch.metrics_port_offset` when that is fixed (every host that
+    plans the stamp from the same config agrees on it), else a free one picked now."""
+    watch = stamp.config.watch
+    if not watch.metrics_enabled:
         return
-    host = stamp.config.host
+    fixed = stamp.config.fixed_ports()
     for rec in stamp.records.values():
         if rec.metrics_address or "--metrics-port" in rec.argv:
             continue
-        port = process.free_port(host)
+        host = stamp.config.host_of(rec.name)
+        port = (fixed[rec.name] + watch.metrics_port_offset if fixed.get(rec.name)
+                else process.free_port(host))
         rec.argv += ["--metrics-port", str(port)]
         rec.metrics_address = f"{host}:{port}"
 

@@ -1,5 +1,6 @@
-"""What `stamp up` writes for watching (tools/local_watch.py) and how the CLI's tables read
-when they are not on a terminal (tools/tables.py): plain lines, never wrapped."""
+"""What `stamp up` plans and writes for watching (tools/local_watch.py) and for a stamp on
+several hosts (`[hosts]`), and how the CLI's tables read when they are not on a terminal
+(tools/tables.py): plain lines, never wrapped."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ import dataclasses
 import io
 from pathlib import Path
 
-from common.config import WatchConfig, default_config
+import pytest
+
+from common.config import WatchConfig, default_config, load_config
+from common.errors import InvalidArgument
 from tools import local_watch, tables
 from tools.local_stamp import LocalStamp
 
@@ -57,3 +61,37 @@ def test_a_table_off_a_terminal_is_plain_lines_never_wrapped() -> None:
     assert lines[1].split() == ["ID", "RANGE", "OPS/S"]
     assert lines[3].split()[0] == "1" and long_range in lines[3] and lines[3].endswith("2.5")
     assert lines[4].split() == ["2", "b", "-"]
+
+
+def test_hosts_put_each_process_on_its_host_with_ports_every_host_agrees_on(
+        tmp_path: Path) -> None:
+    """`[hosts]`: each process binds and is reached on its own host, Raft peers included;
+    with the ports fixed in the config, two hosts planning the stamp (each its own data
+    directory) agree on every address, metrics ones included."""
+    config_path = tmp_path / "hosts.toml"
+    config_path.write_text('[hosts]\nlock-1 = "10.0.0.2"\nsm-2 = "10.0.0.3"\nen-4 = "10.0.0.3"\n'
+                           'ps-1 = "10.0.0.2"\nfe-2 = "10.0.0.4"\n')
+    plans = []
+    for host in ("a", "b"):
+        stamp = LocalStamp(tmp_path / host, load_config(config_path), str(config_path))
+        stamp.plan()
+        stamp.plan_front_ends()
+        plans.append({r.name: (r.address, r.metrics_address, r.extra)
+                      for r in stamp.records.values()})
+    assert plans[0] == plans[1]
+    plan = plans[0]
+    assert plan["lock-1"][0] == "10.0.0.2:7021" and plan["lock-1"][1] == "10.0.0.2:8021"
+    assert plan["sm-2"][2]["raft_address"] == "10.0.0.3:7012"
+    assert plan["en-4"][0] == "10.0.0.3:7104" and plan["ps-1"][0] == "10.0.0.2:7051"
+    assert plan["fe-2"][0] == "10.0.0.4:7062" and plan["en-1"][0] == "127.0.0.1:7101"
+    assert stamp.hosts() == ["10.0.0.2", "127.0.0.1", "10.0.0.3", "10.0.0.4"]
+    sm_1 = stamp.record("sm-1").argv
+    assert "127.0.0.1:7011=127.0.0.1:7001,10.0.0.3:7012=10.0.0.3:7002" in \
+        sm_1[sm_1.index("--peers") + 1]
+
+
+def test_hosts_naming_an_unknown_process_is_a_clear_error(tmp_path: Path) -> None:
+    config_path = tmp_path / "hosts.toml"
+    config_path.write_text('[hosts]\nen-99 = "10.0.0.2"\n')
+    with pytest.raises(InvalidArgument, match="en-99"):
+        load_config(config_path)
