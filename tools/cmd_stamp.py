@@ -156,7 +156,9 @@ async def status_rows(stamp: LocalStamp) -> list[dict[str, Any]]:
                                    "health": healths.get(rec.address, health.UNREACHABLE),
                                    "metrics_address": rec.metrics_address}
             rows.append(row)
-            if not row["alive"]:
+            if not row["alive"] or row["health"] == health.UNREACHABLE:
+                # A frozen or cut-off process just missed the health deadline: asking it
+                # more would only make `stamp status` wait as long again.
                 continue
             try:
                 if rec.kind == KIND_EXTENT_NODE:

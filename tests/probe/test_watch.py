@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -158,6 +160,25 @@ def test_stamp_top_in_a_terminal_shows_every_process(stamp: LocalStamp) -> None:
 def _capture(tmux: list[str], session: str) -> str:
     return subprocess.run([*tmux, "capture-pane", "-p", "-t", session], capture_output=True,
                           text=True, check=True).stdout
+
+
+def test_a_frozen_process_is_reported_unreachable_within_2_s_and_serving_once_thawed(
+        stamp: LocalStamp) -> None:
+    """SIGSTOP: the process keeps its sockets (the kernel still accepts connections), so
+    only the health RPC's deadline tells it apart from a live one."""
+    rec = stamp.record("en-2")
+    os.kill(rec.pid, signal.SIGSTOP)
+    try:
+        frozen_at = time.monotonic()
+        while True:
+            rows = {row["name"]: row for row in asyncio.run(status_rows(stamp))}
+            if rows["en-2"]["health"] != health.SERVING:
+                break
+        assert time.monotonic() - frozen_at <= KILL_REPORTED_S
+        assert rows["en-2"]["health"] == health.UNREACHABLE and rows["en-2"]["alive"]
+    finally:
+        os.kill(rec.pid, signal.SIGCONT)
+    _wait_health(rec.address, health.SERVING, 1.0)
 
 
 def test_a_killed_process_of_each_kind_is_reported_unhealthy_within_2_s(
