@@ -15,12 +15,13 @@ same code gave ratios from 0.4 to 1.3 in fe-append's history). So each turn also
 CPU time the serving stamp's processes spent (/proc, user + system): CPU per record is what
 metrics add, and other load hardly inflates it. `cpu_ratio` = CPU per record off / on is the
 throughput ratio a CPU-bound stamp would see. Last, what recording one operation costs in
-this process (timed, best of 5): a partition server's per-operation record with metrics on,
+this process (timed, best of 9): a partition server's per-operation record with metrics on,
 the same calls on the null objects of metrics off, and prometheus-client's own Histogram.
 """
 
 from __future__ import annotations
 
+import math
 import time
 import timeit
 from collections.abc import Callable
@@ -88,6 +89,7 @@ async def _compare(on: LocalStamp, off: LocalStamp, seconds: float, progress: Pr
     finally:
         for client in clients.values():
             await client.close()
+    rows.append(overall(rows))
     rows.append(row({"compare": "scrapes of the metrics stamp"}, {"scrapes": scraped}))
     rows.append(recording_cost())
     return rows
@@ -118,11 +120,22 @@ def recording_cost() -> dict[str, Any]:
         reference.observe(clock() - started)
 
     def ns(body: Callable[[], None]) -> float:
-        best = min(timeit.repeat(body, number=RECORDINGS_TIMED, repeat=5))
+        best = min(timeit.repeat(body, number=RECORDINGS_TIMED, repeat=9))
         return round(best / RECORDINGS_TIMED * 1e9, 1)
     return row({"compare": "recording one operation, in process"},
                {"metrics_on_ns": ns(on), "metrics_off_ns": ns(off),
                 "prometheus_client_histogram_ns": ns(client_library)})
+
+
+def overall(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The geometric mean of each load's ratios: one figure for the whole run, in which one
+    load's luck (a turn that met the machine's other work) weighs as much as another's."""
+    compared = [r["metrics"] for r in rows if "ratio" in r["metrics"]]
+
+    def mean(key: str) -> float:
+        return round(math.prod(m[key] for m in compared) ** (1 / len(compared)), 3)
+    return row({"compare": f"metrics on vs off, all {len(compared)} loads (geometric mean)"},
+               {"ratio": mean("ratio"), "cpu_ratio": mean("cpu_ratio")})
 
 
 def _client(stamp: LocalStamp) -> AsyncPartitionClient:
