@@ -95,3 +95,19 @@ def test_hosts_naming_an_unknown_process_is_a_clear_error(tmp_path: Path) -> Non
     config_path.write_text('[hosts]\nen-99 = "10.0.0.2"\n')
     with pytest.raises(InvalidArgument, match="en-99"):
         load_config(config_path)
+
+
+def test_up_only_a_host_the_stamp_does_not_have_starts_nothing(tmp_path: Path) -> None:
+    stamp = LocalStamp(tmp_path / "stamp", default_config().with_ephemeral_ports())
+    with pytest.raises(InvalidArgument, match=r"10\.9\.9\.9"):
+        stamp.up(only="10.9.9.9")
+    assert not stamp.records and not (tmp_path / "stamp").exists()
+
+
+def test_overall_ratio_is_the_geometric_mean_of_the_loads() -> None:
+    from tools.bench.metrics_cost import overall
+
+    rows = [{"params": {}, "metrics": {"ratio": 0.5, "cpu_ratio": 1.0}},
+            {"params": {}, "metrics": {"records_per_s": 10.0}},
+            {"params": {}, "metrics": {"ratio": 2.0, "cpu_ratio": 1.0}}]
+    assert overall(rows)["metrics"] == {"ratio": 1.0, "cpu_ratio": 1.0}
