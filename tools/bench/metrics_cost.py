@@ -21,6 +21,7 @@ the same calls on the null objects of metrics off, and prometheus-client's own H
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 import timeit
@@ -66,6 +67,7 @@ async def _compare(on: LocalStamp, off: LocalStamp, seconds: float, progress: Pr
     try:
         for name, client in clients.items():
             await client.append("bench", f"warm-{name}", [b"x"])
+        rows.append(await _idle(stamps, seconds))
         for appenders, batch in LOADS:
             found: dict[str, list[tuple[int, list[float], float]]] = {"on": [], "off": []}
             cpu_s = {"on": 0.0, "off": 0.0}
@@ -141,6 +143,19 @@ def overall(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def _client(stamp: LocalStamp) -> AsyncPartitionClient:
     return AsyncPartitionClient([r.address for r in stamp.partition_managers()],
                                 stamp.config.partition)
+
+
+async def _idle(stamps: dict[str, LocalStamp], seconds: float) -> dict[str, Any]:
+    """CPU both stamps spend doing nothing asked of them (heartbeats, leases, health checks;
+    the metrics stamp scraped once), over the same `seconds`: what the per-record CPU of a
+    light load mostly is."""
+    before = {name: _stamp_cpu_s(stamp) for name, stamp in stamps.items()}
+    await _scrape_once(stamps["on"])
+    await asyncio.sleep(seconds)
+    used = {name: _stamp_cpu_s(stamp) - before[name] for name, stamp in stamps.items()}
+    return row({"compare": f"idle, both stamps over the same {seconds:g} s"},
+               {"on_cpu_percent": round(100 * used["on"] / seconds, 1),
+                "off_cpu_percent": round(100 * used["off"] / seconds, 1)})
 
 
 def _stamp_cpu_s(stamp: LocalStamp) -> float:
