@@ -380,6 +380,42 @@ class FrontEndLimits:
 
 
 @dataclass(frozen=True)
+class WatchConfig:
+    """Watching a stamp (issue 19): Prometheus metrics on every process, the gRPC health
+    service, `stamp status` and `stamp top`."""
+
+    # Off: processes get no `--metrics-port`, record nothing and install no interceptor.
+    metrics_enabled: bool = True
+    # What the scrape configuration `stamp up` writes asks Prometheus for.
+    scrape_interval_ms: int = 5000
+    # A scrape's request head: read within this long, at most this large.
+    metrics_request_timeout_ms: int = 2000
+    metrics_request_bytes_max: int = 16 * KiB
+    # A server re-checks whether it can do its job this often (its health status follows).
+    health_check_interval_ms: int = 250
+    # A process whose gRPC port is fixed in the config serves metrics on that port plus
+    # this (the same on every host that plans the stamp); one whose port is picked at start
+    # gets a free port.
+    metrics_port_offset: int = 1000
+    # A dependency's check (the lock service, from a front end or a PM) gives up after this.
+    health_dependency_timeout_ms: int = 1000
+    # `stamp status` and `stamp top` wait this long for a process's health answer: a
+    # SIGKILLed process (connection refused) answers at once, a frozen one times out; both
+    # are reported unhealthy within 2 s of the kill (the issue's bound).
+    health_rpc_timeout_ms: int = 1000
+    # `stamp top` redraws this often, scraping every process each time.
+    top_refresh_interval_ms: int = 1000
+    top_scrape_timeout_ms: int = 800
+    # `stamp top` lists at most this many partitions (the most loaded first).
+    top_partitions_max: int = 20
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            if f.name != "metrics_enabled" and getattr(self, f.name) <= 0:
+                raise InvalidArgument(f"watch.{f.name} must be positive")
+
+
+@dataclass(frozen=True)
 class RaftMemberSpec:
     """One replica of a Raft group (stream manager or lock service)."""
 
@@ -459,6 +495,20 @@ class StampConfig:
         default_factory=_default_partition_servers)
     front_end: FrontEndLimits = field(default_factory=FrontEndLimits)
     front_ends: tuple[ProcessSpec, ...] = field(default_factory=_default_front_ends)
+    watch: WatchConfig = field(default_factory=WatchConfig)
+    # The host (an address every other host reaches it at) of each process named here
+    # (`[hosts]` in TOML: en-1 = "10.0.0.2"); the others run on `host`. `stamp up --only HOST`
+    # starts the processes of one host, so one config runs a stamp across machines.
+    hosts: dict[str, str] = field(default_factory=dict)
+
+    def host_of(self, name: str) -> str:
+        return self.hosts.get(name, self.host)
+
+    def fixed_ports(self) -> dict[str, int]:
+        """Each process's gRPC port as configured (0: picked when it starts)."""
+        return {spec.name: spec.port for spec in (
+            *self.lock_servers, *self.stream_managers, *self.extent_nodes,
+            *self.partition_managers, *self.partition_servers, *self.front_ends)}
 
     def with_ephemeral_ports(self) -> StampConfig:
         """The same stamp on free ports: for tests and benchmarks that run beside `stamp up`."""
@@ -495,7 +545,7 @@ def _apply(config: StampConfig, raw: dict[str, Any]) -> StampConfig:
     changes: dict[str, Any] = {}
     for key, value in raw.items():
         if key in ("extent_node", "stream_manager", "partition", "partition_manager",
-                   "front_end"):
+                   "front_end", "watch"):
             changes[key] = _replace_checked(getattr(config, key), value, key)
         elif key == "extent_nodes":
             changes[key] = tuple(ExtentNodeSpec(**node) for node in value)
@@ -505,9 +555,16 @@ def _apply(config: StampConfig, raw: dict[str, Any]) -> StampConfig:
             changes[key] = tuple(ProcessSpec(**member) for member in value)
         elif key in ("data_dir", "host"):
             changes[key] = str(value)
+        elif key == "hosts":
+            changes[key] = {str(name): str(host) for name, host in value.items()}
         else:
             raise InvalidArgument(f"unknown config key {key!r}")
-    return dataclasses.replace(config, **changes)
+    config = dataclasses.replace(config, **changes)
+    unknown = sorted(set(config.hosts) - set(config.fixed_ports()))
+    if unknown:
+        raise InvalidArgument(f"[hosts] names processes the stamp does not have: "
+                              f"{', '.join(unknown)}")
+    return config
 
 
 def _replace_checked(obj: Any, values: dict[str, Any], section: str) -> Any:

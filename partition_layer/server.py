@@ -18,7 +18,7 @@ from functools import partial
 
 from grpc import aio
 
-from common import faults, rpc
+from common import faults, metrics, rpc
 from common.config import PartitionLimits
 from common.errors import NotOwner, PreconditionFailed, StampError, Unavailable
 from common.proto import partition_pb2 as pb
@@ -228,6 +228,14 @@ class PartitionServicer(pb_grpc.PartitionServerServicer):
     def __init__(self, server: PartitionServer, address: str) -> None:
         self.server = server
         self.address = address
+        # The operations the Call streams carry, by kind (null objects while metrics are
+        # off): how many, with what outcome, and how long each took here.
+        self.op_seconds = metrics.histogram("stamp_ps_op_seconds", "latency of partition "
+                                            "operations at the server, by kind", ("op",))
+        self.ops = metrics.counter("stamp_ps_ops", "partition operations answered, by kind "
+                                   "and outcome (ok, or the error's name)", ("op", "outcome"))
+        self._append_seconds = self.op_seconds.labels("append")
+        self._append_ok = self.ops.labels("append", "ok")
 
     async def Call(self, request_iterator: AsyncIterator[pb.RequestBatch],
                    context: aio.ServicerContext) -> None:
@@ -242,19 +250,30 @@ class PartitionServicer(pb_grpc.PartitionServerServicer):
         # Every request read counts as open in the server's pressure until it is answered
         # (or its task is cancelled with the stream).
         pressure = self.server.pressure
+        clock = time.perf_counter
 
         async def run(request: pb.Request) -> None:
-            responses.put_nowait(await self.server.handle(request))
+            started = clock()
+            response = await self.server.handle(request)
+            op = request.WhichOneof("op") or "none"
+            self.op_seconds.labels(op).observe(clock() - started)
+            self.ops.labels(op, response.error or "ok").inc()
+            responses.put_nowait(response)
 
         def ran(task: asyncio.Task[None]) -> None:  # also when cancelled before it began
             tasks.discard(task)
             pressure.open_ops -= 1
 
-        def appended(request_id: int, first_seq: int | None, error: StampError | None
-                     ) -> None:
+        def appended(request_id: int, started: float, first_seq: int | None,
+                     error: StampError | None) -> None:
             nonlocal appends_open
-            responses.put_nowait(pb.Response(id=request_id, first_seq=first_seq)
-                                 if error is None else error_response(request_id, error))
+            self._append_seconds.observe(clock() - started)
+            if error is None:
+                self._append_ok.inc()
+                responses.put_nowait(pb.Response(id=request_id, first_seq=first_seq))
+            else:
+                self.ops.labels("append", type(error).__name__).inc()
+                responses.put_nowait(error_response(request_id, error))
             pressure.open_ops -= 1
             appends_open -= 1
             if not appends_open:
@@ -269,12 +288,13 @@ class PartitionServicer(pb_grpc.PartitionServerServicer):
                         # Small appends, the bulk of the traffic, need no task of their own.
                         try:
                             if start_small_append(request, self.server.find, limits,
-                                                  partial(appended, request.id)):
+                                                  partial(appended, request.id, clock())):
                                 appends_open += 1
                                 appends_answered.clear()
                                 continue
                         except StampError as exc:
                             if not (isinstance(exc, NotOwner) and self.server.held(request)):
+                                self.ops.labels("append", type(exc).__name__).inc()
                                 responses.put_nowait(error_response(request.id, exc))
                                 pressure.open_ops -= 1
                                 continue

@@ -24,7 +24,6 @@ def plan(stamp: LocalStamp) -> None:
     line, naming the lock service (account keys) and the partition managers (the map)."""
     from tools.local_stamp import ProcessRecord
 
-    host = stamp.config.host
     lock_addresses = ",".join(r.address for r in stamp.lock_servers())
     pm_addresses = ",".join(r.address for r in stamp.partition_managers())
     if not (lock_addresses and pm_addresses):
@@ -33,6 +32,7 @@ def plan(stamp: LocalStamp) -> None:
         if spec.name in stamp.records:
             continue
         proc_dir = stamp.data_dir / spec.name
+        host = stamp.config.host_of(spec.name)
         # Port 0: the process binds a free port itself; LocalStamp pins it for restarts.
         # A local stamp is a test bed: its front ends take `stamp fault` like every process.
         argv = process.stamp_command(
