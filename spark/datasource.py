@@ -82,8 +82,7 @@ def log_names(options: Any, access: Access) -> list[str]:
         if bad:
             raise InvalidArgument(f"option log: {bad[0]!r} is not a log name")
         return sorted(set(logs))
-    with access.client() as client:
-        return list(client.list_logs(options.get("logPrefix") or ""))
+    return list(access.shared_client().list_logs(options.get("logPrefix") or ""))
 
 
 def name_option(options: Any, name: str) -> Bound | None:
@@ -141,19 +140,19 @@ class StampReader(DataSourceReader):
         yield from self.narrowing.unhandled
 
     def partitions(self) -> list[InputPartition]:
-        with self.access.client() as client:
-            ranges = [EntityPiece((r.start_pname, r.start_row) if r.start_pname else None,
-                                  (r.end_pname, r.end_row) if r.has_end else None,
-                                  r.partition_id)
-                      for r in client.scan_ranges()]
-            if not self.logs_mode:
-                pieces = entity_pieces(ranges, self.narrowing.start, self.narrowing.end)
-                return ([EntityPartition(piece) for piece in pieces]
-                        or [LogPartition([])])  # an empty range: one task that reads nothing
-            spans = []
-            for log in self.narrowing.logs_kept(self.logs):
-                first, next_seq = client.peek(log)
-                spans.append(self.narrowing.span(log, first, next_seq))
+        client = self.access.shared_client()
+        ranges = [EntityPiece((r.start_pname, r.start_row) if r.start_pname else None,
+                              (r.end_pname, r.end_row) if r.has_end else None,
+                              r.partition_id)
+                  for r in client.scan_ranges()]
+        if not self.logs_mode:
+            pieces = entity_pieces(ranges, self.narrowing.start, self.narrowing.end)
+            return ([EntityPartition(piece) for piece in pieces]
+                    or [LogPartition([])])  # an empty range: one task that reads nothing
+        spans = []
+        for log in self.narrowing.logs_kept(self.logs):
+            first, next_seq = client.peek(log)
+            spans.append(self.narrowing.span(log, first, next_seq))
         starts = [r.start for r in ranges[1:] if r.start is not None]
         planned: list[InputPartition] = [
             LogPartition(group) for group in log_partitions(spans, starts, self.per_partition)]

@@ -16,6 +16,8 @@ InvalidArgument naming the option, or what the front end raises (Unauthenticated
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -40,10 +42,29 @@ class Access:
     sas: str
 
     def client(self) -> Client:
+        """A new client of its own (the caller closes it)."""
         return Client(self.endpoints, self.account, sas=self.sas, timeout_s=CALL_TIMEOUT_S)
+
+    def shared_client(self) -> Client:
+        """This process's client for this Access, made once and kept open: Spark runs many
+        tasks one after another in each Python worker (spark.python.worker.reuse), and
+        making a client (its event loop, its connection to a front end) is most of what a
+        small task costs. Keyed by process id too: a worker forked from a process that had
+        one makes its own (threads and gRPC channels do not survive a fork). Thread-safe,
+        as the client is; never closed (it ends with the worker)."""
+        key = (os.getpid(), self)
+        with _SHARED_LOCK:
+            client = _SHARED.get(key)
+            if client is None:
+                client = _SHARED[key] = self.client()
+            return client
 
     def __repr__(self) -> str:  # never print a secret into a log by accident
         return f"Access(endpoints={self.endpoints!r}, account={self.account!r}, <token>)"
+
+
+_SHARED: dict[tuple[int, Access], Client] = {}
+_SHARED_LOCK = threading.Lock()
 
 
 def read_only_access(options: Mapping[str, str]) -> Access:
@@ -75,12 +96,11 @@ def _mint(endpoints: tuple[str, ...], account: str, key: bytes) -> Access:
         token = sas.mint(account, key_index, key, READ_PERMISSIONS, "",
                          int(now) + TOKEN_LIFETIME_S, now)
         access = Access(endpoints, account, token)
-        with access.client() as client:
-            try:
-                client.scan_ranges()
-            except Unauthenticated as exc:
-                refused = exc
-                continue
+        try:
+            access.shared_client().scan_ranges()
+        except Unauthenticated as exc:
+            refused = exc
+            continue
         return access
     raise Unauthenticated(f"the connection string's key signs no token the stamp accepts: "
                           f"{refused}")

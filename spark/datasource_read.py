@@ -39,43 +39,42 @@ def _scan_bound(bound: Bound | None) -> str | tuple[str, bytes] | None:
 
 
 def read_entities(access: Access, piece: EntityPiece) -> Iterator[pa.RecordBatch]:
-    with access.client() as client:
-        pages = client.scan(_scan_bound(piece.start), _scan_bound(piece.end)).pages()
-        for page in pages:
-            if not page.items:
-                continue
-            pnames, rows, values, etags = zip(*page.items, strict=True)
-            yield pa.RecordBatch.from_arrays(
-                [pa.array(pnames, pa.string()), pa.array(rows, pa.binary()),
-                 pa.array(values, pa.binary()), pa.array(etags, pa.string())],
-                schema=ENTITY_SCHEMA)
+    client = access.shared_client()
+    for page in client.scan(_scan_bound(piece.start), _scan_bound(piece.end)).pages():
+        if not page.items:
+            continue
+        pnames, rows, values, etags = zip(*page.items, strict=True)
+        yield pa.RecordBatch.from_arrays(
+            [pa.array(pnames, pa.string()), pa.array(rows, pa.binary()),
+             pa.array(values, pa.binary()), pa.array(etags, pa.string())],
+            schema=ENTITY_SCHEMA)
 
 
 def read_spans(access: Access, spans: Sequence[LogSpan], skip_trimmed: bool = False
                ) -> Iterator[pa.RecordBatch]:
-    with access.client() as client:
-        for span in spans:
-            seq = span.from_seq
-            while seq < span.to_seq:
-                try:
-                    records = client.read(span.log, seq, min(READ_RECORDS_MAX,
-                                                             span.to_seq - seq))
-                except Trimmed:
-                    if not skip_trimmed:
-                        raise
-                    first, _ = client.peek(span.log)
-                    if first <= seq:
-                        raise
-                    seq = first
-                    continue
-                if not records:
-                    # Invariant 5: no record below a next_seq once seen vanishes.
-                    raise Internal(f"log {span.log!r} ends at {seq}, below {span.to_seq} "
-                                   f"that the plan saw")
-                records = [r for r in records if r[0] < span.to_seq]
-                seqs, datas = zip(*records, strict=True)
-                yield pa.RecordBatch.from_arrays(
-                    [pa.array([span.log] * len(seqs), pa.string()),
-                     pa.array(seqs, pa.int64()), pa.array(datas, pa.binary())],
-                    schema=LOG_SCHEMA)
-                seq = seqs[-1] + 1
+    client = access.shared_client()
+    for span in spans:
+        seq = span.from_seq
+        while seq < span.to_seq:
+            try:
+                records = client.read(span.log, seq, min(READ_RECORDS_MAX,
+                                                         span.to_seq - seq))
+            except Trimmed:
+                if not skip_trimmed:
+                    raise
+                first, _ = client.peek(span.log)
+                if first <= seq:
+                    raise
+                seq = first
+                continue
+            if not records:
+                # Invariant 5: no record below a next_seq once seen vanishes.
+                raise Internal(f"log {span.log!r} ends at {seq}, below {span.to_seq} "
+                               f"that the plan saw")
+            records = [r for r in records if r[0] < span.to_seq]
+            seqs, datas = zip(*records, strict=True)
+            yield pa.RecordBatch.from_arrays(
+                [pa.array([span.log] * len(seqs), pa.string()),
+                 pa.array(seqs, pa.int64()), pa.array(datas, pa.binary())],
+                schema=LOG_SCHEMA)
+            seq = seqs[-1] + 1

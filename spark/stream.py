@@ -75,12 +75,12 @@ class StampStreamReader(DataSourceStreamReader):
 
     def _ends(self, first: bool) -> dict[str, int]:
         """{log: first_seq} (first) or {log: next_seq} of every log read now."""
-        with self.access.client() as client:
-            ends = {}
-            for log in log_names(self.options, self.access):
-                first_seq, next_seq = client.peek(log)
-                ends[log] = first_seq if first else next_seq
-            return ends
+        client = self.access.shared_client()
+        ends = {}
+        for log in log_names(self.options, self.access):
+            first_seq, next_seq = client.peek(log)
+            ends[log] = first_seq if first else next_seq
+        return ends
 
     def initialOffset(self) -> dict[str, int]:
         return self._ends(first=self.starting == "earliest")
