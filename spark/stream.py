@@ -39,16 +39,22 @@ STARTING = ("earliest", "latest")
 
 def capped(start: dict[str, int], latest: dict[str, int], records_max: int
            ) -> dict[str, int]:
-    """`latest` cut so that at most `records_max` records lie between `start` and it, taken
-    from the logs in name order (pure)."""
-    end = dict(start)
+    """`latest` cut so that at most `records_max` records lie between `start` and it, shared
+    fairly: each log with records waiting gets an equal share, what a log does not need
+    going to the others (so one busy log cannot hold the others back). Pure."""
+    begin = {log: start.get(log, 0) for log in latest}
+    wanted = {log: max(0, latest[log] - begin[log]) for log in latest}
+    granted = dict.fromkeys(latest, 0)
     room = records_max
-    for log in sorted(latest):
-        begin = start.get(log, 0)
-        take = min(room, max(0, latest[log] - begin))
-        end[log] = begin + take
-        room -= take
-    return end
+    waiting = sorted(log for log in latest if wanted[log])
+    while waiting and room > 0:
+        share = max(1, room // len(waiting))
+        for log in waiting:
+            take = min(wanted[log] - granted[log], share, room)
+            granted[log] += take
+            room -= take
+        waiting = [log for log in waiting if granted[log] < wanted[log]]
+    return {**start, **{log: begin[log] + granted[log] for log in latest}}
 
 
 class StampStreamReader(DataSourceStreamReader):
