@@ -11,13 +11,19 @@ Contract of `account_ranges(current, account, name_prefix)` (pure):
   results is the same as one scan of the whole account;
 - a partition bound that is no key of a well-formed name (it cannot be, for split keys are
   names' first keys: partition_map.bootstrap_split_keys, size_split.py) is dropped, joining
-  the two ranges beside it: the plan is coarser, never wrong.
+  the two ranges beside it: the plan is coarser, never wrong;
+- with `loads` (the partition servers' PartitionLoad by partition id), each range carries
+  its partition's size_bytes and, when the partition's size split key is a name's start
+  strictly inside the range, that name (`middle_pname`): hints for cutting, no more.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from common.errors import InvalidArgument
 from common.proto import frontend_pb2 as fe_pb
+from common.proto import partition_pb2 as pb
 from frontend import names
 from partition_layer import keys
 from partition_layer.partition_map import PartitionMap
@@ -39,7 +45,8 @@ def entity_bound(account: str, key: bytes) -> tuple[str, bytes] | None:
     return (pname, row if kind == keys.KIND_ENTITY else b"")
 
 
-def account_ranges(current: PartitionMap, account: str, name_prefix: str
+def account_ranges(current: PartitionMap, account: str, name_prefix: str,
+                   loads: Mapping[int, pb.PartitionLoad] | None = None
                    ) -> list[fe_pb.AccountRange]:
     """The account's ranges, one per range partition it spans (module contract)."""
     low, high = keys.name_range(account, name_prefix)
@@ -70,6 +77,21 @@ def account_ranges(current: PartitionMap, account: str, name_prefix: str
         if end is not None:
             piece.has_end = True
             piece.end_pname, piece.end_row = end
+        load = (loads or {}).get(partition_id)
+        if load is not None:
+            piece.size_bytes = load.size_bytes
+            piece.middle_pname = _middle(account, load.size_split_key, start, end)
         ranges.append(piece)
         start = end
     return ranges
+
+
+def _middle(account: str, key: bytes, start: tuple[str, bytes] | None,
+            end: tuple[str, bytes] | None) -> str:
+    """The name whose start is `key` if it lies strictly inside [start, end), else ""."""
+    bound = entity_bound(account, key) if key else None
+    if bound is None or bound[1]:
+        return ""
+    if (start is not None and bound <= start) or (end is not None and bound >= end):
+        return ""
+    return bound[0]

@@ -11,7 +11,7 @@ layer, holding nothing that matters (kill one: nothing is lost).
   Both streams recheck their credentials before every reply: a key rotated, an account
   deleted or a token expired while one runs ends it with Unauthenticated.
 - ScanRanges: authenticated as a scan, the account's range partitions (frontend/
-  scan_ranges.py) from a fresh partition map.
+  scan_ranges.py) from a fresh partition map, with the sizes their servers report.
 - Status: counters.
 Errors of the streaming RPCs are gRPC statuses (common/rpc.py maps StampError to codes).
 """
@@ -158,9 +158,10 @@ class FrontEndServicer(fe_grpc.FrontEndServicer):
                          context: aio.ServicerContext) -> fe_pb.ScanRangesReply:
         token = await self._authenticate(wire.scan_ranges_claim(request))
         # Fetched, not the cached map: a planner wants the partitions as they are now.
-        current, _ = await self.fe.client.partition_map()
+        current, addresses = await self.fe.client.partition_map()
+        loads = await self.fe.client.partition_loads(addresses.values())
         return fe_pb.ScanRangesReply(
-            ranges=account_ranges(current, request.account, wire.sas_prefix(token)),
+            ranges=account_ranges(current, request.account, wire.sas_prefix(token), loads),
             map_version=current.version)
 
     @rpc.rpc_errors

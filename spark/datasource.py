@@ -14,10 +14,13 @@ Options (besides the credentials of spark/datasource_access.py):
   including, `end` (default: the account's end). Rows (partition string, row binary,
   value binary, etag string), in key order within each Spark partition.
 - `recordsPerPartition`: the most log records one Spark partition reads
-  (RECORDS_PER_PARTITION by default).
+  (RECORDS_PER_PARTITION by default); `bytesPerPartition`: a range partition bigger than
+  this is read by two Spark partitions, cut at the name that halves it (BYTES_PER_PARTITION
+  by default).
 
 A batch read plans one Spark partition per range partition the read meets (the front end's
-ScanRanges; a log lies in one range partition, a big one cut further by sequence number) and
+ScanRanges; a big one cut at its middle name; a log lies in one range partition, a big one
+cut further by sequence number) and
 reads each through a front end with the SDK, as a read-only token (datasource_access.py).
 What a log read returns is its records as of planning. Filters on `partition`, `log` and
 `seq` are pushed down (datasource_plan.Narrowing): they narrow what is read. The streaming
@@ -52,6 +55,9 @@ if TYPE_CHECKING:
 
 FORMAT = "stamp"
 RECORDS_PER_PARTITION = 200_000  # a Spark task's share of a log: a few seconds of reading
+# A range partition bigger than this (its server's report) is read by two tasks, cut at the
+# name that halves it: a few seconds of reading for each.
+BYTES_PER_PARTITION = 256 * 1024 * 1024
 # PySpark 4 calls pushFilters only with this on; register() sets it.
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
@@ -66,12 +72,15 @@ def is_log_read(options: Any) -> bool:
     return bool(options.get("log")) or options.get("logPrefix") is not None
 
 
-def records_per_partition(options: Any) -> int:
-    text = options.get("recordsPerPartition") or str(RECORDS_PER_PARTITION)
+def positive_option(options: Any, name: str, default: int) -> int:
+    text = options.get(name) or str(default)
     if not text.isdigit() or int(text) <= 0:
-        raise InvalidArgument(f"option recordsPerPartition is a positive integer, not "
-                              f"{text!r}")
+        raise InvalidArgument(f"option {name} is a positive integer, not {text!r}")
     return int(text)
+
+
+def records_per_partition(options: Any) -> int:
+    return positive_option(options, "recordsPerPartition", RECORDS_PER_PARTITION)
 
 
 def log_names(options: Any, access: Access) -> list[str]:
@@ -128,25 +137,30 @@ class StampReader(DataSourceReader):
     def __init__(self, options: Any) -> None:
         self.logs_mode = is_log_read(options)
         self.per_partition = records_per_partition(options)
+        self.bytes_per_partition = positive_option(options, "bytesPerPartition",
+                                                   BYTES_PER_PARTITION)
         self.access = read_only_access(options)
         self.narrowing = Narrowing(name_option(options, "start"), name_option(options, "end"),
                                    logs_mode=self.logs_mode)
         self.logs = log_names(options, self.access) if self.logs_mode else []
 
-    def pushFilters(self, filters: list[Any]) -> Iterator[Any]:
+    def pushFilters(self, filters: list[Any]) -> list[Any]:
+        """Narrow the read by the filters on the key columns (`partition`, or `log` and
+        `seq`); return those Spark must still check (datasource_plan.Narrowing)."""
         name_column = "log" if self.logs_mode else "partition"
         for f in filters:
             self.narrowing.push(f, name_column, "seq" if self.logs_mode else None)
-        yield from self.narrowing.unhandled
+        return list(self.narrowing.unhandled)
 
     def partitions(self) -> list[InputPartition]:
         client = self.access.shared_client()
         ranges = [EntityPiece((r.start_pname, r.start_row) if r.start_pname else None,
                               (r.end_pname, r.end_row) if r.has_end else None,
-                              r.partition_id)
+                              r.partition_id, r.size_bytes, r.middle_pname)
                   for r in client.scan_ranges()]
         if not self.logs_mode:
-            pieces = entity_pieces(ranges, self.narrowing.start, self.narrowing.end)
+            pieces = entity_pieces(ranges, self.narrowing.start, self.narrowing.end,
+                                   self.bytes_per_partition)
             return ([EntityPartition(piece) for piece in pieces]
                     or [LogPartition([])])  # an empty range: one task that reads nothing
         spans = []

@@ -78,21 +78,33 @@ def is_empty(start: Bound | None, end: Bound | None) -> bool:
 @dataclass(frozen=True)
 class EntityPiece:
     """One scan: [start, end) as Scan bounds; `partition_id` the range partition it lies in
-    when planned (informative: ids change on split and merge)."""
+    when planned (informative: ids change on split and merge); for a whole range partition
+    from the front end, its size and the name that about halves it ("" unknown)."""
 
     start: Bound | None
     end: Bound | None
     partition_id: int = 0
+    size_bytes: int = 0
+    middle: str = ""
 
 
-def entity_pieces(ranges: Sequence[EntityPiece], start: Bound | None, end: Bound | None
-                  ) -> list[EntityPiece]:
+def entity_pieces(ranges: Sequence[EntityPiece], start: Bound | None, end: Bound | None,
+                  bytes_per_partition: int = 0) -> list[EntityPiece]:
     """The parts of [start, end) in each of the account's `ranges` (adjacent, in key order,
-    covering the account), the empty ones left out."""
+    covering the account), the empty ones left out; a part of a range bigger than
+    `bytes_per_partition` (0: no cap) cut in two at its middle name when that lies inside
+    the part (a range partition is cut once: the partition manager splits bigger ones)."""
     pieces = []
     for r in ranges:
         s, e = later_start(r.start, start), earlier_end(r.end, end)
-        if not is_empty(s, e):
+        if is_empty(s, e):
+            continue
+        middle: Bound = (r.middle, b"")
+        if (bytes_per_partition and r.size_bytes > bytes_per_partition and r.middle
+                and not is_empty(s, middle) and not is_empty(middle, e)):
+            pieces += [EntityPiece(s, middle, r.partition_id),
+                       EntityPiece(middle, e, r.partition_id)]
+        else:
             pieces.append(EntityPiece(s, e, r.partition_id))
     return pieces
 

@@ -78,20 +78,24 @@ class ScanRangesRequest(_message.Message):
     def __init__(self, auth: _Optional[_Union[_partition_pb2.Auth, _Mapping]] = ..., account: _Optional[str] = ...) -> None: ...
 
 class AccountRange(_message.Message):
-    __slots__ = ("partition_id", "start_pname", "start_row", "has_end", "end_pname", "end_row")
+    __slots__ = ("partition_id", "start_pname", "start_row", "has_end", "end_pname", "end_row", "size_bytes", "middle_pname")
     PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
     START_PNAME_FIELD_NUMBER: _ClassVar[int]
     START_ROW_FIELD_NUMBER: _ClassVar[int]
     HAS_END_FIELD_NUMBER: _ClassVar[int]
     END_PNAME_FIELD_NUMBER: _ClassVar[int]
     END_ROW_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MIDDLE_PNAME_FIELD_NUMBER: _ClassVar[int]
     partition_id: int
     start_pname: str
     start_row: bytes
     has_end: bool
     end_pname: str
     end_row: bytes
-    def __init__(self, partition_id: _Optional[int] = ..., start_pname: _Optional[str] = ..., start_row: _Optional[bytes] = ..., has_end: _Optional[bool] = ..., end_pname: _Optional[str] = ..., end_row: _Optional[bytes] = ...) -> None: ...
+    size_bytes: int
+    middle_pname: str
+    def __init__(self, partition_id: _Optional[int] = ..., start_pname: _Optional[str] = ..., start_row: _Optional[bytes] = ..., has_end: _Optional[bool] = ..., end_pname: _Optional[str] = ..., end_row: _Optional[bytes] = ..., size_bytes: _Optional[int] = ..., middle_pname: _Optional[str] = ...) -> None: ...
 
 class ScanRangesReply(_message.Message):
     __slots__ = ("ranges", "map_version")

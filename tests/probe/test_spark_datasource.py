@@ -3,7 +3,8 @@ local[2] Spark: a stamp that starts with 4 range partitions (bootstrap_split_key
 SparkSession for the module.
 
 - batch reads of entities and logs equal an SDK scan / read, one Spark partition per range
-  partition, and still do after a split made between planning and reading;
+  partition (two for one bigger than the cap: cut at its server's size midpoint), and still
+  do after a split made between planning and reading;
 - filters on the key columns narrow what the source reads (not only what Spark keeps);
 - the tasks hold a read-only token, never the account key;
 - a streaming query over two logs writes every record exactly once to a file sink across a
@@ -100,6 +101,20 @@ def test_entities_equal_an_sdk_scan_one_spark_partition_per_range(spark: Any, cs
               .option("start", "g02").option("end", "g07").load())
     assert ranged.rdd.getNumPartitions() == 3  # [g02, g03), [g03, g06), [g06, g07)
     assert sorted(rows_of(ranged)) == sdk_entities(cs, "g02", "g07")
+
+
+def test_a_big_range_partition_is_read_by_two_tasks(cs: str) -> None:
+    """Partition 1 holds g00..g02: its server reports its size and the name that halves it;
+    with a cap below that size the reader cuts it there, and reads the same entities."""
+    with Client.from_connection_string(cs) as client:
+        first = client.scan_ranges()[0]
+    assert first.size_bytes > 0 and first.middle_pname in ("g01", "g02")
+    reader = StampReader({"connectionString": cs, "bytesPerPartition": "1"})
+    planned = reader.partitions()
+    assert len(planned) > len(SPLITS) + 1
+    got = [tuple(row) for part in planned for batch in reader.read(part)
+           for row in zip(*(c.to_pylist() for c in batch.columns), strict=True)]
+    assert got == sdk_entities(cs)
 
 
 def test_logs_equal_sdk_reads_cut_by_sequence(spark: Any, cs: str) -> None:

@@ -3,6 +3,7 @@ order, cut to a token's prefix, and ordering every entity key as the map's bound
 
 from __future__ import annotations
 
+from common.proto import partition_pb2 as pb
 from frontend.scan_ranges import account_ranges, entity_bound
 from partition_layer import keys
 from partition_layer.partition_map import PartitionMap, bootstrap_split_keys
@@ -46,3 +47,14 @@ def test_entity_bound_orders_entity_keys_as_the_key_does() -> None:
                 assert (entity < key) == (entity < bound_key)
     assert entity_bound("acct", b"\x01garbage") is None
     assert entity_bound("acct", keys.encode_key("other", "g03", keys.KIND_META, b"")) is None
+
+
+def test_loads_give_sizes_and_a_middle_inside_the_range() -> None:
+    current = PartitionMap.bootstrap(bootstrap_split_keys(["acct/g03", "acct/g06"]))
+    middle = keys.encode_key("acct", "g04", keys.KIND_META, b"")
+    outside = keys.encode_key("acct", "g01", keys.KIND_META, b"")
+    loads = {2: pb.PartitionLoad(partition_id=2, size_bytes=5000, size_split_key=middle),
+             3: pb.PartitionLoad(partition_id=3, size_bytes=7, size_split_key=outside)}
+    ranges = account_ranges(current, "acct", "", loads)
+    assert [(r.size_bytes, r.middle_pname) for r in ranges] == [(0, ""), (5000, "g04"),
+                                                               (7, "")]

@@ -109,3 +109,16 @@ def test_capped_shares_the_limit_fairly_among_logs() -> None:
     assert capped(start, latest, 45) == {"a": 30, "b": 20, "c": 5}
     assert capped(start, latest, 0) == {"a": 10, "b": 0, "c": 0}
     assert capped({"a": 0}, {"a": 1_000_000, "b": 1}, 2) == {"a": 1, "b": 1}
+
+
+def test_a_big_range_is_cut_at_its_middle_name() -> None:
+    ranges = [EntityPiece(None, ("g03", b""), 1, size_bytes=900, middle="g01"),
+              EntityPiece(("g03", b""), None, 2, size_bytes=900, middle="")]
+    assert entity_pieces(ranges, None, None, bytes_per_partition=1000) == [
+        EntityPiece(None, ("g03", b""), 1), EntityPiece(("g03", b""), None, 2)]
+    assert entity_pieces(ranges, None, None, bytes_per_partition=100) == [
+        EntityPiece(None, ("g01", b""), 1), EntityPiece(("g01", b""), ("g03", b""), 1),
+        EntityPiece(("g03", b""), None, 2)]
+    # A read that starts past the middle is not cut there.
+    assert entity_pieces(ranges, ("g02", b""), ("g04", b""), bytes_per_partition=100) == [
+        EntityPiece(("g02", b""), ("g03", b""), 1), EntityPiece(("g03", b""), ("g04", b""), 2)]
