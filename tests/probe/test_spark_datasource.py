@@ -25,7 +25,8 @@ from typing import Any
 import pytest
 from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In, LessThan
 
-from frontend import connection_string
+from common.errors import PermissionDenied, Unauthenticated
+from frontend import connection_string, sas
 from frontend.client import Client
 from partition_layer import keys
 from partition_layer.client import PartitionClient
@@ -181,6 +182,31 @@ def test_tasks_hold_a_read_only_token_not_the_key(cs: str) -> None:
             client.append("log-a", [b"no"])
     from_token = StampReader({"sas": token, "endpoints": ",".join(reader.access.endpoints)})
     assert len(from_token.partitions()) == len(reader.partitions())
+
+
+def test_scan_ranges_is_authorized_as_a_scan(cs: str) -> None:
+    """The front end's ScanRanges: a token needs its scan permission, and sees the ranges
+    under its prefix only."""
+    parsed = connection_string.parse(cs)
+    assert parsed.key is not None
+    now = time.time()
+
+    def token_client(permissions: set[str], prefix: str) -> Client:
+        for key_index in (1, 2):
+            token = sas.mint(parsed.account, key_index, parsed.key, permissions, prefix,
+                             int(now) + 600, now)
+            client = Client(parsed.endpoints, parsed.account, sas=token)
+            try:
+                client.get("g01", b"r001")  # under both prefixes, a read
+                return client
+            except (Unauthenticated, PermissionDenied):
+                client.close()
+        raise AssertionError("neither key number signs a token the stamp accepts")
+
+    with token_client({"read"}, "") as client, pytest.raises(PermissionDenied):
+        client.scan_ranges()
+    with token_client({"read", "scan"}, "g0") as client:
+        assert [r.partition_id for r in client.scan_ranges()] == [1, 2, 3]
 
 
 def serving(stamp: LocalStamp, log: str) -> str:
