@@ -33,6 +33,7 @@ from partition_layer.client import PartitionClient
 from spark.datasource import StampReader, register
 from spark.datasource_read import LOG_DDL
 from spark.session import spark_session
+from spark.stream import StampStreamReader
 from tests.conftest import module_stamp
 from tools.local_stamp import LocalStamp
 
@@ -173,6 +174,7 @@ def test_tasks_hold_a_read_only_token_not_the_key(cs: str) -> None:
     assert key is not None
     reader = StampReader({"connectionString": cs})
     assert key not in pickle.dumps(reader)
+    assert key not in pickle.dumps(StampStreamReader({"connectionString": cs, "log": "log-a"}))
     token = reader.access.sas
     sas_cs = connection_string.make(reader.access.endpoints, reader.access.account,
                                     sas_token=token).format()
