@@ -216,6 +216,33 @@ def test_scan_ranges_is_authorized_as_a_scan(cs: str) -> None:
     assert not cut[0].start_pname and not cut[-1].has_end  # the token's prefix bounds them
 
 
+def test_stream_offsets_follow_logs_by_name_and_sequence(cs: str) -> None:
+    """The stream reader without Spark: offsets {log: next_seq}; a log created under the
+    prefix joins from its first record; records trimmed before they were read are skipped,
+    no others."""
+    def batch(reader: StampStreamReader, start: dict, end: dict) -> list[tuple]:
+        return [(log, seq) for part in reader.partitions(start, end)
+                for b in reader.read(part)
+                for log, seq in zip(b.column("log").to_pylist(), b.column("seq").to_pylist(),
+                                    strict=True)]
+
+    with Client.from_connection_string(cs) as client:
+        client.append("tail-a", [b"a%d" % i for i in range(10)])
+        reader = StampStreamReader({"connectionString": cs, "logPrefix": "tail-",
+                                    "maxRecordsPerTrigger": "6"})
+        start = reader.initialOffset()
+        assert start == {"tail-a": 0}
+        end = reader.latestOffset(start, reader.getDefaultReadLimit())
+        assert end == {"tail-a": 6}
+        assert batch(reader, start, end) == [("tail-a", s) for s in range(6)]
+        client.append("tail-b", [b"b%d" % i for i in range(3)])
+        client.trim("tail-a", 8)  # 6 and 7 go before the stream reads them
+        later = reader.latestOffset(end, reader.getDefaultReadLimit())
+        assert later == {"tail-a": 9, "tail-b": 3}  # 6 shared fairly: 3 and 3
+        assert batch(reader, end, later) == [("tail-a", 8), ("tail-b", 0), ("tail-b", 1),
+                                             ("tail-b", 2)]
+
+
 def serving(stamp: LocalStamp, log: str) -> str:
     with PartitionClient.from_stamp(str(stamp.data_dir)) as pc:
         current, _ = pc.partition_map()
