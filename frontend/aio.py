@@ -65,6 +65,7 @@ from common import rpc
 from common.clock import Clock, SystemClock
 from common.config import PartitionLimits
 from common.errors import DeadlineExceeded, InvalidArgument, StampError, Throttled
+from common.proto import frontend_pb2 as fe_pb
 from common.proto import frontend_pb2_grpc as fe_grpc
 from common.proto import partition_pb2 as pb
 from frontend import connection_string, sdk_requests, wire
@@ -329,6 +330,28 @@ class Client:
                 raise
             finally:
                 stream.cancel()
+            await self._after_failure(endpoint, error, attempt, deadline, idempotent=True)
+            attempt += 1
+
+    async def scan_ranges(self) -> list[fe_pb.AccountRange]:
+        """The account's range partitions, in key order, each as `scan` bounds (frontend/
+        scan_ranges.py): scanning each and concatenating is one scan of the account. For
+        planning parallel scans; the partitions may split or merge right after."""
+        attempt, deadline = 0, self._clock.monotonic() + self.timeout_s
+        while True:
+            self._check_open()
+            endpoint = self._endpoints.pick()
+            request = fe_pb.ScanRangesRequest(account=self.account)
+            wire.sign_scan_ranges(request, self._credentials, self._clock.wall())
+            stub = fe_grpc.FrontEndStub(self._channels.get(endpoint))
+            try:
+                reply = await rpc.call(stub.ScanRanges(request,
+                                                       timeout=self._attempt_s(deadline)))
+            except StampError as exc:
+                error = exc
+            else:
+                self._endpoints.answered(endpoint)
+                return list(reply.ranges)
             await self._after_failure(endpoint, error, attempt, deadline, idempotent=True)
             attempt += 1
 

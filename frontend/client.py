@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from common.config import PartitionLimits
 from common.errors import InvalidArgument, StampError
 from common.loop_thread import LoopThread
+from common.proto.frontend_pb2 import AccountRange
 from frontend import aio, connection_string
 from frontend.sdk_requests import Row
 from frontend.sdk_scan import AsyncScanIterator, Entity, Page
@@ -144,6 +145,10 @@ class Client:
         `.continuation` (frontend/sdk_scan.py)."""
         it = self._run(_later(self.aio.scan, start, end, limit, continuation, page_rows))
         return ScanIterator(self, it)
+
+    def scan_ranges(self) -> list[AccountRange]:
+        """frontend.aio.Client.scan_ranges: the account's range partitions as scan bounds."""
+        return self._run(self.aio.scan_ranges())
 
     # ---- the client -------------------------------------------------------------------------
 

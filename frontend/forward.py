@@ -14,14 +14,20 @@ its CRC32C for the SDK to verify end to end, across partition moves).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Iterable, Sequence
 
+from common import rpc
 from common.config import PartitionLimits
+from common.errors import StampError
+from common.proto import partition_pb2 as pb
+from common.proto import partition_pb2_grpc as pb_grpc
 from partition_layer.client import AsyncPartitionClient
 from partition_layer.requests import route_key
 from partition_layer.session import CallSession, PressureHook
 
 ROUTES_CACHED_MAX = 65_536  # (account, partition name) -> server remembered per map
+LOADS_TIMEOUT_S = 2.0  # a partition server's Status for ScanRanges' size hints
 
 
 class ForwardingClient(AsyncPartitionClient):
@@ -57,6 +63,24 @@ class ForwardingClient(AsyncPartitionClient):
 
     def session(self, address: str) -> CallSession:
         return self._session(address)
+
+    async def partition_loads(self, addresses: Iterable[str]) -> dict[int, pb.PartitionLoad]:
+        """What the partition servers at `addresses` report of their partitions (Status),
+        by partition id; a server that does not answer within LOADS_TIMEOUT_S is left out
+        (the caller takes what it gets: sizes are hints)."""
+        async def status(address: str) -> pb.ServerLoad | None:
+            stub = pb_grpc.PartitionServerStub(self._channels.get(address))
+            try:
+                return await rpc.call(stub.Status(pb.ServerStatusRequest(),
+                                                  timeout=LOADS_TIMEOUT_S))
+            except StampError:
+                return None
+        loads: dict[int, pb.PartitionLoad] = {}
+        for reply in await asyncio.gather(*(status(a) for a in set(addresses))):
+            for load in reply.partitions if reply is not None else ():
+                if load.state == "serving":
+                    loads[load.partition_id] = load
+        return loads
 
     def map_version(self) -> int:
         return self.map.version if self.map is not None else 0

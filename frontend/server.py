@@ -10,6 +10,8 @@ layer, holding nothing that matters (kill one: nothing is lost).
   frontend/scan.py.
   Both streams recheck their credentials before every reply: a key rotated, an account
   deleted or a token expired while one runs ends it with Unauthenticated.
+- ScanRanges: authenticated as a scan, the account's range partitions (frontend/
+  scan_ranges.py) from a fresh partition map, with the sizes their servers report.
 - Status: counters.
 Errors of the streaming RPCs are gRPC statuses (common/rpc.py maps StampError to codes).
 """
@@ -31,6 +33,7 @@ from common.proto import frontend_pb2_grpc as fe_grpc
 from common.proto import partition_pb2 as pb
 from frontend import names, sas, wire
 from frontend.auth import MISS
+from frontend.scan_ranges import account_ranges
 from frontend.server_call import FrontEnd
 
 log = logging.getLogger(__name__)
@@ -149,6 +152,17 @@ class FrontEndServicer(fe_grpc.FrontEndServicer):
             async for page in pages:
                 await self._reauthenticate(claim)
                 await context.write(page)
+
+    @rpc.rpc_errors
+    async def ScanRanges(self, request: fe_pb.ScanRangesRequest,
+                         context: aio.ServicerContext) -> fe_pb.ScanRangesReply:
+        token = await self._authenticate(wire.scan_ranges_claim(request))
+        # Fetched, not the cached map: a planner wants the partitions as they are now.
+        current, addresses = await self.fe.client.partition_map()
+        loads = await self.fe.client.partition_loads(addresses.values())
+        return fe_pb.ScanRangesReply(
+            ranges=account_ranges(current, request.account, wire.sas_prefix(token), loads),
+            map_version=current.version)
 
     @rpc.rpc_errors
     async def Status(self, request: fe_pb.FrontEndStatusRequest,

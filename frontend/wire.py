@@ -5,7 +5,8 @@ Every request names its account and carries `Auth` (partition.proto): a timestam
 an HMAC-SHA256 made with one of the account's keys (frontend/signing.py) or a shared access
 token (frontend/sas.py) in its place. What is signed:
 
-- METHOD: the operation, `METHODS` (a Call's op, `Subscribe`, `Scan` or `ListLogs`);
+- METHOD: the operation, `METHODS` (a Call's op, `Subscribe`, `Scan`, `ListLogs` or
+  `ScanRanges`);
 - RESOURCE: `/ACCOUNT/NAME` for an operation on one log or partition name, `/ACCOUNT` for a
   scan or a listing;
 - PAYLOAD CRC32C: CRC32C of the request message serialized deterministically, with `id`
@@ -44,11 +45,12 @@ METHODS: dict[str, str] = {
 SUBSCRIBE = "Subscribe"
 SCAN = "Scan"
 LIST_LOGS = "ListLogs"
+SCAN_RANGES = "ScanRanges"
 # The shared-access permission each method needs (sas.PERMISSIONS).
 PERMISSION_OF: dict[str, str] = {
     "Append": "append", "Read": "read", "Peek": "read", "Get": "read", "Subscribe": "read",
     "Trim": "trim", "Seal": "seal", "Put": "write", "Delete": "write", "Batch": "write",
-    "Scan": "scan", "ListLogs": "scan",
+    "Scan": "scan", "ListLogs": "scan", "ScanRanges": "scan",
 }
 
 
@@ -122,7 +124,15 @@ def scan_claim(request: fe_pb.ScanRequest) -> Claim:
     return Claim(method, request.account, None, _crc(view), request.auth)
 
 
-def _crc(view: pb.Request | pb.SubscribeRequest | fe_pb.ScanRequest) -> int:
+def scan_ranges_claim(request: fe_pb.ScanRangesRequest) -> Claim:
+    view = fe_pb.ScanRangesRequest()
+    view.CopyFrom(request)
+    view.ClearField("auth")
+    return Claim(SCAN_RANGES, request.account, None, _crc(view), request.auth)
+
+
+def _crc(view: pb.Request | pb.SubscribeRequest | fe_pb.ScanRequest
+         | fe_pb.ScanRangesRequest) -> int:
     return crc32c(view.SerializeToString(deterministic=True))
 
 
@@ -164,6 +174,11 @@ def sign_subscribe(request: pb.SubscribeRequest, credentials: Credentials, now_s
 
 def sign_scan(request: fe_pb.ScanRequest, credentials: Credentials, now_s: float) -> None:
     request.auth.CopyFrom(sign(scan_claim(request), credentials, now_s))
+
+
+def sign_scan_ranges(request: fe_pb.ScanRangesRequest, credentials: Credentials,
+                     now_s: float) -> None:
+    request.auth.CopyFrom(sign(scan_ranges_claim(request), credentials, now_s))
 
 
 # ---- the front end's side -------------------------------------------------------------------

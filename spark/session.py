@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from typing import TYPE_CHECKING
 
 from common.errors import InvalidArgument
@@ -63,6 +64,9 @@ def spark_session(master: str = DEFAULT_MASTER, app_name: str = "stamp") -> Spar
             f"Spark needs Java {JAVA_VERSION_MIN}+ (found {found}): run 'make setup', "
             "which installs a JRE when it is missing, or set JAVA_HOME")
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # Spark's Python workers (UDFs, Python data sources) run this interpreter, which has
+    # Stamp and its dependencies; Spark's default is whatever `python3` is on PATH.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     return (SparkSession.builder.master(master).appName(app_name)

@@ -13,6 +13,7 @@ from typing import Any
 from tools import cli_checks
 
 Rows = list[dict[str, Any]]
+SCAN_ROWS = 1_000_000  # bench scan's default --rows
 
 
 def _extent_append(args: argparse.Namespace) -> Rows:
@@ -84,7 +85,15 @@ def _fe_append(args: argparse.Namespace) -> Rows:
 def _scan(args: argparse.Namespace) -> Rows:
     from tools.bench.front_end import run_scan
 
-    return run_scan(rows=args.rows, trials=min(args.trials, 5), progress=_progress(args))
+    return run_scan(rows=args.rows or SCAN_ROWS, trials=min(args.trials, 5),
+                    progress=_progress(args))
+
+
+def _spark_scan(args: argparse.Namespace) -> Rows:
+    from tools.bench.spark_scan import SPARK_SCAN_ROWS, run_spark_scan
+
+    return run_spark_scan(rows=args.rows or SPARK_SCAN_ROWS, trials=min(args.trials, 5),
+                          progress=_progress(args))
 
 
 def _split(args: argparse.Namespace) -> Rows:
@@ -142,6 +151,10 @@ BENCHES: dict[str, tuple[str, Callable[[argparse.Namespace], Rows]]] = {
                   "32x100, added p50 <= 0.7 ms for 1x1)", _fe_append),
     "scan": ("rows/s scanning --rows entities of 100 bytes over 4 range partitions through "
              "the SDK (--trials scans, at most 5; target >= 100,000 rows/s)", _scan),
+    "spark-scan": ("entities/s and log records/s read through the Spark data source on "
+                   "local[2] beside the SDK's scan and reads of the same data, taking turns "
+                   "(--rows of each, default 200,000; --trials, at most 5; target ratio >= "
+                   "0.5; Spark's start-up reported apart)", _spark_scan),
     "split": ("split then merge a partition of each of --sizes-mb under an appender load on "
               "it (--trials, at most 5): duration and unavailable time (targets: duration "
               "ratio largest/smallest <= 1.5, unavailable p50 <= 100 ms)", _split),
@@ -169,8 +182,9 @@ def register(commands: Any) -> None:
     bench.add_argument("--tail-mb", type=cli_checks.megabytes, default=4,
                        help="partition-load: MB written after the last checkpoint, replayed "
                             "by each new owner (default 4)")
-    bench.add_argument("--rows", type=_rows, default=1_000_000,
-                       help="scan: entities to write and scan (default 1,000,000)")
+    bench.add_argument("--rows", type=_rows, default=None,
+                       help="scan: entities to write and scan (default 1,000,000); "
+                            "spark-scan: entities and log records (default 200,000)")
     bench.add_argument("--metrics", choices=("on", "off", "compare"), default="on",
                        help="log-append: the stamp's Prometheus metrics on (default), off, "
                             "or compare both in one run, taking turns")

@@ -6,7 +6,8 @@ per append, each on three extent nodes in distinct fault domains before it is
 acknowledged), reads every record back from every replica, then SIGKILLs the primary of the
 stream's open extent and keeps appending: the stream seals that extent at the smallest
 commit length of its live replicas and continues on a new one. The node restarts; every
-acknowledged record is still there.
+acknowledged record is still there. Last, a short analytics step: records per log counted
+by Spark through the Stamp data source (tools/log_demo.run_analytics).
 """
 
 from __future__ import annotations
@@ -24,13 +25,19 @@ from tools.local_stamp import LocalStamp
 def run_demo(stamp: LocalStamp) -> None:
     if not stamp.stream_managers():
         raise StampError("the demo needs stream managers: this stamp has none")
+    logs: list[str] = []
     if stamp.partition_servers() and stamp.front_ends():
         from tools.log_demo import run_log_demo
 
-        run_log_demo(stamp)
+        logs = run_log_demo(stamp)
         print()
         print("Underneath, the stream layer:")
     asyncio.run(_demo(stamp))
+    if logs:
+        from tools.log_demo import run_analytics
+
+        print()
+        run_analytics(stamp, logs)
 
 
 def _ms(started: float) -> str:

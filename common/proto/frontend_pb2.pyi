@@ -68,3 +68,39 @@ class FrontEndStatus(_message.Message):
     accounts_cached: int
     map_version: int
     def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., requests: _Optional[int] = ..., refused_unauthenticated: _Optional[int] = ..., refused_permission: _Optional[int] = ..., refused_invalid: _Optional[int] = ..., throttled: _Optional[int] = ..., accounts_cached: _Optional[int] = ..., map_version: _Optional[int] = ...) -> None: ...
+
+class ScanRangesRequest(_message.Message):
+    __slots__ = ("auth", "account")
+    AUTH_FIELD_NUMBER: _ClassVar[int]
+    ACCOUNT_FIELD_NUMBER: _ClassVar[int]
+    auth: _partition_pb2.Auth
+    account: str
+    def __init__(self, auth: _Optional[_Union[_partition_pb2.Auth, _Mapping]] = ..., account: _Optional[str] = ...) -> None: ...
+
+class AccountRange(_message.Message):
+    __slots__ = ("partition_id", "start_pname", "start_row", "has_end", "end_pname", "end_row", "size_bytes", "middle_pname")
+    PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
+    START_PNAME_FIELD_NUMBER: _ClassVar[int]
+    START_ROW_FIELD_NUMBER: _ClassVar[int]
+    HAS_END_FIELD_NUMBER: _ClassVar[int]
+    END_PNAME_FIELD_NUMBER: _ClassVar[int]
+    END_ROW_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MIDDLE_PNAME_FIELD_NUMBER: _ClassVar[int]
+    partition_id: int
+    start_pname: str
+    start_row: bytes
+    has_end: bool
+    end_pname: str
+    end_row: bytes
+    size_bytes: int
+    middle_pname: str
+    def __init__(self, partition_id: _Optional[int] = ..., start_pname: _Optional[str] = ..., start_row: _Optional[bytes] = ..., has_end: _Optional[bool] = ..., end_pname: _Optional[str] = ..., end_row: _Optional[bytes] = ..., size_bytes: _Optional[int] = ..., middle_pname: _Optional[str] = ...) -> None: ...
+
+class ScanRangesReply(_message.Message):
+    __slots__ = ("ranges", "map_version")
+    RANGES_FIELD_NUMBER: _ClassVar[int]
+    MAP_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ranges: _containers.RepeatedCompositeFieldContainer[AccountRange]
+    map_version: int
+    def __init__(self, ranges: _Optional[_Iterable[_Union[AccountRange, _Mapping]]] = ..., map_version: _Optional[int] = ...) -> None: ...

@@ -55,6 +55,11 @@ class FrontEndStub:
                 request_serializer=common_dot_proto_dot_frontend__pb2.FrontEndStatusRequest.SerializeToString,
                 response_deserializer=common_dot_proto_dot_frontend__pb2.FrontEndStatus.FromString,
                 _registered_method=True)
+        self.ScanRanges = channel.unary_unary(
+                '/stamp.frontend.FrontEnd/ScanRanges',
+                request_serializer=common_dot_proto_dot_frontend__pb2.ScanRangesRequest.SerializeToString,
+                response_deserializer=common_dot_proto_dot_frontend__pb2.ScanRangesReply.FromString,
+                _registered_method=True)
 
 
 class FrontEndServicer:
@@ -89,6 +94,16 @@ class FrontEndServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ScanRanges(self, request, context):
+        """The range partitions that hold the account's names (cut to a shared access token's
+        prefix), in key order, each as the name bounds a Scan takes: for planning parallel reads
+        (the Spark data source, spark/datasource.py). Read-only; signed as "ScanRanges", which a
+        token grants with its scan permission. Ids change on split and merge: a plan, not a key.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FrontEndServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -111,6 +126,11 @@ def add_FrontEndServicer_to_server(servicer, server):
                     servicer.Status,
                     request_deserializer=common_dot_proto_dot_frontend__pb2.FrontEndStatusRequest.FromString,
                     response_serializer=common_dot_proto_dot_frontend__pb2.FrontEndStatus.SerializeToString,
+            ),
+            'ScanRanges': grpc.unary_unary_rpc_method_handler(
+                    servicer.ScanRanges,
+                    request_deserializer=common_dot_proto_dot_frontend__pb2.ScanRangesRequest.FromString,
+                    response_serializer=common_dot_proto_dot_frontend__pb2.ScanRangesReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -221,6 +241,33 @@ class FrontEnd:
             '/stamp.frontend.FrontEnd/Status',
             common_dot_proto_dot_frontend__pb2.FrontEndStatusRequest.SerializeToString,
             common_dot_proto_dot_frontend__pb2.FrontEndStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ScanRanges(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stamp.frontend.FrontEnd/ScanRanges',
+            common_dot_proto_dot_frontend__pb2.ScanRangesRequest.SerializeToString,
+            common_dot_proto_dot_frontend__pb2.ScanRangesReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -65,6 +65,11 @@ def test_up_status_kill_start_demo_down(data_dir: Path) -> None:
     demo = stamp(data_dir, "demo").stdout
     assert "the subscription saw every one in order" in demo
     assert "acknowledged records read back in order" in demo
+    # The analytics step: Spark counted each log's records through the data source (it
+    # asserts the counts equal each log's peek; views-* got 1200 records).
+    assert "counted by Spark through the Stamp data source" in demo
+    assert any(line.split()[:2] == [line.split()[0], "1200"] and line.split()[0].startswith(
+        "views-") for line in demo.splitlines() if line.strip())
 
     assert "created stream events" in stamp(data_dir, "stream", "create", "events").stdout
     stamp(data_dir, "stream", "append", "events", "one", "two")

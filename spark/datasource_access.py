@@ -1,0 +1,106 @@
+"""Who the Stamp data source reads as (issue 18): a read-only shared access token, whatever
+the user gave.
+
+Options (case-insensitive, as Spark passes them):
+- `connectionString`: `Endpoint=...;Account=...;Key=...` or `...;SharedAccessSignature=...`;
+- or `sas` (a token), `endpoints` (HOST:PORT, comma-separated) and optionally `account`
+  (default: the token's).
+
+Contract of `read_only_access`: with an account key it mints, on the driver, a token
+granting only `read` and `scan` on every name of the account for TOKEN_LIFETIME_S, signed
+with whichever of the two keys the connection string holds (tried against a front end); the
+key itself never leaves the driver — Spark's tasks get the Access, which holds the token only.
+A token the user gave is passed on as it is (it can grant no more than it does). Errors are
+InvalidArgument naming the option, or what the front end raises (Unauthenticated...).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from common.errors import InvalidArgument, Unauthenticated
+from frontend import connection_string, sas
+from frontend.client import Client
+
+# A minted token outlives any batch read and a week of streaming; a query running longer
+# is restarted with a fresh one.
+TOKEN_LIFETIME_S = 7 * 24 * 3600
+READ_PERMISSIONS = ("read", "scan")
+# How long one SDK call of a task may take, retries across failovers included: a PS that is
+# SIGKILLed is replaced within seconds, a task that gives up fails the whole query.
+CALL_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class Access:
+    endpoints: tuple[str, ...]
+    account: str
+    sas: str
+
+    def client(self) -> Client:
+        """A new client of its own (the caller closes it)."""
+        return Client(self.endpoints, self.account, sas=self.sas, timeout_s=CALL_TIMEOUT_S)
+
+    def shared_client(self) -> Client:
+        """This process's client for this Access, made once and kept open: Spark runs many
+        tasks one after another in each Python worker (spark.python.worker.reuse), and
+        making a client (its event loop, its connection to a front end) is most of what a
+        small task costs. Keyed by process id too: a worker forked from a process that had
+        one makes its own (threads and gRPC channels do not survive a fork). Thread-safe,
+        as the client is; never closed (it ends with the worker)."""
+        key = (os.getpid(), self)
+        with _SHARED_LOCK:
+            client = _SHARED.get(key)
+            if client is None:
+                client = _SHARED[key] = self.client()
+            return client
+
+    def __repr__(self) -> str:  # never print a secret into a log by accident
+        return f"Access(endpoints={self.endpoints!r}, account={self.account!r}, <token>)"
+
+
+_SHARED: dict[tuple[int, Access], Client] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def read_only_access(options: Mapping[str, str]) -> Access:
+    """The credentials the read's tasks use (module contract)."""
+    text = options.get("connectionString")
+    if text:
+        parsed = connection_string.parse(text)
+        if parsed.sas is not None:
+            return Access(parsed.endpoints, parsed.account, parsed.sas)
+        assert parsed.key is not None
+        return _mint(parsed.endpoints, parsed.account, parsed.key)
+    token = options.get("sas")
+    endpoints = tuple(e.strip() for e in (options.get("endpoints") or "").split(",")
+                      if e.strip())
+    if not token or not endpoints:
+        raise InvalidArgument("the stamp data source needs option connectionString, or sas "
+                              "and endpoints")
+    account = options.get("account") or sas.decode(token).account
+    checked = connection_string.make(list(endpoints), account, sas_token=token)
+    return Access(checked.endpoints, checked.account, token)
+
+
+def _mint(endpoints: tuple[str, ...], account: str, key: bytes) -> Access:
+    """A read-only token signed by `key`: which of the account's two keys it is shows only
+    when a front end checks the token, so each number is tried."""
+    now = time.time()
+    refused: Unauthenticated | None = None
+    for key_index in sas.KEY_INDEXES:
+        token = sas.mint(account, key_index, key, READ_PERMISSIONS, "",
+                         int(now) + TOKEN_LIFETIME_S, now)
+        access = Access(endpoints, account, token)
+        try:
+            access.shared_client().scan_ranges()
+        except Unauthenticated as exc:
+            refused = exc
+            continue
+        return access
+    raise Unauthenticated(f"the connection string's key signs no token the stamp accepts: "
+                          f"{refused}")
