@@ -62,6 +62,8 @@ class ExtentNodeLimits:
     # first k answers rebuild the range).
     fragment_chunk_bytes: int = 4 * MiB
     fragment_hedge_ms: int = 300
+    # The scrub (ScrubExtent) reads and verifies a replica in chunks of this size.
+    scrub_chunk_bytes: int = 8 * MiB
     # How long a CLI/test waits for a started process to report that it is serving.
     start_timeout_ms: int = 20000
 

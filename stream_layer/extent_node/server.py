@@ -207,6 +207,14 @@ class ExtentNodeServicer(pb_grpc.ExtentNodeServicer):
             pending_file_bytes=self.store.pending_bytes, pid=os.getpid(),
             journal_syncs=self.store.journal.syncs, journal_records=self.store.journal.records)
 
+    @rpc.rpc_errors
+    async def ScrubExtent(self, request: pb.ScrubExtentRequest,
+                          context: aio.ServicerContext) -> pb.ScrubExtentReply:
+        found = await self.store.scrub(request.extent_id)
+        return pb.ScrubExtentReply(length=found.length, sealed=found.sealed,
+                                   frames=found.frames, digest=found.digest,
+                                   bad_offset=found.bad_offset, reason=found.reason)
+
     # ---- erasure-coded fragments ----------------------------------------------------------
 
     def _fragment_store(self) -> FragmentStore:
