@@ -350,6 +350,23 @@ class FrontEndLimits:
 
 
 @dataclass(frozen=True)
+class JobLimits:
+    """The maintenance jobs (spark/, §7: scrub, ec, gc) and their record of past runs."""
+
+    # Past runs kept in the lock service (one value, under its 256 KiB value limit).
+    runs_kept: int = 100
+    runs_bytes_max: int = 192 * 1024
+    # Items one Spark task takes; a job has at least one task per item up to the cores x 4.
+    items_per_task_max: int = 16
+    # How often the driver polls Spark's status tracker for the progress bar.
+    progress_interval_ms: int = 200
+    # A replica rebuilt by scrub fetches the whole sealed extent from a good peer.
+    repair_timeout_s: int = 600
+    # Scrub waits this long for the stream manager to rebuild a bad fragment in place.
+    fragment_repair_wait_s: int = 60
+
+
+@dataclass(frozen=True)
 class RaftMemberSpec:
     """One replica of a Raft group (stream manager or lock service)."""
 
@@ -429,6 +446,7 @@ class StampConfig:
         default_factory=_default_partition_servers)
     front_end: FrontEndLimits = field(default_factory=FrontEndLimits)
     front_ends: tuple[ProcessSpec, ...] = field(default_factory=_default_front_ends)
+    jobs: JobLimits = field(default_factory=JobLimits)
 
     def with_ephemeral_ports(self) -> StampConfig:
         """The same stamp on free ports: for tests and benchmarks that run beside `stamp up`."""
@@ -465,7 +483,7 @@ def _apply(config: StampConfig, raw: dict[str, Any]) -> StampConfig:
     changes: dict[str, Any] = {}
     for key, value in raw.items():
         if key in ("extent_node", "stream_manager", "partition", "partition_manager",
-                   "front_end"):
+                   "front_end", "jobs"):
             changes[key] = _replace_checked(getattr(config, key), value, key)
         elif key == "extent_nodes":
             changes[key] = tuple(ExtentNodeSpec(**node) for node in value)
