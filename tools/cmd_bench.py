@@ -96,6 +96,12 @@ def _balance(args: argparse.Namespace) -> Rows:
     return run_balance(progress=_progress(args))
 
 
+def _scrub(args: argparse.Namespace) -> Rows:
+    from tools.bench.scrub import run_scrub
+
+    return run_scrub(progress=_progress(args))
+
+
 BENCHES: dict[str, tuple[str, Callable[[argparse.Namespace], Rows]]] = {
     "extent-append": ("3-way replicated appends to one extent: 4 KiB with 1/8/32 appenders, "
                       "1 MiB blocks, and the disk's own 4 KiB append+fsync rate",
@@ -131,6 +137,9 @@ BENCHES: dict[str, tuple[str, Callable[[argparse.Namespace], Rows]]] = {
                 "records/s before and after the PM balances, time until every PS is within "
                 "25% of the mean (targets: <= 30 s, no appender error, after >= before)",
                 _balance),
+    "scrub": ("stamp job scrub on local[2] over 256 MB of sealed 3-way replicated extents: "
+              "MB/s verified (every replica) against the disk's sequential read rate, taking "
+              "turns, page cache dropped (target ratio >= 0.5)", _scrub),
 }
 
 

@@ -57,7 +57,31 @@ class FrameScanner:
     def feed(self, data: bytes) -> None:
         if not self.ok:
             return
-        buf = memoryview(self._carry + data if self._carry else data)
+        view = memoryview(data)
+        # Complete the frame the previous chunk cut, copying only that frame's bytes (a
+        # copy of the whole chunk would cost more than its checksums).
+        while self._carry and view:
+            have = len(self._carry)
+            if have < framing.HEADER_BYTES:
+                want = framing.HEADER_BYTES - have
+            else:
+                want = framing.frame_bytes(framing.HEADER.unpack_from(self._carry)[0]) - have
+            self._carry += bytes(view[:want])
+            view = view[want:]
+            if len(self._carry) >= framing.HEADER_BYTES and len(self._carry) == \
+                    framing.frame_bytes(framing.HEADER.unpack_from(self._carry)[0]):
+                whole, self._carry = self._carry, b""
+                if self._scan(memoryview(whole)) < 0:
+                    return
+        if self._carry:
+            return  # the chunk ended inside the carried frame
+        consumed = self._scan(view)
+        if consumed >= 0:
+            self._carry = bytes(view[consumed:])
+
+    def _scan(self, buf: memoryview) -> int:
+        """Verify the whole frames at the start of `buf` (at self.position); the bytes they
+        take, or -1 after a bad one."""
         pos = 0
         while pos + framing.HEADER_BYTES <= len(buf):
             length, crc = framing.HEADER.unpack_from(buf, pos)
@@ -66,12 +90,12 @@ class FrameScanner:
                 break  # the rest of this frame is in the next chunk
             if crc32c(buf[pos + framing.HEADER_BYTES:end]) != crc:
                 self.fail(self.position + pos, "checksum mismatch")
-                return
+                return -1
             self._digest.update(buf[pos:pos + framing.HEADER_BYTES])
             self.frames += 1
             pos = end
         self.position += pos
-        self._carry = bytes(buf[pos:])
+        return pos
 
     def finish(self) -> None:
         """The end: a partial frame left over is bad (a frame runs past the length)."""
