@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-JOBS = ("scrub", "ec", "gc")
+JOBS = ("scrub", "ec")
 RUN_HOLDER = "stamp-job"
 
 Progress = Callable[[int, int], None]
@@ -93,8 +93,9 @@ class StampAddresses:
         return cls(sm, of_kind("lock"), raw.get("config"), load_config(raw.get("config")))
 
 
-async def list_items(job: str, sm: AsyncStreamManagerClient, now: float) -> list[int]:
-    """The extent ids `job` looks at, as the stream manager lists them now."""
+async def list_items(job: str, sm: AsyncStreamManagerClient, now: float) -> list[Any]:
+    """The items (extent ids, or tuples starting with one) `job` looks at, as the stream
+    manager lists them now."""
     if job == "scrub":
         from spark.scrub import list_items as scrub_items
 
@@ -103,10 +104,6 @@ async def list_items(job: str, sm: AsyncStreamManagerClient, now: float) -> list
         from spark.ec import list_items as ec_items
 
         return await ec_items(sm, now)
-    if job == "gc":
-        from spark.gc import list_items as gc_items
-
-        return await gc_items(sm, now)
     raise InvalidArgument(f"unknown job {job!r} (jobs: {', '.join(JOBS)})")
 
 
@@ -152,7 +149,7 @@ def run_job(job: str, data_dir: str, master: str = DEFAULT_MASTER, dry_run: bool
     return report
 
 
-async def _list(job: str, stamp: StampAddresses, now: float) -> list[int]:
+async def _list(job: str, stamp: StampAddresses, now: float) -> list[Any]:
     sm = AsyncStreamManagerClient(stamp.stream_managers, stamp.config.stream_manager)
     try:
         return await list_items(job, sm, now)
@@ -160,7 +157,7 @@ async def _list(job: str, stamp: StampAddresses, now: float) -> list[int]:
         await sm.close()
 
 
-def _spread(sc: SparkContext, job: str, settings: dict[str, Any], items: list[int],
+def _spread(sc: SparkContext, job: str, settings: dict[str, Any], items: list[Any],
             config: StampConfig, on_progress: Progress | None) -> list[dict[str, Any]]:
     """Run the items on Spark tasks; poll the status tracker for progress meanwhile."""
     limits = config.jobs

@@ -163,6 +163,15 @@ class AsyncStreamManagerClient:
         return await self.call("ReleaseReplicas", pb.ReleaseReplicasRequest(
             extent_id=extent_id, nodes=nodes))
 
+    async def set_stream_policy(self, pattern: str, ec_k: int, ec_m: int, after_s: float
+                                ) -> None:
+        """Set the ec policy of the streams `pattern` names (ec_k 0: remove it)."""
+        await self.call("SetStreamPolicy", pb.StreamPolicy(pattern=pattern, ec_k=ec_k,
+                                                           ec_m=ec_m, after_s=after_s))
+
+    async def list_stream_policies(self) -> list[pb.StreamPolicy]:
+        return list((await self.call("ListStreamPolicies", pb.Empty())).policies)
+
     async def report_fragment(self, extent_id: int, index: int, reason: str) -> None:
         await self.call("ReportFragment", pb.ReportFragmentRequest(
             extent_id=extent_id, index=index, reason=reason))

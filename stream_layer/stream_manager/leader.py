@@ -266,7 +266,7 @@ class StreamManagerLeader:
             ready = self.clock.monotonic()
             commands: list[object] = []
             if fenced is not None:
-                commands.append(s.SealExtent(last, fenced[0]))
+                commands.append(s.SealExtent(last, fenced[0], at=self.clock.wall()))
             commands.append(s.AddExtent(stream_name, extent_id, replicas, expect_last=last,
                                         epoch=epoch))
             results = await self.replica.propose(s.MultiModify(tuple(commands)))
@@ -294,7 +294,8 @@ class StreamManagerLeader:
         if extent.state != s.OPEN:
             return extent
         length, sources = await self.fence(extent)
-        sealed = await self.replica.propose(s.SealExtent(extent_id, length))
+        sealed = await self.replica.propose(s.SealExtent(extent_id, length,
+                                                         at=self.clock.wall()))
         self.seal_later(extent_id, length, sources)
         return sealed
 

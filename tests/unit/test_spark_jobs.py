@@ -73,3 +73,85 @@ def test_runs_are_bounded_by_count_and_bytes_newest_kept() -> None:
     assert len(encode(small)) <= 2000
     alone = appended([], run(1, "x" * 100), kept=1, bytes_max=10)
     assert [r.started_at for r in alone] == [1.0]  # the new run always stays
+
+
+# ---- ec: which extents, and the stream policies behind it -------------------------------
+
+
+def test_policy_exact_name_first_then_longest_pattern() -> None:
+    from stream_layer.stream_manager.policies import policy_for
+    from stream_layer.stream_manager.records import StreamPolicy
+
+    policies = {p.pattern: p for p in (StreamPolicy("p-*", 6, 3, 0),
+                                       StreamPolicy("p-*.rows", 4, 2, 0),
+                                       StreamPolicy("p-7.rows", 3, 2, 0))}
+    assert policy_for("p-7.rows", policies).pattern == "p-7.rows"
+    assert policy_for("p-8.rows", policies).pattern == "p-*.rows"
+    assert policy_for("p-8.log", policies).pattern == "p-*"
+    assert policy_for("other", policies) is None
+
+
+def test_ec_candidates_are_due_sealed_extents_and_unfinished_conversions() -> None:
+    from spark.ec import ExtentView, ec_candidates
+    from stream_layer.stream_manager.records import StreamPolicy
+
+    now = 10_000.0
+    policies = {"rows": StreamPolicy("rows", 6, 3, 600), "blobs": StreamPolicy("blobs", 3, 2, 0)}
+    extents = [
+        ExtentView(1, "sealed", now - 601, ("rows",), 3),      # due
+        ExtentView(2, "sealed", now - 10, ("rows",), 3),       # not yet
+        ExtentView(3, "open", 0, ("rows",), 3),                # still written
+        ExtentView(4, "sealed", now - 10, ("log",), 3),        # no policy
+        ExtentView(5, "sealed", 0, ("rows",), 3),              # sealed before seal times
+        ExtentView(6, "erasure_coded", now, ("log",), 2, 3, 2),  # replicas left: finish
+        ExtentView(7, "erasure_coded", now, ("rows",), 0, 6, 3),  # done
+        ExtentView(8, "sealed", now - 10, ("blobs", "rows"), 3),  # shared: blobs is due
+    ]
+    assert ec_candidates(extents, policies, now) == [(1, 6, 3), (5, 6, 3), (6, 3, 2),
+                                                     (8, 3, 2)]
+
+
+def test_set_stream_policy_in_the_state_machine() -> None:
+    import pytest
+
+    from common.errors import InvalidArgument, NotFound
+    from stream_layer.stream_manager import state as s
+
+    st = s.StreamManagerState()
+    st.apply(s.SetStreamPolicy("p-*.rows", 6, 3, 600.0))
+    assert st.policies["p-*.rows"] == s.StreamPolicy("p-*.rows", 6, 3, 600.0)
+    restored = s.StreamManagerState.from_snapshot(st.to_snapshot())
+    assert restored.policies == st.policies and restored.digest() == st.digest()
+    with pytest.raises(InvalidArgument):
+        st.apply(s.SetStreamPolicy("x", 200, 100, 0))
+    st.apply(s.SetStreamPolicy("p-*.rows", 0, 0, 0))
+    assert st.policies == {}
+    with pytest.raises(NotFound):
+        st.apply(s.SetStreamPolicy("p-*.rows", 0, 0, 0))
+
+
+def test_seal_time_is_recorded_from_the_command() -> None:
+    from stream_layer.stream_manager import state as s
+
+    st = s.StreamManagerState()
+    st.apply(s.RegisterNode("en-1", "a:1", "fd-1", "ud-1", 0))
+    st.apply(s.CreateStream("log"))
+    first, _ = st.apply(s.ReserveExtentIds(1))
+    st.apply(s.AddExtent("log", first, ("en-1",), expect_last=0))
+    assert st.apply(s.SealExtent(first, 10, at=1234.5)).sealed_at == 1234.5
+
+
+def test_ec_and_duration_arguments() -> None:
+    import argparse
+
+    import pytest
+
+    from tools.cmd_stream_policy import duration_s, ec_code
+
+    assert ec_code("6+3") == (6, 3) and ec_code(" 3 + 2 ") == (3, 2)
+    assert duration_s("10m") == 600 and duration_s("90") == 90 and duration_s("1.5h") == 5400
+    for bad in ("6", "0+3", "200+100"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            ec_code(bad)
+    with pytest.raises(argparse.ArgumentTypeError):
+        duration_s("10 minutes")
