@@ -364,6 +364,11 @@ class JobLimits:
     repair_timeout_s: int = 600
     # Scrub waits this long for the stream manager to rebuild a bad fragment in place.
     fragment_repair_wait_s: int = 60
+    # gc sweeps a candidate only once it was marked at least this long ago and still is
+    # one: longer than any create-to-commit, copy or erasure-coding conversion takes.
+    gc_grace_s: float = 3600.0
+    # Marks kept (one lock-service value: about 60 bytes each); the oldest are kept.
+    gc_marks_max: int = 3000
 
 
 @dataclass(frozen=True)

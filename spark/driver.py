@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-JOBS = ("scrub", "ec")
+JOBS = ("scrub", "ec", "gc")
 RUN_HOLDER = "stamp-job"
 
 Progress = Callable[[int, int], None]
@@ -93,7 +93,8 @@ class StampAddresses:
         return cls(sm, of_kind("lock"), raw.get("config"), load_config(raw.get("config")))
 
 
-async def list_items(job: str, sm: AsyncStreamManagerClient, now: float) -> list[Any]:
+async def list_items(job: str, sm: AsyncStreamManagerClient, now: float,
+                     stamp: StampAddresses, dry_run: bool) -> list[Any]:
     """The items (extent ids, or tuples starting with one) `job` looks at, as the stream
     manager lists them now."""
     if job == "scrub":
@@ -104,6 +105,8 @@ async def list_items(job: str, sm: AsyncStreamManagerClient, now: float) -> list
         from spark.ec import list_items as ec_items
 
         return await ec_items(sm, now)
+    if job == "gc":
+        return await _gc_items(sm, now, stamp, dry_run)
     raise InvalidArgument(f"unknown job {job!r} (jobs: {', '.join(JOBS)})")
 
 
@@ -124,7 +127,7 @@ def run_job(job: str, data_dir: str, master: str = DEFAULT_MASTER, dry_run: bool
     try:
         settings = {"sm": stamp.stream_managers, "config": stamp.config_path,
                     "dry_run": dry_run, "now": report.started_at}
-        items = asyncio.run(_list(job, stamp, report.started_at))
+        items = asyncio.run(_list(job, stamp, report.started_at, dry_run))
         if items:
             own = session is None
             if own:
@@ -149,10 +152,27 @@ def run_job(job: str, data_dir: str, master: str = DEFAULT_MASTER, dry_run: bool
     return report
 
 
-async def _list(job: str, stamp: StampAddresses, now: float) -> list[Any]:
+async def _gc_items(sm: AsyncStreamManagerClient, now: float, stamp: StampAddresses,
+                    dry_run: bool) -> list[Any]:
+    from lock_service.client import LockClient
+    from spark.gc import list_items as gc_items
+    from stream_layer.extent_client import AsyncExtentClient
+
+    if not stamp.lock_servers:
+        raise InvalidArgument("gc keeps its marks in the lock service: this stamp has none")
+    extents = AsyncExtentClient(stamp.config.extent_node)
+    try:
+        with LockClient(stamp.lock_servers, RUN_HOLDER) as locks:
+            return await gc_items(sm, now, extents, locks, stamp.config.jobs.gc_grace_s,
+                                  stamp.config.jobs.gc_marks_max, dry_run)
+    finally:
+        await extents.close()
+
+
+async def _list(job: str, stamp: StampAddresses, now: float, dry_run: bool) -> list[Any]:
     sm = AsyncStreamManagerClient(stamp.stream_managers, stamp.config.stream_manager)
     try:
-        return await list_items(job, sm, now)
+        return await list_items(job, sm, now, stamp, dry_run)
     finally:
         await sm.close()
 

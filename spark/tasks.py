@@ -38,6 +38,10 @@ def item_function(job: str) -> ItemFunction:
         from spark.ec import ec_extent
 
         return ec_extent
+    if job == "gc":
+        from spark.gc import gc_extent
+
+        return gc_extent
     raise ValueError(f"unknown job {job!r}")
 
 

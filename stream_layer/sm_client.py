@@ -145,6 +145,16 @@ class AsyncStreamManagerClient:
     async def list_extents(self) -> list[pb.ExtentInfo]:
         return list((await self.call("ListExtents", pb.ListExtentsRequest())).extents)
 
+    async def list_extents_and_busy(self) -> tuple[list[pb.ExtentInfo], set[int]]:
+        """Every extent, and the ids the leader holds outside the state (spares, copies
+        under way), as of one moment."""
+        reply = await self.call("ListExtents", pb.ListExtentsRequest())
+        return list(reply.extents), set(reply.busy)
+
+    async def delete_extent(self, extent_id: int) -> pb.ExtentInfo:
+        """Mark an extent no stream holds as deleted (PreconditionFailed while one does)."""
+        return await self.call("DeleteExtent", pb.GetExtentRequest(extent_id=extent_id))
+
     async def list_nodes(self) -> list[pb.NodeInfo]:
         return list((await self.call("ListNodes", pb.ListNodesRequest())).nodes)
 

@@ -15,6 +15,8 @@ JOB_HELP = {
              "compare replicas, repair bad copies from good ones",
     "ec": "erasure-code the sealed extents of streams whose policy asks for it "
           "('stamp stream policy'), then drop their replicas",
+    "gc": "delete extents no stream holds and copies the stream manager does not count on "
+          "(marked by one run, swept by a later one after jobs.gc_grace_s)",
 }
 
 

@@ -209,10 +209,12 @@ class ListExtentsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ListExtentsReply(_message.Message):
-    __slots__ = ("extents",)
+    __slots__ = ("extents", "busy")
     EXTENTS_FIELD_NUMBER: _ClassVar[int]
+    BUSY_FIELD_NUMBER: _ClassVar[int]
     extents: _containers.RepeatedCompositeFieldContainer[ExtentInfo]
-    def __init__(self, extents: _Optional[_Iterable[_Union[ExtentInfo, _Mapping]]] = ...) -> None: ...
+    busy: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, extents: _Optional[_Iterable[_Union[ExtentInfo, _Mapping]]] = ..., busy: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class NodeInfo(_message.Message):
     __slots__ = ("name", "address", "fault_domain", "upgrade_domain", "state", "suspect", "silent_s", "used_bytes", "extents")

@@ -351,6 +351,13 @@ class StreamManagerLeader:
                 self._refilling = False
         self._spawn(refill())
 
+    def busy_extents(self) -> set[int]:
+        """Extent ids this leader holds outside the replicated state: its spares (on extent
+        nodes, in no stream yet) and the extents it is copying or rebuilding fragments of
+        (new copies not recorded yet). Garbage collection leaves them alone."""
+        return ({extent_id for extent_id, _ in self._spares}
+                | self.rereplication.under_way() | self.fragment_repair.under_way())
+
     # ---- watching nodes -------------------------------------------------------------------
 
     async def monitor_forever(self) -> None:

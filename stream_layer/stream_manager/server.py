@@ -163,7 +163,9 @@ class StreamManagerServicer(pb_grpc.StreamManagerServicer):
             holders = _holders(st)
             return [self._extent_info(st, e, holders.get(e.extent_id, ()))
                     for e in sorted(st.extents.values(), key=lambda e: e.extent_id)]
-        return pb.ListExtentsReply(extents=await self._confirmed_read(listing))
+        extents = await self._confirmed_read(listing)
+        # No await in between: the busy ids are of the same moment as the listing.
+        return pb.ListExtentsReply(extents=extents, busy=sorted(self.leader.busy_extents()))
 
     @rpc.rpc_errors
     async def ListNodes(self, request: pb.ListNodesRequest,
@@ -221,6 +223,13 @@ class StreamManagerServicer(pb_grpc.StreamManagerServicer):
         self._require_leader()
         self.leader.fragment_repair.report(request.extent_id, request.index, request.reason)
         return pb.Empty()
+
+    @rpc.rpc_errors
+    async def DeleteExtent(self, request: pb.GetExtentRequest,
+                           context: aio.ServicerContext) -> pb.ExtentInfo:
+        self._require_leader()
+        extent = await self.replica.propose(s.DeleteExtent(request.extent_id))
+        return self.replica.read(lambda st: self._extent_info(st, extent))
 
     @rpc.rpc_errors
     async def SetStreamPolicy(self, request: pb.StreamPolicy,
