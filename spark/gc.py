@@ -19,6 +19,7 @@ import json
 import logging
 from typing import Any
 
+from common import faults
 from common.errors import NotFound, PreconditionFailed, StampError, Unavailable
 from spark.gc_plan import DELETED, REPLICA, Holding, Known, candidates, plan_sweep
 from spark.job_context import JobContext
@@ -108,6 +109,7 @@ async def gc_extent(ctx: JobContext, item: GcItem) -> ItemResult:
 
 async def _delete_copy(ctx: JobContext, address: str, extent_id: int, index: int) -> int:
     """Delete one replica or fragment; the bytes it held (0 if it was gone already)."""
+    await faults.apoint("gc.before_delete_copy")
     try:
         if index == REPLICA:
             length, _ = await ctx.extents.commit_length(address, extent_id)

@@ -13,6 +13,11 @@ Extents the leader holds outside its state (its spares, copies and rebuilds unde
 are candidates too: the sweep has the stream manager delete them (refused atomically if a
 stream holds one by then), then removes their copies.
 
+Copies of an extent the stream manager deleted are swept without waiting: a deleted extent
+never comes back (no transition leaves `deleted`, no stream can take one), so no grace
+period protects anything there; it also lets a run finish the copies an earlier run left
+when it was killed between deleting an extent and its copies.
+
 Mark then sweep: a run marks every candidate it sees (keeping the time of a mark it made
 before); a candidate is swept only if it was marked at least `grace_s` ago and is a candidate
 still. A copy or extent that stopped being a candidate (created or taken into a stream after
@@ -27,6 +32,7 @@ from dataclasses import dataclass
 
 DELETED, ERASURE_CODED, SEALED = "deleted", "erasure_coded", "sealed"
 REPLICA = -1  # Holding.index of a replica (fragments have their index)
+EXTENT_DELETED = "its extent is deleted"
 
 
 @dataclass(frozen=True)
@@ -63,7 +69,7 @@ def orphan_reason(h: Holding, known: Known | None) -> str:
     if known is None:
         return "unknown to the stream manager"
     if known.state == DELETED:
-        return "its extent is deleted"
+        return EXTENT_DELETED
     if h.index == REPLICA:
         return "" if h.node in known.replicas else "not among the extent's replicas"
     if known.state != ERASURE_CODED:
@@ -102,7 +108,8 @@ def plan_sweep(marks: Mapping[str, float], found: Mapping[str, str], now: float,
     if marks_max and len(new_marks) > marks_max:
         oldest = sorted(new_marks.items(), key=lambda kv: (kv[1], kv[0]))[:marks_max]
         new_marks = dict(oldest)
-    sweep = sorted(key for key in found if key in marks and now - marks[key] >= grace_s)
+    sweep = sorted(key for key, why in found.items()
+                   if why == EXTENT_DELETED or (key in marks and now - marks[key] >= grace_s))
     return sweep, new_marks
 
 

@@ -52,3 +52,9 @@ def test_marks_of_silent_nodes_are_kept_and_the_oldest_win_the_bound() -> None:
     _, bounded = plan_sweep({"replica:a:7": 1.0}, found, now=50.0, grace_s=1, marks_max=3)
     assert len(bounded) == 3 and bounded["replica:a:7"] == 1.0
     assert REPLICA == -1
+
+
+def test_copies_of_a_deleted_extent_go_at_once() -> None:
+    found = candidates([Holding("a", 2), Holding("a", 9)], KNOWN, busy=set())
+    sweep, marks = plan_sweep({}, found, now=100.0, grace_s=10)
+    assert sweep == ["replica:a:2"] and {"replica:a:2", "replica:a:9"} <= set(marks)
