@@ -80,9 +80,10 @@ def _print_summary(console: Any, report: Any) -> None:
             items.add_row(str(r.item), r.status, str(r.copies), str(r.bytes), str(r.found),
                           str(r.fixed), r.detail)
         console.print(items)
-    summary = Table(title=f"stamp job {report.job}{' (dry run)' if report.dry_run else ''} "
-                          f"on {report.master}: {report.seconds:.1f} s"
-                          + ("" if report.recorded else " (not recorded: no lock service)"))
+    console.print(f"stamp job {report.job}{' (dry run)' if report.dry_run else ''} on "
+                  f"{report.master}: {report.seconds:.1f} s"
+                  + ("" if report.recorded else " (not recorded: no lock service)"))
+    summary = Table()
     summary.add_column("TOTAL")
     summary.add_column("VALUE", justify="right")
     for key, value in totals.items():
