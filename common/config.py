@@ -358,6 +358,8 @@ class JobLimits:
     runs_bytes_max: int = 192 * 1024
     # Items one Spark task takes; a job has at least one task per item up to the cores x 4.
     items_per_task_max: int = 16
+    # Items one task works on at once: their work waits mostly on RPCs and remote fsyncs.
+    items_concurrent_per_task: int = 4
     # How often the driver polls Spark's status tracker for the progress bar.
     progress_interval_ms: int = 200
     # A replica rebuilt by scrub fetches the whole sealed extent from a good peer.

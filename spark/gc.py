@@ -14,7 +14,7 @@ the next run sweeps."""
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import json
 import logging
 from typing import Any
@@ -128,12 +128,15 @@ async def _delete_extent(ctx: JobContext, extent_id: int) -> ItemResult:
         info = await ctx.sm.delete_extent(extent_id)
     except PreconditionFailed as exc:  # a stream holds it now
         return ItemResult(extent_id, SKIPPED, detail=str(exc))
-    reclaimed = 0
-    for address in info.addresses:
-        with contextlib.suppress(StampError):
-            reclaimed += await _delete_copy(ctx, address, extent_id, REPLICA)
-    for index, address in enumerate(info.fragment_addresses):
-        with contextlib.suppress(StampError):
-            await _delete_copy(ctx, address, extent_id, index)
+    # Copies a node fails to delete now (it is down) are swept by a later run at once:
+    # their extent is deleted.
+    copies = [(a, REPLICA) for a in info.addresses] + list(
+        (a, i) for i, a in enumerate(info.fragment_addresses))
+    freed = await asyncio.gather(*(_delete_copy(ctx, a, extent_id, i) for a, i in copies),
+                                 return_exceptions=True)
+    for outcome in freed:
+        if isinstance(outcome, BaseException) and not isinstance(outcome, StampError):
+            raise outcome
+    reclaimed = sum(n for n in freed if isinstance(n, int))
     return ItemResult(extent_id, DONE, len(info.addresses) + len(info.fragment_addresses),
                       reclaimed, detail="extent deleted (no stream held it)")

@@ -51,16 +51,19 @@ async def run_items_async(job: str, settings: dict[str, Any], items: Iterable[An
     faults.arm_from_env()
     work = item_function(job)
     ctx = JobContext.open(settings)
-    try:
-        results = []
-        for item in items:
+    slots = asyncio.Semaphore(ctx.limits.items_concurrent_per_task)
+
+    async def one(item: Any) -> dict[str, Any]:
+        async with slots:
             try:
                 result = await work(ctx, item)
             except StampError as exc:
                 log.warning("%s of extent %d failed: %s", job, item_id(item), exc)
-                result = ItemResult(item_id(item), FAILED, detail=f"{type(exc).__name__}: {exc}")
-            results.append(result.to_dict())
-        return results
+                result = ItemResult(item_id(item), FAILED,
+                                    detail=f"{type(exc).__name__}: {exc}")
+            return result.to_dict()
+    try:
+        return list(await asyncio.gather(*(one(item) for item in items)))
     finally:
         await ctx.close()
 

@@ -102,6 +102,12 @@ def _scrub(args: argparse.Namespace) -> Rows:
     return run_scrub(progress=_progress(args))
 
 
+def _gc(args: argparse.Namespace) -> Rows:
+    from tools.bench.gc import run_gc
+
+    return run_gc(progress=_progress(args))
+
+
 BENCHES: dict[str, tuple[str, Callable[[argparse.Namespace], Rows]]] = {
     "extent-append": ("3-way replicated appends to one extent: 4 KiB with 1/8/32 appenders, "
                       "1 MiB blocks, and the disk's own 4 KiB append+fsync rate",
@@ -140,6 +146,9 @@ BENCHES: dict[str, tuple[str, Callable[[argparse.Namespace], Rows]]] = {
     "scrub": ("stamp job scrub on local[2] over 256 MB of sealed 3-way replicated extents: "
               "MB/s verified (every replica) against the disk's sequential read rate, taking "
               "turns, page cache dropped (target ratio >= 0.5)", _scrub),
+    "gc": ("stamp job gc over 32 streams of small extents, 31 of them deleted: extents "
+           "examined per second (mark run), deleted per second and bytes reclaimed (sweep "
+           "run)", _gc),
 }
 
 
