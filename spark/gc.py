@@ -40,7 +40,9 @@ async def list_items(sm: AsyncStreamManagerClient, now: float, extents: Any,
                      locks: Any, grace_s: float, marks_max: int, dry_run: bool
                      ) -> list[GcItem]:
     """What this run sweeps (see the module); writes the new marks unless `dry_run`."""
-    nodes = [n for n in await sm.list_nodes() if n.state == "alive"]
+    # Every registered node, dead ones too: one the stream manager declared dead may be
+    # back before it hears of it; one that does not answer keeps its marks as they are.
+    nodes = await sm.list_nodes()
     holdings: list[Holding] = []
     silent: set[str] = set()
     address_of = {n.name: n.address for n in nodes}
