@@ -134,6 +134,7 @@ class ExtentNodeServicer(pb_grpc.ExtentNodeServicer):
     @rpc.rpc_errors
     async def CreateExtent(self, request: pb.CreateExtentRequest,
                            context: aio.ServicerContext) -> pb.CreateExtentReply:
+        await faults.apoint("en.create")  # a failed create leaves orphans on the others
         await self.node.create(request.extent_id, list(request.replicas))
         return pb.CreateExtentReply()
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from common.rpc import arm_remote
 from spark.driver import job_session, run_job
 from spark.job_result import DONE
 from stream_layer import stream_ops
@@ -86,6 +87,19 @@ def test_gc_sweeps_orphans_after_the_grace_and_never_live_or_shared_extents(
                   if e.state == "sealed"]
         await client.sm.multi_modify([stream_ops.create_from_op("b", sealed[:2])])
         written["b"] = [(loc, d) for loc, d in written["a"] if loc.extent_id in sealed[:2]]
+        # A failed create: a node refuses its next create; the replicas the same create made
+        # on two others are known to nobody (the leader places the extent anew).
+        arm_remote(stamp.address("en-1"), "en.create=fail,times=1")
+        more = await client.open_stream("a")
+        for _ in range(40):  # rollovers: spares taken, refilled by new creates
+            block = rng.randbytes(9000)
+            written["a"].append(((await more.append([block]))[0], block))
+
+        async def half_made() -> set[int]:
+            infos, busy = await client.sm.list_extents_and_busy()
+            return set().union(*(await holdings(stamp, client)).values()) - busy - {
+                e.extent_id for e in infos}
+        unknown = await wait_for(half_made, 15, "a create that failed half way")
         # A deposed leader's spares: known to nobody once another leader serves.
         _, old_spares = await client.sm.list_extents_and_busy()
         assert old_spares, "the leader keeps spare extents"
@@ -104,7 +118,7 @@ def test_gc_sweeps_orphans_after_the_grace_and_never_live_or_shared_extents(
         stamp.start(away)
         await client.extents.wait_serving(stamp.address(away))
         await client.close()
-        return written, doomed_extents | old_spares, sealed[0], away
+        return written, doomed_extents | old_spares | unknown, sealed[0], away
 
     written, orphans, stale_extent, away = asyncio.run(make_orphans())
 
