@@ -366,11 +366,21 @@ class JobLimits:
     repair_timeout_s: int = 600
     # Scrub waits this long for the stream manager to rebuild a bad fragment in place.
     fragment_repair_wait_s: int = 60
+    # Streams the ec job codes when no stream policy names them (fnmatch patterns): the row
+    # data and blob data of partitions, with the stamp's default code (stream_manager's
+    # ec_data_fragments + ec_parity_fragments, narrower on a small stamp), this long after
+    # their seal. An empty tuple turns the default off.
+    ec_default_patterns: tuple[str, ...] = ("partition/*/row", "partition/*/blob")
+    ec_default_after_s: float = 600.0
     # gc sweeps a candidate only once it was marked at least this long ago and still is
     # one: longer than any create-to-commit, copy or erasure-coding conversion takes.
     gc_grace_s: float = 3600.0
     # Marks kept (one lock-service value: about 60 bytes each); the oldest are kept.
     gc_marks_max: int = 3000
+
+    def __post_init__(self) -> None:
+        # A config file gives a list: keep it a tuple, so the limits stay hashable.
+        object.__setattr__(self, "ec_default_patterns", tuple(self.ec_default_patterns))
 
 
 @dataclass(frozen=True)

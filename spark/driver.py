@@ -104,7 +104,7 @@ async def list_items(job: str, sm: AsyncStreamManagerClient, now: float,
     if job == "ec":
         from spark.ec import list_items as ec_items
 
-        return await ec_items(sm, now)
+        return await ec_items(sm, now, stamp.config.jobs)
     if job == "gc":
         return await _gc_items(sm, now, stamp, dry_run)
     raise InvalidArgument(f"unknown job {job!r} (jobs: {', '.join(JOBS)})")

@@ -10,6 +10,9 @@ only deletes them. `ec_candidates` lists both kinds, so a rerun after a killed j
 what it left, and readers use the replicas until the switch, the fragments after it: the
 extent is readable throughout.
 
+Streams no policy names follow the default policies (`jobs.ec_default_patterns`: the row
+data and blob data of partitions, `jobs.ec_default_after_s` after their seal).
+
 An extent several streams hold (a split's children) follows the first holder, by name, that
 has a policy due for it."""
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from common.config import JobLimits
 from common.proto import stream_manager_pb2 as sm_pb
 from spark.job_context import JobContext
 from spark.job_result import DONE, FAILED, SKIPPED, WOULD, ItemResult
@@ -28,7 +32,8 @@ from stream_layer.stream_manager.records import StreamPolicy
 
 SEALED, ERASURE_CODED = "sealed", "erasure_coded"
 
-EcItem = tuple[int, int, int]  # (extent id, k, m)
+EcItem = tuple[int, int, int]  # (extent id, k, m); k = m = DEFAULT_CODE: the stamp's
+DEFAULT_CODE = 0
 
 
 @dataclass(frozen=True)
@@ -67,9 +72,18 @@ def views(infos: Sequence[sm_pb.ExtentInfo]) -> list[ExtentView]:
                        e.ec_k, e.ec_m) for e in infos]
 
 
-async def list_items(sm: AsyncStreamManagerClient, now: float) -> list[EcItem]:
-    policies = {p.pattern: StreamPolicy(p.pattern, p.ec_k, p.ec_m, p.after_s)
-                for p in await sm.list_stream_policies()}
+def default_policies(limits: JobLimits) -> dict[str, StreamPolicy]:
+    """The policies that apply when the stream manager has none for a stream: k = m = 0,
+    the stamp's default code (convert.py's `default_code`, narrower on a small stamp)."""
+    return {p: StreamPolicy(p, DEFAULT_CODE, DEFAULT_CODE, limits.ec_default_after_s)
+            for p in limits.ec_default_patterns}
+
+
+async def list_items(sm: AsyncStreamManagerClient, now: float, limits: JobLimits
+                     ) -> list[EcItem]:
+    policies = {**default_policies(limits),
+                **{p.pattern: StreamPolicy(p.pattern, p.ec_k, p.ec_m, p.after_s)
+                   for p in await sm.list_stream_policies()}}
     return ec_candidates(views(await sm.list_extents()), policies, now)
 
 
@@ -82,10 +96,11 @@ async def ec_extent(ctx: JobContext, item: EcItem) -> ItemResult:
         return ItemResult(extent_id, SKIPPED, detail=f"extent is {info.state} "
                                                      f"(nothing to do)")
     if ctx.dry_run:
-        what = (f"would encode RS({k},{m})" if info.state == SEALED
+        code = f"RS({k},{m})" if k else "the default code"
+        what = (f"would encode {code}" if info.state == SEALED
                 else f"would delete the replicas left on {', '.join(info.replicas)}")
         return ItemResult(extent_id, WOULD, bytes=info.sealed_length, detail=what)
-    done = await convert_extent(ctx.sm, ctx.extents, extent_id, k, m)
+    done = await convert_extent(ctx.sm, ctx.extents, extent_id, k or None, m or None)
     if done.replicas:
         return ItemResult(extent_id, FAILED, len(done.fragments), done.sealed_length,
                           detail=f"coded RS({done.ec_k},{done.ec_m}); replicas on "

@@ -155,3 +155,17 @@ def test_ec_and_duration_arguments() -> None:
             ec_code(bad)
     with pytest.raises(argparse.ArgumentTypeError):
         duration_s("10 minutes")
+
+
+def test_default_policies_code_partition_row_and_blob_data() -> None:
+    from common.config import JobLimits
+    from spark.ec import DEFAULT_CODE, ExtentView, default_policies, ec_candidates
+
+    policies = default_policies(JobLimits(ec_default_after_s=60))
+    extents = [ExtentView(1, "sealed", 100, ("partition/3/row",), 3),
+               ExtentView(2, "sealed", 100, ("partition/3/blob",), 3),
+               ExtentView(3, "sealed", 100, ("partition/3/log",), 3),
+               ExtentView(4, "sealed", 150, ("partition/4/row",), 3)]
+    assert ec_candidates(extents, policies, now=200) == [(1, DEFAULT_CODE, DEFAULT_CODE),
+                                                         (2, DEFAULT_CODE, DEFAULT_CODE)]
+    assert default_policies(JobLimits(ec_default_patterns=())) == {}
