@@ -127,3 +127,34 @@ def test_scrub_finds_and_repairs_a_flipped_replica_byte_and_fragment_byte(
                              text=True, timeout=60)
     assert listing.returncode == 0, listing.stderr
     assert listing.stdout.count("scrub") == 3
+
+
+def test_a_repair_killed_half_way_is_finished_by_the_stream_manager(
+        stamp_factory: StampFactory, spark: object, rng: random.Random) -> None:
+    """What a scrub task SIGKILLed between re-creating a bad replica and sealing it leaves:
+    an empty open replica of a sealed extent. The node reports it open in its heartbeat, and
+    the stream manager seals it at the recorded length from the other replicas."""
+    stamp = stamp_factory(3, 1, lock_servers=1)
+
+    async def scenario() -> int:
+        client = client_for(stamp)
+        _, acked = await sealed_extent(client, rng, blocks=40, name="s")
+        extent_id = acked[0][0].extent_id
+        await settled(client, stamp, extent_id)
+        info = await client.sm.get_extent(extent_id)
+        victim = info.addresses[2]
+        await client.extents.delete_extent(victim, extent_id)
+        await client.extents.create_extent(victim, extent_id, list(info.addresses))
+
+        async def resealed() -> bool:
+            length, sealed = await client.extents.commit_length(victim, extent_id)
+            return sealed and length == info.sealed_length
+        await wait_for(resealed, 30, "the stream manager to seal the empty replica")
+        for loc, data in acked:
+            assert await client.extents.read(victim, loc) == data
+        await client.close()
+        return extent_id
+
+    extent_id = asyncio.run(scenario())
+    report = by_item(run_job("scrub", str(stamp.data_dir), session=spark))
+    assert report[extent_id].status == OK, report[extent_id]
