@@ -16,6 +16,10 @@ $(INSTALLED): pyproject.toml
 	@command -v fusermount3 >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
 		&& { apt-get update -qq && apt-get install -y -qq fuse3 >/dev/null; } \
 		|| echo "note: no fusermount3 (package fuse3): the power-cut tests will be skipped"; }
+	@# tmux, in which tests/probe/test_watch.py draws `stamp top` (skipped without); root only.
+	@command -v tmux >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+		&& { apt-get update -qq && apt-get install -y -qq tmux >/dev/null; } \
+		|| echo "note: no tmux: the stamp top terminal test will be skipped"; }
 	@# A JRE (17+) for Spark (spark/): Debian's headless OpenJDK when none is found; root only.
 	@v=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n 1); \
 	[ "$${v:-0}" -ge 17 ] 2>/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \

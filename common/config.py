@@ -119,6 +119,10 @@ class PartitionLimits:
     heartbeat_interval_ms: int = 1000
     # How long a PS may take to load a partition before the PM tries elsewhere.
     load_timeout_ms: int = 30_000
+    # A request for a range being split or merged here waits at most this long for the
+    # children to serve (then runs there), instead of NotOwner at once: the client's map
+    # refresh and retry would add their time to the range's unavailability.
+    split_hold_ms: int = 2_000
     # Values this large go to the blob-data stream once; the row keeps a pointer (§4).
     blob_value_bytes_min: int = 64 * KiB
     value_bytes_max: int = 4 * MiB - 4 * KiB
@@ -327,6 +331,29 @@ class FrontEndLimits:
     scan_page_bytes_max: int = 1 * MiB
     # How long the front end keeps an account's keys (a rotated key works at most this long).
     account_cache_ttl_ms: int = 5000
+    # The Azure Blob REST endpoint (frontend/blob_*.py; DESIGN §6). An Append Block body: Azure's
+    # limit for append blobs (API versions before 2022-11-02; larger ones get 413).
+    blob_append_bytes_max: int = 4 * MiB
+    # An Append Block is cut into records of at most this size, appended atomically together.
+    blob_record_bytes_max: int = 1 * MiB
+    # Azure's limit on the Append Blocks of one append blob (BlockCountExceedsLimit past it).
+    blob_appends_max: int = 50_000
+    # Blob properties a front end remembers: an appender whose blob is remembered costs one
+    # conditional write and no read (a stale one fails its condition and is read again).
+    blob_props_cached_max: int = 10_000
+    # How long a front end trusts a container's existence. A deleted container's name stays
+    # taken (ContainerBeingDeleted) for twice this, so no front end writes under a stale one.
+    blob_container_cache_ttl_ms: int = 1000
+    # Conditional writes of one request retried after losing a race for the blob.
+    blob_write_attempts_max: int = 64
+    # Items of one List Blobs / List Containers page: Azure's maximum.
+    blob_list_results_max: int = 5000
+    # A SharedKey request dated further than this from the front end's clock is refused.
+    blob_request_skew_ms: int = 15 * 60 * 1000
+    # One partition-server call while serving a blob's bytes asks for about this many bytes
+    # (as many records as the sizes of those read so far say) and at most this many records.
+    blob_read_bytes_max: int = 16 * MiB
+    blob_read_records_max: int = 1024
 
     def __post_init__(self) -> None:
         positive = ("scan_partitions_in_flight_max", "scan_page_rows_max",
@@ -334,7 +361,12 @@ class FrontEndLimits:
                     "account_requests_per_s_max", "account_burst_requests_max",
                     "account_bytes_per_s_max", "account_burst_bytes_max",
                     "accounts_tracked_max", "talkers_held_max", "talker_window_ms",
-                    "servers_tracked_max", "overload_report_ttl_ms")
+                    "servers_tracked_max", "overload_report_ttl_ms",
+                    "blob_append_bytes_max", "blob_record_bytes_max", "blob_appends_max",
+                    "blob_props_cached_max", "blob_container_cache_ttl_ms",
+                    "blob_write_attempts_max", "blob_list_results_max",
+                    "blob_request_skew_ms", "blob_read_bytes_max",
+                    "blob_read_records_max")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise InvalidArgument(f"front_end.{name} must be positive")
@@ -381,6 +413,42 @@ class JobLimits:
     def __post_init__(self) -> None:
         # A config file gives a list: keep it a tuple, so the limits stay hashable.
         object.__setattr__(self, "ec_default_patterns", tuple(self.ec_default_patterns))
+
+
+@dataclass(frozen=True)
+class WatchConfig:
+    """Watching a stamp (issue 19): Prometheus metrics on every process, the gRPC health
+    service, `stamp status` and `stamp top`."""
+
+    # Off: processes get no `--metrics-port`, record nothing and install no interceptor.
+    metrics_enabled: bool = True
+    # What the scrape configuration `stamp up` writes asks Prometheus for.
+    scrape_interval_ms: int = 5000
+    # A scrape's request head: read within this long, at most this large.
+    metrics_request_timeout_ms: int = 2000
+    metrics_request_bytes_max: int = 16 * KiB
+    # A server re-checks whether it can do its job this often (its health status follows).
+    health_check_interval_ms: int = 250
+    # A process whose gRPC port is fixed in the config serves metrics on that port plus
+    # this (the same on every host that plans the stamp); one whose port is picked at start
+    # gets a free port.
+    metrics_port_offset: int = 1000
+    # A dependency's check (the lock service, from a front end or a PM) gives up after this.
+    health_dependency_timeout_ms: int = 1000
+    # `stamp status` and `stamp top` wait this long for a process's health answer: a
+    # SIGKILLed process (connection refused) answers at once, a frozen one times out; both
+    # are reported unhealthy within 2 s of the kill (the issue's bound).
+    health_rpc_timeout_ms: int = 1000
+    # `stamp top` redraws this often, scraping every process each time.
+    top_refresh_interval_ms: int = 1000
+    top_scrape_timeout_ms: int = 800
+    # `stamp top` lists at most this many partitions (the most loaded first).
+    top_partitions_max: int = 20
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            if f.name != "metrics_enabled" and getattr(self, f.name) <= 0:
+                raise InvalidArgument(f"watch.{f.name} must be positive")
 
 
 @dataclass(frozen=True)
@@ -463,7 +531,21 @@ class StampConfig:
         default_factory=_default_partition_servers)
     front_end: FrontEndLimits = field(default_factory=FrontEndLimits)
     front_ends: tuple[ProcessSpec, ...] = field(default_factory=_default_front_ends)
+    watch: WatchConfig = field(default_factory=WatchConfig)
     jobs: JobLimits = field(default_factory=JobLimits)
+    # The host (an address every other host reaches it at) of each process named here
+    # (`[hosts]` in TOML: en-1 = "10.0.0.2"); the others run on `host`. `stamp up --only HOST`
+    # starts the processes of one host, so one config runs a stamp across machines.
+    hosts: dict[str, str] = field(default_factory=dict)
+
+    def host_of(self, name: str) -> str:
+        return self.hosts.get(name, self.host)
+
+    def fixed_ports(self) -> dict[str, int]:
+        """Each process's gRPC port as configured (0: picked when it starts)."""
+        return {spec.name: spec.port for spec in (
+            *self.lock_servers, *self.stream_managers, *self.extent_nodes,
+            *self.partition_managers, *self.partition_servers, *self.front_ends)}
 
     def with_ephemeral_ports(self) -> StampConfig:
         """The same stamp on free ports: for tests and benchmarks that run beside `stamp up`."""
@@ -500,7 +582,7 @@ def _apply(config: StampConfig, raw: dict[str, Any]) -> StampConfig:
     changes: dict[str, Any] = {}
     for key, value in raw.items():
         if key in ("extent_node", "stream_manager", "partition", "partition_manager",
-                   "front_end", "jobs"):
+                   "front_end", "watch", "jobs"):
             changes[key] = _replace_checked(getattr(config, key), value, key)
         elif key == "extent_nodes":
             changes[key] = tuple(ExtentNodeSpec(**node) for node in value)
@@ -510,9 +592,16 @@ def _apply(config: StampConfig, raw: dict[str, Any]) -> StampConfig:
             changes[key] = tuple(ProcessSpec(**member) for member in value)
         elif key in ("data_dir", "host"):
             changes[key] = str(value)
+        elif key == "hosts":
+            changes[key] = {str(name): str(host) for name, host in value.items()}
         else:
             raise InvalidArgument(f"unknown config key {key!r}")
-    return dataclasses.replace(config, **changes)
+    config = dataclasses.replace(config, **changes)
+    unknown = sorted(set(config.hosts) - set(config.fixed_ports()))
+    if unknown:
+        raise InvalidArgument(f"[hosts] names processes the stamp does not have: "
+                              f"{', '.join(unknown)}")
+    return config
 
 
 def _replace_checked(obj: Any, values: dict[str, Any], section: str) -> Any:

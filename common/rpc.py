@@ -23,7 +23,7 @@ from typing import Any, TypeVar, cast
 import grpc
 from grpc import aio
 
-from common import errors, faults, isolation, isolation_grpc
+from common import errors, faults, isolation, isolation_grpc, metrics
 from common.proto import faults_pb2, faults_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -110,9 +110,10 @@ def server_options(message_bytes_max: int) -> list[tuple[str, Any]]:
 
 
 def aio_server(message_bytes_max: int) -> aio.Server:
-    """A Stamp server: calls from peers this process is cut off from are refused."""
+    """A Stamp server: calls from peers this process is cut off from are refused; while
+    metrics are on, calls are counted and timed per method (common/metrics.py)."""
     return aio.server(options=server_options(message_bytes_max),
-                      interceptors=[isolation_grpc.ServerGuard()])
+                      interceptors=[isolation_grpc.ServerGuard(), *metrics.interceptors()])
 
 
 def error_name(exc: BaseException) -> str:

@@ -1,9 +1,11 @@
 """What every Stamp server process does around its own start-up: log in one format, arm fault
-points and partitions (STAMP_ISOLATE) from the environment, run on uvloop, and stop cleanly
+points and partitions (STAMP_ISOLATE) from the environment, run on uvloop, be watched
+(Prometheus metrics on `--metrics-port`, the gRPC health service: `Watch`), and stop cleanly
 on SIGTERM or SIGINT (SIGKILL is what tests use, and recovery is built for it)."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import faulthandler
 import gc
@@ -14,7 +16,10 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
-from common import durable_fs, faults, isolation
+from grpc import aio
+
+from common import durable_fs, faults, isolation, metrics
+from common.health import Check, Health
 
 GC_YOUNG_THRESHOLD = 50_000
 
@@ -51,3 +56,34 @@ async def until_stopped() -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
+
+
+def add_watch_args(parser: argparse.ArgumentParser) -> None:
+    """The command-line options of `Watch`, the same for every server."""
+    parser.add_argument("--metrics-port", type=int, default=None,
+                        help="serve Prometheus metrics on this port (default: no metrics)")
+
+
+class Watch:
+    """A server's metrics endpoint and health service. In `serve`: `begin` first (metrics
+    must be on before the gRPC server and what records are made), `attach` the gRPC server
+    before it starts, `healthy_when(check)` once it serves, `end` first when it stops."""
+
+    def __init__(self, metrics_server: asyncio.Server | None) -> None:
+        self.metrics_server = metrics_server
+        self.health = Health()
+
+    @classmethod
+    async def begin(cls, args: argparse.Namespace) -> Watch:
+        return cls(await metrics.serve(args.host, args.metrics_port))
+
+    async def attach(self, server: aio.Server) -> None:
+        await self.health.attach(server)
+
+    def healthy_when(self, check: Check) -> None:
+        self.health.start(check)
+
+    async def end(self) -> None:
+        await self.health.stop()
+        if self.metrics_server is not None:
+            self.metrics_server.close()

@@ -98,6 +98,14 @@ class Authenticator:
         except _Miss:
             await self.check(claim, now_s)
 
+    async def keys(self, account: str) -> Keys:
+        """`account`'s keys (None: no such account), from the cache or read through it: for
+        credentials verified elsewhere than `wire` (the Azure Blob endpoint, blob_auth.py)."""
+        try:
+            return self._cached_keys(account)
+        except _Miss:
+            return await self._load(account)
+
     def _cached_keys(self, account: str) -> Keys:
         cached = self._cache.get(account)
         if cached is None or self._clock.monotonic() >= cached[0]:

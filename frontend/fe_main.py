@@ -13,21 +13,27 @@ import argparse
 import asyncio
 import logging
 import random
+from collections.abc import Iterable
 from pathlib import Path
 
-from common import rpc, server_main
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from common import metrics, rpc, server_main
 from common.clock import SystemClock
 from common.config import HOST, load_config
 from common.process import write_ready
 from common.proto import faults_pb2_grpc
 from common.proto import frontend_pb2_grpc as fe_grpc
+from frontend import blob_server
 from frontend.accounts import AccountStore
 from frontend.auth import Authenticator
+from frontend.blob_store import BlobStore
 from frontend.forward import ForwardingClient
 from frontend.server import FrontEndServicer
 from frontend.server_call import FrontEnd
 from frontend.throttle import AccountThrottle
 from lock_service.client import LockClient
+from lock_service.probe import LockServiceProbe
 
 log = logging.getLogger("stamp.front_end")
 
@@ -39,6 +45,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dir", required=True, type=Path, help="its directory (log, ready file)")
     p.add_argument("--host", default=HOST)
     p.add_argument("--port", type=int, default=0, help="gRPC port (0: pick a free one)")
+    p.add_argument("--http-port", type=int, default=0,
+                   help="the Azure Blob REST endpoint's port (0: pick a free one)")
     p.add_argument("--pm", required=True, help="partition manager addresses, comma-separated")
     p.add_argument("--lock", required=True, help="lock service addresses, comma-separated")
     p.add_argument("--config", help="stamp config file (TOML)")
@@ -46,11 +54,32 @@ def parser() -> argparse.ArgumentParser:
                    help="also serve the Faults service (arm fault points, isolate: for tests "
                         "and `stamp fault`); off by default: a front end is the stamp's "
                         "public door and the Faults service checks no credentials")
+    server_main.add_watch_args(p)
     return p
+
+
+def watch_front_end(front_end: FrontEnd) -> Iterable[Metric]:
+    """Scrape-time counters of the front end's door (read from its own counters, so the
+    hot path records nothing more for them)."""
+    counters = front_end.counters
+    yield CounterMetricFamily("stamp_fe_requests", "requests taken", value=counters.requests)
+    family = CounterMetricFamily("stamp_fe_refused", "requests refused at the door, by "
+                                 "reason", labels=["reason"])
+    family.add_metric(["unauthenticated"], counters.refused_unauthenticated)
+    family.add_metric(["permission"], counters.refused_permission)
+    family.add_metric(["invalid"], counters.refused_invalid)
+    yield family
+    yield CounterMetricFamily("stamp_fe_throttled", "requests throttled (retry after)",
+                              value=counters.throttled)
+    yield GaugeMetricFamily("stamp_fe_accounts_cached", "accounts whose keys are cached",
+                            value=front_end.auth.accounts_cached())
+    yield GaugeMetricFamily("stamp_fe_map_version", "partition map version cached",
+                            value=front_end.client.map_version())
 
 
 async def serve(args: argparse.Namespace) -> None:
     config = load_config(args.config)
+    watch = await server_main.Watch.begin(args)
     clock = SystemClock()
     locks = LockClient([a for a in args.lock.split(",") if a], holder=args.name)
     # The store's own cache is off (TTL 0): Authenticator caches, off the event loop.
@@ -68,16 +97,30 @@ async def serve(args: argparse.Namespace) -> None:
                                            server)
     if args.faults_rpc:
         faults_pb2_grpc.add_FaultsServicer_to_server(rpc.FaultsServicer(), server)
+    await watch.attach(server)
+    metrics.on_scrape(lambda: watch_front_end(front_end))
+    probe = LockServiceProbe([a for a in args.lock.split(",") if a], args.name, config.watch)
     await server.start()
+    # A front end does its job while it reaches the lock service (account keys live there).
+    watch.healthy_when(probe.check)
     warm = asyncio.get_running_loop().create_task(client.refresh_map())  # first calls skip it
     warm.add_done_callback(lambda t: t.cancelled() or t.exception())  # a failure is retried
+    blobs = BlobStore(client, config.front_end, clock)
+    http_runner, http_address = await blob_server.start(front_end, blobs, args.host,
+                                                        args.http_port)
+    blob_server.write_http_ready(args.dir, http_address)  # before ready.json: read with it
     write_ready(args.dir, args.name, address)
-    log.info("%s serving on %s", args.name, address)
+    log.info("%s serving on %s (Azure Blob REST on http://%s)", args.name, address,
+             http_address)
 
     await server_main.until_stopped()
     log.info("%s stopping", args.name)
+    await watch.end()
+    await http_runner.cleanup()
+    await blobs.close()
     await server.stop(grace=1.0)
     await front_end.close()
+    await asyncio.to_thread(probe.close)
     await asyncio.to_thread(locks.close)
 
 

@@ -148,7 +148,7 @@ class FrontEnd:
                 self._spawn(self._slow(request, sdk_id, claim, reply))
                 return
             nbytes = check_request(request, request.WhichOneof("op") or "", self.limits)
-            route = self.client.route(route_key(request.account, request.pname))
+            route = self.client.route_name(request.account, request.pname)
             if route is None:
                 self._spawn(self._slow(request, sdk_id, None, reply, nbytes))
                 return

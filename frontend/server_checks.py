@@ -43,9 +43,10 @@ def check_request(request: pb.Request, op: str, limits: PartitionLimits) -> int:
     if op == "append":
         # The records read out of the message once (each read of a repeated bytes field
         # copies every record), for the limits and the CRCs both.
-        records = tuple(request.append.records)
-        nbytes += _check_append(request.append, records, limits)
-        verify_append(records, tuple(request.append.crcs), "front end", request.pname)
+        append = request.append
+        records = tuple(append.records)
+        nbytes += _check_append(append, records, limits)
+        verify_append(records, tuple(append.crcs), "front end", request.pname)
         return nbytes
     if op == "put":
         _check_row(request.put.row, limits)

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+from collections.abc import Iterable
 from pathlib import Path
 
-from common import server_main
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from common import metrics, server_main
 from common.config import HOST
 from common.process import write_ready
 from common.proto import faults_pb2_grpc
@@ -44,13 +47,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--election-timeout-ms", type=int, nargs=2, metavar=("MIN", "MAX"),
                         help="override the Raft election timeout range")
     parser.add_argument("--log-level", default="INFO")
+    server_main.add_watch_args(parser)
     args = parser.parse_args(argv)
     if args.raft_port <= 0:
         parser.error("--raft-port must be a real port: peers must know it in advance")
     return args
 
 
+def watch_replica(replica: LockReplica) -> Iterable[Metric]:
+    """Scrape-time gauges: Raft, leases and keys."""
+    yield from metrics.raft_families(replica.raft_status())
+    leases, keys = replica.read(lambda state: (len(state.leases), len(state.kv)))
+    yield GaugeMetricFamily("stamp_lock_leases", "leases held (locks and sessions)",
+                            value=leases)
+    yield GaugeMetricFamily("stamp_lock_keys", "keys in the replicated store", value=keys)
+
+
 async def serve(args: argparse.Namespace) -> None:
+    watch = await server_main.Watch.begin(args)
     raft_address = f"{args.host}:{args.raft_port}"
     peers = [p.strip() for p in args.peers.split(",") if p.strip()]
     tuning = RaftTuning()
@@ -64,14 +78,19 @@ async def serve(args: argparse.Namespace) -> None:
     servicer = LockServicer(replica, args.name, address)
     pb_grpc.add_LockServiceServicer_to_server(servicer, server)
     faults_pb2_grpc.add_FaultsServicer_to_server(FaultsServicer(), server)
+    await watch.attach(server)
+    metrics.on_scrape(lambda: watch_replica(replica))
     await server.start()
     servicer.start()
+    # A replica does its job in a group that has a leader (itself or another it can name).
+    watch.healthy_when(lambda: None if replica.leader_address() else "no Raft leader known")
     write_ready(args.dir, args.name, address)
     log.info("%s serving gRPC on %s, raft on %s, peers %s", args.name, address, raft_address,
              ",".join(peers))
 
     await server_main.until_stopped()
     log.info("%s stopping", args.name)
+    await watch.end()
     await servicer.stop()
     await server.stop(STOP_GRACE_S)
     replica.close()

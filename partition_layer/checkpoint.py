@@ -112,6 +112,11 @@ class Checkpointer:
         self.p = site
         self._task: asyncio.Task[None] | None = None
         self._merge: asyncio.Task[None] | None = None
+        # Set while the run merge publishes its record: from then on it is allowed to end.
+        self._merge_publishing = False
+        # A split child's or merged partition's first own record (publish_first), appended
+        # while it already serves; every later record waits for it.
+        self._first: asyncio.Task[None] | None = None
         self._meta_lock = asyncio.Lock()
         self.checkpoints = 0
         self.merges = 0
@@ -138,15 +143,57 @@ class Checkpointer:
             self._task = asyncio.get_running_loop().create_task(self._run_checkpoint())
             await asyncio.shield(self._task)
 
+    def publish_first(self) -> None:
+        """Append the partition's meta as its first own record, in the background (a split
+        child or merged partition derives its meta from a parent's intent record: §4,
+        meta_derive.py). It may serve meanwhile: a load before this record is durable
+        derives the same meta from the same intent record and replays the same commit
+        log. Every record published later waits for this one, so it is never newer than
+        one of theirs. A failure stops the partition, as a failed checkpoint does."""
+        p = self.p
+        assert p.meta is not None and self._first is None
+        record = encode_meta(p.meta)
+
+        async def append() -> None:
+            try:
+                await p.streams["meta"].append([record])
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("partition %d: its first record failed: %s", p.id, exc)
+                await p.stop(f"its first record failed: {exc}")
+                raise
+
+        self._first = asyncio.get_running_loop().create_task(append())
+
+    async def _first_published(self) -> None:
+        if self._first is not None:
+            await asyncio.shield(self._first)  # raises if it failed: nothing is published
+
     def cancel(self) -> None:
-        for task in (self._task, self._merge):
+        for task in (self._task, self._merge, self._first):
             if task is not None and task is not asyncio.current_task():
                 task.cancel()
+
+    async def abort_merge(self) -> None:
+        """End the run merge under way without waiting for it, unless it is publishing its
+        record (a moment). A merge only rewrites runs the record in force still lists: the
+        bytes it wrote so far are left unreferenced (garbage collection reclaims them), and
+        no reader or later load is any the wiser. A split or merge calls this: waiting for
+        a merge of a large partition kept its range unavailable for seconds."""
+        merge = self._merge
+        if merge is None or merge is asyncio.current_task():
+            return
+        if not self._merge_publishing:
+            merge.cancel()
+            log.info("partition %d: run merge abandoned", self.p.id)
+        await asyncio.gather(merge, return_exceptions=True)
 
     async def closed(self) -> None:
         """Until the checkpoint and merge under way (cancelled by `cancel`) have ended."""
         current = asyncio.current_task()
-        tasks = [t for t in (self._task, self._merge) if t is not None and t is not current]
+        tasks = [t for t in (self._task, self._merge, self._first)
+                 if t is not None and t is not current]
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 
@@ -216,6 +263,7 @@ class Checkpointer:
                        applied_lsn: int) -> None:
         """Append the metadata record naming `runs`, then make them the ones reads use."""
         p = self.p
+        await self._first_published()
         assert p.meta is not None
         assert p.indexes is not None
         readers = {r.info: r for r in p.readers}
@@ -237,6 +285,7 @@ class Checkpointer:
             await self.p.stop(f"merge failed: {exc}")
         finally:
             self._merge = None
+            self._merge_publishing = False
 
     async def _merge_runs(self) -> None:
         p = self.p
@@ -254,6 +303,7 @@ class Checkpointer:
         merged = await self._write_run([r.scan(p.range.low, p.range.high) for r in readers],
                                        drop_tombstones=bottom)
         async with self._meta_lock:
+            self._merge_publishing = True
             # Runs checkpointed meanwhile are newer than the group, the rest older: the
             # merged run takes the group's place.
             current = p.meta.runs

@@ -29,7 +29,7 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
-from common import rpc
+from common import metrics, rpc
 from common.config import PartitionLimits, PartitionManagerConfig
 from common.errors import InvalidArgument, NotLeader, StampError, Unavailable
 from common.proto import partition_pb2 as pb
@@ -97,6 +97,10 @@ class PartitionManager:
         self._tasks: set[asyncio.Task[None]] = set()
         self._channels: dict[str, object] = {}
         self.map_version = 0
+        # Splits, merges, moves and reassignments, as recorded in the history (metrics).
+        self.operations = metrics.counter("stamp_pm_operations", "partition operations "
+                                          "finished, by op, trigger and outcome",
+                                          ("op", "trigger", "outcome"))
 
     # ---- leadership -------------------------------------------------------------------------
 
@@ -207,6 +211,8 @@ class PartitionManager:
 
     async def record(self, entry: HistoryEntry) -> None:
         """Add to the history; a failure to record is logged, never fails the operation."""
+        self.operations.labels(entry.op, entry.trigger,
+                               entry.result.partition(":")[0]).inc()
         try:
             await asyncio.to_thread(self.history.add, entry, self.lease)
         except StampError as exc:

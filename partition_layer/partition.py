@@ -109,17 +109,19 @@ class RangePartition:
         started = time.monotonic()
         report = LoadReport()
         self.streams = await open_fenced(self.client, self.id, self.epoch, create_if_missing)
-        self.meta, resolved = meta_derive.resolve(await newest_meta(self.streams["meta"]),
-                                                  self.id)
+        fenced_at = time.monotonic()
+        newest = await newest_meta(self.streams["meta"])
+        self.meta, resolved = meta_derive.resolve(newest, self.id)
+        derived = resolved and newest is not None and newest.partition_id != self.id  # a child
         if self.meta is None:
             self.meta = PartitionMeta(partition_id=self.id, key_range=self.range, runs=[],
                                       replay_from=None, applied_lsn=0, next_run_id=1,
                                       intents=[])
         if resolved:
-            # Its own record first: the next load must not derive (or roll back) again.
+            log.info("partition %d: meta %s: %s, %d runs", self.id, "derived" if derived
+                     else "rolled back", self.meta.key_range.to_dict(), len(self.meta.runs))
+        if resolved and not derived:  # its own record first: no later load rolls back again
             await self.streams["meta"].append([encode_meta(self.meta)])
-            log.info("partition %d: meta derived or rolled back: %s, %d runs", self.id,
-                     self.meta.key_range.to_dict(), len(self.meta.runs))
         self.range = self.meta.key_range
         self.applied_lsn = self.meta.applied_lsn
         self.last_commit = self.meta.replay_from
@@ -143,12 +145,16 @@ class RangePartition:
                         "log were dropped (a previous owner failed mid-pipeline)", self.id,
                         dropped)
         self.state = SERVING
+        if derived:
+            # Its own record, off the unavailable time of the split or merge: the next load
+            # would derive the same meta from the same intent record (checkpoint.py).
+            self.checkpointer.publish_first()
         self.committer.start()
         self._warming = asyncio.get_running_loop().create_task(self._warm_indexes())
         report.seconds = time.monotonic() - started
-        log.info("partition %d loaded at epoch %d in %.3f s: %d runs, %d ops replayed "
-                 "(%d bytes)", self.id, self.epoch, report.seconds, report.runs,
-                 report.replayed_ops, report.replayed_bytes)
+        log.info("partition %d loaded at epoch %d in %.3f s (streams fenced in %.3f s): %d "
+                 "runs, %d ops replayed (%d bytes)", self.id, self.epoch, report.seconds,
+                 fenced_at - started, report.runs, report.replayed_ops, report.replayed_bytes)
         return report
 
     async def _warm_indexes(self) -> None:

@@ -10,15 +10,19 @@ import argparse
 import asyncio
 import contextlib
 import logging
+from collections.abc import Iterable
 from pathlib import Path
 
-from common import rpc, server_main
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from common import metrics, rpc, server_main
 from common.config import HOST, load_config
 from common.errors import StampError
 from common.process import write_ready
 from common.proto import faults_pb2_grpc
 from common.proto import partition_pb2_grpc as pb_grpc
 from lock_service.client import LockClient
+from lock_service.probe import LockServiceProbe
 from partition_layer.manager import PartitionManager
 from partition_layer.manager_servicer import ManagerServicer
 from stream_layer.sm_client import AsyncStreamManagerClient
@@ -36,12 +40,24 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--lock", required=True, help="lock service addresses, comma-separated")
     p.add_argument("--sm", default="", help="stream manager addresses, comma-separated")
     p.add_argument("--config", help="stamp config file (TOML)")
+    server_main.add_watch_args(p)
     return p
+
+
+def watch_manager(manager: PartitionManager) -> Iterable[Metric]:
+    """Scrape-time gauges: leadership, the map version, and the servers heard from."""
+    yield GaugeMetricFamily("stamp_pm_leader", "1 while this manager leads",
+                            value=1 if manager.is_leader() else 0)
+    yield GaugeMetricFamily("stamp_pm_map_version", "partition map version last seen",
+                            value=manager.map_version)
+    yield GaugeMetricFamily("stamp_pm_servers_heard", "partition servers heartbeating here",
+                            value=len(manager.heartbeats))
 
 
 async def serve(args: argparse.Namespace) -> None:
     config = load_config(args.config)
     limits = config.partition
+    watch = await server_main.Watch.begin(args)
     locks = LockClient([a for a in args.lock.split(",") if a], holder=args.name)
     server = rpc.aio_server(limits.rpc_message_bytes_max)
     port = server.add_insecure_port(f"{args.host}:{args.port}")
@@ -51,7 +67,13 @@ async def serve(args: argparse.Namespace) -> None:
     manager = PartitionManager(args.name, address, locks, limits, sm, config.partition_manager)
     pb_grpc.add_PartitionManagerServicer_to_server(ManagerServicer(manager), server)
     faults_pb2_grpc.add_FaultsServicer_to_server(rpc.FaultsServicer(), server)
+    await watch.attach(server)
+    metrics.on_scrape(lambda: watch_manager(manager))
+    probe = LockServiceProbe([a for a in args.lock.split(",") if a], args.name, config.watch)
     await server.start()
+    # Leader or standby, a manager does its job while it reaches the lock service (its map,
+    # its leader lease).
+    watch.healthy_when(probe.check)
     loop = asyncio.get_running_loop()
     assigner = loop.create_task(manager.run_forever())
     balancer = loop.create_task(manager.balancer.run_forever())
@@ -60,6 +82,8 @@ async def serve(args: argparse.Namespace) -> None:
 
     await server_main.until_stopped()
     log.info("%s stopping", args.name)
+    await watch.end()
+    await asyncio.to_thread(probe.close)
     assigner.cancel()
     balancer.cancel()
     await server.stop(grace=1.0)

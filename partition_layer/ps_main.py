@@ -12,13 +12,17 @@ import argparse
 import asyncio
 import contextlib
 import logging
+from collections.abc import Iterable
 from pathlib import Path
 
-from common import rpc, server_main
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from common import metrics, rpc, server_main
 from common.config import HOST, PartitionLimits, load_config
 from common.errors import StampError
 from common.process import write_ready
 from common.proto import faults_pb2_grpc
+from common.proto import partition_pb2 as pb
 from common.proto import partition_pb2_grpc as pb_grpc
 from lock_service.client import Lease, LockClient
 from partition_layer.manager import LEADER_ADDRESS_KEY, SERVER_PREFIX
@@ -38,7 +42,34 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--sm", required=True, help="stream manager addresses, comma-separated")
     p.add_argument("--lock", required=True, help="lock service addresses, comma-separated")
     p.add_argument("--config", help="stamp config file (TOML)")
+    server_main.add_watch_args(p)
     return p
+
+
+# Per-partition gauges: (metric, help, field of the load report, scale to base units).
+PARTITION_GAUGES = (
+    ("stamp_partition_ops_per_second", "operations per second (sliding window)",
+     "ops_per_s", 1.0),
+    ("stamp_partition_bytes_per_second", "bytes per second (sliding window)",
+     "bytes_per_s", 1.0),
+    ("stamp_partition_p99_seconds", "99th percentile operation latency (sliding window)",
+     "p99_ms", 0.001),
+    ("stamp_partition_size_bytes", "bytes in the partition", "size_bytes", 1.0),
+    ("stamp_partition_memtable_bytes", "bytes in the memtable", "memtable_bytes", 1.0),
+    ("stamp_partition_queue_ops", "operations waiting for the commit log", "queue_ops", 1.0),
+)
+
+
+def watch_server(load: pb.ServerLoad) -> Iterable[Metric]:
+    """Scrape-time gauges of every partition served here (the load the PM balances on)."""
+    serving = [p for p in load.partitions if p.state == "serving"]
+    yield GaugeMetricFamily("stamp_ps_partitions", "partitions served here",
+                            value=len(serving))
+    for name, doc, field, scale in PARTITION_GAUGES:
+        family = GaugeMetricFamily(name, doc, labels=["partition"])
+        for partition in serving:
+            family.add_metric([str(partition.partition_id)], getattr(partition, field) * scale)
+        yield family
 
 
 class Registration:
@@ -87,6 +118,7 @@ async def heartbeat_forever(server: PartitionServer, registration: Registration,
 async def serve(args: argparse.Namespace) -> None:
     config = load_config(args.config)
     limits = config.partition
+    watch = await server_main.Watch.begin(args)
     streams = AsyncStreamClient([a for a in args.sm.split(",") if a], config.extent_node,
                                 config.stream_manager)
     locks = LockClient([a for a in args.lock.split(",") if a], holder=args.name)
@@ -96,9 +128,20 @@ async def serve(args: argparse.Namespace) -> None:
     address = f"{args.host}:{port}"
     pb_grpc.add_PartitionServerServicer_to_server(PartitionServicer(ps, address), server)
     faults_pb2_grpc.add_FaultsServicer_to_server(rpc.FaultsServicer(), server)
+    await watch.attach(server)
+    metrics.on_scrape(lambda: watch_server(ps.load_pb(address)))
     await server.start()
     registration = Registration(locks, args.name, address, limits)
-    await asyncio.to_thread(registration.ensure)
+    try:
+        await asyncio.to_thread(registration.ensure)
+    except StampError as exc:
+        # The lock service is not up yet (its hosts start later: `stamp up --only`): the
+        # heartbeats register it once it is; until then its health says NOT_SERVING.
+        log.warning("%s not registered yet: %s", args.name, exc)
+    # A server does its job while it holds its session lease: the PM assigns it partitions
+    # only then, and without it its partition leases cannot be renewed either.
+    watch.healthy_when(lambda: None if registration.session is not None
+                       and registration.session.valid() else "no session lease")
     beats = asyncio.get_running_loop().create_task(
         heartbeat_forever(ps, registration, locks, address, limits))
     write_ready(args.dir, args.name, address)
@@ -106,6 +149,7 @@ async def serve(args: argparse.Namespace) -> None:
 
     await server_main.until_stopped()
     log.info("%s stopping", args.name)
+    await watch.end()
     beats.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await beats

@@ -12,12 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 from functools import partial
 
 from grpc import aio
 
-from common import faults, rpc
+from common import faults, metrics, rpc
 from common.config import PartitionLimits
 from common.errors import NotOwner, PreconditionFailed, StampError, Unavailable
 from common.proto import partition_pb2 as pb
@@ -38,6 +39,10 @@ log = logging.getLogger(__name__)
 
 SUBSCRIBE_RECHECK_S = 1.0
 RESPONSES_PER_MESSAGE_MAX = 4096
+
+
+# A partition's lease, and the list that names the partition it guards once loaded.
+Acquired = tuple[Lease, list[RangePartition]]
 
 
 def lease_name(partition_id: int) -> str:
@@ -69,6 +74,24 @@ class PartitionServer:
         queue_ops, p99_ms = self.pressure.read()
         return pb.ServerPressure(server=self.name, queue_ops=queue_ops, p99_ms=p99_ms)
 
+    async def handle(self, request: pb.Request) -> pb.Response:
+        """Run one data request. One refused NotOwner because its range is being split or
+        merged here waits for that to end (at most `split_hold_ms`) and runs again where
+        its key is served then: the range is unavailable for the split's own time, not
+        that plus the client's map refresh and retry."""
+        deadline = time.monotonic() + self.limits.split_hold_ms / 1000
+        while True:
+            response = await handle(request, self.find, self.limits)
+            remaining = deadline - time.monotonic()
+            if (response.error != NotOwner.__name__ or remaining <= 0
+                    or not self.held(request)):
+                return response
+            await self.split_merge.hold.settled(remaining)
+
+    def held(self, request: pb.Request) -> bool:
+        """Whether the request's key is in a range being split or merged here."""
+        return self.split_merge.hold.holds(route_key(request.account, request.pname))
+
     def find(self, key: bytes) -> RangePartition:
         held = ""
         for partition in self.partitions.values():
@@ -79,7 +102,10 @@ class PartitionServer:
         raise NotOwner(f"{self.name} serves no partition holding that key{held}")
 
     async def load(self, partition_id: int, key_range: keys.KeyRange,
-                   create_if_missing: bool = False) -> LoadReport:
+                   create_if_missing: bool = False, acquired: Acquired | None = None
+                   ) -> LoadReport:
+        """Load the partition here (idempotent). `acquired`: its lease, taken beforehand
+        (`acquire`: a split takes its children's before the parent stops admitting)."""
         if partition_id in self.retired:
             raise PreconditionFailed(f"partition {partition_id} was split or merged away")
         current = self.partitions.get(partition_id)
@@ -88,13 +114,14 @@ class PartitionServer:
         task = self._loading.get(partition_id)
         if task is None:
             task = asyncio.get_running_loop().create_task(
-                self._load(partition_id, key_range, create_if_missing))
+                self._load(partition_id, key_range, create_if_missing, acquired))
             self._loading[partition_id] = task
             task.add_done_callback(lambda _: self._loading.pop(partition_id, None))
         return await asyncio.shield(task)
 
-    async def _load(self, partition_id: int, key_range: keys.KeyRange,
-                    create_if_missing: bool) -> LoadReport:
+    async def acquire(self, partition_id: int) -> Acquired:
+        """The partition's lease, and where to name the partition it guards: losing the
+        lease stops that partition."""
         loop = asyncio.get_running_loop()
         holder: list[RangePartition] = []
 
@@ -109,6 +136,12 @@ class PartitionServer:
                                         self.limits.load_timeout_ms / 1000, lost)
         if lease is None:
             raise Unavailable(f"partition {partition_id}: its lease stayed held elsewhere")
+        return lease, holder
+
+    async def _load(self, partition_id: int, key_range: keys.KeyRange,
+                    create_if_missing: bool, acquired: Acquired | None) -> LoadReport:
+        lease, holder = acquired or await self.acquire(partition_id)
+        loop = asyncio.get_running_loop()
         partition = RangePartition(partition_id, key_range, self.streams, self.limits,
                                    lease.token, lease.valid)
         holder.append(partition)
@@ -195,6 +228,14 @@ class PartitionServicer(pb_grpc.PartitionServerServicer):
     def __init__(self, server: PartitionServer, address: str) -> None:
         self.server = server
         self.address = address
+        # The operations the Call streams carry, by kind (null objects while metrics are
+        # off): how many, with what outcome, and how long each took here.
+        self.op_seconds = metrics.histogram("stamp_ps_op_seconds", "latency of partition "
+                                            "operations at the server, by kind", ("op",))
+        self.ops = metrics.counter("stamp_ps_ops", "partition operations answered, by kind "
+                                   "and outcome (ok, or the error's name)", ("op", "outcome"))
+        self._append_seconds = self.op_seconds.labels("append")
+        self._append_ok = self.ops.labels("append", "ok")
 
     async def Call(self, request_iterator: AsyncIterator[pb.RequestBatch],
                    context: aio.ServicerContext) -> None:
@@ -209,19 +250,30 @@ class PartitionServicer(pb_grpc.PartitionServerServicer):
         # Every request read counts as open in the server's pressure until it is answered
         # (or its task is cancelled with the stream).
         pressure = self.server.pressure
+        clock = time.perf_counter
 
         async def run(request: pb.Request) -> None:
-            responses.put_nowait(await handle(request, self.server.find, limits))
+            started = clock()
+            response = await self.server.handle(request)
+            op = request.WhichOneof("op") or "none"
+            self.op_seconds.labels(op).observe(clock() - started)
+            self.ops.labels(op, response.error or "ok").inc()
+            responses.put_nowait(response)
 
         def ran(task: asyncio.Task[None]) -> None:  # also when cancelled before it began
             tasks.discard(task)
             pressure.open_ops -= 1
 
-        def appended(request_id: int, first_seq: int | None, error: StampError | None
-                     ) -> None:
+        def appended(request_id: int, started: float, first_seq: int | None,
+                     error: StampError | None) -> None:
             nonlocal appends_open
-            responses.put_nowait(pb.Response(id=request_id, first_seq=first_seq)
-                                 if error is None else error_response(request_id, error))
+            self._append_seconds.observe(clock() - started)
+            if error is None:
+                self._append_ok.inc()
+                responses.put_nowait(pb.Response(id=request_id, first_seq=first_seq))
+            else:
+                self.ops.labels("append", type(error).__name__).inc()
+                responses.put_nowait(error_response(request_id, error))
             pressure.open_ops -= 1
             appends_open -= 1
             if not appends_open:
@@ -236,14 +288,17 @@ class PartitionServicer(pb_grpc.PartitionServerServicer):
                         # Small appends, the bulk of the traffic, need no task of their own.
                         try:
                             if start_small_append(request, self.server.find, limits,
-                                                  partial(appended, request.id)):
+                                                  partial(appended, request.id, clock())):
                                 appends_open += 1
                                 appends_answered.clear()
                                 continue
                         except StampError as exc:
-                            responses.put_nowait(error_response(request.id, exc))
-                            pressure.open_ops -= 1
-                            continue
+                            if not (isinstance(exc, NotOwner) and self.server.held(request)):
+                                self.ops.labels("append", type(exc).__name__).inc()
+                                responses.put_nowait(error_response(request.id, exc))
+                                pressure.open_ops -= 1
+                                continue
+                            # Its range is being split or merged here: a task waits for it.
                         task = asyncio.get_running_loop().create_task(run(request))
                         tasks.add(task)
                         task.add_done_callback(ran)

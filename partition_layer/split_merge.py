@@ -19,18 +19,22 @@ Contracts:
 - Never both the parent and a child serving on this process (asserted before a child loads).
 - A failure before the intent: the parent serves on. After it: the parent stops (its lease
   goes), and the next Split or Load decides from the stream manager which side survives.
+- While one runs, requests for the parents' ranges that meet NotOwner here wait for it to
+  end (`holds`, `settled`; at most `split_hold_ms`) and then run where their key is served:
+  on a child here, or the parent again after a failure before the intent (server.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from common import faults
-from common.errors import InvalidArgument, PreconditionFailed
+from common.errors import InvalidArgument, PreconditionFailed, StampError
 from common.proto import partition_pb2 as pb
 from partition_layer import keys, meta_derive
 from partition_layer.keys import KeyRange
@@ -42,15 +46,35 @@ from partition_layer.partition_streams import (
     stream_name,
     streams_exist,
 )
+from partition_layer.range_hold import RangeHold
 from stream_layer.stream_ops import create_from_op, fence_op, retire_op
 
 if TYPE_CHECKING:
     from common.proto.stream_manager_pb2 import StreamOp
-    from partition_layer.server import PartitionServer
+    from partition_layer.server import Acquired, PartitionServer
 
 log = logging.getLogger(__name__)
 
 ANYWHERE = keys.WHOLE_KEY_SPACE  # a child's range comes from its derived meta
+Leases = Mapping[int, "Acquired"]
+NO_LEASES: Leases = {}
+
+
+class Steps:
+    """When each step of one split or merge ended, for its log line: where the unavailable
+    time goes (quiesce, intent, seal, commit, children's load)."""
+
+    def __init__(self) -> None:
+        self._last = time.monotonic()
+        self.spent: list[tuple[str, float]] = []
+
+    def done(self, step: str) -> None:
+        now = time.monotonic()
+        self.spent.append((step, now - self._last))
+        self._last = now
+
+    def __str__(self) -> str:
+        return " ".join(f"{step} {seconds * 1000:.1f}ms" for step, seconds in self.spent)
 
 
 def range_pb(key_range: KeyRange) -> pb.KeyRange:
@@ -75,6 +99,27 @@ class SplitMerge:
     def __init__(self, server: PartitionServer) -> None:
         self.server = server
         self._lock = asyncio.Lock()
+        # The parents' ranges while an operation runs: their requests wait (server.py).
+        self.hold = RangeHold()
+
+    @contextlib.asynccontextmanager
+    async def _leases(self, *ids: int) -> AsyncIterator[dict[int, Acquired]]:
+        """The made partitions' leases, taken before the parents stop admitting (a lock
+        service round trip off the unavailable time); each one its partition did not take
+        over by loading is released at the end."""
+        taken = await asyncio.gather(*(self.server.acquire(i) for i in ids),
+                                     return_exceptions=True)
+        leases = {i: t for i, t in zip(ids, taken, strict=True) if isinstance(t, tuple)}
+        try:
+            for outcome in taken:
+                if isinstance(outcome, BaseException):
+                    raise outcome
+            yield leases
+        finally:
+            for partition_id, (lease, _) in leases.items():
+                if self.server.leases.get(partition_id) is not lease:
+                    with contextlib.suppress(StampError):
+                        await asyncio.to_thread(lease.release)
 
     # ---- split ------------------------------------------------------------------------------
 
@@ -84,44 +129,56 @@ class SplitMerge:
         if len({parent_id, left_id, right_id}) != 3 or not left_id or not right_id:
             raise InvalidArgument(f"split of {parent_id} into {left_id} and {right_id}: "
                                   "three distinct ids needed")
+        steps = Steps()
         async with self._lock:
             unavailable_from = time.monotonic()
             if not await self._committed(left_id, parent_id):
                 parent = await self._served(parent_id)
                 check_split_key(parent.range, key)
                 await self._check_unused(left_id, right_id)
-                unavailable_from = await self._commit_split(parent, key, left_id, right_id)
-            await faults.apoint("ps.split.children_loading")
-            left, right = await self._load_children(parent_id, (left_id, right_id))
+                steps.done("checks")
+                async with self._leases(left_id, right_id) as leases, \
+                        self.hold.holding([parent.range]):
+                    steps.done("leases")
+                    unavailable_from = await self._commit_split(parent, key, left_id,
+                                                                right_id, steps)
+                    left, right = await self._load_split_children(parent_id, left_id,
+                                                                  right_id, leases)
+            else:
+                left, right = await self._load_split_children(parent_id, left_id, right_id)
+            steps.done("load")
         now = time.monotonic()
-        log.info("split of partition %d into %d %s and %d %s: %.3f s, unavailable %.3f s",
-                 parent_id, left_id, left.range.to_dict(), right_id, right.range.to_dict(),
-                 now - started, now - unavailable_from)
+        log.info("split of partition %d into %d %s and %d %s: %.3f s, unavailable %.3f s "
+                 "(%s)", parent_id, left_id, left.range.to_dict(), right_id,
+                 right.range.to_dict(), now - started, now - unavailable_from, steps)
         return pb.SplitReply(seconds=now - started, unavailable_s=now - unavailable_from,
                              left=range_pb(left.range), right=range_pb(right.range),
                              left_epoch=left.epoch, right_epoch=right.epoch)
 
     async def _commit_split(self, parent: RangePartition, key: bytes, left_id: int,
-                            right_id: int) -> float:
+                            right_id: int, steps: Steps) -> float:
         """The split up to its commit; returns when the parent stopped admitting."""
-        stopped_at = await self._quiesce([parent], SPLITTING)
+        stopped_at = await self._quiesce([parent], SPLITTING, steps)
         await faults.apoint("ps.split.checkpointed")
         try:
             assert parent.meta is not None
             record = meta_derive.with_intent(parent.meta,
                                              meta_derive.split_intent(key, left_id, right_id))
             await parent.streams["meta"].append([encode_meta(record)])
+            steps.done("intent")
         except BaseException:
             await self._resume([parent])
             raise
         try:
             await faults.apoint("ps.split.intent_written")
             extents = await seal_all(self.server.streams, parent.id, parent.epoch)
+            steps.done("seal")
             await faults.apoint("ps.split.sealed")
             ops = _fence(parent)
             for child in (left_id, right_id):
                 ops += [_create_from(child, kind, extents[kind]) for kind in STREAM_KINDS]
             await self._multi_modify(ops + _retire(parent.id), left_id)
+            steps.done("commit")
         except BaseException as exc:
             # Which side survives is the next loader's to find out: B's streams or C's.
             log.warning("partition %d: split failed after its intent was written: %r",
@@ -130,6 +187,7 @@ class SplitMerge:
             raise
         await faults.apoint("ps.split.committed")
         await self._retire_here(parent, f"split into {left_id} and {right_id}")
+        steps.done("stop")
         return stopped_at
 
     # ---- merge ------------------------------------------------------------------------------
@@ -139,6 +197,7 @@ class SplitMerge:
         if len({left_id, right_id, merged_id}) != 3 or not merged_id:
             raise InvalidArgument(f"merge of {left_id} and {right_id} into {merged_id}: "
                                   "three distinct ids needed")
+        steps = Steps()
         async with self._lock:
             unavailable_from = time.monotonic()
             if not await self._committed(merged_id, left_id, right_id):
@@ -147,20 +206,26 @@ class SplitMerge:
                     raise PreconditionFailed(f"partitions {left_id} and {right_id} are not "
                                              "adjacent")
                 await self._check_unused(merged_id)
-                unavailable_from = await self._commit_merge(left, right, merged_id)
-            await faults.apoint("ps.merge.merged_loading")
-            (merged,) = await self._load_children(None, (merged_id,), (left_id, right_id))
+                steps.done("checks")
+                async with self._leases(merged_id) as leases, \
+                        self.hold.holding([left.range, right.range]):
+                    steps.done("leases")
+                    unavailable_from = await self._commit_merge(left, right, merged_id, steps)
+                    merged = await self._load_merged(left_id, right_id, merged_id, leases)
+            else:
+                merged = await self._load_merged(left_id, right_id, merged_id)
+            steps.done("load")
         now = time.monotonic()
-        log.info("merge of partitions %d and %d into %d %s: %.3f s, unavailable %.3f s",
+        log.info("merge of partitions %d and %d into %d %s: %.3f s, unavailable %.3f s (%s)",
                  left_id, right_id, merged_id, merged.range.to_dict(), now - started,
-                 now - unavailable_from)
+                 now - unavailable_from, steps)
         return pb.MergeReply(seconds=now - started, unavailable_s=now - unavailable_from,
                              range=range_pb(merged.range), epoch=merged.epoch)
 
     async def _commit_merge(self, left: RangePartition, right: RangePartition,
-                            merged_id: int) -> float:
+                            merged_id: int, steps: Steps) -> float:
         """The merge up to its commit; returns when both stopped admitting."""
-        stopped_at = await self._quiesce([left, right], MERGING)
+        stopped_at = await self._quiesce([left, right], MERGING, steps)
         await faults.apoint("ps.merge.checkpointed")
         try:
             assert left.meta is not None and right.meta is not None
@@ -168,6 +233,7 @@ class SplitMerge:
             await _all(side.streams["meta"].append(
                 [encode_meta(meta_derive.with_intent(side.meta, intent))])
                 for side in (left, right) if side.meta is not None)
+            steps.done("intent")
         except BaseException:
             # One side's intent alone is harmless: its next load rolls it back.
             await self._resume([left, right])
@@ -177,6 +243,7 @@ class SplitMerge:
             left_extents, right_extents = await asyncio.gather(
                 seal_all(self.server.streams, left.id, left.epoch),
                 seal_all(self.server.streams, right.id, right.epoch))
+            steps.done("seal")
             await faults.apoint("ps.merge.sealed")
             ops = _fence(left) + _fence(right)
             for kind in STREAM_KINDS:
@@ -186,6 +253,7 @@ class SplitMerge:
                 ops.append(_create_from(merged_id, kind, left_extents[kind] + [
                     e for e in right_extents[kind] if e not in shared]))
             await self._multi_modify(ops + _retire(left.id) + _retire(right.id), merged_id)
+            steps.done("commit")
         except BaseException as exc:
             log.warning("partitions %d and %d: merge failed after its intent was written: "
                         "%r", left.id, right.id, exc)
@@ -195,6 +263,7 @@ class SplitMerge:
         await faults.apoint("ps.merge.committed")
         for side in (left, right):
             await self._retire_here(side, f"merged into {merged_id}")
+        steps.done("stop")
         return stopped_at
 
     # ---- steps ------------------------------------------------------------------------------
@@ -230,13 +299,15 @@ class SplitMerge:
                 return False
         return True
 
-    async def _quiesce(self, partitions: Sequence[RangePartition], state: str) -> float:
+    async def _quiesce(self, partitions: Sequence[RangePartition], state: str, steps: Steps
+                       ) -> float:
         """Stop admitting, commit what was taken, checkpoint everything: afterwards nothing
         of these partitions is outside their runs, and nothing writes to their streams.
         Returns when admission stopped: the range is unavailable from there."""
         # A checkpoint while they still serve: the one under `state` then writes only what
         # came in meanwhile, so the range is unavailable for less.
         await _all(partition.checkpointer.checkpoint_now() for partition in partitions)
+        steps.done("checkpoint")
         stopped_at = time.monotonic()
         for partition in partitions:
             if partition.state != SERVING:  # stopped meanwhile (lease lost, fenced)
@@ -248,14 +319,18 @@ class SplitMerge:
         except BaseException:
             await self._resume(partitions)
             raise
+        steps.done("quiesce")
         return stopped_at
 
     async def _checkpoint_fully(self, partition: RangePartition, state: str) -> None:
         await partition.committer.settle()
         # A checkpoint (and the run merge it may start) under way ends first: its record
-        # must not land after the intent.
+        # must not land after the intent. A run merge is abandoned, not waited for: it may
+        # have gigabytes left to rewrite.
+        await partition.checkpointer.abort_merge()
         await partition.checkpointer.closed()
         await partition.checkpointer.checkpoint_now()
+        await partition.checkpointer.abort_merge()  # one that checkpoint started
         await partition.checkpointer.closed()
         if partition.state != state or not partition.lease_valid():
             raise PreconditionFailed(f"partition {partition.id} stopped serving while "
@@ -284,8 +359,20 @@ class SplitMerge:
         self.server.retired.add(partition.id)
         await partition.stop(why)
 
+    async def _load_split_children(self, parent_id: int, left_id: int, right_id: int,
+                                   leases: Leases = NO_LEASES) -> list[RangePartition]:
+        await faults.apoint("ps.split.children_loading")
+        return await self._load_children(parent_id, (left_id, right_id), (), leases)
+
+    async def _load_merged(self, left_id: int, right_id: int, merged_id: int,
+                           leases: Leases = NO_LEASES) -> RangePartition:
+        await faults.apoint("ps.merge.merged_loading")
+        (merged,) = await self._load_children(None, (merged_id,), (left_id, right_id), leases)
+        return merged
+
     async def _load_children(self, parent_id: int | None, child_ids: Sequence[int],
-                             parent_ids: Sequence[int] = ()) -> list[RangePartition]:
+                             parent_ids: Sequence[int] = (), leases: Leases = NO_LEASES
+                             ) -> list[RangePartition]:
         """Load the committed children here; their parents must not serve here any more."""
         for gone_id in (*((parent_id,) if parent_id is not None else ()), *parent_ids):
             self.server.retired.add(gone_id)
@@ -295,7 +382,8 @@ class SplitMerge:
         for other in self.server.partitions.values():
             assert other.id not in (parent_id, *parent_ids) or other.state == GONE, (
                 f"partition {other.id} serves with its children")
-        await asyncio.gather(*(self.server.load(child, ANYWHERE) for child in child_ids))
+        await asyncio.gather(*(self.server.load(child, ANYWHERE, acquired=leases.get(child))
+                               for child in child_ids))
         return [self.server.partitions[child] for child in child_ids]
 
 

@@ -40,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         cmd_scan,
         cmd_stamp,
         cmd_stream,
+        cmd_top,
     )
 
     parser = _Parser(
@@ -53,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     cmd_stamp.register(commands)
+    cmd_top.register(commands)
     tools.cmd_isolate.register(commands)
     cmd_stream.register(commands)
     cmd_extent.register(commands)

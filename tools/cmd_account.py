@@ -2,6 +2,9 @@
 shared access tokens (issue 16), kept in the lock service's replicated KV
 (frontend/accounts.py).
 
+`create` prints a second line: the account's Azure connection string (its Blob endpoint at
+the stamp's first front end, frontend/blob_server.py) for Azure's own SDKs.
+
 Endpoints of printed connection strings: a connection string names the stamp's front ends.
 Until the front end process exists (issue 16, later), a stamp has none, so — temporarily —
 the endpoints are the partition managers' addresses, and a note on stderr says so; once
@@ -150,11 +153,33 @@ def _print_connection_string(endpoints: tuple[list[str], str], name: str, key: b
     print(connection_string.make(addresses, name, key=key).format())
 
 
+def azure_connection_string(data_dir: str, name: str, key: bytes) -> str | None:
+    """The connection string of Azure's SDKs for account `name` at the stamp's first front
+    end with an Azure Blob endpoint (None: none has one)."""
+    from tools.local_front_ends import azure_connection_string as at_front_end
+    from tools.local_stamp import LocalStamp
+
+    try:
+        stamp = LocalStamp.load(data_dir)
+    except (NotFound, OSError, KeyError, ValueError):
+        return None
+    for rec in stamp.front_ends():
+        text = at_front_end(rec, name, key)
+        if text is not None:
+            return text
+    return None
+
+
 def cmd_create(args: argparse.Namespace) -> int:
+    """Two lines: the Stamp SDK's connection string, then Azure's (its Blob endpoint at a
+    front end), when the stamp has one."""
     endpoints = _endpoints(args)
     with _store(args) as store:
         account = store.create(args.name)
     _print_connection_string(endpoints, args.name, account.keys[0])
+    azure = azure_connection_string(args.data_dir, args.name, account.keys[0])
+    if azure is not None:
+        print(azure)
     return 0
 
 

@@ -53,9 +53,13 @@ def _ec(args: argparse.Namespace) -> Rows:
 
 
 def _log_append(args: argparse.Namespace) -> Rows:
+    from tools.bench.metrics_cost import METRICS_OFF, run_metrics_compare
     from tools.bench.partition import run_log_append
 
-    return run_log_append(seconds=args.seconds, progress=_progress(args))
+    if args.metrics == "compare":
+        return run_metrics_compare(seconds=args.seconds, progress=_progress(args))
+    return run_log_append(seconds=args.seconds, progress=_progress(args),
+                          config_text=METRICS_OFF if args.metrics == "off" else "")
 
 
 def _partition_load(args: argparse.Namespace) -> Rows:
@@ -108,7 +112,19 @@ def _gc(args: argparse.Namespace) -> Rows:
     return run_gc(progress=_progress(args))
 
 
+def _blob_append(args: argparse.Namespace) -> Rows:
+    from tools.bench.azure import run_blob_append
+
+    return run_blob_append(seconds=args.seconds, progress=_progress(args))
+
+
+BLOB_APPEND = ("Azure's SDK appending 4 KiB blocks to append blobs through the front ends' "
+               "Azure Blob endpoint and to Azurite (from npm, when npm is present), taking "
+               "turns: 1 and 16 clients (targets: ratio >= 3 with 16, p50 no worse with 1)",
+               _blob_append)
 BENCHES: dict[str, tuple[str, Callable[[argparse.Namespace], Rows]]] = {
+    "blob-append": BLOB_APPEND,
+    "azure-append": BLOB_APPEND,  # the same bench, by the name it was asked for first
     "extent-append": ("3-way replicated appends to one extent: 4 KiB with 1/8/32 appenders, "
                       "1 MiB blocks, and the disk's own 4 KiB append+fsync rate",
                       _extent_append),
@@ -124,7 +140,9 @@ BENCHES: dict[str, tuple[str, Callable[[argparse.Namespace], Rows]]] = {
     "ec": ("Reed-Solomon RS(6,3) encode/decode throughput against zfec; read throughput of "
            "an extent replicated, erasure-coded, and coded with 3 fragments lost", _ec),
     "log-append": ("log appends of 1 KiB records through the partition layer: 1/8/32 "
-                   "appenders, single records and batches of 100", _log_append),
+                   "appenders, single records and batches of 100 (--metrics off: on a stamp "
+                   "without metrics; --metrics compare: stamps with and without, taking "
+                   "turns, target ratio >= 0.97)", _log_append),
     "partition-load": ("SIGKILL the PS of a partition of each of --sizes-mb, with a "
                        "--tail-mb commit log tail -> first read of a random old key answered "
                        "by the new owner (--trials, at most 5; target ratio <= 1.5, p50 <= "
@@ -171,6 +189,9 @@ def register(commands: Any) -> None:
                             "by each new owner (default 4)")
     bench.add_argument("--rows", type=_rows, default=1_000_000,
                        help="scan: entities to write and scan (default 1,000,000)")
+    bench.add_argument("--metrics", choices=("on", "off", "compare"), default="on",
+                       help="log-append: the stamp's Prometheus metrics on (default), off, "
+                            "or compare both in one run, taking turns")
     bench.set_defaults(handler=cmd_bench)
 
 

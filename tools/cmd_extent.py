@@ -83,33 +83,39 @@ def _from_stream_manager(stamp: LocalStamp) -> list[dict[str, Any]]:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
+    from tools import tables
+
     stamp = LocalStamp.load(args.data_dir)
     if stamp.stream_managers():
         rows = _from_stream_manager(stamp)
         if args.json:
             print(json.dumps(rows, indent=2))
             return 0
-        print(f"{'EXTENT':>8} {'STATE':<14} {'LENGTH':>12}  {'REPLICAS':<24} STREAMS")
+        table = []
         for row in rows:
             length = row["sealed_length"] if row["state"] != "open" else "-"
             where = ",".join(row["replicas"])
             if row["fragments"]:  # erasure-coded: k data then m parity fragments
                 where = (f"RS({row['ec_k']},{row['ec_m']}):{','.join(row['fragments'])}"
                          + (f" +{where}" if where else ""))
-            print(f"{row['extent_id']:>8} {row['state']:<14} {length:>12}  "
-                  f"{where:<24} {','.join(row['streams']) or '-'}")
+            table.append([row["extent_id"], row["state"], length, where,
+                          ",".join(row["streams"]) or "-"])
+        tables.print_table(["EXTENT", "STATE", "LENGTH", "REPLICAS", "STREAMS"], table,
+                           right=["EXTENT", "LENGTH"])
         return 0
     extents = _collect(stamp)
     if args.json:
         print(json.dumps(sorted(extents.values(), key=lambda e: e["extent_id"]), indent=2))
         return 0
-    print(f"{'EXTENT':<20} {'STATE':<7} {'LENGTH':>12}  REPLICAS (length per holder)")
+    table = []
     for extent_id, entry in sorted(extents.items()):
         holders = entry["holders"]
         sealed = any(h["sealed"] for h in holders.values())
         length = max(h["length"] for h in holders.values())
         where = ", ".join(f"{name}:{h['length']}" for name, h in sorted(holders.items()))
-        print(f"{extent_id:<#20x} {'sealed' if sealed else 'open':<7} {length:>12}  {where}")
+        table.append([f"{extent_id:#x}", "sealed" if sealed else "open", length, where])
+    tables.print_table(["EXTENT", "STATE", "LENGTH", "REPLICAS (length per holder)"], table,
+                       right=["LENGTH"])
     return 0
 
 

@@ -124,13 +124,14 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"map_version": current.version, "partitions": rows}, indent=2))
         return 0
-    print(f"map version {current.version}")
-    print(f"{'ID':>4} {'RANGE':<30} {'SERVER':<8} {'STATE':<9} {'OPS/S':>8} {'SIZE':>12} "
-          f"{'MEMTABLE':>10} {'RUNS':>4} {'EPOCH':>6}")
-    for r in rows:
-        print(f"{r['id']:>4} {r['range']:<30} {r['server']:<8} {r['state']:<9} "
-              f"{r['ops_per_s']:>8} {r['size_bytes']:>12} {r['memtable_bytes']:>10} "
-              f"{r['runs']:>4} {r['epoch']:>6}")
+    from tools import tables
+
+    columns = ["ID", "RANGE", "SERVER", "STATE", "OPS/S", "SIZE", "MEMTABLE", "RUNS", "EPOCH"]
+    tables.print_table(columns, ([r["id"], r["range"], r["server"], r["state"],
+                                  r["ops_per_s"], r["size_bytes"], r["memtable_bytes"],
+                                  r["runs"], r["epoch"]] for r in rows),
+                       title=f"map version {current.version}",
+                       right=["ID", "OPS/S", "SIZE", "MEMTABLE", "RUNS", "EPOCH"])
     return 0
 
 

@@ -20,6 +20,9 @@ def register(commands: Any) -> None:
                                          "extent nodes in 3 fault domains) and wait until all "
                                          "serve. Processes already running are left alone.")
     up.add_argument("--config", help="a stamp config file (TOML) overriding the default")
+    up.add_argument("--only", metavar="HOST",
+                    help="start only the processes the config's [hosts] puts on HOST (each "
+                         "host of a multi-host stamp runs this), without waiting for the rest")
     up.set_defaults(handler=cmd_up)
 
     down = commands.add_parser("down", help="stop the stamp (SIGTERM, then SIGKILL)")
@@ -65,10 +68,13 @@ def cmd_up(args: argparse.Namespace) -> int:
             stamp.config, stamp.config_path = load_config(args.config), args.config
     except NotFound:
         stamp = LocalStamp(args.data_dir, load_config(args.config), args.config)
-    started = stamp.up()
-    running = len(stamp.records) - len(started)
-    print(f"stamp up in {stamp.data_dir}: started {len(started)} processes"
-          + (f", {running} already running" if running else ""))
+    started = stamp.up(only=args.only)
+    if args.only:
+        print(f"stamp up in {stamp.data_dir}: started {len(started)} processes on {args.only}")
+    else:
+        running = len(stamp.records) - len(started)
+        print(f"stamp up in {stamp.data_dir}: started {len(started)} processes"
+              + (f", {running} already running" if running else ""))
     print(f"endpoints: {stamp.stamp_file}")
     return 0
 
@@ -80,36 +86,49 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from tools import tables
 
     stamp = _stamp(args)
-    rows = asyncio.run(_status_rows(stamp))
+    rows = asyncio.run(status_rows(stamp))
     if args.json:
         print(json.dumps({"data_dir": str(stamp.data_dir), "processes": rows}, indent=2))
         return 0
-    print(f"{'NAME':<7} {'KIND':<17} {'PID':>7}  {'ADDRESS':<16} {'FD':<5} {'STATE':<9} "
-          f"{'EXTENTS':>7} {'BYTES':>12}  DETAIL")
-    for row in rows:
-        state = row.get("role") or ("serving" if row.get("serving") else
-                                    "up" if row["alive"] else "down")
-        detail = (f"journal {row['journal_bytes']} B" if "journal_bytes" in row else
-                  f"applied {row['applied_index']}, {row['streams']} streams"
-                  if "streams" in row else
-                  f"applied {row['applied_index']}, {row['leases']} leases, {row['keys']} keys"
-                  if "leases" in row else
-                  f"map version {row['map_version']}" if "map_version" in row else
-                  f"partitions {row['partitions']}, {row['ops_per_s']} ops/s"
-                  if "partitions" in row else
-                  f"{row['requests']} requests, {row['refused']} refused, "
-                  f"{row['throttled']} throttled" if "throttled" in row
-                  else row.get("error", ""))
-        print(f"{row['name']:<7} {row['kind']:<17} {row['pid'] or '-':>7}  "
-              f"{row['address']:<16} {row['fault_domain'] or '-':<5} {state:<9} "
-              f"{row.get('extents', '-'):>7} {row.get('bytes', '-'):>12}  {detail}")
+    tables.print_table(
+        ["NAME", "KIND", "PID", "ADDRESS", "FD", "HEALTH", "STATE", "EXTENTS", "BYTES",
+         "DETAIL"],
+        ([row["name"], row["kind"], row["pid"] or None, row["address"],
+          row["fault_domain"] or None, row["health"], _state(row), row.get("extents"),
+          row.get("bytes"), _detail(row)] for row in rows),
+        right=["PID", "EXTENTS", "BYTES"])
     return 0
 
 
-async def _status_rows(stamp: LocalStamp) -> list[dict[str, Any]]:
-    """One row per process: alive by pid, and what it says of itself when asked."""
+def _state(row: dict[str, Any]) -> str:
+    return row.get("role") or ("serving" if row.get("serving") else
+                               "up" if row["alive"] else "down")
+
+
+def _detail(row: dict[str, Any]) -> str:
+    if "journal_bytes" in row:
+        return f"journal {row['journal_bytes']} B"
+    if "streams" in row:
+        return f"applied {row['applied_index']}, {row['streams']} streams"
+    if "leases" in row:
+        return f"applied {row['applied_index']}, {row['leases']} leases, {row['keys']} keys"
+    if "map_version" in row:
+        return f"map version {row['map_version']}"
+    if "partitions" in row:
+        return f"partitions {row['partitions']}, {row['ops_per_s']} ops/s"
+    if "throttled" in row:
+        return (f"{row['requests']} requests, {row['refused']} refused, "
+                f"{row['throttled']} throttled")
+    return str(row.get("error", ""))
+
+
+async def status_rows(stamp: LocalStamp) -> list[dict[str, Any]]:
+    """One row per process: alive by pid, its health (the gRPC health service), and what it
+    says of itself when asked."""
+    from common import health
     from stream_layer.extent_client import AsyncExtentClient
     from stream_layer.sm_client import AsyncStreamManagerClient
     from tools.local_stamp import (
@@ -121,6 +140,10 @@ async def _status_rows(stamp: LocalStamp) -> list[dict[str, Any]]:
         KIND_STREAM_MANAGER,
     )
 
+    # Every process's health at once (common/health.py): what `stamp status` reports a
+    # killed or frozen process as within the health RPC's deadline.
+    healths = await health.check_many([r.address for r in stamp.records.values()],
+                                      stamp.config.watch.health_rpc_timeout_ms / 1000)
     locks = _lock_client(stamp)
     extents = AsyncExtentClient()
     sms = AsyncStreamManagerClient([r.address for r in stamp.stream_managers()] or ["-"])
@@ -129,9 +152,13 @@ async def _status_rows(stamp: LocalStamp) -> list[dict[str, Any]]:
         for rec in stamp.records.values():
             row: dict[str, Any] = {"name": rec.name, "kind": rec.kind, "pid": rec.pid,
                                    "address": rec.address, "fault_domain": rec.fault_domain,
-                                   "alive": stamp.alive(rec.name), "serving": False}
+                                   "alive": stamp.alive(rec.name), "serving": False,
+                                   "health": healths.get(rec.address, health.UNREACHABLE),
+                                   "metrics_address": rec.metrics_address}
             rows.append(row)
-            if not row["alive"]:
+            if not row["alive"] or row["health"] == health.UNREACHABLE:
+                # A frozen or cut-off process just missed the health deadline: asking it
+                # more would only make `stamp status` wait as long again.
                 continue
             try:
                 if rec.kind == KIND_EXTENT_NODE:

@@ -121,14 +121,17 @@ def cmd_ls(args: argparse.Namespace) -> int:
                                         if set(e["streams"]) - {row["name"]})
         print(json.dumps(rows, indent=2))
         return 0
-    print(f"{'STREAM':<32} {'EXTENTS':>7} {'SEALED BYTES':>13}  {'LAST EXTENT':<32} SHARED")
+    from tools import tables
+
+    table = []
     for row in rows:
         last = row["extents"][-1] if row["extents"] else None
         sealed = sum(e["sealed_length"] for e in row["extents"])
         where = f"{last['extent_id']} {last['state']} on {','.join(last['replicas'])}" \
             if last else "-"
-        print(f"{row['name']:<32} {len(row['extents']):>7} {sealed:>13}  {where:<32} "
-              f"{shared_with(row)}")
+        table.append([row["name"], len(row["extents"]), sealed, where, shared_with(row)])
+    tables.print_table(["STREAM", "EXTENTS", "SEALED BYTES", "LAST EXTENT", "SHARED"], table,
+                       right=["EXTENTS", "SEALED BYTES"])
     return 0
 
 

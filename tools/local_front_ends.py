@@ -14,7 +14,7 @@ from common import durable_fs, process
 from common.errors import Unavailable
 
 if TYPE_CHECKING:
-    from tools.local_stamp import LocalStamp
+    from tools.local_stamp import LocalStamp, ProcessRecord
 
 KIND_FRONT_END = "front-end"
 
@@ -24,7 +24,6 @@ def plan(stamp: LocalStamp) -> None:
     line, naming the lock service (account keys) and the partition managers (the map)."""
     from tools.local_stamp import ProcessRecord
 
-    host = stamp.config.host
     lock_addresses = ",".join(r.address for r in stamp.lock_servers())
     pm_addresses = ",".join(r.address for r in stamp.partition_managers())
     if not (lock_addresses and pm_addresses):
@@ -33,16 +32,49 @@ def plan(stamp: LocalStamp) -> None:
         if spec.name in stamp.records:
             continue
         proc_dir = stamp.data_dir / spec.name
+        host = stamp.config.host_of(spec.name)
         # Port 0: the process binds a free port itself; LocalStamp pins it for restarts.
         # A local stamp is a test bed: its front ends take `stamp fault` like every process.
         argv = process.stamp_command(
             "serve", KIND_FRONT_END, "--name", spec.name, "--dir", str(proc_dir),
-            "--host", host, "--port", str(spec.port), "--pm", pm_addresses,
+            "--host", host, "--port", str(spec.port), "--http-port", "0", "--pm", pm_addresses,
             "--lock", lock_addresses, "--faults-rpc")
         if stamp.config_path:
             argv += ["--config", stamp.config_path]
         stamp.records[spec.name] = ProcessRecord(spec.name, KIND_FRONT_END, str(proc_dir),
                                                  argv, address=f"{host}:{spec.port}")
+
+
+def record_http(rec: ProcessRecord) -> None:
+    """After a front end is ready: its Azure Blob REST address into the record
+    (`extra["http_address"]`, in stamp.json), and the port it picked pinned for restarts
+    (the SDK's connection string names it)."""
+    from frontend.blob_server import read_http_ready
+
+    address = read_http_ready(rec.dir, rec.pid)
+    if address is None:
+        return
+    rec.extra["http_address"] = address
+    if "--http-port" in rec.argv:
+        at = rec.argv.index("--http-port") + 1
+        rec.argv[at] = address.rpartition(":")[2]
+
+
+def blob_endpoint(rec: ProcessRecord, account: str) -> str | None:
+    """The Azure BlobEndpoint URL of `account` at front end `rec` (None: it has none)."""
+    address = rec.extra.get("http_address")
+    return f"http://{address}/{account}" if address else None
+
+
+def azure_connection_string(rec: ProcessRecord, account: str, key: bytes) -> str | None:
+    """The connection string of Azure's SDKs for `account` at front end `rec`."""
+    import base64
+
+    endpoint = blob_endpoint(rec, account)
+    if endpoint is None:
+        return None
+    return (f"DefaultEndpointsProtocol=http;AccountName={account};"
+            f"AccountKey={base64.b64encode(key).decode()};BlobEndpoint={endpoint};")
 
 
 def wait_answering(stamp: LocalStamp, timeout_s: float) -> None:

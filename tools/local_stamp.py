@@ -21,7 +21,7 @@ from common import durable_fs, process
 from common.config import RaftMemberSpec, StampConfig, load_config
 from common.errors import InvalidArgument, NotFound, Unavailable
 from common.stamp_file import STAMP_FILE, read_stamp
-from tools import local_front_ends
+from tools import local_front_ends, local_watch
 
 KIND_EXTENT_NODE = "extent-node"
 KIND_STREAM_MANAGER = "stream-manager"
@@ -46,6 +46,7 @@ class ProcessRecord:
     fault_domain: str = ""
     upgrade_domain: str = ""
     extra: dict[str, str] = field(default_factory=dict)
+    metrics_address: str = ""  # host:port of its Prometheus metrics ("": none)
 
 
 class LocalStamp:
@@ -80,8 +81,8 @@ class LocalStamp:
         }, indent=2).encode())
 
     def plan(self) -> None:
-        """Decide every process's directory, ports and command line (once per data dir)."""
-        host = self.config.host
+        """Decide every process's directory, ports and command line (once per data dir), each
+        on its own host (`[hosts]`)."""
         self._plan_raft_group(KIND_LOCK, "lock", self.config.lock_servers,
                               lambda me, all_: ",".join(r for r, _ in all_ if r != me))
         self._plan_raft_group(KIND_STREAM_MANAGER, "stream-manager",
@@ -92,6 +93,7 @@ class LocalStamp:
             if spec.name in self.records:
                 continue
             proc_dir = self.data_dir / spec.name
+            host = self.config.host_of(spec.name)
             port = spec.port  # 0: bound by the node itself, then pinned (`_start_many`)
             argv = process.stamp_command(
                 "serve", "extent-node", "--name", spec.name, "--dir", str(proc_dir),
@@ -108,9 +110,9 @@ class LocalStamp:
                 fault_domain=spec.fault_domain, upgrade_domain=spec.upgrade_domain)
 
         self._plan_partition_layer(sm_addresses)
+        local_watch.plan(self)
 
     def _plan_partition_layer(self, sm_addresses: str) -> None:
-        host = self.config.host
         lock_addresses = ",".join(r.address for r in self.lock_servers())
         groups = ((KIND_PARTITION_MANAGER, self.config.partition_managers, ("--sm", sm_addresses)),
                   (KIND_PARTITION_SERVER, self.config.partition_servers, ("--sm", sm_addresses)))
@@ -122,6 +124,7 @@ class LocalStamp:
                     raise InvalidArgument(f"{spec.name} needs the lock service and the stream "
                                           f"managers in the same stamp")
                 proc_dir = self.data_dir / spec.name
+                host = self.config.host_of(spec.name)
                 # Port 0: the process binds a free port itself (no window in which another
                 # process can take it) and `_start_many` pins it for restarts.
                 port = spec.port
@@ -137,22 +140,26 @@ class LocalStamp:
         """Front ends, once the partition managers have their addresses (they may pick their
         ports at first start). A stamp without a partition layer has no front ends."""
         local_front_ends.plan(self)
+        local_watch.plan(self)
 
     def _plan_raft_group(self, kind: str, serve: str, specs: Sequence[RaftMemberSpec],
                          peers_arg: Callable[[str, list[tuple[str, str]]], str]) -> None:
         """Plan a Raft group's replicas: ports fixed once (the peers must know them), and
         `--peers` as `peers_arg(my raft address, [(raft, grpc) of every member])` says."""
-        host = self.config.host
         new = [spec for spec in specs if spec.name not in self.records]
         if not new:
             return
         if len(new) != len(specs):
             raise InvalidArgument(f"a Raft group's membership is fixed: cannot add {kind} "
                                   f"replicas to an existing stamp")
-        ports = {spec.name: (spec.port or process.free_port(host),
-                             spec.raft_port or process.free_port(host)) for spec in new}
-        members = [(f"{host}:{raft}", f"{host}:{port}") for port, raft in ports.values()]
+        host_of = self.config.host_of
+        ports = {spec.name: (spec.port or process.free_port(host_of(spec.name)),
+                             spec.raft_port or process.free_port(host_of(spec.name)))
+                 for spec in new}
+        members = [(f"{host_of(name)}:{raft}", f"{host_of(name)}:{port}")
+                   for name, (port, raft) in ports.items()]
         for spec in new:
+            host = host_of(spec.name)
             port, raft_port = ports[spec.name]
             proc_dir = self.data_dir / spec.name
             raft_address = f"{host}:{raft_port}"
@@ -242,20 +249,38 @@ class LocalStamp:
 
     # ---- processes ------------------------------------------------------------------------
 
-    def up(self) -> list[str]:
+    def up(self, only: str | None = None) -> list[str]:
         """Start every process that is not running (front ends after the partition layer,
         whose addresses they are given); with front ends, make sure the admin account exists
-        and its connection string is in the data directory. Return the names started."""
+        and its connection string is in the data directory; write the Prometheus scrape
+        configuration (`local_watch`). Return the names started.
+
+        `only`: start just the processes of that host (`[hosts]`), each until it serves, and
+        wait for nothing else: the rest of the stamp may not be up yet (the other hosts run
+        `stamp up --only` themselves). A later `up()` waits for the whole stamp."""
+        if only is not None and only not in self.hosts():
+            raise InvalidArgument(f"no process of the stamp runs on host {only!r}; its hosts "
+                                  f"are {', '.join(self.hosts())}")
         self.plan()
-        started = self._not_running()
+
+        def here(names: list[str]) -> list[str]:
+            return [n for n in names if only is None or self.config.host_of(n) == only]
+        started = here(self._not_running())
         self._start_many(started)
         self.plan_front_ends()
-        front_ends = [name for name in self._not_running() if name not in started]
+        front_ends = [name for name in here(self._not_running()) if name not in started]
         self._start_many(front_ends)
-        self.wait_healthy()
-        if self.front_ends() and self.lock_servers():
-            self.ensure_admin_account()
+        if only is None:
+            self.wait_healthy()
+            if self.front_ends() and self.lock_servers():
+                self.ensure_admin_account()
+        local_watch.write_scrape_config(self)
         return started + front_ends
+
+    def hosts(self) -> list[str]:
+        """The hosts the stamp's processes run on, in order of first appearance."""
+        return list(dict.fromkeys(self.config.host_of(name)
+                                  for name in self.config.fixed_ports()))
 
     def _not_running(self) -> list[str]:
         return [name for name, rec in self.records.items()
@@ -294,6 +319,8 @@ class LocalStamp:
                 at = rec.argv.index("--port") + 1
                 if rec.argv[at] == "0":
                     rec.argv[at] = ready.address.rpartition(":")[2]
+            if rec.kind == KIND_FRONT_END:
+                local_front_ends.record_http(rec)
         self.save()
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:

@@ -10,9 +10,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+from collections.abc import Iterable
 from pathlib import Path
 
-from common import rpc, server_main
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from common import metrics, rpc, server_main
 from common.config import HOST, load_config
 from common.process import write_ready
 from common.proto import extent_node_pb2_grpc, faults_pb2_grpc
@@ -41,12 +44,31 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="stamp config file (TOML) for limits")
     p.add_argument("--sm", default="",
                    help="stream manager gRPC addresses (comma-separated) to heartbeat to")
+    server_main.add_watch_args(p)
     return p
+
+
+def watch_store(store: ExtentStore, fragments: FragmentStore) -> Iterable[Metric]:
+    """Scrape-time gauges of the node: what it holds and owes the disk."""
+    replicas = list(store.replicas.values())
+    yield GaugeMetricFamily("stamp_en_extents", "extent replicas on this node",
+                            value=len(replicas))
+    yield GaugeMetricFamily("stamp_en_bytes", "durable bytes of the extent replicas",
+                            value=sum(r.durable_end for r in replicas))
+    yield GaugeMetricFamily("stamp_en_journal_bytes", "bytes held in the journal",
+                            value=store.journal.held_bytes())
+    yield GaugeMetricFamily("stamp_en_pending_file_bytes", "bytes durable in the journal, "
+                            "not yet in extent files", value=store.pending_bytes)
+    yield CounterMetricFamily("stamp_en_journal_records", "records made durable",
+                              value=store.journal.records)
+    yield CounterMetricFamily("stamp_en_journal_syncs", "journal group commits",
+                              value=store.journal.syncs)
 
 
 async def serve(args: argparse.Namespace) -> None:
     config = load_config(args.config)
     limits = config.extent_node
+    watch = await server_main.Watch.begin(args)
     store = ExtentStore(args.dir / "extents", args.journal_dir or args.dir / "journal", limits)
     store.recover()
     server = rpc.aio_server(limits.rpc_message_bytes_max)
@@ -58,8 +80,12 @@ async def serve(args: argparse.Namespace) -> None:
         ExtentNodeServicer(node, args.name, args.fault_domain, args.upgrade_domain,
                            fragments), server)
     faults_pb2_grpc.add_FaultsServicer_to_server(rpc.FaultsServicer(), server)
+    await watch.attach(server)
+    metrics.on_scrape(lambda: watch_store(store, fragments))
     await store.start()
     await server.start()
+    # Recovered (above) and its journal running: it can take appends and serve reads.
+    watch.healthy_when(lambda: None)
     write_ready(args.dir, args.name, address)
     log.info("%s serving on %s (fault domain %s)", args.name, address, args.fault_domain)
     heartbeats = None
@@ -71,6 +97,7 @@ async def serve(args: argparse.Namespace) -> None:
 
     await server_main.until_stopped()
     log.info("%s stopping", args.name)
+    await watch.end()
     if heartbeats is not None:
         heartbeats.cancel()
     await server.stop(grace=1.0)

@@ -241,7 +241,7 @@ def test_scan_in_key_order_with_continuation(data_dir: Path) -> None:
 
 def test_connection_string_sources(data_dir: Path) -> None:
     admin = (data_dir / ADMIN_FILE).read_text().strip()
-    other = run(data_dir, "account", "create", "tenant").stdout.strip()
+    other = run(data_dir, "account", "create", "tenant").stdout.splitlines()[0]
     assert other.startswith("Endpoint=") and "Account=tenant;" in other
 
     # --connection-string, the variable, the admin file: each reaches its own account's logs.

@@ -41,6 +41,9 @@ class FakeClient:
     def route(self, key: bytes) -> tuple[str, str]:
         return "ps-1", "127.0.0.1:1"
 
+    def route_name(self, account: str, pname: str) -> tuple[str, str]:
+        return "ps-1", "127.0.0.1:1"
+
     def session(self, address: str) -> FakeSession:
         return self.session_
 

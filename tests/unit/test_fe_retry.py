@@ -45,6 +45,9 @@ class RetryingClient:
     def route(self, key: bytes) -> tuple[str, str]:
         return "ps-1", "127.0.0.1:1"
 
+    def route_name(self, account: str, pname: str) -> tuple[str, str]:
+        return "ps-1", "127.0.0.1:1"
+
     def session(self, address: str) -> FailingSession:
         return self.session_
 

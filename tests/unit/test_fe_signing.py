@@ -4,6 +4,7 @@ account, within 5 minutes of the server's clock, on its own account's resources.
 from __future__ import annotations
 
 import dataclasses
+import hmac
 from collections.abc import Sequence
 
 import pytest
@@ -134,3 +135,22 @@ def test_verifying_builds_the_canonical_string_once_for_both_keys(
         signing.verify(dataclasses.replace(request, signature=b"\x00" * 32), keys_of=keys_of,
                        now_s=NOW)
     assert len(built) == 2
+
+
+def test_the_signature_is_hmac_sha256_of_the_documented_canonical_string() -> None:
+    """The MAC made from each key's ready HMAC state (signing._mac) is the standard one,
+    and the canonical string is byte for byte the module docstring's."""
+    request = signed(KEYS["acme"][1])
+    canonical = (b"stamp-hmac-sha256-v1\nacme\nAppend\n/acme/orders\n%d\n%08x"
+                 % (request.timestamp_ms, request.payload_crc32c))
+    assert signing.canonical_string("acme", "Append", "/acme/orders", request.timestamp_ms,
+                                    request.payload_crc32c) == canonical
+    assert request.signature == hmac.digest(KEYS["acme"][1], canonical, "sha256")
+    assert signing.sign(KEYS["acme"][1], "acme", "Append", "/acme/orders",
+                        request.payload_crc32c, NOW).signature == request.signature
+
+
+@pytest.mark.parametrize("key", [b"", b"k", b"\x07" * 32, b"\x08" * 64, b"\x09" * 65, b"x" * 200])
+def test_the_mac_is_hmac_sha256_for_any_key_length(key: bytes) -> None:
+    for message in (b"", b"m", b"stamp-hmac-sha256-v1\n" * 9):
+        assert signing._mac(key, message) == hmac.digest(key, message, "sha256")

@@ -54,9 +54,10 @@ def _client(stamp: LocalStamp) -> AsyncPartitionClient:
 
 # ---- log-append ------------------------------------------------------------------------------
 
-def run_log_append(seconds: float = 5.0, progress: Progress = lambda _: None
-                   ) -> list[dict[str, Any]]:
-    return _with_stamp("", lambda stamp: uvloop.run(_log_append(stamp, seconds, progress)),
+def run_log_append(seconds: float = 5.0, progress: Progress = lambda _: None,
+                   config_text: str = "") -> list[dict[str, Any]]:
+    return _with_stamp(config_text,
+                       lambda stamp: uvloop.run(_log_append(stamp, seconds, progress)),
                        progress)
 
 

@@ -1,0 +1,224 @@
+"""The front end's Azure Blob REST endpoint (DESIGN §6): HTTP on its own port, path-style URLs
+`http://HOST:PORT/ACCOUNT/CONTAINER/BLOB` as the emulator's, so Azure's own SDKs
+(`BlobServiceClient.from_connection_string`) work against a stamp.
+
+Each request: parsed, authorized (Shared Key, or a service SAS for reads: blob_auth.py, with
+the account's keys from the front end's Authenticator), admitted by the front end's account
+throttle, routed (on `comp` before `x-ms-blob-type`: an SDK has been seen sending both), and
+answered by frontend/blob_handlers.py through frontend/blob_store.py. Every answer carries
+`x-ms-request-id`, `x-ms-version` (the request's, echoed: every version an SDK sends is
+accepted) and `Date`; every refusal the service's status, `x-ms-error-code` and XML body, so
+the SDK raises its usual exceptions.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import unquote
+
+from aiohttp import web
+
+from common import durable_fs
+from common.errors import StampError
+from frontend import blob_auth, blob_xml
+from frontend.blob_model import BlobError, http_date
+from frontend.blob_store import BlobStore, service_error
+from frontend.server_call import UNROUTED, FrontEnd
+from partition_layer.requests import route_key
+
+log = logging.getLogger(__name__)
+
+# Written beside ready.json: where the endpoint listens (`stamp up` records it in stamp.json).
+HTTP_READY_FILE = "http.json"
+DEFAULT_VERSION = "2021-12-02"  # answered when a request names none
+# Room for the headers and framing of the largest Append Block body.
+BODY_SLACK_BYTES = 64 * 1024
+SAS_READS = {("GET", ""), ("HEAD", ""), ("GET", "metadata")}
+REQUEST_OVERHEAD_BYTES = 256  # what the throttle charges a request beyond its body
+# On SIGTERM, requests under way get this long (as gRPC's streams do), then are cut.
+SHUTDOWN_GRACE_S = 1.0
+
+
+@dataclass
+class BlobRequest:
+    """One parsed request: the URL's account, container and blob (decoded), its query."""
+
+    http: web.Request
+    request_id: str
+    account: str
+    container: str
+    blob: str
+    query: dict[str, str]
+
+    @property
+    def comp(self) -> str:
+        return self.query.get("comp", "")
+
+    @property
+    def restype(self) -> str:
+        return self.query.get("restype", "")
+
+    def header(self, name: str) -> str | None:
+        return self.http.headers.get(name)
+
+    def base_headers(self) -> dict[str, str]:
+        """The headers of every answer."""
+        headers = {"x-ms-request-id": self.request_id,
+                   "x-ms-version": self.http.headers.get("x-ms-version", DEFAULT_VERSION),
+                   "Date": http_date(int(datetime.now(UTC).timestamp() * 1000)),
+                   "Server": "Stamp-Blob"}
+        client_id = self.http.headers.get("x-ms-client-request-id")
+        if client_id is not None:
+            headers["x-ms-client-request-id"] = client_id
+        return headers
+
+    def endpoint(self) -> str:
+        return f"http://{self.http.host}/{self.account}/"
+
+
+Handler = Callable[[BlobRequest, BlobStore, FrontEnd], Awaitable[web.StreamResponse]]
+
+
+def error_response(request: BlobRequest | None, exc: BlobError, head: bool
+                   ) -> web.Response:
+    base = request.base_headers() if request is not None else {
+        "x-ms-request-id": str(uuid.uuid4()), "x-ms-version": DEFAULT_VERSION}
+    headers = {**base, **exc.headers}
+    if exc.status == 304:  # not an error: the service names no code
+        return web.Response(status=exc.status, headers=headers)
+    headers["x-ms-error-code"] = exc.code
+    if head:
+        return web.Response(status=exc.status, headers=headers)
+    body = blob_xml.error(exc.code, exc.message, headers["x-ms-request-id"],
+                          datetime.now(UTC).isoformat())
+    return web.Response(status=exc.status, body=body, headers=headers,
+                        content_type="application/xml")
+
+
+def parse(http: web.Request) -> BlobRequest:
+    path = http.raw_path.partition("?")[0]
+    parts = path.lstrip("/").split("/", 2)
+    account = unquote(parts[0]) if parts else ""
+    container = unquote(parts[1]) if len(parts) > 1 else ""
+    blob = unquote(parts[2]) if len(parts) > 2 else ""
+    if not account:
+        raise BlobError(400, "InvalidUri", "The URL names no account: use "
+                        "http://HOST:PORT/ACCOUNT/CONTAINER/BLOB.")
+    query = {k.lower(): v for k, v in http.query.items()}
+    return BlobRequest(http, str(uuid.uuid4()), account, container, blob, query)
+
+
+async def authorize(request: BlobRequest, front_end: FrontEnd, skew_s: float) -> None:
+    """Shared Key for everything, a service SAS for reads (Get Blob, its properties and
+    metadata; List Blobs with `l`); refusals as the service's 401/403."""
+    http = request.http
+    front_end.counters.requests += 1
+    keys = await front_end.auth.keys(request.account)
+    now = datetime.now(UTC)
+    if "sig" in request.query:
+        if request.blob and (http.method, request.comp) in SAS_READS:
+            permission = "r"
+        elif not request.blob and request.comp == "list" and http.method == "GET":
+            permission = "l"
+        else:
+            raise BlobError(403, "AuthorizationPermissionMismatch",
+                            "This request is not authorized to perform this operation using "
+                            "this permission: a SAS grants reads here.")
+        blob_auth.check_sas(request.query, keys, request.account, request.container,
+                            request.blob, permission, now, http.remote or "", secure=False)
+        return
+    authorization = http.headers.get("Authorization")
+    if authorization is None:
+        raise BlobError(401, "NoAuthenticationInformation",
+                        "Server failed to authenticate the request. Please refer to the "
+                        "information in the www-authenticate header.")
+    headers: dict[str, str] = {}
+    for name, value in http.headers.items():
+        lower = name.lower()
+        headers[lower] = f"{headers[lower]},{value}" if lower in headers else value
+    blob_auth.check_shared_key(authorization, keys, request.account, http.method, headers,
+                               http.raw_path.partition("?")[0], list(http.query.items()),
+                               now, skew_s)
+
+
+def admit(front_end: FrontEnd, request: BlobRequest, group: str, nbytes: int) -> None:
+    """The front end's account throttle, for the partition server `group` routes to."""
+    route = front_end.client.route(route_key(request.account, group))
+    server = route[0] if route is not None else UNROUTED
+    try:
+        front_end.throttle.admit(request.account, server, nbytes).raise_if_refused()
+    except StampError as exc:
+        front_end.counters.refused(exc)
+        raise
+
+
+def make_app(front_end: FrontEnd, store: BlobStore) -> web.Application:
+    """The aiohttp application of the endpoint (one catch-all route: Azure's operations are
+    told apart by method, path depth and query, not by path patterns)."""
+    from frontend.blob_handlers import route
+
+    limits = store.limits
+    skew_s = limits.blob_request_skew_ms / 1000
+
+    async def handle(http: web.Request) -> web.StreamResponse:
+        request: BlobRequest | None = None
+        head = http.method == "HEAD"
+        try:
+            request = parse(http)
+            await authorize(request, front_end, skew_s)
+            handler = route(request)
+            return await handler(request, store, front_end)
+        except BlobError as exc:
+            if exc.status in (401, 403):
+                front_end.counters.refused_unauthenticated += 1
+            return error_response(request, exc, head)
+        except StampError as exc:
+            return error_response(request, service_error(exc), head)
+        except web.HTTPException:
+            raise
+        except Exception:
+            log.exception("Azure Blob request %s %s", http.method, http.path)
+            return error_response(request, BlobError(500, "InternalError",
+                                                     "The server encountered an internal "
+                                                     "error."), head)
+
+    app = web.Application(client_max_size=limits.blob_append_bytes_max + BODY_SLACK_BYTES)
+    app.router.add_route("*", "/{tail:.*}", handle)
+    return app
+
+
+async def start(front_end: FrontEnd, store: BlobStore, host: str, port: int
+                ) -> tuple[web.AppRunner, str]:
+    """Serve the endpoint on host:port (0: a free port); (its runner, host:port bound)."""
+    runner = web.AppRunner(make_app(front_end, store), access_log=None,
+                           handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, reuse_address=True,
+                       shutdown_timeout=SHUTDOWN_GRACE_S)
+    await site.start()
+    server = site._server  # aiohttp keeps the listening socket here
+    bound = server.sockets[0].getsockname()[1] if server is not None else port
+    return runner, f"{host}:{bound}"
+
+
+def write_http_ready(proc_dir: str | Path, address: str) -> None:
+    """Record the endpoint's address (and this pid) in the process directory."""
+    path = Path(proc_dir) / HTTP_READY_FILE
+    durable_fs.replace_file(path, json.dumps({"pid": os.getpid(),
+                                              "address": address}).encode())
+
+
+def read_http_ready(proc_dir: str | Path, pid: int) -> str | None:
+    """The endpoint address process `pid` recorded (None: none recorded by it)."""
+    try:
+        record = json.loads((Path(proc_dir) / HTTP_READY_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return record["address"] if record.get("pid") == pid else None
