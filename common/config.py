@@ -62,6 +62,8 @@ class ExtentNodeLimits:
     # first k answers rebuild the range).
     fragment_chunk_bytes: int = 4 * MiB
     fragment_hedge_ms: int = 300
+    # The scrub (ScrubExtent) reads and verifies a replica in chunks of this size.
+    scrub_chunk_bytes: int = 8 * MiB
     # How long a CLI/test waits for a started process to report that it is serving.
     start_timeout_ms: int = 20000
 
@@ -380,6 +382,40 @@ class FrontEndLimits:
 
 
 @dataclass(frozen=True)
+class JobLimits:
+    """The maintenance jobs (spark/, §7: scrub, ec, gc) and their record of past runs."""
+
+    # Past runs kept in the lock service (one value, under its 256 KiB value limit).
+    runs_kept: int = 100
+    runs_bytes_max: int = 192 * 1024
+    # Items one Spark task takes; a job has at least one task per item up to the cores x 4.
+    items_per_task_max: int = 16
+    # Items one task works on at once: their work waits mostly on RPCs and remote fsyncs.
+    items_concurrent_per_task: int = 4
+    # How often the driver polls Spark's status tracker for the progress bar.
+    progress_interval_ms: int = 200
+    # A replica rebuilt by scrub fetches the whole sealed extent from a good peer.
+    repair_timeout_s: int = 600
+    # Scrub waits this long for the stream manager to rebuild a bad fragment in place.
+    fragment_repair_wait_s: int = 60
+    # Streams the ec job codes when no stream policy names them (fnmatch patterns): the row
+    # data and blob data of partitions, with the stamp's default code (stream_manager's
+    # ec_data_fragments + ec_parity_fragments, narrower on a small stamp), this long after
+    # their seal. An empty tuple turns the default off.
+    ec_default_patterns: tuple[str, ...] = ("partition/*/row", "partition/*/blob")
+    ec_default_after_s: float = 600.0
+    # gc sweeps a candidate only once it was marked at least this long ago and still is
+    # one: longer than any create-to-commit, copy or erasure-coding conversion takes.
+    gc_grace_s: float = 3600.0
+    # Marks kept (one lock-service value: about 60 bytes each); the oldest are kept.
+    gc_marks_max: int = 3000
+
+    def __post_init__(self) -> None:
+        # A config file gives a list: keep it a tuple, so the limits stay hashable.
+        object.__setattr__(self, "ec_default_patterns", tuple(self.ec_default_patterns))
+
+
+@dataclass(frozen=True)
 class WatchConfig:
     """Watching a stamp (issue 19): Prometheus metrics on every process, the gRPC health
     service, `stamp status` and `stamp top`."""
@@ -496,6 +532,7 @@ class StampConfig:
     front_end: FrontEndLimits = field(default_factory=FrontEndLimits)
     front_ends: tuple[ProcessSpec, ...] = field(default_factory=_default_front_ends)
     watch: WatchConfig = field(default_factory=WatchConfig)
+    jobs: JobLimits = field(default_factory=JobLimits)
     # The host (an address every other host reaches it at) of each process named here
     # (`[hosts]` in TOML: en-1 = "10.0.0.2"); the others run on `host`. `stamp up --only HOST`
     # starts the processes of one host, so one config runs a stamp across machines.
@@ -545,7 +582,7 @@ def _apply(config: StampConfig, raw: dict[str, Any]) -> StampConfig:
     changes: dict[str, Any] = {}
     for key, value in raw.items():
         if key in ("extent_node", "stream_manager", "partition", "partition_manager",
-                   "front_end", "watch"):
+                   "front_end", "watch", "jobs"):
             changes[key] = _replace_checked(getattr(config, key), value, key)
         elif key == "extent_nodes":
             changes[key] = tuple(ExtentNodeSpec(**node) for node in value)

@@ -329,6 +329,12 @@ class AsyncExtentClient:
             timeout=timeout_s or self.limits.append_deadline_ms / 1000.0))
         return reply.length
 
+    async def scrub_extent(self, address: str, extent_id: int, timeout_s: float = 600.0
+                           ) -> pb.ScrubExtentReply:
+        """Have the node verify its replica where it lies (stream_layer/extent_node/scrub.py)."""
+        return await rpc.call(self.stub(address).ScrubExtent(
+            pb.ScrubExtentRequest(extent_id=extent_id), timeout=timeout_s))
+
     async def delete_extent(self, address: str, extent_id: int) -> None:
         await rpc.call(self.stub(address).DeleteExtent(
             pb.DeleteExtentRequest(extent_id=extent_id), timeout=10.0))

@@ -145,6 +145,16 @@ class AsyncStreamManagerClient:
     async def list_extents(self) -> list[pb.ExtentInfo]:
         return list((await self.call("ListExtents", pb.ListExtentsRequest())).extents)
 
+    async def list_extents_and_busy(self) -> tuple[list[pb.ExtentInfo], set[int]]:
+        """Every extent, and the ids the leader holds outside the state (spares, copies
+        under way), as of one moment."""
+        reply = await self.call("ListExtents", pb.ListExtentsRequest())
+        return list(reply.extents), set(reply.busy)
+
+    async def delete_extent(self, extent_id: int) -> pb.ExtentInfo:
+        """Mark an extent no stream holds as deleted (PreconditionFailed while one does)."""
+        return await self.call("DeleteExtent", pb.GetExtentRequest(extent_id=extent_id))
+
     async def list_nodes(self) -> list[pb.NodeInfo]:
         return list((await self.call("ListNodes", pb.ListNodesRequest())).nodes)
 
@@ -162,6 +172,15 @@ class AsyncStreamManagerClient:
     async def release_replicas(self, extent_id: int, nodes: Sequence[str]) -> pb.ExtentInfo:
         return await self.call("ReleaseReplicas", pb.ReleaseReplicasRequest(
             extent_id=extent_id, nodes=nodes))
+
+    async def set_stream_policy(self, pattern: str, ec_k: int, ec_m: int, after_s: float
+                                ) -> None:
+        """Set the ec policy of the streams `pattern` names (ec_k 0: remove it)."""
+        await self.call("SetStreamPolicy", pb.StreamPolicy(pattern=pattern, ec_k=ec_k,
+                                                           ec_m=ec_m, after_s=after_s))
+
+    async def list_stream_policies(self) -> list[pb.StreamPolicy]:
+        return list((await self.call("ListStreamPolicies", pb.Empty())).policies)
 
     async def report_fragment(self, extent_id: int, index: int, reason: str) -> None:
         await self.call("ReportFragment", pb.ReportFragmentRequest(

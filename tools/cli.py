@@ -34,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
         cmd_bench,
         cmd_entity,
         cmd_extent,
+        cmd_job,
         cmd_lock,
         cmd_partition,
         cmd_scan,
@@ -62,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmd_entity.register(commands)
     cmd_scan.register(commands)
     tools.cmd_account.register(commands)
+    cmd_job.register(commands)
     cmd_bench.register(commands)
     return parser
 

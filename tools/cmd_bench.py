@@ -109,6 +109,18 @@ def _balance(args: argparse.Namespace) -> Rows:
     return run_balance(progress=_progress(args))
 
 
+def _scrub(args: argparse.Namespace) -> Rows:
+    from tools.bench.scrub import run_scrub
+
+    return run_scrub(progress=_progress(args))
+
+
+def _gc(args: argparse.Namespace) -> Rows:
+    from tools.bench.gc import run_gc
+
+    return run_gc(progress=_progress(args))
+
+
 def _blob_append(args: argparse.Namespace) -> Rows:
     from tools.bench.azure import run_blob_append
 
@@ -162,6 +174,12 @@ BENCHES: dict[str, tuple[str, Callable[[argparse.Namespace], Rows]]] = {
                 "records/s before and after the PM balances, time until every PS is within "
                 "25% of the mean (targets: <= 30 s, no appender error, after >= before)",
                 _balance),
+    "scrub": ("stamp job scrub on local[2] over 256 MB of sealed 3-way replicated extents: "
+              "MB/s verified (every replica) against the disk's sequential read rate, taking "
+              "turns, page cache dropped (target ratio >= 0.5)", _scrub),
+    "gc": ("stamp job gc over 32 streams of small extents, 31 of them deleted: extents "
+           "examined per second (mark run), deleted per second and bytes reclaimed (sweep "
+           "run)", _gc),
 }
 
 

@@ -1,4 +1,5 @@
-"""`stamp stream create | append | cat | ls | rm`: streams through the stream client."""
+"""`stamp stream create | append | cat | ls | rm`: streams through the stream client;
+`stamp stream policy | policies` (cmd_stream_policy.py): what `stamp job ec` does with them."""
 
 from __future__ import annotations
 
@@ -42,6 +43,10 @@ def register(commands: Any) -> None:
     rm = sub.add_parser("rm", help="delete a stream (its extents become garbage)")
     rm.add_argument("name", type=cli_checks.name)
     rm.set_defaults(handler=cmd_rm)
+
+    from tools import cmd_stream_policy
+
+    cmd_stream_policy.register(sub)
 
 
 def _client(args: argparse.Namespace) -> Any:

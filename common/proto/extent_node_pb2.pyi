@@ -319,3 +319,25 @@ class NodeStatusReply(_message.Message):
     journal_syncs: int
     journal_records: int
     def __init__(self, name: _Optional[str] = ..., fault_domain: _Optional[str] = ..., upgrade_domain: _Optional[str] = ..., extents: _Optional[int] = ..., bytes: _Optional[int] = ..., journal_bytes: _Optional[int] = ..., pending_file_bytes: _Optional[int] = ..., pid: _Optional[int] = ..., journal_syncs: _Optional[int] = ..., journal_records: _Optional[int] = ...) -> None: ...
+
+class ScrubExtentRequest(_message.Message):
+    __slots__ = ("extent_id",)
+    EXTENT_ID_FIELD_NUMBER: _ClassVar[int]
+    extent_id: int
+    def __init__(self, extent_id: _Optional[int] = ...) -> None: ...
+
+class ScrubExtentReply(_message.Message):
+    __slots__ = ("length", "sealed", "frames", "digest", "bad_offset", "reason")
+    LENGTH_FIELD_NUMBER: _ClassVar[int]
+    SEALED_FIELD_NUMBER: _ClassVar[int]
+    FRAMES_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    BAD_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    length: int
+    sealed: bool
+    frames: int
+    digest: bytes
+    bad_offset: int
+    reason: str
+    def __init__(self, length: _Optional[int] = ..., sealed: _Optional[bool] = ..., frames: _Optional[int] = ..., digest: _Optional[bytes] = ..., bad_offset: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...

@@ -94,6 +94,11 @@ class ExtentNodeStub:
                 request_serializer=common_dot_proto_dot_extent__node__pb2.NodeStatusRequest.SerializeToString,
                 response_deserializer=common_dot_proto_dot_extent__node__pb2.NodeStatusReply.FromString,
                 _registered_method=True)
+        self.ScrubExtent = channel.unary_unary(
+                '/stamp.extent.ExtentNode/ScrubExtent',
+                request_serializer=common_dot_proto_dot_extent__node__pb2.ScrubExtentRequest.SerializeToString,
+                response_deserializer=common_dot_proto_dot_extent__node__pb2.ScrubExtentReply.FromString,
+                _registered_method=True)
         self.WriteFragment = channel.stream_unary(
                 '/stamp.extent.ExtentNode/WriteFragment',
                 request_serializer=common_dot_proto_dot_extent__node__pb2.FragmentChunk.SerializeToString,
@@ -208,6 +213,14 @@ class ExtentNodeServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ScrubExtent(self, request, context):
+        """Read and verify this replica where it lies (the scrub job, §7): every frame's CRC32C
+        below its commit length, a digest to compare replicas by, the first bad frame.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def WriteFragment(self, request_iterator, context):
         """Erasure-coded fragments (§2 "Erasure coding"), beside the journal and the replicas.
         Store one whole fragment: chunks in order, the first naming it; the node checks the
@@ -306,6 +319,11 @@ def add_ExtentNodeServicer_to_server(servicer, server):
                     servicer.NodeStatus,
                     request_deserializer=common_dot_proto_dot_extent__node__pb2.NodeStatusRequest.FromString,
                     response_serializer=common_dot_proto_dot_extent__node__pb2.NodeStatusReply.SerializeToString,
+            ),
+            'ScrubExtent': grpc.unary_unary_rpc_method_handler(
+                    servicer.ScrubExtent,
+                    request_deserializer=common_dot_proto_dot_extent__node__pb2.ScrubExtentRequest.FromString,
+                    response_serializer=common_dot_proto_dot_extent__node__pb2.ScrubExtentReply.SerializeToString,
             ),
             'WriteFragment': grpc.stream_unary_rpc_method_handler(
                     servicer.WriteFragment,
@@ -657,6 +675,33 @@ class ExtentNode:
             '/stamp.extent.ExtentNode/NodeStatus',
             common_dot_proto_dot_extent__node__pb2.NodeStatusRequest.SerializeToString,
             common_dot_proto_dot_extent__node__pb2.NodeStatusReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ScrubExtent(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stamp.extent.ExtentNode/ScrubExtent',
+            common_dot_proto_dot_extent__node__pb2.ScrubExtentRequest.SerializeToString,
+            common_dot_proto_dot_extent__node__pb2.ScrubExtentReply.FromString,
             options,
             channel_credentials,
             insecure,

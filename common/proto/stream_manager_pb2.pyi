@@ -6,12 +6,30 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class StreamPolicy(_message.Message):
+    __slots__ = ("pattern", "ec_k", "ec_m", "after_s")
+    PATTERN_FIELD_NUMBER: _ClassVar[int]
+    EC_K_FIELD_NUMBER: _ClassVar[int]
+    EC_M_FIELD_NUMBER: _ClassVar[int]
+    AFTER_S_FIELD_NUMBER: _ClassVar[int]
+    pattern: str
+    ec_k: int
+    ec_m: int
+    after_s: float
+    def __init__(self, pattern: _Optional[str] = ..., ec_k: _Optional[int] = ..., ec_m: _Optional[int] = ..., after_s: _Optional[float] = ...) -> None: ...
+
+class ListStreamPoliciesReply(_message.Message):
+    __slots__ = ("policies",)
+    POLICIES_FIELD_NUMBER: _ClassVar[int]
+    policies: _containers.RepeatedCompositeFieldContainer[StreamPolicy]
+    def __init__(self, policies: _Optional[_Iterable[_Union[StreamPolicy, _Mapping]]] = ...) -> None: ...
+
 class Empty(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class ExtentInfo(_message.Message):
-    __slots__ = ("extent_id", "replicas", "addresses", "state", "sealed_length", "streams", "fragments", "fragment_addresses", "ec_k", "ec_m", "ec_cuts", "ec_crcs")
+    __slots__ = ("extent_id", "replicas", "addresses", "state", "sealed_length", "streams", "fragments", "fragment_addresses", "ec_k", "ec_m", "ec_cuts", "ec_crcs", "sealed_at")
     EXTENT_ID_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     ADDRESSES_FIELD_NUMBER: _ClassVar[int]
@@ -24,6 +42,7 @@ class ExtentInfo(_message.Message):
     EC_M_FIELD_NUMBER: _ClassVar[int]
     EC_CUTS_FIELD_NUMBER: _ClassVar[int]
     EC_CRCS_FIELD_NUMBER: _ClassVar[int]
+    SEALED_AT_FIELD_NUMBER: _ClassVar[int]
     extent_id: int
     replicas: _containers.RepeatedScalarFieldContainer[str]
     addresses: _containers.RepeatedScalarFieldContainer[str]
@@ -36,7 +55,8 @@ class ExtentInfo(_message.Message):
     ec_m: int
     ec_cuts: _containers.RepeatedScalarFieldContainer[int]
     ec_crcs: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, extent_id: _Optional[int] = ..., replicas: _Optional[_Iterable[str]] = ..., addresses: _Optional[_Iterable[str]] = ..., state: _Optional[str] = ..., sealed_length: _Optional[int] = ..., streams: _Optional[_Iterable[str]] = ..., fragments: _Optional[_Iterable[str]] = ..., fragment_addresses: _Optional[_Iterable[str]] = ..., ec_k: _Optional[int] = ..., ec_m: _Optional[int] = ..., ec_cuts: _Optional[_Iterable[int]] = ..., ec_crcs: _Optional[_Iterable[int]] = ...) -> None: ...
+    sealed_at: float
+    def __init__(self, extent_id: _Optional[int] = ..., replicas: _Optional[_Iterable[str]] = ..., addresses: _Optional[_Iterable[str]] = ..., state: _Optional[str] = ..., sealed_length: _Optional[int] = ..., streams: _Optional[_Iterable[str]] = ..., fragments: _Optional[_Iterable[str]] = ..., fragment_addresses: _Optional[_Iterable[str]] = ..., ec_k: _Optional[int] = ..., ec_m: _Optional[int] = ..., ec_cuts: _Optional[_Iterable[int]] = ..., ec_crcs: _Optional[_Iterable[int]] = ..., sealed_at: _Optional[float] = ...) -> None: ...
 
 class GetExtentRequest(_message.Message):
     __slots__ = ("extent_id",)
@@ -189,10 +209,12 @@ class ListExtentsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ListExtentsReply(_message.Message):
-    __slots__ = ("extents",)
+    __slots__ = ("extents", "busy")
     EXTENTS_FIELD_NUMBER: _ClassVar[int]
+    BUSY_FIELD_NUMBER: _ClassVar[int]
     extents: _containers.RepeatedCompositeFieldContainer[ExtentInfo]
-    def __init__(self, extents: _Optional[_Iterable[_Union[ExtentInfo, _Mapping]]] = ...) -> None: ...
+    busy: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, extents: _Optional[_Iterable[_Union[ExtentInfo, _Mapping]]] = ..., busy: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class NodeInfo(_message.Message):
     __slots__ = ("name", "address", "fault_domain", "upgrade_domain", "state", "suspect", "silent_s", "used_bytes", "extents")

@@ -124,6 +124,21 @@ class StreamManagerStub:
                 request_serializer=common_dot_proto_dot_stream__manager__pb2.ReportFragmentRequest.SerializeToString,
                 response_deserializer=common_dot_proto_dot_stream__manager__pb2.Empty.FromString,
                 _registered_method=True)
+        self.DeleteExtent = channel.unary_unary(
+                '/stamp.sm.StreamManager/DeleteExtent',
+                request_serializer=common_dot_proto_dot_stream__manager__pb2.GetExtentRequest.SerializeToString,
+                response_deserializer=common_dot_proto_dot_stream__manager__pb2.ExtentInfo.FromString,
+                _registered_method=True)
+        self.SetStreamPolicy = channel.unary_unary(
+                '/stamp.sm.StreamManager/SetStreamPolicy',
+                request_serializer=common_dot_proto_dot_stream__manager__pb2.StreamPolicy.SerializeToString,
+                response_deserializer=common_dot_proto_dot_stream__manager__pb2.StreamPolicy.FromString,
+                _registered_method=True)
+        self.ListStreamPolicies = channel.unary_unary(
+                '/stamp.sm.StreamManager/ListStreamPolicies',
+                request_serializer=common_dot_proto_dot_stream__manager__pb2.Empty.SerializeToString,
+                response_deserializer=common_dot_proto_dot_stream__manager__pb2.ListStreamPoliciesReply.FromString,
+                _registered_method=True)
 
 
 class StreamManagerServicer:
@@ -252,6 +267,27 @@ class StreamManagerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteExtent(self, request, context):
+        """Garbage collection: mark an extent no stream holds as deleted (refused while a stream
+        holds it); its replicas and fragments may then be removed from the extent nodes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetStreamPolicy(self, request, context):
+        """Stream policies (§7 "ec"): set one (ec_k 0 removes it), list them all.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListStreamPolicies(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_StreamManagerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -344,6 +380,21 @@ def add_StreamManagerServicer_to_server(servicer, server):
                     servicer.ReportFragment,
                     request_deserializer=common_dot_proto_dot_stream__manager__pb2.ReportFragmentRequest.FromString,
                     response_serializer=common_dot_proto_dot_stream__manager__pb2.Empty.SerializeToString,
+            ),
+            'DeleteExtent': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteExtent,
+                    request_deserializer=common_dot_proto_dot_stream__manager__pb2.GetExtentRequest.FromString,
+                    response_serializer=common_dot_proto_dot_stream__manager__pb2.ExtentInfo.SerializeToString,
+            ),
+            'SetStreamPolicy': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetStreamPolicy,
+                    request_deserializer=common_dot_proto_dot_stream__manager__pb2.StreamPolicy.FromString,
+                    response_serializer=common_dot_proto_dot_stream__manager__pb2.StreamPolicy.SerializeToString,
+            ),
+            'ListStreamPolicies': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListStreamPolicies,
+                    request_deserializer=common_dot_proto_dot_stream__manager__pb2.Empty.FromString,
+                    response_serializer=common_dot_proto_dot_stream__manager__pb2.ListStreamPoliciesReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -832,6 +883,87 @@ class StreamManager:
             '/stamp.sm.StreamManager/ReportFragment',
             common_dot_proto_dot_stream__manager__pb2.ReportFragmentRequest.SerializeToString,
             common_dot_proto_dot_stream__manager__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteExtent(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stamp.sm.StreamManager/DeleteExtent',
+            common_dot_proto_dot_stream__manager__pb2.GetExtentRequest.SerializeToString,
+            common_dot_proto_dot_stream__manager__pb2.ExtentInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetStreamPolicy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stamp.sm.StreamManager/SetStreamPolicy',
+            common_dot_proto_dot_stream__manager__pb2.StreamPolicy.SerializeToString,
+            common_dot_proto_dot_stream__manager__pb2.StreamPolicy.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListStreamPolicies(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stamp.sm.StreamManager/ListStreamPolicies',
+            common_dot_proto_dot_stream__manager__pb2.Empty.SerializeToString,
+            common_dot_proto_dot_stream__manager__pb2.ListStreamPoliciesReply.FromString,
             options,
             channel_credentials,
             insecure,

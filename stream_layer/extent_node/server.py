@@ -134,6 +134,7 @@ class ExtentNodeServicer(pb_grpc.ExtentNodeServicer):
     @rpc.rpc_errors
     async def CreateExtent(self, request: pb.CreateExtentRequest,
                            context: aio.ServicerContext) -> pb.CreateExtentReply:
+        await faults.apoint("en.create")  # a failed create leaves orphans on the others
         await self.node.create(request.extent_id, list(request.replicas))
         return pb.CreateExtentReply()
 
@@ -206,6 +207,14 @@ class ExtentNodeServicer(pb_grpc.ExtentNodeServicer):
             journal_bytes=self.store.journal.held_bytes(),
             pending_file_bytes=self.store.pending_bytes, pid=os.getpid(),
             journal_syncs=self.store.journal.syncs, journal_records=self.store.journal.records)
+
+    @rpc.rpc_errors
+    async def ScrubExtent(self, request: pb.ScrubExtentRequest,
+                          context: aio.ServicerContext) -> pb.ScrubExtentReply:
+        found = await self.store.scrub(request.extent_id)
+        return pb.ScrubExtentReply(length=found.length, sealed=found.sealed,
+                                   frames=found.frames, digest=found.digest,
+                                   bad_offset=found.bad_offset, reason=found.reason)
 
     # ---- erasure-coded fragments ----------------------------------------------------------
 

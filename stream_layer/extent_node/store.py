@@ -57,6 +57,7 @@ from stream_layer.extent_node.replica import (
     write_meta,
 )
 from stream_layer.extent_node.replica_state import Event, Write, next_state, refusal
+from stream_layer.extent_node.scrub import ScrubResult, scrub_replica
 from stream_layer.extent_node.write_behind import WriteBehind
 
 log = logging.getLogger(__name__)
@@ -231,6 +232,14 @@ class ExtentStore:
         replica = self.get(extent_id)
         limit, _ = self.commit_length(extent_id)
         return await self._reader.read(replica, limit, offset, length)
+
+    async def scrub(self, extent_id: int) -> ScrubResult:
+        """Verify every frame of the replica below its commit length, where it lies
+        (scrub.py): its length, digest and first bad frame."""
+        replica = self.get(extent_id)
+        limit, sealed = self.commit_length(extent_id)
+        return await scrub_replica(replica, limit, sealed, self.limits.scrub_chunk_bytes,
+                                   self._reads)
 
     # ---- sealing --------------------------------------------------------------------------
 

@@ -54,6 +54,10 @@ class FenceStream:
 class SealExtent:
     extent_id: int
     length: int
+    # When the leader decided the seal (its wall clock, unix seconds; 0: unknown, an older
+    # log entry): erasure-coding policies count their "after" from it. In the command, so
+    # every replica records the same time.
+    at: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -150,6 +154,18 @@ class ReplaceFragment:
     index: int
     old: str
     new: str
+
+
+@dataclass(frozen=True)
+class SetStreamPolicy:
+    """Set what the ec job does with the sealed extents of the streams `pattern` names (a
+    stream name, or an fnmatch pattern such as `p-*.rows`): RS(ec_k, ec_m) once sealed for
+    `after_s` seconds. ec_k == 0 removes the policy."""
+
+    pattern: str
+    ec_k: int
+    ec_m: int
+    after_s: float
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,10 @@ class FragmentRepair:
         self._spawn = spawn
         self._repairing: set[int] = set()
 
+    def under_way(self) -> frozenset[int]:
+        """The extents whose fragments are being rebuilt now (not recorded yet)."""
+        return frozenset(self._repairing)
+
     def schedule(self, extent_id: int, suspect: int | None = None) -> None:
         """Repair `extent_id` in the background (its dead nodes' fragments, and `suspect`)."""
         if extent_id in self._repairing:

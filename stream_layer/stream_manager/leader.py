@@ -266,7 +266,7 @@ class StreamManagerLeader:
             ready = self.clock.monotonic()
             commands: list[object] = []
             if fenced is not None:
-                commands.append(s.SealExtent(last, fenced[0]))
+                commands.append(s.SealExtent(last, fenced[0], at=self.clock.wall()))
             commands.append(s.AddExtent(stream_name, extent_id, replicas, expect_last=last,
                                         epoch=epoch))
             results = await self.replica.propose(s.MultiModify(tuple(commands)))
@@ -294,7 +294,8 @@ class StreamManagerLeader:
         if extent.state != s.OPEN:
             return extent
         length, sources = await self.fence(extent)
-        sealed = await self.replica.propose(s.SealExtent(extent_id, length))
+        sealed = await self.replica.propose(s.SealExtent(extent_id, length,
+                                                         at=self.clock.wall()))
         self.seal_later(extent_id, length, sources)
         return sealed
 
@@ -349,6 +350,13 @@ class StreamManagerLeader:
             finally:
                 self._refilling = False
         self._spawn(refill())
+
+    def busy_extents(self) -> set[int]:
+        """Extent ids this leader holds outside the replicated state: its spares (on extent
+        nodes, in no stream yet) and the extents it is copying or rebuilding fragments of
+        (new copies not recorded yet). Garbage collection leaves them alone."""
+        return ({extent_id for extent_id, _ in self._spares}
+                | self.rereplication.under_way() | self.fragment_repair.under_way())
 
     # ---- watching nodes -------------------------------------------------------------------
 

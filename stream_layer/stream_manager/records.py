@@ -43,6 +43,7 @@ class Extent:
     # ec_crcs[i] is the CRC32C of fragment i, so a rebuilt fragment can be checked.
     ec_cuts: tuple[int, ...] = ()
     ec_crcs: tuple[int, ...] = ()
+    sealed_at: float = 0.0  # unix seconds the seal was decided (0: unknown)
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,20 @@ class Node:
     upgrade_domain: str
     capacity_bytes: int = 0
     state: str = ALIVE
+
+
+@dataclass(frozen=True)
+class StreamPolicy:
+    """What the ec job does with the sealed extents of the streams `pattern` names."""
+
+    pattern: str
+    ec_k: int
+    ec_m: int
+    after_s: float
+
+
+POLICY_PATTERN_BYTES_MAX = 1024
+POLICIES_MAX = 256
 
 
 def check_epoch(stream: Stream, epoch: int) -> None:

@@ -42,6 +42,10 @@ class Rereplication:
         self._spawn = spawn
         self._copying: set[int] = set()
 
+    def under_way(self) -> frozenset[int]:
+        """The extents being copied now (their new replicas are not recorded yet)."""
+        return frozenset(self._copying)
+
     def schedule(self, extent: s.Extent) -> None:
         """Copy `extent`'s replicas on dead nodes, in the background, unless under way."""
         if extent.extent_id in self._copying:

@@ -58,7 +58,7 @@ class StreamManagerServicer(pb_grpc.StreamManagerServicer):
                              streams=streams, fragments=extent.fragments,
                              fragment_addresses=[st.node(f).address for f in extent.fragments],
                              ec_k=extent.ec_k, ec_m=extent.ec_m, ec_cuts=extent.ec_cuts,
-                             ec_crcs=extent.ec_crcs)
+                             ec_crcs=extent.ec_crcs, sealed_at=extent.sealed_at)
 
     def _stream_info(self, stream: s.Stream,
                      holders: Mapping[int, Sequence[str]] | None = None) -> pb.StreamInfo:
@@ -163,7 +163,9 @@ class StreamManagerServicer(pb_grpc.StreamManagerServicer):
             holders = _holders(st)
             return [self._extent_info(st, e, holders.get(e.extent_id, ()))
                     for e in sorted(st.extents.values(), key=lambda e: e.extent_id)]
-        return pb.ListExtentsReply(extents=await self._confirmed_read(listing))
+        extents = await self._confirmed_read(listing)
+        # No await in between: the busy ids are of the same moment as the listing.
+        return pb.ListExtentsReply(extents=extents, busy=sorted(self.leader.busy_extents()))
 
     @rpc.rpc_errors
     async def ListNodes(self, request: pb.ListNodesRequest,
@@ -221,6 +223,30 @@ class StreamManagerServicer(pb_grpc.StreamManagerServicer):
         self._require_leader()
         self.leader.fragment_repair.report(request.extent_id, request.index, request.reason)
         return pb.Empty()
+
+    @rpc.rpc_errors
+    async def DeleteExtent(self, request: pb.GetExtentRequest,
+                           context: aio.ServicerContext) -> pb.ExtentInfo:
+        self._require_leader()
+        extent = await self.replica.propose(s.DeleteExtent(request.extent_id))
+        return self.replica.read(lambda st: self._extent_info(st, extent))
+
+    @rpc.rpc_errors
+    async def SetStreamPolicy(self, request: pb.StreamPolicy,
+                              context: aio.ServicerContext) -> pb.StreamPolicy:
+        self._require_leader()
+        await self.replica.propose(s.SetStreamPolicy(request.pattern, request.ec_k,
+                                                     request.ec_m, request.after_s))
+        return request
+
+    @rpc.rpc_errors
+    async def ListStreamPolicies(self, request: pb.Empty,
+                                 context: aio.ServicerContext) -> pb.ListStreamPoliciesReply:
+        found = await self._confirmed_read(lambda st: sorted(st.policies.values(),
+                                                             key=lambda p: p.pattern))
+        return pb.ListStreamPoliciesReply(policies=[
+            pb.StreamPolicy(pattern=p.pattern, ec_k=p.ec_k, ec_m=p.ec_m, after_s=p.after_s)
+            for p in found])
 
     @rpc.rpc_errors
     async def Status(self, request: pb.StatusRequest,

@@ -38,6 +38,7 @@ from common.errors import (
     StampError,
 )
 from stream_layer.stream_manager import erasure_handlers
+from stream_layer.stream_manager import policies as stream_policies
 from stream_layer.stream_manager.commands import (
     AddExtent,
     Concat,
@@ -58,6 +59,7 @@ from stream_layer.stream_manager.commands import (
     ReserveExtentIds,
     RetireStream,
     SealExtent,
+    SetStreamPolicy,
 )
 from stream_layer.stream_manager.records import (
     ALIVE,
@@ -72,6 +74,7 @@ from stream_layer.stream_manager.records import (
     Extent,
     Node,
     Stream,
+    StreamPolicy,
     check_epoch,
 )
 
@@ -82,7 +85,8 @@ __all__ = [
     "CreateStreamFrom", "DeleteExtent", "DeleteStream", "Extent", "FenceStream", "MultiModify",
     "Node", "NodeAlive", "NodeDead", "RecordErasureCoding", "RegisterNode", "ReleaseReplicas",
     "RenameStream", "ReplaceFragment", "ReplaceReplica", "ReserveExtentIds", "RetireStream",
-    "SealExtent", "Stream", "StreamManagerState", "check_epoch",
+    "SealExtent", "SetStreamPolicy", "Stream", "StreamManagerState", "StreamPolicy",
+    "check_epoch",
 ]
 
 
@@ -97,6 +101,8 @@ class StreamManagerState:
     # Names of streams a split or merge retired (RetireStream): never created again, so a
     # late loader of a parent partition cannot bring its streams back empty.
     retired: set[str] = field(default_factory=set)
+    # Erasure-coding policies by stream name or pattern (SetStreamPolicy; the ec job).
+    policies: dict[str, StreamPolicy] = field(default_factory=dict)
     _undo: list[Callable[[], None]] | None = field(default=None, repr=False, compare=False)
 
     def apply(self, command: Any) -> Any:
@@ -269,7 +275,7 @@ class StreamManagerState:
                                      f"{extent.sealed_length}; cannot seal at {c.length}")
         if c.length < 0:
             raise InvalidArgument("a sealed length is not negative")
-        return self._transition(extent, SEALED, sealed_length=c.length)
+        return self._transition(extent, SEALED, sealed_length=c.length, sealed_at=c.at)
 
     def _concat(self, c: Concat) -> Stream:
         target, source = self.stream(c.target), self.stream(c.source)
@@ -353,7 +359,7 @@ class StreamManagerState:
         Concat: _concat,
         MultiModify: _multi_modify, RegisterNode: _register_node, NodeDead: _node_dead,
         NodeAlive: _node_alive, ReplaceReplica: _replace_replica,
-        DeleteExtent: _delete_extent,
+        DeleteExtent: _delete_extent, SetStreamPolicy: stream_policies.set_stream_policy,
         RecordErasureCoding: erasure_handlers.record_erasure_coding,
         ReleaseReplicas: erasure_handlers.release_replicas,
         ReplaceFragment: erasure_handlers.replace_fragment,
@@ -368,6 +374,7 @@ class StreamManagerState:
             "nodes": [dataclasses.asdict(n) for n in self.nodes.values()],
             "next_extent_id": self.next_extent_id,
             "retired": sorted(self.retired),
+            "policies": [dataclasses.asdict(p) for p in self.policies.values()],
         }
 
     @classmethod
@@ -383,11 +390,13 @@ class StreamManagerState:
                 "ec_cuts": tuple(e.get("ec_cuts", ())), "ec_crcs": tuple(e.get("ec_crcs", ()))})
         for n in raw["nodes"]:
             state.nodes[n["name"]] = Node(**n)
+        for p in raw.get("policies", ()):  # none in snapshots from before policies
+            state.policies[p["pattern"]] = StreamPolicy(**p)
         return state
 
     def digest(self) -> str:
         """A hash of the whole state, order-independent: equal on replicas that agree."""
         snapshot = self.to_snapshot()
-        for key in ("streams", "extents", "nodes"):
+        for key in ("streams", "extents", "nodes", "policies"):
             snapshot[key] = sorted(snapshot[key], key=lambda r: json.dumps(r, sort_keys=True))
         return hashlib.sha256(json.dumps(snapshot, sort_keys=True).encode()).hexdigest()
