@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import sys
 import threading
 import time
 import uuid
@@ -111,9 +109,7 @@ async def list_items(job: str, sm: AsyncStreamManagerClient, now: float,
 
 
 def job_session(master: str = DEFAULT_MASTER, app_name: str = "stamp-jobs") -> SparkSession:
-    """A session whose Python workers run this interpreter, which has Stamp installed (the
-    default, `python3` on PATH, may not)."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    """A session for the jobs (its Python workers run this interpreter: spark_session)."""
     return spark_session(master, app_name=app_name)
 
 
