@@ -110,13 +110,13 @@ class RangePartition:
         report = LoadReport()
         self.streams = await open_fenced(self.client, self.id, self.epoch, create_if_missing)
         fenced_at = time.monotonic()
-        newest = await newest_meta(self.streams["meta"])
+        # The fence sealed the log's last extent: a new one now, not at the first commit.
+        newest, _ = await asyncio.gather(newest_meta(self.streams["meta"]),
+                                         self.streams["log"].ensure_open())
         self.meta, resolved = meta_derive.resolve(newest, self.id)
         derived = resolved and newest is not None and newest.partition_id != self.id  # a child
         if self.meta is None:
-            self.meta = PartitionMeta(partition_id=self.id, key_range=self.range, runs=[],
-                                      replay_from=None, applied_lsn=0, next_run_id=1,
-                                      intents=[])
+            self.meta = PartitionMeta(partition_id=self.id, key_range=self.range)
         if resolved:
             log.info("partition %d: meta %s: %s, %d runs", self.id, "derived" if derived
                      else "rolled back", self.meta.key_range.to_dict(), len(self.meta.runs))

@@ -149,6 +149,13 @@ class AsyncStream:
         raise Unavailable(f"stream {self.name!r}: append failed after "
                           f"{ROLLOVERS_PER_APPEND_MAX} new extents: {last_error}")
 
+    async def ensure_open(self) -> None:
+        """Give the stream an open last extent now, if it has none (after a fence, say),
+        so that the next append does not wait for the new extent."""
+        tail = self._info.extents[-1] if self._info.extents else None
+        if tail is None or tail.state != "open":
+            await self._rollover(tail.extent_id if tail else 0)
+
     async def _until_idle(self, extent_id: int) -> None:
         """Until none of this writer's appends to `extent_id` is in flight."""
         if self._inflight.get(extent_id, 0):
