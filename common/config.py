@@ -123,6 +123,10 @@ class PartitionLimits:
     # children to serve (then runs there), instead of NotOwner at once: the client's map
     # refresh and retry would add their time to the range's unavailability.
     split_hold_ms: int = 2_000
+    # A loaded partition reads its runs' indexes in the background after this long, not at
+    # once: reading a 1 GB partition's indexes as a split's children resumed their writes
+    # added some 30 ms to the range's unavailable time (stamp bench split).
+    index_warm_delay_ms: int = 1_000
     # Values this large go to the blob-data stream once; the row keeps a pointer (§4).
     blob_value_bytes_min: int = 64 * KiB
     value_bytes_max: int = 4 * MiB - 4 * KiB

@@ -106,8 +106,7 @@ class RangePartition:
     # ---- load -------------------------------------------------------------------------------
 
     async def load(self, create_if_missing: bool = False) -> LoadReport:
-        started = time.monotonic()
-        report = LoadReport()
+        started, report = time.monotonic(), LoadReport()
         self.streams = await open_fenced(self.client, self.id, self.epoch, create_if_missing)
         fenced_at = time.monotonic()
         # The fence sealed the log's last extent: a new one now, not at the first commit.
@@ -127,8 +126,8 @@ class RangePartition:
         self.last_commit = self.meta.replay_from
         self.indexes = IndexCache(self.limits.index_cache_bytes_max, self.streams["row"].read,
                                   self.block_cache)
-        # Indexes load on first use (run_cache.py), not here: the load stays independent of
-        # the partition's size. They are warmed in the background once the partition serves.
+        # Indexes load on first use (run_cache.py), not here (the load stays independent of
+        # the size), and are warmed in the background a moment after it serves.
         self.readers = [Run(info, self.indexes) for info in self.meta.runs]
         report.runs = len(self.readers)
         replayer = Replayer(self.applied_lsn)
@@ -158,6 +157,7 @@ class RangePartition:
         return report
 
     async def _warm_indexes(self) -> None:
+        await asyncio.sleep(self.limits.index_warm_delay_ms / 1000)
         for run in list(self.readers):
             try:
                 await run.warm()
