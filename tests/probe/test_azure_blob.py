@@ -23,7 +23,6 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 from azure.core import MatchConditions
@@ -56,7 +55,7 @@ from frontend.blob_model import CONTAINERS_GROUP, Container, container_group
 from lock_service.client import LockClient
 from partition_layer.client import PartitionClient
 from partition_layer.requests import route_key
-from tests.conftest import stamp_config
+from tests.conftest import module_stamp
 from tests.front_end_raw import wait_for
 from tools.local_front_ends import azure_connection_string, blob_endpoint
 from tools.local_stamp import LocalStamp
@@ -68,15 +67,10 @@ _accounts = itertools.count(1)
 @pytest.fixture(scope="module")
 def blob_stamp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStamp]:
     """One stamp for the module; a test that kills a process starts it again."""
-    config = stamp_config(3, 1, lock_servers=3, partition_managers=1, partition_servers=2,
-                          front_ends=2)
-    root = Path(tmp_path_factory.mktemp("azure"))
-    stamp = LocalStamp(root / "stamp", config)
-    try:
-        stamp.up()
+    with module_stamp(tmp_path_factory, "azure", {}, extent_nodes=3, stream_managers=1,
+                      lock_servers=3, partition_managers=1, partition_servers=2,
+                      front_ends=2) as stamp:
         yield stamp
-    finally:
-        stamp.kill_all()
 
 
 @pytest.fixture(scope="module")
