@@ -227,7 +227,8 @@ class GroupCommitter:
     async def _commit_until_stopped(self) -> None:
         while self.p.committing():
             if (not self.queue or self._paused
-                    or self.inflight >= self.limits.commit_pipeline_depth):
+                    or self.inflight >= self.limits.commit_pipeline_depth
+                    or (self.inflight and len(self.queue) < self.limits.commit_batch_ops_min)):
                 self._wake.clear()
                 await self._wake.wait()
                 continue

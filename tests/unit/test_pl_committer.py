@@ -314,3 +314,59 @@ def test_a_stop_with_a_block_in_flight_answers_it_unavailable_and_leaves_no_task
         await asyncio.wait_for(site.committer.closed(), 5)
 
     asyncio.run(scenario())
+
+
+class GatedLog(FakeStream):
+    """A commit log whose appends wait until the test opens their gate, one by one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gates: list[asyncio.Event] = []
+        self.sent = asyncio.Event()
+
+    async def append(self, blocks: list[bytes]) -> list[Location]:
+        gate = asyncio.Event()
+        self.gates.append(gate)
+        self.sent.set()
+        await gate.wait()
+        return await super().append(blocks)
+
+
+def test_while_a_block_is_in_flight_the_next_waits_for_a_batch_worth_sending() -> None:
+    """One block in flight: fewer than commit_batch_ops_min queued operations do not start a
+    second block (each block costs an fsync on three nodes: spread over two partitions a
+    stamp made 4-operation blocks at a third of the throughput); as many as that do; and
+    when the pipeline empties, whatever is queued goes at once (one appender waits for no
+    one)."""
+
+    async def scenario() -> None:
+        log = GatedLog()
+        site = MemorySite(log)
+        site.committer.limits = dataclasses.replace(site.limits, commit_batch_ops_min=4)
+        site.committer.start()
+        first = site.committer.submit_nowait(append_op(0), 64)
+        await asyncio.wait_for(log.sent.wait(), 5)
+        few = [site.committer.submit_nowait(append_op(n), 64) for n in range(1, 4)]
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert len(log.gates) == 1, "3 queued operations wait for the block in flight"
+        more = site.committer.submit_nowait(append_op(4), 64)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert len(log.gates) == 2, "4 queued operations make a block of their own"
+        log.gates[0].set()
+        log.gates[1].set()
+        assert await asyncio.wait_for(first, 5) == 0
+        assert [await asyncio.wait_for(f, 5) for f in (*few, more)] == [1, 2, 3, 4]
+        last = site.committer.submit_nowait(append_op(5), 64)  # nothing in flight now
+        for _ in range(20):
+            if len(log.gates) == 3:
+                break
+            await asyncio.sleep(0)
+        assert len(log.gates) == 3, "with the pipeline empty one operation goes at once"
+        log.gates[2].set()
+        assert await asyncio.wait_for(last, 5) == 5
+        site.committer.abort()
+        await asyncio.wait_for(site.committer.closed(), 5)
+
+    asyncio.run(scenario())
