@@ -115,9 +115,13 @@ def test_a_stamp_on_three_hosts_survives_the_loss_of_one(
         assert all(local.record(n).address.startswith(host + ":") for n in started)
     second.wait_healthy(timeout_s=UP_TIMEOUT_S)  # the whole stamp, seen from the 2nd host
 
-    status = _status(data_dirs[HOSTS[1]])
-    assert {n: p["health"] for n, p in status.items()} == {
-        n: health.SERVING for n in second.records}
+    # Every process SERVING, seen through the health service (a Raft replica reports it once
+    # its group has a leader it knows, which may come a moment after wait_healthy).
+    every = {n: health.SERVING for n in second.records}
+    deadline = time.monotonic() + UP_TIMEOUT_S
+    while (seen := {n: p["health"] for n, p in _status(data_dirs[HOSTS[1]]).items()}) != every:
+        assert time.monotonic() < deadline, seen
+        time.sleep(0.2)
 
     with PartitionClient.from_stamp(str(data_dirs[HOSTS[1]])) as client:
         acknowledged = [client.append("acct", f"log-{i % 3}", [b"before %d" % i])
