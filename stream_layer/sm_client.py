@@ -155,6 +155,15 @@ class AsyncStreamManagerClient:
         """Mark an extent no stream holds as deleted (PreconditionFailed while one does)."""
         return await self.call("DeleteExtent", pb.GetExtentRequest(extent_id=extent_id))
 
+    async def drop_extents(self, stream: str, extents: Sequence[int], epoch: int
+                           ) -> pb.DropExtentsReply:
+        """Take sealed `extents` the stream's writer (of `epoch`) no longer needs out of
+        `stream` (garbage collection). Retry-safe: ids gone already are skipped, so a resend
+        after a lost reply drops nothing more. Fenced below the stream's writer epoch;
+        PreconditionFailed for its last extent or an open one, with nothing changed."""
+        return await self.call("DropExtents", pb.DropExtentsRequest(
+            stream=stream, extents=list(extents), epoch=epoch))
+
     async def list_nodes(self) -> list[pb.NodeInfo]:
         return list((await self.call("ListNodes", pb.ListNodesRequest())).nodes)
 

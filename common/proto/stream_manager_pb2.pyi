@@ -88,6 +88,28 @@ class ReleaseReplicasRequest(_message.Message):
     nodes: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, extent_id: _Optional[int] = ..., nodes: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class DropExtentsRequest(_message.Message):
+    __slots__ = ("stream", "extents", "epoch")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    EXTENTS_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    extents: _containers.RepeatedScalarFieldContainer[int]
+    epoch: int
+    def __init__(self, stream: _Optional[str] = ..., extents: _Optional[_Iterable[int]] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class DropExtentsReply(_message.Message):
+    __slots__ = ("stream", "dropped", "unreferenced", "unreferenced_bytes")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
+    UNREFERENCED_FIELD_NUMBER: _ClassVar[int]
+    UNREFERENCED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    stream: StreamInfo
+    dropped: _containers.RepeatedScalarFieldContainer[int]
+    unreferenced: _containers.RepeatedScalarFieldContainer[int]
+    unreferenced_bytes: int
+    def __init__(self, stream: _Optional[_Union[StreamInfo, _Mapping]] = ..., dropped: _Optional[_Iterable[int]] = ..., unreferenced: _Optional[_Iterable[int]] = ..., unreferenced_bytes: _Optional[int] = ...) -> None: ...
+
 class ReportFragmentRequest(_message.Message):
     __slots__ = ("extent_id", "index", "reason")
     EXTENT_ID_FIELD_NUMBER: _ClassVar[int]

@@ -129,6 +129,11 @@ class StreamManagerStub:
                 request_serializer=common_dot_proto_dot_stream__manager__pb2.GetExtentRequest.SerializeToString,
                 response_deserializer=common_dot_proto_dot_stream__manager__pb2.ExtentInfo.FromString,
                 _registered_method=True)
+        self.DropExtents = channel.unary_unary(
+                '/stamp.sm.StreamManager/DropExtents',
+                request_serializer=common_dot_proto_dot_stream__manager__pb2.DropExtentsRequest.SerializeToString,
+                response_deserializer=common_dot_proto_dot_stream__manager__pb2.DropExtentsReply.FromString,
+                _registered_method=True)
         self.SetStreamPolicy = channel.unary_unary(
                 '/stamp.sm.StreamManager/SetStreamPolicy',
                 request_serializer=common_dot_proto_dot_stream__manager__pb2.StreamPolicy.SerializeToString,
@@ -275,6 +280,16 @@ class StreamManagerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DropExtents(self, request, context):
+        """Garbage collection: the stream's writer (a partition) no longer needs these sealed
+        extents: take them out of the stream (pointers only; another stream holding one keeps
+        it). Ids no longer in the stream are skipped; refused (Fenced) below the stream's writer
+        epoch, and (FailedPrecondition) for its last extent or an open one.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def SetStreamPolicy(self, request, context):
         """Stream policies (§7 "ec"): set one (ec_k 0 removes it), list them all.
         """
@@ -385,6 +400,11 @@ def add_StreamManagerServicer_to_server(servicer, server):
                     servicer.DeleteExtent,
                     request_deserializer=common_dot_proto_dot_stream__manager__pb2.GetExtentRequest.FromString,
                     response_serializer=common_dot_proto_dot_stream__manager__pb2.ExtentInfo.SerializeToString,
+            ),
+            'DropExtents': grpc.unary_unary_rpc_method_handler(
+                    servicer.DropExtents,
+                    request_deserializer=common_dot_proto_dot_stream__manager__pb2.DropExtentsRequest.FromString,
+                    response_serializer=common_dot_proto_dot_stream__manager__pb2.DropExtentsReply.SerializeToString,
             ),
             'SetStreamPolicy': grpc.unary_unary_rpc_method_handler(
                     servicer.SetStreamPolicy,
@@ -910,6 +930,33 @@ class StreamManager:
             '/stamp.sm.StreamManager/DeleteExtent',
             common_dot_proto_dot_stream__manager__pb2.GetExtentRequest.SerializeToString,
             common_dot_proto_dot_stream__manager__pb2.ExtentInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DropExtents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stamp.sm.StreamManager/DropExtents',
+            common_dot_proto_dot_stream__manager__pb2.DropExtentsRequest.SerializeToString,
+            common_dot_proto_dot_stream__manager__pb2.DropExtentsReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -173,3 +173,20 @@ class DeleteExtent:
     """Mark an extent no stream references as deleted (garbage collection)."""
 
     extent_id: int
+
+
+@dataclass(frozen=True)
+class DropExtents:
+    """Garbage collection (§7 "gc", issue 18): take `extents` out of stream `stream`, whose
+    writer (the partition owning it) no longer needs them. Pointers only: an extent another
+    stream still holds (a split's sibling) stays there; one no stream holds any more is left
+    to the orphan sweep, which deletes it after its grace period.
+
+    Safe when stale: an id no longer in the stream is skipped (dropped already, by a retry or
+    an earlier run). Refused, changing nothing: below the stream's writer epoch (Fenced: a
+    deposed owner decides nothing), and for the stream's last extent or an open one
+    (PreconditionFailed: appends go there; only sealed extents are ever dropped)."""
+
+    stream: str
+    extents: tuple[int, ...]
+    epoch: int = 0

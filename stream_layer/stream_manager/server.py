@@ -232,6 +232,17 @@ class StreamManagerServicer(pb_grpc.StreamManagerServicer):
         return self.replica.read(lambda st: self._extent_info(st, extent))
 
     @rpc.rpc_errors
+    async def DropExtents(self, request: pb.DropExtentsRequest,
+                          context: aio.ServicerContext) -> pb.DropExtentsReply:
+        self._require_leader()
+        done = await self.replica.propose(s.DropExtents(request.stream, tuple(request.extents),
+                                                        request.epoch))
+        nbytes = self.replica.read(lambda st: sum(st.extent(e).sealed_length
+                                                  for e in done.unreferenced))
+        return pb.DropExtentsReply(stream=self._stream_info(done.stream), dropped=done.dropped,
+                                   unreferenced=done.unreferenced, unreferenced_bytes=nbytes)
+
+    @rpc.rpc_errors
     async def SetStreamPolicy(self, request: pb.StreamPolicy,
                               context: aio.ServicerContext) -> pb.StreamPolicy:
         self._require_leader()

@@ -8,7 +8,8 @@ which every replica runs on the same commands in the same (Raft log) order:
 - the extent id allocator;
 - retired stream names (a split's or merge's parents), never created again.
 An extent may be held by several streams (CreateStreamFrom: a split's children share their
-parent's extents); it stays until no stream holds it (DeleteExtent refuses until then).
+parent's extents); it stays until no stream holds it (DeleteExtent refuses until then). A
+stream's writer drops sealed extents it no longer needs (DropExtents, drop_handlers.py).
 
 Contract: `apply(command)` returns a result or raises a StampError for a refused command, and
 a refused command changes nothing — a MultiModify is all or none (an undo log restores every
@@ -37,7 +38,7 @@ from common.errors import (
     PreconditionFailed,
     StampError,
 )
-from stream_layer.stream_manager import erasure_handlers
+from stream_layer.stream_manager import drop_handlers, erasure_handlers
 from stream_layer.stream_manager import policies as stream_policies
 from stream_layer.stream_manager.commands import (
     AddExtent,
@@ -46,6 +47,7 @@ from stream_layer.stream_manager.commands import (
     CreateStreamFrom,
     DeleteExtent,
     DeleteStream,
+    DropExtents,
     FenceStream,
     MultiModify,
     NodeAlive,
@@ -82,7 +84,8 @@ from stream_layer.stream_manager.records import (
 __all__ = [
     "ALIVE", "DEAD", "DELETED", "ERASURE_CODED", "EXTENT_IDS_RESERVED_MAX", "EXTENT_TRANSITIONS",
     "OPEN", "SEALED", "STREAM_NAME_BYTES_MAX", "AddExtent", "Concat", "CreateStream",
-    "CreateStreamFrom", "DeleteExtent", "DeleteStream", "Extent", "FenceStream", "MultiModify",
+    "CreateStreamFrom", "DeleteExtent", "DeleteStream", "DropExtents", "Extent", "FenceStream",
+    "MultiModify",
     "Node", "NodeAlive", "NodeDead", "RecordErasureCoding", "RegisterNode", "ReleaseReplicas",
     "RenameStream", "ReplaceFragment", "ReplaceReplica", "ReserveExtentIds", "RetireStream",
     "SealExtent", "SetStreamPolicy", "Stream", "StreamManagerState", "StreamPolicy",
@@ -363,6 +366,7 @@ class StreamManagerState:
         RecordErasureCoding: erasure_handlers.record_erasure_coding,
         ReleaseReplicas: erasure_handlers.release_replicas,
         ReplaceFragment: erasure_handlers.replace_fragment,
+        DropExtents: drop_handlers.drop_extents,
     }
 
     # ---- snapshots and comparison ----------------------------------------------------------
