@@ -37,6 +37,7 @@ from typing import Protocol
 from common import faults
 from common.config import PartitionLimits
 from partition_layer.cache import LruCache
+from partition_layer.extent_needs import WritePins
 from partition_layer.keys import KeyRange
 from partition_layer.memtable import Memtable
 from partition_layer.merge import aiter_sync, merge
@@ -118,6 +119,9 @@ class Checkpointer:
         # while it already serves; every later record waits for it.
         self._first: asyncio.Task[None] | None = None
         self._meta_lock = asyncio.Lock()
+        # Runs being written, each pinned at the row stream's last extent when it began:
+        # garbage collection keeps every row extent from there on (extent_needs.py).
+        self.row_pins = WritePins()
         self.checkpoints = 0
         self.merges = 0
 
@@ -223,16 +227,18 @@ class Checkpointer:
         finally:
             p.resume_commits()
         info: RunInfo | None = None
-        if len(frozen):
-            info = await self._write_run(
-                [aiter_sync(frozen.items(p.range.low, p.range.high))],
-                drop_tombstones=not p.readers)
-        await faults.apoint("ps.checkpoint.before_meta")
-        async with self._meta_lock:
-            runs = ([info] if info is not None else []) + list(p.meta.runs)
-            await self._publish(runs, replay_from, applied_lsn)
-            p.frozen = None
-            p.log_bytes -= log_bytes
+        # The run is referenced by nothing durable until its record is: pinned until then.
+        with self.row_pins.pinned(p.streams["row"].last_extent_id):
+            if len(frozen):
+                info = await self._write_run(
+                    [aiter_sync(frozen.items(p.range.low, p.range.high))],
+                    drop_tombstones=not p.readers)
+            await faults.apoint("ps.checkpoint.before_meta")
+            async with self._meta_lock:
+                runs = ([info] if info is not None else []) + list(p.meta.runs)
+                await self._publish(runs, replay_from, applied_lsn)
+                p.frozen = None
+                p.log_bytes -= log_bytes
         self.checkpoints += 1
         log.info("partition %d: checkpoint %d at lsn %d: %s", p.id, self.checkpoints,
                  applied_lsn, f"run {info.run_id}, {info.key_count} keys" if info else "no run")
@@ -298,19 +304,21 @@ class Checkpointer:
         ids = {v.run_id for v in victims}
         readers = [r for r in p.readers if r.info.run_id in ids]
         bottom = victims[-1].run_id == p.meta.runs[-1].run_id
-        # Each source through its view (Run.scan), and only the partition's keys: a run
-        # shared with a split sibling holds the sibling's keys too.
-        merged = await self._write_run([r.scan(p.range.low, p.range.high) for r in readers],
-                                       drop_tombstones=bottom)
-        async with self._meta_lock:
-            self._merge_publishing = True
-            # Runs checkpointed meanwhile are newer than the group, the rest older: the
-            # merged run takes the group's place.
-            current = p.meta.runs
-            at = next(i for i, r in enumerate(current) if r.run_id in ids)
-            runs = [r for r in current[:at] if r.run_id not in ids] + (
-                [merged] if merged else []) + [r for r in current[at:] if r.run_id not in ids]
-            await self._publish(runs, p.meta.replay_from, p.meta.applied_lsn)
+        with self.row_pins.pinned(p.streams["row"].last_extent_id):
+            # Each source through its view (Run.scan), and only the partition's keys: a run
+            # shared with a split sibling holds the sibling's keys too.
+            merged = await self._write_run(
+                [r.scan(p.range.low, p.range.high) for r in readers], drop_tombstones=bottom)
+            async with self._meta_lock:
+                self._merge_publishing = True
+                # Runs checkpointed meanwhile are newer than the group, the rest older: the
+                # merged run takes the group's place.
+                current = p.meta.runs
+                at = next(i for i, r in enumerate(current) if r.run_id in ids)
+                runs = [r for r in current[:at] if r.run_id not in ids] + (
+                    [merged] if merged else []) + [r for r in current[at:]
+                                                   if r.run_id not in ids]
+                await self._publish(runs, p.meta.replay_from, p.meta.applied_lsn)
         self.merges += 1
         log.info("partition %d: merged %d runs into %s", p.id, len(victims),
                  merged.run_id if merged else "nothing")

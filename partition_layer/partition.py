@@ -32,18 +32,13 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from common.config import PartitionLimits
-from common.errors import (
-    Internal,
-    NotOwner,
-    OutOfRange,
-    StampError,
-    Trimmed,
-)
+from common.errors import Internal, NotOwner, OutOfRange, StampError, Trimmed
 from partition_layer import keys, meta_derive, size_split
 from partition_layer.cache import LruCache
 from partition_layer.checkpoint import Checkpointer
 from partition_layer.commit_log import CommitOp, Replayer, decode_batch, within
 from partition_layer.committer import GroupCommitter
+from partition_layer.extent_needs import WritePins
 from partition_layer.memtable import Memtable
 from partition_layer.merge import aiter_sync, merge
 from partition_layer.operations import Operation, log_meta_of, meta_key
@@ -88,6 +83,7 @@ class RangePartition:
         # Decoded data blocks of the checkpoints (the run indexes themselves stay loaded).
         self.block_cache = block_cache(limits.block_cache_bytes_max)
         self.blob_cache = LruCache(limits.blob_cache_bytes_max)
+        self.blob_pins = WritePins()  # blob values not committed yet: gc keeps their extents
         self.indexes: IndexCache | None = None
         self.writes = 0  # bumped by every memtable write: guards the row cache
         self.stats = LoadStats()
@@ -308,7 +304,9 @@ class RangePartition:
         return records, meta
 
     async def write_blob(self, data: bytes) -> BlobRef:
-        """Write a large value to blob data (once: rows then point at it)."""
+        """Write a large value to blob data (once: rows then point at it), pinned in
+        `blob_pins` until the operation pointing at it has committed (requests.py)."""
+        assert self.blob_pins.active, "a blob is written while pinned in blob_pins"
         (location,) = await self.streams["blob"].append([data])
         self.blob_cache.put(location, data)
         return BlobRef(location, len(data))

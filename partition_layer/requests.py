@@ -11,6 +11,7 @@ carried are stored beside the bytes, and reads return them (read_replies.py).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 
@@ -146,10 +147,11 @@ async def _dispatch(request: pb.Request, response: pb.Response, find: Finder,
         records, crcs = _verified_append(request, tuple(request.append.records), limits)
         partition.check_serving()
         batch = encode_records(records, crcs)
-        blob = await partition.write_blob(batch)
-        response.first_seq = await partition.submit(
-            LogAppend(account, pname, (), request.append.token, blob=blob, count=len(records)),
-            len(batch) + 64)
+        with _pinning_blobs(partition):
+            blob = await partition.write_blob(batch)
+            response.first_seq = await partition.submit(
+                LogAppend(account, pname, (), request.append.token, blob=blob,
+                          count=len(records)), len(batch) + 64)
     elif op == "read":
         limit = min(request.read.limit or limits.read_records_max, limits.read_records_max)
         partition.check_serving()
@@ -175,15 +177,24 @@ async def _dispatch(request: pb.Request, response: pb.Response, find: Finder,
         response.value, response.value_crc = await value_and_crc(partition, row)
         response.etag = etag_of(row.version)
     else:
-        writes = await _writes(request, op, partition, limits)
-        _check_token(request.token)
-        etags = await partition.submit(
-            EntityWrite(account, pname, tuple(writes), request.token, int(time.time() * 1000)),
-            sum(len(w.value or b"") + len(w.row) + 64 for w in writes))
+        with _pinning_blobs(partition):  # large values go to blob data before the commit
+            writes = await _writes(request, op, partition, limits)
+            _check_token(request.token)
+            etags = await partition.submit(
+                EntityWrite(account, pname, tuple(writes), request.token,
+                            int(time.time() * 1000)),
+                sum(len(w.value or b"") + len(w.row) + 64 for w in writes))
         if op == "batch":
             response.etags.extend(etags)
         else:
             response.etag = etags[0]
+
+
+def _pinning_blobs(partition: RangePartition) -> contextlib.AbstractContextManager[None]:
+    """Around writing values to blob data and committing the operation that points at them:
+    until it commits (or fails) no row references them, and garbage collection must keep
+    their extent (extent_needs.py, WritePins)."""
+    return partition.blob_pins.pinned(partition.streams["blob"].last_extent_id)
 
 
 def _check_append(records: Sequence[bytes], token: str, limits: PartitionLimits) -> None:

@@ -25,6 +25,7 @@ from common.proto import partition_pb2 as pb
 from common.proto import partition_pb2_grpc as pb_grpc
 from lock_service.client import Lease, LockClient
 from partition_layer import keys
+from partition_layer.extent_release import release_extents
 from partition_layer.partition import SERVING, RangePartition
 from partition_layer.partition_map import range_from_pb
 from partition_layer.partition_streams import LoadReport
@@ -385,6 +386,11 @@ class PartitionServicer(pb_grpc.PartitionServerServicer):
                     ) -> pb.MergeReply:
         return await self.server.split_merge.merge(request.left_id, request.right_id,
                                                    request.merged_id)
+
+    @rpc.rpc_errors
+    async def ReleaseExtents(self, request: pb.ReleaseExtentsRequest,
+                             context: aio.ServicerContext) -> pb.ReleaseExtentsReply:
+        return await release_extents(self.server, request)  # gc: extent_release.py
 
     @rpc.rpc_errors
     async def Status(self, request: pb.ServerStatusRequest, context: aio.ServicerContext

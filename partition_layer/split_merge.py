@@ -103,6 +103,13 @@ class SplitMerge:
         self.hold = RangeHold()
 
     @contextlib.asynccontextmanager
+    async def paused(self) -> AsyncIterator[None]:
+        """While held, no split or merge runs here (garbage collection decides what a
+        partition's streams still need: their extents must not change hands meanwhile)."""
+        async with self._lock:
+            yield
+
+    @contextlib.asynccontextmanager
     async def _leases(self, *ids: int) -> AsyncIterator[dict[int, Acquired]]:
         """The made partitions' leases, taken before the parents stop admitting (a lock
         service round trip off the unavailable time); each one its partition did not take

@@ -95,6 +95,12 @@ class AsyncStream:
     def extents(self) -> list[sm_pb.ExtentInfo]:
         return list(self._info.extents)
 
+    @property
+    def last_extent_id(self) -> int:
+        """The last extent this writer knows of (0: none): its next append lands there or
+        in a later one (garbage collection pins it while a write is in flight)."""
+        return self._info.extents[-1].extent_id if self._info.extents else 0
+
     async def _extent(self, extent_id: int) -> sm_pb.ExtentInfo:
         extent = self._extents.get(extent_id)
         if extent is None:

@@ -426,6 +426,40 @@ class MergeReply(_message.Message):
     epoch: int
     def __init__(self, seconds: _Optional[float] = ..., unavailable_s: _Optional[float] = ..., range: _Optional[_Union[KeyRange, _Mapping]] = ..., epoch: _Optional[int] = ...) -> None: ...
 
+class ReleaseExtentsRequest(_message.Message):
+    __slots__ = ("partition_id", "dry_run")
+    PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    partition_id: int
+    dry_run: bool
+    def __init__(self, partition_id: _Optional[int] = ..., dry_run: _Optional[bool] = ...) -> None: ...
+
+class StreamRelease(_message.Message):
+    __slots__ = ("kind", "stream", "dropped", "dropped_bytes", "unreferenced", "unreferenced_bytes")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    UNREFERENCED_FIELD_NUMBER: _ClassVar[int]
+    UNREFERENCED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    stream: str
+    dropped: _containers.RepeatedScalarFieldContainer[int]
+    dropped_bytes: int
+    unreferenced: _containers.RepeatedScalarFieldContainer[int]
+    unreferenced_bytes: int
+    def __init__(self, kind: _Optional[str] = ..., stream: _Optional[str] = ..., dropped: _Optional[_Iterable[int]] = ..., dropped_bytes: _Optional[int] = ..., unreferenced: _Optional[_Iterable[int]] = ..., unreferenced_bytes: _Optional[int] = ...) -> None: ...
+
+class ReleaseExtentsReply(_message.Message):
+    __slots__ = ("partition_id", "streams", "skipped")
+    PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
+    STREAMS_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    partition_id: int
+    streams: _containers.RepeatedCompositeFieldContainer[StreamRelease]
+    skipped: str
+    def __init__(self, partition_id: _Optional[int] = ..., streams: _Optional[_Iterable[_Union[StreamRelease, _Mapping]]] = ..., skipped: _Optional[str] = ...) -> None: ...
+
 class ServerStatusRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

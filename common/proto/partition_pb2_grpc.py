@@ -74,6 +74,11 @@ class PartitionServerStub:
                 request_serializer=common_dot_proto_dot_partition__pb2.MergeRequest.SerializeToString,
                 response_deserializer=common_dot_proto_dot_partition__pb2.MergeReply.FromString,
                 _registered_method=True)
+        self.ReleaseExtents = channel.unary_unary(
+                '/stamp.partition.PartitionServer/ReleaseExtents',
+                request_serializer=common_dot_proto_dot_partition__pb2.ReleaseExtentsRequest.SerializeToString,
+                response_deserializer=common_dot_proto_dot_partition__pb2.ReleaseExtentsReply.FromString,
+                _registered_method=True)
 
 
 class PartitionServerServicer:
@@ -138,6 +143,15 @@ class PartitionServerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReleaseExtents(self, request, context):
+        """gc job -> PS (issue 18): drop from a partition's log, row and blob streams the extents
+        it no longer needs (partition_layer/extent_release.py), or with dry_run only say which.
+        NotOwner unless the partition is served here.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PartitionServerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -180,6 +194,11 @@ def add_PartitionServerServicer_to_server(servicer, server):
                     servicer.Merge,
                     request_deserializer=common_dot_proto_dot_partition__pb2.MergeRequest.FromString,
                     response_serializer=common_dot_proto_dot_partition__pb2.MergeReply.SerializeToString,
+            ),
+            'ReleaseExtents': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleaseExtents,
+                    request_deserializer=common_dot_proto_dot_partition__pb2.ReleaseExtentsRequest.FromString,
+                    response_serializer=common_dot_proto_dot_partition__pb2.ReleaseExtentsReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -398,6 +417,33 @@ class PartitionServer:
             '/stamp.partition.PartitionServer/Merge',
             common_dot_proto_dot_partition__pb2.MergeRequest.SerializeToString,
             common_dot_proto_dot_partition__pb2.MergeReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReleaseExtents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stamp.partition.PartitionServer/ReleaseExtents',
+            common_dot_proto_dot_partition__pb2.ReleaseExtentsRequest.SerializeToString,
+            common_dot_proto_dot_partition__pb2.ReleaseExtentsReply.FromString,
             options,
             channel_credentials,
             insecure,

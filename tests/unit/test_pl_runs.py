@@ -46,6 +46,10 @@ class FakeStream:
         self.reads += 1
         return self.blocks[loc]
 
+    @property
+    def last_extent_id(self) -> int:
+        return 1
+
 
 def run(coro):  # type: ignore[no-untyped-def]
     return asyncio.run(coro)
