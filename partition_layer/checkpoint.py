@@ -277,7 +277,10 @@ class Checkpointer:
         meta = dataclasses.replace(p.meta, runs=runs, replay_from=replay_from,
                                    applied_lsn=applied_lsn)
         await p.streams["meta"].append([encode_meta(meta)])
-        p.meta = meta
+        # A run id handed out meanwhile (a checkpoint's run while a merge publishes) stays
+        # handed out: the next run must not take it again.
+        p.meta = dataclasses.replace(meta, next_run_id=max(meta.next_run_id,
+                                                           p.meta.next_run_id))
         p.readers = fresh
         p.row_cache.clear()
 

@@ -342,3 +342,36 @@ def test_a_split_abandons_a_run_merge_instead_of_waiting_for_it() -> None:
             await scenario()
 
     asyncio.run(bounded())
+
+
+def test_a_run_id_handed_out_while_a_record_is_published_is_not_handed_out_again() -> None:
+    """A run merge publishes its record while a checkpoint writes its run: the id the
+    checkpoint took while the record's append was under way must stay taken. The record
+    in force used to be put back as it was before the append, with the older next run id,
+    and the checkpoint's record then named two runs of one id (or one at next_run_id): an
+    assertion stopped the partition (a small-memtable stamp with runs_max 2, issue 18)."""
+    site = MemorySite(PartitionLimits())
+    meta_stream = GatedStream()
+    site.streams["meta"] = meta_stream
+
+    async def scenario() -> None:
+        checkpointer = Checkpointer(site)  # type: ignore[arg-type]
+        site.memtable.put(entity("a"), encode_row(Row(1, value=b"a")))
+        site.applied_lsn = site.log_bytes = 1
+        await checkpointer.checkpoint_now()
+        meta_stream.hold_from = len(meta_stream.appends)  # the next record waits
+        site.memtable.put(entity("b"), encode_row(Row(2, value=b"b")))
+        site.applied_lsn = site.log_bytes = 2
+        publishing = asyncio.get_running_loop().create_task(checkpointer.checkpoint_now())
+        await asyncio.wait_for(meta_stream.waiting.wait(), 5)
+        other = await checkpointer._write_run(
+            [aiter_sync([(entity("c"), encode_row(Row(3, value=b"c")))])],
+            drop_tombstones=False)
+        assert other is not None
+        meta_stream.gate.set()
+        await asyncio.wait_for(publishing, 5)
+        assert site.meta is not None and site.meta.next_run_id > other.run_id
+        await checkpointer._publish([other, *site.meta.runs], None, 3)
+        assert [r.run_id for r in site.meta.runs] == [3, 2, 1]
+
+    asyncio.run(scenario())
