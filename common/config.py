@@ -418,6 +418,9 @@ class JobLimits:
     gc_grace_s: float = 3600.0
     # Marks kept (one lock-service value: about 60 bytes each); the oldest are kept.
     gc_marks_max: int = 3000
+    # A gc run whose grace period is at most this long waits it out after marking, and
+    # sweeps what it marked in the same run (tests, a small stamp); 0: it never waits.
+    gc_wait_grace_max_s: float = 0.0
 
     def __post_init__(self) -> None:
         # A config file gives a list: keep it a tuple, so the limits stay hashable.

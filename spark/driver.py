@@ -29,10 +29,11 @@ from typing import TYPE_CHECKING, Any
 from common.config import StampConfig, load_config
 from common.errors import InvalidArgument, StampError
 from common.stamp_file import read_stamp
+from spark.gc_release import KIND_PARTITION
 from spark.job_result import ItemResult, summarize
 from spark.job_runs import JobRun, RunStore
 from spark.session import DEFAULT_MASTER, spark_session
-from spark.tasks import run_items
+from spark.tasks import GC_RELEASE, run_items
 from stream_layer.sm_client import AsyncStreamManagerClient
 
 if TYPE_CHECKING:
@@ -76,6 +77,7 @@ class StampAddresses:
     lock_servers: list[str]
     config_path: str | None
     config: StampConfig
+    partition_servers: list[str] = field(default_factory=list)
 
     @classmethod
     def load(cls, data_dir: str) -> StampAddresses:
@@ -88,7 +90,8 @@ class StampAddresses:
         if not sm:
             raise InvalidArgument(f"the stamp in {data_dir} has no stream manager: the jobs "
                                   f"list extents from it")
-        return cls(sm, of_kind("lock"), raw.get("config"), load_config(raw.get("config")))
+        return cls(sm, of_kind("lock"), raw.get("config"), load_config(raw.get("config")),
+                   of_kind("partition-server"))
 
 
 async def list_items(job: str, sm: AsyncStreamManagerClient, now: float,
@@ -105,6 +108,10 @@ async def list_items(job: str, sm: AsyncStreamManagerClient, now: float,
         return await ec_items(sm, now, stamp.config.jobs)
     if job == "gc":
         return await _gc_items(sm, now, stamp, dry_run)
+    if job == GC_RELEASE:
+        from spark.gc_release import list_partitions
+
+        return await list_partitions(stamp.partition_servers)
     raise InvalidArgument(f"unknown job {job!r} (jobs: {', '.join(JOBS)})")
 
 
@@ -120,32 +127,54 @@ def run_job(job: str, data_dir: str, master: str = DEFAULT_MASTER, dry_run: bool
     stamp = StampAddresses.load(data_dir)
     report = JobReport(job, master, dry_run, time.time())
     started = time.monotonic()
+    own = session is None
     try:
         settings = {"sm": stamp.stream_managers, "config": stamp.config_path,
                     "dry_run": dry_run, "now": report.started_at}
-        items = asyncio.run(_list(job, stamp, report.started_at, dry_run))
-        if items:
-            own = session is None
-            if own:
-                session = job_session(master, app_name=f"stamp-{job}")
-            assert session is not None
-            try:
-                rows = _spread(session.sparkContext, job, settings, items, stamp.config,
+        for stage, not_before in _stages(job, stamp, dry_run, report.started_at):
+            _wait_until(not_before)
+            items = asyncio.run(_list(stage, stamp, max(time.time(), report.started_at),
+                                      dry_run))
+            if items:
+                if session is None:
+                    session = job_session(master, app_name=f"stamp-{job}")
+                rows = _spread(session.sparkContext, stage, settings, items, stamp.config,
                                on_progress)
-            finally:
-                if own:
-                    session.stop()
-            report.results = sorted((ItemResult.from_dict(r) for r in rows),
-                                    key=lambda r: r.item)
-        elif on_progress is not None:
-            on_progress(0, 0)
+                report.results += [ItemResult.from_dict(r) for r in rows]
+            elif on_progress is not None:
+                on_progress(0, 0)
+        report.results.sort(key=lambda r: (r.kind != KIND_PARTITION, r.item))
         report.seconds = time.monotonic() - started
     except BaseException as exc:
         report.seconds = time.monotonic() - started
         _record(stamp, report, f"failed: {type(exc).__name__}: {exc}")
         raise
+    finally:
+        if own and session is not None:
+            session.stop()
     report.recorded = _record(stamp, report, "ok")
     return report
+
+
+def _stages(job: str, stamp: StampAddresses, dry_run: bool, started_at: float
+            ) -> list[tuple[str, float]]:
+    """(stage, not before this wall-clock time) of `job`. gc: the partitions release the
+    extents they no longer need (gc_release.py), then the orphan mark and sweep (gc.py);
+    when the grace period is at most `jobs.gc_wait_grace_max_s`, the run waits it out and
+    sweeps again, so what it released and marked is reclaimed by this one run."""
+    if job != "gc":
+        return [(job, 0.0)]
+    stages = [(GC_RELEASE, 0.0), ("gc", 0.0)]
+    limits = stamp.config.jobs
+    if not dry_run and limits.gc_grace_s <= limits.gc_wait_grace_max_s:
+        stages.append(("gc", time.time() + limits.gc_grace_s))
+    return stages
+
+
+def _wait_until(wall: float) -> None:
+    """Until the wall clock reaches `wall` (a grace period the gc job waits out)."""
+    while (left := wall - time.time()) > 0:
+        time.sleep(min(left, 1.0))
 
 
 async def _gc_items(sm: AsyncStreamManagerClient, now: float, stamp: StampAddresses,

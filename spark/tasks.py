@@ -20,7 +20,10 @@ from spark.job_result import FAILED, ItemResult
 
 log = logging.getLogger(__name__)
 
-# An item is an extent id, or a tuple that starts with one (the ec job's (id, k, m)).
+GC_RELEASE = "gc-release"  # the gc job's first stage (spark/gc_release.py)
+
+# An item is an extent id, or a tuple that starts with one (the ec job's (id, k, m)); gc's
+# first stage has partitions: (partition id, its server's address).
 ItemFunction = Callable[[JobContext, Any], Awaitable[ItemResult]]
 
 
@@ -42,6 +45,10 @@ def item_function(job: str) -> ItemFunction:
         from spark.gc import gc_extent
 
         return gc_extent
+    if job == GC_RELEASE:
+        from spark.gc_release import release_partition
+
+        return release_partition
     raise ValueError(f"unknown job {job!r}")
 
 
@@ -58,9 +65,10 @@ async def run_items_async(job: str, settings: dict[str, Any], items: Iterable[An
             try:
                 result = await work(ctx, item)
             except StampError as exc:
-                log.warning("%s of extent %d failed: %s", job, item_id(item), exc)
+                log.warning("%s of item %d failed: %s", job, item_id(item), exc)
                 result = ItemResult(item_id(item), FAILED,
-                                    detail=f"{type(exc).__name__}: {exc}")
+                                    detail=f"{type(exc).__name__}: {exc}",
+                                    kind="partition" if job == GC_RELEASE else "extent")
             return result.to_dict()
     try:
         return list(await asyncio.gather(*(one(item) for item in items)))

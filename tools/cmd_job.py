@@ -15,8 +15,11 @@ JOB_HELP = {
              "compare replicas, repair bad copies from good ones",
     "ec": "erasure-code the sealed extents of streams whose policy asks for it "
           "('stamp stream policy'), then drop their replicas",
-    "gc": "delete extents no stream holds and copies the stream manager does not count on "
-          "(marked by one run, swept by a later one after jobs.gc_grace_s)",
+    "gc": "have every partition release the extents of its streams it no longer needs "
+          "(commit log below the replay point, merged-away runs, values of trimmed or "
+          "deleted rows), then delete extents no stream holds and copies the stream "
+          "manager does not count on (marked by one run, swept by a later one after "
+          "jobs.gc_grace_s)",
 }
 
 
@@ -73,12 +76,13 @@ def _print_summary(console: Any, report: Any) -> None:
     totals = report.totals
     notable = [r for r in report.results if r.status != "ok"]
     if notable:
-        items = Table(title=f"{report.job}: extents that were not simply ok")
-        for column in ("EXTENT", "STATUS", "COPIES", "BYTES", "FOUND", "FIXED", "DETAIL"):
+        items = Table(title=f"{report.job}: items that were not simply ok")
+        for column in ("ITEM", "STATUS", "COPIES", "BYTES", "FOUND", "FIXED", "DETAIL"):
             items.add_column(column, overflow="fold")
         for r in notable:
-            items.add_row(str(r.item), r.status, str(r.copies), str(r.bytes), str(r.found),
-                          str(r.fixed), r.detail)
+            bytes_ = r.released_bytes if r.kind == "partition" else r.bytes
+            items.add_row(f"{r.kind} {r.item}", r.status, str(r.copies), str(bytes_),
+                          str(r.found), str(r.fixed), r.detail)
         console.print(items)
     console.print(f"stamp job {report.job}{' (dry run)' if report.dry_run else ''} on "
                   f"{report.master}: {report.seconds:.1f} s"
