@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -104,6 +105,7 @@ async def release_unneeded(p: RangePartition, dry_run: bool = False) -> ReleaseR
     """Drop from `p`'s log, row and blob streams the extents it no longer needs (see the
     module). The caller keeps splits and merges of `p` from starting meanwhile."""
     report = ReleaseReport(p.id, dry_run)
+    started = time.monotonic()
     why = _not_now(p)
     if why:
         report.skipped = why
@@ -139,9 +141,10 @@ async def release_unneeded(p: RangePartition, dry_run: bool = False) -> ReleaseR
             if decided[kind]:
                 report.streams.append(await _drop(p, kind, names[kind], decided[kind],
                                                   listed[kind], dry_run))
-    log.info("partition %d: %s %d extents (%d bytes) no longer needed: %s", p.id,
+    log.info("partition %d: %s %d extents (%d bytes) no longer needed in %.3f s: %s", p.id,
              "would release" if dry_run else "released", report.dropped,
-             report.dropped_bytes, {s.kind: s.dropped for s in report.streams})
+             report.dropped_bytes, time.monotonic() - started,
+             {s.kind: s.dropped for s in report.streams})
     return report
 
 

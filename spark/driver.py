@@ -131,10 +131,11 @@ def run_job(job: str, data_dir: str, master: str = DEFAULT_MASTER, dry_run: bool
     try:
         settings = {"sm": stamp.stream_managers, "config": stamp.config_path,
                     "dry_run": dry_run, "now": report.started_at}
-        for stage, not_before in _stages(job, stamp, dry_run, report.started_at):
-            _wait_until(not_before)
-            items = asyncio.run(_list(stage, stamp, max(time.time(), report.started_at),
-                                      dry_run))
+        listed_at = report.started_at
+        for stage, wait_s in _stages(job, stamp, dry_run):
+            _wait_until(listed_at + wait_s)
+            listed_at = max(time.time(), report.started_at)
+            items = asyncio.run(_list(stage, stamp, listed_at, dry_run))
             if items:
                 if session is None:
                     session = job_session(master, app_name=f"stamp-{job}")
@@ -143,6 +144,8 @@ def run_job(job: str, data_dir: str, master: str = DEFAULT_MASTER, dry_run: bool
                 report.results += [ItemResult.from_dict(r) for r in rows]
             elif on_progress is not None:
                 on_progress(0, 0)
+            log.info("%s: %d items, %.1f s after the listing", stage, len(items),
+                     time.time() - listed_at)
         report.results.sort(key=lambda r: (r.kind != KIND_PARTITION, r.item))
         report.seconds = time.monotonic() - started
     except BaseException as exc:
@@ -156,18 +159,18 @@ def run_job(job: str, data_dir: str, master: str = DEFAULT_MASTER, dry_run: bool
     return report
 
 
-def _stages(job: str, stamp: StampAddresses, dry_run: bool, started_at: float
-            ) -> list[tuple[str, float]]:
-    """(stage, not before this wall-clock time) of `job`. gc: the partitions release the
-    extents they no longer need (gc_release.py), then the orphan mark and sweep (gc.py);
-    when the grace period is at most `jobs.gc_wait_grace_max_s`, the run waits it out and
-    sweeps again, so what it released and marked is reclaimed by this one run."""
+def _stages(job: str, stamp: StampAddresses, dry_run: bool) -> list[tuple[str, float]]:
+    """(stage, seconds it waits after the previous stage listed its items) of `job`. gc:
+    the partitions release the extents they no longer need (gc_release.py), then the orphan
+    mark and sweep (gc.py); when the grace period is at most `jobs.gc_wait_grace_max_s`,
+    the run waits it out after marking and sweeps again, so what it released and marked is
+    reclaimed by this one run."""
     if job != "gc":
         return [(job, 0.0)]
     stages = [(GC_RELEASE, 0.0), ("gc", 0.0)]
     limits = stamp.config.jobs
     if not dry_run and limits.gc_grace_s <= limits.gc_wait_grace_max_s:
-        stages.append(("gc", time.time() + limits.gc_grace_s))
+        stages.append(("gc", limits.gc_grace_s))
     return stages
 
 
