@@ -24,6 +24,9 @@ Contracts (§8; what a reload of the partition may read is never dropped):
   run does the rest. A resent drop skips the extents gone already.
 - Stale requests are safe at the stream manager too: only extents still in the stream are
   dropped, never its last or an open one.
+- A reader that took its snapshot before a row was deleted or trimmed (a scan stream) still
+  reads its value: this server's stream client keeps a dropped extent's location, and the
+  sweep deletes the extent only a grace period (jobs.gc_grace_s) after it saw it unheld.
 """
 
 from __future__ import annotations
