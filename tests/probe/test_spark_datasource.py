@@ -45,7 +45,6 @@ GROUPS = 9
 ROWS = 40
 LOGS = {"log-a": 120, "log-b": 7, "log-x": 90}  # log-x lies in the last range partition
 WAIT_S = 180  # a streaming step that takes longer fails the test
-SPARK_RESTARTS_MAX = 3
 
 
 @pytest.fixture(scope="module")
@@ -276,21 +275,10 @@ def test_a_stream_delivers_each_record_once_across_a_ps_kill_and_a_restart(
             return []
         return rows_of(spark.read.schema(LOG_DDL).parquet(str(sink)))
 
-    restarts = [0]
-
     def healthy(query: Any) -> Any:
-        """The query, or a restart of it from its checkpoint when Spark could not start
-        the Python process of the stream's source in time (PythonWorkerFactory waits a
-        fixed 10 s for it to connect back, which a crowded 2-core machine can miss):
-        a restart is what this test checks anyway. Any other failure fails the test."""
         error = query.exception()
-        if error is None:
-            return query
-        assert "failed to connect back" in str(error) and restarts[0] < SPARK_RESTARTS_MAX, \
-            error
-        restarts[0] += 1
-        query.stop()
-        return start_query()
+        assert error is None, error
+        return query
 
     def wait_sink(at_least: int, query: Any) -> Any:
         deadline = time.monotonic() + WAIT_S
@@ -311,6 +299,11 @@ def test_a_stream_delivers_each_record_once_across_a_ps_kill_and_a_restart(
     query = wait_sink(400, query)
     query.stop()  # a restart with batches still to come: the checkpoint says where
     stamp.start(victim)
+    # The restart's work (a process starting, its partitions reassigned and loaded) is done
+    # before the query starts again: Spark gives the Python process of the stream's source a
+    # fixed 10 s to connect back (PythonWorkerFactory, no setting), which a 2-core machine
+    # busy with a process starting beside it missed now and then.
+    stamp.wait_healthy()
     append(100)
     query = wait_sink(len(expected), start_query())
     query.processAllAvailable()  # anything more it would write (a duplicate) is written
