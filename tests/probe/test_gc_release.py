@@ -14,6 +14,9 @@ themselves and talk to it directly (tests/probe/ps_direct.py)."""
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -177,7 +180,19 @@ def test_a_trimmed_log_releases_its_extents_and_gc_deletes_them(
         return await streams_of(stamp, 1)
 
     before = asyncio.run(fill())
+    # A dry run through the CLI says what it would release and changes nothing.
+    dry = subprocess.run(
+        [sys.executable, "-m", "tools.cli", "--data-dir", str(stamp.data_dir), "job", "gc",
+         "--master", "local[1]", "--dry-run", "--json"],
+        capture_output=True, text=True, timeout=600)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    said = json.loads(dry.stdout)
+    (would,) = [r for r in said["items"] if r["kind"] == "partition"]
+    assert would["status"] == "would" and would["released"] > 0, would
+    assert said["totals"]["released"] == would["released"] > 0
+    assert asyncio.run(streams_of(stamp, 1)) == before
     first = gc(stamp, spark)
+    assert first.totals["released"] == would["released"], "the dry run said as much"
     assert released_by(first)[1] > 0, first.results
     after = asyncio.run(streams_of(stamp, 1))
     dropped = {kind: set(before[kind]) - set(after[kind]) for kind in KINDS}
