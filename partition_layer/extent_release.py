@@ -37,6 +37,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from common import faults
 from common.errors import NotOwner
 from common.proto import partition_pb2 as pb
 from common.proto import stream_manager_pb2 as sm_pb
@@ -144,6 +145,7 @@ async def release_unneeded(p: RangePartition, dry_run: bool = False) -> ReleaseR
             if decided[kind]:
                 report.streams.append(await _drop(p, kind, names[kind], decided[kind],
                                                   listed[kind], dry_run))
+                await faults.apoint("ps.release.after_drop")  # a SIGKILL between streams
     log.info("partition %d: %s %d extents (%d bytes) no longer needed in %.3f s: %s", p.id,
              "would release" if dry_run else "released", report.dropped,
              report.dropped_bytes, time.monotonic() - started,

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from common import rpc
-from common.errors import Trimmed
+from common.errors import StampError, Trimmed
 from common.proto import partition_pb2 as pb
 from spark.driver import JobReport, job_session, run_job
 from spark.job_result import DONE
@@ -158,28 +158,31 @@ def released_by(report: JobReport) -> dict[int, int]:
     return {r.item: r.released for r in report.results if r.kind == "partition"}
 
 
+async def fill_and_trim(stamp: LocalStamp, logs: Logs, trimmed: dict[str, int]
+                        ) -> dict[str, list[int]]:
+    """Partition 1 with a log in blob data ("big") and one in the commit log and runs
+    ("small"), both trimmed to their last records and checkpointed; its streams' extents."""
+    ps = DirectPS(stamp, "ps-1")
+    try:
+        await ps.load(1, create=True)
+        await write(ps, logs, "big", 8, 1, 400 * 1024)  # blob data, 3 to an extent
+        for _ in range(4):  # the commit log and runs, merged as they come
+            await write(ps, logs, "small", 40, 8, 3000)
+        trimmed.update(big=len(logs["big"]) - 1, small=len(logs["small"]) - 40)
+        for pname, upto in trimmed.items():
+            await trim(ps, pname, upto)
+        await checkpoint(ps, 1)
+        await check(ps, logs, trimmed)
+    finally:
+        await ps.close()
+    return await streams_of(stamp, 1)
+
+
 def test_a_trimmed_log_releases_its_extents_and_gc_deletes_them(
         stamp: LocalStamp, spark: object) -> None:
     logs: Logs = {"big": [], "small": []}
     trimmed: dict[str, int] = {}
-
-    async def fill() -> dict[str, list[int]]:
-        ps = DirectPS(stamp, "ps-1")
-        try:
-            await ps.load(1, create=True)
-            await write(ps, logs, "big", 8, 1, 400 * 1024)  # blob data, 3 to an extent
-            for _ in range(4):  # the commit log and runs, merged as they come
-                await write(ps, logs, "small", 40, 8, 3000)
-            trimmed.update(big=len(logs["big"]) - 1, small=len(logs["small"]) - 40)
-            for pname, upto in trimmed.items():
-                await trim(ps, pname, upto)
-            await checkpoint(ps, 1)
-            await check(ps, logs, trimmed)
-        finally:
-            await ps.close()
-        return await streams_of(stamp, 1)
-
-    before = asyncio.run(fill())
+    before = asyncio.run(fill_and_trim(stamp, logs, trimmed))
     # A dry run through the CLI says what it would release and changes nothing.
     dry = subprocess.run(
         [sys.executable, "-m", "tools.cli", "--data-dir", str(stamp.data_dir), "job", "gc",
@@ -321,3 +324,50 @@ def test_split_children_keep_shared_extents_until_both_let_go(
         finally:
             await ps.close()
     asyncio.run(both_read_back())
+
+
+def test_a_ps_killed_between_two_streams_drops_is_finished_by_the_next_run(
+        stamp: LocalStamp, spark: object) -> None:
+    """A SIGKILL of the PS after it dropped its commit-log extents and before its row and
+    blob extents: the reload needs none of what went, every record reads back, and the
+    next gc run releases the rest."""
+    logs: Logs = {"big": [], "small": []}
+    trimmed: dict[str, int] = {}
+    before = asyncio.run(fill_and_trim(stamp, logs, trimmed))
+
+    async def crash_mid_release() -> None:
+        ps = DirectPS(stamp, "ps-1")
+        try:
+            await asyncio.to_thread(rpc.arm_remote, ps.address,
+                                    "ps.release.after_drop=crash")
+            with pytest.raises(StampError):
+                await rpc.call(ps.stub.ReleaseExtents(
+                    pb.ReleaseExtentsRequest(partition_id=1), timeout=60))
+        finally:
+            await ps.close()
+    asyncio.run(crash_mid_release())
+    stamp.kill("ps-1")  # reaps it
+    half = asyncio.run(streams_of(stamp, 1))
+    assert set(half["log"]) < set(before["log"]), (before["log"], half["log"])
+    assert (half["row"], half["blob"]) == (before["row"], before["blob"])
+    stamp.start("ps-1")
+
+    async def reload_and_check() -> None:
+        ps = DirectPS(stamp, "ps-1")
+        try:
+            await until(lambda: _loaded(ps, 1), 60, "partition 1 loaded again")
+            await check(ps, logs, trimmed)
+        finally:
+            await ps.close()
+    asyncio.run(reload_and_check())
+    finished = gc(stamp, spark)
+    assert released_by(finished)[1] > 0, finished.results
+    after = asyncio.run(streams_of(stamp, 1))
+    assert set(after["row"]) < set(before["row"]) and set(after["blob"]) < set(before["blob"])
+    after_grace()
+    gc(stamp, spark)
+    gone = set().union(*(set(before[k]) - set(after[k]) for k in KINDS))
+    assert not gone & asyncio.run(on_nodes(stamp))
+    stamp.kill("ps-1")
+    stamp.start("ps-1")
+    asyncio.run(reload_and_check())
