@@ -54,9 +54,14 @@ def test_the_anchor_is_the_commit_index_when_that_is_further() -> None:
     assert plan(6, 1, [(7, 1)], commit=9) == AppendPlan(9, 2, (), hide_after=9)
 
 
-def test_a_message_that_reaches_the_log_end_is_unchanged() -> None:
-    assert plan(8, 2, [(9, 2), (10, 2)]) == AppendPlan(8, 2, ((b"x", 9, 2), (b"x", 10, 2)))
+def test_a_resend_that_matches_up_to_the_log_end_deletes_and_adds_nothing() -> None:
+    # Left as it came, pysyncobj would delete 9 and 10 (applied, maybe) and add them again.
+    assert plan(8, 2, [(9, 2), (10, 2)]) == AppendPlan(10, 2, ())
     assert plan(10, 2, []) == AppendPlan(10, 2, ())
+
+
+def test_new_entries_past_a_matching_end_are_appended_without_deleting() -> None:
+    assert plan(8, 2, [(9, 2), (10, 2), (11, 2)]) == AppendPlan(10, 2, ((b"x", 11, 2),))
 
 
 def test_a_big_entry_is_planned_once_its_last_part_is_in() -> None:
