@@ -96,5 +96,14 @@ class TransmissionAssembler:
         self._parts.append(message["data"])
         if kind == "process":
             return None
-        data, self._parts = b"".join(self._parts), []
-        return [pickle.loads(data)]
+        # pysyncobj's sender marks "finish" every part that reaches the end of the entry's
+        # command, but the parts cut the pickled entry, some bytes longer: when the command
+        # ends within those bytes of a part's end, that part and the next are both
+        # "finish". The entry is whole when it unpickles.
+        data = b"".join(self._parts)
+        try:
+            entry = pickle.loads(data)
+        except (pickle.UnpicklingError, EOFError, ValueError):
+            return None
+        self._parts = []
+        return [entry]
