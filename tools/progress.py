@@ -153,8 +153,8 @@ class Progress:
             self._write_line()
 
     def _write_line(self) -> None:
-        count = f"{self._done}/{self._total} " if self._total is not None and self._done \
-            else ""
+        count = "" if not self._done else f"{self._done:,} " if self._total is None \
+            else f"{self._done}/{self._total} "
         elapsed = ELAPSED_FORMAT.format(self.elapsed_s())
         self.file.write(f"[{self.label}] {count}{self._text} {elapsed}\n")
         self.file.flush()
@@ -197,8 +197,9 @@ _COLUMNS: tuple[type, type] | None = None
 
 
 def _columns() -> tuple[type, type]:
-    """Rich's bar and M/N columns, drawn only while a total is known (a spinner
-    otherwise); made on first use so that importing this module does not import rich."""
+    """Rich's bar and M/N columns, drawn only while a total is known (a spinner and the
+    count otherwise); made on first use so that importing this module does not import
+    rich."""
     global _COLUMNS
     if _COLUMNS is None:
         from rich.progress import BarColumn, MofNCompleteColumn, Task
@@ -209,8 +210,13 @@ def _columns() -> tuple[type, type]:
                 return super().render(task) if task.total is not None else Text("")
 
         class CountIfKnown(MofNCompleteColumn):
+            """M/N; with no total, the count alone once there is one."""
+
             def render(self, task: Task) -> Any:
-                return super().render(task) if task.total is not None else Text("")
+                if task.total is not None:
+                    return super().render(task)
+                return Text(f"{int(task.completed):,}" if task.completed else "",
+                            style="progress.download")
         _COLUMNS = (BarIfKnown, CountIfKnown)
     return _COLUMNS
 
@@ -245,5 +251,17 @@ def waiting(label: str, text: str, show_after_s: float = WAIT_SHOW_AFTER_S,
     """A spinner for one wait whose length is not known (an RPC that does the work): shown
     only once it has lasted `show_after_s`."""
     progress = Progress(label, show_after_s=show_after_s, plain=plain)
+    progress.status(text)
+    return progress
+
+
+def beside_data(label: str, text: str) -> Progress:
+    """A count for a command whose stdout is data (`stamp scan`, `entity ls`, `stream
+    cat`): shown only on a terminal's stderr while stdout goes elsewhere (rows on the
+    screen are their own progress, and a live line would tangle with them), never as plain
+    lines (such a command's stderr may carry a contract: scan's continuation token)."""
+    if is_terminal(sys.stdout):
+        return SILENT
+    progress = Progress(label, show_after_s=WAIT_SHOW_AFTER_S, plain=False)
     progress.status(text)
     return progress
