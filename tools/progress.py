@@ -162,15 +162,15 @@ class Progress:
     def _start_live(self) -> None:
         from rich.console import Console
         from rich.progress import Progress as RichProgress
-        from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
+        from rich.progress import SpinnerColumn, TextColumn
 
-        bar, count = _columns()
+        bar, count, elapsed = _columns()
         console = Console(file=self.file, force_terminal=True, highlight=False)
         # stdout goes above the live line only when it is this same terminal: a pipe or
         # file must get the command's output untouched, never through stderr.
         self._live = RichProgress(
             SpinnerColumn(), bar(bar_width=24), count(),
-            TimeElapsedColumn(), TextColumn(f"{self.label}: {{task.description}}",
+            elapsed(self.elapsed_s), TextColumn(f"{self.label}: {{task.description}}",
                                             markup=False),
             console=console, transient=True, refresh_per_second=REFRESHES_PER_S,
             redirect_stdout=is_terminal(sys.stdout), redirect_stderr=False)
@@ -189,20 +189,20 @@ class Progress:
         if task is not None:
             live.remove_task(self._task)
         self._task = live.add_task(self._text, total=self._total, completed=self._done)
-        # The elapsed column counts from the command's start, not from this task's.
-        live.tasks[-1].start_time = live.get_time() - self.elapsed_s()
 
 
-_COLUMNS: tuple[type, type] | None = None
+_COLUMNS: tuple[type, type, type] | None = None
 
 
-def _columns() -> tuple[type, type]:
+def _columns() -> tuple[type, type, type]:
     """Rich's bar and M/N columns, drawn only while a total is known (a spinner and the
     count otherwise); made on first use so that importing this module does not import
     rich."""
     global _COLUMNS
     if _COLUMNS is None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Task
+        from datetime import timedelta
+
+        from rich.progress import BarColumn, MofNCompleteColumn, ProgressColumn, Task
         from rich.text import Text
 
         class BarIfKnown(BarColumn):
@@ -217,7 +217,18 @@ def _columns() -> tuple[type, type]:
                     return super().render(task)
                 return Text(f"{int(task.completed):,}" if task.completed else "",
                             style="progress.download")
-        _COLUMNS = (BarIfKnown, CountIfKnown)
+        class Elapsed(ProgressColumn):
+            """The time since the command started (rich's own column counts from each
+            task's start: a new step would start again from 0)."""
+
+            def __init__(self, elapsed_s: Callable[[], float]) -> None:
+                super().__init__()
+                self.elapsed_s = elapsed_s
+
+            def render(self, task: Task) -> Any:
+                return Text(str(timedelta(seconds=int(self.elapsed_s()))),
+                            style="progress.elapsed")
+        _COLUMNS = (BarIfKnown, CountIfKnown, Elapsed)
     return _COLUMNS
 
 

@@ -75,18 +75,20 @@ def test_plain_false_prints_nothing_off_a_terminal() -> None:
 
 
 def test_a_terminal_gets_a_live_line_that_is_gone_at_the_end() -> None:
-    out = Terminal()
-    with Progress("up", file=out) as shown:
+    out, clock = Terminal(), FakeClock()
+    with Progress("up", file=out, clock=clock) as shown:
         shown.phase("starting 3 processes", total=3)
         shown.advance(2, text="en-2 ready")
         shown._live.refresh()  # what the refresh thread draws REFRESHES_PER_S times a second
         drawn = out.getvalue()
+        clock.now += 75
         shown.phase("waiting for a leader")  # no total any more: a spinner again
         shown._live.refresh()
         assert [t.total for t in shown._live.tasks] == [None]
     assert "\x1b[" in drawn  # control codes: a terminal
-    assert "up: en-2 ready" in drawn and "2/3" in drawn and "0:00:0" in drawn
-    assert "up: waiting for a leader" in out.getvalue()
+    assert "up: en-2 ready" in drawn and "2/3" in drawn and "0:00:00" in drawn
+    # The elapsed time counts from the command's start, not from the step's.
+    assert "0:01:15" in out.getvalue() and "up: waiting for a leader" in out.getvalue()
     # Transient: the last thing written erases the line, so the result stands alone.
     assert out.getvalue().endswith("\x1b[2K")
 
