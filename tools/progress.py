@@ -166,14 +166,16 @@ class Progress:
 
         bar, count, elapsed = _columns()
         console = Console(file=self.file, force_terminal=True, highlight=False)
-        # stdout goes above the live line only when it is this same terminal: a pipe or
-        # file must get the command's output untouched, never through stderr.
+        # stdout goes above the live line only when it is a terminal too (the same screen):
+        # a pipe or file must get the command's output untouched, never through stderr.
+        # Other writes to sys.stderr meanwhile (a note, a warning) go above it as well.
         self._live = RichProgress(
             SpinnerColumn(), bar(bar_width=24), count(),
             elapsed(self.elapsed_s), TextColumn(f"{self.label}: {{task.description}}",
                                             markup=False),
             console=console, transient=True, refresh_per_second=REFRESHES_PER_S,
-            redirect_stdout=is_terminal(sys.stdout), redirect_stderr=False)
+            redirect_stdout=is_terminal(sys.stdout),
+            redirect_stderr=self.file is sys.stderr)
         self._sync_live()
         self._live.start()
 
