@@ -279,7 +279,8 @@ class LocalStamp:
                           if spec.name not in self.records] \
             if self.lock_servers() and self.partition_managers() else []
         total = len(started) + len(here(new_front_ends))
-        progress.phase(f"starting {total} processes", total=total)
+        if total:
+            progress.phase(f"starting {total} processes", total=total)
         self._start_many(started, progress=progress)
         self.plan_front_ends()
         front_ends = [name for name in here(self._not_running()) if name not in started]
