@@ -42,7 +42,7 @@ from frontend.client import Client
 from lock_service.client import LockClient
 from partition_layer.client import PartitionClient
 from tests.conftest import config_toml, stamp_config
-from tests.front_end_raw import RawFrontEnd, append_request, signed, wait_for
+from tests.front_end_raw import RawFrontEnd, signed, wait_for
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow
@@ -562,15 +562,13 @@ def test_an_append_retried_after_its_front_end_died_is_applied_once(
                     name="ps.commit.before_append"), timeout=10)
 
 
-RATE, BURST = 20.0, 5  # requests/s and burst of the account "slow" in rate_limited_stamp
-
-
-def rate_limited_stamp(stamp_factory: Callable[..., LocalStamp]) -> tuple[LocalStamp, Account]:
-    """A stamp with one front end whose accounts may make RATE requests/s (BURST at once),
-    and the account "slow" made on it."""
+def rate_limited_stamp(stamp_factory: Callable[..., LocalStamp], rate: float, burst: int
+                       ) -> tuple[LocalStamp, Account]:
+    """A stamp with one front end whose accounts may make `rate` requests/s (`burst` at
+    once), and the account "slow" made on it."""
     stamp = stamp_factory(3, 1, lock_servers=3, partition_managers=1, partition_servers=1,
-                          front_ends=1, front_end={"account_requests_per_s_max": RATE,
-                                                   "account_burst_requests_max": BURST})
+                          front_ends=1, front_end={"account_requests_per_s_max": rate,
+                                                   "account_burst_requests_max": burst})
     with LockClient.from_stamp(stamp.data_dir, holder="test-sdk") as locks:
         return stamp, AccountStore(locks, SystemClock(), cache_ttl_s=0).create("slow")
 
@@ -580,7 +578,8 @@ def test_throttled_calls_wait_their_retry_after_and_succeed(
     """An account over its request rate is refused with Throttled(retry_after) by the front
     end; the SDK waits that long and tries again, so the caller sees only success, at the
     account's rate."""
-    stamp, slow = rate_limited_stamp(stamp_factory)
+    rate, burst = 20.0, 5
+    stamp, slow = rate_limited_stamp(stamp_factory, rate, burst)
     calls = 30
     with Client([stamp.address("fe-1")], "slow", key=slow.keys[0]) as c:
         started = time.monotonic()
@@ -588,7 +587,7 @@ def test_throttled_calls_wait_their_retry_after_and_succeed(
         elapsed = time.monotonic() - started
         assert firsts == list(range(calls))
         assert c.read("orders", 0, 100) == [(i, f"r-{i}".encode()) for i in range(calls)]
-    assert elapsed >= (calls - BURST) / RATE * 0.8  # held to the account's rate
+    assert elapsed >= (calls - burst) / rate * 0.8  # held to the account's rate
     with sync_channel(stamp.address("fe-1"), 1 << 20) as channel:
         status = fe_grpc.FrontEndStub(channel).Status(fe_pb.FrontEndStatusRequest(),
                                                       timeout=10)
@@ -600,8 +599,11 @@ def test_scans_and_subscriptions_are_held_to_the_account_rate_too(
     """A scan's pages and a subscription's replies count as the account's requests: a scan
     of one row per page runs at the account's rate, and a stream begun with the buckets
     empty is refused (Throttled), then retried by the SDK until it gets through."""
-    stamp, slow = rate_limited_stamp(stamp_factory)
-    rows = 20
+    # A slow refill (a token per 200 ms): the drain below must leave the bucket empty when
+    # the stream starts, on a loaded machine too.
+    rate, burst = 5.0, 3
+    stamp, slow = rate_limited_stamp(stamp_factory, rate, burst)
+    rows = 10
     with Client([stamp.address("fe-1")], "slow", key=slow.keys[0]) as c:
         c.batch("things", [("put", f"r-{i:02d}", b"v") for i in range(rows)])
         c.append("events", [b"e-0"])
@@ -609,7 +611,7 @@ def test_scans_and_subscriptions_are_held_to_the_account_rate_too(
         scanned = [e.row for e in c.scan(page_rows=1)]
         elapsed = time.monotonic() - started
         assert scanned == [f"r-{i:02d}".encode() for i in range(rows)]
-        assert elapsed >= (rows - BURST) / RATE * 0.8  # one request per page, at the rate
+        assert elapsed >= (rows - burst) / rate * 0.8  # one request per page, at the rate
         subscriber = c.subscribe("events")  # the SDK retries a refused start
         assert next(subscriber) == (0, b"e-0")
         subscriber.close()
@@ -619,8 +621,9 @@ def test_scans_and_subscriptions_are_held_to_the_account_rate_too(
     try:
         refusals = []
         for _ in range(10):  # until a start falls between two refills of the bucket
-            raw.call_many([signed(append_request("slow", "drain", [b"d"]), credentials)
-                           for _ in range(2 * BURST)])
+            # Peeks: answered without a commit, so the stream starts right after them.
+            raw.call_many([signed(pb.Request(account="slow", pname="events", peek=pb.Empty()),
+                                  credentials) for _ in range(2 * burst)])
             request = pb.SubscribeRequest(account="slow", pname="events", from_seq=0)
             wire.sign_subscribe(request, credentials, time.time())
             try:
