@@ -22,7 +22,11 @@ the clients, the server and the rest of the machine compete for the same cores: 
 are saturated, appends/s is about the CPU left divided by client + server CPU per append, so
 the stamp row's `cpu_ratio` (Azurite's client + server CPU per append over the stamp's) is
 what `ratio` tends to there, and it cannot pass (client + Azurite) / client however cheap
-the stamp is.
+the stamp is. When other work loads the machine too, `ratio` says more about the scheduler
+than about either system: the kernel shares the cores out by runnable threads, and a
+stamp's turn runs some twenty processes where Azurite's runs one (with the load average
+near 17 on 2 cores, a stamp turn got about 1.3 cores and an Azurite turn 0.3): compare
+`cpu_ratio` and the CPU per append then.
 """
 
 from __future__ import annotations
