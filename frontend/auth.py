@@ -10,7 +10,8 @@ that wait for the same account.
 Contract: `check_cached` authenticates without awaiting when every key it needs is cached and
 returns MISS otherwise (nothing decided); `check` always decides, reading what it lacks.
 Both raise only what `wire.authenticate` raises (Unauthenticated, PermissionDenied) — plus
-Unavailable when the account store cannot be read, which a client retries.
+Unavailable when the account store cannot be read, and Throttled when LOOKUPS_IN_FLIGHT_MAX
+other accounts are being read already, which a client retries.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Final
 
 from common.clock import Clock
-from common.errors import InvalidArgument, StampError, Unavailable
+from common.errors import InvalidArgument, StampError, Throttled, Unavailable
 from frontend import names, sas, wire
 from frontend.accounts import CACHE_ENTRIES_MAX, CACHE_TTL_MAX_S
 
@@ -44,6 +45,11 @@ class _MissSentinel:
 MISS: Final = _MissSentinel()
 Outcome = sas.SasToken | None | _MissSentinel
 LOOKUPS_PER_CHECK_MAX = 3  # a request names at most two accounts (signer, token); margin
+# Accounts read from the store at once. Reads are made before a request is authenticated,
+# so without a bound anyone could queue a store read per name they make up; past it a new
+# name is refused (Throttled, retried by the SDK) until reads finish.
+LOOKUPS_IN_FLIGHT_MAX = 64
+LOOKUPS_FULL_RETRY_AFTER_S = 0.1
 
 
 class Authenticator:
@@ -121,6 +127,10 @@ class Authenticator:
             return None
         future = self._reading.get(account)
         if future is None:
+            if len(self._reading) >= LOOKUPS_IN_FLIGHT_MAX:
+                raise Throttled(f"{LOOKUPS_IN_FLIGHT_MAX} accounts are being looked up at "
+                                f"this front end already",
+                                retry_after_s=LOOKUPS_FULL_RETRY_AFTER_S)
             future = asyncio.get_running_loop().create_future()
             self._reading[account] = future
             # Dated from before the read: what it returns may be as old as that, and a

@@ -66,6 +66,11 @@ _LEVEL4 = (
     0x0, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0,
 )
 Keys = Sequence[bytes]
+# Every request names its x-ms- headers and its date, and they repeat: an SDK sends the same
+# headers on every request, and many requests share a second. Their order and the parsed
+# date are remembered (bounded), so a request pays for neither twice.
+HEADER_ORDERS_CACHED_MAX = 256
+DATES_CACHED_MAX = 256
 
 
 def _denied(message: str) -> BlobError:
@@ -100,6 +105,21 @@ def compare_header_names(left: str, right: str) -> int:
     return 0
 
 
+@functools.lru_cache(maxsize=HEADER_ORDERS_CACHED_MAX)
+def canonical_order(names: tuple[str, ...]) -> tuple[str, ...]:
+    """`names` (lowercased x-ms- header names) in the service's order."""
+    return tuple(sorted(names, key=functools.cmp_to_key(compare_header_names)))
+
+
+@functools.lru_cache(maxsize=DATES_CACHED_MAX)
+def _parse_date(text: str) -> datetime | None:
+    """An RFC 1123 date (None: not one)."""
+    try:
+        return parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+
+
 def string_to_sign(method: str, headers: Mapping[str, str], account: str, raw_path: str,
                    query: Sequence[tuple[str, str]]) -> str:
     """The Shared Key string to sign of a request; `headers` keyed by lowercased name,
@@ -111,8 +131,7 @@ def string_to_sign(method: str, headers: Mapping[str, str], account: str, raw_pa
             value = ""
         lines.append(value)
     text = "\n".join(lines) + "\n"
-    ms = sorted((n for n in headers if n.startswith("x-ms-")),
-                key=functools.cmp_to_key(compare_header_names))
+    ms = canonical_order(tuple(n for n in headers if n.startswith("x-ms-")))
     text += "".join(f"{n}:{headers[n]}\n" for n in ms)
     text += f"/{account}{raw_path}"
     grouped: dict[str, list[str]] = {}
@@ -143,10 +162,9 @@ def check_shared_key(authorization: str, keys: Keys | None, account: str, method
     dated = headers.get("x-ms-date") or headers.get("date")
     if not dated:
         raise _denied("The request has neither x-ms-date nor Date.")
-    try:
-        when = parsedate_to_datetime(dated)
-    except (TypeError, ValueError):
-        raise _denied(f"The date {dated!r} is not an RFC 1123 date.") from None
+    when = _parse_date(dated)
+    if when is None:
+        raise _denied(f"The date {dated!r} is not an RFC 1123 date.")
     if when.tzinfo is None or abs((now - when).total_seconds()) > skew_s:
         raise _denied(f"Request date header too old or too new: {dated!r}.")
     text = string_to_sign(method, headers, account, raw_path, query)

@@ -13,9 +13,11 @@ the SDK raises its usual exceptions.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -31,7 +33,6 @@ from frontend import blob_auth, blob_xml
 from frontend.blob_model import BlobError, http_date
 from frontend.blob_store import BlobStore, service_error
 from frontend.server_call import UNROUTED, FrontEnd
-from partition_layer.requests import route_key
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,14 @@ SAS_READS = {("GET", ""), ("HEAD", ""), ("GET", "metadata")}
 REQUEST_OVERHEAD_BYTES = 256  # what the throttle charges a request beyond its body
 # On SIGTERM, requests under way get this long (as gRPC's streams do), then are cut.
 SHUTDOWN_GRACE_S = 1.0
+# x-ms-request-id: a GUID as the service's, unique per request: this process's random first
+# 64 bits, then a counter (uuid4 per request read the OS's randomness every time).
+_REQUEST_ID_PREFIX = str(uuid.uuid4())[:24]
+_request_numbers = itertools.count()
+
+
+def request_id() -> str:
+    return f"{_REQUEST_ID_PREFIX}{next(_request_numbers) & 0xFFFF_FFFF_FFFF:012x}"
 
 
 @dataclass
@@ -72,7 +81,7 @@ class BlobRequest:
         """The headers of every answer."""
         headers = {"x-ms-request-id": self.request_id,
                    "x-ms-version": self.http.headers.get("x-ms-version", DEFAULT_VERSION),
-                   "Date": http_date(int(datetime.now(UTC).timestamp() * 1000)),
+                   "Date": http_date(int(time.time() * 1000)),
                    "Server": "Stamp-Blob"}
         client_id = self.http.headers.get("x-ms-client-request-id")
         if client_id is not None:
@@ -89,7 +98,7 @@ Handler = Callable[[BlobRequest, BlobStore, FrontEnd], Awaitable[web.StreamRespo
 def error_response(request: BlobRequest | None, exc: BlobError, head: bool
                    ) -> web.Response:
     base = request.base_headers() if request is not None else {
-        "x-ms-request-id": str(uuid.uuid4()), "x-ms-version": DEFAULT_VERSION}
+        "x-ms-request-id": request_id(), "x-ms-version": DEFAULT_VERSION}
     headers = {**base, **exc.headers}
     if exc.status == 304:  # not an error: the service names no code
         return web.Response(status=exc.status, headers=headers)
@@ -112,7 +121,7 @@ def parse(http: web.Request) -> BlobRequest:
         raise BlobError(400, "InvalidUri", "The URL names no account: use "
                         "http://HOST:PORT/ACCOUNT/CONTAINER/BLOB.")
     query = {k.lower(): v for k, v in http.query.items()}
-    return BlobRequest(http, str(uuid.uuid4()), account, container, blob, query)
+    return BlobRequest(http, request_id(), account, container, blob, query)
 
 
 async def authorize(request: BlobRequest, front_end: FrontEnd, skew_s: float) -> None:
@@ -150,7 +159,7 @@ async def authorize(request: BlobRequest, front_end: FrontEnd, skew_s: float) ->
 
 def admit(front_end: FrontEnd, request: BlobRequest, group: str, nbytes: int) -> None:
     """The front end's account throttle, for the partition server `group` routes to."""
-    route = front_end.client.route(route_key(request.account, group))
+    route = front_end.client.route_name(request.account, group)
     server = route[0] if route is not None else UNROUTED
     try:
         front_end.throttle.admit(request.account, server, nbytes).raise_if_refused()

@@ -81,6 +81,8 @@ class BlobStore:
         self._props: collections.OrderedDict[tuple[str, str, str], tuple[Props, str]] = \
             collections.OrderedDict()
         self._sweeps: set[asyncio.Task[None]] = set()
+        # Container reads under way, shared by every request that waits for one.
+        self._container_reads: dict[tuple[str, str], asyncio.Task[Container | None]] = {}
 
     def _now_ms(self) -> int:
         return int(self.clock.wall() * 1000)
@@ -95,19 +97,34 @@ class BlobStore:
         return Container.decode(value), etag
 
     async def container(self, account: str, name: str) -> Container:
-        """The live container `name` (remembered for blob_container_cache_ttl_ms)."""
-        cached = self._containers.get((account, name))
+        """The live container `name` (remembered for blob_container_cache_ttl_ms). When the
+        memory of it runs out, one read refreshes it for every request that needs it then:
+        concurrent appenders to a container would each read its row once a TTL otherwise."""
+        key = (account, name)
+        cached = self._containers.get(key)
         if cached is not None and self.clock.monotonic() < cached[0]:
             found = cached[1]
         else:
-            row = await self._container_row(account, name)
-            found = row[0] if row is not None and not row[0].deleted_ms else None
-            if len(self._containers) >= self.limits.blob_props_cached_max:
-                self._containers.clear()
-            self._containers[(account, name)] = (
-                self.clock.monotonic() + self.limits.blob_container_cache_ttl_ms / 1000, found)
+            reading = self._container_reads.get(key)
+            if reading is None:
+                reading = asyncio.get_running_loop().create_task(
+                    self._refresh_container(account, name))
+                self._container_reads[key] = reading
+                reading.add_done_callback(lambda _: self._container_reads.pop(key, None))
+            found = await asyncio.shield(reading)
         if found is None:
             raise _container_not_found()
+        return found
+
+    async def _refresh_container(self, account: str, name: str) -> Container | None:
+        # Dated from before the read: what it returns may be as old as that.
+        read_at = self.clock.monotonic()
+        row = await self._container_row(account, name)
+        found = row[0] if row is not None and not row[0].deleted_ms else None
+        if len(self._containers) >= self.limits.blob_props_cached_max:
+            self._containers.clear()
+        self._containers[(account, name)] = (
+            read_at + self.limits.blob_container_cache_ttl_ms / 1000, found)
         return found
 
     async def container_props(self, account: str, name: str) -> tuple[Container, str]:

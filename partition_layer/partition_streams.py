@@ -82,10 +82,11 @@ async def seal_all(client: AsyncStreamClient, partition_id: int, epoch: int
     owner's own epoch, which is accepted) and list their extents: after this, they are
     exactly what a split or merge hands on."""
     async def seal(kind: str) -> list[int]:
+        # The stream as the stream manager holds it after the fence and the seal: no need
+        # to ask again (a split waits for this step with its range unavailable).
         stream = await client.fence_stream(stream_name(partition_id, kind), epoch)
-        info = await stream.refresh()
-        assert all(e.state != "open" for e in info.extents), (stream.name, info.extents)
-        return [e.extent_id for e in info.extents]
+        assert all(e.state != "open" for e in stream.extents), (stream.name, stream.extents)
+        return [e.extent_id for e in stream.extents]
 
     sealed = await asyncio.gather(*(seal(kind) for kind in STREAM_KINDS))
     return dict(zip(STREAM_KINDS, sealed, strict=True))

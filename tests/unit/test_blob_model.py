@@ -112,6 +112,7 @@ HEADER_NAMES = st.lists(st.from_regex(r"x-ms-[a-z0-9-]{1,12}", fullmatch=True),
 def test_canonical_header_order_is_the_sdks(names: list[str]) -> None:
     ours = sorted(names, key=functools.cmp_to_key(blob_auth.compare_header_names))
     assert ours == [name for name, _ in _storage_header_sort([(n, "") for n in names])]
+    assert blob_auth.canonical_order(tuple(names)) == tuple(ours)  # remembered: the same
 
 
 def test_shared_key_string_to_sign_doubles_the_account_in_path_style_urls() -> None:

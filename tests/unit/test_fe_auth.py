@@ -11,10 +11,16 @@ import threading
 import pytest
 
 from common.clock import ManualClock
-from common.errors import InvalidArgument, PermissionDenied, Unauthenticated, Unavailable
+from common.errors import (
+    InvalidArgument,
+    PermissionDenied,
+    Throttled,
+    Unauthenticated,
+    Unavailable,
+)
 from common.proto import partition_pb2 as pb
 from frontend import wire
-from frontend.auth import MISS, Authenticator
+from frontend.auth import LOOKUPS_IN_FLIGHT_MAX, MISS, Authenticator
 from partition_layer.payload_crc import payload_crcs
 
 
@@ -106,6 +112,27 @@ def test_a_failing_store_is_unavailable_for_every_waiter() -> None:
         assert store.reads == ["acme"]
         store.fail = False  # nothing cached from a failure: the next request reads again
         assert await auth.check(good) is None
+    asyncio.run(scenario())
+
+
+def test_reads_of_made_up_accounts_are_bounded() -> None:
+    """Reads happen before authentication: a flood of made-up names gets at most
+    LOOKUPS_IN_FLIGHT_MAX store reads at once, the rest Throttled; known accounts work once
+    the reads are done."""
+    async def scenario() -> None:
+        store, clock = FakeStore(), ManualClock(start=1_700_000_000.0)
+        auth = Authenticator(store.read, clock, ttl_s=5.0)
+        store.gate.clear()
+        flood = [asyncio.ensure_future(auth.check(claim(f"made-up-{i}", b"x" * 32, clock)))
+                 for i in range(LOOKUPS_IN_FLIGHT_MAX + 10)]
+        await asyncio.sleep(0.01)
+        store.gate.set()
+        outcomes = await asyncio.wait_for(asyncio.gather(*flood, return_exceptions=True), 5)
+        throttled = [o for o in outcomes if isinstance(o, Throttled)]
+        assert len(throttled) == 10 and throttled[0].retry_after_s > 0
+        assert all(isinstance(o, Unauthenticated) for o in outcomes if o not in throttled)
+        assert len(store.reads) == LOOKUPS_IN_FLIGHT_MAX
+        assert await auth.check(claim("acme", store.keys["acme"][0], clock)) is None
     asyncio.run(scenario())
 
 
