@@ -169,7 +169,8 @@ def _stages(job: str, stamp: StampAddresses, dry_run: bool) -> list[tuple[str, f
         return [(job, 0.0)]
     stages = [(GC_RELEASE, 0.0), ("gc", 0.0)]
     limits = stamp.config.jobs
-    if not dry_run and limits.gc_grace_s <= limits.gc_wait_grace_max_s:
+    if not dry_run and limits.gc_wait_grace_max_s > 0 and (
+            limits.gc_grace_s <= limits.gc_wait_grace_max_s):
         stages.append(("gc", limits.gc_grace_s))
     return stages
 

@@ -169,3 +169,23 @@ def test_default_policies_code_partition_row_and_blob_data() -> None:
     assert ec_candidates(extents, policies, now=200) == [(1, DEFAULT_CODE, DEFAULT_CODE),
                                                          (2, DEFAULT_CODE, DEFAULT_CODE)]
     assert default_policies(JobLimits(ec_default_patterns=())) == {}
+
+
+def test_gc_waits_out_its_grace_within_one_run_only_when_told() -> None:
+    """jobs.gc_wait_grace_max_s 0 (the default) never waits, whatever the grace (a grace of
+    0 included: its first run only marks); a grace within the bound adds a sweep after it."""
+    import dataclasses
+
+    from common.config import JobLimits, default_config
+    from spark.driver import StampAddresses, _stages
+
+    def stages(dry_run: bool = False, **jobs: float) -> list[tuple[str, float]]:
+        config = dataclasses.replace(default_config(), jobs=JobLimits(**jobs))
+        return _stages("gc", StampAddresses(["sm"], ["lock"], None, config), dry_run)
+
+    assert stages(gc_grace_s=0) == [("gc-release", 0.0), ("gc", 0.0)]
+    assert stages(gc_grace_s=2, gc_wait_grace_max_s=10) == [
+        ("gc-release", 0.0), ("gc", 0.0), ("gc", 2)]
+    assert stages(True, gc_grace_s=2, gc_wait_grace_max_s=10) == [
+        ("gc-release", 0.0), ("gc", 0.0)]
+    assert stages(gc_grace_s=60, gc_wait_grace_max_s=10)[-1] == ("gc", 0.0)
