@@ -45,6 +45,7 @@ GROUPS = 9
 ROWS = 40
 LOGS = {"log-a": 120, "log-b": 7, "log-x": 90}  # log-x lies in the last range partition
 WAIT_S = 180  # a streaming step that takes longer fails the test
+SPARK_RESTARTS_MAX = 3
 
 
 @pytest.fixture(scope="module")
@@ -275,10 +276,22 @@ def test_a_stream_delivers_each_record_once_across_a_ps_kill_and_a_restart(
             return []
         return rows_of(spark.read.schema(LOG_DDL).parquet(str(sink)))
 
+    restarts = [0]
+
     def healthy(query: Any) -> Any:
+        """The query, or a restart of it from its checkpoint when Spark could not start
+        the Python process of the stream's source in time (Spark 4.3 gives it a fixed 10 s
+        to connect back, PythonWorkerFactory.createSimpleWorker, no setting; a 2-core
+        machine running a whole stamp can miss that): a restart is what this test checks
+        anyway. Any other failure fails the test."""
         error = query.exception()
-        assert error is None, error
-        return query
+        if error is None:
+            return query
+        assert "failed to connect back" in str(error) and restarts[0] < SPARK_RESTARTS_MAX, \
+            error
+        restarts[0] += 1
+        query.stop()
+        return start_query()
 
     def wait_sink(at_least: int, query: Any) -> Any:
         deadline = time.monotonic() + WAIT_S
