@@ -32,7 +32,7 @@ HOLD_S = {  # how long a fault lasts before it is undone, (min, max) seconds
     "flip_read": (3.0, 8.0), "flip_disk": (0.0, 0.0), "power_cut": (0.0, 0.0),
     "split": (0.0, 0.0), "merge": (0.0, 0.0), "move": (0.0, 0.0),
 }
-GAP_S = (2.0, 6.0)  # quiet time after a fault is undone, before the next
+GAP_S = (1.5, 5.0)  # quiet time after a fault is undone, before the next
 START_S = 3.0  # the workload runs alone this long first
 END_QUIET_S = 5.0  # and this long at the end: no fault starts after duration - END_QUIET_S
 SLOW_FSYNC_MS = (50, 300)
@@ -44,7 +44,7 @@ class Fault:
 
     at_s: float  # when it starts, seconds from the start of the run
     kind: str  # one of KINDS
-    target: str  # a process name; "stamp" for a power cut; a log name for split/merge/move
+    target: str  # a process; "ps-*": every PS; "stamp": all (power cut); a log (partitions)
     hold_s: float  # how long it lasts before it is undone (0: an instant fault)
     pick: int  # a seeded number for choices made on the running stamp
     detail: str = ""  # e.g. the fault point spec armed
@@ -111,15 +111,18 @@ def _target(kind: str, rng: random.Random, roles: Mapping[str, Sequence[str]],
         return rng.choice(list(roles["en"])), \
             f"journal.before_fsync=delay:{rng.randint(*SLOW_FSYNC_MS)}"
     if kind == "failing_disk":
-        # Reads fail (the reader passes the node over); the next journal write fails too,
-        # and an extent node whose journal cannot write stops (fail-stop): it is restarted.
-        return rng.choice(list(roles["en"])), "en.read=fail; journal.before_write=fail,times=1"
+        # Either its reads fail for the hold (readers pass the node over), or its next
+        # journal write fails: an extent node whose journal cannot write stops (fail-stop,
+        # recovery replays the journal) and the nemesis starts it again.
+        return rng.choice(list(roles["en"])), rng.choice(
+            ["en.read=fail", "journal.before_write=fail,times=1"])
     if kind == "torn_write":
         return rng.choice(list(roles["en"])), "journal.torn_write=torn,times=1"
     if kind == "flip_disk":
         return rng.choice(list(roles["en"])), "a byte of a sealed replica, at rest"
     if kind == "flip_read":
-        return rng.choice(list(roles["ps"])), "ps.read.flip_record=flip; ps.read.flip_value=flip"
+        # On every partition server: whichever serves what is read now flips it.
+        return "ps-*", "ps.read.flip_record=flip; ps.read.flip_value=flip"
     if kind == "power_cut":
         return "stamp", ""
     return rng.choice(list(logs)), ""  # split / merge / move at the partition of this log

@@ -65,8 +65,8 @@ class MixedWorkload:
 
     def __init__(self, client_factory: ClientFactory, writers: int, seed: int,
                  large_every: int = 25, logs_per_writer: int = 1, cas_every: int = 0,
-                 batch_every: int = 0, token_retries: int = 0, tally: Tally | None = None
-                 ) -> None:
+                 batch_every: int = 0, token_retries: int = 0, tally: Tally | None = None,
+                 retry_pause_s: float = RETRY_PAUSE_S) -> None:
         self.client_factory = client_factory
         self.histories = [WriterHistory(
             w, f"log-{w}", f"group-{w}",
@@ -77,6 +77,7 @@ class MixedWorkload:
         self.cas_every = cas_every
         self.batch_every = batch_every
         self.token_retries = token_retries
+        self.retry_pause_s = retry_pause_s
         self.tally = tally or Tally()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -147,7 +148,7 @@ class MixedWorkload:
                 self.tally.add("append", False)
                 history.errors += 1
                 history.doubtful_records.update(zip(numbers, sizes, strict=True))
-                if attempt == self.token_retries or self._stop.wait(RETRY_PAUSE_S):
+                if attempt == self.token_retries or self._stop.wait(self.retry_pause_s):
                     return
         history.ops += 1
         self.tally.add("append_retried" if attempt else "append", True)

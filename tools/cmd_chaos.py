@@ -1,0 +1,152 @@
+"""`stamp chaos --minutes N --seed S [--json] [--plot FILE]`: torture a stamp of its own in the
+open (issue 19; tools/chaos/run.py) and report operations, faults, violations and
+availability. Exit status 1 when the checker found a violation, so CI can run it as is."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+from tools import cli_checks
+
+DESCRIPTION = """\
+Start a fresh stamp in a temporary directory (3 lock, 3 SM, 6 EN in 3 fault domains, 2 PM,
+2 PS, 2 FE) and run a mixed workload through the SDK against it: writers appending with
+tokens (a failed append is retried with its token), putting entities, putting on ETag
+conditions (current and stale), atomic batches; two subscribers following logs; a scanner.
+Meanwhile a nemesis plays a schedule drawn from --seed, one fault at a time: SIGKILL and
+restart, SIGSTOP/SIGCONT and isolation from all peers of processes of every role; slow,
+failing and torn journal writes; bytes flipped on the read path and on disk; power cuts of
+the whole stamp (on a lossy FUSE file system, when this machine has FUSE); and splits,
+merges and moves of partitions. Then every acknowledged operation is checked: nothing lost,
+changed, reordered or applied twice, every ETag condition respected, every subscriber fed
+each record once, in order. The same seed replays the same schedule.
+
+Exit status: 0 when no violation was found, 1 otherwise (or on an error)."""
+
+
+def register(commands: Any) -> None:
+    chaos = commands.add_parser(
+        "chaos", help="run a workload under a seeded nemesis on a fresh stamp and check it",
+        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    chaos.add_argument("--minutes", type=_minutes, required=True, metavar="N",
+                       help="how long the workload and the nemesis run (e.g. 1, 0.5, 30)")
+    chaos.add_argument("--seed", type=cli_checks.seed, default=None, metavar="S",
+                       help="the schedule's seed (default: a random one, printed)")
+    chaos.add_argument("--writers", type=cli_checks.writer_count, default=8, metavar="N",
+                       help="writer threads, each with two logs and an entity group "
+                            "(default 8)")
+    chaos.add_argument("--power-cuts", choices=("auto", "on", "off"), default="auto",
+                       help="cut the whole stamp's power now and then; needs FUSE (auto: "
+                            "when this machine has it)")
+    chaos.add_argument("--config", default=None, metavar="FILE",
+                       help="a stamp config (TOML) to run instead of chaos's own")
+    chaos.add_argument("--json", action="store_true",
+                       help="print the report as one JSON object (progress stays on stderr)")
+    chaos.add_argument("--plot", default=None, metavar="FILE",
+                       help="draw the availability timeline (ops/s, faults shaded) as a PNG")
+    chaos.set_defaults(handler=cmd_chaos)
+
+
+def _minutes(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number of minutes, not {text!r}") from None
+    if not 0.1 <= value <= 24 * 60:
+        raise argparse.ArgumentTypeError(f"between 0.1 and 1440 minutes, not {text}")
+    return value
+
+
+def cmd_chaos(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from tools.chaos.report import print_report
+    from tools.chaos.run import ChaosOptions, run_chaos
+
+    if args.plot is not None:
+        plot_dir = Path(args.plot).resolve().parent
+        if not plot_dir.is_dir():
+            raise FileNotFoundError(f"--plot: no directory {plot_dir}")
+    if args.config is not None and not Path(args.config).is_file():
+        raise FileNotFoundError(f"--config: no file {args.config}")
+    seed = args.seed if args.seed is not None else random.randrange(1 << 31)
+    err = Console(stderr=True)
+    err.print(f"stamp chaos --minutes {args.minutes:g} --seed {seed}", highlight=False)
+    options = ChaosOptions(args.minutes, seed, args.writers, args.power_cuts, args.config)
+    with _Display(err) as display:
+        report = run_chaos(options, display.show)
+    if args.plot is not None:
+        from tools.chaos.plot import plot_timeline
+
+        plot_timeline(report, args.plot)
+        err.print(f"availability timeline: {args.plot}", highlight=False)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print_report(report, Console())
+    return 1 if report["violations"] else 0
+
+
+class _Display:
+    """Progress on stderr: on a terminal a live bar (elapsed of total, ops, the fault under
+    way) with each fault printed above it as it ends; elsewhere (CI, a pipe) one plain line
+    per phase and per fault."""
+
+    def __init__(self, console: Any) -> None:
+        self.console = console
+        self.live = console.is_terminal
+        self._bar: Any = None
+        self._task: Any = None
+        self._phase = ""
+
+    def __enter__(self) -> _Display:
+        if self.live:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._bar = Progress(TextColumn("{task.description}"), BarColumn(),
+                                 TextColumn("{task.fields[status]}"), TimeElapsedColumn(),
+                                 console=self.console, transient=True)
+            self._bar.__enter__()
+            self._task = self._bar.add_task("starting", total=None, status="")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(*exc)
+
+    def show(self, progress: Any) -> None:
+        if progress.phase == "schedule":
+            lines = progress.current.splitlines()
+            self._print("\n".join([f"schedule ({len(lines)} faults):", *lines]))
+            return
+        if progress.event is not None:
+            record = progress.event
+            if record.outcome != "running":
+                self._print(f"t={record.start_s:7.1f}s {record.kind:<12} {record.target:<6} "
+                            f"{record.outcome} in {record.end_s - record.start_s:.1f}s: "
+                            f"{record.detail}")
+            return
+        if progress.phase != self._phase:
+            self._phase = progress.phase
+            if not self.live and progress.phase != "chaos":
+                self._print(progress.phase)
+        if self._bar is not None:
+            if progress.phase == "chaos":
+                status = (f"{progress.ops:,} ops, {progress.faults} faults"
+                          + (f", now: {progress.current}" if progress.current else ""))
+                self._bar.update(self._task, description="chaos", total=progress.total_s,
+                                 completed=progress.elapsed_s, status=status)
+            else:
+                self._bar.update(self._task, description=progress.phase, total=None,
+                                 status="")
+
+    def _print(self, text: str) -> None:
+        if self._bar is not None:
+            self._bar.console.print(text, highlight=False, markup=False)
+        else:
+            print(text, file=sys.stderr, flush=True)
