@@ -100,11 +100,15 @@ def _read_log(client: LogEntityClient, log: str, verdict: Verdict
         except StampError as exc:
             if attempt + 1 < READ_TRIES:
                 continue
-            verdict.violations.append(f"{log}: cannot be read back ({exc})")
+            verdict.violations.append(f"{log}: cannot be read back ({_error(exc)})")
             return []
         verdict.violations += violations
         return records
     return []
+
+
+def _error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
 
 
 def log_violations(h: WriterHistory, log: str, records: list[tuple[int, bytes]],
@@ -165,7 +169,8 @@ def _check_entities(client: LogEntityClient, h: WriterHistory, verdict: Verdict)
                 break
             except StampError as exc:
                 if attempt + 1 == READ_TRIES:
-                    verdict.violations.append(f"{h.group}/{row}: cannot be read ({exc})")
+                    verdict.violations.append(f"{h.group}/{row}: cannot be read "
+                                              f"({_error(exc)})")
                     return checked
         verdict.violations += entity_violations(h, row, value)
         checked += 1
