@@ -51,9 +51,10 @@ def plot_timeline(report: dict[str, Any], path: str | Path) -> None:
     violations = len(report["violations"])
     ax.set_title(f"stamp chaos --minutes {report['minutes']:g} --seed {report['seed']}: "
                  f"{report['ops_total']:,} ops acknowledged, {violations} violations")
-    ax.set_ylim(0, top * 1.35)
+    ax.set_ylim(0, top * 1.3)
     ax.set_xlim(0, max([*seconds, 1]))
-    ax.legend(loc="upper right", fontsize=7, ncol=4)
+    # Below the chart: over it, it would hide the fault labels.
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), fontsize=7, ncol=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
