@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 
+from tools.chaos.report import availability_by_fault
 from tools.chaos.schedule import (
     DISK_KINDS,
     END_QUIET_S,
@@ -69,3 +70,15 @@ def test_faults_come_one_at_a_time_inside_the_run_on_the_right_roles() -> None:
 def test_a_stamp_with_one_partition_server_is_never_asked_to_move() -> None:
     shape = {**SHAPE, "ps": ["ps-1"]}
     assert "move" not in {f.kind for f in make_schedule(3, 30 * 60, shape, LOGS, True)}
+
+
+def test_availability_by_fault_kind() -> None:
+    ok = [10, 10, 0, 0, 10, 10, 10, 10, 10, 10, 4, 10]
+    log = [{"kind": "kill", "start_s": 2.0, "end_s": 3.5, "outcome": "done"},
+           {"kind": "split", "start_s": 10.2, "end_s": 10.4, "outcome": "done"},
+           {"kind": "merge", "start_s": 5.0, "end_s": 5.1, "outcome": "skipped"}]
+    by = availability_by_fault(ok, log)
+    assert by["kill"] == {"ok_per_s": 0.0, "seconds": 2}
+    assert by["split"] == {"ok_per_s": 7.0, "seconds": 2}  # the seconds after it
+    assert by["none"] == {"ok_per_s": 10.0, "seconds": 8}
+    assert "merge" not in by

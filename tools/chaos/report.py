@@ -22,6 +22,8 @@ from tools.chaos.schedule import Fault
 from tools.chaos.workload import Tally
 
 VIOLATIONS_SHOWN = 50
+INSTANT_S = 0.5  # a fault that lasted less is instant (split, flip) ...
+AFTER_INSTANT_S = 5  # ... and judged by the seconds after it
 
 
 def make_report(seed: int, minutes: float, schedule: list[Fault], nemesis: Nemesis,
@@ -50,11 +52,32 @@ def make_report(seed: int, minutes: float, schedule: list[Fault], nemesis: Nemes
             "ok_per_s_mean": round(sum(ok) / max(1, len(ok)), 1),
             "ok_per_s_min": min(ok, default=0),
             "seconds_without_success": sum(1 for n in ok if n == 0),
+            "by_fault": availability_by_fault(ok, [r.to_dict() for r in nemesis.records]),
         },
         "schedule": [f.to_dict() for f in schedule],
         "fault_log": [r.to_dict() for r in nemesis.records],
         "timeline": timeline,
     }
+
+
+def availability_by_fault(ok: list[int], fault_log: list[dict[str, Any]]
+                          ) -> dict[str, dict[str, float]]:
+    """Successful ops per second while each kind of fault lasted (an instant one: the
+    AFTER_INSTANT_S seconds after it), against the seconds with no fault ("none"):
+    {kind: {"ok_per_s": mean, "seconds": how many}}."""
+    seconds_of: dict[str, set[int]] = {}
+    for record in fault_log:
+        if record["outcome"] != "done":
+            continue
+        start = int(record["start_s"])
+        instant = record["end_s"] - record["start_s"] < INSTANT_S
+        end = start + AFTER_INSTANT_S if instant else int(record["end_s"]) + 1
+        seconds_of.setdefault(record["kind"], set()).update(range(start, min(end, len(ok))))
+    faulty = set().union(*seconds_of.values()) if seconds_of else set()
+    seconds_of["none"] = set(range(len(ok))) - faulty
+    return {kind: {"ok_per_s": round(sum(ok[s] for s in secs) / max(1, len(secs)), 1),
+                   "seconds": len(secs)}
+            for kind, secs in sorted(seconds_of.items())}
 
 
 def print_report(report: dict[str, Any], console: Any) -> None:
@@ -67,14 +90,17 @@ def print_report(report: dict[str, Any], console: Any) -> None:
         ops.add_row(kind, f"{report['ops'].get(kind, 0):,}",
                     f"{report['op_errors'].get(kind, 0):,}")
     console.print(ops)
-    faults = Table(title="faults")
-    for column in ("KIND", "DONE", "SKIPPED", "FAILED"):
+    faults = Table(title="faults (availability: successful ops/s while they lasted)")
+    for column in ("KIND", "DONE", "SKIPPED", "FAILED", "OPS/S", "SECONDS"):
         faults.add_column(column, justify="right" if column != "KIND" else "left")
+    by_fault = report["availability"]["by_fault"]
     kinds = set(report["faults"]) | set(report["faults_skipped"]) | set(report["faults_failed"])
-    for kind in sorted(kinds):
-        faults.add_row(kind, str(report["faults"].get(kind, 0)),
-                       str(report["faults_skipped"].get(kind, 0)),
-                       str(report["faults_failed"].get(kind, 0)))
+    for kind in [*sorted(kinds), "none"]:
+        during = by_fault.get(kind, {"ok_per_s": "-", "seconds": 0})
+        faults.add_row(kind, str(report["faults"].get(kind, "")),
+                       str(report["faults_skipped"].get(kind, "")),
+                       str(report["faults_failed"].get(kind, "")),
+                       str(during["ok_per_s"]), str(during["seconds"]))
     console.print(faults)
     a = report["availability"]
     console.print(f"checked: {report['checked']}")
