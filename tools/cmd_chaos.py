@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from common.errors import InvalidArgument
 from tools import cli_checks
 
 DESCRIPTION = """\
@@ -26,7 +27,9 @@ merges and moves of partitions. Then every acknowledged operation is checked: no
 changed, reordered or applied twice, every ETag condition respected, every subscriber fed
 each record once, in order. The same seed replays the same schedule.
 
-Exit status: 0 when no violation was found, 1 otherwise (or on an error)."""
+The global --data-dir is not used: the stamp lives in a temporary directory, removed
+afterwards (--keep DIR keeps it). Exit status: 0 when no violation was found, 1 otherwise
+(or on an error)."""
 
 
 def register(commands: Any) -> None:
@@ -45,6 +48,10 @@ def register(commands: Any) -> None:
                             "when this machine has it)")
     chaos.add_argument("--config", default=None, metavar="FILE",
                        help="a stamp config (TOML) to run instead of chaos's own")
+    chaos.add_argument("--keep", default=None, metavar="DIR",
+                       help="run the stamp in DIR (new or empty) and keep it afterwards: "
+                            "every process's server.log, for a post-mortem (with power "
+                            "cuts the files are under DIR/backing)")
     chaos.add_argument("--json", action="store_true",
                        help="print the report as one JSON object (progress stays on stderr)")
     chaos.add_argument("--plot", default=None, metavar="FILE",
@@ -74,10 +81,13 @@ def cmd_chaos(args: argparse.Namespace) -> int:
             raise FileNotFoundError(f"--plot: no directory {plot_dir}")
     if args.config is not None and not Path(args.config).is_file():
         raise FileNotFoundError(f"--config: no file {args.config}")
+    if args.keep is not None and Path(args.keep).is_dir() and any(Path(args.keep).iterdir()):
+        raise InvalidArgument(f"--keep {args.keep}: the directory is not empty")
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
     err = Console(stderr=True)
     err.print(f"stamp chaos --minutes {args.minutes:g} --seed {seed}", highlight=False)
-    options = ChaosOptions(args.minutes, seed, args.writers, args.power_cuts, args.config)
+    options = ChaosOptions(args.minutes, seed, args.writers, args.power_cuts, args.config,
+                           args.keep)
     with _Display(err) as display:
         report = run_chaos(options, display.show)
     if args.plot is not None:

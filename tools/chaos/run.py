@@ -11,6 +11,7 @@ stopped whatever happens. The report (tools/chaos/report.py) is a plain dict.
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import time
 from collections.abc import Callable
@@ -53,6 +54,7 @@ class ChaosOptions:
     writers: int = 8
     power_cuts: str = "auto"  # on, off, auto (on when a lossy file system can be mounted)
     config: str | None = None  # a stamp config file instead of CHAOS_CONFIG
+    keep: str | None = None  # run the stamp in this (new or empty) directory and keep it
 
 
 @dataclass
@@ -90,7 +92,7 @@ def power_cuts_wanted(option: str) -> tuple[bool, str]:
 
 def run_chaos(options: ChaosOptions, show: Callable[[Progress], None]) -> dict[str, Any]:
     cuts, why_no_cuts = power_cuts_wanted(options.power_cuts)
-    with tempfile.TemporaryDirectory(prefix="stamp-chaos-") as tmp:
+    with _work_dir(options.keep) as tmp:
         config_path = Path(options.config or Path(tmp) / "chaos.toml")
         if options.config is None:
             config_path.write_text(CHAOS_CONFIG)
@@ -113,6 +115,18 @@ def run_chaos(options: ChaosOptions, show: Callable[[Progress], None]) -> dict[s
             stamp.kill_all()
             if mount is not None:
                 mount.close()
+
+
+def _work_dir(keep: str | None) -> contextlib.AbstractContextManager[str]:
+    """A temporary directory, or `keep` (made if need be; it must be empty) kept after."""
+    if keep is None:
+        return tempfile.TemporaryDirectory(prefix="stamp-chaos-")
+    path = Path(keep).resolve()
+    path.mkdir(parents=True, exist_ok=True)
+    if any(path.iterdir()):
+        from common.errors import InvalidArgument
+        raise InvalidArgument(f"--keep {keep}: the directory is not empty")
+    return contextlib.nullcontext(str(path))
 
 
 def _run_on(stamp: LocalStamp, mount: LossyMount | None, options: ChaosOptions,

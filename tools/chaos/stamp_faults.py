@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
-from common.errors import InvalidArgument, StampError, Unavailable
+from common.errors import InvalidArgument, Unavailable
 from common.proto import partition_pb2 as pb
 from partition_layer import keys
 from partition_layer.client import PartitionClient
@@ -24,15 +27,38 @@ from tools.cmd_partition_ops import OP_TIMEOUT_S, call_leader
 from tools.local_stamp import LocalStamp
 
 FLIP_MASK = 0x20
+# How long a fault waits for the stamp to answer (a partition manager or stream manager
+# leader elected again after the fault before this one) before it counts as failed.
+LEADER_WAIT_S = 60.0
+LEADER_RETRY_S = 0.5
+
+T = TypeVar("T")
 
 
 class Skipped(Exception):
     """Nothing to do for this fault in the stamp's current state (the message says why)."""
 
 
+def retrying(action: Callable[[], T]) -> T:
+    """`action()`, again while the stamp answers Unavailable (no leader yet), until
+    LEADER_WAIT_S: the fault before may have been the leader's death."""
+    deadline = time.monotonic() + LEADER_WAIT_S
+    while True:
+        try:
+            return action()
+        except Unavailable:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(LEADER_RETRY_S)
+
+
 def partition_op(stamp: LocalStamp, kind: str, account: str, log: str, pick: int) -> str:
     """Split the partition serving `log` at `log`'s first key, merge it with a neighbour, or
-    move it to another partition server."""
+    move it to another partition server (retried while no partition manager leads)."""
+    return retrying(lambda: _partition_op(stamp, kind, account, log, pick))
+
+
+def _partition_op(stamp: LocalStamp, kind: str, account: str, log: str, pick: int) -> str:
     with PartitionClient.from_stamp(str(stamp.data_dir)) as pc:
         current, _ = pc.partition_map()
     entry = current.lookup(route_key(account, log))
@@ -91,10 +117,7 @@ def flip_sealed_replica(stamp: LocalStamp, node: str, pick: int, flipped: set[in
         return sorted((e.extent_id, e.sealed_length) for e in extents
                       if e.state == "sealed" and e.sealed_length > 0
                       and address in e.addresses and e.extent_id not in flipped)
-    try:
-        candidates = asyncio.run(sealed_here())
-    except StampError as exc:
-        raise Unavailable(f"cannot list extents: {exc}") from None
+    candidates = retrying(lambda: asyncio.run(sealed_here()))
     for i in range(len(candidates)):
         extent_id, sealed_length = candidates[(pick + i) % len(candidates)]
         path = replica_paths(Path(stamp.record(node).dir) / "extents", extent_id)[0]
