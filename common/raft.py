@@ -230,7 +230,10 @@ class DurableReplica(SyncObj):
                 return
             assembled = self._transmission.feed(message)
             if assembled is None:
-                handle(self, node, message)  # a part: pysyncobj only acknowledges it
+                # A part: pysyncobj only acknowledges it (a "finish" that is not the last
+                # part, TransmissionAssembler says why, goes to it as the part it is).
+                handle(self, node, {**message, "transmission": "process"}
+                       if message["transmission"] == "finish" else message)
                 return
             entries = assembled
         journal = self._durable_journal

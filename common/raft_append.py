@@ -19,7 +19,8 @@ Contract of `plan_append` (follower's log given as `term_at` and `last_index`):
   as it is: pysyncobj refuses it, which is right.
 - Otherwise the entries that match the log are dropped from the message and `prev` moves to
   the last of them, so pysyncobj deletes only from the first conflicting entry (or deletes
-  nothing when the new entries start past the log's end).
+  nothing when the new entries start past the log's end, or when they all match up to the
+  log's end: a resend, which then carries no entries).
 - When every entry matches and the log goes further, pysyncobj must neither delete the rest
   nor count it (it may be an old term's uncommitted tail): the plan carries no entries, an
   `anchor` (the last index known to match the leader: the message's last entry, or the
@@ -66,7 +67,13 @@ def plan_append(prev_index: int, prev_term: int, entries: Sequence[Entry],
         return AppendPlan(index, term, tuple(entries[matched:]))
     last_matched = entries[-1][1] if entries else prev_index
     if last_index <= last_matched:
-        return unchanged
+        if not entries:
+            return unchanged
+        # Every entry is already here, up to the log's end: nothing to delete or add.
+        # Handled as it came, pysyncobj would delete them and append them again, in the
+        # journal too: acknowledged (even applied) entries out of the log until the adds
+        # are durable, and lost if a power cut tears the adds off.
+        return AppendPlan(last_matched, entries[-1][2], ())
     anchor = max(last_matched, min(commit_index, last_index))
     anchor_term = term_at(anchor)
     assert anchor_term is not None, f"entry {anchor} is in the log"
@@ -89,5 +96,14 @@ class TransmissionAssembler:
         self._parts.append(message["data"])
         if kind == "process":
             return None
-        data, self._parts = b"".join(self._parts), []
-        return [pickle.loads(data)]
+        # pysyncobj's sender marks "finish" every part that reaches the end of the entry's
+        # command, but the parts cut the pickled entry, some bytes longer: when the command
+        # ends within those bytes of a part's end, that part and the next are both
+        # "finish". The entry is whole when it unpickles.
+        data = b"".join(self._parts)
+        try:
+            entry = pickle.loads(data)
+        except (pickle.UnpicklingError, EOFError, ValueError):
+            return None
+        self._parts = []
+        return [entry]

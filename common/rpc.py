@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import logging
@@ -30,6 +31,7 @@ log = logging.getLogger(__name__)
 
 ERROR_KEY = "stamp-error"
 LEADER_KEY = "stamp-leader"  # with NotLeader: the leader's address, when known
+RETRY_AFTER_KEY = "stamp-retry-after-ms"  # with Throttled: when to try again
 T = TypeVar("T")
 
 
@@ -133,6 +135,10 @@ def from_rpc_error(exc: grpc.RpcError) -> errors.StampError:
     kind = metadata.get(ERROR_KEY)
     if kind == errors.NotLeader.__name__:
         return errors.NotLeader(details, leader=metadata.get(LEADER_KEY) or None)
+    if kind == errors.Throttled.__name__:
+        with contextlib.suppress(ValueError):
+            return errors.Throttled(details, retry_after_s=int(
+                metadata.get(RETRY_AFTER_KEY, "")) / 1000)
     if kind is not None:
         return errors.ERRORS_BY_NAME.get(kind, errors.Internal)(details)
     return errors.ERRORS_BY_CODE.get(code, errors.Unavailable)(f"{code.name}: {details}")
@@ -143,6 +149,8 @@ async def _abort(context: aio.ServicerContext, exc: BaseException) -> None:
         metadata: tuple[tuple[str, str], ...] = ((ERROR_KEY, type(exc).__name__),)
         if isinstance(exc, errors.NotLeader) and exc.leader:
             metadata += ((LEADER_KEY, exc.leader),)
+        if isinstance(exc, errors.Throttled):
+            metadata += ((RETRY_AFTER_KEY, str(round(exc.retry_after_s * 1000))),)
         await context.abort(exc.grpc_code, str(exc) or type(exc).__name__,
                             trailing_metadata=metadata)
     log.exception("unexpected error in RPC handler")

@@ -9,7 +9,10 @@ layer, holding nothing that matters (kill one: nothing is lost).
 - Scan: authenticated (a shared access token's prefix bounds the range), then pages from
   frontend/scan.py.
   Both streams recheck their credentials before every reply: a key rotated, an account
-  deleted or a token expired while one runs ends it with Unauthenticated.
+  deleted or a token expired while one runs ends it with Unauthenticated. Both are
+  throttled as Call's requests are (frontend/throttle.py): the start is one request of the
+  account, refused with Throttled; each reply or page after it is one more, with its bytes,
+  held at the front end until the account's buckets admit it.
 - ScanRanges: authenticated as a scan, the account's range partitions (frontend/
   scan_ranges.py) from a fresh partition map, with the sizes their servers report.
 - Status: counters.
@@ -34,7 +37,7 @@ from common.proto import partition_pb2 as pb
 from frontend import names, sas, wire
 from frontend.auth import MISS
 from frontend.scan_ranges import account_ranges
-from frontend.server_call import FrontEnd
+from frontend.server_call import UNROUTED, FrontEnd
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +45,9 @@ RESPONSES_PER_MESSAGE_MAX = 4096
 # Requests of one Call stream in flight at once: past this the front end stops reading the
 # stream (gRPC flow control then holds the client back) until half of them are answered.
 CALL_INFLIGHT_MAX = 20_000
+# A stream's page or reply refused by the throttle waits at least this long before asking
+# again (a retry-after of 0 must not spin).
+STREAM_THROTTLE_WAIT_MIN_S = 0.001
 
 
 class _Replies:
@@ -133,11 +139,14 @@ class FrontEndServicer(fe_grpc.FrontEndServicer):
         claim = wire.subscribe_claim(request)
         await self._authenticate(claim)
         self._checked(names.check_log, request.pname)
+        server = self._server_of(request.account, request.pname)
+        self._admit_or_refuse(request.account, server)
         # A request of its own to the partition servers: they never see credentials.
         async with contextlib.aclosing(self.fe.client.subscribe_replies(
                 request.account, request.pname, request.from_seq)) as replies:
             async for reply in replies:
                 await self._reauthenticate(claim)
+                await self._admitted(request.account, server, reply.ByteSize())
                 await context.write(reply)
 
     @rpc.rpc_errors
@@ -146,11 +155,14 @@ class FrontEndServicer(fe_grpc.FrontEndServicer):
         token = await self._authenticate(claim)
         from frontend.scan import scan_pages  # written beside this; imported when used
 
+        server = self._server_of(request.account, request.start_pname)
+        self._admit_or_refuse(request.account, server)
         async with contextlib.aclosing(scan_pages(self.fe.client, request,
                                                   wire.sas_prefix(token),
                                                   self.fe.fe_limits)) as pages:
             async for page in pages:
                 await self._reauthenticate(claim)
+                await self._admitted(request.account, server, page.ByteSize())
                 await context.write(page)
 
     @rpc.rpc_errors
@@ -196,6 +208,31 @@ class FrontEndServicer(fe_grpc.FrontEndServicer):
         except StampError as exc:
             self.fe.counters.refused(exc)
             raise
+
+    # ---- throttling of the streams: Call's requests are admitted in FrontEnd.start ----------
+
+    def _server_of(self, account: str, pname: str) -> str:
+        """The throttle's name for the partition server a stream starts on."""
+        route = self.fe.client.route_name(account, pname)
+        return route[0] if route is not None else UNROUTED
+
+    def _admit_or_refuse(self, account: str, server: str) -> None:
+        """A stream's start is one request of its account: refused (Throttled, with its
+        retry-after) as a Call request would be."""
+        try:
+            self.fe.throttle.admit(account, server, 0).raise_if_refused()
+        except StampError as exc:
+            self.fe.counters.refused(exc)
+            raise
+
+    async def _admitted(self, account: str, server: str, nbytes: int) -> None:
+        """Each page or reply of a stream is one request of its account with its bytes:
+        held here until the account's buckets (and the server's overload) let it through,
+        so a stream runs at the account's rates instead of around them."""
+        nbytes = min(nbytes, self.fe.fe_limits.account_burst_bytes_max)
+        while not (decision := self.fe.throttle.admit(account, server, nbytes)).admitted:
+            self.fe.counters.throttled += 1
+            await asyncio.sleep(max(decision.retry_after_s, STREAM_THROTTLE_WAIT_MIN_S))
 
     def _checked(self, check: Callable[[str], str], name: str) -> None:
         try:

@@ -100,6 +100,31 @@ def _toml(value: object) -> str:
     return f'"{value}"' if isinstance(value, str) else str(value)
 
 
+# pysyncobj's cry when a follower deletes entries it has applied: committed entries out of
+# its log (common/raft_append.py prevents it); whatever a test did, it must never be seen.
+APPLIED_TRUNCATION = "truncating already-applied log entries"
+
+
+def check_raft_logs(root: Path) -> None:
+    """Fail if a Raft replica (lock service, stream manager) whose log lies under `root`
+    deleted applied entries: read once its processes have stopped."""
+    found = [f"{path.parent.name}: {line.strip()}"
+             for pattern in ("*/server.log", "*/*/server.log", "*/*/*/server.log")
+             for path in sorted(root.glob(pattern))
+             for line in path.read_text(errors="replace").splitlines()
+             if APPLIED_TRUNCATION in line]
+    if found:
+        pytest.fail("a Raft follower deleted applied entries:\n" + "\n".join(found[:5]))
+
+
+@pytest.fixture(autouse=True)
+def raft_logs_clean(tmp_path: Path) -> Iterator[None]:
+    """Every test's processes (stamps, lock groups, stream managers under its tmp_path)
+    are checked by `check_raft_logs` after the test's own fixtures stopped them."""
+    yield
+    check_raft_logs(tmp_path)
+
+
 @contextlib.contextmanager
 def module_stamp(factory: pytest.TempPathFactory, name: str,
                  partition: dict[str, int], **shape: int) -> Iterator[LocalStamp]:
@@ -114,6 +139,7 @@ def module_stamp(factory: pytest.TempPathFactory, name: str,
         yield local
     finally:
         local.kill_all()
+    check_raft_logs(local.data_dir)
 
 
 @pytest.fixture

@@ -6,132 +6,134 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Callable
 from typing import Any
 
 from tools import cli_checks
+from tools.progress import Progress
 
 Rows = list[dict[str, Any]]
 SCAN_ROWS = 1_000_000  # bench scan's default --rows
 
 
-def _extent_append(args: argparse.Namespace) -> Rows:
+def _extent_append(args: argparse.Namespace, progress: Progress) -> Rows:
     from tools.bench.extent_append import run
 
-    return run(seconds=args.seconds, progress=_progress(args))
+    return run(seconds=args.seconds, progress=progress)
 
 
-def _seal(args: argparse.Namespace) -> Rows:
+def _seal(args: argparse.Namespace, progress: Progress) -> Rows:
     from tools.bench.stream import run_seal
 
-    return run_seal(trials=args.trials, progress=_progress(args))
+    return run_seal(trials=args.trials, progress=progress)
 
 
-def _stream_append(args: argparse.Namespace) -> Rows:
+def _stream_append(args: argparse.Namespace, progress: Progress) -> Rows:
     from tools.bench.stream import run_stream_append
 
-    return run_stream_append(seconds=args.seconds, progress=_progress(args))
+    return run_stream_append(seconds=args.seconds, progress=progress)
 
 
-def _sm_failover(args: argparse.Namespace) -> Rows:
+def _sm_failover(args: argparse.Namespace, progress: Progress) -> Rows:
     from tools.bench.stream import run_sm_failover
 
-    return run_sm_failover(trials=args.trials, progress=_progress(args))
+    return run_sm_failover(trials=args.trials, progress=progress)
 
 
-def _lock(args: argparse.Namespace) -> Rows:
+def _lock(args: argparse.Namespace, progress: Progress) -> Rows:
     from lock_service.bench import bench_lock
 
+    progress("3 lock replicas: acquire and renew latency, CAS/s, leader failover")
     return bench_lock()
 
 
-def _ec(args: argparse.Namespace) -> Rows:
+def _ec(args: argparse.Namespace, progress: Progress) -> Rows:
     from erasure.bench import bench_codec
     from tools.bench.stream import run_ec_read
 
-    return bench_codec() + run_ec_read(progress=_progress(args))
+    progress("RS(6,3) encode and decode, ours and zfec's")
+    return bench_codec() + run_ec_read(progress=progress)
 
 
-def _log_append(args: argparse.Namespace) -> Rows:
+def _log_append(args: argparse.Namespace, progress: Progress) -> Rows:
     from tools.bench.metrics_cost import METRICS_OFF, run_metrics_compare
     from tools.bench.partition import run_log_append
 
     if args.metrics == "compare":
-        return run_metrics_compare(seconds=args.seconds, progress=_progress(args))
-    return run_log_append(seconds=args.seconds, progress=_progress(args),
+        return run_metrics_compare(seconds=args.seconds, progress=progress)
+    return run_log_append(seconds=args.seconds, progress=progress,
                           config_text=METRICS_OFF if args.metrics == "off" else "")
 
 
-def _partition_load(args: argparse.Namespace) -> Rows:
+def _partition_load(args: argparse.Namespace, progress: Progress) -> Rows:
     from tools.bench.partition import run_partition_load
 
     return run_partition_load(sizes_mb=args.sizes_mb, tail_mb=args.tail_mb,
-                              trials=min(args.trials, 5), progress=_progress(args))
+                              trials=min(args.trials, 5), progress=progress)
 
 
-def _ps_failover(args: argparse.Namespace) -> Rows:
+def _ps_failover(args: argparse.Namespace, progress: Progress) -> Rows:
     from tools.bench.partition import run_ps_failover
 
-    return run_ps_failover(trials=min(args.trials, 10), progress=_progress(args))
+    return run_ps_failover(trials=min(args.trials, 10), progress=progress)
 
 
-def _fe_append(args: argparse.Namespace) -> Rows:
+def _fe_append(args: argparse.Namespace, progress: Progress) -> Rows:
     from tools.bench.front_end import run_fe_append
 
-    return run_fe_append(seconds=args.seconds, progress=_progress(args))
+    return run_fe_append(seconds=args.seconds, progress=progress)
 
 
-def _scan(args: argparse.Namespace) -> Rows:
+def _scan(args: argparse.Namespace, progress: Progress) -> Rows:
     from tools.bench.front_end import run_scan
 
     return run_scan(rows=args.rows or SCAN_ROWS, trials=min(args.trials, 5),
-                    progress=_progress(args))
+                    progress=progress)
 
 
-def _spark_scan(args: argparse.Namespace) -> Rows:
+def _spark_scan(args: argparse.Namespace, progress: Progress) -> Rows:
     from tools.bench.spark_scan import SPARK_SCAN_ROWS, run_spark_scan
 
     return run_spark_scan(rows=args.rows or SPARK_SCAN_ROWS, trials=min(args.trials, 5),
-                          progress=_progress(args))
+                          progress=progress)
 
 
-def _split(args: argparse.Namespace) -> Rows:
+def _split(args: argparse.Namespace, progress: Progress) -> Rows:
     from tools.bench.split import run_split
 
     return run_split(sizes_mb=args.sizes_mb, trials=min(args.trials, 5),
-                     progress=_progress(args))
+                     progress=progress)
 
 
-def _balance(args: argparse.Namespace) -> Rows:
+def _balance(args: argparse.Namespace, progress: Progress) -> Rows:
     from tools.bench.balance import run_balance
 
-    return run_balance(progress=_progress(args))
+    return run_balance(progress=progress)
 
 
-def _scrub(args: argparse.Namespace) -> Rows:
+def _scrub(args: argparse.Namespace, progress: Progress) -> Rows:
     from tools.bench.scrub import run_scrub
 
-    return run_scrub(progress=_progress(args))
+    return run_scrub(progress=progress)
 
 
-def _gc(args: argparse.Namespace) -> Rows:
+def _gc(args: argparse.Namespace, progress: Progress) -> Rows:
     from tools.bench.gc import run_gc
 
-    return run_gc(progress=_progress(args))
+    return run_gc(progress=progress)
 
 
-def _blob_append(args: argparse.Namespace) -> Rows:
+def _blob_append(args: argparse.Namespace, progress: Progress) -> Rows:
     from tools.bench.azure import run_blob_append
 
-    return run_blob_append(seconds=args.seconds, progress=_progress(args))
+    return run_blob_append(seconds=args.seconds, progress=progress)
 
 
 BLOB_APPEND = ("Azure's SDK appending 4 KiB blocks to append blobs through the front ends' "
                "Azure Blob endpoint and to Azurite (from npm, when npm is present), taking "
                "turns: 1 and 16 clients (targets: ratio >= 3 with 16, p50 no worse with 1)",
                _blob_append)
-BENCHES: dict[str, tuple[str, Callable[[argparse.Namespace], Rows]]] = {
+BENCHES: dict[str, tuple[str, Callable[[argparse.Namespace, Progress], Rows]]] = {
     "blob-append": BLOB_APPEND,
     "azure-append": BLOB_APPEND,  # the same bench, by the name it was asked for first
     "extent-append": ("3-way replicated appends to one extent: 4 KiB with 1/8/32 appenders, "
@@ -226,30 +228,30 @@ def _sizes_mb(text: str) -> tuple[int, ...]:
     return sizes
 
 
-def _progress(args: argparse.Namespace) -> Callable[[str], None]:
-    def say(message: str) -> None:
-        print(f"[bench {args.name}] {message}", file=sys.stderr, flush=True)
-    return say
-
-
 def cmd_bench(args: argparse.Namespace) -> int:
-    rows = BENCHES[args.name][1](args)
+    # The bench's steps on stderr (tools/progress.py): a live line on a terminal, plain
+    # `[bench NAME] ...` lines in a log; the table or JSON alone on stdout.
+    with Progress(f"bench {args.name}") as progress:
+        rows = BENCHES[args.name][1](args, progress)
     if args.json:
         print(json.dumps({"bench": args.name, "results": rows}))
     else:
-        print(format_table(rows))
+        print_results(rows)
     return 0
 
 
-def format_table(rows: Rows) -> str:
+def print_results(rows: Rows) -> None:
+    """The rows as one table (tools/tables.py): a column per parameter, then per metric,
+    each in name order; numbers right-aligned."""
+    from tools import tables
+
     params = sorted({k for row in rows for k in row["params"]})
     metrics = sorted({k for row in rows for k in row["metrics"]})
     header = params + metrics
-    table = [header] + [[_cell(row["params"].get(k)) for k in params]
-                        + [_cell(row["metrics"].get(k)) for k in metrics] for row in rows]
-    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
-    return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True))
-                     for r in table)
+    tables.print_table(header, ([_cell(row["params"].get(k)) for k in params]
+                                + [_cell(row["metrics"].get(k)) for k in metrics]
+                                for row in rows),
+                       right=header)
 
 
 def _cell(value: Any) -> str:

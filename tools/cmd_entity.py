@@ -22,7 +22,7 @@ import sys
 from typing import Any
 
 from common.errors import InvalidArgument
-from tools import cli_checks, sdk_client
+from tools import cli_checks, progress, sdk_client
 
 VALUE_FILE_STDIN = "-"
 
@@ -133,13 +133,15 @@ def cmd_delete(args: argparse.Namespace) -> int:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    with sdk_client.client(args) as client:
+    with sdk_client.client(args) as client, \
+            progress.beside_data("entity ls", f"entities of {args.pname}") as count:
         # A scan from the name's first row; it ends where the next partition name begins.
         scan = client.scan(start=args.pname, limit=args.limit)
         for entity in scan:
             if entity.pname != args.pname:
                 break
             print_entity(entity, args.json, with_pname=False)
+            count.advance()
         scan.close()
     return 0
 

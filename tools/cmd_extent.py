@@ -166,10 +166,15 @@ def cmd_read(args: argparse.Namespace) -> int:
     with ExtentClient() as client:
         frames = client.read_frames(stamp.address(node), args.extent_id, args.offset,
                                     args.length)
-    for pos, payload in framing.iter_frames(frames, f"extent {args.extent_id:#x}"):
-        text = bytes(payload[:60])
-        print(f"{args.offset + pos:>10}  {len(payload):>8} bytes  {text!r}"
-              f"{'...' if len(payload) > 60 else ''}")
+    from tools import tables
+
+    rows: list[list[Any]] = []
+    try:
+        for pos, payload in framing.iter_frames(frames, f"extent {args.extent_id:#x}"):
+            rows.append([args.offset + pos, len(payload),
+                         f"{bytes(payload[:60])!r}{'...' if len(payload) > 60 else ''}"])
+    finally:  # a damaged block: the good ones before it are shown, then the error
+        tables.print_table(["OFFSET", "BYTES", "DATA"], rows, right=["OFFSET", "BYTES"])
     return 0
 
 
@@ -199,7 +204,11 @@ def cmd_ec(args: argparse.Namespace) -> int:
         finally:
             await extents.close()
             await sm.close()
-    info = asyncio.run(convert())
+    from tools.progress import waiting
+
+    # Encoding reads the whole extent and writes k+m fragments: seconds for a full one.
+    with waiting("extent ec", f"erasure-coding extent {args.extent_id}"):
+        info = asyncio.run(convert())
     print(f"extent {args.extent_id} erasure-coded as RS({info.ec_k},{info.ec_m}): fragments "
           f"on {', '.join(info.fragments)}")
     if info.replicas:

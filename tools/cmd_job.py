@@ -58,7 +58,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             bar.update(task, completed=done, total=total or None,
                        description=f"{args.job} on {master}: Spark tasks")
         report = run_job(args.job, args.data_dir, master, args.dry_run, progress)
-    _print_summary(Console(), report)
+    from tools import tables
+
+    # tables.console(): not a terminal, no wrapping at 80 columns (tools/tables.py).
+    _print_summary(tables.console(), report)
     return _exit_code(report.totals)
 
 
@@ -102,13 +105,13 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if not runs:
         print("no job runs recorded")
         return 0
-    print(f"{'STARTED (UTC)':<20} {'JOB':<6} {'SECONDS':>8} {'ITEMS':>6} {'FOUND':>6} "
-          f"{'FIXED':>6} {'DONE':>5} {'FAILED':>6}  RESULT")
-    for r in runs:
-        t = r.totals
-        started = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r.started_at))
-        result = r.result + (" (dry run)" if r.dry_run else "")
-        print(f"{started:<20} {r.job:<6} {r.seconds:>8.1f} {t.get('items', 0):>6} "
-              f"{t.get('found', 0):>6} {t.get('fixed', 0):>6} {t.get('done', 0):>5} "
-              f"{t.get('failed', 0):>6}  {result}")
+    from tools import tables
+
+    counts = ("items", "found", "fixed", "done", "failed")
+    tables.print_table(
+        ["STARTED (UTC)", "JOB", "SECONDS", *(c.upper() for c in counts), "RESULT"],
+        ([time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r.started_at)), r.job,
+          f"{r.seconds:.1f}", *(r.totals.get(c, 0) for c in counts),
+          r.result + (" (dry run)" if r.dry_run else "")] for r in runs),
+        right=["SECONDS", *(c.upper() for c in counts)])
     return 0

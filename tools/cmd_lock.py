@@ -50,11 +50,12 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if not rows:
         print("no locks or sessions are held")
         return 0
-    print(f"{'TOKEN':>7} {'KIND':<8} {'LOCK':<28} {'HOLDER':<16} {'TTL S':>7} "
-          f"{'EXPIRES IN S':>12} {'KEYS':>5}")
-    for r in rows:
-        print(f"{r['token']:>7} {r['kind']:<8} {r['lock'] or '-':<28} {r['holder']:<16} "
-              f"{r['ttl_s']:>7} {r['expires_in_s']:>12} {r['keys']:>5}")
+    from tools import tables
+
+    tables.print_table(["TOKEN", "KIND", "LOCK", "HOLDER", "TTL S", "EXPIRES IN S", "KEYS"],
+                       ([r["token"], r["kind"], r["lock"] or None, r["holder"], r["ttl_s"],
+                         r["expires_in_s"], r["keys"]] for r in rows),
+                       right=["TOKEN", "TTL S", "EXPIRES IN S", "KEYS"])
     return 0
 
 

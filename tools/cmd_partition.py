@@ -139,7 +139,8 @@ def cmd_move(args: argparse.Namespace) -> int:
     from common.proto import partition_pb2 as pb
 
     cmd_partition_ops.call_leader(args.data_dir, "Move", pb.MoveRequest(
-        partition_id=args.id, server=args.server), cmd_partition_ops.OP_TIMEOUT_S)
+        partition_id=args.id, server=args.server), cmd_partition_ops.OP_TIMEOUT_S,
+        f"{args.server} is loading partition {args.id}")
     print(f"partition {args.id} is served by {args.server}")
     return 0
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from common.errors import InvalidArgument, NotLeader, StampError, Unavailable
-from tools import cli_checks
+from tools import cli_checks, progress
 
 OP_TIMEOUT_S = 180.0  # a split or merge, and a merge's move before it
 QUERY_TIMEOUT_S = 30.0
@@ -101,8 +101,11 @@ def register(sub: Any) -> None:
     balance.set_defaults(handler=cmd_balance)
 
 
-def call_leader(data_dir: str, method: str, request: Any, timeout_s: float) -> Any:
-    """`method` on the leading partition manager. The leader is found first (each PM's
+def call_leader(data_dir: str, method: str, request: Any, timeout_s: float,
+                waiting_for: str = "") -> Any:
+    """`method` on the leading partition manager; `waiting_for` (say what it does): a
+    spinner on stderr if the call lasts (tools/progress.py: a split of a busy partition,
+    a merge that moves one side first, a balancing pass). The leader is found first (each PM's
     Status names it), and only it is asked: a split or merge whose leader died under it is
     not sent again to the next one (the op is pending in the map; the new leader finishes
     it). A NotLeader answer (leadership moved before the call arrived: nothing was done)
@@ -147,7 +150,10 @@ def call_leader(data_dir: str, method: str, request: Any, timeout_s: float) -> A
         async with rpc.aio_channel(address, 16 << 20) as channel:
             stub = pb_grpc.PartitionManagerStub(channel)
             return await rpc.call(getattr(stub, method)(request, timeout=timeout_s))
-    return asyncio.run(call())
+    if not waiting_for:
+        return asyncio.run(call())
+    with progress.waiting(f"partition {method.lower()}", waiting_for):
+        return asyncio.run(call())
 
 
 def _show_range(low: bytes, high: bytes | None) -> str:
@@ -171,7 +177,8 @@ def cmd_split(args: argparse.Namespace) -> int:
     from common.proto import partition_pb2 as pb
 
     reply = call_leader(args.data_dir, "Split", pb.SplitPartitionRequest(
-        partition_id=args.id, key=args.key or b"", trigger="operator"), OP_TIMEOUT_S)
+        partition_id=args.id, key=args.key or b"", trigger="operator"), OP_TIMEOUT_S,
+        f"the partition manager is splitting partition {args.id}")
     print(_describe(reply, "split"))
     return 0
 
@@ -182,7 +189,9 @@ def cmd_merge(args: argparse.Namespace) -> int:
     if args.id2 == args.id:
         raise InvalidArgument(f"a partition cannot merge with itself ({args.id})")
     reply = call_leader(args.data_dir, "Merge", pb.MergePartitionsRequest(
-        left_id=args.id, right_id=args.id2, trigger="operator"), OP_TIMEOUT_S)
+        left_id=args.id, right_id=args.id2, trigger="operator"), OP_TIMEOUT_S,
+        f"the partition manager is merging partition {args.id} with "
+        f"{args.id2 or 'its right neighbour'}")
     print(_describe(reply, "merged"))
     return 0
 
@@ -209,14 +218,16 @@ def cmd_history(args: argparse.Namespace) -> int:
     if not rows:
         print("no operations yet")
         return 0
-    print(f"{'WHEN (UTC)':<19} {'OP':<8} {'TRIGGER':<11} {'FROM':<9} {'TO':<9} {'SERVER':<7} "
-          f"{'SECONDS':>8} {'UNAVAIL_MS':>10} {'MAP':>5}  RESULT")
-    for r in rows:
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r["started_at"]))
-        print(f"{when:<19} {r['op']:<8} {r['trigger']:<11} "
-              f"{_ids(r['from_ids']):<9} {_ids(r['to_ids']):<9} {r['server'] or '-':<7} "
-              f"{r['seconds']:>8.3f} {r['unavailable_s'] * 1000:>10.0f} "
-              f"{r['map_version'] or '-':>5}  {r['result']}")
+    from tools import tables
+
+    tables.print_table(
+        ["WHEN (UTC)", "OP", "TRIGGER", "FROM", "TO", "SERVER", "SECONDS", "UNAVAIL_MS", "MAP",
+         "RESULT"],
+        ([time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r["started_at"])), r["op"],
+          r["trigger"], _ids(r["from_ids"]), _ids(r["to_ids"]), r["server"] or None,
+          f"{r['seconds']:.3f}", f"{r['unavailable_s'] * 1000:.0f}", r["map_version"] or None,
+          r["result"]] for r in rows),
+        right=["SECONDS", "UNAVAIL_MS", "MAP"])
     return 0
 
 
@@ -228,7 +239,9 @@ def cmd_balance(args: argparse.Namespace) -> int:
     from common.proto import partition_pb2 as pb
 
     reply = call_leader(args.data_dir, "Balance", pb.BalanceRequest(dry_run=args.dry_run),
-                        OP_TIMEOUT_S if not args.dry_run else QUERY_TIMEOUT_S)
+                        OP_TIMEOUT_S if not args.dry_run else QUERY_TIMEOUT_S,
+                        "" if args.dry_run else
+                        "the partition manager is running the balancing policy's actions")
     actions = [{"op": a.op, "partition_ids": list(a.partition_ids), "key": a.key.hex(),
                 "server": a.server, "trigger": a.trigger, "reason": a.reason}
                for a in reply.actions]

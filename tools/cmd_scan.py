@@ -14,7 +14,7 @@ import argparse
 import sys
 from typing import Any
 
-from tools import cli_checks, sdk_client
+from tools import cli_checks, progress, sdk_client
 from tools.cmd_entity import print_entity
 
 
@@ -43,13 +43,17 @@ def register(commands: Any) -> None:
 
 
 def cmd_scan(args: argparse.Namespace) -> int:
-    with sdk_client.client(args) as client:
+    # A count on a terminal's stderr while the rows go to a file or pipe; nothing else
+    # there: stderr carries the continuation token (module docstring).
+    with sdk_client.client(args) as client, \
+            progress.beside_data("scan", "rows printed") as count:
         rows = client.scan(start=args.start, end=args.end, limit=args.limit,
                            continuation=args.continuation)
         shown = 0
         for entity in rows:
             print_entity(entity, args.json)
             shown += 1
+            count.advance()
         if args.limit is not None and shown == args.limit and rows.continuation:
             print(f"continuation: {rows.continuation}", file=sys.stderr)
     return 0

@@ -12,6 +12,7 @@ from common.config import load_config
 from common.errors import NotFound, StampError
 from tools import cli_checks
 from tools.local_stamp import LocalStamp
+from tools.progress import WAIT_SHOW_AFTER_S, Progress
 
 
 def register(commands: Any) -> None:
@@ -68,7 +69,8 @@ def cmd_up(args: argparse.Namespace) -> int:
             stamp.config, stamp.config_path = load_config(args.config), args.config
     except NotFound:
         stamp = LocalStamp(args.data_dir, load_config(args.config), args.config)
-    started = stamp.up(only=args.only)
+    with Progress("up") as progress:
+        started = stamp.up(only=args.only, progress=progress)
     if args.only:
         print(f"stamp up in {stamp.data_dir}: started {len(started)} processes on {args.only}")
     else:
@@ -80,7 +82,8 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    stopped = _stamp(args).down()
+    with Progress("down", show_after_s=WAIT_SHOW_AFTER_S) as progress:
+        stopped = _stamp(args).down(progress=progress)
     print(f"stopped {len(stopped)} processes" if stopped else "nothing was running")
     return 0
 
@@ -245,7 +248,8 @@ def cmd_kill(args: argparse.Namespace) -> int:
 
 def cmd_start(args: argparse.Namespace) -> int:
     stamp = _stamp(args)
-    stamp.start(args.name)
+    with Progress("start", show_after_s=WAIT_SHOW_AFTER_S) as progress:
+        stamp.start(args.name, progress=progress)
     rec = stamp.record(args.name)
     print(f"started {args.name} (pid {rec.pid}) on {rec.address}")
     return 0

@@ -101,8 +101,12 @@ def cmd_append(args: argparse.Namespace) -> int:
 
 
 def cmd_cat(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    from tools import progress
+
+    with _client(args) as client, \
+            progress.beside_data("stream cat", f"blocks of {args.name}") as count:
         for loc, data in client.open_stream(args.name).blocks():
+            count.advance()
             if args.json:
                 print(json.dumps({"extent_id": loc.extent_id, "offset": loc.offset,
                                   "data": data.decode(errors="replace")}))

@@ -93,8 +93,9 @@ def cmd_policies(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    print(f"{'STREAMS':<40} {'CODE':<10} AFTER")
-    for r in rows:
-        code = f"RS({r['ec_k']},{r['ec_m']})"
-        print(f"{r['pattern']:<40} {code:<10} {r['after_s']:g} s")
+    from tools import tables
+
+    tables.print_table(["STREAMS", "CODE", "AFTER"],
+                       ([r["pattern"], f"RS({r['ec_k']},{r['ec_m']})", f"{r['after_s']:g} s"]
+                        for r in rows), right=["AFTER"])
     return 0

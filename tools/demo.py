@@ -20,6 +20,7 @@ from common.errors import StampError
 from stream_layer.client import AsyncStreamClient
 from stream_layer.framing import Location
 from tools.local_stamp import LocalStamp
+from tools.progress import waiting
 
 
 def run_demo(stamp: LocalStamp) -> None:
@@ -80,7 +81,8 @@ async def _demo(stamp: LocalStamp) -> None:
         for i in range(20):
             block = b"record %d" % i
             written.append(((await stream.append([block]))[0], block))
-        stamp.start(victim)
+        with waiting("demo", f"restarting {victim}") as progress:
+            stamp.start(victim, progress=progress)
         print(f"  {victim} restarted")
 
         found = {location: data async for location, data in stream.blocks()}

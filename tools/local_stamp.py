@@ -22,6 +22,7 @@ from common.config import RaftMemberSpec, StampConfig, load_config
 from common.errors import InvalidArgument, NotFound, Unavailable
 from common.stamp_file import STAMP_FILE, read_stamp
 from tools import local_front_ends, local_watch
+from tools.progress import SILENT, Progress
 
 KIND_EXTENT_NODE = "extent-node"
 KIND_STREAM_MANAGER = "stream-manager"
@@ -173,17 +174,22 @@ class LocalStamp:
                 spec.name, kind, str(proc_dir), argv, address=f"{host}:{port}",
                 extra={"raft_address": raft_address})
 
-    def wait_healthy(self, timeout_s: float = 30.0) -> None:
+    def wait_healthy(self, timeout_s: float = 30.0, progress: Progress = SILENT) -> None:
         """Wait until the lock service has a leader, the stream managers have a leader that
         knows every live extent node, and (with a partition layer) every partition is
-        served."""
+        served; each wait is a phase of `progress`."""
+        if self.lock_servers():
+            progress.phase("waiting for the lock service to elect a leader")
         self._wait_lock_leader(timeout_s)
         if not self.stream_managers():
             return
+        progress.phase("waiting for the stream managers to see every extent node")
         self._wait_stream_managers(timeout_s)
         if self.partition_managers() and self.partition_servers():
+            progress.phase("waiting until every partition is served")
             self.wait_partitions_served(timeout_s)
         if self.front_ends():
+            progress.phase("waiting for the front ends to answer")
             self.wait_front_ends(timeout_s)
 
     def wait_front_ends(self, timeout_s: float = 30.0) -> None:
@@ -249,7 +255,7 @@ class LocalStamp:
 
     # ---- processes ------------------------------------------------------------------------
 
-    def up(self, only: str | None = None) -> list[str]:
+    def up(self, only: str | None = None, progress: Progress = SILENT) -> list[str]:
         """Start every process that is not running (front ends after the partition layer,
         whose addresses they are given); with front ends, make sure the admin account exists
         and its connection string is in the data directory; write the Prometheus scrape
@@ -257,7 +263,8 @@ class LocalStamp:
 
         `only`: start just the processes of that host (`[hosts]`), each until it serves, and
         wait for nothing else: the rest of the stamp may not be up yet (the other hosts run
-        `stamp up --only` themselves). A later `up()` waits for the whole stamp."""
+        `stamp up --only` themselves). A later `up()` waits for the whole stamp.
+        `progress` is told each step, and each process as it is ready."""
         if only is not None and only not in self.hosts():
             raise InvalidArgument(f"no process of the stamp runs on host {only!r}; its hosts "
                                   f"are {', '.join(self.hosts())}")
@@ -266,13 +273,22 @@ class LocalStamp:
         def here(names: list[str]) -> list[str]:
             return [n for n in names if only is None or self.config.host_of(n) == only]
         started = here(self._not_running())
-        self._start_many(started)
+        # New front ends are planned only once the partition managers run; counted from the
+        # config meanwhile (local_front_ends.plan's rule), the bar's total is right at once.
+        new_front_ends = [spec.name for spec in self.config.front_ends
+                          if spec.name not in self.records] \
+            if self.lock_servers() and self.partition_managers() else []
+        total = len(started) + len(here(new_front_ends))
+        if total:
+            progress.phase(f"starting {total} processes", total=total)
+        self._start_many(started, progress=progress)
         self.plan_front_ends()
         front_ends = [name for name in here(self._not_running()) if name not in started]
-        self._start_many(front_ends)
+        self._start_many(front_ends, progress=progress)
         if only is None:
-            self.wait_healthy()
+            self.wait_healthy(progress=progress)
             if self.front_ends() and self.lock_servers():
+                progress.phase("making sure the admin account exists")
                 self.ensure_admin_account()
         local_watch.write_scrape_config(self)
         return started + front_ends
@@ -297,13 +313,16 @@ class LocalStamp:
         return local_front_ends.ensure_admin_account(self, ADMIN_ACCOUNT,
                                                      self.admin_connection_string_file)
 
-    def start(self, name: str, env: dict[str, str] | None = None) -> None:
+    def start(self, name: str, env: dict[str, str] | None = None,
+              progress: Progress = SILENT) -> None:
         rec = self.record(name)
         if rec.pid and process.is_alive(rec.pid):
             raise InvalidArgument(f"{name} is already running (pid {rec.pid})")
-        self._start_many([name], env)
+        progress.phase(f"starting {name}, waiting until it is ready")
+        self._start_many([name], env, progress)
 
-    def _start_many(self, names: Sequence[str], env: dict[str, str] | None = None) -> None:
+    def _start_many(self, names: Sequence[str], env: dict[str, str] | None = None,
+                    progress: Progress = SILENT) -> None:
         for name in names:
             rec = self.records[name]
             popen = process.spawn(rec.argv, rec.dir, env)
@@ -321,6 +340,7 @@ class LocalStamp:
                     rec.argv[at] = ready.address.rpartition(":")[2]
             if rec.kind == KIND_FRONT_END:
                 local_front_ends.record_http(rec)
+            progress.advance(text=f"{name} ready on {rec.address}")
         self.save()
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
@@ -332,9 +352,12 @@ class LocalStamp:
             if popen is not None:
                 popen.wait(timeout=10)
 
-    def down(self, grace_s: float = 10.0) -> list[str]:
-        """Stop every process: SIGTERM, then SIGKILL whatever is still there after grace_s."""
+    def down(self, grace_s: float = 10.0, progress: Progress = SILENT) -> list[str]:
+        """Stop every process: SIGTERM, then SIGKILL whatever is still there after grace_s;
+        `progress` counts them as they go."""
         running = [rec for rec in self.records.values() if rec.pid and process.is_alive(rec.pid)]
+        if running:
+            progress.phase(f"stopping {len(running)} processes (SIGTERM)", total=len(running))
         for rec in running:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(rec.pid, signal.SIGTERM)
@@ -343,9 +366,11 @@ class LocalStamp:
             while process.is_alive(rec.pid) and time.monotonic() < deadline:
                 self._reap(rec.pid)
                 time.sleep(0.02)
-            if process.is_alive(rec.pid):
+            killed = process.is_alive(rec.pid)
+            if killed:
                 process.kill(rec.pid)
             self._reap(rec.pid)
+            progress.advance(text=f"{rec.name} {'killed (SIGKILL)' if killed else 'stopped'}")
         for rec in self.records.values():
             rec.pid = 0
         if self.records:

@@ -32,6 +32,7 @@ from lock_service.client import LockClient
 from partition_layer import keys
 from partition_layer.client import PartitionClient
 from tools.local_stamp import LocalStamp
+from tools.progress import waiting
 
 DEMO_ACCOUNT = "demo"
 
@@ -66,7 +67,8 @@ def run_analytics(stamp: LocalStamp, logs: list[str]) -> None:
     print("Analytics: records per log, counted by Spark through the Stamp data source:")
     started = time.perf_counter()
     try:
-        session = spark_session("local[2]", app_name="stamp-demo")
+        with waiting("demo", "starting Spark local[2]"):
+            session = spark_session("local[2]", app_name="stamp-demo")
     except StampError as exc:  # no Java 17+: say so, the rest of the demo stands
         print(f"  skipped: {exc}")
         return
@@ -75,9 +77,11 @@ def run_analytics(stamp: LocalStamp, logs: list[str]) -> None:
         register(session)
         print(f"  Spark local[2] started in {_ms(started)}")
         started = time.perf_counter()
-        df = (session.read.format("stamp").option("connectionString", cs.format())
-              .option("log", ",".join(logs)).load())
-        counts = {row["log"]: row["count"] for row in df.groupBy("log").count().collect()}
+        with waiting("demo", f"Spark counting the records of {len(logs)} logs"):
+            df = (session.read.format("stamp").option("connectionString", cs.format())
+                  .option("log", ",".join(logs)).load())
+            counts = {row["log"]: row["count"]
+                      for row in df.groupBy("log").count().collect()}
         print(f"  {df.rdd.getNumPartitions()} Spark partition(s), counted in {_ms(started)}")
     finally:
         session.stop()
@@ -148,14 +152,17 @@ def _logs(stamp: LocalStamp, client: Client, cs: ConnectionString, log: str) -> 
     print(f"SIGKILL {owner}, the partition server of {log}, and keep appending:")
     stamp.kill(owner)
     started = time.perf_counter()
-    first = client.append(log, [b"order 4: written after the kill"])
+    with waiting("demo", f"appending while the partition manager gives {log} to another "
+                         f"partition server"):
+        first = client.append(log, [b"order 4: written after the kill"])
     written.append((first, b"order 4: written after the kill"))
     print(f"  {_owner(stamp, cs.account, log)} took the partition over; the append was "
           f"acknowledged at seq {first} {_ms(started)} after the kill")
     for i in range(5, 10):
         record = f"order {i}".encode()
         written.append((client.append(log, [record]), record))
-    stamp.start(owner)
+    with waiting("demo", f"restarting {owner}") as progress:
+        stamp.start(owner, progress=progress)
     print(f"  {owner} restarted")
     assert client.read(log, 0, 100) == written
     deadline = time.monotonic() + 30

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+import grpc
 import pytest
 
 from common.clock import SystemClock
@@ -26,20 +27,22 @@ from common.errors import (
     PermissionDenied,
     PreconditionFailed,
     Sealed,
+    Throttled,
     Trimmed,
     Unauthenticated,
 )
 from common.proto import faults_pb2, faults_pb2_grpc
 from common.proto import frontend_pb2 as fe_pb
 from common.proto import frontend_pb2_grpc as fe_grpc
-from common.rpc import arm_remote, sync_channel
-from frontend import aio, connection_string, sas
+from common.proto import partition_pb2 as pb
+from common.rpc import arm_remote, from_rpc_error, sync_channel
+from frontend import aio, connection_string, sas, wire
 from frontend.accounts import Account, AccountStore
 from frontend.client import Client
 from lock_service.client import LockClient
 from partition_layer.client import PartitionClient
 from tests.conftest import config_toml, stamp_config
-from tests.front_end_raw import wait_for
+from tests.front_end_raw import RawFrontEnd, append_request, signed, wait_for
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow
@@ -582,6 +585,51 @@ def test_throttled_calls_wait_their_retry_after_and_succeed(
         status = fe_grpc.FrontEndStub(channel).Status(fe_pb.FrontEndStatusRequest(),
                                                       timeout=10)
     assert status.throttled > 0  # it was refused, and retried
+
+
+def test_scans_and_subscriptions_are_held_to_the_account_rate_too(
+        stamp_factory: Callable[..., LocalStamp]) -> None:
+    """A scan's pages and a subscription's replies count as the account's requests: a scan
+    of one row per page runs at the account's rate, and a stream begun with the buckets
+    empty is refused (Throttled), then retried by the SDK until it gets through."""
+    rate, burst = 20.0, 5
+    stamp = stamp_factory(3, 1, lock_servers=3, partition_managers=1, partition_servers=1,
+                          front_ends=1, front_end={"account_requests_per_s_max": rate,
+                                                   "account_burst_requests_max": burst})
+    with LockClient.from_stamp(stamp.data_dir, holder="test-sdk") as locks:
+        slow = AccountStore(locks, SystemClock(), cache_ttl_s=0).create("slow")
+    rows = 20
+    with Client([stamp.address("fe-1")], "slow", key=slow.keys[0]) as c:
+        c.batch("things", [("put", f"r-{i:02d}", b"v") for i in range(rows)])
+        c.append("events", [b"e-0"])
+        started = time.monotonic()
+        scanned = [e.row for e in c.scan(page_rows=1)]
+        elapsed = time.monotonic() - started
+        assert scanned == [f"r-{i:02d}".encode() for i in range(rows)]
+        assert elapsed >= (rows - burst) / rate * 0.8  # one request per page, at the rate
+        subscriber = c.subscribe("events")  # the SDK retries a refused start
+        assert next(subscriber) == (0, b"e-0")
+        subscriber.close()
+    # A stream started while the account's buckets are empty: refused, with a retry-after.
+    credentials = wire.Credentials("slow", key=slow.keys[0])
+    raw = RawFrontEnd(stamp.address("fe-1"))
+    try:
+        refusals = []
+        for _ in range(10):  # until a start falls between two refills of the bucket
+            raw.call_many([signed(append_request("slow", "drain", [b"d"]), credentials)
+                           for _ in range(2 * burst)])
+            request = pb.SubscribeRequest(account="slow", pname="events", from_seq=0)
+            wire.sign_subscribe(request, credentials, time.time())
+            try:
+                next(iter(raw.stub.Subscribe(request, timeout=10)))
+            except grpc.RpcError as exc:
+                refusals.append(from_rpc_error(exc))
+                break
+        assert refusals and isinstance(refusals[0], Throttled), refusals
+        assert 0 < refusals[0].retry_after_s < 1  # the bucket's, not the default 1 s
+        assert raw.status().throttled > 0
+    finally:
+        raw.close()
 
 
 def test_closing_a_client_ends_its_subscribers_with_a_clear_error(

@@ -22,12 +22,12 @@ class _Stamp:
         self.downed = False
         _Stamp.made.append(self)
 
-    def up(self) -> list[str]:
+    def up(self, progress: Any = None) -> list[str]:
         if _Stamp.fail_up:
             raise RuntimeError("Failed to bind to address 127.0.0.1:18167")
         return []
 
-    def down(self) -> list[str]:
+    def down(self, progress: Any = None) -> list[str]:
         self.downed = True
         return []
 

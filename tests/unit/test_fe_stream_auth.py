@@ -7,6 +7,7 @@ opened it, timely then, may grow as old as it likes."""
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import AsyncIterator
 from types import SimpleNamespace
 
@@ -20,6 +21,7 @@ from common.proto import partition_pb2 as pb
 from frontend import sas, server, wire
 from frontend.auth import Authenticator
 from frontend.server_call import Counters
+from frontend.throttle import AccountThrottle
 
 KEYS = {"acme": (b"1" * 32, b"2" * 32)}
 HOUR_S = 3600.0
@@ -70,7 +72,9 @@ def servicer(clock: ManualClock, keys: dict[str, tuple[bytes, bytes]], replies: 
             yield pb.SubscribeReply(records=[pb.Record(seq=seq, data=b"x")])
 
     fe = SimpleNamespace(auth=Authenticator(keys.get, clock, ttl_s=5.0),
-                         client=SimpleNamespace(subscribe_replies=subscribe_replies),
+                         client=SimpleNamespace(subscribe_replies=subscribe_replies,
+                                                route_name=lambda account, pname: None),
+                         throttle=AccountThrottle(FrontEndLimits(), clock, random.Random(0)),
                          counters=Counters(), fe_limits=FrontEndLimits())
     return server.FrontEndServicer(fe, "fe-1", "x")  # type: ignore[arg-type]
 

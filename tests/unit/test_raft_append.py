@@ -8,6 +8,7 @@ from __future__ import annotations
 import pickle
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pysyncobj import FAIL_REASON
@@ -54,9 +55,14 @@ def test_the_anchor_is_the_commit_index_when_that_is_further() -> None:
     assert plan(6, 1, [(7, 1)], commit=9) == AppendPlan(9, 2, (), hide_after=9)
 
 
-def test_a_message_that_reaches_the_log_end_is_unchanged() -> None:
-    assert plan(8, 2, [(9, 2), (10, 2)]) == AppendPlan(8, 2, ((b"x", 9, 2), (b"x", 10, 2)))
+def test_a_resend_that_matches_up_to_the_log_end_deletes_and_adds_nothing() -> None:
+    # Left as it came, pysyncobj would delete 9 and 10 (applied, maybe) and add them again.
+    assert plan(8, 2, [(9, 2), (10, 2)]) == AppendPlan(10, 2, ())
     assert plan(10, 2, []) == AppendPlan(10, 2, ())
+
+
+def test_new_entries_past_a_matching_end_are_appended_without_deleting() -> None:
+    assert plan(8, 2, [(9, 2), (10, 2), (11, 2)]) == AppendPlan(10, 2, ((b"x", 11, 2),))
 
 
 def test_a_big_entry_is_planned_once_its_last_part_is_in() -> None:
@@ -65,6 +71,34 @@ def test_a_big_entry_is_planned_once_its_last_part_is_in() -> None:
     assert parts.feed({"transmission": "start", "data": data[:40]}) is None
     assert parts.feed({"transmission": "process", "data": data[40:80]}) is None
     assert parts.feed({"transmission": "finish", "data": data[80:]}) == [(b"y" * 100, 11, 2)]
+
+
+def pysyncobj_parts(entry: tuple[bytes, int, int], batch_bytes: int) -> list[dict[str, Any]]:
+    """The transmission messages pysyncobj 0.3.17's leader sends for one big entry
+    (SyncObj.__sendAppendEntries, its labelling copied as it is)."""
+    data = pickle.dumps(entry)
+    parts = []
+    for pos in range(0, len(data), batch_bytes):
+        if pos == 0:
+            kind = "start"
+        elif pos + batch_bytes >= len(entry[0]):
+            kind = "finish"
+        else:
+            kind = "process"
+        parts.append({"transmission": kind, "data": data[pos:pos + batch_bytes]})
+    return parts
+
+
+@pytest.mark.parametrize("command_bytes", [100, 119, 120, 121, 150, 160, 200])
+def test_a_big_entry_is_whole_whatever_its_length(command_bytes: int) -> None:
+    # Parts of 40 bytes, about the pickle's own overhead, so that most of these lengths
+    # make pysyncobj mark two parts "finish": the one where the command ends and the
+    # pickle's tail after it (with 64 KiB parts: a command within ~40 bytes of a multiple).
+    entry = (b"z" * command_bytes, 11, 2)
+    parts = TransmissionAssembler()
+    assembled = [parts.feed(m) for m in pysyncobj_parts(entry, 40)]
+    assert assembled[-1] == [entry]
+    assert assembled[:-1] == [None] * (len(assembled) - 1)
 
 
 # ---- a real group on a controlled network ----------------------------------------------------

@@ -12,6 +12,7 @@ from typing import Any
 
 from common.config import load_config
 from tools.local_stamp import LocalStamp
+from tools.progress import SILENT, Progress
 
 # A bench measures one thing: the PM does not split or move partitions under it unless it
 # is the thing measured (`balancing=True`: stamp bench balance).
@@ -24,7 +25,9 @@ def with_fresh_stamp(config_text: str, body: Callable[[LocalStamp], Any],
     """Run `body(stamp)` on a new stamp of the default shape, overridden by `config_text`
     (TOML, without a [partition_manager] section); `stream_layer_only`: no lock service and
     no partition layer, which stream-layer benches do not use; `balancing`: the PM's
-    balancing pass runs (off otherwise)."""
+    balancing pass runs (off otherwise). `progress` is told each step; when it is the CLI's
+    display (tools/progress.py) it also counts the processes as they start and stop."""
+    steps = progress if isinstance(progress, Progress) else SILENT
     with tempfile.TemporaryDirectory(prefix="stamp-bench-") as tmp:
         config_path = Path(tmp) / "bench.toml"
         config_path.write_text(config_text + ("" if balancing else "\n" + BALANCING_OFF))
@@ -39,7 +42,7 @@ def with_fresh_stamp(config_text: str, body: Callable[[LocalStamp], Any],
         try:
             # Inside the try: a stamp that fails to come up (a port taken meanwhile, on a
             # shared machine) has its processes started so far stopped, not orphaned.
-            stamp.up()
+            stamp.up(progress=steps)
             return body(stamp)
         finally:
-            stamp.down()
+            stamp.down(progress=steps)
