@@ -14,6 +14,8 @@ from typing import Any
 from common.errors import InvalidArgument
 from tools import cli_checks
 
+PLAIN_LINE_S = 30  # off a terminal, a line with the counts this often
+
 DESCRIPTION = """\
 Start a fresh stamp in a temporary directory (3 lock, 3 SM, 6 EN in 3 fault domains, 2 PM,
 2 PS, 2 FE) and run a mixed workload through the SDK against it: writers appending with
@@ -74,6 +76,7 @@ def cmd_chaos(args: argparse.Namespace) -> int:
 
     from tools.chaos.report import print_report
     from tools.chaos.run import ChaosOptions, run_chaos
+    from tools.progress import Progress
 
     if args.plot is not None:
         plot_dir = Path(args.plot).resolve().parent
@@ -84,17 +87,17 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     if args.keep is not None and Path(args.keep).is_dir() and any(Path(args.keep).iterdir()):
         raise InvalidArgument(f"--keep {args.keep}: the directory is not empty")
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
-    err = Console(stderr=True)
-    err.print(f"stamp chaos --minutes {args.minutes:g} --seed {seed}", highlight=False)
+    # The seed first, alone on its line: a failure is replayed from it.
+    print(f"stamp chaos --minutes {args.minutes:g} --seed {seed}", file=sys.stderr, flush=True)
     options = ChaosOptions(args.minutes, seed, args.writers, args.power_cuts, args.config,
                            args.keep)
-    with _Display(err) as display:
-        report = run_chaos(options, display.show)
+    with Progress("chaos") as progress:
+        report = run_chaos(options, _Display(progress).show, progress)
     if args.plot is not None:
         from tools.chaos.plot import plot_timeline
 
         plot_timeline(report, args.plot)
-        err.print(f"availability timeline: {args.plot}", highlight=False)
+        print(f"availability timeline: {args.plot}", file=sys.stderr)
     if args.json:
         print(json.dumps(report, indent=2))
     else:
@@ -103,60 +106,44 @@ def cmd_chaos(args: argparse.Namespace) -> int:
 
 
 class _Display:
-    """Progress on stderr: on a terminal a live bar (elapsed of total, ops, the fault under
-    way) with each fault printed above it as it ends; elsewhere (CI, a pipe) one plain line
-    per phase and per fault."""
+    """Progress on stderr through tools/progress.py (a live line on a terminal, plain lines
+    elsewhere): each step; while the chaos runs, seconds done of the run's length with the
+    ops acknowledged and the fault under way; the schedule, and each fault as it ends, as
+    lines of their own (above the live line on a terminal)."""
 
-    def __init__(self, console: Any) -> None:
-        self.console = console
-        self.live = console.is_terminal
-        self._bar: Any = None
-        self._task: Any = None
+    def __init__(self, progress: Any) -> None:
+        self.progress = progress
         self._phase = ""
 
-    def __enter__(self) -> _Display:
-        if self.live:
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self._bar = Progress(TextColumn("{task.description}"), BarColumn(),
-                                 TextColumn("{task.fields[status]}"), TimeElapsedColumn(),
-                                 console=self.console, transient=True)
-            self._bar.__enter__()
-            self._task = self._bar.add_task("starting", total=None, status="")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._bar is not None:
-            self._bar.__exit__(*exc)
-
-    def show(self, progress: Any) -> None:
-        if progress.phase == "schedule":
-            lines = progress.current.splitlines()
-            self._print("\n".join([f"schedule ({len(lines)} faults):", *lines]))
+    def show(self, status: Any) -> None:
+        if status.phase == "schedule":
+            lines = status.current.splitlines()
+            self._line("\n".join([f"schedule ({len(lines)} faults):", *lines]))
             return
-        if progress.event is not None:
-            record = progress.event
+        if status.event is not None:
+            record = status.event
             if record.outcome != "running":
-                self._print(f"t={record.start_s:7.1f}s {record.kind:<12} {record.target:<6} "
-                            f"{record.outcome} in {record.end_s - record.start_s:.1f}s: "
-                            f"{record.detail}")
+                self._line(f"t={record.start_s:7.1f}s {record.kind:<12} {record.target:<6} "
+                           f"{record.outcome} in {record.end_s - record.start_s:.1f}s: "
+                           f"{record.detail}")
             return
-        if progress.phase != self._phase:
-            self._phase = progress.phase
-            if not self.live and progress.phase != "chaos":
-                self._print(progress.phase)
-        if self._bar is not None:
-            if progress.phase == "chaos":
-                status = (f"{progress.ops:,} ops, {progress.faults} faults"
-                          + (f", now: {progress.current}" if progress.current else ""))
-                self._bar.update(self._task, description="chaos", total=progress.total_s,
-                                 completed=progress.elapsed_s, status=status)
+        if status.phase != self._phase:
+            self._phase = status.phase
+            if status.phase == "chaos":
+                self.progress.phase(f"workload and nemesis for {status.total_s:.0f} s",
+                                    int(status.total_s))
             else:
-                self._bar.update(self._task, description=progress.phase, total=None,
-                                 status="")
+                self.progress.phase(status.phase)
+        if status.phase == "chaos":
+            text = (f"{status.ops:,} ops acknowledged, {status.faults} faults"
+                    + (f", now {status.current}" if status.current else ""))
+            seconds = int(status.elapsed_s)
+            if seconds // PLAIN_LINE_S > self.progress.done // PLAIN_LINE_S:
+                self.progress.advance(seconds - self.progress.done)
+                self.progress.status(text)  # a line now and then in a CI log
+            else:
+                self.progress.advance(max(0, seconds - self.progress.done), text)
 
-    def _print(self, text: str) -> None:
-        if self._bar is not None:
-            self._bar.console.print(text, highlight=False, markup=False)
-        else:
-            print(text, file=sys.stderr, flush=True)
+    def _line(self, text: str) -> None:
+        # On a terminal tools/progress.py draws writes to sys.stderr above its live line.
+        print(text, file=sys.stderr, flush=True)

@@ -30,6 +30,7 @@ from tools.chaos.schedule import Fault, make_schedule
 from tools.chaos.workload import MixedWorkload, Tally
 from tools.local_stamp import LocalStamp
 from tools.lossyfs.mount import LossyMount, available
+from tools.progress import SILENT, Progress
 
 ACCOUNT = "chaos"
 SDK_TIMEOUT_S = 20.0  # one SDK call, its own retries included; then the op is in doubt
@@ -58,7 +59,7 @@ class ChaosOptions:
 
 
 @dataclass
-class Progress:
+class RunStatus:
     """What the run shows while it goes."""
 
     phase: str
@@ -90,7 +91,10 @@ def power_cuts_wanted(option: str) -> tuple[bool, str]:
     return why_not is None, why_not or ""
 
 
-def run_chaos(options: ChaosOptions, show: Callable[[Progress], None]) -> dict[str, Any]:
+def run_chaos(options: ChaosOptions, show: Callable[[RunStatus], None],
+              progress: Progress = SILENT) -> dict[str, Any]:
+    """Run it (module docstring); `show` is told every step, fault and tick, `progress`
+    (tools/progress.py) the steps of the stamp's start."""
     cuts, why_no_cuts = power_cuts_wanted(options.power_cuts)
     with _work_dir(options.keep) as tmp:
         config_path = Path(options.config or Path(tmp) / "chaos.toml")
@@ -104,14 +108,14 @@ def run_chaos(options: ChaosOptions, show: Callable[[Progress], None]) -> dict[s
             mount.start()
         stamp = LocalStamp(Path(tmp) / "stamp", config, str(config_path.resolve()))
         try:
-            show(Progress(f"starting a stamp ({len(config.fixed_ports())} processes"
+            show(RunStatus(f"starting a stamp ({len(config.fixed_ports())} processes"
                           f"{', on a lossy file system' if cuts else ''})"))
-            stamp.up()
+            stamp.up(progress=progress)
             report = _run_on(stamp, mount, options, show)
             report["power_cuts"] = cuts or why_no_cuts
             return report
         finally:
-            show(Progress("stopping the stamp"))
+            show(RunStatus("stopping the stamp"))
             stamp.kill_all()
             if mount is not None:
                 mount.close()
@@ -130,7 +134,7 @@ def _work_dir(keep: str | None) -> contextlib.AbstractContextManager[str]:
 
 
 def _run_on(stamp: LocalStamp, mount: LossyMount | None, options: ChaosOptions,
-            show: Callable[[Progress], None]) -> dict[str, Any]:
+            show: Callable[[RunStatus], None]) -> dict[str, Any]:
     connection = local_front_ends.ensure_admin_account(
         stamp, ACCOUNT, stamp.data_dir / "chaos-connection-string")
 
@@ -151,10 +155,10 @@ def _run_on(stamp: LocalStamp, mount: LossyMount | None, options: ChaosOptions,
     scanner = Scanner(client, workload.histories, tally)
 
     def changed(record: FaultRecord) -> None:
-        show(Progress("chaos", tally_time(started), duration_s, workload.ops(),
+        show(RunStatus("chaos", tally_time(started), duration_s, workload.ops(),
                       len(nemesis.records), _current(nemesis), record))
     nemesis = Nemesis(stamp, schedule, ACCOUNT, started, mount, changed)
-    show(Progress("schedule", total_s=duration_s, current=_schedule_text(schedule)))
+    show(RunStatus("schedule", total_s=duration_s, current=_schedule_text(schedule)))
     workload.start()
     for sub in subscribers:
         sub.start()
@@ -162,19 +166,19 @@ def _run_on(stamp: LocalStamp, mount: LossyMount | None, options: ChaosOptions,
     nemesis.start()
     while tally_time(started) < duration_s:
         time.sleep(PROGRESS_S)  # the run's clock: progress twice a second
-        show(Progress("chaos", tally_time(started), duration_s, workload.ops(),
+        show(RunStatus("chaos", tally_time(started), duration_s, workload.ops(),
                       len(nemesis.records), _current(nemesis)))
-    show(Progress("stopping the nemesis (undoing its fault under way)"))
+    show(RunStatus("stopping the nemesis (undoing its fault under way)"))
     nemesis.stop()
     ended = tally_time(started)
-    show(Progress("stopping the workload"))
+    show(RunStatus("stopping the workload"))
     workload.stop()
     scanner.stop()
-    show(Progress("bringing every process back and waiting until the stamp is healthy"))
+    show(RunStatus("bringing every process back and waiting until the stamp is healthy"))
     restarted = restore(stamp)
     for sub in subscribers:
         sub.stop()
-    show(Progress("checking every acknowledged operation"))
+    show(RunStatus("checking every acknowledged operation"))
     with client() as checker_client:
         verdict = find_violations(checker_client, workload.histories, subscribers)
     verdict.violations += scanner.violations
