@@ -293,6 +293,11 @@ def arm_remote(address: str, spec: str, timeout_s: float = 5.0) -> None:
     _faults_call(address, "Arm", faults_pb2.ArmRequest(spec=spec), timeout_s)
 
 
+def disarm_remote(address: str, name: str | None = None, timeout_s: float = 5.0) -> None:
+    """Disarm one fault point (None: every one) in the server at `address` (blocking)."""
+    _faults_call(address, "Disarm", faults_pb2.DisarmRequest(name=name or ""), timeout_s)
+
+
 def isolate_remote(address: str, peers: list[str], timeout_s: float = 5.0) -> list[str]:
     """Cut the server at `address` off from `peers` (names and addresses), both directions;
     returns everything it is cut off from now (blocking; for tests and `stamp isolate`)."""

@@ -32,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     import tools.cmd_isolate
     from tools import (
         cmd_bench,
+        cmd_chaos,
         cmd_entity,
         cmd_extent,
         cmd_job,
@@ -65,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     tools.cmd_account.register(commands)
     cmd_job.register(commands)
     cmd_bench.register(commands)
+    cmd_chaos.register(commands)
     return parser
 
 

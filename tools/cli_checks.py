@@ -53,6 +53,8 @@ byte_length = _whole("a byte length", 1, U32_MAX)
 fragment_count = _whole("a fragment count", 1, 255)
 extent_id = _whole("an extent id (decimal or 0x...)", 0, U64_MAX, base=0)
 megabytes = _whole("a size in MB", 1, 1_000_000)
+seed = _whole("a seed", 0, U64_MAX)
+writer_count = _whole("a writer count", 1, 64)
 
 
 def name(text: str) -> str:

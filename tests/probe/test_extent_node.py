@@ -17,7 +17,7 @@ from common.rpc import arm_remote
 from stream_layer import framing
 from stream_layer.extent_client import AsyncExtentClient
 from stream_layer.seal import seal_extent
-from tests.checker import (
+from tools.chaos.extents import (
     AppendHistory,
     acknowledged,
     check_extent_image,

@@ -15,8 +15,8 @@ import pytest
 from common.ids import random_extent_id
 from stream_layer.extent_client import AsyncExtentClient
 from stream_layer.seal import seal_extent
-from tests.checker import AppendHistory, check_extent_image, read_image
 from tests.conftest import stamp_config
+from tools.chaos.extents import AppendHistory, check_extent_image, read_image
 from tools.local_stamp import LocalStamp
 from tools.lossyfs.mount import LossyMount, available, power_cut
 

@@ -19,15 +19,15 @@ from common.process import LOG_FILE
 from common.rpc import arm_remote
 from stream_layer.extent_client import AsyncExtentClient
 from stream_layer.seal import seal_extent
-from tests.checker import (
+from tests.probe.test_extent_node import addresses, new_extent, rejoin_sealed
+from tests.probe.test_stream_manager import wait_for
+from tools.chaos.extents import (
     AppendHistory,
     acknowledged,
     check_extent_image,
     pipelined_appends,
     read_image,
 )
-from tests.probe.test_extent_node import addresses, new_extent, rejoin_sealed
-from tests.probe.test_stream_manager import wait_for
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow

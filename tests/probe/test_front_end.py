@@ -38,7 +38,6 @@ from partition_layer.client import PartitionClient
 from partition_layer.payload_crc import payload_crcs
 from partition_layer.requests import route_key
 from partition_layer.session import CallSession
-from tests.checker import check_logs
 from tests.front_end_raw import (
     MESSAGE_BYTES_MAX,
     RawFrontEnd,
@@ -49,6 +48,7 @@ from tests.front_end_raw import (
     signed,
     wait_for,
 )
+from tools.chaos.extents import check_logs
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow

@@ -21,7 +21,7 @@ from common.proto import partition_pb2_grpc as pb_grpc
 from partition_layer.client import PartitionClient
 from partition_layer.payload_crc import payload_crcs
 from partition_layer.session import CallSession
-from tests.checker import append_load, check_logs
+from tools.chaos.extents import append_load, check_logs
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow

@@ -20,7 +20,6 @@ from common.proto import partition_pb2_grpc as pb_grpc
 from partition_layer.client import PartitionClient
 from partition_layer.payload_crc import payload_crcs
 from partition_layer.session import CallSession
-from tests.checker import acknowledged, append_load, check_logs
 from tests.probe.test_partition_failover import (
     StampFactory,
     aserving,
@@ -28,6 +27,7 @@ from tests.probe.test_partition_failover import (
     owner_of,
     partition_stamp,
 )
+from tools.chaos.extents import acknowledged, append_load, check_logs
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow

@@ -28,7 +28,6 @@ from partition_layer.payload_crc import payload_crcs
 from partition_layer.session import CallSession
 from stream_layer.client import AsyncStream, AsyncStreamClient
 from stream_layer.extent_client import AsyncExtentClient
-from tests.checker import acknowledged
 from tests.probe.test_partition_failover import (
     append_load,
     aserving,
@@ -45,6 +44,7 @@ from tests.probe.test_stream_manager import (
     start_load,
     wait_for,
 )
+from tools.chaos.extents import acknowledged
 from tools.cmd_isolate import heal, isolate
 from tools.local_stamp import LocalStamp
 

@@ -5,7 +5,7 @@ pm.merge.pending_written, pm.merge.before_publish: the standby finishes the op),
 split the PS keeps failing before it commits (rolled back after the bound).
 
 Checks everywhere: every acknowledged append reads back at its sequence number with its
-bytes, no log has a gap or a doubled record (tests/checker.py); the map's version only grows
+bytes, no log has a gap or a doubled record (tools/chaos/extents.py); the map's version only grows
 and every version seen holds invariant 4 (PartitionMap.from_pb validates it); the history
 in the lock service says what happened.
 
@@ -34,9 +34,9 @@ from common.proto import partition_pb2_grpc as pb_grpc
 from partition_layer import keys
 from partition_layer.client import PartitionClient
 from partition_layer.partition_map import PartitionMap
-from tests.checker import append_load, check_logs
 from tests.conftest import config_toml, stamp_config
 from tests.probe.test_partition_failover import log_says
+from tools.chaos.extents import append_load, check_logs
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow

@@ -18,7 +18,9 @@ import pytest
 
 from partition_layer.client import PartitionClient
 from tests.conftest import stamp_config
-from tests.history import MixedWorkload, check
+from tools.chaos.check import check
+from tools.chaos.history import AccountView
+from tools.chaos.workload import ACCOUNT, MixedWorkload
 from tools.local_stamp import LocalStamp
 from tools.lossyfs.mount import LossyMount, available, power_cut
 
@@ -80,7 +82,8 @@ def test_power_cuts_at_random_moments_under_a_mixed_load_lose_nothing_acknowledg
     seed = int(os.environ.get("STAMP_SEED", random.randrange(1 << 32)))
     print(f"STAMP_SEED={seed} cuts={cuts}")
     rng = random.Random(seed)
-    workload = MixedWorkload(lambda: client_of(stamp), writers=3, seed=seed)
+    workload = MixedWorkload(lambda: AccountView(client_of(stamp), ACCOUNT), writers=3,
+                             seed=seed)
     reports = []
     for cut in range(cuts):
         workload.start()
@@ -94,7 +97,7 @@ def test_power_cuts_at_random_moments_under_a_mixed_load_lose_nothing_acknowledg
         reports.append(report)
         log.info("cut %d: %s", cut + 1, report)
         with client_of(stamp) as client:
-            checked = check(client, workload.histories)
+            checked = check(AccountView(client, ACCOUNT), workload.histories)
         print(f"cut {cut + 1}/{cuts}: {report['ops']} ops, dropped "
               f"{report['bytes_dropped']} bytes and {report['entries_dropped']} entries, "
               f"restart {report['restart_s']}s; checked {checked}")

@@ -20,8 +20,8 @@ from frontend.client import Client
 from lock_service.client import LockClient
 from partition_layer.client import PartitionClient
 from partition_layer.requests import route_key
-from tests.checker import read_whole_log
 from tests.front_end_raw import wait_for
+from tools.chaos.extents import read_whole_log
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow

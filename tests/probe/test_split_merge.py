@@ -2,7 +2,7 @@
 
 32 writers, each with 2 logs and an entity group (64 logs, ETag-conditioned puts, atomic
 batches), run while partitions are split, moved and merged by hand, and while the PS or the
-PM leader is SIGKILLed at each step of a split and a merge. Afterwards (tests/history.py)
+PM leader is SIGKILLed at each step of a split and a merge. Afterwards (tools/chaos)
 every acknowledged write reads back with the same bytes at the same sequence number, no log
 has a gap, no record was appended twice, every ETag condition held; throughout
 (tests/split_merge_probe.MapWatcher) every map version seen has disjoint ranges covering the
@@ -26,7 +26,6 @@ from common.proto import partition_pb2_grpc as pb_grpc
 from partition_layer.client import PartitionClient
 from partition_layer.payload_crc import payload_crcs
 from partition_layer.session import CallSession
-from tests.history import MixedWorkload, check
 from tests.split_merge_probe import (
     MapWatcher,
     all_served,
@@ -35,6 +34,9 @@ from tests.split_merge_probe import (
     pm_call,
     wait_until,
 )
+from tools.chaos.check import check
+from tools.chaos.history import AccountView
+from tools.chaos.workload import ACCOUNT, MixedWorkload
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow
@@ -49,8 +51,12 @@ def split_stamp(factory: StampFactory) -> LocalStamp:
                    partition_manager={"balance_interval_s": 0})
 
 
+def account_client(stamp: LocalStamp) -> AccountView:
+    return AccountView(PartitionClient.from_stamp(str(stamp.data_dir)), ACCOUNT)
+
+
 def workload(stamp: LocalStamp, seed: int) -> MixedWorkload:
-    return MixedWorkload(lambda: PartitionClient.from_stamp(str(stamp.data_dir)), WRITERS,
+    return MixedWorkload(lambda: account_client(stamp), WRITERS,
                          seed, large_every=50, logs_per_writer=2, cas_every=4, batch_every=6)
 
 
@@ -105,7 +111,7 @@ def test_split_move_and_merge_by_hand_under_load(stamp_factory: StampFactory) ->
         assert [p.id for p in final.partitions] == [whole]
         assert joined not in {p.id for p in final.partitions}
     with PartitionClient.from_stamp(str(stamp.data_dir)) as pc:
-        checked = check(pc, load.histories)
+        checked = check(AccountView(pc, ACCOUNT), load.histories)
     assert checked["records"] > 1000
     watcher.check(versions_min=5)
     history = pm_call(stamp, "History", pb.HistoryRequest()).entries
@@ -136,7 +142,7 @@ def test_a_split_child_serves_after_its_server_dies(stamp_factory: StampFactory)
         finally:
             load.stop()
     with PartitionClient.from_stamp(str(stamp.data_dir)) as pc:
-        check(pc, load.histories)
+        check(AccountView(pc, ACCOUNT), load.histories)
     watcher.check(versions_min=3)
 
 
@@ -203,7 +209,7 @@ def test_sigkill_at_each_step_of_a_split_and_a_merge(stamp_factory: StampFactory
         finally:
             load.stop()
     with PartitionClient.from_stamp(str(stamp.data_dir)) as pc:
-        check(pc, load.histories)
+        check(AccountView(pc, ACCOUNT), load.histories)
     watcher.check(versions_min=3)
 
 

@@ -15,7 +15,7 @@ from common.errors import AlreadyExists, Fenced, StampError
 from common.proto import stream_manager_pb2 as pb
 from stream_layer.client import AsyncStream, AsyncStreamClient
 from stream_layer.framing import Location
-from tests.checker import acknowledged
+from tools.chaos.extents import acknowledged
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow

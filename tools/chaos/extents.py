@@ -1,5 +1,8 @@
-"""Workloads that record what was acknowledged, and checkers that prove, after faults, that
-nothing acknowledged was lost, reordered or changed (STYLE.md: "a checker, not hope")."""
+"""Workloads below the front ends that record what was acknowledged, and checkers that prove,
+after faults, that nothing acknowledged was lost, reordered or changed (STYLE.md: "a checker,
+not hope"): appends to one extent (the stream layer's probe tests) and appends to logs
+through the partition client. The mixed workload of `stamp chaos` is tools/chaos/workload.py,
+its checker tools/chaos/check.py. Failures raise AssertionError: these serve tests."""
 
 from __future__ import annotations
 
@@ -8,10 +11,12 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from common.errors import NotFound, StampError
+from common.errors import StampError
 from stream_layer import framing
 from stream_layer.extent_client import AsyncExtentClient
 from stream_layer.framing import Location
+from tools.chaos.check import read_log
+from tools.chaos.history import AccountView
 
 if TYPE_CHECKING:
     from partition_layer.client import AsyncPartitionClient, PartitionClient
@@ -118,15 +123,6 @@ def check_logs(pc: PartitionClient, acked: list[tuple[str, int, bytes]]) -> None
 def read_whole_log(pc: PartitionClient, account: str, log: str) -> list[tuple[int, bytes]]:
     """Every record of `log` from its first to its next sequence number, asserting there is
     no gap or reordering below next (a log that was never written is empty)."""
-    try:
-        first, next_seq = pc.peek(account, log)
-    except NotFound:
-        return []
-    records: list[tuple[int, bytes]] = []
-    while first + len(records) < next_seq:
-        page = pc.read(account, log, first + len(records), 10_000)
-        assert page, f"{log}: nothing read at {first + len(records)}, below next {next_seq}"
-        records += page
-    assert [seq for seq, _ in records] == list(range(first, next_seq)), \
-        f"{log}: a gap or reordering below next {next_seq}"
+    records, violations = read_log(AccountView(pc, account), log)
+    assert not violations, violations[0]
     return records

@@ -1,0 +1,63 @@
+"""`stamp chaos` as CI runs it (issue 19): one minute, a fixed seed, `--json`, in a process of
+its own. It must find no violation and exit 0, with faults of several kinds applied (none
+failed to apply), the workload making progress through them, and the schedule in the report
+the one the seed makes (the same seed replays the same schedule)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tools.chaos.schedule import Fault, make_schedule
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(280)]
+
+SEED = 1
+RUN_TIMEOUT_S = 240
+
+
+def test_a_one_minute_chaos_run_with_a_fixed_seed_finds_no_violation(tmp_path: Path) -> None:
+    plot = tmp_path / "chaos.png"
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "stamp"), "chaos", "--minutes", "1", "--seed", str(SEED),
+         "--json", "--plot", str(plot)],
+        capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=tmp_path)
+    assert result.stdout, result.stderr[-4000:]
+    report = json.loads(result.stdout)
+    print(result.stderr[-4000:])  # the schedule and each fault as it went, for a failure
+    assert report["violations"] == [], report["violations"][:20]
+    assert result.returncode == 0, result.stderr[-2000:]
+
+    assert len(report["faults"]) >= 4, report["fault_log"]  # kinds applied
+    assert report["faults_failed"] == {}, report["fault_log"]
+    assert report["ops_total"] > 1000
+    assert {"append", "put", "batch", "scan", "subscribe"} <= set(report["ops"])
+    assert report["checked"]["records"] > 1000 and report["checked"]["followed"] > 0
+    assert plot.stat().st_size > 10_000  # a PNG was drawn
+
+    logs = [f"log-{w}" if i == 0 else f"log-{w}-{i}" for w in range(8) for i in range(2)]
+    replayed = make_schedule(SEED, 60.0, report["stamp"], logs,
+                             power_cuts=report["power_cuts"] is True)
+    assert [Fault(**f) for f in report["schedule"]] == replayed
+
+
+def test_a_broken_build_makes_the_chaos_run_fail(tmp_path: Path) -> None:
+    """Prove the checker can fail (issue 19): every partition server is built broken —
+    after its 200th write it stores one record or value changed after it verified it
+    (ps.write.flip_after_verify) and acknowledges it. The run must report the damaged
+    acknowledged write as a violation and exit 1."""
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "stamp"), "chaos", "--minutes", "0.25",
+         "--seed", str(SEED), "--power-cuts", "off", "--json"],
+        capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=tmp_path,
+        env={**os.environ, "STAMP_FAULTS": "ps.write.flip_after_verify=flip,after=200,times=1"})
+    assert result.stdout, result.stderr[-4000:]
+    report = json.loads(result.stdout)
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert report["violations"], "the checker missed an acknowledged write the stamp broke"
+    assert any("ChecksumError" in v for v in report["violations"]), report["violations"]

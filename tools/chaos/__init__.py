@@ -1,0 +1,16 @@
+"""Torture in the open (issue 19): `stamp chaos`, and the history checker it shares with the
+probe tests.
+
+- `history`: what a writer was acknowledged (and what stayed in doubt), the records it
+  writes, and the client shape the workload speaks (the SDK's, `frontend.client.Client`;
+  `AccountView` gives a PartitionClient the same shape);
+- `workload`: writers (appends with tokens, puts, ETag CAS, batches), recording every
+  acknowledgement and every op's outcome over time; `followers`: subscribers and a scanner;
+- `check`: proves after faults that nothing acknowledged was lost, changed, reordered or
+  applied twice, and that every ETag condition held — as a list of violations, never hope;
+- `extents`: the same kind of checks one layer down (extent appends, partition-client logs);
+- `schedule`: the nemesis's seeded schedule (a pure function of seed, length and shape);
+- `nemesis`: applies a schedule's faults to a local stamp (`stamp_faults`: the ones that need
+  the stamp's state: split, merge, move, a byte flipped at rest);
+- `run`, `report`, `plot`: `stamp chaos` itself.
+"""

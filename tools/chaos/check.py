@@ -1,0 +1,216 @@
+"""The history checker (STYLE.md: "a checker, not hope"): after the faults, with the stamp
+whole again, prove from what each writer was acknowledged (tools/chaos/history.py) that
+
+- lost:       every acknowledged record reads back at its acknowledged sequence number, and
+              every acknowledged put's value (or one of a put in doubt after it) is there;
+- changed:    every record and value is byte for byte what its writer wrote;
+- reordered:  a log reads as consecutive sequence numbers from its first, with no gap, and an
+              acknowledged record found at another number than the one acknowledged is named
+              as reordered;
+- twice:      no record appears twice, in one log or across a writer's logs (retries carry
+              tokens: a stamp that applied one twice shows here);
+- ETags:      every condition the writers saw broken (a stale ETag accepted, the current one
+              refused), and no row went back to an older value;
+- followers:  each subscriber was delivered its log exactly once, in order, with no gap, and
+              every record it was delivered is still there.
+
+`find_violations` returns every violation found (a list of one-line descriptions, empty when
+the history holds); `check` raises AssertionError with the first, for tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from common.errors import NotFound, StampError
+from tools.chaos.followers import Subscriber
+from tools.chaos.history import (
+    ROWS_PER_WRITER,
+    LogEntityClient,
+    WriterHistory,
+    parse_record,
+    record_bytes,
+    row_key,
+)
+
+READ_PAGE = 10_000
+READ_TRIES = 3  # a read the SDK gave up on, tried again before it counts as a violation
+
+
+@dataclass
+class Verdict:
+    checked: dict[str, int] = field(default_factory=lambda: {"records": 0, "entities": 0,
+                                                             "followed": 0})
+    violations: list[str] = field(default_factory=list)
+
+
+def check(client: LogEntityClient, histories: list[WriterHistory],
+          subscribers: Sequence[Subscriber] = ()) -> dict[str, int]:
+    """Raise AssertionError naming the first violation; return what was checked."""
+    verdict = find_violations(client, histories, subscribers)
+    assert not verdict.violations, verdict.violations[0]
+    return verdict.checked
+
+
+def find_violations(client: LogEntityClient, histories: list[WriterHistory],
+                    subscribers: Sequence[Subscriber] = ()) -> Verdict:
+    verdict = Verdict()
+    logs: dict[str, list[tuple[int, bytes]]] = {}
+    for h in histories:
+        verdict.violations += h.violations
+        seen: set[int] = set()
+        for log in h.all_logs():
+            records = _read_log(client, log, verdict)
+            logs[log] = records
+            verdict.checked["records"] += len(records)
+            verdict.violations += log_violations(h, log, records, seen)
+        verdict.checked["entities"] += _check_entities(client, h, verdict)
+    for sub in subscribers:
+        records = logs[sub.log] if sub.log in logs else _read_log(client, sub.log, verdict)
+        verdict.checked["followed"] += len(sub.seen)
+        verdict.violations += follower_violations(sub.log, sub.seen, records)
+    return verdict
+
+
+def read_log(client: LogEntityClient, log: str) -> tuple[list[tuple[int, bytes]], list[str]]:
+    """Every record of `log` from its first to its next sequence number (a log never written
+    is empty), and a violation if what was read is not exactly those numbers in order."""
+    try:
+        first, next_seq = client.peek(log)
+    except NotFound:
+        return [], []
+    records: list[tuple[int, bytes]] = []
+    while first + len(records) < next_seq:
+        page = client.read(log, first + len(records), READ_PAGE)
+        if not page:
+            return records, [f"{log}: nothing read at {first + len(records)}, below next "
+                             f"{next_seq}"]
+        records += page
+    if [seq for seq, _ in records] != list(range(first, next_seq)):
+        return records, [f"{log}: a gap or reordering below next {next_seq}"]
+    return records, []
+
+
+def _read_log(client: LogEntityClient, log: str, verdict: Verdict
+              ) -> list[tuple[int, bytes]]:
+    for attempt in range(READ_TRIES):
+        try:
+            records, violations = read_log(client, log)
+        except StampError as exc:
+            if attempt + 1 < READ_TRIES:
+                continue
+            verdict.violations.append(f"{log}: cannot be read back ({_error(exc)})")
+            return []
+        verdict.violations += violations
+        return records
+    return []
+
+
+def _error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def log_violations(h: WriterHistory, log: str, records: list[tuple[int, bytes]],
+                   seen: set[int]) -> list[str]:
+    """What is wrong with `log` as read back (`records`), given writer `h`'s history; `seen`
+    collects the record numbers found in the writer's logs checked so far."""
+    found = []
+    at_seq = dict(records)
+    where: dict[int, int] = {}
+    for seq, data in records:
+        try:
+            writer, number = parse_record(data)
+        except (ValueError, UnicodeDecodeError):
+            found.append(f"{log}@{seq}: bytes no writer wrote ({data[:24]!r})")
+            continue
+        if writer != h.writer:
+            found.append(f"{log}@{seq}: a record of writer {writer}")
+            continue
+        if number in seen:
+            found.append(f"{log}@{seq}: record n{number} appears twice (applied twice)")
+        seen.add(number)
+        where[number] = seq
+        size = h.acked_records.get(number, (0, h.doubtful_records.get(number, -1)))[1]
+        if size < 0:
+            found.append(f"{log}@{seq}: record n{number} was never written")
+        elif data != record_bytes(h.writer, number, size):
+            found.append(f"{log}@{seq}: record n{number} changed")
+        acked_log = h.record_logs.get(number)
+        if acked_log not in (None, log):
+            found.append(f"{log}@{seq}: record n{number} was acknowledged in {acked_log}")
+    for number, (seq, size) in sorted(h.acked_records.items()):
+        if h.record_logs.get(number, h.log) != log:
+            continue
+        if at_seq.get(seq) == record_bytes(h.writer, number, size):
+            continue
+        if number in where:
+            found.append(f"{log}: acknowledged record n{number} reordered: acknowledged at "
+                         f"seq {seq}, found at {where[number]}")
+        else:
+            found.append(f"{log}: acknowledged record n{number} at seq {seq} lost (found "
+                         f"{at_seq.get(seq, b'nothing')[:24]!r})")
+    return found
+
+
+def _check_entities(client: LogEntityClient, h: WriterHistory, verdict: Verdict) -> int:
+    checked = 0
+    for row in range(ROWS_PER_WRITER):
+        acked = h.acked_values.get(row)
+        doubtful = h.doubtful_values.get(row, set())
+        if acked is None and not doubtful:
+            continue
+        value: bytes | None = None
+        for attempt in range(READ_TRIES):
+            try:
+                value, _ = client.get(h.group, row_key(row))
+                break
+            except NotFound:
+                break
+            except StampError as exc:
+                if attempt + 1 == READ_TRIES:
+                    verdict.violations.append(f"{h.group}/{row}: cannot be read "
+                                              f"({_error(exc)})")
+                    return checked
+        verdict.violations += entity_violations(h, row, value)
+        checked += 1
+    return checked
+
+
+def entity_violations(h: WriterHistory, row: int, value: bytes | None) -> list[str]:
+    """What is wrong with row `row` of writer `h`'s group holding `value` (None: no row)."""
+    acked = h.acked_values.get(row)
+    doubtful = h.doubtful_values.get(row, set())
+    if value is None:
+        return [] if acked is None else [f"{h.group}/{row}: acknowledged put n{acked} lost"]
+    try:
+        writer, number = parse_record(value)
+    except (ValueError, UnicodeDecodeError):
+        return [f"{h.group}/{row}: holds bytes no writer wrote"]
+    if value != record_bytes(writer, number, len(value)):
+        return [f"{h.group}/{row}: changed"]
+    allowed = doubtful | ({acked} if acked is not None else set())
+    if writer != h.writer or number not in allowed:
+        older = acked is not None and writer == h.writer and number < acked
+        what = "went back to" if older else "holds"
+        return [f"{h.group}/{row}: {what} n{number}, expected n{acked} or one of "
+                f"{sorted(doubtful)}"]
+    return []
+
+
+def follower_violations(log: str, seen: list[tuple[int, bytes]],
+                        records: list[tuple[int, bytes]]) -> list[str]:
+    """A subscriber's deliveries against the log as it reads back."""
+    if not seen:
+        return []
+    found = []
+    seqs = [seq for seq, _ in seen]
+    if seqs != list(range(seqs[0], seqs[0] + len(seqs))):
+        found.append(f"subscriber of {log}: deliveries not consecutive, once each "
+                     f"(a gap, a repeat or a reordering)")
+    at_seq = dict(records)
+    vanished = [seq for seq, data in seen if at_seq.get(seq) != data]
+    if vanished:
+        found.append(f"subscriber of {log}: {len(vanished)} delivered record(s) not in the "
+                     f"log as read back (first at seq {vanished[0]})")
+    return found

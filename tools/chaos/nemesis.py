@@ -1,0 +1,246 @@
+"""The nemesis: applies a schedule (tools/chaos/schedule.py) to a local stamp, on a thread,
+one fault at a time, and records what it did.
+
+Contract: every fault is undone before the next starts — a killed process is started again,
+a frozen one thawed (SIGCONT), an isolated one healed, an armed fault point disarmed, a node
+that stopped itself on an injected disk failure restarted, a stamp whose power was cut
+brought up again — also when `stop()` cuts a fault's hold short. Between faults it starts
+again any process that died on its own and records it (`crashes`): the schedule never asked
+for that. Processes are handled by PID through LocalStamp, never by name.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+from common import rpc
+from common.errors import StampError
+from tools import cmd_isolate
+from tools.chaos.schedule import Fault
+from tools.chaos.stamp_faults import Skipped, flip_sealed_replica, partition_op
+from tools.local_stamp import LocalStamp
+from tools.lossyfs.mount import LossyMount, power_cut
+
+log = logging.getLogger(__name__)
+
+RESTART_TIMEOUT_S = 90.0
+RESTART_PAUSE_S = 1.0
+DEATH_POLL_S = 0.05
+JOIN_TIMEOUT_S = 300.0  # a power cut and the whole stamp's restart may be under way
+
+
+@dataclass
+class FaultRecord:
+    kind: str
+    target: str
+    at_s: float  # when the schedule wanted it
+    start_s: float  # when it was applied, seconds from the run's start
+    end_s: float = 0.0  # when it was undone
+    outcome: str = "running"  # done, skipped, failed
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+class Nemesis:
+    def __init__(self, stamp: LocalStamp, faults: list[Fault], account: str, started: float,
+                 mount: LossyMount | None = None,
+                 on_change: Callable[[FaultRecord], None] | None = None) -> None:
+        self.stamp = stamp
+        self.faults = faults
+        self.account = account
+        self.started = started
+        self.mount = mount
+        self.records: list[FaultRecord] = []
+        self.crashes: list[tuple[float, str]] = []  # (when, process) that died on its own
+        self.current: FaultRecord | None = None
+        self._on_change = on_change or (lambda record: None)
+        self._flipped: set[int] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="nemesis")
+        self.failure: BaseException | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop after undoing the fault under way (its hold cut short)."""
+        self._stop.set()
+        self._thread.join(JOIN_TIMEOUT_S)
+        if self._thread.is_alive():
+            raise RuntimeError("the nemesis did not stop: a fault could not be undone")
+
+    def now(self) -> float:
+        return time.monotonic() - self.started
+
+    def _run(self) -> None:
+        try:
+            for fault in self.faults:
+                if self._stop.wait(max(0.0, fault.at_s - self.now())):
+                    return
+                self._restart_crashed()
+                self._apply(fault)
+            self._restart_crashed()
+        except BaseException as exc:  # a bug in the nemesis: the run reports it
+            log.exception("the nemesis failed")
+            self.failure = exc
+
+    def _apply(self, fault: Fault) -> None:
+        record = FaultRecord(fault.kind, fault.target, fault.at_s, round(self.now(), 2),
+                             detail=fault.detail)
+        self.records.append(record)
+        self.current = record
+        self._on_change(record)
+        try:
+            record.detail = getattr(self, f"_{fault.kind}")(fault) or fault.detail
+            record.outcome = "done"
+        except Skipped as exc:
+            record.outcome, record.detail = "skipped", str(exc)
+        except (StampError, OSError, RuntimeError) as exc:
+            record.outcome, record.detail = "failed", f"{type(exc).__name__}: {exc}"
+            log.warning("fault %s on %s failed: %s", fault.kind, fault.target, exc)
+        finally:
+            record.end_s = round(self.now(), 2)
+            self.current = None
+            self._on_change(record)
+
+    def _hold(self, seconds: float) -> None:
+        self._stop.wait(seconds)  # the hold is the schedule, not a wait for a condition
+
+    # ---- process faults --------------------------------------------------------------------
+
+    def _kill(self, fault: Fault) -> str:
+        self.stamp.kill(fault.target)
+        self._hold(fault.hold_s)
+        self._restart(fault.target)
+        return "SIGKILL, then started again"
+
+    def _freeze(self, fault: Fault) -> str:
+        pid = self.stamp.record(fault.target).pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            self._hold(fault.hold_s)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        return "SIGSTOP, then SIGCONT"
+
+    def _isolate(self, fault: Fault) -> str:
+        cmd_isolate.isolate(self.stamp, fault.target)
+        try:
+            self._hold(fault.hold_s)
+        finally:
+            cmd_isolate.heal(self.stamp, fault.target)
+        return "cut off from every peer, then healed"
+
+    def _power_cut(self, fault: Fault) -> str:
+        if self.mount is None:
+            raise Skipped("the stamp is not on a lossy file system")
+        report = power_cut(self.stamp.pids(), self.mount)
+        self.stamp.forget_dead()
+        self.stamp.up()
+        return (f"dropped {report.get('bytes_dropped')} unsynced bytes and "
+                f"{report.get('entries_dropped')} directory entries; restarted")
+
+    # ---- fault points and disks --------------------------------------------------------------
+
+    def _armed(self, fault: Fault, crash_expected: bool) -> str:
+        """Arm `fault.detail` in the target for the hold, then disarm it; a node that stops
+        itself meanwhile (an injected journal failure or torn write) is started again."""
+        address = self.stamp.address(fault.target)
+        rpc.arm_remote(address, fault.detail)
+        died = self._wait_death(fault.target, fault.hold_s)
+        if died:
+            self._restart(fault.target)
+            return f"{fault.detail}: the node stopped, started again"
+        rpc.disarm_remote(address)
+        if crash_expected:  # the fault did not happen: say so, do not count it
+            raise Skipped(f"{fault.detail}: no journal write on {fault.target} in "
+                          f"{fault.hold_s:g}s (no open extent there?), disarmed")
+        return fault.detail
+
+    def _wait_death(self, name: str, seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while self.stamp.alive(name):
+            if self._stop.wait(min(DEATH_POLL_S, max(0.0, deadline - time.monotonic()))) \
+                    or time.monotonic() >= deadline:
+                return not self.stamp.alive(name)
+        return True
+
+    def _slow_disk(self, fault: Fault) -> str:
+        return self._armed(fault, crash_expected=False)
+
+    def _failing_disk(self, fault: Fault) -> str:
+        return self._armed(fault, crash_expected=False)
+
+    def _torn_write(self, fault: Fault) -> str:
+        return self._armed(fault, crash_expected=True)
+
+    def _flip_read(self, fault: Fault) -> str:
+        addresses = [r.address for r in self.stamp.partition_servers()]
+        for address in addresses:
+            rpc.arm_remote(address, fault.detail)
+        try:
+            self._hold(fault.hold_s)
+        finally:
+            for address in addresses:
+                rpc.disarm_remote(address)
+        return f"{fault.detail} on {len(addresses)} partition servers"
+
+    def _flip_disk(self, fault: Fault) -> str:
+        return flip_sealed_replica(self.stamp, fault.target, fault.pick, self._flipped)
+
+    # ---- partitions ------------------------------------------------------------------------
+
+    def _split(self, fault: Fault) -> str:
+        return partition_op(self.stamp, "split", self.account, fault.target, fault.pick)
+
+    def _merge(self, fault: Fault) -> str:
+        return partition_op(self.stamp, "merge", self.account, fault.target, fault.pick)
+
+    def _move(self, fault: Fault) -> str:
+        return partition_op(self.stamp, "move", self.account, fault.target, fault.pick)
+
+    # ---- restarts --------------------------------------------------------------------------
+
+    def _restart(self, name: str) -> None:
+        """Start `name` again, trying until RESTART_TIMEOUT_S (a port may be slow to free)."""
+        deadline = time.monotonic() + RESTART_TIMEOUT_S
+        while True:
+            self.stamp.forget_dead()
+            if self.stamp.alive(name):
+                return
+            try:
+                self.stamp.start(name)
+                return
+            except StampError as exc:
+                if time.monotonic() > deadline:
+                    raise
+                log.warning("restarting %s failed (%s): again", name, exc)
+                time.sleep(RESTART_PAUSE_S)
+
+    def _restart_crashed(self) -> None:
+        for name in self.stamp.forget_dead():
+            self.crashes.append((round(self.now(), 2), name))
+            log.warning("%s died on its own: starting it again", name)
+            try:
+                self._restart(name)
+            except StampError as exc:
+                log.warning("%s could not be started again: %s", name, exc)
+
+
+def restore(stamp: LocalStamp) -> list[str]:
+    """After the nemesis: every process of the stamp running and the stamp healthy (nothing
+    frozen, isolated or armed is left: the nemesis undid its faults). Returns the names that
+    had to be started."""
+    stamp.forget_dead()
+    for rec in stamp.records.values():
+        if rec.pid and stamp.alive(rec.name):
+            os.kill(rec.pid, signal.SIGCONT)  # harmless when not stopped
+    return stamp.up()

@@ -1,0 +1,119 @@
+"""The report of a `stamp chaos` run, as one JSON-ready dict:
+
+    seed, minutes, seconds (the workload's length), stamp (role -> processes),
+    ops (kind -> acknowledged), op_errors (kind -> failed or in doubt),
+    faults (kind -> applied), faults_skipped, faults_failed, crashes (processes that died
+    without being asked), schedule (every planned fault), fault_log (what was applied,
+    when, for how long, and how it went), checked (records, entities, deliveries checked),
+    violations (must be empty), availability (successful ops per second: mean, worst,
+    seconds with none), timeline ([{t, ok, failed}] per second), power_cuts.
+
+`print_report` draws it for a terminal (rich tables).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from tools.chaos.check import Verdict
+from tools.chaos.nemesis import Nemesis
+from tools.chaos.schedule import Fault
+from tools.chaos.workload import Tally
+
+VIOLATIONS_SHOWN = 50
+INSTANT_S = 0.5  # a fault that lasted less is instant (split, flip) ...
+AFTER_INSTANT_S = 5  # ... and judged by the seconds after it
+
+
+def make_report(seed: int, minutes: float, schedule: list[Fault], nemesis: Nemesis,
+                tally: Tally, verdict: Verdict, ended_s: float, restarted: list[str],
+                roles: dict[str, list[str]]) -> dict[str, Any]:
+    seconds = int(ended_s)
+    timeline = tally.timeline(seconds)
+    ok = [t["ok"] for t in timeline]
+    by_outcome: dict[str, Counter[str]] = {"done": Counter(), "skipped": Counter(),
+                                           "failed": Counter()}
+    for record in nemesis.records:
+        by_outcome.setdefault(record.outcome, Counter())[record.kind] += 1
+    return {
+        "seed": seed, "minutes": minutes, "seconds": round(ended_s, 1),
+        "stamp": roles,
+        "ops": dict(sorted(tally.ok.items())), "op_errors": dict(sorted(tally.failed.items())),
+        "ops_total": sum(tally.ok.values()),
+        "faults": dict(sorted(by_outcome["done"].items())),
+        "faults_skipped": dict(sorted(by_outcome["skipped"].items())),
+        "faults_failed": dict(sorted(by_outcome["failed"].items())),
+        "crashes": [{"at_s": at, "process": name} for at, name in nemesis.crashes],
+        "restarted_at_end": restarted,
+        "checked": verdict.checked,
+        "violations": verdict.violations,
+        "availability": {
+            "ok_per_s_mean": round(sum(ok) / max(1, len(ok)), 1),
+            "ok_per_s_min": min(ok, default=0),
+            "seconds_without_success": sum(1 for n in ok if n == 0),
+            "by_fault": availability_by_fault(ok, [r.to_dict() for r in nemesis.records]),
+        },
+        "schedule": [f.to_dict() for f in schedule],
+        "fault_log": [r.to_dict() for r in nemesis.records],
+        "timeline": timeline,
+    }
+
+
+def availability_by_fault(ok: list[int], fault_log: list[dict[str, Any]]
+                          ) -> dict[str, dict[str, float]]:
+    """Successful ops per second while each kind of fault lasted (an instant one: the
+    AFTER_INSTANT_S seconds after it), against the seconds with no fault ("none"):
+    {kind: {"ok_per_s": mean, "seconds": how many}}."""
+    seconds_of: dict[str, set[int]] = {}
+    for record in fault_log:
+        if record["outcome"] != "done":
+            continue
+        start = int(record["start_s"])
+        instant = record["end_s"] - record["start_s"] < INSTANT_S
+        end = start + AFTER_INSTANT_S if instant else int(record["end_s"]) + 1
+        seconds_of.setdefault(record["kind"], set()).update(range(start, min(end, len(ok))))
+    faulty = set().union(*seconds_of.values()) if seconds_of else set()
+    seconds_of["none"] = set(range(len(ok))) - faulty
+    return {kind: {"ok_per_s": round(sum(ok[s] for s in secs) / max(1, len(secs)), 1),
+                   "seconds": len(secs)}
+            for kind, secs in sorted(seconds_of.items())}
+
+
+def print_report(report: dict[str, Any], console: Any) -> None:
+    from rich.table import Table
+
+    ops = Table(title="operations")
+    for column in ("KIND", "OK", "FAILED/IN DOUBT"):
+        ops.add_column(column, justify="right" if column != "KIND" else "left")
+    for kind in sorted(set(report["ops"]) | set(report["op_errors"])):
+        ops.add_row(kind, f"{report['ops'].get(kind, 0):,}",
+                    f"{report['op_errors'].get(kind, 0):,}")
+    console.print(ops)
+    faults = Table(title="faults (availability: successful ops/s while they lasted)")
+    for column in ("KIND", "DONE", "SKIPPED", "FAILED", "OPS/S", "SECONDS"):
+        faults.add_column(column, justify="right" if column != "KIND" else "left")
+    by_fault = report["availability"]["by_fault"]
+    kinds = set(report["faults"]) | set(report["faults_skipped"]) | set(report["faults_failed"])
+    for kind in [*sorted(kinds), "none"]:
+        during = by_fault.get(kind, {"ok_per_s": "-", "seconds": 0})
+        faults.add_row(kind, str(report["faults"].get(kind, "")),
+                       str(report["faults_skipped"].get(kind, "")),
+                       str(report["faults_failed"].get(kind, "")),
+                       str(during["ok_per_s"]), str(during["seconds"]))
+    console.print(faults)
+    a = report["availability"]
+    console.print(f"checked: {report['checked']}")
+    console.print(f"availability: {a['ok_per_s_mean']} ops/s on average, "
+                  f"{a['seconds_without_success']} of {int(report['seconds'])} s without a "
+                  f"successful op")
+    if report["crashes"]:
+        console.print(f"died without being asked: {report['crashes']}")
+    violations = report["violations"]
+    style = "bold red" if violations else "bold green"
+    console.print(f"[{style}]violations: {len(violations)}[/{style}] "
+                  f"(seed {report['seed']}, {report['minutes']:g} min)")
+    for line in violations[:VIOLATIONS_SHOWN]:
+        console.print(f"  {line}", markup=False)
+    if len(violations) > VIOLATIONS_SHOWN:
+        console.print(f"  ... and {len(violations) - VIOLATIONS_SHOWN} more (--json has all)")

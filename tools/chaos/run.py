@@ -1,0 +1,201 @@
+"""`stamp chaos`: a stamp of its own, a mixed workload through the SDK, the nemesis, then the
+checker (tools/chaos/__init__.py has the map).
+
+The run: start a fresh stamp in a temporary directory (on a lossy file system when power
+cuts are on, tools/lossyfs); make the `chaos` account; start the writers, two subscribers
+and a scanner; let the nemesis play the seeded schedule for the run's length; stop it (its
+fault under way undone), stop the workload, start whatever is down and wait until the stamp
+is healthy; then check every writer's history, the subscribers and the scans. The stamp is
+stopped whatever happens. The report (tools/chaos/report.py) is a plain dict.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from common.config import load_config
+from frontend.client import Client
+from tools import local_front_ends
+from tools.chaos.check import find_violations
+from tools.chaos.followers import Scanner, Subscriber
+from tools.chaos.nemesis import FaultRecord, Nemesis, restore
+from tools.chaos.report import make_report
+from tools.chaos.schedule import Fault, make_schedule
+from tools.chaos.workload import MixedWorkload, Tally
+from tools.local_stamp import LocalStamp
+from tools.lossyfs.mount import LossyMount, available
+from tools.progress import SILENT, Progress
+
+ACCOUNT = "chaos"
+SDK_TIMEOUT_S = 20.0  # one SDK call, its own retries included; then the op is in doubt
+TOKEN_RETRIES = 2  # an append that failed is sent again with its token this many times
+SUBSCRIBED_LOGS = 2
+PROGRESS_S = 0.5
+# The stamp chaos starts: every role at least twice (3 for Raft groups), 6 ENs in 3 fault
+# domains so that one can be down and new extents still find 3 domains; small extents, so
+# that faults find sealed ones; no balancing: the nemesis splits, merges and moves by hand.
+CHAOS_CONFIG = "\n".join([
+    "[extent_node]", "extent_bytes_max = 16777216",
+    "[partition_manager]", "balance_interval_s = 0",
+    *(f'[[extent_nodes]]\nname = "en-{i}"\nfault_domain = "fd-{(i - 1) % 3 + 1}"\n'
+      f'upgrade_domain = "ud-{i}"\nport = 0' for i in range(1, 7)),
+]) + "\n"
+
+
+@dataclass
+class ChaosOptions:
+    minutes: float
+    seed: int
+    writers: int = 8
+    power_cuts: str = "auto"  # on, off, auto (on when a lossy file system can be mounted)
+    config: str | None = None  # a stamp config file instead of CHAOS_CONFIG
+    keep: str | None = None  # run the stamp in this (new or empty) directory and keep it
+
+
+@dataclass
+class RunStatus:
+    """What the run shows while it goes."""
+
+    phase: str
+    elapsed_s: float = 0.0
+    total_s: float = 0.0
+    ops: int = 0
+    faults: int = 0
+    current: str = ""
+    event: FaultRecord | None = None  # a fault just started or just ended
+
+
+def stamp_roles(stamp: LocalStamp) -> dict[str, list[str]]:
+    return {"lock": [r.name for r in stamp.lock_servers()],
+            "sm": [r.name for r in stamp.stream_managers()],
+            "en": [r.name for r in stamp.extent_nodes()],
+            "pm": [r.name for r in stamp.partition_managers()],
+            "ps": [r.name for r in stamp.partition_servers()],
+            "fe": [r.name for r in stamp.front_ends()]}
+
+
+def power_cuts_wanted(option: str) -> tuple[bool, str]:
+    """(whether to cut power, why not when not)."""
+    why_not = available()
+    if option == "off":
+        return False, "--power-cuts off"
+    if option == "on" and why_not is not None:
+        from common.errors import InvalidArgument
+        raise InvalidArgument(f"--power-cuts on needs FUSE: {why_not}")
+    return why_not is None, why_not or ""
+
+
+def run_chaos(options: ChaosOptions, show: Callable[[RunStatus], None],
+              progress: Progress = SILENT) -> dict[str, Any]:
+    """Run it (module docstring); `show` is told every step, fault and tick, `progress`
+    (tools/progress.py) the steps of the stamp's start."""
+    cuts, why_no_cuts = power_cuts_wanted(options.power_cuts)
+    with _work_dir(options.keep) as tmp:
+        config_path = Path(options.config or Path(tmp) / "chaos.toml")
+        if options.config is None:
+            config_path.write_text(CHAOS_CONFIG)
+        config = load_config(config_path).with_ephemeral_ports()
+        mount = None
+        if cuts:
+            mount = LossyMount(Path(tmp) / "backing", Path(tmp) / "stamp",
+                               always_durable=("server.log",))
+            mount.start()
+        stamp = LocalStamp(Path(tmp) / "stamp", config, str(config_path.resolve()))
+        try:
+            show(RunStatus(f"starting a stamp ({len(config.fixed_ports())} processes"
+                          f"{', on a lossy file system' if cuts else ''})"))
+            stamp.up(progress=progress)
+            report = _run_on(stamp, mount, options, show)
+            report["power_cuts"] = cuts or why_no_cuts
+            return report
+        finally:
+            show(RunStatus("stopping the stamp"))
+            stamp.kill_all()
+            if mount is not None:
+                mount.close()
+
+
+def _work_dir(keep: str | None) -> contextlib.AbstractContextManager[str]:
+    """A temporary directory, or `keep` (made if need be; it must be empty) kept after."""
+    if keep is None:
+        return tempfile.TemporaryDirectory(prefix="stamp-chaos-")
+    path = Path(keep).resolve()
+    path.mkdir(parents=True, exist_ok=True)
+    if any(path.iterdir()):
+        from common.errors import InvalidArgument
+        raise InvalidArgument(f"--keep {keep}: the directory is not empty")
+    return contextlib.nullcontext(str(path))
+
+
+def _run_on(stamp: LocalStamp, mount: LossyMount | None, options: ChaosOptions,
+            show: Callable[[RunStatus], None]) -> dict[str, Any]:
+    connection = local_front_ends.ensure_admin_account(
+        stamp, ACCOUNT, stamp.data_dir / "chaos-connection-string")
+
+    def client() -> Client:
+        return Client.from_connection_string(connection, timeout_s=SDK_TIMEOUT_S)
+
+    duration_s = options.minutes * 60.0
+    roles = stamp_roles(stamp)
+    started = time.monotonic()
+    tally = Tally(started)
+    workload = MixedWorkload(client, options.writers, options.seed, large_every=40,
+                             logs_per_writer=2, cas_every=3, batch_every=5,
+                             token_retries=TOKEN_RETRIES, tally=tally)
+    logs = [log for h in workload.histories for log in h.all_logs()]
+    schedule = make_schedule(options.seed, duration_s, roles, logs, power_cuts=mount is not None)
+    subscribers = [Subscriber(client, h.log, tally)
+                   for h in workload.histories[:SUBSCRIBED_LOGS]]
+    scanner = Scanner(client, workload.histories, tally)
+
+    def changed(record: FaultRecord) -> None:
+        show(RunStatus("chaos", tally_time(started), duration_s, workload.ops(),
+                      len(nemesis.records), _current(nemesis), record))
+    nemesis = Nemesis(stamp, schedule, ACCOUNT, started, mount, changed)
+    show(RunStatus("schedule", total_s=duration_s, current=_schedule_text(schedule)))
+    workload.start()
+    for sub in subscribers:
+        sub.start()
+    scanner.start()
+    nemesis.start()
+    while tally_time(started) < duration_s:
+        time.sleep(PROGRESS_S)  # the run's clock: progress twice a second
+        show(RunStatus("chaos", tally_time(started), duration_s, workload.ops(),
+                      len(nemesis.records), _current(nemesis)))
+    show(RunStatus("stopping the nemesis (undoing its fault under way)"))
+    nemesis.stop()
+    ended = tally_time(started)
+    show(RunStatus("stopping the workload"))
+    workload.stop()
+    scanner.stop()
+    show(RunStatus("bringing every process back and waiting until the stamp is healthy"))
+    restarted = restore(stamp)
+    for sub in subscribers:
+        sub.stop()
+    show(RunStatus("checking every acknowledged operation"))
+    with client() as checker_client:
+        verdict = find_violations(checker_client, workload.histories, subscribers)
+    verdict.violations += scanner.violations
+    if nemesis.failure is not None:
+        verdict.violations.append(f"the nemesis failed: {nemesis.failure!r}")
+    return make_report(options.seed, options.minutes, schedule, nemesis, tally, verdict,
+                       ended, restarted, roles)
+
+
+def tally_time(started: float) -> float:
+    return time.monotonic() - started
+
+
+def _current(nemesis: Nemesis) -> str:
+    record = nemesis.current
+    return f"{record.kind} {record.target}" if record is not None else ""
+
+
+def _schedule_text(schedule: list[Fault]) -> str:
+    return "\n".join(f.describe() for f in schedule)
