@@ -47,17 +47,19 @@ def test_a_one_minute_chaos_run_with_a_fixed_seed_finds_no_violation(tmp_path: P
 
 
 def test_a_broken_build_makes_the_chaos_run_fail(tmp_path: Path) -> None:
-    """Prove the checker can fail (issue 19): every partition server is built broken —
-    after its 200th write it stores one record or value changed after it verified it
-    (ps.write.flip_after_verify) and acknowledges it. The run must report the damaged
-    acknowledged write as a violation and exit 1."""
+    """Prove the checker can fail (issue 19): every partition server is built broken — its
+    201st log append is answered with a sequence number and nothing is written
+    (ps.append.bug_drop_acknowledged). The run must report the lost acknowledged append as
+    a violation and exit 1. (A changed value could be overwritten before the check; a
+    dropped append cannot hide: its sequence number is given again or missing.)"""
     result = subprocess.run(
         [str(Path(sys.executable).parent / "stamp"), "chaos", "--minutes", "0.25",
          "--seed", str(SEED), "--power-cuts", "off", "--json"],
         capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=tmp_path,
-        env={**os.environ, "STAMP_FAULTS": "ps.write.flip_after_verify=flip,after=200,times=1"})
+        env={**os.environ,
+             "STAMP_FAULTS": "ps.append.bug_drop_acknowledged=bug,after=200,times=1"})
     assert result.stdout, result.stderr[-4000:]
     report = json.loads(result.stdout)
     assert result.returncode == 1, result.stderr[-2000:]
     assert report["violations"], "the checker missed an acknowledged write the stamp broke"
-    assert any("ChecksumError" in v for v in report["violations"]), report["violations"]
+    assert any("lost" in v for v in report["violations"]), report["violations"]
