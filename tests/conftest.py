@@ -29,8 +29,8 @@ from tools.lossyfs.mount import LossyMount
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--cuts", type=int, default=20,
-                     help="power cuts the long power-cut test makes (default 20)")
+    parser.addoption("--cuts", type=int, default=12,
+                     help="power cuts the long power-cut test makes (default 12)")
 
 
 CUT_TIMEOUT_S = 30  # the time bound of the power-cut test grows with its cuts

@@ -106,15 +106,3 @@ def test_progress_goes_to_stderr_plain_off_a_terminal_live_on_one(data_dir: Path
 
     out, drawn = on_a_terminal(data_dir, "down")
     assert out == f"stopped {PROCESSES} processes\n"
-
-
-def test_a_bench_json_parses_while_its_steps_go_to_stderr(tmp_path: Path) -> None:
-    """`stamp bench lock --json` (three lock replicas of its own, seconds): one JSON object
-    on stdout, its steps as plain lines on stderr."""
-    bench = stamp(tmp_path, "bench", "lock", "--json")
-    report = json.loads(bench.stdout)
-    assert report["bench"] == "lock" and {r["params"]["op"] for r in report["results"]} >= {
-        "acquire", "renew"}
-    lines = bench.stderr.splitlines()
-    assert lines and all(PLAIN_LINE.fullmatch(line) and line.startswith("[bench lock] ")
-                         for line in lines), lines
