@@ -79,3 +79,8 @@ class LruCache:
 
     def __contains__(self, key: object) -> bool:
         return key in self._entries
+
+    def items(self) -> list[tuple[Hashable, Any]]:
+        """(key, value) of every entry, least recently used first (a copy: `put`ting them
+        into another cache in this order keeps their recency there)."""
+        return [(key, value) for key, (value, _) in self._entries.items()]

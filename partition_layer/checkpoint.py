@@ -36,6 +36,7 @@ from typing import Protocol
 
 from common import faults
 from common.config import PartitionLimits
+from partition_layer import keys
 from partition_layer.cache import LruCache
 from partition_layer.extent_needs import WritePins
 from partition_layer.keys import KeyRange
@@ -57,6 +58,9 @@ MERGE_SIZE_RATIO = 2
 # rarely suspend (a frozen memtable never does): writing it in one go stalled every commit
 # for the 10-20 ms between two of its appends. Let the loop run after this many rows.
 ROWS_PER_YIELD = 64
+# The rows of a flushed memtable kept in the row cache (_keep_flushed_rows): never dropped
+# or changed by the flush.
+KEPT_KINDS = frozenset((keys.KIND_META, keys.KIND_ENTITY))
 
 
 def _data_bytes(info: RunInfo) -> int:
@@ -239,11 +243,30 @@ class Checkpointer:
                 await self._publish(runs, replay_from, applied_lsn)
                 p.frozen = None
                 p.log_bytes -= log_bytes
+                await self._keep_flushed_rows(frozen)
         self.checkpoints += 1
         log.info("partition %d: checkpoint %d at lsn %d: %s", p.id, self.checkpoints,
                  applied_lsn, f"run {info.run_id}, {info.key_count} keys" if info else "no run")
         if len(p.meta.runs) > p.limits.runs_max and self._merge is None:
             self._merge = asyncio.get_running_loop().create_task(self._run_merge())
+
+    async def _keep_flushed_rows(self, frozen: Memtable) -> None:
+        """The meta and entity rows a checkpoint just wrote into its run go into the row
+        cache (which the publish cleared), when the memtable was small enough to fit: they
+        are the newest of their keys in the runs and the likeliest read next (a log's meta
+        row is read by its next append), which would otherwise wait for the new run's index
+        and a data block from the extent nodes. Records and tokens are left out: the flush
+        may drop them (trimmed, expired: merge.py), and appends do not read them back.
+        Correct while it runs: a key written since the freeze is in the memtable, which
+        shadows the row cache until the next publish clears it."""
+        p = self.p
+        if not len(frozen) or frozen.nbytes > p.row_cache.max_bytes // 2:
+            return
+        for count, (key, encoded) in enumerate(frozen.items(p.range.low, p.range.high), 1):
+            if key[keys.kind_offset(key)] in KEPT_KINDS:
+                p.row_cache.put(key, encoded)
+            if count % ROWS_PER_YIELD == 0:
+                await asyncio.sleep(0)
 
     async def _write_run(self, sources: list, drop_tombstones: bool) -> RunInfo | None:
         p = self.p
@@ -263,6 +286,8 @@ class Checkpointer:
         if not count:
             return None
         info = await writer.finish()
+        if p.indexes is not None and writer.index is not None:
+            p.indexes.install(info, writer.index)
         return dataclasses.replace(info, view_low=p.range.low, view_high=p.range.high)
 
     async def _publish(self, runs: list[RunInfo], replay_from: Location | None,

@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from common.config import PartitionLimits
@@ -101,7 +101,10 @@ class RangePartition:
 
     # ---- load -------------------------------------------------------------------------------
 
-    async def load(self, create_if_missing: bool = False) -> LoadReport:
+    async def load(self, create_if_missing: bool = False,
+                   parents: Sequence[RangePartition] = ()) -> LoadReport:
+        """`parents`: the partitions this one was just split or merged from, on this
+        server: it starts with their cached rows in its range (`_inherit_rows`)."""
         started, report = time.monotonic(), LoadReport()
         self.streams = await open_fenced(self.client, self.id, self.epoch, create_if_missing)
         fenced_at = time.monotonic()
@@ -122,6 +125,8 @@ class RangePartition:
         self.last_commit = self.meta.replay_from
         self.indexes = IndexCache(self.limits.index_cache_bytes_max, self.streams["row"].read,
                                   self.block_cache)
+        if derived:
+            self._inherit_caches(parents)
         # Indexes load on first use (run_cache.py), not here (the load stays independent of
         # the size), and are warmed in the background a moment after it serves.
         self.readers = [Run(info, self.indexes) for info in self.meta.runs]
@@ -151,6 +156,23 @@ class RangePartition:
                  "runs, %d ops replayed (%d bytes)", self.id, self.epoch, report.seconds,
                  fenced_at - started, report.runs, report.replayed_ops, report.replayed_bytes)
         return report
+
+    def _inherit_caches(self, parents: Sequence[RangePartition]) -> None:
+        """Start with what the parents had cached: rows in this partition's range, run
+        indexes and data blocks. A split or merge checkpoints its parents fully and changes
+        no row, and runs never change: all of it still holds, and the first operations
+        after it (whose log meta rows are cached: checkpoint.py `_keep_flushed_rows`) do not
+        wait for indexes and blocks from the extent nodes while the range was unavailable."""
+        assert self.indexes is not None
+        for parent in parents:
+            if len(parent.memtable) or parent.frozen is not None or parent.indexes is None:
+                continue  # not checkpointed fully: not the state this one starts from
+            for key, encoded in parent.row_cache.items():
+                if self.range.contains(key):
+                    self.row_cache.put(key, encoded)
+            self.indexes.adopt(parent.indexes)
+            for location, block in parent.block_cache.items():
+                self.block_cache.put(location, block)
 
     async def _warm_indexes(self) -> None:
         await asyncio.sleep(self.limits.index_warm_delay_ms / 1000)

@@ -52,6 +52,19 @@ class IndexCache:
             task.add_done_callback(lambda _: self._loading.pop(key, None))
         return await asyncio.shield(task)
 
+    def install(self, info: RunInfo, index: RunIndex) -> None:
+        """The index of a run this partition just wrote (RunWriter.index): its first reads
+        then do not wait for the extent nodes."""
+        self._cache.put(_physical(info), RunReader(index, self._read, self._block_cache))
+
+    def adopt(self, other: IndexCache) -> None:
+        """Take `other`'s loaded indexes (a split or merge parent's: its runs are this
+        partition's physical runs, and a run never changes), read through this cache's own
+        stream and block cache from now on."""
+        for key, reader in other._cache.items():
+            if key not in self._cache:
+                self._cache.put(key, RunReader(reader.index, self._read, self._block_cache))
+
     def peek(self, info: RunInfo) -> RunReader | None:
         """The run's reader if its index is loaded now; never loads (size estimates)."""
         return self._cache.peek(_physical(info))

@@ -149,6 +149,9 @@ class RunWriter:
         self._min_version: int | None = None
         self._max_version: int | None = None
         self._finished = False
+        # After finish: the run's index as a reader would load it (IndexCache.install), so
+        # the partition that wrote the run need not read it back.
+        self.index: RunIndex | None = None
 
     @property
     def key_count(self) -> int:
@@ -233,11 +236,15 @@ class RunWriter:
         bloom_blocks = await self._append_all(
             [run_blocks.encode_bloom_block(n, piece, n == len(pieces) - 1)
              for n, piece in enumerate(pieces)])
-        return RunInfo(run_id=self.run_id, index_blocks=tuple(index_blocks),
+        info = RunInfo(run_id=self.run_id, index_blocks=tuple(index_blocks),
                        bloom_blocks=tuple(bloom_blocks), key_count=self._count,
                        data_blocks=len(self._index), data_bytes=self._data_bytes,
                        first_key=self._first_key, last_key=self._last_key,
                        min_version=self._min_version, max_version=self._max_version)
+        self.index = RunIndex(info, [key for key, _ in self._index],
+                              [location for _, location in self._index],
+                              BloomFilter.from_bytes(bloom))
+        return info
 
     def _encode_index(self) -> list[bytes]:
         blocks: list[bytes] = []

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from functools import partial
 
 from grpc import aio
@@ -103,10 +103,11 @@ class PartitionServer:
         raise NotOwner(f"{self.name} serves no partition holding that key{held}")
 
     async def load(self, partition_id: int, key_range: keys.KeyRange,
-                   create_if_missing: bool = False, acquired: Acquired | None = None
-                   ) -> LoadReport:
+                   create_if_missing: bool = False, acquired: Acquired | None = None,
+                   parents: Sequence[RangePartition] = ()) -> LoadReport:
         """Load the partition here (idempotent). `acquired`: its lease, taken beforehand
-        (`acquire`: a split takes its children's before the parent stops admitting)."""
+        (`acquire`: a split takes its children's before the parent stops admitting);
+        `parents`: the ones it was split or merged from here (RangePartition.load)."""
         if partition_id in self.retired:
             raise PreconditionFailed(f"partition {partition_id} was split or merged away")
         current = self.partitions.get(partition_id)
@@ -115,7 +116,7 @@ class PartitionServer:
         task = self._loading.get(partition_id)
         if task is None:
             task = asyncio.get_running_loop().create_task(
-                self._load(partition_id, key_range, create_if_missing, acquired))
+                self._load(partition_id, key_range, create_if_missing, acquired, parents))
             self._loading[partition_id] = task
             task.add_done_callback(lambda _: self._loading.pop(partition_id, None))
         return await asyncio.shield(task)
@@ -140,14 +141,15 @@ class PartitionServer:
         return lease, holder
 
     async def _load(self, partition_id: int, key_range: keys.KeyRange,
-                    create_if_missing: bool, acquired: Acquired | None) -> LoadReport:
+                    create_if_missing: bool, acquired: Acquired | None,
+                    parents: Sequence[RangePartition]) -> LoadReport:
         lease, holder = acquired or await self.acquire(partition_id)
         loop = asyncio.get_running_loop()
         partition = RangePartition(partition_id, key_range, self.streams, self.limits,
                                    lease.token, lease.valid)
         holder.append(partition)
         try:
-            report = await partition.load(create_if_missing)
+            report = await partition.load(create_if_missing, parents)
         except BaseException:
             await partition.stop("load failed")
             await asyncio.to_thread(lease.release)

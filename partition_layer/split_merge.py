@@ -381,15 +381,19 @@ class SplitMerge:
                              parent_ids: Sequence[int] = (), leases: Leases = NO_LEASES
                              ) -> list[RangePartition]:
         """Load the committed children here; their parents must not serve here any more."""
+        parents = []
         for gone_id in (*((parent_id,) if parent_id is not None else ()), *parent_ids):
             self.server.retired.add(gone_id)
             parent = self.server.partitions.get(gone_id)
             if parent is not None and parent.state != GONE:
                 await parent.stop("its split or merge committed")
+            if parent is not None and parent.meta is not None:
+                parents.append(parent)
         for other in self.server.partitions.values():
             assert other.id not in (parent_id, *parent_ids) or other.state == GONE, (
                 f"partition {other.id} serves with its children")
-        await asyncio.gather(*(self.server.load(child, ANYWHERE, acquired=leases.get(child))
+        await asyncio.gather(*(self.server.load(child, ANYWHERE, acquired=leases.get(child),
+                                                parents=parents)
                                for child in child_ids))
         return [self.server.partitions[child] for child in child_ids]
 
