@@ -149,6 +149,9 @@ class PartitionLimits:
     commit_batch_ops_min: int = 8
     # Commit-log blocks in flight at once per partition (committer.py).
     commit_pipeline_depth: int = 4
+    # With the pipeline empty, a block much shorter than the partition's recent outstanding
+    # operations waits up to this long for the writers just answered (linger.py; 0: never).
+    commit_linger_ms: float = 3.0
     # Operations queued for the commit log beyond this are refused (Throttled).
     pending_ops_max: int = 50_000
     # Checkpoint past either threshold (§4); writes wait while a full memtable is flushed.

@@ -29,6 +29,7 @@ Contracts:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
@@ -40,6 +41,7 @@ from common import faults
 from common.config import PartitionLimits
 from common.errors import NotOwner, StampError, Throttled, Unavailable
 from partition_layer.commit_log import CommitBatch, CommitOp, encode_batch
+from partition_layer.linger import Linger
 from partition_layer.operations import Operation, Overlay
 from partition_layer.rows import Row, encode_row
 from partition_layer.stats import LoadStats
@@ -47,6 +49,9 @@ from stream_layer.client import AsyncStream
 from stream_layer.framing import Location
 
 log = logging.getLogger(__name__)
+
+# How long a partition remembers how many operations it had outstanding (linger.py).
+LINGER_WINDOW_S = 0.2
 
 
 class CommitSite(Protocol):
@@ -135,6 +140,8 @@ class GroupCommitter:
         # key -> (lsn, row or None when deleted): what blocks in flight will have written.
         self._inflight_rows: dict[bytes, tuple[int, Row | None]] = {}
         self.inflight = 0
+        self._inflight_ops = 0  # operations in the blocks in flight
+        self._linger = Linger(site.limits.commit_linger_ms / 1000, LINGER_WINDOW_S)
         # Operations taken off the queue whose block is not yet started (`_start` may await
         # rows from the checkpoints): neither queued nor in flight, but not settled either.
         self.deciding = 0
@@ -167,6 +174,8 @@ class GroupCommitter:
             raise Throttled(f"partition {self.p.id} has {len(self.queue)} operations queued",
                             retry_after_s=0.05)
         self.queue.append(pending)
+        self._linger.observe(len(self.queue) + self.deciding + self._inflight_ops,
+                             pending.started)
         self._wake.set()
 
     def idle(self) -> bool:
@@ -232,9 +241,21 @@ class GroupCommitter:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
+            if not self.inflight:
+                wait_s = self._linger.wait_s(len(self.queue), self.limits.commit_batch_ops_max,
+                                             time.monotonic())
+                if wait_s > 0:
+                    # A short block with the pipeline empty: the writers just answered may
+                    # be on their way back (linger.py). Any arrival wakes the loop to look again.
+                    self._wake.clear()
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(wait_s):
+                            await self._wake.wait()
+                    continue
             await self.p.wait_for_room()
             if self._paused or not self.queue:
                 continue
+            self._linger.sent()
             batch = self._take_batch()
             self.deciding += len(batch)
             try:
@@ -302,6 +323,7 @@ class GroupCommitter:
             append = asyncio.get_running_loop().create_task(self._append(block))
             self._appends.add(append)
         self.inflight += 1
+        self._inflight_ops += len(outcomes)
         self._tail = asyncio.get_running_loop().create_task(
             self._finish(self._tail, append, ops, outcomes, nbytes))
 
@@ -332,6 +354,7 @@ class GroupCommitter:
             return
         finally:
             self.inflight -= 1
+            self._inflight_ops -= len(outcomes)
             self._wake.set()
         if append is not None:
             self._appends.discard(append)

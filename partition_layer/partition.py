@@ -9,12 +9,11 @@ Contracts:
   may land twice; committer.py says what happens when one fails).
 - Loading fences the previous owner first (`fence_stream` with this owner's lease token on
   the metadata and commit-log streams — any older owner's append fails from then on, §8
-  invariant 3), then reads the last metadata record, the checkpoints' indexes, and replays
-  the commit log from the replay point: its cost grows with the log since the last
-  checkpoint, not with the partition's size. A newest record carrying a split or merge
-  intent is resolved first (meta_derive.py: a child's meta derived, or the intent rolled
-  back) and the result appended to its own metadata stream before it serves; replay skips
-  mutations outside its range (a split child replays its parent's log).
+  invariant 3), then reads the last metadata record and replays the commit log from the
+  replay point: its cost grows with the log since the last checkpoint, not with the
+  partition's size (indexes load on first use). A newest record with a split or merge
+  intent is resolved first (meta_derive.py: a child's meta derived, published in the
+  background; or the intent rolled back); replay skips mutations outside its range.
 - It serves only while its lease is valid (the lease client stops claiming before the lock
   service could hand the partition to another PS). A failed commit-log append leaves the
   partition's state unknown (was it written?): the partition stops serving, and the next load
@@ -49,6 +48,7 @@ from partition_layer.rows import BlobRef, LogMeta, Row, decode_row
 from partition_layer.run_cache import IndexCache, Run
 from partition_layer.runs import block_cache
 from partition_layer.stats import LoadStats
+from partition_layer.warm_start import inherit_caches
 from stream_layer.client import AsyncStream, AsyncStreamClient
 from stream_layer.framing import Location
 
@@ -103,8 +103,7 @@ class RangePartition:
 
     async def load(self, create_if_missing: bool = False,
                    parents: Sequence[RangePartition] = ()) -> LoadReport:
-        """`parents`: the partitions this one was just split or merged from, on this
-        server: it starts with their cached rows in its range (`_inherit_rows`)."""
+        """`parents`: those it was just split or merged from, here (warm_start.py)."""
         started, report = time.monotonic(), LoadReport()
         self.streams = await open_fenced(self.client, self.id, self.epoch, create_if_missing)
         fenced_at = time.monotonic()
@@ -125,10 +124,8 @@ class RangePartition:
         self.last_commit = self.meta.replay_from
         self.indexes = IndexCache(self.limits.index_cache_bytes_max, self.streams["row"].read,
                                   self.block_cache)
-        if derived:
-            self._inherit_caches(parents)
-        # Indexes load on first use (run_cache.py), not here (the load stays independent of
-        # the size), and are warmed in the background a moment after it serves.
+        inherit_caches(self, parents if derived else ())
+        # Indexes load on first use (not here: size-independent), warmed soon after serving.
         self.readers = [Run(info, self.indexes) for info in self.meta.runs]
         report.runs = len(self.readers)
         replayer = Replayer(self.applied_lsn)
@@ -156,23 +153,6 @@ class RangePartition:
                  "runs, %d ops replayed (%d bytes)", self.id, self.epoch, report.seconds,
                  fenced_at - started, report.runs, report.replayed_ops, report.replayed_bytes)
         return report
-
-    def _inherit_caches(self, parents: Sequence[RangePartition]) -> None:
-        """Start with what the parents had cached: rows in this partition's range, run
-        indexes and data blocks. A split or merge checkpoints its parents fully and changes
-        no row, and runs never change: all of it still holds, and the first operations
-        after it (whose log meta rows are cached: checkpoint.py `_keep_flushed_rows`) do not
-        wait for indexes and blocks from the extent nodes while the range was unavailable."""
-        assert self.indexes is not None
-        for parent in parents:
-            if len(parent.memtable) or parent.frozen is not None or parent.indexes is None:
-                continue  # not checkpointed fully: not the state this one starts from
-            for key, encoded in parent.row_cache.items():
-                if self.range.contains(key):
-                    self.row_cache.put(key, encoded)
-            self.indexes.adopt(parent.indexes)
-            for location, block in parent.block_cache.items():
-                self.block_cache.put(location, block)
 
     async def _warm_indexes(self) -> None:
         await asyncio.sleep(self.limits.index_warm_delay_ms / 1000)

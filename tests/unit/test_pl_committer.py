@@ -346,7 +346,9 @@ def test_while_a_block_is_in_flight_the_next_waits_for_a_batch_worth_sending() -
     async def scenario() -> None:
         log = GatedLog()
         site = MemorySite(log)
+        # No linger: a short block after a peak of 5 would wait for more (test_pl_linger).
         site.committer.limits = dataclasses.replace(site.limits, commit_batch_ops_min=4)
+        site.committer._linger.linger_s = 0
         site.committer.start()
         first = site.committer.submit_nowait(append_op(0), 64)
         await asyncio.wait_for(log.sent.wait(), 5)

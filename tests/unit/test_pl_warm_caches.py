@@ -15,6 +15,7 @@ from partition_layer import keys
 from partition_layer import partition as partition_module
 from partition_layer.keys import KeyRange
 from partition_layer.run_cache import IndexCache
+from partition_layer.warm_start import inherit_caches
 from tests.unit.test_pl_committer import serving_partition
 from tests.unit.test_pl_operations import log_append
 
@@ -80,7 +81,7 @@ def test_a_child_starts_with_its_parents_rows_in_its_range_indexes_and_blocks() 
         assert await parent.get_row(token) is not None and len(parent.block_cache)
         cut = keys.encode_key("acct", "log-4", keys.KIND_META, b"")
         left = _child_of(parent, KeyRange(b"", cut))
-        left._inherit_caches([parent])
+        inherit_caches(left, [parent])
         assert {key for key, _ in left.row_cache.items()} == {
             *(_meta_key(log) for log in LOGS[:4]), token}
         info = parent.readers[0].info
@@ -89,7 +90,7 @@ def test_a_child_starts_with_its_parents_rows_in_its_range_indexes_and_blocks() 
         # A parent that committed past its last checkpoint hands over nothing.
         await _append_round(parent, 2)
         right = _child_of(parent, KeyRange(cut, None))
-        right._inherit_caches([parent])
+        inherit_caches(right, [parent])
         assert not len(right.row_cache) and right.indexes is not None
         assert right.indexes.peek(info) is None and not len(right.block_cache)
         await parent.stop("test over")
