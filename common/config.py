@@ -209,7 +209,7 @@ class PartitionManagerConfig:
     """The PM's balancing pass and its policy (§4; issue 17; partition_layer/balance_policy.py).
 
     Loads are what the partition servers report in their heartbeats, averaged over their last
-    15 s (stats.py). What one PS sees on this 2-core machine bounds the defaults: a partition
+    8 s (stats.py). What one PS sees on this 2-core machine bounds the defaults: a partition
     commits a few thousand single-record appends/s (committer.py: 4.6k with 32 appenders), a
     whole local stamp some tens of thousands of records/s at most. So the absolute load
     thresholds below are above anything a local stamp reaches, and a local stamp is balanced
@@ -230,10 +230,11 @@ class PartitionManagerConfig:
     actions_per_pass_max: int = 3
     # No split or merge of a range a split, merge or move made or touched this recently: a
     # range just split is not merged back, nor a merged one split again (the churn Pravega and
-    # TiKV users reported); and such a range moves again only to land well within the balance
-    # tolerance (noise in the figures does not move it back and forth). Longer than the PS's
-    # 15 s load window, so a split or merge reads figures measured wholly after the change.
-    cooldown_s: float = 20.0
+    # TiKV users reported); and a range moved this recently moves again only to land well
+    # within the balance tolerance (noise in the figures does not move it back and forth).
+    # Longer than the PS's 8 s load window, so a split or merge reads figures measured
+    # wholly after the change.
+    cooldown_s: float = 10.0
     # A partition made or moved this recently is left alone by every rule: its load is still
     # being measured (its stats start empty where it loads; heartbeats come every second).
     settle_s: float = 3.0

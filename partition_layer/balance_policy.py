@@ -15,8 +15,9 @@ not in an action already):
    load key (trigger "load");
 2. balance: while a PS's load (ops/s) is above mean * balance_load_ratio_max (and above the
    least loaded by balance_ops_per_s_min), it gives the least loaded PS the partition whose
-   move leaves both nearest the mean and within the ratio (a partition changed within the
-   cooldown: within half of it, so noise does not move it back); when no such move exists
+   move leaves both nearest the mean and within the ratio (a partition moved within the
+   cooldown: within half of it, so noise does not move it back; one just split for this
+   moves as soon as it settled); when no such move exists
    and its hottest partition carries more than half the gap, that partition is cut at the
    load key that gives one side half the gap (trigger "load": a half when the other PS is
    idle), and that side is moved by a later pass;
@@ -57,6 +58,7 @@ class PartitionSnapshot:
     requests_sampled: int = 0
     size_split_key: bytes | None = None
     changed_s_ago: float | None = None  # since a split/merge/move made or touched it
+    moved_s_ago: float | None = None  # since a move (to another PS) last touched it
     # A split or merge of it is under way: its load counts on its server, it is left alone.
     pending: bool = False
 
@@ -229,8 +231,8 @@ class _Pass:
             if not self.relieve(src, dst, mean):
                 exhausted.add(src)
 
-    def recent(self, p: PartitionSnapshot) -> bool:
-        return p.changed_s_ago is not None and p.changed_s_ago < self.config.cooldown_s
+    def recently_moved(self, p: PartitionSnapshot) -> bool:
+        return p.moved_s_ago is not None and p.moved_s_ago < self.config.cooldown_s
 
     def relieve(self, src: str, dst: str, mean: float) -> bool:
         """Plan one move from `src` to `dst`, or a cut of src's hottest partition; True: a
@@ -243,14 +245,16 @@ class _Pass:
             self.skipped.append(f"balance {src}: {figures}; no settled partition to give")
             return False
         # A move narrows the gap by something (a tenth) and does not reverse it. One that
-        # leaves both within the tolerance is taken; a partition changed within the cooldown
+        # leaves both within the tolerance is taken; a partition moved within the cooldown
         # only if it lands within half of it (so noise in the figures does not move it back
-        # and forth).
+        # and forth). A half just cut off to be given away goes as soon as it settled: the
+        # figures of a fresh split are rough (the cut follows sampled requests), and waiting
+        # out the cooldown for them kept a PS idle for 20 s.
         tolerance = self.config.balance_load_ratio_max - 1.0
         movable = [p for p in mine if 0.1 * gap <= p.ops_per_s < gap]
         fitting = [p for p in movable
                    if max(self.load[src] - p.ops_per_s, self.load[dst] + p.ops_per_s)
-                   <= mean * (1.0 + (tolerance / 2 if self.recent(p) else tolerance))]
+                   <= mean * (1.0 + (tolerance / 2 if self.recently_moved(p) else tolerance))]
         hottest = max(mine, key=lambda p: p.ops_per_s)
         if fitting:
             self.move(min(fitting, key=lambda p: abs(p.ops_per_s - gap / 2)), src, dst, figures)
@@ -260,7 +264,7 @@ class _Pass:
                                  f"balances: cut off about {gap / 2:.0f} ops/s",
                 share=min(0.5, gap / 2 / hottest.ops_per_s)):
             return False  # the piece moves in a later pass
-        closest = [p for p in movable if not self.recent(p)]
+        closest = [p for p in movable if not self.recently_moved(p)]
         if closest:
             self.move(min(closest, key=lambda p: abs(p.ops_per_s - gap / 2)), src, dst,
                       figures + "; the closest move")
@@ -334,20 +338,24 @@ def load_policy(config: PartitionManagerConfig) -> DefaultPolicy:
 
 def snapshot_from(current: PartitionMap, loads: Mapping[int, pb.PartitionLoad],
                   live: Iterable[str], changed_at: Mapping[int, float], now: float,
-                  pending: Iterable[int] = ()) -> LoadSnapshot:
+                  pending: Iterable[int] = (), moved_at: Mapping[int, float] | None = None
+                  ) -> LoadSnapshot:
     """The snapshot a policy decides on: the map's partitions in key order, each with the
     load its server's last heartbeat reported (zeros while it reports none or is not
-    serving), the seconds since `changed_at` (unix or monotonic, as `now`), and whether it
-    is in `pending` (a split or merge of it under way)."""
+    serving), the seconds since `changed_at` and `moved_at` (unix or monotonic, as `now`),
+    and whether it is in `pending` (a split or merge of it under way)."""
     busy = set(pending)
     parts = []
     for entry in current.partitions:
         load = loads.get(entry.id)
         changed = changed_at.get(entry.id)
         ago = None if changed is None else max(0.0, now - changed)
+        moved = (moved_at or {}).get(entry.id)
+        moved_ago = None if moved is None else max(0.0, now - moved)
         if load is None or load.state != "serving":
             parts.append(PartitionSnapshot(entry.id, entry.low, entry.high, entry.server,
-                                           changed_s_ago=ago, pending=entry.id in busy))
+                                           changed_s_ago=ago, moved_s_ago=moved_ago,
+                                           pending=entry.id in busy))
             continue
         parts.append(PartitionSnapshot(
             entry.id, entry.low, entry.high, entry.server, ops_per_s=load.ops_per_s,
@@ -356,5 +364,5 @@ def snapshot_from(current: PartitionMap, loads: Mapping[int, pb.PartitionLoad],
             samples=tuple((s.key, s.left, s.right, s.contained) for s in load.samples),
             requests_sampled=load.requests_sampled,
             size_split_key=load.size_split_key or None, changed_s_ago=ago,
-            pending=entry.id in busy))
+            moved_s_ago=moved_ago, pending=entry.id in busy))
     return LoadSnapshot(tuple(sorted(set(live))), tuple(parts))

@@ -20,7 +20,7 @@ from common.config import PartitionManagerConfig
 from common.errors import InvalidArgument, StampError
 from common.proto import partition_pb2 as pb
 from partition_layer.balance_policy import Action, LoadSnapshot, load_policy, snapshot_from
-from partition_layer.history import HistoryEntry, changed_at
+from partition_layer.history import HistoryEntry, changed_at, moved_at
 from partition_layer.partition_map import PartitionMap
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ class Balancer:
         history = await asyncio.to_thread(m.history.read)
         busy = {i for op in current.pending for i in op.sources} | m.ops.busy
         return snapshot_from(current, m.partition_loads(), live, changed_at(history),
-                             time.time(), pending=busy)
+                             time.time(), pending=busy, moved_at=moved_at(history))
 
     async def split_key(self, partition_id: int, current: PartitionMap) -> bytes:
         """The policy's split key for the partition, from its latest heartbeat."""

@@ -113,6 +113,13 @@ def changed_at(entries: Sequence[HistoryEntry]) -> dict[int, float]:
     return found
 
 
+def moved_at(entries: Sequence[HistoryEntry]) -> dict[int, float]:
+    """{partition id: when a move last took it to another server (its end, unix s)}: the
+    policy moves such a partition again only to land well within its tolerance."""
+    return {partition_id: e.started_at + e.seconds
+            for e in entries if e.op == OP_MOVE for partition_id in e.to_ids}
+
+
 class HistoryStore:
     """The history in the lock service (blocking calls: run them in a thread)."""
 

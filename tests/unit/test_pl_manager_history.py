@@ -16,6 +16,7 @@ from partition_layer.history import (
     changed_at,
     decode,
     encode,
+    moved_at,
 )
 from partition_layer.partition_map import PendingOp
 
@@ -59,6 +60,12 @@ def test_changed_at_is_when_an_operation_last_touched_a_partition() -> None:
     found = changed_at([entry(1), HistoryEntry("merge", "count", (1001, 2001), (7,), 2000.0,
                                                seconds=1.0)])
     assert found[1] == 1001.5 and found[1001] == 2001.0 and found[7] == 2001.0
+
+
+def test_moved_at_is_when_a_move_last_took_a_partition_elsewhere() -> None:
+    moves = [HistoryEntry("move", "load", (7,), (7,), 3000.0, seconds=0.5),
+             HistoryEntry("move", "load", (8,), (), 3100.0, seconds=0.5)]  # failed
+    assert moved_at([entry(1), *moves]) == {7: 3000.5}
 
 
 SPLIT = PendingOp("split", "ps-1", 5, 6, parent=1, key=b"\x01k")
