@@ -174,8 +174,9 @@ BENCHES: dict[str, tuple[str, Callable[[argparse.Namespace, Progress], Rows]]] =
               "ratio largest/smallest <= 1.5, unavailable p50 <= 100 ms)", _split),
     "balance": ("2 PSs, one partition, 32 appenders over 256 logs, uniform then skewed: "
                 "records/s before and after the PM balances, time until every PS is within "
-                "25% of the mean (targets: <= 30 s, no appender error, after >= before)",
-                _balance),
+                "25% of the mean (targets: <= 30 s, no appender error, after >= before); "
+                "then the same load on one partition and on two PSs taking turns, with no "
+                "balancing (the most balancing can reach here)", _balance),
     "scrub": ("stamp job scrub on local[2] over 256 MB of sealed 3-way replicated extents: "
               "MB/s verified (every replica) against the disk's sequential read rate, taking "
               "turns, page cache dropped (target ratio >= 0.5)", _scrub),

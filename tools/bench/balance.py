@@ -7,6 +7,8 @@ the seconds until every PS carries within 25% of the mean load (per-PS ops/s sum
 PM leader's heartbeats, held for `STEADY_S`), records/s over `AFTER_S` seconds once
 balanced, the splits, merges and moves the PM made (its history), and the errors the
 appenders saw. Targets: balanced within 30 s; no appender error; records/s after >= before.
+Then the control (balance_layouts.py): the uniform load on the two layouts themselves, one
+partition on one PS and two on two PSs, taking turns with no balancing pass running.
 """
 
 from __future__ import annotations
@@ -43,8 +45,14 @@ WITHIN = 0.25
 
 
 def run_balance(progress: Progress = lambda _: None) -> list[dict[str, Any]]:
-    return with_fresh_stamp("", lambda stamp: uvloop.run(_balance(stamp, progress)),
-                            progress, stream_layer_only=False, balancing=True)
+    """The two phases, then the control (balance_layouts.py): the load on one partition and
+    on two PSs, taking turns, on a stamp of its own."""
+    from tools.bench.balance_layouts import run_layouts  # it imports this module
+
+    rows: list[dict[str, Any]] = with_fresh_stamp(
+        "", lambda stamp: uvloop.run(_balance(stamp, progress)), progress,
+        stream_layer_only=False, balancing=True)
+    return rows + run_layouts(progress)
 
 
 class Load:
