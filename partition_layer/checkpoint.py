@@ -58,6 +58,8 @@ MERGE_SIZE_RATIO = 2
 # rarely suspend (a frozen memtable never does): writing it in one go stalled every commit
 # for the 10-20 ms between two of its appends. Let the loop run after this many rows.
 ROWS_PER_YIELD = 64
+# A split child's or merged partition's first own record waits this long (publish_first).
+FIRST_RECORD_DELAY_S = 0.5
 # The rows of a flushed memtable kept in the row cache (_keep_flushed_rows): never dropped
 # or changed by the flush.
 KEPT_KINDS = frozenset((keys.KIND_META, keys.KIND_ENTITY))
@@ -164,6 +166,11 @@ class Checkpointer:
 
         async def append() -> None:
             try:
+                # Not at once: the append rolls the meta stream over to a new extent (the
+                # load's fence sealed its last one), a stream-manager change and seals on
+                # three extent nodes that slowed the first commits after a split 5-20 ms,
+                # while the range was still catching up.
+                await asyncio.sleep(FIRST_RECORD_DELAY_S)
                 await p.streams["meta"].append([record])
             except asyncio.CancelledError:
                 raise

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from common.config import PartitionLimits
+from partition_layer import checkpoint
 from partition_layer.cache import LruCache
 from partition_layer.checkpoint import MERGE_SIZE_RATIO, ROWS_PER_YIELD, Checkpointer
 from partition_layer.keys import KIND_ENTITY, KIND_META, KeyRange, encode_key
@@ -115,6 +116,30 @@ def test_a_checkpoint_publishes_a_run_and_the_replay_point_through_its_site() ->
     (record,) = site.streams["meta"].blocks.values()
     assert decode_meta(record) == site.meta, "the record in the stream is the one in force"
     assert len(site.row_cache) == 0 and site.stopped_for == []
+
+
+def test_a_derived_partitions_first_record_waits_a_moment_and_later_ones_wait_for_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A split child's first own record goes out FIRST_RECORD_DELAY_S after it serves (not
+    in the first commits' way); a checkpoint meanwhile publishes after it, never before."""
+    monkeypatch.setattr(checkpoint, "FIRST_RECORD_DELAY_S", 0.3)
+    site = MemorySite(PartitionLimits())
+    site.memtable.put(record_key("acct", "log", 0), encode_row(Row(1, value=b"v")))
+    site.applied_lsn, site.last_commit = 1, Location(1, 0, 100)
+
+    async def scenario() -> float:
+        checkpointer = Checkpointer(site)  # type: ignore[arg-type]
+        checkpointer.publish_first()
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert not site.streams["meta"].blocks, "the first record waits"
+        started = asyncio.get_running_loop().time()
+        await checkpointer.checkpoint_now()
+        return asyncio.get_running_loop().time() - started
+
+    waited = asyncio.run(scenario())
+    first, second = (decode_meta(b) for b in site.streams["meta"].blocks.values())
+    assert (first.runs, len(second.runs)) == ([], 1) and waited >= 0.25
 
 
 # ---- runs through views: split children and a merged partition (issue 17) ---------------------
