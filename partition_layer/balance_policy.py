@@ -345,12 +345,13 @@ def snapshot_from(current: PartitionMap, loads: Mapping[int, pb.PartitionLoad],
     serving), the seconds since `changed_at` and `moved_at` (unix or monotonic, as `now`),
     and whether it is in `pending` (a split or merge of it under way)."""
     busy = set(pending)
+    moved_at = moved_at or {}
     parts = []
     for entry in current.partitions:
         load = loads.get(entry.id)
         changed = changed_at.get(entry.id)
         ago = None if changed is None else max(0.0, now - changed)
-        moved = (moved_at or {}).get(entry.id)
+        moved = moved_at.get(entry.id)
         moved_ago = None if moved is None else max(0.0, now - moved)
         if load is None or load.state != "serving":
             parts.append(PartitionSnapshot(entry.id, entry.low, entry.high, entry.server,

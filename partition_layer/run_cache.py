@@ -79,6 +79,10 @@ class IndexCache:
     def nbytes(self) -> int:
         return self._cache.nbytes
 
+    @property
+    def count(self) -> int:
+        return len(self._cache)
+
 
 class Run:
     """One checkpoint run as one partition lists it: its index loaded on demand through the

@@ -387,7 +387,7 @@ class SplitMerge:
             parent = self.server.partitions.get(gone_id)
             if parent is not None and parent.state != GONE:
                 await parent.stop("its split or merge committed")
-            if parent is not None and parent.meta is not None:
+            if parent is not None:
                 parents.append(parent)
         for other in self.server.partitions.values():
             assert other.id not in (parent_id, *parent_ids) or other.state == GONE, (

@@ -12,14 +12,19 @@ hands over nothing.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from partition_layer.partition import RangePartition
 
+log = logging.getLogger(__name__)
 
-def inherit_caches(child: RangePartition, parents: Sequence[RangePartition]) -> None:
+
+def inherit_caches(child: RangePartition, parents: Sequence[RangePartition]
+                   ) -> tuple[int, int, int]:
+    """(rows, indexes, blocks) the child holds afterwards, logged when it had parents."""
     assert child.indexes is not None
     for parent in parents:
         if len(parent.memtable) or parent.frozen is not None or parent.indexes is None:
@@ -30,3 +35,8 @@ def inherit_caches(child: RangePartition, parents: Sequence[RangePartition]) -> 
         child.indexes.adopt(parent.indexes)
         for location, block in parent.block_cache.items():
             child.block_cache.put(location, block)
+    held = len(child.row_cache), child.indexes.count, len(child.block_cache)
+    if parents:
+        log.info("partition %d: warm from its parents: %d rows, %d indexes, %d blocks",
+                 child.id, *held)
+    return held

@@ -19,8 +19,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import re
 import signal
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import pytest
 
@@ -33,6 +35,7 @@ from common.errors import (
     StampError,
     Throttled,
 )
+from common.process import LOG_FILE
 from stream_layer.sm_client import AsyncStreamManagerClient
 from tests.probe.ps_direct import (
     Acked,
@@ -54,6 +57,16 @@ GROUPS = ("ents-0", "ents-1", "tbl-0")  # "ents-*" < every "log-*" < "tbl-0"
 def direct_stamp(factory: StampFactory, servers: int) -> LocalStamp:
     return factory(3, 1, lock_servers=3, partition_servers=servers,
                    partition={"partition_lease_ttl_ms": 1000})
+
+
+def _warm_start(stamp: LocalStamp, server: str, partition_id: int
+                ) -> tuple[int, int, int] | None:
+    """(rows, indexes, blocks) the partition's load took over from its parents, as the
+    server logged it (None: not logged)."""
+    text = (Path(stamp.record(server).dir) / LOG_FILE).read_text(errors="replace")
+    found = re.search(rf"partition {partition_id}: warm from its parents: (\d+) rows, "
+                      rf"(\d+) indexes, (\d+) blocks", text)
+    return None if found is None else (int(found[1]), int(found[2]), int(found[3]))
 
 
 def fresh_acked() -> Acked:
@@ -110,6 +123,11 @@ def test_split_then_merge_reads_every_write_back(stamp_factory: StampFactory) ->
             assert 0 < split.unavailable_s <= split.seconds
             assert await ps1.served() == {2: (b"", name_key("log-3")),
                                           3: (name_key("log-3"), None)}
+            # Each child started with its parent's cached indexes (warm_start.py): its
+            # first operations wait for none from the extent nodes.
+            for child in (2, 3):
+                warm = _warm_start(stamp, "ps-1", child)
+                assert warm is not None and warm[1] > 0, warm
             for child, key_range in ((2, split.left), (3, split.right)):
                 # Each child's own record, appended once it serves (checkpoint.py
                 # publish_first): the next load need not derive again.

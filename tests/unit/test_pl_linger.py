@@ -5,9 +5,15 @@ never waits; the peak is forgotten after `window_s`; 0 turns it off."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+
 import pytest
 
+from common.config import PartitionLimits
 from partition_layer.linger import Linger
+from tests.unit.test_pl_committer import serving_partition
+from tests.unit.test_pl_operations import log_append
 
 CAP = 32
 
@@ -59,13 +65,6 @@ def _ops_per_block(linger_ms: float) -> float:
     """16 closed-loop writers on a partition whose commit-log appends take 2 ms; half of
     them send their next append 0.5 ms after an answer, half 1.5 ms after (as writers
     spread over two partitions drift apart): operations per block."""
-    import asyncio
-    import dataclasses
-
-    from common.config import PartitionLimits
-    from tests.unit.test_pl_committer import serving_partition
-    from tests.unit.test_pl_operations import log_append
-
     limits = dataclasses.replace(PartitionLimits(), commit_linger_ms=linger_ms)
 
     async def scenario() -> float:
