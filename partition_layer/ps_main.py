@@ -95,6 +95,11 @@ class Registration:
 
 async def heartbeat_forever(server: PartitionServer, registration: Registration,
                             locks: LockClient, address: str, limits: PartitionLimits) -> None:
+    """Keep the registration and report this server's load to the leading PM, every
+    `heartbeat_interval_ms`, for as long as the process lives. A failed beat is logged and
+    the next one tried: the loop must outlive any error. Without heartbeats the PM never
+    learns that this server stopped serving a partition it had confirmed (manager.py
+    `heartbeat`), and clients are sent here for it for ever."""
     from common.proto import partition_pb2_grpc
 
     channels: dict[str, object] = {}
@@ -112,6 +117,8 @@ async def heartbeat_forever(server: PartitionServer, registration: Registration,
                 await rpc.call(stub.Heartbeat(server.load_pb(address), timeout=1.0))
         except StampError as exc:
             log.info("heartbeat: %s", exc)
+        except Exception:  # a bug, or an error a client let through: say so, beat again
+            log.exception("heartbeat failed")
         await asyncio.sleep(limits.heartbeat_interval_ms / 1000)
 
 
