@@ -99,9 +99,8 @@ def derive_merged(record: PartitionMeta, merged_id: int) -> PartitionMeta:
     if left.key_range.high != right.key_range.low:
         raise Internal(f"merge of partitions {left.partition_id} and {right.partition_id}: "
                        "their ranges are not adjacent")
-    # Views are disjoint (each side's runs lie in its own range): ids only need renumbering.
     runs = [dataclasses.replace(run, run_id=n)
-            for n, run in enumerate(left.runs + right.runs, start=1)]
+            for n, run in enumerate(merged_runs(left.runs, right.runs), start=1)]
     replay_from = right.replay_from if right.replay_from is not None else left.replay_from
     return PartitionMeta(partition_id=merged_id,
                          key_range=KeyRange(left.key_range.low, right.key_range.high),
@@ -135,3 +134,38 @@ def _only_intent(meta: PartitionMeta, op: str) -> dict[str, Any]:
         raise Internal(f"partition {meta.partition_id}'s meta carries intents "
                        f"{meta.intents}, not one {op}")
     return meta.intents[0]
+
+
+def merged_runs(left: list[RunInfo], right: list[RunInfo]) -> list[RunInfo]:
+    """The runs a merged partition lists, newest first, from its two sides' lists.
+
+    The sides' views are disjoint, so any interleaving that keeps each side's own order
+    reads the same. This one lists each side's runs ahead of the next run both sides list
+    (a run of a common ancestor that a split cut in two), and that run once, its two views
+    joined, when they meet at the split key. So a partition split and merged back lists its
+    runs as before the split, not each of them twice: every run listed costs each read a
+    bloom check, and a doubled list kept the size-tiered merges (merge_group takes the
+    newest runs first) from ever reaching the older half."""
+    def physical(run: RunInfo) -> RunInfo:
+        return dataclasses.replace(run, run_id=0, view_low=b"", view_high=None)
+
+    shared = {physical(r) for r in left} & {physical(r) for r in right}
+    runs: list[RunInfo] = []
+    i = j = 0
+    while True:
+        while i < len(left) and physical(left[i]) not in shared:
+            runs.append(left[i])
+            i += 1
+        while j < len(right) and physical(right[j]) not in shared:
+            runs.append(right[j])
+            j += 1
+        if i == len(left) or j == len(right):
+            return runs + left[i:] + right[j:]
+        a, b = left[i], right[j]
+        if physical(a) == physical(b) and a.view_high is not None \
+                and a.view_high == b.view_low:
+            runs.append(dataclasses.replace(a, view_high=b.view_high))
+            j += 1
+        else:  # listed in another order on each side: keep both pieces, each side in order
+            runs.append(a)
+        i += 1
