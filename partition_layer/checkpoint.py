@@ -124,6 +124,8 @@ class Checkpointer:
         # A split child's or merged partition's first own record (publish_first), appended
         # while it already serves; every later record waits for it.
         self._first: asyncio.Task[None] | None = None
+        # Whether the partition serves, not split or merged (after_load).
+        self._serving: Callable[[], bool] = lambda: True
         self._meta_lock = asyncio.Lock()
         # Runs being written, each pinned at the row stream's last extent when it began:
         # garbage collection keeps every row extent from there on (extent_needs.py).
@@ -152,6 +154,16 @@ class Checkpointer:
         if len(self.p.memtable) or self.p.log_bytes:
             self._task = asyncio.get_running_loop().create_task(self._run_checkpoint())
             await asyncio.shield(self._task)
+
+    def after_load(self, derived: bool, serving: Callable[[], bool]) -> None:
+        """Once the partition serves: a derived partition's first own record
+        (`publish_first`), and from now on a run merge only while `serving()` (no split or
+        merge of the partition under way): the checkpoints of an operation used to start
+        one that the operation abandoned at once, work thrown away while the range was
+        unavailable."""
+        self._serving = serving
+        if derived:
+            self.publish_first()
 
     def publish_first(self) -> None:
         """Append the partition's meta as its first own record, in the background (a split
@@ -254,7 +266,7 @@ class Checkpointer:
         self.checkpoints += 1
         log.info("partition %d: checkpoint %d at lsn %d: %s", p.id, self.checkpoints,
                  applied_lsn, f"run {info.run_id}, {info.key_count} keys" if info else "no run")
-        if len(p.meta.runs) > p.limits.runs_max and self._merge is None:
+        if len(p.meta.runs) > p.limits.runs_max and self._merge is None and self._serving():
             self._merge = asyncio.get_running_loop().create_task(self._run_merge())
 
     async def _keep_flushed_rows(self, frozen: Memtable) -> None:

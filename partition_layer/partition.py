@@ -142,10 +142,9 @@ class RangePartition:
                         "log were dropped (a previous owner failed mid-pipeline)", self.id,
                         dropped)
         self.state = SERVING
-        if derived:
-            # Its own record, off the unavailable time of the split or merge: the next load
-            # would derive the same meta from the same intent record (checkpoint.py).
-            self.checkpointer.publish_first()
+        # Its own record if derived (off the unavailable time of the split or merge); run
+        # merges only while it serves (checkpoint.py `after_load`).
+        self.checkpointer.after_load(derived, serving=lambda: self.state == SERVING)
         self.committer.start()
         self._warming = asyncio.get_running_loop().create_task(self._warm_indexes())
         report.seconds = time.monotonic() - started

@@ -400,3 +400,28 @@ def test_a_run_id_handed_out_while_a_record_is_published_is_not_handed_out_again
         assert [r.run_id for r in site.meta.runs] == [3, 2, 1]
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("serving", [True, False])
+def test_a_checkpoint_starts_a_run_merge_only_while_the_partition_serves(
+        serving: bool) -> None:
+    """Past runs_max, a checkpoint starts a run merge, and every row reads as before it;
+    not a checkpoint of a split or merge of the partition (`serving` false after_load): the
+    operation would abandon it at once (split_merge.py `_checkpoint_fully`)."""
+    site = MemorySite(dataclasses.replace(PartitionLimits(), runs_max=3))
+
+    async def scenario() -> int:
+        checkpointer = Checkpointer(site)  # type: ignore[arg-type]
+        checkpointer.after_load(derived=False, serving=lambda: serving)
+        for n, name in enumerate("abcd"):
+            site.memtable.put(entity(name), encode_row(Row(n + 1, value=name.encode())))
+            site.applied_lsn = site.log_bytes = n + 1
+            await checkpointer.checkpoint_now()
+        async with asyncio.timeout(5):
+            await checkpointer.closed()
+        assert checkpointer.merges == (1 if serving else 0)
+        assert await visible(site) == {entity(name): encode_row(Row(n + 1, value=name.encode()))
+                                       for n, name in enumerate("abcd")}
+        return len(site.meta.runs)  # type: ignore[union-attr]
+
+    assert asyncio.run(scenario()) == (1 if serving else 4)
