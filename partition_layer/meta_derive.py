@@ -30,6 +30,7 @@ from typing import Any
 from common.errors import Internal
 from partition_layer.keys import KeyRange
 from partition_layer.partition_meta import PartitionMeta
+from partition_layer.run_cache import physical_run
 from partition_layer.runs import RunInfo
 
 SPLIT, MERGE = "split", "merge"
@@ -146,23 +147,20 @@ def merged_runs(left: list[RunInfo], right: list[RunInfo]) -> list[RunInfo]:
     runs as before the split, not each of them twice: every run listed costs each read a
     bloom check, and a doubled list kept the size-tiered merges (merge_group takes the
     newest runs first) from ever reaching the older half."""
-    def physical(run: RunInfo) -> RunInfo:
-        return dataclasses.replace(run, run_id=0, view_low=b"", view_high=None)
-
-    shared = {physical(r) for r in left} & {physical(r) for r in right}
+    shared = {physical_run(r) for r in left} & {physical_run(r) for r in right}
     runs: list[RunInfo] = []
     i = j = 0
     while True:
-        while i < len(left) and physical(left[i]) not in shared:
+        while i < len(left) and physical_run(left[i]) not in shared:
             runs.append(left[i])
             i += 1
-        while j < len(right) and physical(right[j]) not in shared:
+        while j < len(right) and physical_run(right[j]) not in shared:
             runs.append(right[j])
             j += 1
         if i == len(left) or j == len(right):
             return runs + left[i:] + right[j:]
         a, b = left[i], right[j]
-        if physical(a) == physical(b) and a.view_high is not None \
+        if physical_run(a) == physical_run(b) and a.view_high is not None \
                 and a.view_high == b.view_low:
             runs.append(dataclasses.replace(a, view_high=b.view_high))
             j += 1

@@ -7,8 +7,9 @@ checkpoint, so it does not grow with the partition's size (issue 6); the indexes
 in the background right after the load, and a read that comes first waits for its run's only.
 
 Views (issue 17): a run is read through its RunInfo's view. After a split both children list
-the parent's runs, each narrowed to its own range; after a merge one physical run may be
-listed twice with disjoint views. `Run` clamps every get and scan to the view, so a key
+the parent's runs, each narrowed to its own range; a merge lists the two pieces of one
+physical run once where their views meet, but may list it twice with disjoint views
+(meta_derive.merged_runs). `Run` clamps every get and scan to the view, so a key
 outside it is not in the run for this partition — a key the other half deleted and merged
 away stays gone. Indexes are cached per physical run (its index blocks), so a run listed
 twice is loaded once.
@@ -24,9 +25,10 @@ from partition_layer.runs import Read, RunIndex, RunInfo, RunReader
 from stream_layer.framing import Location
 
 
-def _physical(info: RunInfo) -> tuple[Location, ...]:
-    """The cache key of a run: its index blocks name the physical run, whatever its run id
-    and view in the listing that reads it."""
+def physical_run(info: RunInfo) -> tuple[Location, ...]:
+    """What names a physical run: its index blocks, whatever its run id and view in the
+    listing that reads it (the index cache's key; a merge joins the pieces a split made of
+    one run by it, meta_derive.py)."""
     return info.index_blocks
 
 
@@ -41,7 +43,7 @@ class IndexCache:
         self.loads = 0
 
     async def reader(self, info: RunInfo) -> RunReader:
-        key = _physical(info)
+        key = physical_run(info)
         found = self._cache.get(key)
         if found is not None:
             return found
@@ -55,7 +57,7 @@ class IndexCache:
     def install(self, info: RunInfo, index: RunIndex) -> None:
         """The index of a run this partition just wrote (RunWriter.index): its first reads
         then do not wait for the extent nodes."""
-        self._cache.put(_physical(info), RunReader(index, self._read, self._block_cache))
+        self._cache.put(physical_run(info), RunReader(index, self._read, self._block_cache))
 
     def adopt(self, other: IndexCache) -> None:
         """Take `other`'s loaded indexes (a split or merge parent's: its runs are this
@@ -67,12 +69,12 @@ class IndexCache:
 
     def peek(self, info: RunInfo) -> RunReader | None:
         """The run's reader if its index is loaded now; never loads (size estimates)."""
-        return self._cache.peek(_physical(info))
+        return self._cache.peek(physical_run(info))
 
     async def _load(self, info: RunInfo) -> RunReader:
         reader = RunReader(await RunIndex.load(info, self._read), self._read, self._block_cache)
         self.loads += 1
-        self._cache.put(_physical(info), reader)
+        self._cache.put(physical_run(info), reader)
         return reader
 
     @property
