@@ -8,17 +8,19 @@ store's cache, frontend/accounts.py).
 
 The canonical string (UTF-8), one field a line:
 
-    stamp-hmac-sha256-v1
+    stamp-hmac-sha256-v2
     ACCOUNT           the account the signer claims to be
     METHOD            the RPC, e.g. Append
     RESOURCE          /ACCOUNT[/NAME], the resource the request acts on
     TIMESTAMP         whole milliseconds since the epoch
-    PAYLOAD CRC32C    8 lowercase hex digits (`payload_crc32c` of the records or value)
+    REQUEST SHA-256   64 lowercase hex digits: SHA-256 of every byte of the request but its
+                      credentials (frontend/wire.py says which bytes), records and values
+                      included
 
-No field holds a newline (they are refused), so the string is injective. The payload enters
-through its CRC32C, the checksum it already carries end to end (§5), so verifying costs no
-second pass over the bytes; the HMAC still binds the payload to the request, because the front
-end and the partition server verify the bytes against that CRC.
+No field holds a newline (they are refused), so the string is injective. The request enters
+through a SHA-256, not a CRC: a CRC32C is affine (four chosen bytes anywhere give any
+checksum), so a signature over one let a captured request be rewritten into another with the
+same CRC (issue 28). CRC32Cs still travel with every record and value, for corruption only.
 
 Contract of `verify`, in this order, so no authorization answer leaks to an unauthenticated
 caller:
@@ -35,26 +37,31 @@ import base64
 import functools
 import hashlib
 import hmac
-import struct
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from common.checksums import crc32c
 from common.errors import InvalidArgument, PermissionDenied, Unauthenticated
 from frontend import names
 
-SCHEME = "stamp-hmac-sha256-v1"
+SCHEME = "stamp-hmac-sha256-v2"
 CLOCK_SKEW_MAX_S = 300.0  # 5 minutes, Azure's SharedKey window
 FIELD_CHARS_MAX = 1024
 SIGNATURE_BYTES = 32
+DIGEST_BYTES = 32  # the SHA-256 of the request
 # The (account, method, resource) heads found well-formed, and the owners of resources,
 # remembered: the same few come by thousands a second, to the SDK and the front end both.
-HEADS_CACHED_MAX = 65_536
+# Heads are checked before the signature, so a stranger chooses what is remembered: only
+# heads up to HEAD_CACHED_CHARS_MAX are, which bounds the cache at a few MB.
+HEADS_CACHED_MAX = 16_384
+HEAD_CACHED_CHARS_MAX = 192
 # HMAC states keyed and ready (ipad/opad hashed), one per key in use: an account has two keys
 # and a front end serves a bounded number of accounts at once (frontend/accounts.py).
 KEYED_MACS_CACHED_MAX = 4096
 SHA256_BLOCK_BYTES = 64  # HMAC pads the key to the hash's block
+# A name echoed in an error is cut to this many characters: a stranger's 64 MiB name must not
+# come back (nor sit in a log) whole.
+SHOWN_CHARS_MAX = 64
 
 
 @dataclass(frozen=True)
@@ -65,7 +72,7 @@ class SignedRequest:
     method: str
     resource: str
     timestamp_ms: int
-    payload_crc32c: int
+    request_sha256: bytes
     signature: bytes | None
 
 
@@ -82,27 +89,24 @@ def resource_account(resource_text: str) -> str:
     return resource_text[1:].split("/", 1)[0]
 
 
-def payload_crc32c(parts: Iterable[bytes]) -> int:
-    """CRC32C of a request's payload: each record (or the one value) preceded by its length
-    as 8 bytes, so [b"ab"] and [b"a", b"b"] differ."""
-    value = 0
-    for part in parts:
-        value = crc32c(struct.pack(">Q", len(part)), value)
-        value = crc32c(part, value)
-    return value
+def digest_of(data: bytes) -> bytes:
+    """The SHA-256 a request's canonical string carries, of the request's signed bytes."""
+    return hashlib.sha256(data).digest()
 
 
 def canonical_string(account: str, method: str, resource_text: str, timestamp_ms: int,
-                     payload_checksum: int) -> bytes:
-    head = _canonical_head(account, method, resource_text)
-    if not 0 <= payload_checksum < 1 << 32:
-        raise InvalidArgument(f"payload CRC32C {payload_checksum} is not a 32-bit value")
+                     request_sha256: bytes) -> bytes:
+    head = (_cached_head(account, method, resource_text)
+            if len(account) + len(method) + len(resource_text) <= HEAD_CACHED_CHARS_MAX
+            else _canonical_head(account, method, resource_text))
+    if len(request_sha256) != DIGEST_BYTES:
+        raise InvalidArgument(f"a request digest has {DIGEST_BYTES} bytes, not "
+                              f"{len(request_sha256)}")
     if timestamp_ms < 0:
         raise InvalidArgument(f"timestamp {timestamp_ms} ms is before the epoch")
-    return head + b"%d\n%08x" % (timestamp_ms, payload_checksum)
+    return head + b"%d\n" % timestamp_ms + request_sha256.hex().encode()
 
 
-@functools.lru_cache(maxsize=HEADS_CACHED_MAX)
 def _canonical_head(account: str, method: str, resource_text: str) -> bytes:
     """The first four lines of a canonical string, each ended by a newline; InvalidArgument
     for a field that is empty, too long or holds a line break (not remembered)."""
@@ -111,6 +115,9 @@ def _canonical_head(account: str, method: str, resource_text: str) -> bytes:
             raise InvalidArgument(f"a signed request's {what} is 1 to {FIELD_CHARS_MAX} "
                                   f"characters without line breaks, not {text[:64]!r}")
     return "\n".join([SCHEME, account, method, resource_text, ""]).encode()
+
+
+_cached_head = functools.lru_cache(maxsize=HEADS_CACHED_MAX)(_canonical_head)
 
 
 def _mac(key: bytes, canonical: bytes) -> bytes:
@@ -138,22 +145,22 @@ def _keyed(key: bytes) -> tuple[Any, Any]:
             hashlib.sha256(bytes(b ^ 0x5C for b in padded)))
 
 
-def sign(key: bytes, account: str, method: str, resource_text: str, payload_checksum: int,
+def sign(key: bytes, account: str, method: str, resource_text: str, request_sha256: bytes,
          now_s: float) -> SignedRequest:
     """The request signed with `key` (either of the account's keys) at time `now_s`."""
     timestamp_ms = int(now_s * 1000)
-    return SignedRequest(account, method, resource_text, timestamp_ms, payload_checksum,
-                         signature(key, account, method, resource_text, payload_checksum,
+    return SignedRequest(account, method, resource_text, timestamp_ms, request_sha256,
+                         signature(key, account, method, resource_text, request_sha256,
                                    timestamp_ms))
 
 
 def signature(key: bytes, account: str, method: str, resource_text: str,
-              payload_checksum: int, timestamp_ms: int) -> bytes:
+              request_sha256: bytes, timestamp_ms: int) -> bytes:
     """`sign`'s signature alone, for a request stamped `timestamp_ms` (the SDK writes it
     straight into the request it sends)."""
     names.check_account(account)
     return _mac(key, canonical_string(account, method, resource_text, timestamp_ms,
-                                      payload_checksum))
+                                      request_sha256))
 
 
 def verify(request: SignedRequest, *, keys_of: Callable[[str], Sequence[bytes] | None],
@@ -161,36 +168,37 @@ def verify(request: SignedRequest, *, keys_of: Callable[[str], Sequence[bytes] |
     """Return if `request` is signed by its account with a current key, timely and on that
     account's own resource; raise as the module's contract says otherwise.
 
-    `request.payload_crc32c` must be the checksum the front end computed of (or verified
-    against) the payload it actually received, not one the caller merely claimed."""
+    `request.request_sha256` must be the digest the front end computed of the request it
+    actually received, never one the caller merely claimed."""
     verify_fields(request.account, request.method, request.resource, request.timestamp_ms,
-                  request.payload_crc32c, request.signature, keys_of=keys_of, now_s=now_s)
+                  request.request_sha256, request.signature, keys_of=keys_of, now_s=now_s)
 
 
 def verify_fields(account: str, method: str, resource_text: str, timestamp_ms: int,
-                  payload_checksum: int, signature: bytes | None, *,
+                  request_sha256: bytes, signature: bytes | None, *,
                   keys_of: Callable[[str], Sequence[bytes] | None], now_s: float) -> None:
     """`verify` of a SignedRequest with these fields, without making one (the front end
     verifies every request it takes)."""
     if not signature:
         raise Unauthenticated("request is not signed (no signature)")
+    try:
+        # First: a field too long or malformed is refused before any key is looked up.
+        canonical = canonical_string(account, method, resource_text, timestamp_ms,
+                                     request_sha256)
+    except InvalidArgument as exc:
+        raise Unauthenticated(f"malformed signed request: {exc}") from None
     keys = keys_of(account)
     if keys is None:
         # Said as a bad signature, not "no such account", so unsigned probing cannot list
         # the accounts.
-        raise Unauthenticated(f"bad signature for account {account!r}")
-    try:
-        canonical = canonical_string(account, method, resource_text, timestamp_ms,
-                                     payload_checksum)
-    except InvalidArgument as exc:
-        raise Unauthenticated(f"malformed signed request: {exc}") from None
+        raise Unauthenticated(f"bad signature for account {shown(account)}")
     # Each comparison is constant-time (compare_digest): the time taken never says how much
     # of a signature matched. The keys are tried in turn and the first match ends it, so a
     # request signed with the first key costs one HMAC, not two (the front end verifies
     # every request); the time then says only which of its own account's keys the signer
     # used, which the signer knows, and a refused request costs the same whatever it holds.
     if not any(hmac.compare_digest(_mac(key, canonical), signature) for key in keys):
-        raise Unauthenticated(f"bad signature for account {account!r} (made with "
+        raise Unauthenticated(f"bad signature for account {shown(account)} (made with "
                               f"neither of its current keys, or the request was altered)")
     skew_s = timestamp_ms / 1000 - now_s
     if abs(skew_s) > CLOCK_SKEW_MAX_S:
@@ -199,8 +207,15 @@ def verify_fields(account: str, method: str, resource_text: str, timestamp_ms: i
                               f"at most {CLOCK_SKEW_MAX_S:.0f} s either way is accepted")
     owner = resource_account(resource_text)
     if owner != account:
-        raise PermissionDenied(f"account {account!r} may not act on {owner!r}'s "
-                               f"resource {resource_text!r}")
+        raise PermissionDenied(f"account {shown(account)} may not act on {shown(owner)}'s "
+                               f"resource {shown(resource_text)}")
+
+
+def shown(text: str) -> str:
+    """`text` as an error message quotes it: repr, cut to SHOWN_CHARS_MAX characters."""
+    if len(text) <= SHOWN_CHARS_MAX:
+        return repr(text)
+    return f"{text[:SHOWN_CHARS_MAX]!r}... ({len(text)} characters)"
 
 
 def encode_signature(signature: bytes) -> str:

@@ -9,12 +9,23 @@ token (frontend/sas.py) in its place. What is signed:
   `ScanRanges`);
 - RESOURCE: `/ACCOUNT/NAME` for an operation on one log or partition name, `/ACCOUNT` for a
   scan or a listing;
-- PAYLOAD CRC32C: CRC32C of the request message serialized deterministically, with `id`
-  and `auth` cleared and every bulk byte string (an append's records, a put's or a batch
-  item's value) emptied. Those enter through their own CRC32C fields, which travel with them
-  end to end and which the front end checks against the bytes it received
-  (`verify_payload`), so one changed byte anywhere in a request breaks either a CRC or the
-  signature, and the bulk is not serialized twice.
+- REQUEST SHA-256: SHA-256 of the request message serialized deterministically, with `auth`
+  cleared (and a Call request's `id`, which the SDK's session renumbers, set to 0): every
+  other byte, records and values included, so no byte of a signed request can change without
+  breaking its signature. The CRC32Cs the request carries are covered like any field; they
+  are for corruption (the front end and the partition server check records against them),
+  not for authentication: CRC32C is affine, so four chosen bytes forge any checksum.
+
+A request holding fields this front end does not know (protobuf keeps unknown fields) is
+refused with InvalidArgument before authentication: what it cannot read it cannot vouch for.
+Deterministic serialization of what the front end parsed is what it hashes, so a request sent
+in another (non-canonical) encoding of the same fields verifies, and one of other fields does
+not.
+
+What a replay inside the signature's window (`signing.CLOCK_SKEW_MAX_S`) can do: resend the
+same request, no other. A mutation carrying a token (the SDK sets one on every append, put,
+delete and batch) is answered from its first outcome and writes nothing again; a read or a
+peek is answered again. See SECURITY.md.
 
 A shared access token is checked for the permission its method needs (`PERMISSION_OF`) on the
 request's name (a scan's or listing's range must lie under the token's prefix: the front end
@@ -31,7 +42,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from common.checksums import crc32c
+from google.protobuf.message import Message
+
 from common.errors import InvalidArgument, Unauthenticated
 from common.proto import frontend_pb2 as fe_pb
 from common.proto import partition_pb2 as pb
@@ -78,7 +90,7 @@ class Claim(NamedTuple):
     method: str
     account: str
     name: str | None  # the log or partition name; None for an account-wide request
-    payload_crc32c: int
+    request_sha256: bytes
     auth: pb.Auth
 
     @property
@@ -89,51 +101,76 @@ class Claim(NamedTuple):
 # ---- the signed view of each request --------------------------------------------------------
 
 def call_claim(request: pb.Request) -> Claim:
-    """The claim of a Call request; InvalidArgument for an op a front end does not take."""
+    """The claim of a Call request; InvalidArgument for an op a front end does not take or
+    for unknown fields. Takes the credentials out of `request` (the claim holds them: a
+    partition server never sees them), and leaves it otherwise as it was."""
     op = request.WhichOneof("op")
     method = METHODS.get(op or "")
     if method is None:
         raise InvalidArgument(f"a front end does not take {op or 'an empty'} requests on Call"
                               + ("; use the Scan RPC" if op == "scan" else ""))
-    view = pb.Request()
-    view.CopyFrom(request)
-    view.ClearField("auth")
-    view.id = 0
-    if op == "append":
-        del view.append.records[:]
-    elif op == "put":
-        view.put.value = b""
-    elif op == "batch":
-        for item in view.batch.items:
-            item.value = b""
-    return Claim(method, request.account, request.pname, _crc(view), request.auth)
+    auth = _take_auth(request)
+    # Hashed in place rather than from a copy: a copy would copy every record (the front end
+    # takes tens of thousands of requests a second). The id is the session's, not signed.
+    sdk_id = request.id
+    request.id = 0
+    try:
+        digest = _digest(request)
+    finally:
+        request.id = sdk_id
+    return Claim(method, request.account, request.pname, digest, auth)
 
 
 def subscribe_claim(request: pb.SubscribeRequest) -> Claim:
     view = pb.SubscribeRequest()
     view.CopyFrom(request)
-    view.ClearField("auth")
-    return Claim(SUBSCRIBE, request.account, request.pname, _crc(view), request.auth)
+    auth = _take_auth(view)
+    return Claim(SUBSCRIBE, request.account, request.pname, _digest(view), auth)
 
 
 def scan_claim(request: fe_pb.ScanRequest) -> Claim:
     view = fe_pb.ScanRequest()
     view.CopyFrom(request)
-    view.ClearField("auth")
+    auth = _take_auth(view)
     method = LIST_LOGS if request.mode == pb.SCAN_LOG_NAMES else SCAN
-    return Claim(method, request.account, None, _crc(view), request.auth)
+    return Claim(method, request.account, None, _digest(view), auth)
 
 
 def scan_ranges_claim(request: fe_pb.ScanRangesRequest) -> Claim:
     view = fe_pb.ScanRangesRequest()
     view.CopyFrom(request)
-    view.ClearField("auth")
-    return Claim(SCAN_RANGES, request.account, None, _crc(view), request.auth)
+    auth = _take_auth(view)
+    return Claim(SCAN_RANGES, request.account, None, _digest(view), auth)
 
 
-def _crc(view: pb.Request | pb.SubscribeRequest | fe_pb.ScanRequest
-         | fe_pb.ScanRangesRequest) -> int:
-    return crc32c(view.SerializeToString(deterministic=True))
+def _take_auth(message: pb.Request | pb.SubscribeRequest | fe_pb.ScanRequest
+               | fe_pb.ScanRangesRequest) -> pb.Auth:
+    """A copy of `message`'s credentials, cleared from it; InvalidArgument if they carry
+    unknown fields."""
+    auth = pb.Auth()
+    auth.CopyFrom(message.auth)
+    message.ClearField("auth")
+    _refuse_unknown_fields(auth, auth.ByteSize())
+    return auth
+
+
+def _digest(message: Message) -> bytes:
+    """SHA-256 of `message` serialized deterministically (its credentials already out);
+    InvalidArgument if it carries unknown fields, at any depth."""
+    data = message.SerializeToString(deterministic=True)
+    _refuse_unknown_fields(message, len(data))
+    return signing.digest_of(data)
+
+
+def _refuse_unknown_fields(message: Message, size: int) -> None:
+    """InvalidArgument if `message` (of `size` bytes serialized) holds fields unknown to this
+    build. Dropping them (in C, at every depth) and measuring again is the cheap test; what is
+    refused is not forwarded anyway."""
+    message.DiscardUnknownFields()
+    if message.ByteSize() != size:
+        raise InvalidArgument("the request holds fields this front end does not know "
+                              "(a newer SDK?); they are refused rather than passed on "
+                              "unverified")
 
 
 # ---- the SDK's side -------------------------------------------------------------------------
@@ -146,7 +183,7 @@ def sign(claim: Claim, credentials: Credentials, now_s: float) -> pb.Auth:
                        sas=credentials.sas)
     assert credentials.key is not None
     signed = signing.sign(credentials.key, credentials.account, claim.method, claim.resource,
-                          claim.payload_crc32c, now_s)
+                          claim.request_sha256, now_s)
     return pb.Auth(account=credentials.account, timestamp_ms=signed.timestamp_ms,
                    signature=signed.signature or b"")
 
@@ -164,7 +201,7 @@ def sign_call(request: pb.Request, credentials: Credentials, now_s: float) -> No
         return
     assert credentials.key is not None
     auth.signature = signing.signature(credentials.key, credentials.account, claim.method,
-                                       claim.resource, claim.payload_crc32c, timestamp_ms)
+                                       claim.resource, claim.request_sha256, timestamp_ms)
 
 
 def sign_subscribe(request: pb.SubscribeRequest, credentials: Credentials, now_s: float
@@ -198,7 +235,7 @@ def authenticate(claim: Claim, *, keys_of: Callable[[str], Sequence[bytes] | Non
                                   f"token of {token.account!r}")
         return token
     signing.verify_fields(auth.account, claim.method, claim.resource, auth.timestamp_ms,
-                          claim.payload_crc32c, auth.signature or None, keys_of=keys_of,
+                          claim.request_sha256, auth.signature or None, keys_of=keys_of,
                           now_s=now_s)
     return None
 

@@ -33,7 +33,7 @@ def stamp_cli(data_dir: Path, *args: str, code: int = 0) -> subprocess.Completed
 
 def accepts(store: AccountStore, key: bytes, clock: ManualClock) -> bool:
     request = signing.sign(key, "acme", "Append", "/acme/orders",
-                           signing.payload_crc32c([b"r"]), clock.wall())
+                           signing.digest_of(b"r"), clock.wall())
     try:
         signing.verify(request, keys_of=store.keys_of, now_s=clock.wall())
     except Unauthenticated:

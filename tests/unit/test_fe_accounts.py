@@ -81,7 +81,8 @@ def test_a_key_rotated_elsewhere_stops_working_within_the_ttl(kv: VersionedDict)
     front_end = AccountStore(kv, clock, cache_ttl_s=accounts.CACHE_TTL_MAX_S)
     operator = AccountStore(kv, clock)
     old_key = operator.create("acme").keys[0]
-    request = signing.sign(old_key, "acme", "Append", "/acme/orders", 0, clock.wall())
+    request = signing.sign(old_key, "acme", "Append", "/acme/orders", signing.digest_of(b""),
+                           clock.wall())
     signing.verify(request, keys_of=front_end.keys_of, now_s=clock.wall())
     reads = kv.reads
     operator.rotate("acme", 1)

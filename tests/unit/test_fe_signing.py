@@ -25,7 +25,12 @@ def keys_of(account: str) -> Sequence[bytes] | None:
 def signed(key: bytes = KEYS["acme"][0], account: str = "acme", method: str = "Append",
            resource: str = "/acme/orders", records: Sequence[bytes] = (b"a", b"b"),
            at: float = NOW) -> signing.SignedRequest:
-    return signing.sign(key, account, method, resource, signing.payload_crc32c(records), at)
+    return signing.sign(key, account, method, resource, digest(records), at)
+
+
+def digest(records: Sequence[bytes]) -> bytes:
+    """A request digest standing for `records` (wire.py makes the real one)."""
+    return signing.digest_of(b"|".join(records))
 
 
 @pytest.mark.parametrize("key", KEYS["acme"])
@@ -50,7 +55,7 @@ def test_bad_signature_and_unknown_account_are_unauthenticated() -> None:
 
 @pytest.mark.parametrize("field,value", [
     ("method", "Trim"), ("resource", "/acme/other"), ("timestamp_ms", int(NOW * 1000) + 1),
-    ("payload_crc32c", signing.payload_crc32c([b"a", b"c"])), ("account", "rival"),
+    ("request_sha256", digest([b"a", b"c"])), ("account", "rival"),
 ])
 def test_any_changed_field_breaks_the_signature(field: str, value: object) -> None:
     with pytest.raises(Unauthenticated, match="bad signature"):
@@ -58,10 +63,26 @@ def test_any_changed_field_breaks_the_signature(field: str, value: object) -> No
                        now_s=NOW)
 
 
-def test_a_changed_payload_changes_its_checksum() -> None:
-    assert signing.payload_crc32c([b"ab"]) != signing.payload_crc32c([b"a", b"b"])
-    assert signing.payload_crc32c([b"a", b"b"]) != signing.payload_crc32c([b"a", b"B"])
-    assert signing.payload_crc32c([]) != signing.payload_crc32c([b""])
+def test_a_digest_of_another_length_is_refused() -> None:
+    with pytest.raises(InvalidArgument, match="32 bytes"):
+        signing.sign(KEYS["acme"][0], "acme", "Append", "/acme/x", b"\x00" * 4, NOW)
+    with pytest.raises(Unauthenticated, match="malformed"):
+        signing.verify(dataclasses.replace(signed(), request_sha256=b"short"),
+                       keys_of=keys_of, now_s=NOW)
+
+
+def test_an_overlong_account_is_refused_before_any_lookup_and_not_echoed() -> None:
+    looked_up: list[str] = []
+
+    def recording(account: str) -> Sequence[bytes] | None:
+        looked_up.append(account)
+        return None
+
+    request = dataclasses.replace(signed(), account="a" * 100_000)
+    with pytest.raises(Unauthenticated) as caught:
+        signing.verify(request, keys_of=recording, now_s=NOW)
+    assert not looked_up
+    assert len(str(caught.value)) < 300
 
 
 @pytest.mark.parametrize("offset_s", [-300.0, 0.0, 300.0])
@@ -107,7 +128,7 @@ def test_signature_text_round_trip_and_refusals() -> None:
 
 @given(st.binary(min_size=32, max_size=32), st.integers(0, 31), st.integers(1, 255))
 def test_any_flipped_signature_bit_is_refused(key: bytes, index: int, flip: int) -> None:
-    request = signing.sign(key, "acme", "Append", "/acme/x", 7, NOW)
+    request = signing.sign(key, "acme", "Append", "/acme/x", digest([b"7"]), NOW)
     assert request.signature is not None
     damaged = bytearray(request.signature)
     damaged[index] ^= flip
@@ -141,13 +162,13 @@ def test_the_signature_is_hmac_sha256_of_the_documented_canonical_string() -> No
     """The MAC made from each key's ready HMAC state (signing._mac) is the standard one,
     and the canonical string is byte for byte the module docstring's."""
     request = signed(KEYS["acme"][1])
-    canonical = (b"stamp-hmac-sha256-v1\nacme\nAppend\n/acme/orders\n%d\n%08x"
-                 % (request.timestamp_ms, request.payload_crc32c))
+    canonical = (b"stamp-hmac-sha256-v2\nacme\nAppend\n/acme/orders\n%d\n%s"
+                 % (request.timestamp_ms, request.request_sha256.hex().encode()))
     assert signing.canonical_string("acme", "Append", "/acme/orders", request.timestamp_ms,
-                                    request.payload_crc32c) == canonical
+                                    request.request_sha256) == canonical
     assert request.signature == hmac.digest(KEYS["acme"][1], canonical, "sha256")
     assert signing.sign(KEYS["acme"][1], "acme", "Append", "/acme/orders",
-                        request.payload_crc32c, NOW).signature == request.signature
+                        request.request_sha256, NOW).signature == request.signature
 
 
 @pytest.mark.parametrize("key", [b"", b"k", b"\x07" * 32, b"\x08" * 64, b"\x09" * 65, b"x" * 200])

@@ -26,8 +26,11 @@ def append(records: list[bytes], account: str = "acct", pname: str = "log1") -> 
 
 
 def check(request: pb.Request, now: float) -> None:
-    verify_payload(request, "test")
-    wire.authenticate(wire.call_claim(request), keys_of=keys_of, now_s=now)
+    """The front end's checks, on a copy (`call_claim` takes the credentials out)."""
+    received = pb.Request()
+    received.CopyFrom(request)
+    verify_payload(received, "test")
+    wire.authenticate(wire.call_claim(received), keys_of=keys_of, now_s=now)
 
 
 def test_signed_append_verifies_and_any_change_is_refused() -> None:
