@@ -5,7 +5,8 @@ lookup.
 Arming, in a process:
 - from the environment at start: STAMP_FAULTS="name=action[:arg][,after=N][,times=N]; ..."
   e.g. STAMP_FAULTS="journal.before_fsync=delay:200; en.forward.after_send=crash,after=50"
-- at run time through the Faults gRPC service every Stamp server exposes (`common.rpc`),
+- at run time through the Faults gRPC service (`common.rpc`) of a server started with
+  `--faults-rpc`; a server started without it arms nothing from the environment either,
 - or in-process with `arm(...)` (unit tests).
 
 Actions: `delay:MS` sleeps, `fail` raises FaultInjected, `bug` raises FaultBug (a RuntimeError,
@@ -33,6 +34,10 @@ log = logging.getLogger(__name__)
 
 ACTIONS = ("delay", "fail", "bug", "crash", "torn", "flip")
 ENV_VAR = "STAMP_FAULTS"
+# Servers serve the Faults service (and read ENV_VAR) only when started with --faults-rpc
+# (common/server_main.py). "1" here: the local stamps and lock groups this process starts
+# pass it (tests/conftest.py sets it for the test session).
+RPC_ENV_VAR = "STAMP_FAULTS_RPC"
 
 
 class FaultBug(RuntimeError):

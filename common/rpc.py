@@ -4,8 +4,8 @@
 - The one mapping of `common.errors` to gRPC status and back: a servicer method wrapped in
   `@rpc_errors` turns a StampError into its status code plus trailing metadata
   `stamp-error: <ClassName>`; `from_rpc_error` rebuilds the typed error on the client.
-- The Faults service every server exposes, so tests arm fault points and network
-  partitions (common/isolation.py) at run time.
+- The Faults service a server started with `--faults-rpc` exposes (common/server_main.py),
+  so tests arm fault points and network partitions (common/isolation.py) at run time.
 - Every channel made here is guarded and every server made here has the isolation guard, so
   a partition cuts every gRPC path in and out of a process; channels name their process in
   the user agent (`stamp-process/NAME`) for that guard.
@@ -285,6 +285,11 @@ def _faults_call(address: str, method: str, request: Any, timeout_s: float) -> A
             return getattr(faults_pb2_grpc.FaultsStub(channel), method)(request,
                                                                         timeout=timeout_s)
         except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                raise errors.PreconditionFailed(
+                    f"the server at {address} does not serve the Faults service: it was "
+                    f"started without --faults-rpc (a local stamp: 'stamp up --faults')"
+                ) from None
             raise from_rpc_error(exc) from None
 
 

@@ -1,7 +1,12 @@
 """What every Stamp server process does around its own start-up: log in one format, arm fault
 points and partitions (STAMP_ISOLATE) from the environment, run on uvloop, be watched
 (Prometheus metrics on `--metrics-port`, the gRPC health service: `Watch`), and stop cleanly
-on SIGTERM or SIGINT (SIGKILL is what tests use, and recovery is built for it)."""
+on SIGTERM or SIGINT (SIGKILL is what tests use, and recovery is built for it).
+
+Contract (DESIGN §9): the Faults service checks no credentials and can crash, freeze, cut
+off or corrupt the process, so a server serves it, and arms STAMP_FAULTS / STAMP_ISOLATE
+from its environment, only when started with `--faults-rpc` (tests, `stamp chaos`).
+"""
 
 from __future__ import annotations
 
@@ -18,26 +23,48 @@ from typing import Any
 
 from grpc import aio
 
-from common import durable_fs, faults, isolation, metrics
+from common import durable_fs, faults, isolation, metrics, rpc
 from common.health import Check, Health
+from common.proto import faults_pb2_grpc
 
 GC_YOUNG_THRESHOLD = 50_000
 
 
-def start_process(name: str, directory: Path, level: str = "INFO") -> None:
-    """Before the event loop: the process's directory, logging and armed fault points."""
+def add_security_args(parser: argparse.ArgumentParser) -> None:
+    """The command-line options every server takes for the Faults service."""
+    parser.add_argument("--faults-rpc", action="store_true",
+                        help="serve the Faults service and arm STAMP_FAULTS / STAMP_ISOLATE "
+                             "from the environment (tests, `stamp fault`, `stamp chaos`); off "
+                             "by default: the Faults service checks no credentials")
+
+
+def start_process(name: str, directory: Path, level: str = "INFO",
+                  security: argparse.Namespace | None = None) -> None:
+    """Before the event loop: the process's directory, logging and, when `security` (the
+    options of `add_security_args`) enables them, armed fault points."""
     durable_fs.make_dirs(directory)
     # A crash in C (gRPC, uvloop) would otherwise kill the process without a word in its log.
     faulthandler.enable()
     logging.basicConfig(level=level.upper(),
                         format=f"%(asctime)s {name} %(levelname)s %(name)s: %(message)s")
-    faults.arm_from_env()
     isolation.set_process_name(name)  # before any channel: they name it to their peers
-    isolation.arm_from_env()
+    if security is not None and security.faults_rpc:
+        faults.arm_from_env()
+        isolation.arm_from_env()
+    elif os.environ.get(faults.ENV_VAR) or os.environ.get(isolation.ENV_VAR):
+        logging.getLogger(__name__).warning(
+            "%s / %s ignored: fault points are armed only with --faults-rpc",
+            faults.ENV_VAR, isolation.ENV_VAR)
     # Servers allocate many short-lived objects per request: with the default threshold
     # (700) the cyclic collector runs hundreds of times a second, and its full passes over a
     # large memtable stall the event loop for milliseconds. Collect far less often.
     gc.set_threshold(GC_YOUNG_THRESHOLD, 20, 20)
+
+
+def serve_faults(server: aio.Server, args: argparse.Namespace) -> None:
+    """Add the Faults service to `server` if the process was started with it."""
+    if args.faults_rpc:
+        faults_pb2_grpc.add_FaultsServicer_to_server(rpc.FaultsServicer(), server)
 
 
 def run(main: Coroutine[Any, Any, None]) -> None:

@@ -22,7 +22,6 @@ from common import metrics, rpc, server_main
 from common.clock import SystemClock
 from common.config import HOST, load_config
 from common.process import write_ready
-from common.proto import faults_pb2_grpc
 from common.proto import frontend_pb2_grpc as fe_grpc
 from frontend import blob_server
 from frontend.accounts import AccountStore
@@ -50,11 +49,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--pm", required=True, help="partition manager addresses, comma-separated")
     p.add_argument("--lock", required=True, help="lock service addresses, comma-separated")
     p.add_argument("--config", help="stamp config file (TOML)")
-    p.add_argument("--faults-rpc", action="store_true",
-                   help="also serve the Faults service (arm fault points, isolate: for tests "
-                        "and `stamp fault`); off by default: a front end is the stamp's "
-                        "public door and the Faults service checks no credentials")
     server_main.add_watch_args(p)
+    server_main.add_security_args(p)
     return p
 
 
@@ -95,8 +91,7 @@ async def serve(args: argparse.Namespace) -> None:
     address = f"{args.host}:{port}"
     fe_grpc.add_FrontEndServicer_to_server(FrontEndServicer(front_end, args.name, address),
                                            server)
-    if args.faults_rpc:
-        faults_pb2_grpc.add_FaultsServicer_to_server(rpc.FaultsServicer(), server)
+    server_main.serve_faults(server, args)
     await watch.attach(server)
     metrics.on_scrape(lambda: watch_front_end(front_end))
     probe = LockServiceProbe([a for a in args.lock.split(",") if a], args.name, config.watch)
@@ -126,7 +121,7 @@ async def serve(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
-    server_main.start_process(args.name, args.dir)
+    server_main.start_process(args.name, args.dir, security=args)
     server_main.run(serve(args))
 
 

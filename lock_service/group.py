@@ -8,13 +8,14 @@ replica comes back on the same ones, so clients keep their address lists.
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from common import process
+from common import faults, process
 from common.config import HOST
 from common.errors import StampError, Unavailable
 from common.process import free_port
@@ -80,7 +81,9 @@ class LocalLockGroup:
         replica.popen = process.spawn(
             [sys.executable, "-m", "lock_service.main", "--name", name, "--dir",
              str(replica.dir), "--port", str(replica.port), "--raft-port",
-             str(replica.raft_port), "--peers", peers], replica.dir, env=self.env)
+             str(replica.raft_port), "--peers", peers,
+             *(["--faults-rpc"] if os.environ.get(faults.RPC_ENV_VAR) == "1" else [])],
+            replica.dir, env=self.env)
 
     def wait_ready(self, name: str) -> None:
         replica = self.replicas[name]

@@ -21,10 +21,9 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from common import metrics, server_main
 from common.config import HOST
 from common.process import write_ready
-from common.proto import faults_pb2_grpc
 from common.proto import lock_service_pb2_grpc as pb_grpc
 from common.raft import RaftTuning
-from common.rpc import FaultsServicer, aio_server
+from common.rpc import aio_server
 from lock_service import limits
 from lock_service.replica import LockReplica
 from lock_service.server import LockServicer
@@ -48,6 +47,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="override the Raft election timeout range")
     parser.add_argument("--log-level", default="INFO")
     server_main.add_watch_args(parser)
+    server_main.add_security_args(parser)
     args = parser.parse_args(argv)
     if args.raft_port <= 0:
         parser.error("--raft-port must be a real port: peers must know it in advance")
@@ -77,7 +77,7 @@ async def serve(args: argparse.Namespace) -> None:
     address = f"{args.host}:{port}"
     servicer = LockServicer(replica, args.name, address)
     pb_grpc.add_LockServiceServicer_to_server(servicer, server)
-    faults_pb2_grpc.add_FaultsServicer_to_server(FaultsServicer(), server)
+    server_main.serve_faults(server, args)
     await watch.attach(server)
     metrics.on_scrape(lambda: watch_replica(replica))
     await server.start()
@@ -98,7 +98,7 @@ async def serve(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    server_main.start_process(args.name, args.dir, args.log_level)
+    server_main.start_process(args.name, args.dir, args.log_level, security=args)
     server_main.run(serve(args))
 
 

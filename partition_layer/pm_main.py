@@ -19,7 +19,6 @@ from common import metrics, rpc, server_main
 from common.config import HOST, load_config
 from common.errors import StampError
 from common.process import write_ready
-from common.proto import faults_pb2_grpc
 from common.proto import partition_pb2_grpc as pb_grpc
 from lock_service.client import LockClient
 from lock_service.probe import LockServiceProbe
@@ -41,6 +40,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--sm", default="", help="stream manager addresses, comma-separated")
     p.add_argument("--config", help="stamp config file (TOML)")
     server_main.add_watch_args(p)
+    server_main.add_security_args(p)
     return p
 
 
@@ -66,7 +66,7 @@ async def serve(args: argparse.Namespace) -> None:
     sm = AsyncStreamManagerClient(sm_addresses, config.stream_manager) if sm_addresses else None
     manager = PartitionManager(args.name, address, locks, limits, sm, config.partition_manager)
     pb_grpc.add_PartitionManagerServicer_to_server(ManagerServicer(manager), server)
-    faults_pb2_grpc.add_FaultsServicer_to_server(rpc.FaultsServicer(), server)
+    server_main.serve_faults(server, args)
     await watch.attach(server)
     metrics.on_scrape(lambda: watch_manager(manager))
     probe = LockServiceProbe([a for a in args.lock.split(",") if a], args.name, config.watch)
@@ -94,7 +94,7 @@ async def serve(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
-    server_main.start_process(args.name, args.dir)
+    server_main.start_process(args.name, args.dir, security=args)
     server_main.run(serve(args))
 
 

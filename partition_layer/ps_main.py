@@ -21,7 +21,6 @@ from common import metrics, rpc, server_main
 from common.config import HOST, PartitionLimits, load_config
 from common.errors import StampError
 from common.process import write_ready
-from common.proto import faults_pb2_grpc
 from common.proto import partition_pb2 as pb
 from common.proto import partition_pb2_grpc as pb_grpc
 from lock_service.client import Lease, LockClient
@@ -43,6 +42,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--lock", required=True, help="lock service addresses, comma-separated")
     p.add_argument("--config", help="stamp config file (TOML)")
     server_main.add_watch_args(p)
+    server_main.add_security_args(p)
     return p
 
 
@@ -134,7 +134,7 @@ async def serve(args: argparse.Namespace) -> None:
     port = server.add_insecure_port(f"{args.host}:{args.port}")
     address = f"{args.host}:{port}"
     pb_grpc.add_PartitionServerServicer_to_server(PartitionServicer(ps, address), server)
-    faults_pb2_grpc.add_FaultsServicer_to_server(rpc.FaultsServicer(), server)
+    server_main.serve_faults(server, args)
     await watch.attach(server)
     metrics.on_scrape(lambda: watch_server(ps.load_pb(address)))
     await server.start()
@@ -170,7 +170,7 @@ async def serve(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
-    server_main.start_process(args.name, args.dir)
+    server_main.start_process(args.name, args.dir, security=args)
     server_main.run(serve(args))
 
 

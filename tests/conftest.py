@@ -24,8 +24,13 @@ from common.config import (
     StreamManagerSpec,
     default_config,
 )
-from tools.local_stamp import LocalStamp
+from tools.local_stamp import FAULTS_ENV_VAR, LocalStamp
 from tools.lossyfs.mount import LossyMount
+
+# Probe tests arm fault points through the Faults service, which a server serves only when
+# started with it: every local stamp and lock group a test starts (also through the `stamp`
+# CLI, which inherits this) serves it unless the test says otherwise.
+os.environ.setdefault(FAULTS_ENV_VAR, "1")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

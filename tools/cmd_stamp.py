@@ -24,6 +24,9 @@ def register(commands: Any) -> None:
     up.add_argument("--only", metavar="HOST",
                     help="start only the processes the config's [hosts] puts on HOST (each "
                          "host of a multi-host stamp runs this), without waiting for the rest")
+    up.add_argument("--faults", action="store_true",
+                    help="its processes serve the Faults service ('stamp fault', 'stamp "
+                         "isolate'; for testing: it checks no credentials)")
     up.set_defaults(handler=cmd_up)
 
     down = commands.add_parser("down", help="stop the stamp (SIGTERM, then SIGKILL)")
@@ -69,6 +72,8 @@ def cmd_up(args: argparse.Namespace) -> int:
             stamp.config, stamp.config_path = load_config(args.config), args.config
     except NotFound:
         stamp = LocalStamp(args.data_dir, load_config(args.config), args.config)
+    if args.faults:
+        stamp.faults = True  # for processes planned now; the others keep their command line
     with Progress("up") as progress:
         started = stamp.up(only=args.only, progress=progress)
     if args.only:

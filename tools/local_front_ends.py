@@ -34,11 +34,10 @@ def plan(stamp: LocalStamp) -> None:
         proc_dir = stamp.data_dir / spec.name
         host = stamp.config.host_of(spec.name)
         # Port 0: the process binds a free port itself; LocalStamp pins it for restarts.
-        # A local stamp is a test bed: its front ends take `stamp fault` like every process.
         argv = process.stamp_command(
             "serve", KIND_FRONT_END, "--name", spec.name, "--dir", str(proc_dir),
             "--host", host, "--port", str(spec.port), "--http-port", "0", "--pm", pm_addresses,
-            "--lock", lock_addresses, "--faults-rpc")
+            "--lock", lock_addresses, *stamp.server_flags())
         if stamp.config_path:
             argv += ["--config", stamp.config_path]
         stamp.records[spec.name] = ProcessRecord(spec.name, KIND_FRONT_END, str(proc_dir),

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from common import durable_fs, process
+from common import durable_fs, faults, process
 from common.config import RaftMemberSpec, StampConfig, load_config
 from common.errors import InvalidArgument, NotFound, Unavailable
 from common.stamp_file import STAMP_FILE, read_stamp
@@ -34,6 +34,7 @@ ADMIN_ACCOUNT = "admin"
 # `stamp up` writes the admin account's connection string here (mode 0600): the CLI uses it
 # when no other is given.
 ADMIN_CONNECTION_STRING_FILE = "admin-connection-string"
+FAULTS_ENV_VAR = faults.RPC_ENV_VAR
 
 
 @dataclass
@@ -52,10 +53,15 @@ class ProcessRecord:
 
 class LocalStamp:
     def __init__(self, data_dir: str | Path, config: StampConfig,
-                 config_path: str | None = None) -> None:
+                 config_path: str | None = None, faults: bool | None = None) -> None:
+        """`faults`: its servers serve the Faults service and arm STAMP_FAULTS /
+        STAMP_ISOLATE from their environment (tests, `stamp chaos`); None: as
+        $STAMP_FAULTS_RPC says ("1": on), off otherwise. Decided when a process is planned:
+        its command line keeps it across restarts."""
         self.data_dir = Path(data_dir).resolve()
         self.config = config
         self.config_path = config_path
+        self.faults = faults if faults is not None else os.environ.get(FAULTS_ENV_VAR) == "1"
         self.records: dict[str, ProcessRecord] = {}
         self._popens: dict[int, subprocess.Popen[bytes]] = {}
 
@@ -104,6 +110,7 @@ class LocalStamp:
                 argv += ["--journal-dir", spec.journal_dir]
             if sm_addresses:
                 argv += ["--sm", sm_addresses]
+            argv += self.server_flags()
             if self.config_path:
                 argv += ["--config", self.config_path]
             self.records[spec.name] = ProcessRecord(
@@ -131,7 +138,8 @@ class LocalStamp:
                 port = spec.port
                 argv = process.stamp_command(
                     "serve", kind, "--name", spec.name, "--dir", str(proc_dir), "--host", host,
-                    "--port", str(port), "--lock", lock_addresses, *extra)
+                    "--port", str(port), "--lock", lock_addresses, *extra,
+                    *self.server_flags())
                 if self.config_path:
                     argv += ["--config", self.config_path]
                 self.records[spec.name] = ProcessRecord(spec.name, kind, str(proc_dir), argv,
@@ -167,12 +175,16 @@ class LocalStamp:
             argv = process.stamp_command(
                 "serve", serve, "--name", spec.name, "--dir", str(proc_dir), "--host", host,
                 "--port", str(port), "--raft-port", str(raft_port),
-                "--peers", peers_arg(raft_address, members))
+                "--peers", peers_arg(raft_address, members), *self.server_flags())
             if self.config_path and kind == KIND_STREAM_MANAGER:
                 argv += ["--config", self.config_path]
             self.records[spec.name] = ProcessRecord(
                 spec.name, kind, str(proc_dir), argv, address=f"{host}:{port}",
                 extra={"raft_address": raft_address})
+
+    def server_flags(self) -> list[str]:
+        """What every server of this stamp is started with besides its own options."""
+        return ["--faults-rpc"] if self.faults else []
 
     def wait_healthy(self, timeout_s: float = 30.0, progress: Progress = SILENT) -> None:
         """Wait until the lock service has a leader, the stream managers have a leader that

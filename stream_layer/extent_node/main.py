@@ -18,7 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from common import metrics, rpc, server_main
 from common.config import HOST, load_config
 from common.process import write_ready
-from common.proto import extent_node_pb2_grpc, faults_pb2_grpc
+from common.proto import extent_node_pb2_grpc
 from stream_layer.extent_node.fragments import FragmentStore
 from stream_layer.extent_node.heartbeat import heartbeat_forever
 from stream_layer.extent_node.node import ExtentNode
@@ -45,6 +45,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--sm", default="",
                    help="stream manager gRPC addresses (comma-separated) to heartbeat to")
     server_main.add_watch_args(p)
+    server_main.add_security_args(p)
     return p
 
 
@@ -79,7 +80,7 @@ async def serve(args: argparse.Namespace) -> None:
     extent_node_pb2_grpc.add_ExtentNodeServicer_to_server(
         ExtentNodeServicer(node, args.name, args.fault_domain, args.upgrade_domain,
                            fragments), server)
-    faults_pb2_grpc.add_FaultsServicer_to_server(rpc.FaultsServicer(), server)
+    server_main.serve_faults(server, args)
     await watch.attach(server)
     metrics.on_scrape(lambda: watch_store(store, fragments))
     await store.start()
@@ -109,7 +110,7 @@ async def serve(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
-    server_main.start_process(args.name, args.dir)
+    server_main.start_process(args.name, args.dir, security=args)
     server_main.run(serve(args))
 
 

@@ -19,7 +19,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from common import metrics, rpc, server_main
 from common.config import HOST, load_config
 from common.process import write_ready
-from common.proto import faults_pb2_grpc, stream_manager_pb2_grpc
+from common.proto import stream_manager_pb2_grpc
 from stream_layer.extent_client import AsyncExtentClient
 from stream_layer.stream_manager import records as s
 from stream_layer.stream_manager.leader import StreamManagerLeader
@@ -42,6 +42,7 @@ def parser() -> argparse.ArgumentParser:
                    help="every replica of the group, self included: RAFT_ADDR=GRPC_ADDR,...")
     p.add_argument("--config", help="stamp config file (TOML)")
     server_main.add_watch_args(p)
+    server_main.add_security_args(p)
     return p
 
 
@@ -108,7 +109,7 @@ async def serve(args: argparse.Namespace) -> None:
     address = f"{args.host}:{port}"
     stream_manager_pb2_grpc.add_StreamManagerServicer_to_server(
         StreamManagerServicer(leader, args.name, peers), server)
-    faults_pb2_grpc.add_FaultsServicer_to_server(rpc.FaultsServicer(), server)
+    server_main.serve_faults(server, args)
     await watch.attach(server)
     metrics.on_scrape(lambda: watch_replica(leader))
     await server.start()
@@ -129,7 +130,7 @@ async def serve(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
-    server_main.start_process(args.name, args.dir)
+    server_main.start_process(args.name, args.dir, security=args)
     server_main.run(serve(args))
 
 

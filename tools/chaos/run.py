@@ -106,7 +106,8 @@ def run_chaos(options: ChaosOptions, show: Callable[[RunStatus], None],
             mount = LossyMount(Path(tmp) / "backing", Path(tmp) / "stamp",
                                always_durable=("server.log",))
             mount.start()
-        stamp = LocalStamp(Path(tmp) / "stamp", config, str(config_path.resolve()))
+        stamp = LocalStamp(Path(tmp) / "stamp", config, str(config_path.resolve()),
+                           faults=True)
         try:
             show(RunStatus(f"starting a stamp ({len(config.fixed_ports())} processes"
                           f"{', on a lossy file system' if cuts else ''})"))
