@@ -12,6 +12,15 @@
   transport above and durable snapshots. A subclass supplies `snapshot_state` and
   `restore_state` and marks its state-changing methods with pysyncobj's `@replicated`.
 
+The Raft port (§9) listens on the replica's own address only, never 0.0.0.0, and speaks only
+to peers that hold the stamp secret (common/stamp_secret.py): pysyncobj unpickles every
+message it reads, so a replica without a secret would run the code in any pickle a stranger
+sends. With `password` set, pysyncobj 0.3.17 seals each message with Fernet (AES-CBC and an
+HMAC-SHA256 over it) and a TcpConnection checks the HMAC (`extract_timestamp`, then
+`decrypt`) before `pickle.loads`, on every message including a connection's first (the
+random-key exchange and the peer's address); anything else closes the connection.
+`DurableTransport` refuses to run without a secret.
+
 Together with the journal's contract this gives: a command's callback reports success only
 after its entry is on the disks of a majority (the leader syncs before it counts itself,
 followers sync before they acknowledge).
@@ -43,6 +52,7 @@ from pysyncobj.transport import Transport
 from common import durable_fs
 from common.checksums import crc32c
 from common.durable_fs import fsync_dir
+from common.errors import InvalidArgument
 from common.isolation_raft import IsolatingTransport
 from common.raft_append import TransmissionAssembler, plan_append
 from common.raft_journal import DurableJournal
@@ -76,8 +86,13 @@ class RaftTuning:
     tick_thread: bool = True
 
 
-def durable_conf(raft_dir: Path, tuning: RaftTuning, replica: DurableReplica) -> SyncObjConf:
+def durable_conf(raft_dir: Path, tuning: RaftTuning, replica: DurableReplica,
+                 self_address: str, secret: bytes | None) -> SyncObjConf:
     return SyncObjConf(
+        # The replica's own address, not every interface (pysyncobj's default: 0.0.0.0).
+        bindAddress=self_address,
+        # None only for the in-process test transports: DurableTransport refuses it.
+        password=secret,
         appendEntriesUseBatch=False,
         raftMinTimeout=tuning.election_timeout_min_s,
         raftMaxTimeout=tuning.election_timeout_max_s,
@@ -106,6 +121,9 @@ class DurableTransport(IsolatingTransport):
 
     def __init__(self, syncObj: SyncObj, selfNode: Any, otherNodes: Any, *,
                  journal: DurableJournal) -> None:
+        if syncObj.encryptor is None:
+            # pysyncobj without a password unpickles whatever reaches the port.
+            raise InvalidArgument("a Raft replica on TCP needs the stamp secret")
         self._journal = journal
         self._held: list[tuple[Any, Any]] = []
         super().__init__(syncObj, selfNode, otherNodes)
@@ -164,15 +182,18 @@ class DurableReplica(SyncObj):
 
     def __init__(self, self_address: str, peers: Sequence[str], raft_dir: str | Path,
                  tuning: RaftTuning | None = None,
-                 make_transport: Callable[..., Transport] = DurableTransport) -> None:
+                 make_transport: Callable[..., Transport] = DurableTransport,
+                 secret: bytes | None = None) -> None:
         """`make_transport(sync_obj, self_node, other_nodes, journal=...)` builds the
         transport; it must hold every message until `journal` is durable, as
-        DurableTransport does (tests pass an in-process one)."""
+        DurableTransport does (tests pass an in-process one). `secret`: the stamp secret
+        (common/stamp_secret.py), which the TCP transport requires; the Raft port is bound
+        to `self_address` only."""
         self._raft_dir = Path(raft_dir)
         durable_fs.make_dirs(self._raft_dir)
         self._durable_journal = DurableJournal(self._raft_dir / JOURNAL_FILE)
         self._transmission = TransmissionAssembler()
-        conf = durable_conf(self._raft_dir, tuning or RaftTuning(), self)
+        conf = durable_conf(self._raft_dir, tuning or RaftTuning(), self, self_address, secret)
         others = [peer for peer in peers if peer != self_address]
 
         def transport(sync_obj: SyncObj, self_node: Any, other_nodes: Any) -> Transport:

@@ -1,12 +1,13 @@
 """Process entry of one lock-service replica (§3):
 
     python -m lock_service.main --name lock-1 --dir DIR --port P --raft-port R \
-        --peers 127.0.0.1:R2,127.0.0.1:R3
+        --peers 127.0.0.1:R2,127.0.0.1:R3 --secret-file DATA_DIR/stamp-secret
 
 Serves gRPC on HOST:P (0 picks a free port) and Raft (pysyncobj) on HOST:R; keeps its journal
-and snapshots under DIR/raft. Once it accepts RPCs it writes DIR/ready.json
-(`common.process.write_ready`). SIGTERM or SIGINT stops it cleanly; SIGKILL is survived by
-design (the journal is durable). Logs go to stderr.
+and snapshots under DIR/raft. Raft peers authenticate with the stamp secret (its file's path
+on the command line, never the secret: common/stamp_secret.py). Once it accepts RPCs it
+writes DIR/ready.json (`common.process.write_ready`). SIGTERM or SIGINT stops it cleanly;
+SIGKILL is survived by design (the journal is durable). Logs go to stderr.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from common import metrics, server_main
+from common import metrics, server_main, stamp_secret
 from common.config import HOST
 from common.process import write_ready
 from common.proto import lock_service_pb2_grpc as pb_grpc
@@ -46,6 +47,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--election-timeout-ms", type=int, nargs=2, metavar=("MIN", "MAX"),
                         help="override the Raft election timeout range")
     parser.add_argument("--log-level", default="INFO")
+    stamp_secret.add_arg(parser)
     server_main.add_watch_args(parser)
     server_main.add_security_args(parser)
     args = parser.parse_args(argv)
@@ -63,7 +65,7 @@ def watch_replica(replica: LockReplica) -> Iterable[Metric]:
     yield GaugeMetricFamily("stamp_lock_keys", "keys in the replicated store", value=keys)
 
 
-async def serve(args: argparse.Namespace) -> None:
+async def serve(args: argparse.Namespace, secret: bytes) -> None:
     watch = await server_main.Watch.begin(args)
     raft_address = f"{args.host}:{args.raft_port}"
     peers = [p.strip() for p in args.peers.split(",") if p.strip()]
@@ -71,7 +73,8 @@ async def serve(args: argparse.Namespace) -> None:
     if args.election_timeout_ms:
         low, high = args.election_timeout_ms
         tuning = RaftTuning(election_timeout_min_s=low / 1000, election_timeout_max_s=high / 1000)
-    replica = LockReplica(raft_address, [raft_address, *peers], args.dir / "raft", tuning)
+    replica = LockReplica(raft_address, [raft_address, *peers], args.dir / "raft", tuning,
+                          secret=secret)
     server = aio_server(limits.RPC_MESSAGE_BYTES_MAX)
     port = server.add_insecure_port(f"{args.host}:{args.port}")
     address = f"{args.host}:{port}"
@@ -99,7 +102,8 @@ async def serve(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     server_main.start_process(args.name, args.dir, args.log_level, security=args)
-    server_main.run(serve(args))
+    secret = stamp_secret.read_or_exit(args.secret_file, args.name)
+    server_main.run(serve(args, secret))
 
 
 if __name__ == "__main__":

@@ -36,13 +36,14 @@ EX_SOFTWARE = 70
 
 class LockReplica(DurableReplica):
     def __init__(self, raft_address: str, peers: Sequence[str], raft_dir: str | Path,
-                 tuning: RaftTuning | None = None) -> None:
+                 tuning: RaftTuning | None = None, *, secret: bytes | None = None) -> None:
+        """`secret`: the stamp secret its Raft peers authenticate with (common/raft.py)."""
         # Before the base constructor: pysyncobj may apply commands from inside it.
         self._lock_state = LockState()
         self._state_mutex = threading.Lock()
         self._freed_listeners: list[Callable[[list[str]], None]] = []
         self.raft_address = raft_address
-        super().__init__(raft_address, peers, raft_dir, tuning)
+        super().__init__(raft_address, peers, raft_dir, tuning, secret=secret)
 
     @replicated
     def _apply_command(self, command: c.Command) -> c.Result:

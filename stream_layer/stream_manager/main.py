@@ -1,8 +1,9 @@
 """The stream manager process: `stamp serve stream-manager --name sm-1 --dir DIR --port P
---raft-port R --peers RAFT=GRPC,...`.
+--raft-port R --peers RAFT=GRPC,... --secret-file DATA_DIR/stamp-secret`.
 
 One replica of the Raft group (3 in a stamp). Its Raft journal is durable before a change is
-acknowledged (common/raft.py). It writes `DIR/ready.json` once it serves gRPC; whether it
+acknowledged (common/raft.py); its Raft peers authenticate with the stamp secret
+(common/stamp_secret.py). It writes `DIR/ready.json` once it serves gRPC; whether it
 leads is another matter (clients follow NotLeader hints).
 """
 
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from common import metrics, rpc, server_main
+from common import metrics, rpc, server_main, stamp_secret
 from common.config import HOST, load_config
 from common.process import write_ready
 from common.proto import stream_manager_pb2_grpc
@@ -41,6 +42,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--peers", required=True,
                    help="every replica of the group, self included: RAFT_ADDR=GRPC_ADDR,...")
     p.add_argument("--config", help="stamp config file (TOML)")
+    stamp_secret.add_arg(p)
     server_main.add_watch_args(p)
     server_main.add_security_args(p)
     return p
@@ -95,13 +97,14 @@ def parse_peers(text: str) -> dict[str, str]:
     return peers
 
 
-async def serve(args: argparse.Namespace) -> None:
+async def serve(args: argparse.Namespace, secret: bytes) -> None:
     config = load_config(args.config)
     limits = config.stream_manager
     watch = await server_main.Watch.begin(args)
     raft_address = f"{args.host}:{args.raft_port}"
     peers = parse_peers(args.peers)
-    replica = StreamManagerReplica(raft_address, list(peers), args.dir / "raft")
+    replica = StreamManagerReplica(raft_address, list(peers), args.dir / "raft",
+                                   secret=secret)
     extents = AsyncExtentClient(config.extent_node)
     leader = StreamManagerLeader(replica, limits, extents)
     server = rpc.aio_server(limits.rpc_message_bytes_max)
@@ -131,7 +134,8 @@ async def serve(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     server_main.start_process(args.name, args.dir, security=args)
-    server_main.run(serve(args))
+    secret = stamp_secret.read_or_exit(args.secret_file, args.name)
+    server_main.run(serve(args, secret))
 
 
 if __name__ == "__main__":

@@ -54,12 +54,13 @@ class ReadBarrier:
 
 class StreamManagerReplica(DurableReplica):
     def __init__(self, raft_address: str, peers: Sequence[str], raft_dir: str | Path,
-                 tuning: RaftTuning | None = None) -> None:
+                 tuning: RaftTuning | None = None, *, secret: bytes | None = None) -> None:
+        """`secret`: the stamp secret its Raft peers authenticate with (common/raft.py)."""
         # Before the base constructor: pysyncobj may apply commands from inside it.
         self._state = StreamManagerState()
         self._mutex = threading.Lock()
         self._read_index = ReadIndex(lambda: self.propose(ReadBarrier()))
-        super().__init__(raft_address, peers, raft_dir, tuning)
+        super().__init__(raft_address, peers, raft_dir, tuning, secret=secret)
 
     @replicated
     def _apply_command(self, command: Any) -> Any:

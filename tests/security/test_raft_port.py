@@ -1,0 +1,165 @@
+"""Issue 28, item 1: a Raft port (lock service, stream manager) runs no pickle a stranger sends.
+
+pysyncobj frames every message as a 4-byte length and zlib(pickle(message)) and unpickles
+it on arrival. Against a real stamp (3 lock replicas, 1 stream manager, no extent node), a
+pickle whose unpickling creates a marker file is sent to each Raft port, framed exactly so:
+from the configured address, from another local source address (127.0.0.2), and sealed
+with a secret that is not the stamp's; and the port is tried on another local address
+(127.0.0.2:PORT). The marker never appears, and both groups still serve afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pickle
+import socket
+import stat
+import struct
+import time
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from cryptography.fernet import Fernet
+
+from common import stamp_secret
+from lock_service.client import LockClient
+from stream_layer.sm_client import AsyncStreamManagerClient
+from tests.conftest import check_raft_logs, stamp_config
+from tools.local_stamp import LocalStamp
+
+pytestmark = pytest.mark.slow
+
+OTHER_LOCAL_HOST = "127.0.0.2"
+CLOSE_TIMEOUT_S = 10.0
+SERVE_TIMEOUT_S = 20.0
+
+
+class _Touch:
+    """Unpickling it opens (creates) `path`: code run by whoever unpickles it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[object, tuple[str, str]]:
+        return open, (str(self.path), "a")
+
+
+def _frame(payload: bytes) -> bytes:
+    """A message as pysyncobj's TcpConnection frames it (native-order int length)."""
+    return struct.pack("i", len(payload)) + payload
+
+
+def _crafted(marker: Path) -> bytes:
+    return zlib.compress(pickle.dumps(_Touch(marker), protocol=2), 3)
+
+
+def _send_until_closed(host: str, port: int, payload: bytes, source: str | None = None) -> None:
+    """Connect (from `source` if given), send one framed message, and wait until the server
+    closes the connection: by then it has read the message and done all it will do with it."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        if source is not None:
+            sock.bind((source, 0))
+        sock.settimeout(CLOSE_TIMEOUT_S)
+        sock.connect((host, port))
+        sock.sendall(_frame(payload))
+        deadline = time.monotonic() + CLOSE_TIMEOUT_S
+        while sock.recv(4096):  # a server's own first message is read and ignored
+            assert time.monotonic() < deadline, "the Raft port never closed the connection"
+
+
+@pytest.fixture(scope="module")
+def raft_stamp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStamp]:
+    """The smallest stamp with both Raft groups: 3 lock replicas (a real group whose peers
+    must authenticate each other), 1 stream manager, no extent node."""
+    root = tmp_path_factory.mktemp("raft-port")
+    stamp = LocalStamp(root / "stamp", stamp_config(0, stream_managers=1, lock_servers=3))
+    try:
+        stamp.up()
+        yield stamp
+    finally:
+        stamp.kill_all()
+    check_raft_logs(stamp.data_dir)
+
+
+def _raft_addresses(stamp: LocalStamp) -> list[tuple[str, str, int]]:
+    found = []
+    for rec in [*stamp.lock_servers(), *stamp.stream_managers()]:
+        host, _, port = rec.extra["raft_address"].rpartition(":")
+        found.append((rec.name, host, int(port)))
+    return found
+
+
+def _lock_group_serves(stamp: LocalStamp, value: bytes) -> None:
+    client = LockClient([r.address for r in stamp.lock_servers()], holder="test-raft-port",
+                        call_timeout_s=SERVE_TIMEOUT_S)
+    try:
+        client.put("raft-port-probe", value)
+        found = client.get("raft-port-probe")
+        assert found is not None and found[0] == value
+    finally:
+        client.close()
+
+
+def _stream_managers_serve(stamp: LocalStamp, pattern: str) -> None:
+    async def write_and_read() -> None:
+        client = AsyncStreamManagerClient([r.address for r in stamp.stream_managers()],
+                                          stamp.config.stream_manager)
+        try:
+            await client.set_stream_policy(pattern, 6, 3, 60.0)
+            assert pattern in {p.pattern for p in await client.list_stream_policies()}
+        finally:
+            await client.close()
+    asyncio.run(write_and_read())
+
+
+def test_a_crafted_pickle_sent_to_a_raft_port_runs_nothing(raft_stamp: LocalStamp,
+                                                           tmp_path: Path) -> None:
+    markers, accepted = [], []
+    wrong_secret = Fernet(Fernet.generate_key())
+    for name, host, port in _raft_addresses(raft_stamp):
+        # From the configured address, plain (as pysyncobj frames it without a password).
+        marker = tmp_path / f"{name}-plain"
+        _send_until_closed(host, port, _crafted(marker))
+        markers.append(marker)
+        # From another local source address.
+        marker = tmp_path / f"{name}-from-other-source"
+        _send_until_closed(host, port, _crafted(marker), source=OTHER_LOCAL_HOST)
+        markers.append(marker)
+        # Sealed as pysyncobj seals with a password, but with a secret not the stamp's.
+        marker = tmp_path / f"{name}-wrong-secret"
+        _send_until_closed(host, port, wrong_secret.encrypt_at_time(
+            _crafted(marker), int(time.monotonic())))
+        markers.append(marker)
+        # The port on another local address: nothing listens there.
+        marker = tmp_path / f"{name}-other-address"
+        markers.append(marker)
+        try:
+            _send_until_closed(OTHER_LOCAL_HOST, port, _crafted(marker))
+            accepted.append(name)
+        except ConnectionRefusedError:
+            pass
+
+    assert [m.name for m in markers if m.exists()] == []
+    assert accepted == [], f"Raft ports listening on {OTHER_LOCAL_HOST}"
+    _lock_group_serves(raft_stamp, b"still serving")
+    _stream_managers_serve(raft_stamp, "raft-port-probe-*")
+
+
+def test_the_secret_is_private_and_in_no_record_argv_or_log(raft_stamp: LocalStamp) -> None:
+    path = raft_stamp.data_dir / stamp_secret.SECRET_FILE
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    secret = stamp_secret.read(path)
+    assert len(secret) >= stamp_secret.SECRET_CHARS_MIN
+    text = secret.decode()
+    assert text not in (raft_stamp.data_dir / "stamp.json").read_text()
+    logs = sorted(raft_stamp.data_dir.glob("*/server.log"))
+    assert len(logs) == 4
+    for log in logs:
+        assert text not in log.read_text(errors="replace"), log
+    for rec in [*raft_stamp.lock_servers(), *raft_stamp.stream_managers()]:
+        argv = Path(f"/proc/{rec.pid}/cmdline").read_bytes().split(b"\0")
+        assert str(path).encode() in argv and secret not in b" ".join(argv), rec.name
+    assert os.access(path, os.R_OK)
