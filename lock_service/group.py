@@ -2,7 +2,8 @@
 benchmarks: start, SIGKILL and restart replicas by PID (never by name), find the leader.
 
 Ports (gRPC and Raft) are picked free on 127.0.0.1 once, at construction; a restarted
-replica comes back on the same ones, so clients keep their address lists.
+replica comes back on the same ones, so clients keep their address lists. The replicas share
+the stamp secret `BASE_DIR/stamp-secret` (common/stamp_secret.py), made at the first start.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from common import faults, process
+from common import faults, process, stamp_secret
 from common.config import HOST
 from common.errors import StampError, Unavailable
 from common.process import free_port
@@ -78,10 +79,11 @@ class LocalLockGroup:
         replica = self.replicas[name]
         assert replica.pid is None or not process.is_alive(replica.pid), f"{name} is running"
         peers = ",".join(r.raft_address for r in self.replicas.values() if r.name != name)
+        secret = stamp_secret.ensure(self.base_dir)
         replica.popen = process.spawn(
             [sys.executable, "-m", "lock_service.main", "--name", name, "--dir",
              str(replica.dir), "--port", str(replica.port), "--raft-port",
-             str(replica.raft_port), "--peers", peers,
+             str(replica.raft_port), "--peers", peers, "--secret-file", str(secret),
              *(["--faults-rpc"] if os.environ.get(faults.RPC_ENV_VAR) == "1" else [])],
             replica.dir, env=self.env)
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from common import durable_fs, faults, process
+from common import durable_fs, faults, process, stamp_secret
 from common.config import RaftMemberSpec, StampConfig, load_config
 from common.errors import InvalidArgument, NotFound, Unavailable
 from common.stamp_file import STAMP_FILE, read_stamp
@@ -333,8 +333,20 @@ class LocalStamp:
         progress.phase(f"starting {name}, waiting until it is ready")
         self._start_many([name], env, progress)
 
+    def secret_file(self) -> Path:
+        """The stamp secret's file (common/stamp_secret.py), which the Raft replicas are
+        given: made if missing on a stamp of one machine (a stamp recorded before it had one
+        gets one too); a stamp across hosts (`[hosts]`) needs the same copy on every host."""
+        return stamp_secret.ensure(self.data_dir, may_make=not self.config.hosts)
+
     def _start_many(self, names: Sequence[str], env: dict[str, str] | None = None,
                     progress: Progress = SILENT) -> None:
+        raft = [name for name in names
+                if self.records[name].kind in (KIND_LOCK, KIND_STREAM_MANAGER)]
+        secret = self.secret_file() if raft else None
+        for name in raft:
+            rec = self.records[name]
+            rec.argv = stamp_secret.with_arg(rec.argv, str(secret))
         for name in names:
             rec = self.records[name]
             popen = process.spawn(rec.argv, rec.dir, env)

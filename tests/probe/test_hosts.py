@@ -9,6 +9,7 @@ service: it has no pids of theirs)."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from common import health, process
+from common import health, process, stamp_secret
 from common.errors import StampError
 from partition_layer.client import PartitionClient
 from tools.local_stamp import LocalStamp
@@ -81,6 +82,12 @@ def _config(root: Path) -> Path:
 def three_hosts(tmp_path: Path) -> Iterator[tuple[Path, dict[str, Path]]]:
     config = _config(tmp_path)
     data_dirs = {host: tmp_path / f"host-{host}" for host in HOSTS}
+    # One stamp secret, copied to every host's data directory (as an operator copies it).
+    secret = tmp_path / stamp_secret.SECRET_FILE
+    stamp_secret.make(secret)
+    for d in data_dirs.values():
+        d.mkdir()
+        shutil.copy2(secret, stamp_secret.path_in(d))
     try:
         ups = [subprocess.Popen([sys.executable, "-m", "tools.cli", "--data-dir", str(d), "up",
                                  "--config", str(config), "--only", host],

@@ -19,6 +19,7 @@ from pysyncobj import replicated
 from pysyncobj.transport import TCPTransport
 
 from common import raft_journal
+from common.errors import InvalidArgument
 from common.process import free_port
 from common.raft import DurableReplica, DurableTransport
 from common.raft_journal import MAGIC, DurableJournal, JournalCorrupt
@@ -265,10 +266,14 @@ def test_transport_holds_messages_until_the_journal_is_durable(
 # --- a real (in-process) durable group ---------------------------------------------------------
 
 
+SECRET = b"a stamp secret of the unit tests, 32 characters or more"
+
+
 class Counter(DurableReplica):
-    def __init__(self, address: str, peers: list[str], raft_dir: Path) -> None:
+    def __init__(self, address: str, peers: list[str], raft_dir: Path,
+                 secret: bytes | None = SECRET) -> None:
         self.value = 0
-        super().__init__(address, peers, raft_dir)
+        super().__init__(address, peers, raft_dir, secret=secret)
 
     @replicated
     def add(self, n: int) -> int:
@@ -313,6 +318,34 @@ def test_durable_group_commits_compacts_and_restarts(tmp_path: Path) -> None:
     group = [Counter(a, addresses, tmp_path / str(i)) for i, a in enumerate(addresses)]
     try:
         wait_until(lambda: [r.value for r in group] == [70] * 3)
+    finally:
+        for replica in group:
+            replica.close()
+
+
+def test_a_replica_on_tcp_refuses_to_run_without_the_stamp_secret(tmp_path: Path) -> None:
+    address = f"127.0.0.1:{free_port()}"
+    with pytest.raises(InvalidArgument, match="needs the stamp secret"):
+        Counter(address, [address], tmp_path / "r", secret=None)
+
+
+@pytest.mark.slow
+def test_a_replica_with_another_secret_takes_no_part_in_the_group(tmp_path: Path) -> None:
+    """Peers authenticate each other: two replicas with the secret form the group and
+    commit; the third, with another secret, hears none of it (its messages are refused,
+    and it refuses theirs)."""
+    addresses = [f"127.0.0.1:{free_port()}" for _ in range(3)]
+    secrets = [SECRET, SECRET, b"another secret of 32 characters or more"]
+    group = [Counter(a, addresses, tmp_path / str(i), secret=s)
+             for i, (a, s) in enumerate(zip(addresses, secrets, strict=True))]
+    try:
+        wait_until(lambda: group[0].is_leader() or group[1].is_leader())
+        leader = group[0] if group[0].is_leader() else group[1]
+        for _ in range(5):
+            leader.add(1, sync=True, timeout=5)
+        wait_until(lambda: [r.value for r in group[:2]] == [5, 5])
+        assert group[2].value == 0 and not group[2].is_leader()
+        assert group[2].leader_address() is None
     finally:
         for replica in group:
             replica.close()
