@@ -13,8 +13,19 @@ subset (DESIGN §6). Names with no separator, no case and no escaping make those
 injective and keep a name the same byte string everywhere. The partition layer itself takes
 wider names (tools/cli_checks.NAME_BYTES_MAX); this module is the stricter door in front.
 
+Internal names: the front end keeps some partition names for itself — the Azure Blob
+endpoint's entity groups `$containers` and `$c/CONTAINER/GEN` (frontend/blob_model.py) — and
+they all start with `INTERNAL_MARK` ("$"). Rule 2 keeps every public name from starting
+with it, so no request of the public gRPC API can name one, with any credential (a key or a
+token with an empty prefix alike). A range of names is another way in: every public name
+sorts within [PUBLIC_NAMES_LOW, PUBLIC_NAMES_HIGH) and every internal name below it, so a
+scan cut to those bounds (frontend/scan.py) holds no internal name either. The blob endpoint
+reaches its groups through the front end's forwarding client (frontend/blob_store.py), which
+never passes through these checks.
+
 Contract: `check_*` returns the name unchanged or raises InvalidArgument whose message names
-the kind of name, the name itself and the rule it breaks.
+the kind of name, the name itself (cut to `NAME_SHOWN_CHARS_MAX` characters: a refusal never
+echoes a stranger's megabyte) and the rule it breaks.
 """
 
 from __future__ import annotations
@@ -27,6 +38,12 @@ NAME_CHARS_MIN = 3
 NAME_CHARS_MAX = 63
 NAME_ALPHABET = frozenset(string.ascii_lowercase + string.digits + "-")
 _ENDS = frozenset(string.ascii_lowercase + string.digits)
+INTERNAL_MARK = "$"
+PUBLIC_NAMES_LOW = "0"  # the smallest first character of a public name (rule 3)
+PUBLIC_NAMES_HIGH = "{"  # the character after "z": above every public name
+assert INTERNAL_MARK < PUBLIC_NAMES_LOW <= min(_ENDS) and max(_ENDS) < PUBLIC_NAMES_HIGH
+NAME_SHOWN_CHARS_MAX = NAME_CHARS_MAX + 8  # a longer name is cut in messages
+BAD_SHOWN_MAX = 16  # characters a refusal lists of those a name may not have
 
 # Names found valid, remembered (a name's validity never changes; a refusal is not kept):
 # the SDK and the front end check the same few names thousands of times a second.
@@ -43,14 +60,18 @@ def check_name(kind: str, name: str) -> str:
         return name
     if not isinstance(name, str):
         raise InvalidArgument(f"{kind} name must be a string, not {type(name).__name__}")
-    shown = name if len(name) <= NAME_CHARS_MAX + 8 else name[:NAME_CHARS_MAX] + "..."
+    shown = shown_name(name)
+    if name.startswith(INTERNAL_MARK):
+        raise InvalidArgument(f"{kind} name {shown!r} starts with {INTERNAL_MARK!r}: such "
+                              f"names are the stamp's own ({RULES})")
     if not NAME_CHARS_MIN <= len(name) <= NAME_CHARS_MAX:
         raise InvalidArgument(f"{kind} name {shown!r} has {len(name)} characters; a {kind} "
                               f"name has {NAME_CHARS_MIN} to {NAME_CHARS_MAX} ({RULES})")
     bad = sorted({c for c in name if c not in NAME_ALPHABET})
     if bad:
         raise InvalidArgument(f"{kind} name {shown!r} has characters other than lowercase "
-                              f"letters, digits and hyphens: {''.join(bad)!r} ({RULES})")
+                              f"letters, digits and hyphens: {''.join(bad[:BAD_SHOWN_MAX])!r} "
+                              f"({RULES})")
     if name[0] not in _ENDS or name[-1] not in _ENDS:
         raise InvalidArgument(f"{kind} name {shown!r} starts or ends with a hyphen; it must "
                               f"start and end with a letter or a digit ({RULES})")
@@ -61,6 +82,18 @@ def check_name(kind: str, name: str) -> str:
         _valid.clear()  # many distinct names: start over, stay bounded
     _valid.add(str(name))  # a str subclass is remembered as the plain str it equals
     return name
+
+
+def shown_name(name: str) -> str:
+    """`name` as a message shows it: cut to NAME_SHOWN_CHARS_MAX characters."""
+    if len(name) <= NAME_SHOWN_CHARS_MAX:
+        return name
+    return name[:NAME_CHARS_MAX] + f"... ({len(name)} characters)"
+
+
+def is_internal(name: str) -> bool:
+    """Whether `name` is one the stamp keeps for itself (never reachable by the public API)."""
+    return name.startswith(INTERNAL_MARK)
 
 
 def check_account(name: str) -> str:

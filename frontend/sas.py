@@ -9,12 +9,23 @@ A token is an ASCII string with no ';' or whitespace (so it fits a connection st
 - `sv` the format version (1); `sa` the account; `sk` which of the account's two keys
   signed it (1 or 2), so rotating the *other* key leaves the token valid, and rotating this
   one revokes it; `sp` the permissions, one letter each in the order of `PERMISSIONS`;
-  `spfx` the name prefix (frontend/names.py's prefix rules: empty means every name);
+  `spfx` the name prefix (frontend/names.py's prefix rules: empty means every name; what
+  it covers: below);
   `se` the expiry, whole seconds since the epoch; `sig` HMAC-SHA256 with key `sk` over the
   canonical string of the fields (unpadded URL-safe base64).
 - Decoding is strict: a token decodes only if encoding what it decoded to gives back the
   same string, byte for byte. So any changed byte either fails to decode or changes a
   signed field or the signature, and the HMAC refuses it.
+
+What a prefix covers: every name that starts with it, as a plain string — no more, no less.
+The prefix `logs` covers `logs`, `logs-2024` and `logs-secret`, and `logsx` too. Names have
+no separator other than the hyphen, so a prefix ending with one is a "folder": `logs-`
+covers `logs-2024` and `logs-secret` but not `logs` nor `logsx`. To grant one name alone,
+name it in full and make sure no other name of the account extends it (or end the prefix
+with '-' and name the logs under it). `stamp account sas` says so when it mints a token
+(`prefix_note`), and a scan with the token is cut to the same names (frontend/scan.py).
+An empty prefix covers every public name — never the stamp's own (frontend/names.py's
+internal names), which no credential reaches through the public API.
 
 Contract of `check`: it returns only if the token is well formed, signed by the key it
 names, unexpired at `now_s`, of `account`, grants `permission`, and `name` starts with its
@@ -155,6 +166,24 @@ def decode(token: str) -> SasToken:
     return decoded
 
 
+def covers(prefix: str, name: str) -> bool:
+    """Whether a token with `prefix` covers `name` (the module's rule: a plain string prefix,
+    and public names only)."""
+    return name.startswith(prefix) and not names.is_internal(name)
+
+
+def prefix_note(prefix: str) -> str:
+    """What a token with `prefix` covers, in a sentence for whoever mints one."""
+    if not prefix:
+        return "the token covers every name of the account"
+    if prefix.endswith("-"):
+        return (f"the token covers every name starting with {prefix!r} (such as "
+                f"{prefix + 'a'!r}), not {prefix[:-1]!r} itself")
+    return (f"the token covers every name starting with {prefix!r}: {prefix!r} itself, but "
+            f"also {prefix + '-secret'!r} and {prefix + 'x'!r}; end the prefix with '-' to "
+            f"cover only the names under {prefix + '-'!r}")
+
+
 def check(token: str, *, account: str, permission: str, name: str | None, now_s: float,
           keys_of: Callable[[str], Sequence[bytes] | None]) -> SasToken:
     """The decoded token if it lets its bearer do `permission` on `account`'s `name` at
@@ -190,7 +219,8 @@ def check(token: str, *, account: str, permission: str, name: str | None, now_s:
     if permission not in decoded.permissions:
         raise PermissionDenied(f"shared access token does not grant {permission} (it grants "
                                f"{', '.join(sorted(decoded.permissions))})")
-    if name is not None and not name.startswith(decoded.prefix):
+    if name is not None and not covers(decoded.prefix, name):
         raise PermissionDenied(f"shared access token covers names starting with "
-                               f"{decoded.prefix!r}, not {name!r}")
+                               f"{decoded.prefix!r}, not {names.shown_name(name)!r}"
+                               + (" (the stamp's own)" if names.is_internal(name) else ""))
     return decoded

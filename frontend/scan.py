@@ -6,7 +6,8 @@ Contracts:
 - The range: SCAN_ENTITIES from (start_pname, start_row) — a start pname alone: that name's
   first row; nothing: the account's first — up to, not including, (end_pname, end_row) — an
   end pname alone: that name's first row — or the account's end. SCAN_LOG_NAMES lists the
-  logs whose name starts with `prefix`, within the same range.
+  logs whose name starts with `prefix`, within the same range. Either is cut to the public
+  names (frontend/names.py): no scan, with any credential, reads the stamp's own ("$...").
 - A shared access token's name prefix (`name_prefix`, "" for a key) cuts the range to the
   names under it; a range with nothing under it is PermissionDenied.
 - `continuation` is opaque to clients: a format byte, the raw key to resume from and a
@@ -29,6 +30,7 @@ from common.config import FrontEndLimits
 from common.errors import InvalidArgument, PermissionDenied
 from common.proto import frontend_pb2 as fe_pb
 from common.proto import partition_pb2 as pb
+from frontend import names
 from partition_layer import keys, scan_client
 from partition_layer.keys import name_range
 
@@ -79,6 +81,10 @@ def request_range(request: fe_pb.ScanRequest, name_prefix: str) -> tuple[bytes, 
     if request.has_end:
         end = (keys.encode_key(account, request.end_pname, keys.KIND_ENTITY, request.end_row)
                if request.end_row else keys.pname_prefix(account, request.end_pname))
+    # Public names only, for every credential: the stamp's own names (the blob endpoint's
+    # groups, "$...") sort below them (frontend/names.py).
+    start, end = _cut(start, end, (keys.pname_prefix(account, names.PUBLIC_NAMES_LOW),
+                                   keys.pname_prefix(account, names.PUBLIC_NAMES_HIGH)))
     if request.mode == pb.SCAN_LOG_NAMES and request.prefix:
         start, end = _cut(start, end, name_range(account, request.prefix))
     if name_prefix:

@@ -112,7 +112,10 @@ def register(commands: Any) -> None:
                        type=checked(_permissions, "a permission list"),
                        help="comma-separated: read,append,trim,seal,write,scan")
     token.add_argument("--prefix", default="", type=sdk_client.name_prefix,
-                       help="names the token covers start with this (default: every name)")
+                       help="the token covers every name starting with this, as a plain "
+                            "string: 'logs' covers 'logs', 'logs-secret' and 'logsx'; end it "
+                            "with '-' ('logs-') to cover only names under it (default: every "
+                            "name)")
     token.add_argument("--expiry", required=True, type=checked(parse_duration, "a duration"),
                        help="how long the token is valid: 90s, 30m, 1h, 7d")
     token.add_argument("--key", type=int, choices=(1, 2), default=1,
@@ -224,4 +227,6 @@ def cmd_sas(args: argparse.Namespace) -> int:
     # An expiry beyond sas.EXPIRY_MAX_S is mint's InvalidArgument: one line (tools/cli.py).
     print(sas.mint(args.name, args.key, account.keys[args.key - 1], args.permissions,
                    args.prefix, int(now_s) + args.expiry, now_s=now_s))
+    # What the prefix covers, on stderr after success: stdout stays the token alone.
+    print(f"note: {sas.prefix_note(args.prefix)}", file=sys.stderr)
     return 0
