@@ -16,6 +16,8 @@ import pickle
 import socket
 import stat
 import struct
+import subprocess
+import sys
 import time
 import zlib
 from collections.abc import Iterator
@@ -24,7 +26,7 @@ from pathlib import Path
 import pytest
 from cryptography.fernet import Fernet
 
-from common import stamp_secret
+from common import process, stamp_secret
 from lock_service.client import LockClient
 from stream_layer.sm_client import AsyncStreamManagerClient
 from tests.conftest import check_raft_logs, stamp_config
@@ -163,3 +165,63 @@ def test_the_secret_is_private_and_in_no_record_argv_or_log(raft_stamp: LocalSta
         argv = Path(f"/proc/{rec.pid}/cmdline").read_bytes().split(b"\0")
         assert str(path).encode() in argv and secret not in b" ".join(argv), rec.name
     assert os.access(path, os.R_OK)
+
+
+REPLICA_COMMANDS = {
+    "lock": ["-m", "lock_service.main", "--name", "lock-9", "--raft-port", "{raft}"],
+    "stream-manager": ["-m", "stream_layer.stream_manager.main", "--name", "sm-9", "--port",
+                       "0", "--raft-port", "{raft}", "--peers", "127.0.0.1:{raft}=127.0.0.1:1"],
+}
+REFUSAL_TIMEOUT_S = 30.0
+
+
+def _run_replica(kind: str, directory: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    """Start one replica process that should refuse to run; it must end by itself."""
+    raft = str(process.free_port())
+    args = [a.format(raft=raft) for a in REPLICA_COMMANDS[kind]]
+    return subprocess.run([sys.executable, *args, "--dir", str(directory), *extra],
+                          capture_output=True, text=True, timeout=REFUSAL_TIMEOUT_S,
+                          cwd=Path(__file__).parents[2])
+
+
+@pytest.mark.parametrize("kind", sorted(REPLICA_COMMANDS))
+def test_a_replica_without_a_private_secret_refuses_to_start(kind: str, tmp_path: Path) -> None:
+    """Never unauthenticated: no --secret-file, or one other users may read, and the
+    process ends at once with one clear line (no traceback), the secret in no message."""
+    missing = _run_replica(kind, tmp_path / "a")
+    assert missing.returncode == 2 and "--secret-file" in missing.stderr.splitlines()[-1]
+
+    secret = tmp_path / "stamp-secret"
+    stamp_secret.make(secret)
+    secret.chmod(0o644)
+    shared = _run_replica(kind, tmp_path / "b", "--secret-file", str(secret))
+    assert shared.returncode == 1 and "Traceback" not in shared.stderr
+    assert "open to other users (mode 0644)" in shared.stderr.splitlines()[-1]
+    assert stamp_secret.read(secret.chmod(0o600) or secret).decode() not in shared.stderr
+
+
+def test_a_stamp_recorded_before_it_had_a_secret_gets_one_on_its_next_up(
+        raft_stamp: LocalStamp) -> None:
+    """Last in this module (it restarts the module's stamp): stamp.json from before issue
+    28 (no --secret-file) and no secret file; `up` makes one and the groups serve."""
+    raft_stamp.down()
+    old = LocalStamp.load(raft_stamp.data_dir)
+    for rec in old.records.values():
+        if stamp_secret.SECRET_ARG in rec.argv:
+            at = rec.argv.index(stamp_secret.SECRET_ARG)
+            del rec.argv[at:at + 2]
+    old.save()
+    stamp_secret.path_in(old.data_dir).unlink()
+
+    again = LocalStamp(raft_stamp.data_dir, raft_stamp.config)  # its shape is in no file
+    again.records = LocalStamp.load(raft_stamp.data_dir).records
+    try:
+        again.up()
+        secret = stamp_secret.path_in(again.data_dir)
+        assert stat.S_IMODE(secret.stat().st_mode) == 0o600
+        assert all(rec.argv[rec.argv.index(stamp_secret.SECRET_ARG) + 1] == str(secret)
+                   for rec in [*again.lock_servers(), *again.stream_managers()])
+        _lock_group_serves(again, b"after the secret was made")
+        _stream_managers_serve(again, "raft-port-probe-again-*")
+    finally:
+        again.kill_all()
