@@ -344,6 +344,11 @@ class FrontEndLimits:
     scan_page_bytes_max: int = 1 * MiB
     # How long the front end keeps an account's keys (a rotated key works at most this long).
     account_cache_ttl_ms: int = 5000
+    # Answer bytes one Call stream may hold: answers not yet written, plus the most each
+    # request in flight may return (a read or a get: 4 MiB). Past it the stream is not read
+    # until half is written (frontend/server.py): a client that does not read its answers
+    # holds no more, one that does may have about 30 large reads or gets in flight.
+    call_held_bytes_max: int = 128 * MiB
     # The Azure Blob REST endpoint (frontend/blob_*.py; DESIGN §6). An Append Block body: Azure's
     # limit for append blobs (API versions before 2022-11-02; larger ones get 413).
     blob_append_bytes_max: int = 4 * MiB
@@ -369,7 +374,7 @@ class FrontEndLimits:
     blob_read_records_max: int = 1024
 
     def __post_init__(self) -> None:
-        positive = ("scan_partitions_in_flight_max", "scan_page_rows_max",
+        positive = ("call_held_bytes_max", "scan_partitions_in_flight_max", "scan_page_rows_max",
                     "scan_page_bytes_max", "account_cache_ttl_ms",
                     "account_requests_per_s_max", "account_burst_requests_max",
                     "account_bytes_per_s_max", "account_burst_bytes_max",

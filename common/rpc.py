@@ -111,10 +111,12 @@ def server_options(message_bytes_max: int) -> list[tuple[str, Any]]:
     ]
 
 
-def aio_server(message_bytes_max: int) -> aio.Server:
+def aio_server(message_bytes_max: int, options: dict[str, Any] | None = None) -> aio.Server:
     """A Stamp server: calls from peers this process is cut off from are refused; while
-    metrics are on, calls are counted and timed per method (common/metrics.py)."""
-    return aio.server(options=server_options(message_bytes_max),
+    metrics are on, calls are counted and timed per method (common/metrics.py). `options`
+    (gRPC channel arguments) replace or add to server_options'."""
+    merged = dict(server_options(message_bytes_max)) | (options or {})
+    return aio.server(options=list(merged.items()),
                       interceptors=[isolation_grpc.ServerGuard(), *metrics.interceptors()])
 
 

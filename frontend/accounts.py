@@ -6,11 +6,13 @@ Each account is one KV entry, `accounts/NAME` -> JSON `{"name", "keys": [key1, k
 base64, "created_s"}`. Every change is a compare-and-set on the version read, so two
 operators rotating at once cannot lose one rotation (the loser retries on the new version).
 
-The cache (`keys_of`) holds what it read, an account's keys or its absence, for at most
-`cache_ttl_s` (<= CACHE_TTL_MAX_S = 10 s) of the injected clock's monotonic time. So a key
-rotated or an account deleted anywhere stops working at every front end within 10 s, and a
-flood of requests costs the lock service one read per account per TTL. A change made through
-this store instance is seen by it at once.
+The cache (`keys_of`) holds the keys of accounts it found, for at most `cache_ttl_s`
+(<= CACHE_TTL_MAX_S = 10 s) of the injected clock's monotonic time. So a key rotated or an
+account deleted anywhere stops working at every front end within 10 s, and a flood of
+requests of one account costs the lock service one read per TTL. A failed lookup (no such
+account, or a name no account can have) is never cached: made-up names must not occupy
+memory (issue 28); bounding the lookups they cause is the caller's (frontend/auth.py). A
+TTL of 0 caches nothing. A change made through this store instance is seen by it at once.
 """
 
 from __future__ import annotations
@@ -81,7 +83,7 @@ class AccountStore:
         self._kv = kv
         self._clock = clock
         self._ttl_s = cache_ttl_s
-        self._cache: dict[str, tuple[float, Account | None]] = {}
+        self._cache: dict[str, tuple[float, Account]] = {}
 
     # --- administration (always read through to the replicated store) ----------------------
 
@@ -131,10 +133,9 @@ class AccountStore:
     def keys_of(self, name: str) -> Sequence[bytes] | None:
         """The account's current keys, or None if it does not exist, as read at most
         `cache_ttl_s` ago (frontend/signing.verify's and sas.check's `keys_of`)."""
-        now = self._clock.monotonic()
         cached = self._cache.get(name)
-        if cached is not None and now < cached[0]:
-            return cached[1].keys if cached[1] is not None else None
+        if cached is not None and self._clock.monotonic() < cached[0]:
+            return cached[1].keys
         try:
             names.check_account(name)
             account: Account | None = self._read(name)[0]
@@ -151,6 +152,10 @@ class AccountStore:
         return Account.decode(data), version
 
     def _remember(self, name: str, account: Account | None) -> None:
+        """Cache `account` (None: there is none, which is not cached but drops what was)."""
+        if account is None or self._ttl_s <= 0:
+            self._cache.pop(name, None)
+            return
         if len(self._cache) >= CACHE_ENTRIES_MAX:
             now = self._clock.monotonic()
             self._cache = {k: v for k, v in self._cache.items() if v[0] > now}

@@ -5,23 +5,36 @@ A front end checks thousands of signatures a second; the keys come from the lock
 through a blocking client. So keys are cached here for `ttl_s` (FrontEndLimits.
 account_cache_ttl_ms, at most 10 s: a rotated key or a deleted account stops working within
 that), and a miss is read on a worker thread (asyncio.to_thread), once for all the requests
-that wait for the same account.
+that wait for the same account. A key past half its TTL is served while a read refreshes it
+in the background, so an account in use never waits for the store (nor for lookups made-up
+names queue there), and what is served is never older than the TTL.
+
+What strangers can make a front end hold (issue 28): every field of the credentials is
+checked for its size before anything is looked up or cached (`check_field_sizes`); only
+keys found are cached, never a failed lookup (a made-up name would otherwise occupy the
+cache until it expired); and the store reads not yet answered are bounded, in all
+(LOOKUPS_IN_FLIGHT_MAX) and per peer (LOOKUPS_PER_PEER_MAX, a peer being one gRPC
+connection: `context.peer()`), so one peer's flood of made-up names neither starves the
+others' lookups nor hammers the lock service.
 
 Contract: `check_cached` authenticates without awaiting when every key it needs is cached and
 returns MISS otherwise (nothing decided); `check` always decides, reading what it lacks.
 Both raise only what `wire.authenticate` raises (Unauthenticated, PermissionDenied) — plus
-Unavailable when the account store cannot be read, and Throttled when LOOKUPS_IN_FLIGHT_MAX
-other accounts are being read already, which a client retries.
+InvalidArgument for a field over its size (`check_field_sizes`), Unavailable when the account
+store cannot be read, and Throttled when LOOKUPS_IN_FLIGHT_MAX other accounts are being read
+already, or LOOKUPS_PER_PEER_MAX for the same peer, which a client retries.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Final
 
 from common.clock import Clock
-from common.errors import InvalidArgument, StampError, Throttled, Unavailable
+from common.errors import InvalidArgument, StampError, Throttled, Unauthenticated, Unavailable
+from common.proto import partition_pb2 as pb
 from frontend import names, sas, wire
 from frontend.accounts import CACHE_ENTRIES_MAX, CACHE_TTL_MAX_S
 
@@ -49,7 +62,55 @@ LOOKUPS_PER_CHECK_MAX = 3  # a request names at most two accounts (signer, token
 # so without a bound anyone could queue a store read per name they make up; past it a new
 # name is refused (Throttled, retried by the SDK) until reads finish.
 LOOKUPS_IN_FLIGHT_MAX = 64
+# Of those, what one peer (one connection) may have started: a flood of made-up names from
+# one connection takes no more, so the other peers' lookups still find room (and a thread:
+# asyncio's default pool has min(32, cores + 4) of them).
+LOOKUPS_PER_PEER_MAX = 4
 LOOKUPS_FULL_RETRY_AFTER_S = 0.1
+# A cached key older than this part of the TTL is refreshed in the background by the first
+# request that uses it, which is served the cached key meanwhile (stale-while-revalidate,
+# bounded by the TTL itself: a key is never served longer than a rotation may take).
+REFRESH_AFTER_TTL_FRACTION = 0.5
+# The largest credentials fields a request may carry, checked before any lookup: names by
+# frontend/names.py's rules, an HMAC-SHA256 (32 bytes; room for a longer MAC), a shared
+# access token by sas.TOKEN_CHARS_MAX.
+NAME_CHARS_MAX = names.NAME_CHARS_MAX
+SIGNATURE_BYTES_MAX = 64
+SAS_CHARS_MAX = sas.TOKEN_CHARS_MAX
+
+
+def check_field_sizes(account: str, name: str | None, auth: pb.Auth) -> None:
+    """InvalidArgument (a name) or Unauthenticated (a credential) if a field of a request is
+    longer than any valid one can be; the message says which field and its limit, never
+    what it holds. Cheap (lengths only): it runs before anything is parsed, looked up or
+    cached for the request, so no field a stranger sends is kept or echoed whole."""
+    if len(account) > NAME_CHARS_MAX:
+        raise InvalidArgument(f"an account name of {len(account)} characters is longer than "
+                              f"any account's ({NAME_CHARS_MAX})")
+    if name is not None and len(name) > NAME_CHARS_MAX:
+        raise InvalidArgument(f"a name of {len(name)} characters is longer than any log or "
+                              f"partition name ({NAME_CHARS_MAX})")
+    if len(auth.account) > NAME_CHARS_MAX:
+        raise Unauthenticated(f"the credentials name an account of {len(auth.account)} "
+                              f"characters, longer than any account's ({NAME_CHARS_MAX})")
+    if len(auth.signature) > SIGNATURE_BYTES_MAX:
+        raise Unauthenticated(f"a signature of {len(auth.signature)} bytes is longer than "
+                              f"any ({SIGNATURE_BYTES_MAX})")
+    if len(auth.sas) > SAS_CHARS_MAX:
+        raise Unauthenticated(f"a shared access token of {len(auth.sas)} characters is "
+                              f"longer than any ({SAS_CHARS_MAX})")
+
+
+class _Entry:
+    """An account's keys as read at `read_at` (monotonic): refreshed from `refresh_at`,
+    served until `expires_at`."""
+
+    __slots__ = ("expires_at", "keys", "refresh_at")
+
+    def __init__(self, keys: Sequence[bytes], read_at: float, ttl_s: float) -> None:
+        self.keys = keys
+        self.refresh_at = read_at + ttl_s * REFRESH_AFTER_TTL_FRACTION
+        self.expires_at = read_at + ttl_s
 
 
 class Authenticator:
@@ -59,35 +120,45 @@ class Authenticator:
         self._read_keys = read_keys
         self._clock = clock
         self._ttl_s = ttl_s
-        self._cache: dict[str, tuple[float, Keys]] = {}
+        self._cache: dict[str, _Entry] = {}
         self._reading: dict[str, asyncio.Future[Keys]] = {}
+        self._peer_reads: dict[str, int] = {}  # reads started per peer, not yet answered
+        self._refreshes: set[asyncio.Task[None]] = set()
 
     def accounts_cached(self) -> int:
         return len(self._cache)
 
+    def lookups_in_flight(self) -> int:
+        return len(self._reading)
+
     def check_cached(self, claim: wire.Claim) -> Outcome:
         """Decide `claim` from the cache alone, or MISS."""
+        check_field_sizes(claim.account, claim.name, claim.auth)
         try:
             return wire.authenticate(claim, keys_of=self._cached_keys, now_s=self._clock.wall())
         except _Miss:
             return MISS
 
-    async def check(self, claim: wire.Claim, now_s: float | None = None
+    async def check(self, claim: wire.Claim, now_s: float | None = None, peer: str = ""
                     ) -> sas.SasToken | None:
         """Decide `claim` (at `now_s`, by default now), reading uncached keys off the event
-        loop."""
+        loop; the reads it starts count against `peer` (the connection it came on; "" for
+        none: only the bound in all applies)."""
+        check_field_sizes(claim.account, claim.name, claim.auth)
         if now_s is None:
             now_s = self._clock.wall()
+        # What this check read: an account that does not exist is not cached, nor are keys
+        # with a TTL of 0, and each is read once per check all the same.
+        loaded: dict[str, Keys] = {}
+
+        def keys_of(account: str) -> Keys:
+            return loaded[account] if account in loaded else self._cached_keys(account)
         for _ in range(LOOKUPS_PER_CHECK_MAX):
             try:
-                return wire.authenticate(claim, keys_of=self._cached_keys, now_s=now_s)
+                return wire.authenticate(claim, keys_of=keys_of, now_s=now_s)
             except _Miss as miss:
-                await self._load(miss.account)
-        # Keys that expire as soon as read (a TTL of 0): decide on what was just read.
-        fresh: dict[str, Keys] = {}
-        for name in {claim.auth.account, claim.account}:
-            fresh[name] = await self._load(name)
-        return wire.authenticate(claim, keys_of=lambda n: fresh.get(n), now_s=now_s)
+                loaded[miss.account] = await self._load(miss.account, peer)
+        raise Unauthenticated("the credentials name more accounts than a request can")
 
     async def recheck(self, claim: wire.Claim) -> None:
         """Raise as `check` does if the credentials of a stream admitted on `claim` no
@@ -104,58 +175,106 @@ class Authenticator:
         except _Miss:
             await self.check(claim, now_s)
 
-    async def keys(self, account: str) -> Keys:
+    async def keys(self, account: str, peer: str = "") -> Keys:
         """`account`'s keys (None: no such account), from the cache or read through it: for
         credentials verified elsewhere than `wire` (the Azure Blob endpoint, blob_auth.py)."""
         try:
             return self._cached_keys(account)
         except _Miss:
-            return await self._load(account)
+            return await self._load(account, peer)
 
     def _cached_keys(self, account: str) -> Keys:
-        cached = self._cache.get(account)
-        if cached is None or self._clock.monotonic() >= cached[0]:
+        entry = self._cache.get(account)
+        if entry is None:
             raise _Miss(account)
-        return cached[1]
+        now = self._clock.monotonic()
+        if now >= entry.expires_at:
+            raise _Miss(account)
+        if now >= entry.refresh_at:
+            self._refresh_behind(account)
+        return entry.keys
 
-    async def _load(self, account: str) -> Keys:
+    def _refresh_behind(self, account: str) -> None:
+        """Start a background read of `account` unless one runs already (or the reads in
+        flight are at their bound, or there is no event loop: the entry simply expires)."""
+        if account in self._reading or len(self._reading) >= LOOKUPS_IN_FLIGHT_MAX:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        task = loop.create_task(self._refresh(account))
+        self._refreshes.add(task)
+        task.add_done_callback(self._refreshes.discard)
+
+    async def _refresh(self, account: str) -> None:
+        # On failure the entry is served until it expires; then a request reads it again.
+        with contextlib.suppress(StampError):
+            await self._load(account, "")
+
+    async def _load(self, account: str, peer: str) -> Keys:
         """Read `account`'s keys on a thread; concurrent readers of one account share it."""
         try:
             names.check_account(account)
         except InvalidArgument:  # no such account can exist: no read of the store for it
-            self._remember(account, None)
             return None
         future = self._reading.get(account)
-        if future is None:
-            if len(self._reading) >= LOOKUPS_IN_FLIGHT_MAX:
-                raise Throttled(f"{LOOKUPS_IN_FLIGHT_MAX} accounts are being looked up at "
-                                f"this front end already",
-                                retry_after_s=LOOKUPS_FULL_RETRY_AFTER_S)
-            future = asyncio.get_running_loop().create_future()
-            self._reading[account] = future
-            # Dated from before the read: what it returns may be as old as that, and a
-            # rotation during a slow read must still take effect within the TTL.
-            read_at = self._clock.monotonic()
-            try:
-                keys = await asyncio.to_thread(self._read_keys, account)
-            except BaseException as exc:  # waiters must not hang on a reader that failed
-                error = Unavailable(f"the account store could not be read: {exc!r}")
-                future.set_exception(error)
-                future.exception()  # retrieved: waiters (if any) get it too
-                if isinstance(exc, StampError):
-                    raise error from None
-                raise
-            finally:
-                self._reading.pop(account, None)
-            self._remember(account, keys, read_at)
-            future.set_result(keys)
-            return keys
-        return await asyncio.shield(future)
+        if future is not None:
+            return await asyncio.shield(future)
+        self._admit_lookup(peer)
+        future = asyncio.get_running_loop().create_future()
+        self._reading[account] = future
+        if peer:
+            self._peer_reads[peer] = self._peer_reads.get(peer, 0) + 1
+        # Dated from before the read: what it returns may be as old as that, and a
+        # rotation during a slow read must still take effect within the TTL.
+        read_at = self._clock.monotonic()
+        try:
+            keys = await asyncio.to_thread(self._read_keys, account)
+        except BaseException as exc:  # waiters must not hang on a reader that failed
+            error = Unavailable(f"the account store could not be read: {exc!r}")
+            future.set_exception(error)
+            future.exception()  # retrieved: waiters (if any) get it too
+            if isinstance(exc, StampError):
+                raise error from None
+            raise
+        finally:
+            self._reading.pop(account, None)
+            self._lookup_done(peer)
+        self._remember(account, keys, read_at)
+        future.set_result(keys)
+        return keys
 
-    def _remember(self, account: str, keys: Keys, read_at: float | None = None) -> None:
-        now = self._clock.monotonic()
+    def _admit_lookup(self, peer: str) -> None:
+        """Throttled if a new store read may not start now (module docstring's bounds)."""
+        if len(self._reading) >= LOOKUPS_IN_FLIGHT_MAX:
+            raise Throttled(f"{LOOKUPS_IN_FLIGHT_MAX} accounts are being looked up at "
+                            f"this front end already",
+                            retry_after_s=LOOKUPS_FULL_RETRY_AFTER_S)
+        if peer and self._peer_reads.get(peer, 0) >= LOOKUPS_PER_PEER_MAX:
+            raise Throttled(f"{LOOKUPS_PER_PEER_MAX} accounts are being looked up for this "
+                            f"connection already", retry_after_s=LOOKUPS_FULL_RETRY_AFTER_S)
+
+    def _lookup_done(self, peer: str) -> None:
+        if not peer:
+            return
+        left = self._peer_reads.get(peer, 0) - 1
+        if left > 0:
+            self._peer_reads[peer] = left
+        else:
+            self._peer_reads.pop(peer, None)
+
+    def _remember(self, account: str, keys: Keys, read_at: float) -> None:
+        """Cache keys found; a failed lookup (no such account) is not cached, and drops
+        what was (a deleted account)."""
+        if keys is None:
+            self._cache.pop(account, None)
+            return
+        if self._ttl_s <= 0:
+            return
         if len(self._cache) >= CACHE_ENTRIES_MAX:
-            self._cache = {k: v for k, v in self._cache.items() if v[0] > now}
+            now = self._clock.monotonic()
+            self._cache = {k: v for k, v in self._cache.items() if v.expires_at > now}
             if len(self._cache) >= CACHE_ENTRIES_MAX:
-                self._cache.clear()  # a flood of distinct names: start over, stay bounded
-        self._cache[account] = ((now if read_at is None else read_at) + self._ttl_s, keys)
+                self._cache.clear()  # many accounts: start over, stay bounded
+        self._cache[account] = _Entry(keys, read_at, self._ttl_s)

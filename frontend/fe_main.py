@@ -28,7 +28,11 @@ from frontend.accounts import AccountStore
 from frontend.auth import Authenticator
 from frontend.blob_store import BlobStore
 from frontend.forward import ForwardingClient
-from frontend.server import FrontEndServicer
+from frontend.server import (
+    CONCURRENT_STREAMS_MAX,
+    FrontEndServicer,
+    request_message_bytes_max,
+)
 from frontend.server_call import FrontEnd
 from frontend.throttle import AccountThrottle
 from lock_service.client import LockClient
@@ -86,7 +90,11 @@ async def serve(args: argparse.Namespace) -> None:
                               on_pressure=lambda pressure: front_end.observe_pressure(pressure))
     front_end = FrontEnd(auth, client, throttle, config.partition, config.front_end)
 
-    server = rpc.aio_server(config.partition.rpc_message_bytes_max)
+    # Receive no more than the largest legal request needs (a stranger's message is held
+    # while it is parsed); send answers up to the SDK's own limit.
+    server = rpc.aio_server(config.partition.rpc_message_bytes_max, {
+        "grpc.max_receive_message_length": request_message_bytes_max(config.partition),
+        "grpc.max_concurrent_streams": CONCURRENT_STREAMS_MAX})
     port = server.add_insecure_port(f"{args.host}:{args.port}")
     address = f"{args.host}:{port}"
     fe_grpc.add_FrontEndServicer_to_server(FrontEndServicer(front_end, args.name, address),

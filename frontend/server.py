@@ -17,6 +17,17 @@ layer, holding nothing that matters (kill one: nothing is lost).
   scan_ranges.py) from a fresh partition map, with the sizes their servers report.
 - Status: counters.
 Errors of the streaming RPCs are gRPC statuses (common/rpc.py maps StampError to codes).
+
+What one Call stream may make a front end hold (issue 28): requests in flight and answers not
+yet written, at most CALL_INFLIGHT_MAX in all, and at most `front_end.call_held_bytes_max`
+bytes of answers — those gathered and not yet written, plus for each request in flight the
+most its answer can be (`answer_bytes_max`: a read's or a get's bytes are not known before).
+Past either bound the stream is not read (gRPC flow control then holds the client back) until
+both are down to half: a client that never reads its answers holds that much and no more,
+and a client that reads them is merely paced. A message of answers is at most
+RESPONSE_MESSAGE_BYTES_MAX. The largest message a front end takes is `request_message_bytes_max`
+(the gRPC receive limit, fe_main.py), and a connection carries at most
+CONCURRENT_STREAMS_MAX streams.
 """
 
 from __future__ import annotations
@@ -25,11 +36,12 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
-from typing import cast
+from typing import Protocol, cast
 
 from grpc import aio
 
 from common import rpc
+from common.config import PartitionLimits
 from common.errors import StampError
 from common.proto import frontend_pb2 as fe_pb
 from common.proto import frontend_pb2_grpc as fe_grpc
@@ -37,14 +49,72 @@ from common.proto import partition_pb2 as pb
 from frontend import names, sas, wire
 from frontend.auth import MISS
 from frontend.scan_ranges import account_ranges
-from frontend.server_call import UNROUTED, FrontEnd
+from frontend.server_call import UNROUTED, FrontEnd, Reply
+from partition_layer.session import BATCH_BYTES_MAX as SDK_BATCH_BYTES_MAX
 
 log = logging.getLogger(__name__)
 
 RESPONSES_PER_MESSAGE_MAX = 4096
-# Requests of one Call stream in flight at once: past this the front end stops reading the
-# stream (gRPC flow control then holds the client back) until half of them are answered.
+# A message of answers is cut past this many bytes (one answer may be larger: it goes alone);
+# the SDK's receive limit is rpc_message_bytes_max.
+RESPONSE_MESSAGE_BYTES_MAX = 4 * 1024 * 1024
+# Requests of one Call stream in flight or answered and not yet written: past this the front
+# end stops reading the stream (gRPC flow control then holds the client back) until half of
+# them are written.
 CALL_INFLIGHT_MAX = 20_000
+# An answer's bytes beyond what it carries (id, error, etag, sequence numbers), and a read
+# record's beyond its data (its sequence number and CRC32C): for `answer_bytes_max`.
+ANSWER_OVERHEAD_BYTES = 256
+RECORD_OVERHEAD_BYTES = 32
+# Streams one connection may carry at once (gRPC's max_concurrent_streams): an SDK uses a
+# Call stream per front end plus its Subscribe and Scan streams.
+CONCURRENT_STREAMS_MAX = 128
+# What a request may carry besides its records, values and row key: two names (2 x 63), a
+# token (128), credentials (an account, a signature of 64 or a token of 512 characters, a
+# time), an ETag, ids and field tags; and the least the SDK counts for a request when it
+# packs requests into a message (sdk_requests.request_bytes).
+REQUEST_FIELDS_BYTES_MAX = 1024
+SDK_REQUEST_ESTIMATE_BYTES_MIN = 256
+
+
+def request_message_bytes_max(limits: PartitionLimits) -> int:
+    """The largest RequestBatch a front end takes (its gRPC receive limit): the largest legal
+    request — an append of `append_bytes_max` in `append_records_max` records, a put of
+    `value_bytes_max`, or a batch of `batch_ops_max` items whose values total an append's
+    bytes (PartitionLimits sets no bound on a batch's total: 100 values of 4 MiB would be
+    400 MiB, which no transport took) — or the SDK's packing of many small requests: up to
+    SDK_BATCH_BYTES_MAX of its own estimates, which count a small request as
+    SDK_REQUEST_ESTIMATE_BYTES_MIN bytes when it may carry a row key and fields of
+    `row_bytes_max + REQUEST_FIELDS_BYTES_MAX`."""
+    append = limits.append_bytes_max + limits.append_records_max * RECORD_OVERHEAD_BYTES
+    put = limits.value_bytes_max + limits.row_bytes_max
+    batch = (limits.batch_ops_max * (limits.row_bytes_max + RECORD_OVERHEAD_BYTES)
+             + limits.append_bytes_max)
+    small = limits.row_bytes_max + REQUEST_FIELDS_BYTES_MAX
+    packed = SDK_BATCH_BYTES_MAX * -(-small // SDK_REQUEST_ESTIMATE_BYTES_MIN)
+    return max(append, put, batch, packed) + REQUEST_FIELDS_BYTES_MAX
+
+
+def answer_bytes_max(request: pb.Request, limits: PartitionLimits) -> int:
+    """The most bytes `request`'s answer can hold: a read's records (by its limit and
+    read_bytes_max), a get's value; a small answer for anything else."""
+    op = request.WhichOneof("op")
+    if op == "read":
+        records = min(request.read.limit or limits.read_records_max, limits.read_records_max)
+        data = min(limits.read_bytes_max + limits.record_bytes_max,
+                   records * limits.record_bytes_max)
+        return ANSWER_OVERHEAD_BYTES + data + records * RECORD_OVERHEAD_BYTES
+    if op == "get":
+        return ANSWER_OVERHEAD_BYTES + limits.value_bytes_max
+    return ANSWER_OVERHEAD_BYTES
+
+
+class RequestPath(Protocol):
+    """What a Call stream needs of the front end's request path (server_call.FrontEnd)."""
+
+    limits: PartitionLimits
+
+    def start(self, request: pb.Request, reply: Reply, peer: str = "") -> None: ...
 # A stream's page or reply refused by the throttle waits at least this long before asking
 # again (a retry-after of 0 must not spin).
 STREAM_THROTTLE_WAIT_MIN_S = 0.001
@@ -55,30 +125,66 @@ class _Replies:
 
     `reply` only appends (it runs once per request, from the partition servers' sessions);
     `write_all` writes whatever has gathered each time it wakes, in one message of at most
-    RESPONSES_PER_MESSAGE_MAX (a write waits for the one before: answers that come meanwhile
-    go out together), and ends once the client has closed its side and every request is
-    answered, or at once if reading failed (the stream is gone)."""
+    RESPONSES_PER_MESSAGE_MAX answers and RESPONSE_MESSAGE_BYTES_MAX bytes (a write waits for
+    the one before: answers that come meanwhile go out together), and ends once the client
+    has closed its side and every request is answered, or at once if reading failed (the
+    stream is gone). `held` and `held_bytes` count what the stream holds (module docstring):
+    requests started and not answered, answers not yet written; `room` is set while the
+    reader may go on."""
 
-    def __init__(self) -> None:
+    def __init__(self, held_bytes_max: int) -> None:
         self.unanswered = 0
-        self.room = asyncio.Event()  # set while fewer than CALL_INFLIGHT_MAX // 2 in flight
+        self.held = 0
+        self.held_bytes = 0
+        self.held_bytes_max = held_bytes_max
+        self.room = asyncio.Event()
         self.room.set()
         self._pending: list[pb.Response] = []
+        self._pending_bytes: list[int] = []
         self._wake = asyncio.Event()
         self._reading = True
         self._abandoned = False
 
-    def reply(self, response: pb.Response) -> None:
+    def started(self, reserved_bytes: int) -> None:
+        """A request is started whose answer may take `reserved_bytes`; past either bound
+        the reader must wait for `room`."""
+        self.unanswered += 1
+        self.held += 1
+        self.held_bytes += reserved_bytes
+        if self.held >= CALL_INFLIGHT_MAX or self.held_bytes >= self.held_bytes_max:
+            self.room.clear()
+
+    def reply(self, response: pb.Response, reserved_bytes: int) -> None:
+        nbytes = response.ByteSize()
         self._pending.append(response)
+        self._pending_bytes.append(nbytes)
         self.unanswered -= 1
-        if self.unanswered <= CALL_INFLIGHT_MAX // 2:
-            self.room.set()
+        self.held_bytes += nbytes - reserved_bytes
+        self._released()
         self._wake.set()
 
     def reading_done(self, abandon: bool = False) -> None:
         self._reading = False
         self._abandoned = abandon
         self._wake.set()
+
+    def _released(self) -> None:
+        if self.held <= CALL_INFLIGHT_MAX // 2 and self.held_bytes <= self.held_bytes_max // 2:
+            self.room.set()
+
+    def _next_message(self) -> tuple[pb.ResponseBatch, int]:
+        """The next message of pending answers, and its bytes."""
+        count, nbytes = 0, 0
+        for size in self._pending_bytes:
+            if count and (count >= RESPONSES_PER_MESSAGE_MAX
+                          or nbytes + size > RESPONSE_MESSAGE_BYTES_MAX):
+                break
+            count += 1
+            nbytes += size
+        batch = pb.ResponseBatch(responses=self._pending[:count])
+        del self._pending[:count]
+        del self._pending_bytes[:count]
+        return batch, nbytes
 
     async def write_all(self, context: aio.ServicerContext) -> None:
         while True:
@@ -87,14 +193,12 @@ class _Replies:
             if self._abandoned:
                 return
             while self._pending:
-                batch = pb.ResponseBatch()
-                if len(self._pending) <= RESPONSES_PER_MESSAGE_MAX:
-                    batch.responses.extend(self._pending)
-                    self._pending.clear()
-                else:
-                    batch.responses.extend(self._pending[:RESPONSES_PER_MESSAGE_MAX])
-                    del self._pending[:RESPONSES_PER_MESSAGE_MAX]
+                batch, nbytes = self._next_message()
                 await context.write(batch)
+                # Held until written: a client that does not read leaves the write waiting.
+                self.held -= len(batch.responses)
+                self.held_bytes -= nbytes
+                self._released()
             if not self._reading and self.unanswered <= 0:
                 return
 
@@ -104,29 +208,35 @@ class FrontEndServicer(fe_grpc.FrontEndServicer):
         self.fe = front_end
         self.name = name
         self.address = address
+        self._held_bytes_max = front_end.fe_limits.call_held_bytes_max
 
     async def Call(self, request_iterator: AsyncIterator[pb.RequestBatch],
                    context: aio.ServicerContext) -> None:
         """Many requests in flight on one stream; each answered when done, in any order."""
-        replies = _Replies()
+        replies = _Replies(self._held_bytes_max)
         reader = asyncio.get_running_loop().create_task(
-            self._read_requests(request_iterator, replies))
+            self._read_requests(request_iterator, replies, context.peer()))
         try:
             await replies.write_all(context)
         finally:
             reader.cancel()
 
     async def _read_requests(self, request_iterator: AsyncIterator[pb.RequestBatch],
-                             replies: _Replies) -> None:
-        """Start every request of the stream, holding back past CALL_INFLIGHT_MAX."""
+                             replies: _Replies, peer: str) -> None:
+        """Start every request of the stream, holding back while it holds too much (module
+        docstring); the requests' store lookups count against `peer`."""
+        front_end: RequestPath = self.fe
+        limits = front_end.limits
+        start = front_end.start
         try:
             async for batch in request_iterator:
-                replies.unanswered += len(batch.requests)
                 for request in batch.requests:
-                    self.fe.start(request, replies.reply)
-                if replies.unanswered >= CALL_INFLIGHT_MAX:
-                    replies.room.clear()
-                    await replies.room.wait()
+                    reserved = answer_bytes_max(request, limits)
+                    replies.started(reserved)
+                    start(request, lambda response, r=reserved: replies.reply(response, r),
+                          peer)
+                    if not replies.room.is_set():
+                        await replies.room.wait()
         except BaseException:
             replies.reading_done(abandon=True)  # the stream broke: answers go nowhere
             raise

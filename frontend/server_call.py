@@ -14,7 +14,14 @@ refreshes the map and retries. Retrying is safe: the SDK sets a token on every m
 mutation without one is not repeated after an ambiguous failure (`retry_safe`), its error
 is the answer.
 
-Contract: `start(request, reply)` calls `reply` exactly once with the request's Response
+What a stranger's request costs (issue 28): its tokens, names and credentials are checked
+for size before anything else (frontend/auth.check_field_sizes), the store reads its
+authentication starts count against its connection (`peer`), and a refusal's message is cut
+to REFUSAL_CHARS_MAX characters (a message may quote what the client sent). Reads, gets and
+peeks are charged to the account's byte bucket by the bytes they return (as a scan's pages
+are), after the answer: their size is not known before.
+
+Contract: `start(request, reply, peer)` calls `reply` exactly once with the request's Response
 (carrying the SDK's id): success, or the error's class name and message (common/errors.py),
 Throttled with its retry-after.
 """
@@ -42,17 +49,22 @@ from common.errors import (
 )
 from common.proto import partition_pb2 as pb
 from frontend import wire
-from frontend.auth import MISS, Authenticator
+from frontend.auth import MISS, Authenticator, check_field_sizes
 from frontend.forward import ForwardingClient
 from frontend.server_checks import check_request
 from frontend.throttle import AccountThrottle
 from partition_layer.client import ATTEMPT_TIMEOUT_S
-from partition_layer.requests import error_response, route_key
+from partition_layer.requests import TOKEN_BYTES_MAX, error_response, route_key
 
 log = logging.getLogger(__name__)
 
 Reply = Callable[[pb.Response], None]
 UNROUTED = "(unrouted)"  # the throttle's server name for a key whose server is unknown
+# A refusal's message is cut to this many characters: it may quote what the client sent, and
+# a stranger's bytes are not sent back at length.
+REFUSAL_CHARS_MAX = 1024
+# Ops whose answers carry the bytes they read: charged to the account's byte bucket by those.
+READ_OPS = frozenset({"read", "get", "peek"})
 
 
 def retry_safe(request: pb.Request) -> bool:
@@ -138,14 +150,15 @@ class FrontEnd:
 
     # ---- the hot path -----------------------------------------------------------------------
 
-    def start(self, request: pb.Request, reply: Reply) -> None:
-        """Take one request (module contract)."""
+    def start(self, request: pb.Request, reply: Reply, peer: str = "") -> None:
+        """Take one request (module contract) that came on connection `peer`."""
         self.counters.requests += 1
         sdk_id = request.id
         try:
+            check_sizes(request)
             claim = wire.call_claim(request)
             if self.auth.check_cached(claim) is MISS:
-                self._spawn(self._slow(request, sdk_id, claim, reply))
+                self._spawn(self._slow(request, sdk_id, claim, reply, peer=peer))
                 return
             nbytes = check_request(request, request.WhichOneof("op") or "", self.limits)
             route = self.client.route_name(request.account, request.pname)
@@ -172,6 +185,7 @@ class FrontEnd:
             assert response is not None
             if response.error != NotOwner.__name__:
                 response.id = forward.sdk_id
+                self._charge_read(forward.request, response)
                 forward.reply(response)
                 return
         elif not isinstance(exc, Unavailable | DeadlineExceeded) or not retry_safe(
@@ -185,10 +199,10 @@ class FrontEnd:
     # ---- the slow path ----------------------------------------------------------------------
 
     async def _slow(self, request: pb.Request, sdk_id: int, claim: wire.Claim | None,
-                    reply: Reply, nbytes: int | None = None) -> None:
+                    reply: Reply, nbytes: int | None = None, peer: str = "") -> None:
         try:
             if claim is not None:
-                await self.auth.check(claim)
+                await self.auth.check(claim, peer=peer)
             if nbytes is None:
                 nbytes = check_request(request, request.WhichOneof("op") or "", self.limits)
             key = route_key(request.account, request.pname)
@@ -222,7 +236,13 @@ class FrontEnd:
             reply(self._failure(sdk_id, exc))
             return
         response.id = sdk_id
+        self._charge_read(request, response)
         reply(response)
+
+    def _charge_read(self, request: pb.Request, response: pb.Response) -> None:
+        """A read's, get's or peek's answer charged to its account's byte bucket."""
+        if request.WhichOneof("op") in READ_OPS and not response.error:
+            self.throttle.charge(request.account, response.ByteSize())
 
     def _spawn(self, coro: object) -> None:
         task = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
@@ -234,13 +254,13 @@ class FrontEnd:
     def refusal(self, sdk_id: int, exc: StampError) -> pb.Response:
         """A request refused here (not forwarded): counted, and answered with the error."""
         self.counters.refused(exc)
-        return error_response(sdk_id, exc)
+        return _cut(error_response(sdk_id, exc))
 
     @staticmethod
     def _failure(sdk_id: int, exc: BaseException) -> pb.Response:
         if isinstance(exc, StampError):
-            return error_response(sdk_id, exc)
-        return error_response(sdk_id, Internal(f"front end: {exc!r}"))
+            return _cut(error_response(sdk_id, exc))
+        return _cut(error_response(sdk_id, Internal(f"front end: {exc!r}")))
 
     async def close(self) -> None:
         for task in list(self._tasks):
@@ -248,3 +268,20 @@ class FrontEnd:
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.client.close()
+
+
+def check_sizes(request: pb.Request) -> None:
+    """InvalidArgument or Unauthenticated if a field of `request` that is read before it is
+    authenticated is larger than any valid one (auth.check_field_sizes; tokens by
+    TOKEN_BYTES_MAX): nothing of such a request is parsed further, looked up or kept."""
+    if len(request.token) > TOKEN_BYTES_MAX or (
+            request.HasField("append") and len(request.append.token) > TOKEN_BYTES_MAX):
+        raise InvalidArgument(f"a token has at most {TOKEN_BYTES_MAX} bytes")
+    check_field_sizes(request.account, request.pname, request.auth)
+
+
+def _cut(response: pb.Response) -> pb.Response:
+    """`response` with its message cut to REFUSAL_CHARS_MAX characters."""
+    if len(response.message) > REFUSAL_CHARS_MAX:
+        response.message = response.message[:REFUSAL_CHARS_MAX] + "..."
+    return response

@@ -18,6 +18,11 @@ Two mechanisms, both per front end (front ends share nothing):
   account below `throttle_share_min` or an equal share of the held talkers' (and every
   account never sampled) is not refused at all.
 
+Answers whose size is known only once they come (a read's records, a get's value, a peek)
+are charged to the account's byte bucket afterwards (`charge`): the bucket may go into debt,
+and the account's next requests are refused until it is repaid, so an account reads at most
+its byte rate, as it writes and scans.
+
 Contract: `admit` returns `Decision(admitted=True)` only after taking the tokens; a refused
 request takes nothing. It raises InvalidArgument for a request that could never be admitted
 (more bytes than a full bucket holds). Memory is bounded: at most `accounts_tracked_max`
@@ -164,6 +169,16 @@ class AccountThrottle:
         buckets.requests.take(1)
         buckets.bytes.take(nbytes)
         return ADMITTED
+
+    def charge(self, account: str, nbytes: int) -> None:
+        """`nbytes` an admitted request of `account` returned, taken from its byte bucket
+        (into debt if need be; at most a full bucket's worth at once)."""
+        now = self._clock.monotonic()
+        buckets = self._buckets(account, now)
+        if isinstance(buckets, Decision):
+            return  # too many accounts tracked: it was admitted before any of this
+        buckets.refill(now)
+        buckets.bytes.charge(min(nbytes, self._limits.account_burst_bytes_max))
 
     def accounts_tracked(self) -> int:
         return len(self._accounts)

@@ -5,6 +5,11 @@ Contract: between any two times t0 <= t1, the amounts taken sum to at most
 gains `rate_per_s` a second. `take` is only called after `wait_s` said 0. A clock that goes
 back (it should not) adds nothing rather than removing tokens.
 
+`charge` takes an amount known only after the fact (the bytes a read returned) whether or
+not it is there: the bucket may go into debt, down to -capacity, and nothing else is taken
+until the debt is repaid. Then the amounts taken between t0 and t1 sum to at most
+`rate_per_s * (t1 - t0) + capacity` plus the last charge made before t1.
+
 Float times round: a caller that waits exactly the `wait_s` it was told may find the bucket
 short by ~1e-10 of a token, and be refused again with a retry-after of 1e-14 s. So an amount
 within `SLACK_TOKENS` of what is there counts as there; tokens then never fall below
@@ -38,6 +43,11 @@ class TokenBucket:
     def take(self, amount: float) -> None:
         assert amount <= self._tokens + SLACK_TOKENS, "take only what wait_s said is there"
         self._tokens -= amount
+
+    def charge(self, amount: float) -> None:
+        """Take `amount` (>= 0) after the fact, into debt if need be (module docstring)."""
+        assert amount >= 0
+        self._tokens = max(-self.capacity, self._tokens - amount)
 
     def full_in_s(self) -> float:
         """Seconds until the bucket is full again: after that it equals a new one."""

@@ -94,12 +94,16 @@ def test_a_key_rotated_elsewhere_stops_working_within_the_ttl(kv: VersionedDict)
         signing.verify(request, keys_of=front_end.keys_of, now_s=clock.wall())
 
 
-def test_the_cache_remembers_absence_too_and_sees_its_own_changes(kv: VersionedDict) -> None:
+def test_a_miss_is_not_cached_and_the_cache_sees_its_own_changes(kv: VersionedDict) -> None:
+    """A failed lookup occupies nothing (issue 28: made-up names filled the cache); bounding
+    the reads they cause is frontend/auth.py's."""
     clock = ManualClock()
     store = AccountStore(kv, clock)
     assert store.keys_of("acme") is None
     reads = kv.reads
-    assert store.keys_of("acme") is None and kv.reads == reads  # a flood costs one read
+    assert store.keys_of("acme") is None and kv.reads == reads + 1
+    assert store.keys_of("x" * 100_000) is None and kv.reads == reads + 1  # never read
+    assert not store._cache
     created = store.create("acme")
     assert store.keys_of("acme") == created.keys  # its own change, at once
     rotated = store.rotate("acme", 1)
@@ -107,6 +111,7 @@ def test_the_cache_remembers_absence_too_and_sees_its_own_changes(kv: VersionedD
     store.delete("acme")
     assert store.keys_of("acme") is None
     assert store.keys_of("Not A Name") is None
+    assert not store._cache
 
 
 def test_cache_ttl_is_at_most_ten_seconds(kv: VersionedDict) -> None:

@@ -69,7 +69,9 @@ def put(token: str, clock: ManualClock) -> pb.Request:
 async def forward(outcome: str, request: pb.Request, clock: ManualClock
                   ) -> tuple[pb.Response, RetryingClient]:
     auth = Authenticator(lambda account: (KEY, KEY), clock, ttl_s=10.0)
-    await auth.check(wire.call_claim(request))
+    copy = pb.Request()
+    copy.CopyFrom(request)  # call_claim takes the credentials out of what it reads
+    await auth.check(wire.call_claim(copy))
     client = RetryingClient(outcome)
     limits = FrontEndLimits()
     front_end = FrontEnd(auth, client, AccountThrottle(limits, clock, random.Random(1)),  # type: ignore[arg-type]
