@@ -1,4 +1,4 @@
-"""Property-based fuzzing (hypothesis) of the SDK and a running front end (issue 16): names,
+"""Property-based fuzzing (hypothesis) of the SDK and a running front end (issues 16, 28): names,
 sizes and malformed requests. Whatever goes in, what comes out is a success or a typed error
 (a StampError subclass, never Internal, never another exception, never a hang), and the front
 end process is alive and answers afterwards.
@@ -6,12 +6,15 @@ end process is alive and answers afterwards.
 Two doors: the SDK's methods with arbitrary arguments (most refused before sending, the rest
 reach the front end), and raw Call, Subscribe and Scan requests that skip the SDK's checks
 (signed correctly, so they get past authentication to the front end's own checks, or with
-their credentials damaged)."""
+their credentials damaged). Issue 28 adds damaged bytes on the wire: a signed request with a
+bit flipped, cut short or with an unknown field is refused (typed) and writes nothing, and an
+oversized field gets a short refusal."""
 
 from __future__ import annotations
 
 import contextlib
 import random
+import secrets
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,7 +28,7 @@ from hypothesis import strategies as st
 from common.checksums import crc32c
 from common.clock import SystemClock
 from common.config import PartitionLimits
-from common.errors import ERRORS_BY_NAME, Internal, InvalidArgument, StampError
+from common.errors import ERRORS_BY_NAME, Internal, InvalidArgument, NotFound, StampError
 from common.proto import frontend_pb2 as fe_pb
 from common.proto import frontend_pb2_grpc as fe_grpc
 from common.proto import partition_pb2 as pb
@@ -307,4 +310,140 @@ def test_fuzz_raw_scans(fuzz_stamp: LocalStamp, sdk: Client, stub: fe_grpc.Front
     error = stream_error(lambda: stub.Scan(request, timeout=CALL_TIMEOUT_S))
     assert error is None or not isinstance(error, Internal), error
     assert error is None or type(error).__name__ in ERRORS_BY_NAME
+    still_answers(fuzz_stamp, sdk)
+
+
+# ---- damaged bytes on the wire (issue 28) ---------------------------------------------------
+
+CALL_METHOD = "/stamp.frontend.FrontEnd/Call"
+# A refusal quotes at most a short piece of what it was sent (names cut to 64 characters).
+REFUSAL_CHARS_MAX = 400
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _batch_bytes(request_bytes: bytes) -> bytes:
+    """A RequestBatch holding one request given as its bytes (field 1, length-delimited)."""
+    return b"\x0a" + _varint(len(request_bytes)) + request_bytes
+
+
+def _same_request(a: pb.Request, b: pb.Request) -> bool:
+    """Equal but for the session's id (which the signature does not cover)."""
+    a2, b2 = pb.Request(), pb.Request()
+    a2.CopyFrom(a)
+    b2.CopyFrom(b)
+    a2.id = b2.id = 0
+    return a2.SerializeToString(deterministic=True) == b2.SerializeToString(deterministic=True)
+
+
+def _send_raw(stamp: LocalStamp, data: bytes) -> list[pb.Response] | grpc.RpcError:
+    with sync_channel(stamp.address("fe-1"), LIMITS.rpc_message_bytes_max) as channel:
+        call = channel.stream_stream(CALL_METHOD, request_serializer=None,
+                                     response_deserializer=pb.ResponseBatch.FromString)
+        try:
+            return [response for batch in call(iter([data]), timeout=CALL_TIMEOUT_S)
+                    for response in batch.responses]
+        except grpc.RpcError as exc:
+            return exc
+
+
+@st.composite
+def damages(draw: st.DrawFn, size: int) -> tuple[str, int, int]:
+    how = draw(st.sampled_from(["flip", "flip", "flip", "truncate", "unknown-field"]))
+    return how, draw(st.integers(0, max(0, size - 1))), draw(st.integers(0, 7))
+
+
+@FUZZ
+@given(data=st.data(), op=st.sampled_from(["append", "put", "delete"]))
+def test_fuzz_damaged_bytes_write_nothing(fuzz_stamp: LocalStamp, sdk: Client,
+                                          account: Account, data: st.DataObject,
+                                          op: str) -> None:
+    """A signed request with one bit flipped, cut short, or an unknown field added is
+    refused with a typed error (or, if the damage left the same request, done): never
+    written as something else, never an Internal error, the front end alive after."""
+    name = f"wf{secrets.token_hex(6)}"  # hypothesis seeds `random`: names would repeat
+    request = pb.Request(account="fuzz", pname=name, token=f"t-{name}")
+    if op == "append":
+        records = [b"record one", b"record two"]
+        request.append.records.extend(records)
+        request.append.crcs.extend(crc32c(r) for r in records)
+        request.append.token = f"t-{name}"
+    elif op == "put":
+        request.put.row, request.put.value = b"row", b"value"
+        request.put.value_crc = crc32c(b"value")
+    else:
+        request.delete.row = b"row"
+    wire.sign_call(request, wire.Credentials("fuzz", key=account.keys[0]), time.time())
+    request.id = 1
+    original = request.SerializeToString()
+    how, index, bit = data.draw(damages(len(original)))
+    if how == "flip":
+        damaged_bytes = bytearray(original)
+        damaged_bytes[index] ^= 1 << bit
+        sent = bytes(damaged_bytes)
+    elif how == "truncate":
+        sent = original[:index]
+    else:
+        sent = original + b"\x7d" + bytes([bit]) * 4
+    outcome = _send_raw(fuzz_stamp, _batch_bytes(sent))
+    try:
+        parsed: pb.Request | None = pb.Request.FromString(sent)
+    except Exception:
+        parsed = None
+    genuine = parsed is not None and how != "unknown-field" and _same_request(parsed, request)
+    if isinstance(outcome, grpc.RpcError):
+        # Only bytes that are no Request at all may end the stream, and as bad input.
+        assert parsed is None, outcome
+        assert outcome.code() in (grpc.StatusCode.INVALID_ARGUMENT,
+                                  grpc.StatusCode.INTERNAL), outcome
+    else:
+        for response in outcome:
+            assert response.error in ("", *ERRORS_BY_NAME) and response.error != "Internal", \
+                (response.error, response.message)
+            assert len(response.message) <= REFUSAL_CHARS_MAX, response.message
+            if not genuine:
+                assert response.error, (how, index, bit, "a damaged request was done")
+    if not genuine and op == "append":
+        assert sdk.peek(name) == (0, 0)
+    elif not genuine and op == "put":
+        with pytest.raises(NotFound):
+            sdk.get(name, b"row")
+    still_answers(fuzz_stamp, sdk)
+
+
+@pytest.mark.parametrize("field", ["account", "pname", "token", "signature", "sas", "row"])
+def test_oversized_fields_are_refused_briefly(fuzz_stamp: LocalStamp, sdk: Client,
+                                              stub: fe_grpc.FrontEndStub, account: Account,
+                                              field: str) -> None:
+    """A field of 1 MiB, signed or not, is refused with a message of a few hundred
+    characters at most, and nothing is written."""
+    huge = "x" * (1 << 20)
+    request = pb.Request(account="fuzz", pname="oversized", token="t-big",
+                         put=pb.PutOp(row=b"r", value=b"v", value_crc=crc32c(b"v")))
+    if field in ("account", "pname", "token"):
+        setattr(request, field, huge)
+    elif field == "row":
+        request.put.row = huge.encode()
+    with contextlib.suppress(StampError):
+        wire.sign_call(request, wire.Credentials("fuzz", key=account.keys[0]), time.time())
+    if field == "signature":
+        request.auth.signature = huge.encode()
+    elif field == "sas":
+        request.auth.sas = huge
+    request.id = 1
+    answers = list(stub.Call(iter([pb.RequestBatch(requests=[request])]),
+                             timeout=CALL_TIMEOUT_S))
+    (response,) = [r for batch in answers for r in batch.responses]
+    assert response.error in ("Unauthenticated", "InvalidArgument", "PermissionDenied"), \
+        response
+    assert len(response.message) <= REFUSAL_CHARS_MAX, response.message[:500]
+    with pytest.raises(NotFound):
+        sdk.get("oversized", b"r")
     still_answers(fuzz_stamp, sdk)
