@@ -372,6 +372,10 @@ class FrontEndLimits:
     # (as many records as the sizes of those read so far say) and at most this many records.
     blob_read_bytes_max: int = 16 * MiB
     blob_read_records_max: int = 1024
+    # A connection to the blob endpoint sends a whole request head (request line and headers)
+    # within this long of opening or of its last answer, or is closed (slowloris); an Append
+    # Block's body is read within it plus the body at frontend/blob_server's slowest rate.
+    blob_headers_timeout_ms: int = 20_000
 
     def __post_init__(self) -> None:
         positive = ("call_held_bytes_max", "scan_partitions_in_flight_max", "scan_page_rows_max",
@@ -384,7 +388,7 @@ class FrontEndLimits:
                     "blob_props_cached_max", "blob_container_cache_ttl_ms",
                     "blob_write_attempts_max", "blob_list_results_max",
                     "blob_request_skew_ms", "blob_read_bytes_max",
-                    "blob_read_records_max")
+                    "blob_read_records_max", "blob_headers_timeout_ms")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise InvalidArgument(f"front_end.{name} must be positive")

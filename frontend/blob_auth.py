@@ -17,6 +17,13 @@ query parameter by lowercased name, `\\nname:value[,value...]` with values decod
 The key is an account key of frontend/accounts.py; the connection string carries it in
 base64, as Azure's do. Contract of both checks: return, or raise BlobError 403
 AuthenticationFailed (or AuthorizationPermissionMismatch) whose message says what is wrong.
+
+What a refusal does not say: whether the account exists. `keys` None (no such account, or a
+name no account can have) is refused exactly as a bad signature is — same checks in the same
+order, an HMAC computed with a key nobody holds, the same message — as the gRPC path does
+(frontend/wire.py). Signatures are compared as bytes (a header or query value may hold any
+character); names a refusal echoes are cut (frontend/names.shown_name), and so is the string
+to sign it shows (STRING_TO_SIGN_SHOWN_CHARS_MAX).
 """
 
 from __future__ import annotations
@@ -26,12 +33,14 @@ import functools
 import hashlib
 import hmac
 import ipaddress
+import secrets
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from urllib.parse import unquote
 
 from frontend.blob_model import BlobError
+from frontend.names import shown_name
 
 SIGNED_HEADERS = ("content-encoding", "content-language", "content-length", "content-md5",
                   "content-type", "date", "if-modified-since", "if-match", "if-none-match",
@@ -71,6 +80,12 @@ Keys = Sequence[bytes]
 # date are remembered (bounded), so a request pays for neither twice.
 HEADER_ORDERS_CACHED_MAX = 256
 DATES_CACHED_MAX = 256
+# A bad signature's message shows the string the server signed (as the service does, to help
+# a client find its mistake), cut to this: the request's headers are 2 MiB at most.
+STRING_TO_SIGN_SHOWN_CHARS_MAX = 2048
+# The keys an unknown account is checked against: no one holds them, so nothing matches, and
+# the refusal costs and says what a bad signature of a real account does.
+_NOBODYS_KEYS = (secrets.token_bytes(32), secrets.token_bytes(32))
 
 
 def _denied(message: str) -> BlobError:
@@ -143,7 +158,24 @@ def string_to_sign(method: str, headers: Mapping[str, str], account: str, raw_pa
 
 
 def sign(key: bytes, text: str) -> str:
-    return base64.b64encode(hmac.new(key, text.encode(), hashlib.sha256).digest()).decode()
+    """The signature of `text` (its UTF-8 bytes; a header value that was not UTF-8 arrives
+    surrogate-escaped and is signed as the bytes sent)."""
+    digest = hmac.new(key, _bytes(text), hashlib.sha256).digest()
+    return base64.b64encode(digest).decode()
+
+
+def _bytes(text: str) -> bytes:
+    return text.encode("utf-8", "surrogateescape")
+
+
+def _matches(keys: Keys | None, text: str, signature: str) -> bool:
+    """Whether `signature` is that of `text` under one of `keys` (None: no account), compared
+    as bytes in constant time: any characters, never an exception."""
+    sent = _bytes(signature)
+    found = False
+    for key in keys if keys is not None else _NOBODYS_KEYS:
+        found |= hmac.compare_digest(sign(key, text).encode(), sent)
+    return found and keys is not None
 
 
 def check_shared_key(authorization: str, keys: Keys | None, account: str, method: str,
@@ -155,10 +187,8 @@ def check_shared_key(authorization: str, keys: Keys | None, account: str, method
     if scheme != "SharedKey" or not signature:
         raise _denied("The Authorization header is not 'SharedKey ACCOUNT:SIGNATURE'.")
     if signer != account:
-        raise _denied(f"The request is signed by account {signer!r}, not the account of the "
-                      f"URL.")
-    if keys is None:
-        raise _denied(f"No account {account!r}.")
+        raise _denied(f"The request is signed by account {shown_name(signer)!r}, not the "
+                      f"account of the URL.")
     dated = headers.get("x-ms-date") or headers.get("date")
     if not dated:
         raise _denied("The request has neither x-ms-date nor Date.")
@@ -168,11 +198,12 @@ def check_shared_key(authorization: str, keys: Keys | None, account: str, method
     if when.tzinfo is None or abs((now - when).total_seconds()) > skew_s:
         raise _denied(f"Request date header too old or too new: {dated!r}.")
     text = string_to_sign(method, headers, account, raw_path, query)
-    for key in keys:
-        if hmac.compare_digest(sign(key, text), signature):
-            return
+    if _matches(keys, text, signature):
+        return
+    shown = text if len(text) <= STRING_TO_SIGN_SHOWN_CHARS_MAX else (
+        text[:STRING_TO_SIGN_SHOWN_CHARS_MAX] + "...")
     raise _denied("The MAC signature found in the HTTP request is not the same as any "
-                  f"computed signature. Server used following string to sign: {text!r}.")
+                  f"computed signature. Server used following string to sign: {shown!r}.")
 
 
 def check_sas(params: Mapping[str, str], keys: Keys | None, account: str, container: str,
@@ -180,8 +211,6 @@ def check_sas(params: Mapping[str, str], keys: Keys | None, account: str, contai
               secure: bool) -> None:
     """A service SAS (sr=b for a blob, sr=c for its container) granting `permission` ("r"
     read, "l" list) on the resource, unexpired at `now`, for `remote` over this protocol."""
-    if keys is None:
-        raise _denied(f"No account {account!r}.")
     version = params.get("sv", "")
     if version < SAS_VERSION_MIN:
         raise _denied(f"Service SAS version {version!r} is older than {SAS_VERSION_MIN}.")
@@ -198,7 +227,7 @@ def check_sas(params: Mapping[str, str], keys: Keys | None, account: str, contai
         params.get(f, "") for f in ("si", "sip", "spr", "sv", "sr", "snapshot", "ses",
                                     "rscc", "rscd", "rsce", "rscl", "rsct")]
     text = "\n".join(fields)  # the SDK's lines, less the last one's newline
-    if not any(hmac.compare_digest(sign(key, text), params.get("sig", "")) for key in keys):
+    if not _matches(keys, text, params.get("sig", "")):
         raise _denied("Signature did not match.")
     _check_sas_window(params, now)
     if params.get("spr") == "https" and not secure:

@@ -6,10 +6,17 @@ Properties / Metadata, Set Metadata, List Blobs (prefix, maxresults, marker). Ap
 Put Blob (AppendBlob, empty), Append Block (appendpos, maxsize, Content-MD5 or
 x-ms-content-crc64), Get Blob (whole, or a range: 206 with Content-Range, 416 past the end),
 Get Blob Properties (HEAD), Get / Set Metadata, Set Properties, Seal, Delete.
+
+What is stored or echoed in XML is checked first: metadata as Azure's rule says
+(blob_model.check_metadata), blob names and List parameters free of characters XML cannot
+carry (400), content headers free of bytes that were not UTF-8. An Append Block's body is
+read within the endpoint's headers timeout plus its length at BODY_BYTES_PER_S_MIN (a
+client that stalls mid-body holds a connection no longer), else 408.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 from collections.abc import Callable
@@ -41,6 +48,8 @@ CONTENT_HEADERS = {"x-ms-blob-content-type": "Content-Type",
                    "x-ms-blob-cache-control": "Cache-Control",
                    "x-ms-blob-content-disposition": "Content-Disposition"}
 RANGE_MD5_BYTES_MAX = 4 * 1024 * 1024  # x-ms-range-get-content-md5: the service's limit
+# The slowest an Append Block's body may arrive: 4 MiB in 16 s, beyond the headers timeout.
+BODY_BYTES_PER_S_MIN = 256 * 1024
 
 
 def _bad_header(name: str, why: str) -> BlobError:
@@ -124,8 +133,22 @@ def _number(request: BlobRequest, name: str) -> int | None:
 
 
 def metadata_of(request: BlobRequest) -> dict[str, str]:
-    return {name[len(META_PREFIX):]: value for name, value in request.http.headers.items()
-            if name.lower().startswith(META_PREFIX)}
+    """The request's x-ms-meta-* headers (400 unless Azure's metadata rules hold)."""
+    return model.check_metadata({
+        name[len(META_PREFIX):]: value for name, value in request.http.headers.items()
+        if name.lower().startswith(META_PREFIX)})
+
+
+def content_of(request: BlobRequest) -> dict[str, str]:
+    """The content headers a Put Blob or Set Blob Properties sets, by response header."""
+    content = {}
+    for name, target in CONTENT_HEADERS.items():
+        value = request.header(name)
+        if value:
+            if model.XML_UNSAFE.search(value.replace("\t", " ")):
+                raise _bad_header(name, "control characters or bytes that are not UTF-8")
+            content[target] = value
+    return content
 
 
 def _answer(request: BlobRequest, status: int, headers: dict[str, str] | None = None,
@@ -160,7 +183,17 @@ def _list_params(request: BlobRequest, store: BlobStore) -> tuple[str, str, int 
         if not 1 <= max_results <= store.limits.blob_list_results_max:
             raise BlobError(400, "OutOfRangeQueryParameterValue",
                             f"maxresults is 1 to {store.limits.blob_list_results_max}.")
-    return request.query.get("prefix", ""), request.query.get("marker", ""), max_results
+    return _echoed(request, "prefix"), _echoed(request, "marker"), max_results
+
+
+def _echoed(request: BlobRequest, name: str) -> str:
+    """A query parameter a listing writes back in its XML."""
+    value = request.query.get(name, "")
+    if model.XML_UNSAFE.search(value):
+        raise BlobError(400, "InvalidQueryParameterValue",
+                        f"The query parameter {name} holds control characters.",
+                        {"x-ms-invalid-query-parameter-name": name})
+    return value
 
 
 # ---- the account and containers --------------------------------------------------------------
@@ -221,7 +254,7 @@ async def set_container_metadata(request: BlobRequest, store: BlobStore, fe: Fro
 async def list_blobs(request: BlobRequest, store: BlobStore, fe: FrontEnd
                      ) -> web.StreamResponse:
     prefix, marker, max_results = _list_params(request, store)
-    delimiter = request.query.get("delimiter", "")
+    delimiter = _echoed(request, "delimiter")
     found, next_marker = await store.list_blobs(
         request.account, request.container, prefix, marker,
         max_results or store.limits.blob_list_results_max, delimiter)
@@ -242,8 +275,7 @@ async def put_blob(request: BlobRequest, store: BlobStore, fe: FrontEnd
                           f"blobs (AppendBlob) only")
     if request.header("Content-Length") not in (None, "0"):
         raise _bad_header("Content-Length", "Put Blob of an append blob is empty (0)")
-    content = {target: request.header(name) or "" for name, target in CONTENT_HEADERS.items()
-               if request.header(name)}
+    content = content_of(request)
     props, etag = await store.create_blob(request.account, request.container, request.blob,
                                           content, metadata_of(request), conditions(request))
     return _answer(request, 201, {"ETag": http_etag(etag),
@@ -268,7 +300,7 @@ async def append_block(request: BlobRequest, store: BlobStore, fe: FrontEnd
     container = await store.container(request.account, request.container)
     admit(fe, request, model.container_group(request.container, container.gen),
           length + REQUEST_OVERHEAD_BYTES)
-    block = await request.http.read()
+    block = await _body(request, store, length)
     if len(block) != length:
         raise _bad_header("Content-Length", f"{length}, but the body has {len(block)} bytes")
     headers = {}
@@ -295,6 +327,17 @@ async def append_block(request: BlobRequest, store: BlobStore, fe: FrontEnd
     return _answer(request, 201, headers)
 
 
+async def _body(request: BlobRequest, store: BlobStore, length: int) -> bytes:
+    """The request's body of `length` bytes, read in time (the module's rule) or 408."""
+    timeout_s = store.limits.blob_headers_timeout_ms / 1000 + length / BODY_BYTES_PER_S_MIN
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await request.http.read()
+    except TimeoutError:
+        raise BlobError(408, "RequestTimeout", f"The body of {length} bytes did not arrive "
+                        f"within {timeout_s:.0f} s.", {"Connection": "close"}) from None
+
+
 async def _change(request: BlobRequest, store: BlobStore, change: Callable[[Props], Props],
                   status: int = 200) -> web.Response:
     props, etag = await store.update(request.account, request.container, request.blob,
@@ -316,8 +359,7 @@ async def set_metadata(request: BlobRequest, store: BlobStore, fe: FrontEnd
 
 async def set_properties(request: BlobRequest, store: BlobStore, fe: FrontEnd
                          ) -> web.StreamResponse:
-    content = {target: request.header(name) or "" for name, target in CONTENT_HEADERS.items()
-               if request.header(name)}
+    content = content_of(request)
     return await _change(request, store, lambda p: replace(p, content=content))
 
 

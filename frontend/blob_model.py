@@ -36,6 +36,7 @@ from __future__ import annotations
 import email.utils
 import functools
 import json
+import re
 from dataclasses import asdict, dataclass, field, replace
 
 CONTAINERS_GROUP = "$containers"
@@ -49,6 +50,16 @@ BLOB_NAME_BYTES_MAX = 960
 GEN_BYTES = 8
 BLOB_TYPE = "AppendBlob"
 HTTP_DATES_CACHED_MAX = 64
+# Azure's limit on a blob's or container's metadata: names and values together.
+METADATA_BYTES_MAX = 8 * 1024
+# Azure's rule for metadata names: C# identifiers (here their ASCII part: header names are
+# ASCII). They become XML element names in List Blobs / List Containers.
+METADATA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Characters XML 1.0 cannot carry, escaped or not (C0 controls but tab, LF and CR;
+# surrogates; U+FFFE, U+FFFF), and DEL; CR and LF too, which an XML reader rewrites: a name
+# holding one would list as another name. A blob name, a metadata value, or a List
+# parameter echoed in XML holds none of them.
+XML_UNSAFE = re.compile("[\x00-\x1f\x7f\ud800-\udfff\ufffe\uffff]")
 
 
 class BlobError(Exception):
@@ -88,10 +99,34 @@ def end_of_data_row(row: bytes) -> int:
 
 
 def check_blob_name(name: str) -> str:
-    if not name or len(name.encode()) > BLOB_NAME_BYTES_MAX or "\x00" in name:
+    if (not name or len(name.encode("utf-8", "surrogateescape")) > BLOB_NAME_BYTES_MAX
+            or XML_UNSAFE.search(name)):
         raise BlobError(400, "InvalidResourceName",
-                        f"a blob name has 1 to {BLOB_NAME_BYTES_MAX} UTF-8 bytes and no NUL")
+                        f"a blob name has 1 to {BLOB_NAME_BYTES_MAX} UTF-8 bytes and no "
+                        f"control characters")
     return name
+
+
+def check_metadata(metadata: dict[str, str]) -> dict[str, str]:
+    """`metadata` if Azure would take it: names C# identifiers, distinct regardless of case,
+    values printable ASCII (tab allowed: HTTP header values), at most METADATA_BYTES_MAX
+    in all; else 400 InvalidMetadata or MetadataTooLarge."""
+    seen: set[str] = set()
+    total = 0
+    for name, value in metadata.items():
+        if not METADATA_NAME.fullmatch(name) or name.lower() in seen:
+            raise BlobError(400, "InvalidMetadata", "The metadata specified is invalid: a "
+                            "metadata name is a C# identifier (a letter or _, then letters, "
+                            "digits or _), given once.")
+        if not value.isascii() or XML_UNSAFE.search(value.replace("\t", " ")):
+            raise BlobError(400, "InvalidMetadata", "The metadata specified is invalid: a "
+                            "metadata value is printable ASCII.")
+        seen.add(name.lower())
+        total += len(name) + len(value)
+    if total > METADATA_BYTES_MAX:
+        raise BlobError(400, "MetadataTooLarge", f"The size of the specified metadata exceeds "
+                        f"the maximum size permitted ({METADATA_BYTES_MAX} bytes).")
+    return metadata
 
 
 # ---- ETags and dates -----------------------------------------------------------------------

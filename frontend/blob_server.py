@@ -9,6 +9,20 @@ answered by frontend/blob_handlers.py through frontend/blob_store.py. Every answ
 `x-ms-request-id`, `x-ms-version` (the request's, echoed: every version an SDK sends is
 accepted) and `Date`; every refusal the service's status, `x-ms-error-code` and XML body, so
 the SDK raises its usual exceptions.
+
+Before any account is looked up: a request without credentials (no Authorization header, no
+SAS `sig`) is refused 401, and one whose URL names an account no account can have is
+refused as a bad signature without asking (frontend/names.py; blob_auth.py says why a
+refusal never tells whether an account exists). A query parameter or a signed header
+(`x-ms-*`, and the standard ones Shared Key signs) given twice is refused 400: the signature
+covers their values joined, and a handler would read one of them.
+
+HTTP limits (aiohttp's parser, RequestHandler and client_max_size), sized to what Azure's
+documented limits need: a request line of REQUEST_LINE_BYTES_MAX (a URL with two encoded
+blob names and a SAS), a header of HEADER_FIELD_BYTES_MAX (all of a blob's 8 KiB metadata
+in one), HEADERS_MAX headers, a body of `blob_append_bytes_max`; a request head must arrive
+within `blob_headers_timeout_ms` of the connection's opening or its last answer (aiohttp's
+keep-alive timer closes a connection still waiting for a head then: slowloris).
 """
 
 from __future__ import annotations
@@ -28,9 +42,9 @@ from urllib.parse import unquote
 from aiohttp import web
 
 from common import durable_fs
-from common.errors import StampError
-from frontend import blob_auth, blob_xml
-from frontend.blob_model import BlobError, http_date
+from common.errors import InvalidArgument, StampError
+from frontend import blob_auth, blob_xml, names
+from frontend.blob_model import BLOB_NAME_BYTES_MAX, METADATA_BYTES_MAX, BlobError, http_date
 from frontend.blob_store import BlobStore, service_error
 from frontend.server_call import UNROUTED, FrontEnd
 
@@ -45,6 +59,11 @@ SAS_READS = {("GET", ""), ("HEAD", ""), ("GET", "metadata")}
 REQUEST_OVERHEAD_BYTES = 256  # what the throttle charges a request beyond its body
 # On SIGTERM, requests under way get this long (as gRPC's streams do), then are cut.
 SHUTDOWN_GRACE_S = 1.0
+# The URL: an account and a container (63 characters each), a blob name and a List prefix or
+# marker (BLOB_NAME_BYTES_MAX each, percent-encoded: 3 characters a byte), a SAS and the rest.
+REQUEST_LINE_BYTES_MAX = 2 * 3 * BLOB_NAME_BYTES_MAX + 4 * 1024
+HEADER_FIELD_BYTES_MAX = METADATA_BYTES_MAX + 1024  # one x-ms-meta- header may hold it all
+HEADERS_MAX = 256  # metadata pairs and the ~20 headers an SDK sends
 # x-ms-request-id: a GUID as the service's, unique per request: this process's random first
 # 64 bits, then a counter (uuid4 per request read the OS's randomness every time).
 _REQUEST_ID_PREFIX = str(uuid.uuid4())[:24]
@@ -104,11 +123,15 @@ def error_response(request: BlobRequest | None, exc: BlobError, head: bool
         return web.Response(status=exc.status, headers=headers)
     headers["x-ms-error-code"] = exc.code
     if head:
-        return web.Response(status=exc.status, headers=headers)
-    body = blob_xml.error(exc.code, exc.message, headers["x-ms-request-id"],
-                          datetime.now(UTC).isoformat())
-    return web.Response(status=exc.status, body=body, headers=headers,
-                        content_type="application/xml")
+        response = web.Response(status=exc.status, headers=headers)
+    else:
+        body = blob_xml.error(exc.code, exc.message, headers["x-ms-request-id"],
+                              datetime.now(UTC).isoformat())
+        response = web.Response(status=exc.status, body=body, headers=headers,
+                                content_type="application/xml")
+    if exc.headers.get("Connection") == "close":
+        response.force_close()  # what is left of the request is not read
+    return response
 
 
 def parse(http: web.Request) -> BlobRequest:
@@ -120,8 +143,28 @@ def parse(http: web.Request) -> BlobRequest:
     if not account:
         raise BlobError(400, "InvalidUri", "The URL names no account: use "
                         "http://HOST:PORT/ACCOUNT/CONTAINER/BLOB.")
-    query = {k.lower(): v for k, v in http.query.items()}
+    query: dict[str, str] = {}
+    for name, value in http.query.items():
+        if name.lower() in query:
+            raise BlobError(400, "InvalidQueryParameterValue", f"The query parameter "
+                            f"{names.shown_name(name)!r} is given more than once.",
+                            {"x-ms-invalid-query-parameter-name": names.shown_name(name)})
+        query[name.lower()] = value
+    _check_signed_headers_once(http)
     return BlobRequest(http, request_id(), account, container, blob, query)
+
+
+def _check_signed_headers_once(http: web.Request) -> None:
+    """Each header Shared Key signs is given at most once (the module's rule)."""
+    seen: set[str] = set()
+    for name, _ in http.headers.items():  # every header given (iterating names: each once)
+        lower = name.lower()
+        if not (lower.startswith("x-ms-") or lower in blob_auth.SIGNED_HEADERS):
+            continue
+        if lower in seen:
+            raise BlobError(400, "InvalidHeaderValue", f"The header {lower!r} is given more "
+                            f"than once.", {"x-ms-invalid-header-name": lower})
+        seen.add(lower)
 
 
 async def authorize(request: BlobRequest, front_end: FrontEnd, skew_s: float) -> None:
@@ -129,8 +172,7 @@ async def authorize(request: BlobRequest, front_end: FrontEnd, skew_s: float) ->
     metadata; List Blobs with `l`); refusals as the service's 401/403."""
     http = request.http
     front_end.counters.requests += 1
-    keys = await front_end.auth.keys(request.account)
-    now = datetime.now(UTC)
+    authorization = http.headers.get("Authorization")
     if "sig" in request.query:
         if request.blob and (http.method, request.comp) in SAS_READS:
             permission = "r"
@@ -140,10 +182,11 @@ async def authorize(request: BlobRequest, front_end: FrontEnd, skew_s: float) ->
             raise BlobError(403, "AuthorizationPermissionMismatch",
                             "This request is not authorized to perform this operation using "
                             "this permission: a SAS grants reads here.")
+        keys = await _keys(front_end, request.account)
         blob_auth.check_sas(request.query, keys, request.account, request.container,
-                            request.blob, permission, now, http.remote or "", secure=False)
+                            request.blob, permission, datetime.now(UTC), http.remote or "",
+                            secure=False)
         return
-    authorization = http.headers.get("Authorization")
     if authorization is None:
         raise BlobError(401, "NoAuthenticationInformation",
                         "Server failed to authenticate the request. Please refer to the "
@@ -152,9 +195,20 @@ async def authorize(request: BlobRequest, front_end: FrontEnd, skew_s: float) ->
     for name, value in http.headers.items():
         lower = name.lower()
         headers[lower] = f"{headers[lower]},{value}" if lower in headers else value
+    keys = await _keys(front_end, request.account)
     blob_auth.check_shared_key(authorization, keys, request.account, http.method, headers,
                                http.raw_path.partition("?")[0], list(http.query.items()),
-                               now, skew_s)
+                               datetime.now(UTC), skew_s)
+
+
+async def _keys(front_end: FrontEnd, account: str) -> blob_auth.Keys | None:
+    """The account's keys; None for no such account — and, without asking the account
+    cache, for a name no account can have (it would only fill the cache)."""
+    try:
+        names.check_account(account)
+    except InvalidArgument:
+        return None
+    return await front_end.auth.keys(account)
 
 
 def admit(front_end: FrontEnd, request: BlobRequest, group: str, nbytes: int) -> None:
@@ -207,7 +261,10 @@ async def start(front_end: FrontEnd, store: BlobStore, host: str, port: int
                 ) -> tuple[web.AppRunner, str]:
     """Serve the endpoint on host:port (0: a free port); (its runner, host:port bound)."""
     runner = web.AppRunner(make_app(front_end, store), access_log=None,
-                           handle_signals=False)
+                           handle_signals=False,
+                           keepalive_timeout=store.limits.blob_headers_timeout_ms / 1000,
+                           max_line_size=REQUEST_LINE_BYTES_MAX,
+                           max_field_size=HEADER_FIELD_BYTES_MAX, max_headers=HEADERS_MAX)
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_address=True,
                        shutdown_timeout=SHUTDOWN_GRACE_S)

@@ -1,13 +1,39 @@
 """The XML bodies of the Azure Blob REST subset, as the service writes them: errors, List
-Containers and List Blobs (EnumerationResults)."""
+Containers and List Blobs (EnumerationResults).
+
+Contract: every body is well-formed XML 1.0 whatever the strings it is given. Text is escaped,
+and a character XML cannot carry (blob_model.XML_UNSAFE) becomes U+FFFD — the handlers refuse
+such characters in what they store and echo, so that only ever shows an old name; a metadata
+name that is not a C# identifier (blob_model.METADATA_NAME, which every element name is)
+is left out.
+"""
 
 from __future__ import annotations
 
-from xml.sax.saxutils import escape, quoteattr
+from xml.sax.saxutils import escape as _escape
+from xml.sax.saxutils import quoteattr as _quoteattr
 
-from frontend.blob_model import BLOB_TYPE, Container, Props, http_date, http_etag
+from frontend.blob_model import (
+    BLOB_TYPE,
+    METADATA_NAME,
+    XML_UNSAFE,
+    Container,
+    Props,
+    http_date,
+    http_etag,
+)
 
 PROLOGUE = '<?xml version="1.0" encoding="utf-8"?>'
+
+
+def escape(text: str) -> str:
+    """`text` as XML character data."""
+    return _escape(XML_UNSAFE.sub("\ufffd", text))
+
+
+def quoteattr(text: str) -> str:
+    """`text` as a quoted XML attribute value."""
+    return _quoteattr(XML_UNSAFE.sub("\ufffd", text))
 
 
 def error(code: str, message: str, request_id: str, time: str) -> bytes:
@@ -16,8 +42,8 @@ def error(code: str, message: str, request_id: str, time: str) -> bytes:
 
 
 def _metadata(metadata: dict[str, str]) -> str:
-    return "<Metadata>" + "".join(f"<{k}>{escape(v)}</{k}>"
-                                  for k, v in metadata.items()) + "</Metadata>"
+    return "<Metadata>" + "".join(f"<{k}>{escape(v)}</{k}>" for k, v in metadata.items()
+                                  if METADATA_NAME.fullmatch(k)) + "</Metadata>"
 
 
 def _paging(prefix: str, marker: str, max_results: int | None) -> str:
