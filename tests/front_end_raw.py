@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TypeVar
 
 from common.clock import SystemClock
@@ -93,3 +94,11 @@ def raw_front_end(stamp: LocalStamp, name: str = "fe-1") -> Iterator[RawFrontEnd
     front_end = RawFrontEnd(stamp.address(name))
     yield front_end
     front_end.close()
+
+
+def rss_bytes(pid: int) -> int:
+    """The resident set of process `pid` (VmRSS in /proc/PID/status), in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for process {pid}")

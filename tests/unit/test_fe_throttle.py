@@ -290,3 +290,19 @@ def test_a_refusal_for_overload_takes_no_tokens() -> None:
     # Its buckets are untouched: the whole burst is still there for a server not overloaded.
     assert all(throttle.admit("a", "ps-2", 100).admitted for _ in range(20))
     assert throttle.admit("a", "ps-2", 0).reason is Reason.ACCOUNT_REQUESTS
+
+
+def test_bytes_a_read_returned_are_charged_and_paid_back_at_the_rate() -> None:
+    """Issue 28: reads, gets and peeks are charged by the bytes they return (only known after
+    the answer): the bucket goes into debt, and the account's next request waits it out."""
+    throttle, clock = make(SMALL)
+    assert throttle.admit("a", "ps-1", 64).admitted
+    throttle.charge("a", 1900)  # 64 + 1900 of a burst of 2000 taken: 36 left
+    refused = throttle.admit("a", "ps-1", 64)
+    assert refused == Decision(False, pytest.approx(0.028), Reason.ACCOUNT_BYTES)
+    assert throttle.admit("b", "ps-1", 64).admitted  # another account's bucket is its own
+    clock.advance(0.028)
+    assert throttle.admit("a", "ps-1", 64).admitted
+    throttle.charge("a", 10**9)  # a full bucket owed at most, whatever was returned
+    assert throttle.admit("a", "ps-1", 0) == Decision(False, pytest.approx(2.0),
+                                                      Reason.ACCOUNT_BYTES)
