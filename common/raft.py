@@ -13,13 +13,9 @@
   `restore_state` and marks its state-changing methods with pysyncobj's `@replicated`.
 
 The Raft port (§9) listens on the replica's own address only, never 0.0.0.0, and speaks only
-to peers that hold the stamp secret (common/stamp_secret.py): pysyncobj unpickles every
-message it reads, so a replica without a secret would run the code in any pickle a stranger
-sends. With `password` set, pysyncobj 0.3.17 seals each message with Fernet (AES-CBC and an
-HMAC-SHA256 over it) and a TcpConnection checks the HMAC (`extract_timestamp`, then
-`decrypt`) before `pickle.loads`, on every message including a connection's first (the
-random-key exchange and the peer's address); anything else closes the connection.
-`DurableTransport` refuses to run without a secret.
+to peers that hold the stamp secret (common/stamp_secret.py; pysyncobj's `password`): the
+transport is built on `AuthenticatedTransport` (common/raft_auth.py), which refuses to run
+without one, since pysyncobj unpickles every message it reads.
 
 Together with the journal's contract this gives: a command's callback reports success only
 after its entry is on the disks of a majority (the leader syncs before it counts itself,
@@ -52,9 +48,8 @@ from pysyncobj.transport import Transport
 from common import durable_fs
 from common.checksums import crc32c
 from common.durable_fs import fsync_dir
-from common.errors import InvalidArgument
-from common.isolation_raft import IsolatingTransport
 from common.raft_append import TransmissionAssembler, plan_append
+from common.raft_auth import AuthenticatedTransport
 from common.raft_journal import DurableJournal
 
 log = logging.getLogger(__name__)
@@ -115,15 +110,13 @@ def durable_conf(raft_dir: Path, tuning: RaftTuning, replica: DurableReplica,
     )
 
 
-class DurableTransport(IsolatingTransport):
-    """pysyncobj's TCP transport (cut towards isolated peers, common/isolation_raft.py),
-    holding messages until the journal is durable."""
+class DurableTransport(AuthenticatedTransport):
+    """pysyncobj's TCP transport (peers authenticated, common/raft_auth.py; cut towards
+    isolated peers, common/isolation_raft.py), holding messages until the journal is
+    durable."""
 
     def __init__(self, syncObj: SyncObj, selfNode: Any, otherNodes: Any, *,
                  journal: DurableJournal) -> None:
-        if syncObj.encryptor is None:
-            # pysyncobj without a password unpickles whatever reaches the port.
-            raise InvalidArgument("a Raft replica on TCP needs the stamp secret")
         self._journal = journal
         self._held: list[tuple[Any, Any]] = []
         super().__init__(syncObj, selfNode, otherNodes)

@@ -49,7 +49,7 @@ def make(path: str | Path) -> bool:
     path = Path(path)
     if path.exists():
         return False
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")  # one per caller
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, SECRET_FILE_MODE)
         try:

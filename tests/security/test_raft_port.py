@@ -11,6 +11,7 @@ with a secret that is not the stamp's; and the port is tried on another local ad
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import pickle
 import socket
@@ -26,7 +27,7 @@ from pathlib import Path
 import pytest
 from cryptography.fernet import Fernet
 
-from common import process, stamp_secret
+from common import process, raft_auth, stamp_secret
 from lock_service.client import LockClient
 from stream_layer.sm_client import AsyncStreamManagerClient
 from tests.conftest import check_raft_logs, stamp_config
@@ -36,6 +37,8 @@ pytestmark = pytest.mark.slow
 
 OTHER_LOCAL_HOST = "127.0.0.2"
 CLOSE_TIMEOUT_S = 10.0
+FLOOD_BYTES = 8 * 2**20  # past what loopback socket buffers take in before a reset
+FLOOD_CHUNK_BYTES = 64 * 1024
 SERVE_TIMEOUT_S = 20.0
 
 
@@ -148,6 +151,46 @@ def test_a_crafted_pickle_sent_to_a_raft_port_runs_nothing(raft_stamp: LocalStam
     assert accepted == [], f"Raft ports listening on {OTHER_LOCAL_HOST}"
     _lock_group_serves(raft_stamp, b"still serving")
     _stream_managers_serve(raft_stamp, "raft-port-probe-*")
+    for rec in [*raft_stamp.lock_servers(), *raft_stamp.stream_managers()]:
+        # pysyncobj closes such connections without a word; a replica says so (a peer
+        # given another secret would otherwise just never join).
+        assert "did not authenticate" in (Path(rec.dir) / "server.log").read_text(), rec.name
+
+
+def _closed(sock: socket.socket) -> bool:
+    """Whether the server closed `sock` within its timeout (anything it sends is read)."""
+    try:
+        while sock.recv(4096):
+            pass
+    except ConnectionResetError:
+        pass
+    except TimeoutError:
+        return False
+    return True
+
+
+def test_a_stranger_holds_little_of_a_raft_port_and_not_for_long(raft_stamp: LocalStamp) -> None:
+    """Before authenticating, a connection is read no further than a peer's first messages
+    need (pysyncobj buffered whatever a frame's length claimed, up to 2 GiB, re-copying it
+    on every read on the tick thread), and one that never speaks is closed."""
+    with contextlib.ExitStack() as stack:
+        silent = {}
+        for name, host, port in _raft_addresses(raft_stamp):  # all at once: one wait
+            silent[name] = stack.enter_context(socket.create_connection((host, port)))
+            silent[name].settimeout(raft_auth.PREAUTH_TIMEOUT_S + CLOSE_TIMEOUT_S)
+        for name, host, port in _raft_addresses(raft_stamp):
+            flood = stack.enter_context(socket.create_connection((host, port)))
+            flood.settimeout(CLOSE_TIMEOUT_S)
+            sent = 0
+            with contextlib.suppress(ConnectionResetError, BrokenPipeError):
+                flood.sendall(struct.pack("i", 2**31 - 1))  # a frame of 2 GiB, it says
+                while sent < FLOOD_BYTES:
+                    flood.sendall(bytes(FLOOD_CHUNK_BYTES))
+                    sent += FLOOD_CHUNK_BYTES
+            assert _closed(flood), f"{name} kept reading a stranger's junk ({sent} bytes sent)"
+        for name, sock in silent.items():
+            assert _closed(sock), f"{name} kept a silent stranger's connection open"
+    _lock_group_serves(raft_stamp, b"serving after strangers")
 
 
 def test_the_secret_is_private_and_in_no_record_argv_or_log(raft_stamp: LocalStamp) -> None:
