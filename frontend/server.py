@@ -247,7 +247,7 @@ class FrontEndServicer(fe_grpc.FrontEndServicer):
                         context: aio.ServicerContext) -> None:
         """Ends when the log is sealed and read to its end."""
         claim = wire.subscribe_claim(request)
-        await self._authenticate(claim)
+        await self._authenticate(claim, context)
         self._checked(names.check_log, request.pname)
         server = self._server_of(request.account, request.pname)
         self._admit_or_refuse(request.account, server)
@@ -262,7 +262,7 @@ class FrontEndServicer(fe_grpc.FrontEndServicer):
     @rpc.rpc_errors
     async def Scan(self, request: fe_pb.ScanRequest, context: aio.ServicerContext) -> None:
         claim = wire.scan_claim(request)
-        token = await self._authenticate(claim)
+        token = await self._authenticate(claim, context)
         from frontend.scan import scan_pages  # written beside this; imported when used
 
         server = self._server_of(request.account, request.start_pname)
@@ -278,7 +278,7 @@ class FrontEndServicer(fe_grpc.FrontEndServicer):
     @rpc.rpc_errors
     async def ScanRanges(self, request: fe_pb.ScanRangesRequest,
                          context: aio.ServicerContext) -> fe_pb.ScanRangesReply:
-        token = await self._authenticate(wire.scan_ranges_claim(request))
+        token = await self._authenticate(wire.scan_ranges_claim(request), context)
         # Fetched, not the cached map: a planner wants the partitions as they are now.
         current, addresses = await self.fe.client.partition_map()
         loads = await self.fe.client.partition_loads(addresses.values())
@@ -298,12 +298,15 @@ class FrontEndServicer(fe_grpc.FrontEndServicer):
             accounts_cached=self.fe.auth.accounts_cached(),
             map_version=self.fe.client.map_version())
 
-    async def _authenticate(self, claim: wire.Claim) -> sas.SasToken | None:
-        """The claim's token (None for a key), the refusal counted as Call's are."""
+    async def _authenticate(self, claim: wire.Claim, context: aio.ServicerContext
+                            ) -> sas.SasToken | None:
+        """The claim's token (None for a key), the refusal counted as Call's are; the store
+        reads it needs count against the connection's peer."""
         self.fe.counters.requests += 1
         try:
             outcome = self.fe.auth.check_cached(claim)
-            token = await self.fe.auth.check(claim) if outcome is MISS else outcome
+            token = (await self.fe.auth.check(claim, peer=context.peer()) if outcome is MISS
+                     else outcome)
             names.check_account(claim.account)
         except StampError as exc:
             self.fe.counters.refused(exc)

@@ -39,6 +39,9 @@ class Context:
     async def write(self, message: object) -> None:
         self.written.append(message)
 
+    def peer(self) -> str:
+        return "ipv4:127.0.0.1:5555"
+
     async def abort(self, code: grpc.StatusCode, details: str, trailing_metadata: object = ()
                     ) -> None:
         self.code = code
