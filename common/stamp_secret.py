@@ -20,6 +20,7 @@ with another secret than its peers' cannot talk to them: the groups must change 
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import secrets
 import stat
@@ -35,6 +36,8 @@ SECRET_RANDOM_BYTES = 32  # drawn by `secrets`, written url-safe base64 (43 char
 SECRET_CHARS_MIN = 32
 SECRET_FILE_BYTES_MAX = 4096
 SECRET_FILE_MODE = 0o600
+# What link(2) fails with where a file system has no hard links.
+NO_HARD_LINKS = (errno.EPERM, errno.ENOSYS, errno.EOPNOTSUPP, errno.EMLINK)
 
 
 def path_in(data_dir: str | Path) -> Path:
@@ -44,8 +47,10 @@ def path_in(data_dir: str | Path) -> Path:
 
 def make(path: str | Path) -> bool:
     """Make a new secret at `path` (mode 0600, durably) unless a file is there; return
-    whether this call made it. Atomic: the file appears whole (a hard link of a finished
-    temporary file), so concurrent callers all end with the same secret."""
+    whether this call made it. The file appears whole (a finished, synced temporary file
+    linked, or renamed, into place: a crash leaves no half secret), and concurrent callers
+    end with the same secret (the link is exclusive; a file system without hard links, as
+    the power-cut harness's, gets a rename if the name is still free)."""
     path = Path(path)
     if path.exists():
         return False
@@ -62,6 +67,10 @@ def make(path: str | Path) -> bool:
             os.link(tmp, path)
         except FileExistsError:
             return False
+        except OSError as error:
+            if error.errno not in NO_HARD_LINKS or path.exists():
+                raise
+            os.rename(tmp, path)
         fsync_dir(path.parent)
         return True
     finally:
