@@ -22,7 +22,10 @@ documented limits need: a request line of REQUEST_LINE_BYTES_MAX (a URL with two
 blob names and a SAS), a header of HEADER_FIELD_BYTES_MAX (all of a blob's 8 KiB metadata
 in one), HEADERS_MAX headers, a body of `blob_append_bytes_max`; a request head must arrive
 within `blob_headers_timeout_ms` of the connection's opening or its last answer (aiohttp's
-keep-alive timer closes a connection still waiting for a head then: slowloris).
+keep-alive timer closes a connection still waiting for a head then: slowloris). A request
+aiohttp cannot parse is refused 400 by aiohttp and logged in one line, at most
+HTTP_REFUSALS_LOGGED_PER_S a second (aiohttp logs each with its traceback, at ERROR: a
+stranger could fill the front end's log).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from common import durable_fs
 from common.errors import InvalidArgument, StampError
@@ -49,6 +53,7 @@ from frontend.blob_store import BlobStore, service_error
 from frontend.server_call import UNROUTED, FrontEnd
 
 log = logging.getLogger(__name__)
+http_log = logging.getLogger(__name__ + ".http")  # aiohttp's RequestHandler logs here
 
 # Written beside ready.json: where the endpoint listens (`stamp up` records it in stamp.json).
 HTTP_READY_FILE = "http.json"
@@ -64,10 +69,42 @@ SHUTDOWN_GRACE_S = 1.0
 REQUEST_LINE_BYTES_MAX = 2 * 3 * BLOB_NAME_BYTES_MAX + 4 * 1024
 HEADER_FIELD_BYTES_MAX = METADATA_BYTES_MAX + 1024  # one x-ms-meta- header may hold it all
 HEADERS_MAX = 256  # metadata pairs and the ~20 headers an SDK sends
+HTTP_REFUSALS_LOGGED_PER_S = 1.0
+REFUSAL_SHOWN_CHARS_MAX = 200  # of aiohttp's reason (it quotes the offending bytes)
 # x-ms-request-id: a GUID as the service's, unique per request: this process's random first
 # 64 bits, then a counter (uuid4 per request read the OS's randomness every time).
 _REQUEST_ID_PREFIX = str(uuid.uuid4())[:24]
 _request_numbers = itertools.count()
+
+
+class _HttpRefusals(logging.Filter):
+    """Turns aiohttp's record of a request it could not parse into one WARNING line, and
+    drops those beyond HTTP_REFUSALS_LOGGED_PER_S (counting them in the next one)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._next_s = 0.0
+        self._dropped = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if not isinstance(exc, HttpProcessingError):
+            return True
+        now = time.monotonic()
+        if now < self._next_s:
+            self._dropped += 1
+            return False
+        self._next_s = now + 1 / HTTP_REFUSALS_LOGGED_PER_S
+        reason = " ".join(str(exc).split())[:REFUSAL_SHOWN_CHARS_MAX]
+        record.msg = "refused a malformed HTTP request from %s (%d more unlogged): %s"
+        record.args = (record.args[0] if record.args else "?", self._dropped, reason)
+        record.exc_info = record.exc_text = None
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+        self._dropped = 0
+        return True
+
+
+http_log.addFilter(_HttpRefusals())
 
 
 def request_id() -> str:
@@ -261,7 +298,7 @@ async def start(front_end: FrontEnd, store: BlobStore, host: str, port: int
                 ) -> tuple[web.AppRunner, str]:
     """Serve the endpoint on host:port (0: a free port); (its runner, host:port bound)."""
     runner = web.AppRunner(make_app(front_end, store), access_log=None,
-                           handle_signals=False,
+                           handle_signals=False, logger=http_log,
                            keepalive_timeout=store.limits.blob_headers_timeout_ms / 1000,
                            max_line_size=REQUEST_LINE_BYTES_MAX,
                            max_field_size=HEADER_FIELD_BYTES_MAX, max_headers=HEADERS_MAX)

@@ -25,11 +25,13 @@ import socket
 import time
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 
 from common.clock import SystemClock
+from common.process import LOG_FILE
 from frontend.accounts import Account, AccountStore
 from lock_service.client import LockClient
 from tests.conftest import config_toml, stamp_config
@@ -269,3 +271,25 @@ def test_the_documented_limits_fit_and_more_is_refused(account: Account,
     assert answer[0] in (400, 431), answer
     wait_for(lambda: endpoint.send("GET", blob, signed(account.name, key, "GET", blob))[0]
              == 200, 10, "the endpoint answers after the refusals")
+
+
+def test_malformed_requests_are_logged_in_one_line_not_a_traceback(
+        stamp: LocalStamp, endpoint: Endpoint) -> None:
+    log = Path(stamp.record("fe-1").dir) / LOG_FILE
+    start = log.stat().st_size
+
+    def malformed() -> int:  # a control character in a header: aiohttp's parser refuses it
+        return endpoint.send("GET", "/x", [("x-ms-bad", b"a\x01b")])[0]
+
+    def added() -> str:
+        with log.open("rb") as f:
+            f.seek(start)
+            return f.read().decode(errors="replace")
+
+    assert all(malformed() == 400 for _ in range(30))
+    # The next second's first refusal is logged (the 30 may all fall in one already logged).
+    wait_for(lambda: malformed() == 400 and ("malformed HTTP request" in added()
+                                             or "Traceback" in added()), 10,
+             "a refusal logged")
+    assert "Traceback" not in added(), added()[-2000:]
+    assert added().count("malformed HTTP request") < 10
