@@ -37,7 +37,7 @@ SECRET_CHARS_MIN = 32
 SECRET_FILE_BYTES_MAX = 4096
 SECRET_FILE_MODE = 0o600
 # What link(2) fails with where a file system has no hard links.
-NO_HARD_LINKS = (errno.EPERM, errno.ENOSYS, errno.EOPNOTSUPP, errno.EMLINK)
+NO_HARD_LINKS = (errno.EPERM, errno.ENOSYS, errno.EOPNOTSUPP)
 
 
 def path_in(data_dir: str | Path) -> Path:

@@ -86,3 +86,13 @@ def test_a_stamp_across_hosts_without_its_secret_is_a_clear_error(tmp_path: Path
         stamp.secret_file()
     local = LocalStamp(tmp_path / "one-machine", config)
     assert stamp_secret.read(local.secret_file())
+
+
+def test_the_command_that_makes_a_secret_for_a_stamp_across_hosts(tmp_path: Path) -> None:
+    path = tmp_path / "stamp-secret"
+    stamp_secret.main([str(path)])
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    first = stamp_secret.read(path)
+    with pytest.raises(SystemExit, match="exists: not replaced"):
+        stamp_secret.main([str(path)])
+    assert stamp_secret.read(path) == first
