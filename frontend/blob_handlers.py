@@ -36,7 +36,7 @@ from frontend.blob_server import (
     admit,
 )
 from frontend.blob_store import BlobStore
-from frontend.names import check_name
+from frontend.names import check_name, shown_name
 from frontend.server_call import FrontEnd
 
 META_PREFIX = "x-ms-meta-"
@@ -61,8 +61,9 @@ def _bad_header(name: str, why: str) -> BlobError:
 def _unsupported(request: BlobRequest) -> BlobError:
     return BlobError(400, "UnsupportedHttpVerb" if request.comp == "" else
                      "InvalidQueryParameterValue",
-                     f"{request.http.method} with comp={request.comp!r} "
-                     f"restype={request.restype!r} is not an operation of this endpoint.")
+                     f"{request.http.method} with comp={shown_name(request.comp)!r} "
+                     f"restype={shown_name(request.restype)!r} is not an operation of this "
+                     f"endpoint.")
 
 
 def route(request: BlobRequest) -> Handler:
@@ -126,7 +127,7 @@ def _number(request: BlobRequest, name: str) -> int | None:
     try:
         value = int(text)
     except ValueError:
-        raise _bad_header(name, f"{text!r} is not a whole number") from None
+        raise _bad_header(name, f"{shown_name(text)!r} is not a whole number") from None
     if value < 0:
         raise _bad_header(name, "negative")
     return value
@@ -271,8 +272,8 @@ async def put_blob(request: BlobRequest, store: BlobStore, fe: FrontEnd
     model.check_blob_name(request.blob)
     blob_type = request.header("x-ms-blob-type")
     if blob_type != model.BLOB_TYPE:
-        raise _bad_header("x-ms-blob-type", f"{blob_type!r}: this endpoint keeps append "
-                          f"blobs (AppendBlob) only")
+        raise _bad_header("x-ms-blob-type", f"{shown_name(blob_type or '')!r}: this endpoint "
+                          f"keeps append blobs (AppendBlob) only")
     if request.header("Content-Length") not in (None, "0"):
         raise _bad_header("Content-Length", "Put Blob of an append blob is empty (0)")
     content = content_of(request)

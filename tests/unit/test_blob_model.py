@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import xml.etree.ElementTree as ElementTree
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -14,11 +15,13 @@ from azure.storage.blob._shared.authentication import _storage_header_sort
 from hypothesis import given
 from hypothesis import strategies as st
 
-from frontend import blob_auth
+from frontend import blob_auth, blob_xml
 from frontend import blob_model as model
+from frontend.blob_handlers import CONTENT_HEADERS
 from frontend.blob_model import BlobError, Conditions, Props
 
 KEY = b"k" * 32
+CONTENT = CONTENT_HEADERS.values()
 
 
 def props(length: int = 0, **changes: object) -> Props:
@@ -165,3 +168,36 @@ def test_properties_and_containers_round_trip(last: tuple[int, int, int] | None)
     assert Props.decode(blob.encode()) == blob
     container = model.Container("cd" * 8, 5, {"owner": "x"}, deleted_ms=9)
     assert model.Container.decode(container.encode()) == container
+
+
+@given(st.text(), st.text(), st.dictionaries(st.text(), st.text(), max_size=4),
+       st.dictionaries(st.sampled_from(list(CONTENT)), st.text(), max_size=3))
+def test_list_xml_is_well_formed_whatever_it_is_given(name: str, prefix: str,
+                                                      metadata: dict[str, str],
+                                                      content: dict[str, str]) -> None:
+    """Stored names and values from before the checks (or any bug past them) can never
+    break a listing: every body parses, and metadata names that are C# identifiers show."""
+    blob = props(metadata=metadata, content=content)
+    listed = blob_xml.blobs("http://h/a/", "c", prefix, name, 5, "/", [(name, blob, '"1"'),
+                                                                    prefix], name, True)
+    root = ElementTree.fromstring(listed)
+    shown = {child.tag for meta in root.iter("Metadata") for child in meta}
+    assert shown == {k for k in metadata if model.METADATA_NAME.fullmatch(k)}
+    containers = blob_xml.containers("http://h/a/", prefix, name, 5,
+                                     [(name, model.Container("00", 1, metadata), '"1"')],
+                                     name, True)
+    ElementTree.fromstring(containers)
+    ElementTree.fromstring(blob_xml.error("Code", name, "id", "t"))
+
+
+@given(st.dictionaries(st.text(max_size=8), st.text(max_size=8), max_size=4))
+def test_metadata_azure_takes_is_what_xml_and_headers_can_carry(metadata: dict[str, str]
+                                                                ) -> None:
+    try:
+        model.check_metadata(metadata)
+    except BlobError as exc:
+        assert exc.status == 400 and exc.code == "InvalidMetadata"
+        return
+    for key, value in metadata.items():
+        ElementTree.fromstring(f"<{key}>{blob_xml.escape(value)}</{key}>")
+        assert value.isascii() and key.isidentifier()
