@@ -6,6 +6,17 @@ Each account is one KV entry, `accounts/NAME` -> JSON `{"name", "keys": [key1, k
 base64, "created_s"}`. Every change is a compare-and-set on the version read, so two
 operators rotating at once cannot lose one rotation (the loser retries on the new version).
 
+Deleting an account (issue 28, item 6) replaces its entry by a tombstone, JSON `{"name",
+"retired": true, "deleted_s", "purged_s"}`, in one compare-and-set: the keys are gone from
+the store at once (and from every front end's cache within its TTL), and the name is
+retired for ever — `create` refuses it. Why for ever, not until the data is gone: the
+partition layer cannot drop a partition name, so what a purge (tools/account_purge.py)
+leaves is each name's bookkeeping — a sealed, empty log under its old name, an entity
+group's mark — and a new owner of the account would inherit those names (listed, sealed,
+typed); names are data too. `purged_s` is None while the purge of the account's data is
+pending (a purge cut short is resumed by deleting again: `delete` of a tombstoned name
+returns its tombstone) and the time of the last complete purge after.
+
 The cache (`keys_of`) holds the keys of accounts it found, for at most `cache_ttl_s`
 (<= CACHE_TTL_MAX_S = 10 s) of the injected clock's monotonic time. So a key rotated or an
 account deleted anywhere stops working at every front end within 10 s, and a flood of
@@ -49,6 +60,27 @@ class KeyValue(Protocol):
 
 
 @dataclass(frozen=True)
+class Tombstone:
+    """A deleted account's entry: its name retired, `purged_s` None while its data's purge
+    is pending."""
+
+    name: str
+    deleted_s: float
+    purged_s: float | None = None
+
+    def encode(self) -> bytes:
+        return json.dumps({"name": self.name, "retired": True, "deleted_s": self.deleted_s,
+                           "purged_s": self.purged_s}, sort_keys=True).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> Tombstone:
+        record = json.loads(data)
+        purged_s = record["purged_s"]
+        return cls(record["name"], float(record["deleted_s"]),
+                   None if purged_s is None else float(purged_s))
+
+
+@dataclass(frozen=True)
 class Account:
     name: str
     keys: tuple[bytes, bytes]
@@ -73,6 +105,16 @@ def new_key() -> bytes:
     return secrets.token_bytes(KEY_BYTES)
 
 
+def decode_entry(data: bytes) -> Account | Tombstone:
+    """An `accounts/NAME` entry: a live account or a deleted one's tombstone."""
+    return Tombstone.decode(data) if json.loads(data).get("retired") else Account.decode(data)
+
+
+def retired_message(name: str) -> str:
+    return (f"the name {name!r} belonged to a deleted account and is retired: a deleted "
+            f"account's name is never given out again; choose another")
+
+
 class AccountStore:
     """Create, read, rotate, list and delete accounts in `kv`; `keys_of` for verifying."""
 
@@ -88,10 +130,14 @@ class AccountStore:
     # --- administration (always read through to the replicated store) ----------------------
 
     def create(self, name: str) -> Account:
-        """A new account with two fresh random keys; AlreadyExists if the name is taken."""
+        """A new account with two fresh random keys; AlreadyExists if the name is taken,
+        by an account or by a deleted one's tombstone (retired for ever: module docstring)."""
         names.check_account(name)
         account = Account(name, (new_key(), new_key()), self._clock.wall())
         if self._kv.compare_and_set(KEY_PREFIX + name, 0, account.encode()) is None:
+            found = self._entry(name)
+            if found is not None and isinstance(found[0], Tombstone):
+                raise AlreadyExists(retired_message(name))
             raise AlreadyExists(f"account {name!r} already exists")
         self._remember(name, account)
         return account
@@ -118,15 +164,52 @@ class AccountStore:
                                  f"{CAS_ATTEMPTS_MAX} attempts")
 
     def list(self) -> list[str]:
-        return sorted(key[len(KEY_PREFIX):] for key in self._kv.list(KEY_PREFIX))
+        """The live accounts' names (tombstones left out: one read per name)."""
+        found = (self._entry(key[len(KEY_PREFIX):]) for key in self._kv.list(KEY_PREFIX))
+        return sorted(entry.name for entry, _ in filter(None, found)
+                      if isinstance(entry, Account))
 
-    def delete(self, name: str) -> None:
-        """Delete the account; NotFound if there is none. Its keys stop working at once
-        here and within the cache TTL elsewhere."""
+    def delete(self, name: str) -> Tombstone:
+        """Replace the account by its tombstone (purge pending) and return it; NotFound if
+        there never was one. Its keys stop working at once here and within the cache TTL
+        elsewhere. Deleting a deleted account returns its tombstone unchanged: the caller
+        resumes or repeats its purge (idempotent)."""
         names.check_account(name)
-        if not self._kv.delete(KEY_PREFIX + name):
-            raise NotFound(f"no account {name!r}")
-        self._remember(name, None)
+        for _ in range(CAS_ATTEMPTS_MAX):
+            found = self._entry(name)
+            if found is None:
+                raise NotFound(f"no account {name!r}")
+            entry, version = found
+            if isinstance(entry, Tombstone):
+                return entry
+            tombstone = Tombstone(name, self._clock.wall())
+            if self._kv.compare_and_set(KEY_PREFIX + name, version, tombstone.encode()):
+                self._remember(name, None)
+                return tombstone
+        raise PreconditionFailed(f"account {name!r} kept changing; not deleted after "
+                                 f"{CAS_ATTEMPTS_MAX} attempts")
+
+    def tombstone(self, name: str) -> Tombstone:
+        """The tombstone of deleted account `name`; NotFound if it is not a deleted one."""
+        found = self._entry(names.check_account(name))
+        if found is None or not isinstance(found[0], Tombstone):
+            raise NotFound(f"no deleted account {name!r}")
+        return found[0]
+
+    def mark_purged(self, name: str) -> Tombstone:
+        """Record on deleted account `name`'s tombstone that its data was purged now (the
+        purge's last step: until then a purge is pending). NotFound if it is not a deleted
+        one."""
+        names.check_account(name)
+        for _ in range(CAS_ATTEMPTS_MAX):
+            found = self._entry(name)
+            if found is None or not isinstance(found[0], Tombstone):
+                raise NotFound(f"no deleted account {name!r}")
+            purged = Tombstone(name, found[0].deleted_s, self._clock.wall())
+            if self._kv.compare_and_set(KEY_PREFIX + name, found[1], purged.encode()):
+                return purged
+        raise PreconditionFailed(f"deleted account {name!r} kept changing; purge not "
+                                 f"recorded after {CAS_ATTEMPTS_MAX} attempts")
 
     # --- the cached path of request verification ---------------------------------------------
 
@@ -145,11 +228,21 @@ class AccountStore:
         return account.keys if account is not None else None
 
     def _read(self, name: str) -> tuple[Account, int]:
-        found = self._kv.get(KEY_PREFIX + name)
+        """The live account and its version; NotFound for none and for a deleted one."""
+        found = self._entry(name)
         if found is None:
             raise NotFound(f"no account {name!r}")
+        entry, version = found
+        if isinstance(entry, Tombstone):
+            raise NotFound(f"account {name!r} was deleted")
+        return entry, version
+
+    def _entry(self, name: str) -> tuple[Account | Tombstone, int] | None:
+        found = self._kv.get(KEY_PREFIX + name)
+        if found is None:
+            return None
         data, version = found
-        return Account.decode(data), version
+        return decode_entry(data), version
 
     def _remember(self, name: str, account: Account | None) -> None:
         """Cache `account` (None: there is none, which is not cached but drops what was)."""

@@ -90,8 +90,11 @@ def test_account_create_keys_rotate_sas_delete(
             sas.check(token, account="acme", permission="read", name="orders",
                       now_s=time.time(), keys_of=AccountStore(lock_client, clock).keys_of)
 
-        assert "deleted account acme" in stamp_cli(data_dir, "delete", "acme").stdout
-        stamp_cli(data_dir, "delete", "acme", code=1)
+        stamp_cli(data_dir, "delete", "acme", code=1)  # no partition layer to purge it
+        deleted = stamp_cli(data_dir, "delete", "acme", "--no-purge").stdout
+        assert "deleted account acme" in deleted and "not removed yet" in deleted
+        stamp_cli(data_dir, "delete", "nobody", "--no-purge", code=1)
+        stamp_cli(data_dir, "create", "acme", code=1)  # retired (test_account_delete.py)
         stamp_cli(data_dir, "keys", "acme", code=1)
         assert stamp_cli(data_dir, "ls").stdout.split() == []
         assert not accepts(AccountStore(lock_client, clock), rotated.key, clock)

@@ -55,12 +55,13 @@ def test_create_keys_list_delete(kv: VersionedDict) -> None:
         store.create("acme")
     with pytest.raises(InvalidArgument, match="account name"):
         store.create("Bad_Name")
-    store.delete("acme")
+    tombstone = store.delete("acme")
     assert store.list() == ["zeta"]
     with pytest.raises(NotFound):
         store.get("acme")
+    assert store.delete("acme") == tombstone  # again: the purge resumes (idempotent)
     with pytest.raises(NotFound):
-        store.delete("acme")
+        store.delete("nobody")
     assert store.keys_of("acme") is None
 
 
@@ -140,3 +141,85 @@ def test_rotation_retries_a_concurrent_change(kv: VersionedDict) -> None:
 def test_repr_hides_keys(kv: VersionedDict) -> None:
     account = AccountStore(kv, ManualClock()).create("acme")
     assert all(repr(k) not in repr(account) for k in account.keys)
+
+
+def test_a_deleted_name_is_retired_for_ever(kv: VersionedDict) -> None:
+    """Issue 28, item 6: the tombstone takes the keys away at once, says a purge is pending
+    until one is recorded, and no `create` gives the name out again, before or after."""
+    clock = ManualClock(1000.0)
+    store = AccountStore(kv, clock)
+    store.create("acme")
+    tombstone = store.delete("acme")
+    assert tombstone == accounts.Tombstone("acme", 1000.0, None)
+    assert b"keys" not in kv.entries["accounts/acme"][0]  # the keys themselves are gone
+    assert store.keys_of("acme") is None
+    with pytest.raises(NotFound, match="was deleted"):
+        store.get("acme")
+    with pytest.raises(NotFound, match="was deleted"):
+        store.rotate("acme", 1)
+    with pytest.raises(AlreadyExists, match="retired"):
+        store.create("acme")
+    assert store.list() == [] and store.tombstone("acme") == tombstone
+    clock.advance(60)
+    purged = store.mark_purged("acme")
+    assert purged == accounts.Tombstone("acme", 1000.0, 1060.0)
+    assert store.delete("acme") == purged  # a later delete sees it done (and may re-run)
+    with pytest.raises(AlreadyExists, match="retired"):
+        store.create("acme")
+    assert store.keys_of("acme") is None
+
+
+def test_only_a_deleted_account_has_a_tombstone_to_mark(kv: VersionedDict) -> None:
+    store = AccountStore(kv, ManualClock())
+    store.create("acme")
+    for call in (store.tombstone, store.mark_purged):
+        with pytest.raises(NotFound, match="no deleted account"):
+            call("acme")
+        with pytest.raises(NotFound, match="no deleted account"):
+            call("nobody")
+    assert store.keys_of("acme") is not None  # nothing changed
+
+
+def test_an_account_deleted_elsewhere_stops_working_within_the_ttl(kv: VersionedDict) -> None:
+    clock = ManualClock()
+    front_end = AccountStore(kv, clock, cache_ttl_s=accounts.CACHE_TTL_MAX_S)
+    operator = AccountStore(kv, clock)
+    keys = operator.create("acme").keys
+    assert front_end.keys_of("acme") == keys
+    operator.delete("acme")
+    clock.advance(accounts.CACHE_TTL_MAX_S)
+    assert front_end.keys_of("acme") is None
+
+
+def test_a_delete_racing_a_rotation_leaves_no_key(kv: VersionedDict) -> None:
+    store = AccountStore(kv, ManualClock())
+    store.create("acme")
+    real_cas = kv.compare_and_set
+
+    def racing_cas(key: str, expected_version: int, value: bytes) -> int | None:
+        kv.compare_and_set = real_cas  # type: ignore[method-assign]
+        AccountStore(kv, ManualClock()).rotate("acme", 1)  # between our read and our write
+        return real_cas(key, expected_version, value)
+
+    kv.compare_and_set = racing_cas  # type: ignore[method-assign]
+    store.delete("acme")
+    assert b"keys" not in kv.entries["accounts/acme"][0]
+    assert store.keys_of("acme") is None
+
+
+def test_a_purge_waits_out_the_front_ends_caches_once() -> None:
+    """tools/account_purge.py: a purge starts once no front end takes the account's
+    requests; a tombstone dated ahead of this host's clock costs one settle time, not
+    more."""
+    from common.config import default_config
+    from tools import account_purge
+
+    config = default_config()
+    settle = account_purge.settle_s(config)
+    assert settle == (config.front_end.account_cache_ttl_ms
+                      + config.partition.client_timeout_ms) / 1000
+    tombstone = accounts.Tombstone("acme", 1000.0)
+    assert account_purge.remaining_settle_s(tombstone, config, 1000.0) == settle
+    assert account_purge.remaining_settle_s(tombstone, config, 1001.5) == settle - 1.5
+    assert account_purge.remaining_settle_s(tombstone, config, 1000.0 + settle) == 0
+    assert account_purge.remaining_settle_s(tombstone, config, 500.0) == settle
