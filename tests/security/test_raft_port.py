@@ -28,8 +28,10 @@ import pytest
 from cryptography.fernet import Fernet
 
 from common import process, raft_auth, stamp_secret
+from lock_service import main as lock_main
 from lock_service.client import LockClient
 from stream_layer.sm_client import AsyncStreamManagerClient
+from stream_layer.stream_manager import main as sm_main
 from tests.conftest import check_raft_logs, stamp_config
 from tools.local_stamp import LocalStamp
 
@@ -228,19 +230,25 @@ def _run_replica(kind: str, directory: Path, *extra: str) -> subprocess.Complete
 
 
 @pytest.mark.parametrize("kind", sorted(REPLICA_COMMANDS))
-def test_a_replica_without_a_private_secret_refuses_to_start(kind: str, tmp_path: Path) -> None:
-    """Never unauthenticated: no --secret-file, or one other users may read, and the
-    process ends at once with one clear line (no traceback), the secret in no message."""
-    missing = _run_replica(kind, tmp_path / "a")
-    assert missing.returncode == 2 and "--secret-file" in missing.stderr.splitlines()[-1]
+def test_a_replica_without_a_private_secret_refuses_to_start(
+        kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Never unauthenticated: without --secret-file the command line is refused; with a
+    secret other users may read, the process ends at once with one clear line (no
+    traceback), the secret in no message."""
+    parse = {"lock": lock_main.parse_args, "stream-manager": sm_main.parser().parse_args}[kind]
+    args = [a.format(raft="7000") for a in REPLICA_COMMANDS[kind][2:]]
+    with pytest.raises(SystemExit) as refused:
+        parse([*args, "--dir", str(tmp_path / "a")])
+    assert refused.value.code == 2 and "--secret-file" in capsys.readouterr().err
 
     secret = tmp_path / "stamp-secret"
     stamp_secret.make(secret)
+    text = stamp_secret.read(secret).decode()
     secret.chmod(0o644)
     shared = _run_replica(kind, tmp_path / "b", "--secret-file", str(secret))
     assert shared.returncode == 1 and "Traceback" not in shared.stderr
     assert "open to other users (mode 0644)" in shared.stderr.splitlines()[-1]
-    assert stamp_secret.read(secret.chmod(0o600) or secret).decode() not in shared.stderr
+    assert text not in shared.stderr
 
 
 def test_a_stamp_recorded_before_it_had_a_secret_gets_one_on_its_next_up(
