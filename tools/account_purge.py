@@ -6,10 +6,10 @@ Contracts:
 - `purge` runs passes until one finds nothing to remove (that pass is the proof; at most
   PURGE_PASSES_MAX). A pass: every log of the account (SCAN_LOG_NAMES) is sealed, then
   trimmed to its end (`empty_log`: sealed first, so no append lands past the trim); every
-  entity of the account (SCAN_ENTITIES) is deleted, a batch of one entity group at a time
-  (`empty_entity_group`). Internal names are the account's too: the blob endpoint's
-  '$containers' and '$c/CONTAINER/GEN' groups go with the rest (the partition layer knows
-  no public/internal cut; the front end makes it).
+  entity of the account is deleted as one entity scan (SCAN_ENTITIES) reads it, in batches
+  of one entity group (`empty_entity_group` does one group). Internal names are the
+  account's too: the blob endpoint's '$containers' and '$c/CONTAINER/GEN' groups go with the
+  rest (the partition layer knows no public/internal cut; the front end makes it).
 - Idempotent: every step is (a seal or trim only moves forward; a deleted entity is not
   listed again), so a purge cut short anywhere — a crash, a kill -9 — is finished by running
   it again, and running it on a purged account removes nothing.
@@ -20,15 +20,14 @@ Contracts:
 - What stays, by design: each name's bookkeeping row — a log's sealed, empty LogMeta, an
   entity group's mark (the partition layer cannot drop a name: hence retired names) — and,
   until checkpoints merge them away (partition_layer/merge.py drops trimmed records and, at
-  the oldest run, tombstones), the old rows in older runs; `stamp job gc` then releases their
-  extents. None of it is readable: a trimmed record's read fails as trimmed, a deleted row is
-  gone to every read and scan.
+  the oldest run, tombstones), the old rows in older runs, and large values in blob data;
+  `stamp job gc` then releases their extents. None of it is readable: a trimmed record's
+  read fails as trimmed, a deleted row is gone to every read and scan.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from common.config import StampConfig
@@ -82,12 +81,6 @@ def remaining_settle_s(tombstone: Tombstone, config: StampConfig, now_s: float) 
     return max(0.0, min(settle, tombstone.deleted_s + settle - now_s))
 
 
-async def log_names(client: AsyncPartitionClient, account: str) -> AsyncIterator[str]:
-    """Every log of `account`, internal names included, in name order."""
-    async for name in client.list_logs(account):
-        yield name
-
-
 async def empty_log(client: AsyncPartitionClient, account: str, log: str) -> int:
     """Seal `log`, then trim it to its end; the records that were readable (0: none)."""
     await client.seal(account, log)
@@ -97,46 +90,59 @@ async def empty_log(client: AsyncPartitionClient, account: str, log: str) -> int
     return end - first
 
 
-async def _entities(client: AsyncPartitionClient, account: str, low: bytes,
-                    high: bytes | None, limit: int) -> list[pb.ScanItem]:
-    """At most `limit` entities of `account` in [low, high), in key order."""
-    items: list[pb.ScanItem] = []
-    pages = scan_client.scan(client, account, low, high, limit=limit, in_flight=1)
+class _BatchDeleter:
+    """Deletes the entities it is given, in batches of one entity group of at most
+    `batch_ops_max` (each atomic, retried under its token by the client)."""
+
+    def __init__(self, client: AsyncPartitionClient, account: str, progress: Progress
+                 ) -> None:
+        self.client = client
+        self.account = account
+        self.progress = progress
+        self.group: str | None = None
+        self.rows: list[bytes] = []
+        self.deleted = 0
+        self.groups = 0
+
+    async def add(self, item: pb.ScanItem) -> None:
+        if item.pname != self.group or len(self.rows) >= self.client.limits.batch_ops_max:
+            await self.flush()
+        if item.pname != self.group:
+            self.group = item.pname
+            self.groups += 1
+            self.progress.advance(0, text=f"deleting the entities of {item.pname}")
+        self.rows.append(item.row)
+
+    async def flush(self) -> None:
+        if self.rows:
+            assert self.group is not None
+            await self.client.batch(self.account, self.group,
+                                    [("delete", row) for row in self.rows])
+            self.deleted += len(self.rows)
+            self.progress.advance(len(self.rows))
+            self.rows = []
+
+
+async def _delete_entities(client: AsyncPartitionClient, account: str, low: bytes,
+                           high: bytes | None, progress: Progress) -> _BatchDeleter:
+    """Delete every entity of `account` in [low, high), read by one scan (a snapshot per
+    partition: the deletes behind it change nothing it reads)."""
+    deleter = _BatchDeleter(client, account, progress)
+    pages = scan_client.scan(client, account, low, high)
     async with contextlib.aclosing(pages):
         async for page in pages:
-            items.extend(page.items)
-    return items
-
-
-async def entity_group_names(client: AsyncPartitionClient, account: str
-                             ) -> AsyncIterator[str]:
-    """Every entity group of `account` that holds an entity, internal names included, in
-    name order: a one-entity scan per group, each starting past the previous group."""
-    low = keys.account_prefix(account)
-    while True:
-        first = await _entities(client, account, low, None, 1)
-        if not first:
-            return
-        yield first[0].pname
-        past = keys.prefix_end(keys.pname_prefix(account, first[0].pname))
-        assert past is not None  # a name's prefix ends in its terminator 00 01
-        low = past
+            for item in page.items:
+                await deleter.add(item)
+    await deleter.flush()
+    return deleter
 
 
 async def empty_entity_group(client: AsyncPartitionClient, account: str, group: str,
                              progress: Progress = SILENT) -> int:
-    """Delete every entity of `group`, one batch of at most `batch_ops_max` at a time (each
-    atomic, retried under its token by the client); how many were deleted."""
+    """Delete every entity of `group`; how many were deleted."""
     low = keys.pname_prefix(account, group)
-    high = keys.prefix_end(low)
-    deleted = 0
-    while True:
-        items = await _entities(client, account, low, high, client.limits.batch_ops_max)
-        if not items:
-            return deleted
-        await client.batch(account, group, [("delete", item.row) for item in items])
-        deleted += len(items)
-        progress.advance(len(items))
+    return (await _delete_entities(client, account, low, keys.prefix_end(low),
+                                   progress)).deleted
 
 
 async def purge_pass(client: AsyncPartitionClient, account: str,
@@ -144,16 +150,15 @@ async def purge_pass(client: AsyncPartitionClient, account: str,
     """One pass over the account's logs, then its entities (module docstring)."""
     removed = Removed()
     progress.phase(f"sealing and emptying the logs of {account}")
-    async for log in log_names(client, account):
+    async for log in client.list_logs(account):  # internal names included
         records = await empty_log(client, account, log)
         removed.logs += int(records > 0)
         removed.records += records
         progress.advance(text=f"log {log}")
     progress.phase(f"deleting the entities of {account}")
-    async for group in entity_group_names(client, account):
-        progress.status(f"deleting the entities of {group}")
-        removed.entities += await empty_entity_group(client, account, group, progress)
-        removed.groups += 1
+    deleted = await _delete_entities(client, account, keys.account_prefix(account), None,
+                                     progress)
+    removed.entities, removed.groups = deleted.deleted, deleted.groups
     return removed
 
 

@@ -11,8 +11,10 @@ old keys to be out of every front end rather than the default 35 s."""
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +24,7 @@ from azure.storage.blob import BlobServiceClient
 
 from common.clock import SystemClock
 from common.errors import NotFound, Sealed, StampError, Trimmed, Unauthenticated
-from frontend import connection_string
+from frontend import connection_string, sas
 from frontend.accounts import AccountStore
 from frontend.client import Client
 from lock_service.client import LockClient
@@ -114,16 +116,26 @@ def test_a_deleted_account_leaves_nothing_to_the_next_owner_of_its_name(
     blob = old_blobs.create_container("box").get_blob_client("b")
     blob.create_append_blob()
     blob.append_block(b"secret-blob")
+    key = connection_string.parse(sdk_line).key
+    assert key is not None
+    now_s = time.time()
+    token = sas.mint("tenant", 1, key, ["read", "scan"], "", int(now_s) + 600, now_s=now_s)
+    with_token = Client.from_connection_string(";".join(
+        f"SharedAccessSignature={token}" if part.startswith("Key=") else part
+        for part in sdk_line.split(";")))
+    assert with_token.read("orders")  # the token works until the delete
 
     deleted = succeeded(account_cli(stamp, "delete", "tenant"))
     assert "deleted account tenant" in deleted
 
     # The old keys are refused on both endpoints (within the front ends' key cache TTL).
-    wait_for(lambda: refused_by_sdk(old), KEYS_GONE_S, "the old key refused by the SDK path")
+    for client in (old, with_token):
+        wait_for(functools.partial(refused_by_sdk, client), KEYS_GONE_S,
+                 "the old key and token refused by the SDK path")
+        client.close()
     with pytest.raises(HttpResponseError) as refused:
         list(old_blobs.list_containers())
     assert refused.value.status_code == 403
-    old.close()
 
     again = account_cli(stamp, "create", "tenant")
     if again.returncode == 0:

@@ -223,3 +223,34 @@ def test_a_purge_waits_out_the_front_ends_caches_once() -> None:
     assert account_purge.remaining_settle_s(tombstone, config, 1001.5) == settle - 1.5
     assert account_purge.remaining_settle_s(tombstone, config, 1000.0 + settle) == 0
     assert account_purge.remaining_settle_s(tombstone, config, 500.0) == settle
+
+
+def test_a_purge_deletes_in_batches_of_one_entity_group() -> None:
+    """tools/account_purge.py's batching, on a recording client: one group per batch, at
+    most batch_ops_max rows each, every row once."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from common.config import PartitionLimits
+    from common.proto import partition_pb2 as pb
+    from tools import account_purge
+    from tools.progress import SILENT
+
+    batches: list[tuple[str, list[bytes]]] = []
+
+    async def batch(account: str, group: str, ops: list[tuple[str, bytes]]) -> list[str]:
+        assert account == "acme" and all(kind == "delete" for kind, _ in ops)
+        batches.append((group, [row for _, row in ops]))
+        return [""] * len(ops)
+
+    client = SimpleNamespace(limits=PartitionLimits(batch_ops_max=2), batch=batch)
+    deleter = account_purge._BatchDeleter(client, "acme", SILENT)  # type: ignore[arg-type]
+
+    async def run() -> None:
+        for group, row in [("a", b"1"), ("a", b"2"), ("a", b"3"), ("b", b"1"), ("c", b"1")]:
+            await deleter.add(pb.ScanItem(pname=group, row=row))
+        await deleter.flush()
+
+    asyncio.run(run())
+    assert batches == [("a", [b"1", b"2"]), ("a", [b"3"]), ("b", [b"1"]), ("c", [b"1"])]
+    assert (deleter.deleted, deleter.groups) == (5, 3)
