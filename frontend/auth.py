@@ -71,6 +71,10 @@ LOOKUPS_FULL_RETRY_AFTER_S = 0.1
 # request that uses it, which is served the cached key meanwhile (stale-while-revalidate,
 # bounded by the TTL itself: a key is never served longer than a rotation may take).
 REFRESH_AFTER_TTL_FRACTION = 0.5
+# Background refreshes at once. They are counted apart from LOOKUPS_IN_FLIGHT_MAX: only an
+# account whose keys were found is refreshed, so lookups of made-up names, however many
+# peers make them, cannot keep the accounts in use from being refreshed.
+REFRESHES_IN_FLIGHT_MAX = 16
 # The largest credentials fields a request may carry, checked before any lookup: names by
 # frontend/names.py's rules, an HMAC-SHA256 (32 bytes; room for a longer MAC), a shared
 # access token by sas.TOKEN_CHARS_MAX.
@@ -195,9 +199,9 @@ class Authenticator:
         return entry.keys
 
     def _refresh_behind(self, account: str) -> None:
-        """Start a background read of `account` unless one runs already (or the reads in
-        flight are at their bound, or there is no event loop: the entry simply expires)."""
-        if account in self._reading or len(self._reading) >= LOOKUPS_IN_FLIGHT_MAX:
+        """Start a background read of `account` unless one runs already (or
+        REFRESHES_IN_FLIGHT_MAX do, or there is no event loop: the entry simply expires)."""
+        if account in self._reading or len(self._refreshes) >= REFRESHES_IN_FLIGHT_MAX:
             return
         try:
             loop = asyncio.get_running_loop()
@@ -210,10 +214,11 @@ class Authenticator:
     async def _refresh(self, account: str) -> None:
         # On failure the entry is served until it expires; then a request reads it again.
         with contextlib.suppress(StampError):
-            await self._load(account, "")
+            await self._load(account, "", refresh=True)
 
-    async def _load(self, account: str, peer: str) -> Keys:
-        """Read `account`'s keys on a thread; concurrent readers of one account share it."""
+    async def _load(self, account: str, peer: str, refresh: bool = False) -> Keys:
+        """Read `account`'s keys on a thread; concurrent readers of one account share it. A
+        `refresh` is bounded by the caller, not by the lookups' bounds."""
         try:
             names.check_account(account)
         except InvalidArgument:  # no such account can exist: no read of the store for it
@@ -221,7 +226,8 @@ class Authenticator:
         future = self._reading.get(account)
         if future is not None:
             return await asyncio.shield(future)
-        self._admit_lookup(peer)
+        if not refresh:
+            self._admit_lookup(peer)
         future = asyncio.get_running_loop().create_future()
         self._reading[account] = future
         if peer:
