@@ -9,9 +9,9 @@ Get Blob Properties (HEAD), Get / Set Metadata, Set Properties, Seal, Delete.
 
 What is stored or echoed in XML is checked first: metadata as Azure's rule says
 (blob_model.check_metadata), blob names and List parameters free of characters XML cannot
-carry (400), content headers free of bytes that were not UTF-8. An Append Block's body is
-read within the endpoint's headers timeout plus its length at BODY_BYTES_PER_S_MIN (a
-client that stalls mid-body holds a connection no longer), else 408.
+carry (400), content headers free of bytes that were not UTF-8. Bodies move in time both
+ways (blob_server.transfer_timeout_s): an Append Block's is read in time or the request is
+408, and Get Blob's every write is taken in time or the connection is cut.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ from frontend.blob_server import (
     BlobRequest,
     Handler,
     admit,
+    transfer_timeout_s,
+    write_within,
 )
 from frontend.blob_store import BlobStore
 from frontend.names import check_name, shown_name
@@ -48,8 +50,6 @@ CONTENT_HEADERS = {"x-ms-blob-content-type": "Content-Type",
                    "x-ms-blob-cache-control": "Cache-Control",
                    "x-ms-blob-content-disposition": "Content-Disposition"}
 RANGE_MD5_BYTES_MAX = 4 * 1024 * 1024  # x-ms-range-get-content-md5: the service's limit
-# The slowest an Append Block's body may arrive: 4 MiB in 16 s, beyond the headers timeout.
-BODY_BYTES_PER_S_MIN = 256 * 1024
 
 
 def _bad_header(name: str, why: str) -> BlobError:
@@ -330,7 +330,7 @@ async def append_block(request: BlobRequest, store: BlobStore, fe: FrontEnd
 
 async def _body(request: BlobRequest, store: BlobStore, length: int) -> bytes:
     """The request's body of `length` bytes, read in time (the module's rule) or 408."""
-    timeout_s = store.limits.blob_headers_timeout_ms / 1000 + length / BODY_BYTES_PER_S_MIN
+    timeout_s = transfer_timeout_s(store.limits, length)
     try:
         async with asyncio.timeout(timeout_s):
             return await request.http.read()
@@ -421,8 +421,8 @@ async def get_blob(request: BlobRequest, store: BlobStore, fe: FrontEnd
                                   headers=headers)
     await response.prepare(request.http)
     if first:
-        await response.write(first)
+        await write_within(request.http, response, first, store.limits)
     async for piece in pieces:
-        await response.write(piece)
-    await response.write_eof()
+        await write_within(request.http, response, piece, store.limits)
+    await write_within(request.http, response, b"", store.limits)
     return response

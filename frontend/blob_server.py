@@ -22,7 +22,11 @@ documented limits need: a request line of REQUEST_LINE_BYTES_MAX (a URL with two
 blob names and a SAS), a header of HEADER_FIELD_BYTES_MAX (all of a blob's 8 KiB metadata
 in one), HEADERS_MAX headers, a body of `blob_append_bytes_max`; a request head must arrive
 within `blob_headers_timeout_ms` of the connection's opening or its last answer (aiohttp's
-keep-alive timer closes a connection still waiting for a head then: slowloris). A request
+keep-alive timer closes a connection still waiting for a head then: slowloris). Bodies
+move at BYTES_PER_S_MIN at least, both ways: an Append Block's arrives within the headers
+timeout plus its length at that rate (else 408), and an answer's every write is taken by
+the client within the same (else its connection is cut): a client that stops reading holds
+a front end's memory no longer than that (`write_within`). A request
 aiohttp cannot parse is refused 400 by aiohttp and logged in one line, at most
 HTTP_REFUSALS_LOGGED_PER_S a second (aiohttp logs each with its traceback, at ERROR: a
 stranger could fill the front end's log).
@@ -30,6 +34,7 @@ stranger could fill the front end's log).
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import logging
@@ -46,6 +51,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from common import durable_fs
+from common.config import FrontEndLimits
 from common.errors import InvalidArgument, StampError
 from frontend import blob_auth, blob_xml, names
 from frontend.blob_model import BLOB_NAME_BYTES_MAX, METADATA_BYTES_MAX, BlobError, http_date
@@ -69,6 +75,8 @@ SHUTDOWN_GRACE_S = 1.0
 REQUEST_LINE_BYTES_MAX = 2 * 3 * BLOB_NAME_BYTES_MAX + 4 * 1024
 HEADER_FIELD_BYTES_MAX = METADATA_BYTES_MAX + 1024  # one x-ms-meta- header may hold it all
 HEADERS_MAX = 256  # metadata pairs and the ~20 headers an SDK sends
+# The slowest a body may move, beyond the headers timeout: 4 MiB in 16 s.
+BYTES_PER_S_MIN = 256 * 1024
 HTTP_REFUSALS_LOGGED_PER_S = 1.0
 REFUSAL_SHOWN_CHARS_MAX = 200  # of aiohttp's reason (it quotes the offending bytes)
 # x-ms-request-id: a GUID as the service's, unique per request: this process's random first
@@ -248,6 +256,46 @@ async def _keys(front_end: FrontEnd, account: str) -> blob_auth.Keys | None:
     return await front_end.auth.keys(account)
 
 
+def transfer_timeout_s(limits: FrontEndLimits, nbytes: int) -> float:
+    """How long moving `nbytes` of a body may take (the module's rule)."""
+    return limits.blob_headers_timeout_ms / 1000 + nbytes / BYTES_PER_S_MIN
+
+
+async def write_within(http: web.Request, response: web.StreamResponse, data: bytes,
+                       limits: FrontEndLimits) -> None:
+    """Write `data` of a prepared, streamed `response` (b"": end it) within
+    transfer_timeout_s; a client that does not take it in time has its connection cut, and
+    ConnectionResetError is raised (aiohttp then drops the request as one whose client went
+    away)."""
+    await _within(http, limits, len(data),
+                  response.write(data) if data else response.write_eof())
+
+
+async def _within(http: web.Request, limits: FrontEndLimits, nbytes: int,
+                  step: Awaitable[None]) -> None:
+    try:
+        async with asyncio.timeout(transfer_timeout_s(limits, nbytes)):
+            await step
+    except TimeoutError:
+        if http.transport is not None:
+            http.transport.abort()
+        raise ConnectionResetError(f"the client took no {nbytes} bytes of its answer in "
+                                   f"time") from None
+
+
+async def _answer(http: web.Request, response: web.StreamResponse,
+                  limits: FrontEndLimits) -> web.StreamResponse:
+    """`response` sent, its body within the time write_within allows it."""
+    if response.prepared:  # streamed by its handler, write by write
+        return response
+    body = response.body if isinstance(response, web.Response) else None
+    await response.prepare(http)
+    # A Response's body goes out in write_eof.
+    await _within(http, limits, len(body) if isinstance(body, bytes) else 0,
+                  response.write_eof())
+    return response
+
+
 def admit(front_end: FrontEnd, request: BlobRequest, group: str, nbytes: int) -> None:
     """The front end's account throttle, for the partition server `group` routes to."""
     route = front_end.client.route_name(request.account, group)
@@ -274,14 +322,14 @@ def make_app(front_end: FrontEnd, store: BlobStore) -> web.Application:
             request = parse(http)
             await authorize(request, front_end, skew_s)
             handler = route(request)
-            return await handler(request, store, front_end)
+            return await _answer(http, await handler(request, store, front_end), limits)
         except BlobError as exc:
             if exc.status in (401, 403):
                 front_end.counters.refused_unauthenticated += 1
             return error_response(request, exc, head)
         except StampError as exc:
             return error_response(request, service_error(exc), head)
-        except web.HTTPException:
+        except (web.HTTPException, ConnectionError):
             raise
         except Exception:
             log.exception("Azure Blob request %s %s", http.method, http.path)

@@ -46,9 +46,14 @@ class Endpoint:
             tls = False
         return cls(host, int(port), tls)
 
-    def connect(self) -> socket.socket:
-        """A connected socket (TLS handshake done when the endpoint serves HTTPS)."""
-        sock = socket.create_connection((self.host, self.port), timeout=10)
+    def connect(self, receive_buffer_bytes: int | None = None) -> socket.socket:
+        """A connected socket (TLS handshake done when the endpoint serves HTTPS), with a
+        receive buffer of about `receive_buffer_bytes` if given."""
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if receive_buffer_bytes is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer_bytes)
+        sock.settimeout(10)
+        sock.connect((self.host, self.port))
         return _unverified().wrap_socket(sock) if self.tls else sock
 
     def send(self, method: str, path: str, headers: Headers, body: bytes = b"",

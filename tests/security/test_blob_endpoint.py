@@ -22,6 +22,7 @@ import itertools
 import os
 import signal
 import socket
+import ssl
 import time
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Iterator
@@ -293,3 +294,35 @@ def test_malformed_requests_are_logged_in_one_line_not_a_traceback(
              "a refusal logged")
     assert "Traceback" not in added(), added()[-2000:]
     assert added().count("malformed HTTP request") < 10
+
+
+def test_an_answer_its_client_does_not_read_is_cut(account: Account,
+                                                   endpoint: Endpoint) -> None:
+    """A Get Blob larger than the kernel's buffers (4 MiB of send buffer here) to a client
+    that reads nothing: the front end stops holding it once a write is not taken in time
+    (headers timeout + 256 KiB at 256 KiB/s here), instead of waiting for ever."""
+    key = account.keys[0]
+    path = f"/{account.name}/reader?restype=container"
+    assert endpoint.send("PUT", path, signed(account.name, key, "PUT", path))[0] == 201
+    blob = f"/{account.name}/reader/big"
+    assert endpoint.send("PUT", blob, signed(account.name, key, "PUT", blob, [
+        ("x-ms-blob-type", "AppendBlob"), ("Content-Length", "0")]))[0] == 201
+    block = b"r" * (256 * 1024)
+    append = f"{blob}?comp=appendblock"
+    blocks = 24
+    for _ in range(blocks):
+        answer = endpoint.send("PUT", append, signed(account.name, key, "PUT", append,
+                                                     body=block), block)
+        assert answer[0] == 201, answer
+    with endpoint.connect(receive_buffer_bytes=4096) as reader:
+        reader.sendall(f"GET {blob} HTTP/1.1\r\nHost: x\r\n".encode()
+                       + b"".join(f"{n}: {v}\r\n".encode()
+                                  for n, v in signed(account.name, key, "GET", blob))
+                       + b"\r\n")
+        time.sleep(HEADERS_TIMEOUT_MS / 1000 + 1 + 2)  # the stimulus: a client that stalls
+        received = 0
+        deadline = time.monotonic() + 20
+        with contextlib.suppress(ConnectionError, ssl.SSLError):  # cut: reset
+            while time.monotonic() < deadline and (data := reader.recv(1 << 20)):
+                received += len(data)
+    assert received < blocks * len(block), f"all {received} bytes came"
