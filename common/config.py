@@ -476,6 +476,30 @@ class WatchConfig:
                 raise InvalidArgument(f"watch.{f.name} must be positive")
 
 
+# TLS of a stamp whose processes all run on one machine's loopback, unless its config says
+# (`[security] tls`): the one switch between TLS by default and plain by default there.
+LOOPBACK_TLS_DEFAULT = False
+
+
+@dataclass(frozen=True)
+class SecurityConfig:
+    """TLS (DESIGN §9, common/tls.py): mutual TLS between every process of the stamp, TLS
+    at the front ends' doors (gRPC and the blob endpoint's HTTPS)."""
+
+    # None: on for a stamp across hosts (always: `tls = false` with [hosts] is refused),
+    # LOOPBACK_TLS_DEFAULT for one on a single machine.
+    tls: bool | None = None
+    # The certificate and key (PEM files) the front ends show the public; "": each front
+    # end's certificate from the stamp's CA (clients then trust that CA: `CaFile=`).
+    front_end_cert: str = ""
+    front_end_key: str = ""
+
+    def __post_init__(self) -> None:
+        if bool(self.front_end_cert) != bool(self.front_end_key):
+            raise InvalidArgument("security.front_end_cert and security.front_end_key go "
+                                  "together")
+
+
 @dataclass(frozen=True)
 class RaftMemberSpec:
     """One replica of a Raft group (stream manager or lock service)."""
@@ -558,6 +582,7 @@ class StampConfig:
     front_ends: tuple[ProcessSpec, ...] = field(default_factory=_default_front_ends)
     watch: WatchConfig = field(default_factory=WatchConfig)
     jobs: JobLimits = field(default_factory=JobLimits)
+    security: SecurityConfig = field(default_factory=SecurityConfig)
     # The host (an address every other host reaches it at) of each process named here
     # (`[hosts]` in TOML: en-1 = "10.0.0.2"); the others run on `host`. `stamp up --only HOST`
     # starts the processes of one host, so one config runs a stamp across machines.
@@ -565,6 +590,12 @@ class StampConfig:
 
     def host_of(self, name: str) -> str:
         return self.hosts.get(name, self.host)
+
+    def tls_enabled(self) -> bool:
+        """Whether the stamp runs TLS (`SecurityConfig.tls`)."""
+        if self.security.tls is not None:
+            return self.security.tls
+        return bool(self.hosts) or LOOPBACK_TLS_DEFAULT
 
     def fixed_ports(self) -> dict[str, int]:
         """Each process's gRPC port as configured (0: picked when it starts)."""
@@ -607,7 +638,7 @@ def _apply(config: StampConfig, raw: dict[str, Any]) -> StampConfig:
     changes: dict[str, Any] = {}
     for key, value in raw.items():
         if key in ("extent_node", "stream_manager", "partition", "partition_manager",
-                   "front_end", "watch", "jobs"):
+                   "front_end", "watch", "jobs", "security"):
             changes[key] = _replace_checked(getattr(config, key), value, key)
         elif key == "extent_nodes":
             changes[key] = tuple(ExtentNodeSpec(**node) for node in value)
@@ -626,6 +657,9 @@ def _apply(config: StampConfig, raw: dict[str, Any]) -> StampConfig:
     if unknown:
         raise InvalidArgument(f"[hosts] names processes the stamp does not have: "
                               f"{', '.join(unknown)}")
+    if config.hosts and config.security.tls is False:
+        raise InvalidArgument("security.tls = false with [hosts]: a stamp across hosts always "
+                              "runs TLS (its ports are reachable from the network)")
     return config
 
 

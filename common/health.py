@@ -26,6 +26,7 @@ from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
+from common import tls
 from common.config import WatchConfig
 
 log = logging.getLogger(__name__)
@@ -91,8 +92,11 @@ class Health:
 async def check_one(address: str, timeout_s: float) -> str:
     """SERVING, NOT_SERVING, or UNREACHABLE (no answer within `timeout_s`)."""
     # Not rpc.aio_channel: an operator's look must not be subject to the isolation of the
-    # process running it, and one short-lived channel per look is all it needs.
-    async with aio.insecure_channel(address) as channel:
+    # process running it, and one short-lived channel per look is all it needs. TLS as every
+    # channel of this process to `address` (common/tls.py).
+    credentials = tls.channel_credentials(address)
+    async with (aio.insecure_channel(address) if credentials is None
+                else aio.secure_channel(address, credentials)) as channel:
         try:
             reply = await health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(service=OVERALL), timeout=timeout_s,

@@ -6,6 +6,10 @@
   `stamp-error: <ClassName>`; `from_rpc_error` rebuilds the typed error on the client.
 - The Faults service a server started with `--faults-rpc` exposes (common/server_main.py),
   so tests arm fault points and network partitions (common/isolation.py) at run time.
+- TLS (common/tls.py): every channel made here is mutual TLS with this process's identity
+  (`tls.channel_credentials`: its own certificate, or the operator's for a stamp it found),
+  plain only where there is none (a stamp with `tls = false`); `add_port` binds a server's
+  port the same way (a front end's public port: server-only TLS, `credentials`).
 - Every channel made here is guarded and every server made here has the isolation guard, so
   a partition cuts every gRPC path in and out of a process; channels name their process in
   the user agent (`stamp-process/NAME`) for that guard.
@@ -24,7 +28,7 @@ from typing import Any, TypeVar, cast
 import grpc
 from grpc import aio
 
-from common import errors, faults, isolation, isolation_grpc, metrics
+from common import errors, faults, isolation, isolation_grpc, metrics, tls
 from common.proto import faults_pb2, faults_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -53,20 +57,43 @@ def channel_options(message_bytes_max: int) -> list[tuple[str, Any]]:
     ]
 
 
-def aio_channel(address: str, message_bytes_max: int) -> aio.Channel:
-    """An aio channel to `address`; calls fail UNAVAILABLE while `address` is cut off."""
+# Who this process is to an address: credentials for a channel to it (None: plain).
+CredentialsFor = Callable[[str], "grpc.ChannelCredentials | None"]
+
+
+def aio_channel(address: str, message_bytes_max: int,
+                credentials: CredentialsFor = tls.channel_credentials) -> aio.Channel:
+    """An aio channel to `address`, TLS as `credentials(address)` says (by default this
+    process's identity); calls fail UNAVAILABLE while `address` is cut off."""
     options = channel_options(message_bytes_max)
-    channel = isolation_grpc.GuardedChannel(aio.insecure_channel(address, options=options),
-                                       address, options, "aio")
+    found = credentials(address)
+    raw = (aio.insecure_channel(address, options=options) if found is None
+           else aio.secure_channel(address, found, options=options))
+    channel = isolation_grpc.GuardedChannel(raw, address, options, "aio")
     return cast(aio.Channel, channel)
 
 
-def sync_channel(address: str, message_bytes_max: int) -> grpc.Channel:
-    """A blocking channel to `address`; calls fail UNAVAILABLE while `address` is cut off."""
+def sync_channel(address: str, message_bytes_max: int,
+                 credentials: CredentialsFor = tls.channel_credentials) -> grpc.Channel:
+    """A blocking channel to `address`, TLS as `credentials(address)` says; calls fail
+    UNAVAILABLE while `address` is cut off."""
     options = channel_options(message_bytes_max)
-    channel = isolation_grpc.GuardedChannel(grpc.insecure_channel(address, options=options),
-                                       address, options, "sync")
+    found = credentials(address)
+    raw = (grpc.insecure_channel(address, options=options) if found is None
+           else grpc.secure_channel(address, found, options=options))
+    channel = isolation_grpc.GuardedChannel(raw, address, options, "sync")
     return cast(grpc.Channel, channel)
+
+
+def add_port(server: aio.Server, address: str,
+             credentials: grpc.ServerCredentials | None = None) -> int:
+    """Bind `server` to `address` (HOST:PORT, port 0: a free one) and return the port: with
+    `credentials` if given (a front end's public port), else mutual TLS with this process's
+    identity (`tls.use`; a caller without a certificate of the stamp's CA is refused), plain
+    only when the process has none."""
+    found = credentials or tls.server_credentials()
+    return (server.add_insecure_port(address) if found is None
+            else server.add_secure_port(address, found))
 
 
 class ChannelCache:
@@ -76,8 +103,10 @@ class ChannelCache:
     the backoff fails at once even if the peer is back by then. A fresh channel connects now:
     a restarted peer is reachable immediately, and a dead one still fails fast."""
 
-    def __init__(self, message_bytes_max: int) -> None:
+    def __init__(self, message_bytes_max: int,
+                 credentials: CredentialsFor = tls.channel_credentials) -> None:
         self.message_bytes_max = message_bytes_max
+        self._credentials = credentials
         self._channels: dict[str, aio.Channel] = {}
         self._retired: list[aio.Channel] = []
 
@@ -88,7 +117,7 @@ class ChannelCache:
             self._retired.append(channel)  # closed with the cache: calls may still use it
             channel = None
         if channel is None:
-            channel = aio_channel(address, self.message_bytes_max)
+            channel = aio_channel(address, self.message_bytes_max, self._credentials)
             self._channels[address] = channel
         return channel
 

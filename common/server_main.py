@@ -23,7 +23,8 @@ from typing import Any
 
 from grpc import aio
 
-from common import durable_fs, faults, isolation, metrics, rpc
+from common import durable_fs, faults, isolation, metrics, rpc, tls
+from common.errors import StampError
 from common.health import Check, Health
 from common.proto import faults_pb2_grpc
 
@@ -36,6 +37,10 @@ def add_security_args(parser: argparse.ArgumentParser) -> None:
                         help="serve the Faults service and arm STAMP_FAULTS / STAMP_ISOLATE "
                              "from the environment (tests, `stamp fault`, `stamp chaos`); off "
                              "by default: the Faults service checks no credentials")
+    parser.add_argument("--tls-dir", type=Path,
+                        help="the stamp's TLS directory (common/tls.py): this process's "
+                             "certificate NAME.crt and key, and the CA's ca.crt; mutual TLS "
+                             "on its port and every channel (default: plain connections)")
 
 
 def start_process(name: str, directory: Path, level: str = "INFO",
@@ -48,6 +53,7 @@ def start_process(name: str, directory: Path, level: str = "INFO",
     logging.basicConfig(level=level.upper(),
                         format=f"%(asctime)s {name} %(levelname)s %(name)s: %(message)s")
     isolation.set_process_name(name)  # before any channel: they name it to their peers
+    use_tls(name, security)
     if security is not None and security.faults_rpc:
         faults.arm_from_env()
         isolation.arm_from_env()
@@ -59,6 +65,18 @@ def start_process(name: str, directory: Path, level: str = "INFO",
     # (700) the cyclic collector runs hundreds of times a second, and its full passes over a
     # large memtable stall the event loop for milliseconds. Collect far less often.
     gc.set_threshold(GC_YOUNG_THRESHOLD, 20, 20)
+
+
+def use_tls(name: str, security: argparse.Namespace | None) -> None:
+    """This process's TLS identity, from `--tls-dir` (none without it); a missing or
+    unreadable file ends the process with a one-line error naming it."""
+    tls_dir = getattr(security, "tls_dir", None)
+    try:
+        tls.use(tls.load(tls_dir, name) if tls_dir is not None else None)
+    except StampError as exc:
+        raise SystemExit(f"{name}: {exc}") from None
+    logging.getLogger(__name__).info("TLS: %s", f"certificate {tls.cert_path(tls_dir, name)}"
+                                     if tls_dir is not None else "off (plain connections)")
 
 
 def serve_faults(server: aio.Server, args: argparse.Namespace) -> None:

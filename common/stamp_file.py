@@ -1,5 +1,9 @@
 """Reading `<data dir>/stamp.json`, the record a local stamp keeps of its processes (written by
-tools/local_stamp.py): clients in every layer find their servers' addresses here."""
+tools/local_stamp.py): clients in every layer find their servers' addresses here.
+
+Contract: a process that reads a stamp's record talks to its processes as the stamp's
+operator from then on (common/tls.py: mutual TLS with `<tls dir>/operator.crt` when the record
+names a TLS directory, `tls`; plain connections when it names none)."""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from common import tls
 from common.errors import NotFound
 
 STAMP_FILE = "stamp.json"
@@ -15,10 +20,19 @@ STAMP_FILE = "stamp.json"
 def read_stamp(data_dir: str | Path) -> dict[str, Any]:
     path = Path(data_dir).resolve() / STAMP_FILE
     try:
-        return json.loads(path.read_text())
+        raw: dict[str, Any] = json.loads(path.read_text())
     except FileNotFoundError:
         raise NotFound(f"no stamp in {path.parent} (no {STAMP_FILE}): run 'stamp up' "
                        f"first") from None
+    _trust(raw)
+    return raw
+
+
+def _trust(raw: dict[str, Any]) -> None:
+    """Talk to the recorded processes as the stamp's operator (module docstring)."""
+    tls_dir = raw.get("tls")
+    tls.trust([p.get("address", "") for p in raw.get("processes", {}).values()],
+              tls.load(tls_dir, tls.OPERATOR) if tls_dir else None)
 
 
 def addresses_of(data_dir: str | Path, kind: str) -> list[str]:

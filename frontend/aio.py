@@ -68,6 +68,7 @@ from common.errors import DeadlineExceeded, InvalidArgument, StampError, Throttl
 from common.proto import frontend_pb2 as fe_pb
 from common.proto import frontend_pb2_grpc as fe_grpc
 from common.proto import partition_pb2 as pb
+from common.tls import channel_credentials, sdk_channel_credentials
 from frontend import connection_string, sdk_requests, wire
 from frontend.retry import Endpoints, RetryPolicy, endpoint_failed
 from frontend.sdk_requests import Row
@@ -84,19 +85,33 @@ CLOSED = "this Stamp client is closed: make a new one"
 ATTEMPT_TIMEOUT_S = 10.0
 
 
+def _credentials_for(checked: connection_string.ConnectionString) -> rpc.CredentialsFor:
+    """Who the SDK is to a front end: server-only TLS as the connection string says (read
+    once: a missing CaFile is an InvalidArgument now), else as this process is."""
+    if not checked.tls:
+        return channel_credentials
+    credentials = sdk_channel_credentials(checked.ca_file)
+    return lambda _address: credentials
+
+
 class Client:
     """One account's view of a stamp, through its front ends (module docstring)."""
 
     def __init__(self, endpoints: Sequence[str], account: str, *, key: bytes | None = None,
                  sas: str | None = None, timeout_s: float = 30.0,
                  limits: PartitionLimits | None = None, policy: RetryPolicy | None = None,
-                 clock: Clock | None = None, rng: random.Random | None = None) -> None:
+                 clock: Clock | None = None, rng: random.Random | None = None,
+                 tls: bool = False, ca_file: str | None = None) -> None:
         """`endpoints`: front ends as HOST:PORT; exactly one of `key` (an account key) and
         `sas` (a shared access token of `account`); `timeout_s`: how long one call may take,
-        retries included. InvalidArgument if any of them is malformed."""
+        retries included; `tls` (implied by `ca_file`): TLS to the front ends, trusting the
+        CA in `ca_file` or else the system's roots. Without either, a plain connection
+        (unless this process talks to those addresses with TLS already: a stamp it started
+        or found, common/tls.py). InvalidArgument if any of them is malformed."""
         if isinstance(endpoints, str):
             raise InvalidArgument("endpoints are a sequence of HOST:PORT strings, not a str")
-        checked = connection_string.make(list(endpoints), account, key=key, sas_token=sas)
+        checked = connection_string.make(list(endpoints), account, key=key, sas_token=sas,
+                                         tls=tls, ca_file=ca_file)
         if not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool) \
                 or not 0 < timeout_s < float("inf"):
             raise InvalidArgument(f"timeout_s is a positive number of seconds, not "
@@ -109,7 +124,8 @@ class Client:
         self._clock: Clock = clock or SystemClock()
         self._rng = rng or random.Random()
         self._endpoints = Endpoints(checked.endpoints, self._clock, self._rng)
-        self._channels = rpc.ChannelCache(self.limits.rpc_message_bytes_max)
+        self._channels = rpc.ChannelCache(self.limits.rpc_message_bytes_max,
+                                          _credentials_for(checked))
         self._sessions: dict[str, CallSession] = {}
         # Mutation tokens: a random prefix and a counter (unique without a urandom per call).
         self._token_prefix = os.urandom(TOKEN_PREFIX_BYTES).hex()
@@ -122,7 +138,7 @@ class Client:
         frontend/connection_string.py; InvalidArgument if it is malformed."""
         parsed = connection_string.parse(text)
         return cls(parsed.endpoints, parsed.account, key=parsed.key, sas=parsed.sas,
-                   timeout_s=timeout_s)
+                   timeout_s=timeout_s, tls=parsed.tls, ca_file=parsed.ca_file)
 
     @property
     def endpoints(self) -> list[str]:

@@ -39,6 +39,7 @@ import itertools
 import json
 import logging
 import os
+import ssl
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -342,9 +343,11 @@ def make_app(front_end: FrontEnd, store: BlobStore) -> web.Application:
     return app
 
 
-async def start(front_end: FrontEnd, store: BlobStore, host: str, port: int
-                ) -> tuple[web.AppRunner, str]:
-    """Serve the endpoint on host:port (0: a free port); (its runner, host:port bound)."""
+async def start(front_end: FrontEnd, store: BlobStore, host: str, port: int,
+                ssl_context: ssl.SSLContext | None = None) -> tuple[web.AppRunner, str]:
+    """Serve the endpoint on host:port (0: a free port), HTTPS with `ssl_context` (the front
+    end's public certificate, common/tls.py), plain HTTP without; (its runner, host:port
+    bound)."""
     runner = web.AppRunner(make_app(front_end, store), access_log=None,
                            handle_signals=False, logger=http_log,
                            keepalive_timeout=store.limits.blob_headers_timeout_ms / 1000,
@@ -352,7 +355,7 @@ async def start(front_end: FrontEnd, store: BlobStore, host: str, port: int
                            max_field_size=HEADER_FIELD_BYTES_MAX, max_headers=HEADERS_MAX)
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_address=True,
-                       shutdown_timeout=SHUTDOWN_GRACE_S)
+                       shutdown_timeout=SHUTDOWN_GRACE_S, ssl_context=ssl_context)
     await site.start()
     server = site._server  # aiohttp keeps the listening socket here
     bound = server.sockets[0].getsockname()[1] if server is not None else port

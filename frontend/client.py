@@ -40,10 +40,12 @@ class Client:
 
     def __init__(self, endpoints: Sequence[str], account: str, *, key: bytes | None = None,
                  sas: str | None = None, timeout_s: float = 30.0,
-                 limits: PartitionLimits | None = None) -> None:
+                 limits: PartitionLimits | None = None, tls: bool = False,
+                 ca_file: str | None = None) -> None:
         """As frontend.aio.Client: front-end endpoints HOST:PORT, the account, exactly one of
-        `key` and `sas`, how long one call may take (retries included), and the limits
-        arguments are checked against (the defaults of PartitionLimits unless given).
+        `key` and `sas`, how long one call may take (retries included), the limits
+        arguments are checked against (the defaults of PartitionLimits unless given), and
+        TLS to the front ends (`tls`, `ca_file`).
         InvalidArgument if any of them is malformed."""
         self._lock = threading.Condition()
         self._closing = False
@@ -51,7 +53,7 @@ class Client:
         self._loop = LoopThread("stamp-sdk")
         try:
             self.aio: aio.Client = self._loop.run(_make(endpoints, account, key, sas,
-                                                        timeout_s, limits))
+                                                        timeout_s, limits, tls, ca_file))
         except BaseException:
             self._loop.close()
             raise
@@ -61,7 +63,7 @@ class Client:
         """A client from a connection string (frontend/connection_string.py)."""
         parsed = connection_string.parse(text)
         return cls(parsed.endpoints, parsed.account, key=parsed.key, sas=parsed.sas,
-                   timeout_s=timeout_s)
+                   timeout_s=timeout_s, tls=parsed.tls, ca_file=parsed.ca_file)
 
     @property
     def account(self) -> str:
@@ -232,6 +234,7 @@ async def _later(function: Any, *args: Any) -> Any:
 
 
 async def _make(endpoints: Sequence[str], account: str, key: bytes | None, sas: str | None,
-                timeout_s: float, limits: PartitionLimits | None) -> aio.Client:
+                timeout_s: float, limits: PartitionLimits | None, tls: bool,
+                ca_file: str | None) -> aio.Client:
     return aio.Client(endpoints, account, key=key, sas=sas, timeout_s=timeout_s,
-                      limits=limits)
+                      limits=limits, tls=tls, ca_file=ca_file)

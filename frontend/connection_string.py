@@ -1,7 +1,7 @@
 """Connection strings (issue 16, DESIGN §5): what a user holds to reach a stamp.
 
-    Endpoint=HOST:PORT[,HOST:PORT...];Account=NAME;Key=BASE64
-    Endpoint=HOST:PORT[,HOST:PORT...];Account=NAME;SharedAccessSignature=TOKEN
+    Endpoint=HOST:PORT[,HOST:PORT...];Account=NAME;Key=BASE64[;CaFile=PATH | ;Tls=true]
+    Endpoint=HOST:PORT[,HOST:PORT...];Account=NAME;SharedAccessSignature=TOKEN[;...]
 
 Rules (each broken one is an InvalidArgument naming it):
 - `;`-separated `Name=Value` settings (one trailing `;` allowed), each name once, names as
@@ -10,7 +10,11 @@ Rules (each broken one is an InvalidArgument naming it):
   brackets (`[::1]:7000`), no duplicates;
 - `Account`: an account name (frontend/names.py);
 - exactly one of `Key` (standard base64 of KEY_BYTES bytes: a 256-bit account key) and
-  `SharedAccessSignature` (a token in frontend/sas.py's form, of the same account).
+  `SharedAccessSignature` (a token in frontend/sas.py's form, of the same account);
+- TLS (the front ends' doors, DESIGN §9): `CaFile` (a PEM file of the CA that issued the front
+  ends' certificates: a local stamp's `<data dir>/tls/ca.crt`) or `Tls=true` (the system's
+  trusted roots); without either the connection is plain (a stamp with `tls = false`).
+  `Tls=false` with a `CaFile` is refused.
 
 `format` writes the one canonical spelling; `parse(format(c)) == c`.
 """
@@ -28,7 +32,8 @@ from frontend.accounts import KEY_BYTES
 ENDPOINTS_MAX = 64
 HOST_CHARS_MAX = 253
 CONNECTION_STRING_CHARS_MAX = 8192
-SETTINGS = ("Endpoint", "Account", "Key", "SharedAccessSignature")
+SETTINGS = ("Endpoint", "Account", "Key", "SharedAccessSignature", "CaFile", "Tls")
+CA_FILE_CHARS_MAX = 4096
 
 
 @dataclass(frozen=True)
@@ -37,26 +42,36 @@ class ConnectionString:
     account: str
     key: bytes | None = None
     sas: str | None = None
+    tls: bool = False  # TLS to the front ends (implied by `ca_file`)
+    ca_file: str | None = None  # the CA to trust (None: the system's roots, with `tls`)
 
     def __post_init__(self) -> None:
         if (self.key is None) == (self.sas is None):
             raise InvalidArgument("a connection string has exactly one of Key and "
                                   "SharedAccessSignature")
+        if self.ca_file is not None and not self.tls:
+            raise InvalidArgument("a connection string with a CaFile uses TLS")
 
     def format(self) -> str:
         credential = (f"Key={base64.b64encode(self.key).decode()}" if self.key is not None
                       else f"SharedAccessSignature={self.sas}")
-        return f"Endpoint={','.join(self.endpoints)};Account={self.account};{credential}"
+        transport = (f";CaFile={self.ca_file}" if self.ca_file is not None
+                     else ";Tls=true" if self.tls else "")
+        return (f"Endpoint={','.join(self.endpoints)};Account={self.account};{credential}"
+                f"{transport}")
 
     def __repr__(self) -> str:  # never print a secret into a log by accident
         return (f"ConnectionString(endpoints={self.endpoints!r}, account={self.account!r}, "
-                f"{'key=<secret>' if self.key is not None else 'sas=<secret>'})")
+                f"{'key=<secret>' if self.key is not None else 'sas=<secret>'}, "
+                f"tls={self.tls!r}, ca_file={self.ca_file!r})")
 
 
 def make(endpoints: list[str] | tuple[str, ...], account: str, *, key: bytes | None = None,
-         sas_token: str | None = None) -> ConnectionString:
-    """A checked ConnectionString (the same checks as `parse`)."""
-    return parse(ConnectionString(tuple(endpoints), account, key, sas_token).format())
+         sas_token: str | None = None, tls: bool = False,
+         ca_file: str | None = None) -> ConnectionString:
+    """A checked ConnectionString (the same checks as `parse`); `ca_file` implies `tls`."""
+    return parse(ConnectionString(tuple(endpoints), account, key, sas_token,
+                                  tls or ca_file is not None, ca_file).format())
 
 
 def parse(text: str) -> ConnectionString:
@@ -89,14 +104,30 @@ def parse(text: str) -> ConnectionString:
                               "SharedAccessSignature=...")
     endpoints = parse_endpoints(settings["Endpoint"])
     account = names.check_account(settings["Account"])
+    use_tls, ca_file = parse_transport(settings)
     if "Key" in settings:
-        return ConnectionString(endpoints, account, key=parse_key(settings["Key"]))
+        return ConnectionString(endpoints, account, key=parse_key(settings["Key"]),
+                                tls=use_tls, ca_file=ca_file)
     token = settings["SharedAccessSignature"]
     decoded = sas.decode(token)
     if decoded.account != account:
         raise InvalidArgument(f"connection string's SharedAccessSignature is for account "
                               f"{decoded.account!r}, not {account!r}")
-    return ConnectionString(endpoints, account, sas=token)
+    return ConnectionString(endpoints, account, sas=token, tls=use_tls, ca_file=ca_file)
+
+
+def parse_transport(settings: dict[str, str]) -> tuple[bool, str | None]:
+    """(TLS or not, the CA file) of `Tls` and `CaFile`."""
+    ca_file = settings.get("CaFile")
+    if ca_file is not None and len(ca_file) > CA_FILE_CHARS_MAX:
+        raise InvalidArgument(f"connection string's CaFile is longer than "
+                              f"{CA_FILE_CHARS_MAX} characters")
+    flag = settings.get("Tls")
+    if flag not in (None, "true", "false"):
+        raise InvalidArgument("connection string's Tls is true or false")
+    if flag == "false" and ca_file is not None:
+        raise InvalidArgument("connection string has a CaFile and Tls=false")
+    return flag == "true" or ca_file is not None, ca_file
 
 
 def parse_key(text: str) -> bytes:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from common import metrics, rpc, server_main
+from common import metrics, rpc, server_main, tls
 from common.clock import SystemClock
 from common.config import HOST, load_config
 from common.process import write_ready
@@ -55,7 +55,20 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="stamp config file (TOML)")
     server_main.add_watch_args(p)
     server_main.add_security_args(p)
+    p.add_argument("--public-cert", type=Path,
+                   help="the certificate the public door shows (gRPC and HTTPS), PEM; "
+                        "default with --tls-dir: this front end's stamp certificate")
+    p.add_argument("--public-key", type=Path, help="its key (mode 0600)")
     return p
+
+
+def public_files(args: argparse.Namespace) -> tuple[Path, Path] | None:
+    """The certificate and key of the public door (None: plain, a stamp without TLS)."""
+    if args.public_cert is not None and args.public_key is not None:
+        return args.public_cert, args.public_key
+    if args.tls_dir is None:
+        return None
+    return tls.cert_path(args.tls_dir, args.name), tls.key_path(args.tls_dir, args.name)
 
 
 def watch_front_end(front_end: FrontEnd) -> Iterable[Metric]:
@@ -95,7 +108,9 @@ async def serve(args: argparse.Namespace) -> None:
     server = rpc.aio_server(config.partition.rpc_message_bytes_max, {
         "grpc.max_receive_message_length": request_message_bytes_max(config.partition),
         "grpc.max_concurrent_streams": CONCURRENT_STREAMS_MAX})
-    port = server.add_insecure_port(f"{args.host}:{args.port}")
+    public_tls = public_files(args)
+    port = rpc.add_port(server, f"{args.host}:{args.port}",
+                        tls.public_server_credentials(*public_tls) if public_tls else None)
     address = f"{args.host}:{port}"
     fe_grpc.add_FrontEndServicer_to_server(FrontEndServicer(front_end, args.name, address),
                                            server)
@@ -109,12 +124,13 @@ async def serve(args: argparse.Namespace) -> None:
     warm = asyncio.get_running_loop().create_task(client.refresh_map())  # first calls skip it
     warm.add_done_callback(lambda t: t.cancelled() or t.exception())  # a failure is retried
     blobs = BlobStore(client, config.front_end, clock)
-    http_runner, http_address = await blob_server.start(front_end, blobs, args.host,
-                                                        args.http_port)
+    http_runner, http_address = await blob_server.start(
+        front_end, blobs, args.host, args.http_port,
+        tls.public_ssl_context(*public_tls) if public_tls else None)
     blob_server.write_http_ready(args.dir, http_address)  # before ready.json: read with it
     write_ready(args.dir, args.name, address)
-    log.info("%s serving on %s (Azure Blob REST on http://%s)", args.name, address,
-             http_address)
+    log.info("%s serving on %s (Azure Blob REST on %s://%s)", args.name, address,
+             "https" if public_tls else "http", http_address)
 
     await server_main.until_stopped()
     log.info("%s stopping", args.name)

@@ -24,7 +24,7 @@ from common.config import HOST
 from common.process import write_ready
 from common.proto import lock_service_pb2_grpc as pb_grpc
 from common.raft import RaftTuning
-from common.rpc import aio_server
+from common.rpc import add_port, aio_server
 from lock_service import limits
 from lock_service.replica import LockReplica
 from lock_service.server import LockServicer
@@ -76,7 +76,7 @@ async def serve(args: argparse.Namespace, secret: bytes) -> None:
     replica = LockReplica(raft_address, [raft_address, *peers], args.dir / "raft", tuning,
                           secret=secret)
     server = aio_server(limits.RPC_MESSAGE_BYTES_MAX)
-    port = server.add_insecure_port(f"{args.host}:{args.port}")
+    port = add_port(server, f"{args.host}:{args.port}")
     address = f"{args.host}:{port}"
     servicer = LockServicer(replica, args.name, address)
     pb_grpc.add_LockServiceServicer_to_server(servicer, server)

@@ -60,7 +60,7 @@ async def serve(args: argparse.Namespace) -> None:
     watch = await server_main.Watch.begin(args)
     locks = LockClient([a for a in args.lock.split(",") if a], holder=args.name)
     server = rpc.aio_server(limits.rpc_message_bytes_max)
-    port = server.add_insecure_port(f"{args.host}:{args.port}")
+    port = rpc.add_port(server, f"{args.host}:{args.port}")
     address = f"{args.host}:{port}"
     sm_addresses = [a for a in args.sm.split(",") if a]
     sm = AsyncStreamManagerClient(sm_addresses, config.stream_manager) if sm_addresses else None

@@ -131,7 +131,7 @@ async def serve(args: argparse.Namespace) -> None:
     locks = LockClient([a for a in args.lock.split(",") if a], holder=args.name)
     ps = PartitionServer(args.name, streams, locks, limits)
     server = rpc.aio_server(limits.rpc_message_bytes_max)
-    port = server.add_insecure_port(f"{args.host}:{args.port}")
+    port = rpc.add_port(server, f"{args.host}:{args.port}")
     address = f"{args.host}:{port}"
     pb_grpc.add_PartitionServerServicer_to_server(PartitionServicer(ps, address), server)
     server_main.serve_faults(server, args)

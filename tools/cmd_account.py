@@ -145,15 +145,31 @@ def _endpoints(args: argparse.Namespace) -> tuple[list[str], str]:
     return default_endpoints(read_stamp(args.data_dir)["processes"])
 
 
-def _print_connection_string(endpoints: tuple[list[str], str], name: str, key: bytes) -> None:
-    """The connection string on stdout; the endpoints' note (if any) on stderr, only after
-    success, so an error stays one line."""
+def _print_connection_string(endpoints: tuple[list[str], str], name: str, key: bytes,
+                             data_dir: str) -> None:
+    """The connection string on stdout (TLS as the stamp's front ends serve it: `CaFile=`
+    its CA); the endpoints' note (if any) on stderr, only after success, so an error stays
+    one line."""
     from frontend import connection_string
 
     addresses, note = endpoints
+    use_tls, ca_file = _transport(data_dir)
     if note:
         print(note, file=sys.stderr)
-    print(connection_string.make(addresses, name, key=key).format())
+    print(connection_string.make(addresses, name, key=key, tls=use_tls,
+                                 ca_file=ca_file).format())
+
+
+def _transport(data_dir: str) -> tuple[bool, str | None]:
+    """Whether the stamp in `data_dir` serves TLS, and the CA file its clients trust."""
+    from tools import local_tls
+    from tools.local_stamp import LocalStamp
+
+    try:
+        stamp = LocalStamp.load(data_dir)
+    except (NotFound, OSError, KeyError, ValueError):
+        return False, None
+    return stamp.tls, local_tls.ca_file(stamp)
 
 
 def azure_connection_string(data_dir: str, name: str, key: bytes) -> str | None:
@@ -179,7 +195,7 @@ def cmd_create(args: argparse.Namespace) -> int:
     endpoints = _endpoints(args)
     with _store(args) as store:
         account = store.create(args.name)
-    _print_connection_string(endpoints, args.name, account.keys[0])
+    _print_connection_string(endpoints, args.name, account.keys[0], args.data_dir)
     azure = azure_connection_string(args.data_dir, args.name, account.keys[0])
     if azure is not None:
         print(azure)
@@ -198,7 +214,7 @@ def cmd_rotate(args: argparse.Namespace) -> int:
     endpoints = _endpoints(args)
     with _store(args) as store:
         account = store.rotate(args.name, args.key)
-    _print_connection_string(endpoints, args.name, account.keys[args.key - 1])
+    _print_connection_string(endpoints, args.name, account.keys[args.key - 1], args.data_dir)
     return 0
 
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from common import durable_fs, process
 from common.errors import Unavailable
+from tools import local_tls
 
 if TYPE_CHECKING:
     from tools.local_stamp import LocalStamp, ProcessRecord
@@ -37,7 +38,7 @@ def plan(stamp: LocalStamp) -> None:
         argv = process.stamp_command(
             "serve", KIND_FRONT_END, "--name", spec.name, "--dir", str(proc_dir),
             "--host", host, "--port", str(spec.port), "--http-port", "0", "--pm", pm_addresses,
-            "--lock", lock_addresses, *stamp.server_flags())
+            "--lock", lock_addresses, *stamp.server_flags(), *local_tls.public_flags(stamp))
         if stamp.config_path:
             argv += ["--config", stamp.config_path]
         stamp.records[spec.name] = ProcessRecord(spec.name, KIND_FRONT_END, str(proc_dir),
@@ -59,10 +60,15 @@ def record_http(rec: ProcessRecord) -> None:
         rec.argv[at] = address.rpartition(":")[2]
 
 
+def http_scheme(rec: ProcessRecord) -> str:
+    """https when the front end serves TLS (a stamp certificate or a public one)."""
+    return "https" if {local_tls.TLS_DIR_ARG, "--public-cert"} & set(rec.argv) else "http"
+
+
 def blob_endpoint(rec: ProcessRecord, account: str) -> str | None:
     """The Azure BlobEndpoint URL of `account` at front end `rec` (None: it has none)."""
     address = rec.extra.get("http_address")
-    return f"http://{address}/{account}" if address else None
+    return f"{http_scheme(rec)}://{address}/{account}" if address else None
 
 
 def azure_connection_string(rec: ProcessRecord, account: str, key: bytes) -> str | None:
@@ -72,7 +78,7 @@ def azure_connection_string(rec: ProcessRecord, account: str, key: bytes) -> str
     endpoint = blob_endpoint(rec, account)
     if endpoint is None:
         return None
-    return (f"DefaultEndpointsProtocol=http;AccountName={account};"
+    return (f"DefaultEndpointsProtocol={http_scheme(rec)};AccountName={account};"
             f"AccountKey={base64.b64encode(key).decode()};BlobEndpoint={endpoint};")
 
 
@@ -117,7 +123,8 @@ def ensure_admin_account(stamp: LocalStamp, name: str, path: Path) -> str:
         except AlreadyExists:
             account = store.get(name)
     text = connection_string.make([r.address for r in stamp.front_ends()], name,
-                                  key=account.keys[0]).format()
+                                  key=account.keys[0], tls=stamp.tls,
+                                  ca_file=local_tls.ca_file(stamp)).format()
     tmp = path.with_name(path.name + ".tmp")
     # The key is never readable by others, not even for a moment: the temporary file is
     # made 0600 before the key is written into it (replace_file keeps its mode).

@@ -21,7 +21,7 @@ from common import durable_fs, faults, process, stamp_secret
 from common.config import RaftMemberSpec, StampConfig, load_config
 from common.errors import InvalidArgument, NotFound, Unavailable
 from common.stamp_file import STAMP_FILE, read_stamp
-from tools import local_front_ends, local_watch
+from tools import local_front_ends, local_tls, local_watch
 from tools.progress import SILENT, Progress
 
 KIND_EXTENT_NODE = "extent-node"
@@ -62,6 +62,7 @@ class LocalStamp:
         self.config = config
         self.config_path = config_path
         self.faults = faults if faults is not None else os.environ.get(FAULTS_ENV_VAR) == "1"
+        self.tls = config.tls_enabled()  # a recorded stamp: as it was started (`load`)
         self.records: dict[str, ProcessRecord] = {}
         self._popens: dict[int, subprocess.Popen[bytes]] = {}
 
@@ -76,6 +77,7 @@ class LocalStamp:
         """The stamp recorded in `data_dir`, with the config it was started with."""
         raw = read_stamp(data_dir)
         stamp = cls(data_dir, load_config(raw.get("config")), raw.get("config"))
+        stamp.tls = raw.get("tls") is not None
         stamp.records = {name: ProcessRecord(**rec) for name, rec in raw["processes"].items()}
         return stamp
 
@@ -84,6 +86,7 @@ class LocalStamp:
         # Durable: after a power cut `stamp start` needs the ports the processes picked.
         durable_fs.replace_file(self.stamp_file, json.dumps({
             "data_dir": str(self.data_dir), "config": self.config_path,
+            "tls": local_tls.record(self),
             "processes": {name: asdict(rec) for name, rec in self.records.items()},
         }, indent=2).encode())
 
@@ -184,7 +187,7 @@ class LocalStamp:
 
     def server_flags(self) -> list[str]:
         """What every server of this stamp is started with besides its own options."""
-        return ["--faults-rpc"] if self.faults else []
+        return ["--faults-rpc"] * self.faults + local_tls.server_flags(self)
 
     def wait_healthy(self, timeout_s: float = 30.0, progress: Progress = SILENT) -> None:
         """Wait until the lock service has a leader, the stream managers have a leader that
@@ -347,6 +350,7 @@ class LocalStamp:
         for name in raft:
             rec = self.records[name]
             rec.argv = stamp_secret.with_arg(rec.argv, str(secret))
+        local_tls.ensure_certificates(self, names)
         for name in names:
             rec = self.records[name]
             popen = process.spawn(rec.argv, rec.dir, env)
@@ -366,6 +370,7 @@ class LocalStamp:
                 local_front_ends.record_http(rec)
             progress.advance(text=f"{name} ready on {rec.address}")
         self.save()
+        local_tls.trust(self)
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         """Send `sig` (SIGKILL by default) to the process and wait until it is gone."""

@@ -73,7 +73,7 @@ async def serve(args: argparse.Namespace) -> None:
     store = ExtentStore(args.dir / "extents", args.journal_dir or args.dir / "journal", limits)
     store.recover()
     server = rpc.aio_server(limits.rpc_message_bytes_max)
-    port = server.add_insecure_port(f"{args.host}:{args.port}")
+    port = rpc.add_port(server, f"{args.host}:{args.port}")
     address = f"{args.host}:{port}"
     node = ExtentNode(address, store, limits)
     fragments = FragmentStore(args.dir / "fragments")

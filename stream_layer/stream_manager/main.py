@@ -108,7 +108,7 @@ async def serve(args: argparse.Namespace, secret: bytes) -> None:
     extents = AsyncExtentClient(config.extent_node)
     leader = StreamManagerLeader(replica, limits, extents)
     server = rpc.aio_server(limits.rpc_message_bytes_max)
-    port = server.add_insecure_port(f"{args.host}:{args.port}")
+    port = rpc.add_port(server, f"{args.host}:{args.port}")
     address = f"{args.host}:{port}"
     stream_manager_pb2_grpc.add_StreamManagerServicer_to_server(
         StreamManagerServicer(leader, args.name, peers), server)
