@@ -31,7 +31,7 @@ import contextlib
 from dataclasses import dataclass
 
 from common.config import StampConfig
-from common.errors import Unavailable
+from common.errors import NotFound, Unavailable
 from common.proto import partition_pb2 as pb
 from frontend.accounts import Tombstone
 from partition_layer import keys, scan_client
@@ -114,13 +114,24 @@ class _BatchDeleter:
         self.rows.append(item.row)
 
     async def flush(self) -> None:
-        if self.rows:
-            assert self.group is not None
+        if not self.rows:
+            return
+        assert self.group is not None
+        deleted = len(self.rows)
+        try:
             await self.client.batch(self.account, self.group,
                                     [("delete", row) for row in self.rows])
-            self.deleted += len(self.rows)
-            self.progress.advance(len(self.rows))
-            self.rows = []
+        except NotFound:
+            # Another purge of the account (an operator re-running it while it runs) took
+            # a row first, failing the whole batch: the rest one at a time.
+            deleted = 0
+            for row in self.rows:
+                with contextlib.suppress(NotFound):
+                    await self.client.delete(self.account, self.group, row)
+                    deleted += 1
+        self.deleted += deleted
+        self.progress.advance(deleted)
+        self.rows = []
 
 
 async def _delete_entities(client: AsyncPartitionClient, account: str, low: bytes,
