@@ -8,8 +8,11 @@ never would.
 - a refusal does not say whether an account exists;
 - a query parameter or a signed header given twice is refused;
 - metadata names are C# identifiers and nothing XML cannot carry reaches List Blobs;
-- a request head or body that stalls is cut (slowloris);
-- the documented limits fit in a request (8 KiB of metadata), and more is refused.
+- a request head or body that stalls is cut (slowloris), and so is an answer not read;
+- the documented limits fit in a request (8 KiB of metadata), and more is refused;
+- a request aiohttp cannot parse is logged in a line, not a traceback;
+- the endpoint's own groups (`$containers`, `$c/...`) are out of reach of the public gRPC
+  API with any credential (test_internal_names.py has the pure part).
 
 One small stamp (one front end, its headers timeout short) for the module.
 """
@@ -33,10 +36,15 @@ import pytest
 
 from common.clock import SystemClock
 from common.process import LOG_FILE
+from common.proto import partition_pb2 as pb
+from frontend import sas, wire
 from frontend.accounts import Account, AccountStore
+from frontend.blob_model import CONTAINERS_GROUP
+from frontend.client import Client
 from lock_service.client import LockClient
 from tests.conftest import config_toml, stamp_config
-from tests.front_end_raw import wait_for
+from tests.front_end_raw import RawFrontEnd, wait_for
+from tests.front_end_raw import signed as signed_call
 from tests.security.blob_raw import Answer, Endpoint, signed
 from tools.local_stamp import LocalStamp
 
@@ -326,3 +334,41 @@ def test_an_answer_its_client_does_not_read_is_cut(account: Account,
             while time.monotonic() < deadline and (data := reader.recv(1 << 20)):
                 received += len(data)
     assert received < blocks * len(block), f"all {received} bytes came"
+
+
+def test_no_credential_reaches_the_blob_endpoints_groups(stamp: LocalStamp, account: Account,
+                                                         endpoint: Endpoint) -> None:
+    """Not by naming them, not by scanning the whole account — with the key, or a token
+    whose prefix is empty; the endpoint itself still finds its container and blob."""
+    key = account.keys[0]
+    path = f"/{account.name}/hidden?restype=container"
+    assert endpoint.send("PUT", path, signed(account.name, key, "PUT", path))[0] == 201
+    blob = f"/{account.name}/hidden/b"
+    assert endpoint.send("PUT", blob, signed(account.name, key, "PUT", blob, [
+        ("x-ms-blob-type", "AppendBlob"), ("Content-Length", "0")]))[0] == 201
+    now = time.time()
+    tokens = {"key": None,
+              "token, empty prefix": sas.mint(account.name, 1, key, ["read", "scan", "write"],
+                                              "", int(now) + 600, now)}
+    address = stamp.address("fe-1")
+    raw = RawFrontEnd(address)
+    try:
+        for credential, token in tokens.items():
+            with Client([address], account.name, key=None if token else key,
+                        sas=token) as client:
+                client.put("visible", b"r", b"v")
+                seen = {entity.pname for entity in client.scan()}
+                assert seen == {"visible"}, f"{credential}: a scan saw {seen}"
+            credentials = wire.Credentials(account.name, key=None if token else key, sas=token)
+            for internal in (CONTAINERS_GROUP, "$c/hidden/0"):  # past the SDK's own checks
+                get = pb.Request(account=account.name, pname=internal,
+                                 get=pb.GetOp(row=b"hidden"))
+                answer = raw.call(signed_call(get, credentials))
+                assert answer.error in ("InvalidArgument", "PermissionDenied"), answer
+                assert "stamp's own" in answer.message and not answer.value
+    finally:
+        raw.close()
+    listing = f"/{account.name}/hidden?restype=container&comp=list"
+    status, _, body = endpoint.send("GET", listing, signed(account.name, key, "GET", listing))
+    assert status == 200
+    assert [b.findtext("Name") for b in ElementTree.fromstring(body).iter("Blob")] == ["b"]
