@@ -28,8 +28,8 @@ An empty prefix covers every public name — never the stamp's own (frontend/nam
 internal names), which no credential reaches through the public API.
 
 Contract of `check`: it returns only if the token is well formed, signed by the key it
-names, unexpired at `now_s`, of `account`, grants `permission`, and `name` starts with its
-prefix. Otherwise it raises Unauthenticated (the token is not a valid credential: malformed,
+names, unexpired at `now_s`, of `account`, grants `permission`, and its prefix covers
+`name` (`covers`). Otherwise it raises Unauthenticated (the token is not a valid credential: malformed,
 badly signed, expired) or PermissionDenied (valid, but not for this).
 """
 
