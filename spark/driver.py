@@ -78,6 +78,7 @@ class StampAddresses:
     config_path: str | None
     config: StampConfig
     partition_servers: list[str] = field(default_factory=list)
+    tls_dir: str | None = None  # the stamp's TLS directory: tasks use its operator certificate
 
     @classmethod
     def load(cls, data_dir: str) -> StampAddresses:
@@ -91,7 +92,7 @@ class StampAddresses:
             raise InvalidArgument(f"the stamp in {data_dir} has no stream manager: the jobs "
                                   f"list extents from it")
         return cls(sm, of_kind("lock"), raw.get("config"), load_config(raw.get("config")),
-                   of_kind("partition-server"))
+                   of_kind("partition-server"), raw.get("tls"))
 
 
 async def list_items(job: str, sm: AsyncStreamManagerClient, now: float,
@@ -130,6 +131,7 @@ def run_job(job: str, data_dir: str, master: str = DEFAULT_MASTER, dry_run: bool
     own = session is None
     try:
         settings = {"sm": stamp.stream_managers, "config": stamp.config_path,
+                    "tls": stamp.tls_dir,
                     "dry_run": dry_run, "now": report.started_at}
         listed_at = report.started_at
         for stage, wait_s in _stages(job, stamp, dry_run):

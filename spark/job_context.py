@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from common import tls
 from common.config import JobLimits, load_config
 from stream_layer.extent_client import AsyncExtentClient
 from stream_layer.sm_client import AsyncStreamManagerClient
@@ -25,7 +26,11 @@ class JobContext:
 
     @classmethod
     def open(cls, settings: dict[str, Any]) -> JobContext:
-        """Clients for one task (call inside its event loop); close them with `close`."""
+        """Clients for one task (call inside its event loop); close them with `close`. A
+        stamp with TLS: the task talks to it with the operator's certificate (common/tls.py;
+        its files must be readable where the task runs)."""
+        if settings.get("tls"):
+            tls.use(tls.load(settings["tls"], tls.OPERATOR))
         config = load_config(settings.get("config"))
         return cls(AsyncStreamManagerClient(settings["sm"], config.stream_manager),
                    AsyncExtentClient(config.extent_node), config.jobs,

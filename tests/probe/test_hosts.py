@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from common import health, process, stamp_secret
+from common import health, process, stamp_secret, tls
 from common.errors import StampError
 from partition_layer.client import PartitionClient
 from tools.local_stamp import LocalStamp
@@ -82,12 +82,15 @@ def _config(root: Path) -> Path:
 def three_hosts(tmp_path: Path) -> Iterator[tuple[Path, dict[str, Path]]]:
     config = _config(tmp_path)
     data_dirs = {host: tmp_path / f"host-{host}" for host in HOSTS}
-    # One stamp secret, copied to every host's data directory (as an operator copies it).
+    # One stamp secret and one CA (a stamp across hosts runs TLS), copied to every host's
+    # data directory (as an operator copies them); each host issues its own certificates.
     secret = tmp_path / stamp_secret.SECRET_FILE
     stamp_secret.make(secret)
+    tls.make_ca(tmp_path / "ca")
     for d in data_dirs.values():
         d.mkdir()
         shutil.copy2(secret, stamp_secret.path_in(d))
+        shutil.copytree(tmp_path / "ca", tls.dir_in(d))
     try:
         ups = [subprocess.Popen([sys.executable, "-m", "tools.cli", "--data-dir", str(d), "up",
                                  "--config", str(config), "--only", host],
