@@ -36,6 +36,20 @@ def test_parse_a_sas_connection_string() -> None:
         cs.parse(f"Endpoint=h:1;Account=other;SharedAccessSignature={token}")
 
 
+def test_tls_settings_round_trip_and_are_checked() -> None:
+    with_ca = cs.parse(GOOD + ";CaFile=/srv/stamp/tls/ca.crt")
+    assert with_ca.tls and with_ca.ca_file == "/srv/stamp/tls/ca.crt"
+    assert cs.parse(with_ca.format()) == with_ca
+    system = cs.parse(GOOD + ";Tls=true")
+    assert system.tls and system.ca_file is None and system.format() == GOOD + ";Tls=true"
+    assert cs.parse(GOOD + ";Tls=false") == cs.parse(GOOD)  # plain, written without it
+    assert not cs.parse(GOOD).tls
+    with pytest.raises(InvalidArgument, match="Tls is true or false"):
+        cs.parse(GOOD + ";Tls=yes")
+    with pytest.raises(InvalidArgument, match="CaFile and Tls=false"):
+        cs.parse(GOOD + ";CaFile=/ca.crt;Tls=false")
+
+
 @pytest.mark.parametrize("text,message", [
     ("", "is empty"),
     ("   ", "is empty"),
