@@ -84,6 +84,12 @@ def _fe_append(args: argparse.Namespace, progress: Progress) -> Rows:
     return run_fe_append(seconds=args.seconds, progress=progress)
 
 
+def _fe_tls(args: argparse.Namespace, progress: Progress) -> Rows:
+    from tools.bench.front_end_tls import run_fe_tls
+
+    return run_fe_tls(seconds=args.seconds, progress=progress)
+
+
 def _scan(args: argparse.Namespace, progress: Progress) -> Rows:
     from tools.bench.front_end import run_scan
 
@@ -163,6 +169,9 @@ BENCHES: dict[str, tuple[str, Callable[[argparse.Namespace, Progress], Rows]]] =
     "fe-append": ("the log-append loads through the SDK and a front end and direct through "
                   "the partition client, taking turns (targets: ratio >= 0.8 for 32x1 and "
                   "32x100, added p50 <= 0.7 ms for 1x1)", _fe_append),
+    "fe-tls": ("the fe-append loads through the SDK to a stamp with TLS and to one without, "
+               "side by side, taking turns (targets: ratio >= 0.9 at 32x100, added p50 <= "
+               "0.2 ms for 1x1)", _fe_tls),
     "scan": ("rows/s scanning --rows entities of 100 bytes over 4 range partitions through "
              "the SDK (--trials scans, at most 5; target >= 100,000 rows/s)", _scan),
     "spark-scan": ("entities/s and log records/s read through the Spark data source on "

@@ -59,7 +59,8 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _sdk(stamp: LocalStamp) -> AsyncClient:
+def admin_sdk(stamp: LocalStamp) -> AsyncClient:
+    """The SDK as the stamp's admin account (its connection string from `stamp up`)."""
     text = (Path(stamp.data_dir) / ADMIN_FILE).read_text().strip()
     return AsyncClient.from_connection_string(text)
 
@@ -79,7 +80,7 @@ def run_fe_append(seconds: float = 5.0, progress: Progress = lambda _: None
 
 async def _fe_append(stamp: LocalStamp, seconds: float, progress: Progress
                      ) -> list[dict[str, Any]]:
-    sdk, direct = _sdk(stamp), _direct(stamp)
+    sdk, direct = admin_sdk(stamp), _direct(stamp)
     account = sdk.account
     paths: dict[str, Append] = {
         "direct": lambda log, records: direct.append(account, log, records),
@@ -100,7 +101,7 @@ async def _fe_append(stamp: LocalStamp, seconds: float, progress: Progress
                     progress(f"{clients}x{batch} via {name}, turn {turn + 1}/{turns}, "
                              f"{seconds / turns:g} s")
                     before = CpuUse.now(fe_pids, other_pids)
-                    found[name].append(await _phase(append, name, clients, batch,
+                    found[name].append(await phase(append, name, clients, batch,
                                                     seconds / turns))
                     cpu[name].add(CpuUse.now(fe_pids, other_pids), before)
             rows.extend(_rows(found, cpu, clients, batch))
@@ -142,7 +143,7 @@ class CpuUse:
                     (self.client_s + self.front_ends_s + self.stamp_s) * 1e6 / n, 1)}
 
 
-async def _phase(append: Append, tag: str, clients: int, batch: int, seconds: float) -> Phase:
+async def phase(append: Append, tag: str, clients: int, batch: int, seconds: float) -> Phase:
     """(records appended, latency per call in s, elapsed s) of `clients` appenders."""
     records = [os.urandom(RECORD_BYTES) for _ in range(batch)]
     latencies: list[float] = []
@@ -162,6 +163,15 @@ async def _phase(append: Append, tag: str, clients: int, batch: int, seconds: fl
 
 def _rows(found: dict[str, list[Phase]], cpu: dict[str, CpuUse], clients: int, batch: int
           ) -> list[dict[str, Any]]:
+    return compare_rows(found, cpu, clients, batch, lambda name: {"path": name},
+                        ("sdk", "direct"))
+
+
+def compare_rows(found: dict[str, list[Phase]], cpu: dict[str, CpuUse], clients: int,
+                 batch: int, params_of: Callable[[str], dict[str, Any]],
+                 pair: tuple[str, str]) -> list[dict[str, Any]]:
+    """A row per path of one load (`params_of(path)` names it), then the row comparing the
+    two paths of `pair`: the first's records/s over the second's, and what it adds."""
     rows = []
     figures: dict[str, dict[str, Any]] = {}
     for name, phases in found.items():
@@ -172,16 +182,16 @@ def _rows(found: dict[str, list[Phase]], cpu: dict[str, CpuUse], clients: int, b
                          "mb_per_s": round(total * RECORD_BYTES / elapsed / 1e6, 2),
                          **latency_metrics(latencies),
                          **cpu[name].per_request_us(len(latencies))}
-        rows.append(row({"path": name, "clients": clients, "batch": batch,
+        rows.append(row({**params_of(name), "clients": clients, "batch": batch,
                          "record_bytes": RECORD_BYTES, "turns": len(phases)}, figures[name]))
-    sdk, direct = figures["sdk"], figures["direct"]
-    rows.append(row({"compare": f"sdk vs direct, {clients}x{batch}"},
-                    {"ratio": round(sdk["records_per_s"] / max(direct["records_per_s"], 1e-9),
-                                    3),
-                     "added_p50_ms": round(sdk["p50_ms"] - direct["p50_ms"], 3),
-                     "fe_cpu_us_per_request": sdk["fe_cpu_us_per_request"],
-                     "added_cpu_us_per_request": round(sdk["total_cpu_us_per_request"]
-                                                       - direct["total_cpu_us_per_request"],
+    first, second = figures[pair[0]], figures[pair[1]]
+    rows.append(row({"compare": f"{pair[0]} vs {pair[1]}, {clients}x{batch}"},
+                    {"ratio": round(first["records_per_s"]
+                                    / max(second["records_per_s"], 1e-9), 3),
+                     "added_p50_ms": round(first["p50_ms"] - second["p50_ms"], 3),
+                     "fe_cpu_us_per_request": first["fe_cpu_us_per_request"],
+                     "added_cpu_us_per_request": round(first["total_cpu_us_per_request"]
+                                                       - second["total_cpu_us_per_request"],
                                                        1)}))
     return rows
 
@@ -216,7 +226,7 @@ def run_scan(rows: int = SCAN_ACCOUNT_ROWS, trials: int = 3, progress: Progress 
 
 async def _scan(stamp: LocalStamp, total: int, trials: int, progress: Progress
                 ) -> list[dict[str, Any]]:
-    sdk, direct = _sdk(stamp), _direct(stamp)
+    sdk, direct = admin_sdk(stamp), _direct(stamp)
     try:
         current, _ = await direct.partition_map()
         progress(f"loading {total:,} entities of {SCAN_VALUE_BYTES} bytes over "
