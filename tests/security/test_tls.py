@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import stat
+import subprocess
+import sys
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -132,6 +134,18 @@ def test_the_sdk_reaches_the_front_end_with_the_stamps_ca_file(
             pytest.raises(grpc.RpcError) as plain:
         fe_grpc.FrontEndStub(channel).Status(fe_pb.FrontEndStatusRequest(), timeout=10)
     assert plain.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_stamp_account_create_prints_connection_strings_that_work(stamp: LocalStamp) -> None:
+    made = subprocess.run([sys.executable, "-m", "tools.cli", "--data-dir",
+                           str(stamp.data_dir), "account", "create", "tls-cli"],
+                          capture_output=True, text=True, timeout=60, check=True)
+    sdk_line, azure_line = made.stdout.split()
+    ca_file = str(tls.cert_path(tls.dir_in(stamp.data_dir), tls.CA))
+    assert sdk_line.endswith(f";CaFile={ca_file}")
+    assert azure_line.startswith("DefaultEndpointsProtocol=https;")
+    with Client.from_connection_string(sdk_line, timeout_s=20) as client:
+        assert client.append("cli-log", [b"x"]) == 0
 
 
 def test_the_blob_endpoint_speaks_https_to_the_azure_sdk(stamp: LocalStamp) -> None:
