@@ -33,6 +33,7 @@ import os
 import ssl
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,13 +80,14 @@ class Identity:
 _credentials: dict[tuple[int, str], grpc.ChannelCredentials] = {}
 
 
-def _cached(identity: Identity, kind: str, make: object) -> grpc.ChannelCredentials:
+def _cached(identity: Identity, kind: str,
+            make: Callable[[], grpc.ChannelCredentials]) -> grpc.ChannelCredentials:
     """One credentials object per identity: gRPC builds an SSL context from each."""
     key = (id(identity), kind)
     with _lock:
         found = _credentials.get(key)
         if found is None:
-            found = _credentials[key] = make()  # type: ignore[operator]
+            found = _credentials[key] = make()
             _keep.append(identity)  # id() stays unique while the identity lives
         return found
 
@@ -279,11 +281,11 @@ def issue(tls_dir: str | Path, name: str, hosts: list[str], server: bool = True)
                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
                .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
                .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
-                   ca_cert.public_key()), critical=False))  # type: ignore[arg-type]
+                   ca_cert.public_key()), critical=False))
     if server:
         builder = builder.add_extension(x509.SubjectAlternativeName(_san(hosts)),
                                         critical=False)
-    cert = builder.sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
+    cert = builder.sign(ca_key, hashes.SHA256())
     _write(key_path(tls_dir, name), _pem_key(key), KEY_FILE_MODE)
     _write(cert_path(tls_dir, name), cert.public_bytes(serialization.Encoding.PEM),
            CERT_FILE_MODE)
