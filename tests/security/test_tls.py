@@ -8,6 +8,7 @@ Real processes: one small whole stamp with `[security] tls = true`, shared by th
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import stat
@@ -21,7 +22,7 @@ import grpc
 import pytest
 from azure.storage.blob import BlobServiceClient
 
-from common import rpc, tls
+from common import health, rpc, tls
 from common.clock import SystemClock
 from common.config import SecurityConfig
 from common.errors import DeadlineExceeded, StampError, Unavailable
@@ -163,6 +164,12 @@ def test_the_blob_endpoint_speaks_https_to_the_azure_sdk(stamp: LocalStamp) -> N
     plain = f"http://{front_end.extra['http_address']}/{account.name}?comp=list"
     with pytest.raises(OSError):  # plain HTTP gets no answer (a reset or a bad status line)
         urllib.request.urlopen(plain, timeout=10)
+
+
+def test_the_health_service_answers_the_operator_over_tls(stamp: LocalStamp) -> None:
+    """What `stamp status` asks every process (common/health.py's own channel)."""
+    found = asyncio.run(health.check_many([r.address for r in stamp.records.values()], 5.0))
+    assert set(found.values()) == {health.SERVING}, found
 
 
 def test_keys_are_private_and_nowhere_else(stamp: LocalStamp) -> None:
