@@ -5,6 +5,10 @@ shared access tokens (issue 16), kept in the lock service's replicated KV
 `create` prints a second line: the account's Azure connection string (its Blob endpoint at
 the stamp's first front end, frontend/blob_server.py) for Azure's own SDKs.
 
+`delete` revokes the keys and retires the name for ever (a tombstone: frontend/accounts.py),
+then removes the account's data through the partition layer (tools/account_purge.py) and
+prints what it removed; run again, it finishes a purge cut short.
+
 Endpoints of printed connection strings: a connection string names the stamp's front ends.
 Until the front end process exists (issue 16, later), a stamp has none, so — temporarily —
 the endpoints are the partition managers' addresses, and a note on stderr says so; once
@@ -19,11 +23,15 @@ import base64
 import contextlib
 import sys
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from common.errors import InvalidArgument, NotFound
+from common.errors import InvalidArgument, NotFound, StampError
 from tools import cli_checks, sdk_client
 from tools.cli_checks import checked
+
+if TYPE_CHECKING:
+    from frontend.accounts import Tombstone
+    from tools.account_purge import Removed
 
 ENDPOINT_KINDS = ("front-end", "partition-manager")  # the first the stamp has is used
 DURATION_UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -102,8 +110,14 @@ def register(commands: Any) -> None:
     ls = sub.add_parser("ls", help="list the accounts")
     ls.set_defaults(handler=cmd_ls)
 
-    delete = sub.add_parser("delete", help="delete an account (its keys stop working)")
+    delete = sub.add_parser(
+        "delete", help="delete an account: revoke its keys, remove its data (logs, "
+                       "entities, blob containers) and retire its name for ever; run it "
+                       "again to finish a delete cut short")
     delete.add_argument("name", type=name_type)
+    delete.add_argument("--no-purge", action="store_true",
+                        help="only revoke the keys and retire the name now; a later "
+                             "'stamp account delete NAME' removes the data")
     delete.set_defaults(handler=cmd_delete)
 
     token = sub.add_parser("sas", help="print a shared access token")
@@ -226,10 +240,49 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
+    """Tombstone the account (keys revoked, name retired), then purge its data and record
+    that on the tombstone (tools/account_purge.py). A deleted account's name resumes the
+    purge: each step is idempotent."""
+    if not args.no_purge:  # refused before anything changes: the purge needs them
+        cli_checks.require_running(args.data_dir, "partition-server")
     with _store(args) as store:
-        store.delete(args.name)
-    print(f"deleted account {args.name}")
+        tombstone = store.delete(args.name)
+    if args.no_purge:
+        print(f"deleted account {args.name}: its keys no longer work and its name is "
+              f"retired; its data is not removed yet (run 'stamp account delete "
+              f"{args.name}' to remove it)")
+        return 0
+    try:
+        removed = _purge(args.data_dir, tombstone)
+    except StampError as exc:
+        raise type(exc)(f"account {args.name} is deleted (its keys no longer work) but its "
+                        f"data is not all removed: {exc}; run 'stamp account delete "
+                        f"{args.name}' again to finish") from None
+    with _store(args) as store:
+        store.mark_purged(args.name)
+    print(f"deleted account {args.name}: {removed.summary()}; the name is retired")
     return 0
+
+
+def _purge(data_dir: str, tombstone: Tombstone) -> Removed:
+    """Wait until no front end takes the account's requests, then purge its data."""
+    import time
+
+    from common.config import load_config
+    from common.stamp_file import read_stamp
+    from partition_layer.client import PartitionClient
+    from tools import account_purge
+    from tools.progress import Progress
+
+    config = load_config(read_stamp(data_dir).get("config"))
+    with Progress("account delete") as progress:
+        wait_s = account_purge.remaining_settle_s(tombstone, config, time.time())
+        if wait_s > 0:
+            progress.phase(f"waiting {wait_s:.0f} s: no front end takes the account's "
+                           f"requests by then")
+            time.sleep(wait_s)  # a fixed time to let pass, not a condition to poll
+        with PartitionClient.from_stamp(data_dir) as client:
+            return client.run(account_purge.purge(client.aio, tombstone.name, progress))
 
 
 def cmd_sas(args: argparse.Namespace) -> int:
