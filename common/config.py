@@ -495,6 +495,9 @@ class SecurityConfig:
     # end's certificate from the stamp's CA (clients then trust that CA: `CaFile=`).
     front_end_cert: str = ""
     front_end_key: str = ""
+    # The CA that issued front_end_cert (PEM), which clients then trust (the admin
+    # connection string's CaFile, the operator's tools); "": the system's trusted roots.
+    front_end_ca: str = ""
 
     def __post_init__(self) -> None:
         if bool(self.front_end_cert) != bool(self.front_end_key):

@@ -61,14 +61,15 @@ CERT_FILE_BYTES_MAX = 64 * 1024
 class Identity:
     """A CA to trust and a certificate (with its key) to present, as PEM."""
 
-    ca: bytes
+    ca: bytes  # b"": the system's trusted roots (a front end's public certificate)
     cert: bytes
     key: bytes = field(repr=False)
 
     def channel_credentials(self) -> grpc.ChannelCredentials:
         """Mutual TLS: trust only the stamp's CA, present this certificate."""
         return _cached(self, "channel", lambda: grpc.ssl_channel_credentials(
-            root_certificates=self.ca, private_key=self.key, certificate_chain=self.cert))
+            root_certificates=self.ca or None, private_key=self.key,
+            certificate_chain=self.cert))
 
     def server_credentials(self, require_client_auth: bool = True) -> grpc.ServerCredentials:
         """This certificate for a port; with `require_client_auth` a caller must present a
@@ -154,6 +155,12 @@ def public_ssl_context(cert_file: str | Path, key_file: str | Path) -> ssl.SSLCo
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.load_cert_chain(str(cert_file), str(key_file))
     return context
+
+
+def trusting(identity: Identity, ca_file: str) -> Identity:
+    """`identity`, trusting the CA in `ca_file` instead ("": the system's roots): for front
+    ends that show a public certificate."""
+    return Identity(_read(Path(ca_file)) if ca_file else b"", identity.cert, identity.key)
 
 
 def sdk_channel_credentials(ca_file: str | None) -> grpc.ChannelCredentials:

@@ -86,7 +86,7 @@ class LocalStamp:
         # Durable: after a power cut `stamp start` needs the ports the processes picked.
         durable_fs.replace_file(self.stamp_file, json.dumps({
             "data_dir": str(self.data_dir), "config": self.config_path,
-            "tls": local_tls.record(self),
+            **local_tls.record(self),
             "processes": {name: asdict(rec) for name, rec in self.records.items()},
         }, indent=2).encode())
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from common import tls
 from common.errors import InvalidArgument
+from common.stamp_file import PUBLIC_CA
 
 if TYPE_CHECKING:
     from tools.local_stamp import LocalStamp
@@ -52,14 +53,22 @@ def ensure_certificates(stamp: LocalStamp, names: Sequence[str]) -> None:
 
 
 def trust(stamp: LocalStamp) -> None:
-    """This process talks to the stamp's processes as its operator (plain without TLS)."""
+    """This process talks to the stamp's processes as its operator (plain without TLS),
+    trusting the front ends' public CA for them when they show a public certificate."""
     identity = tls.load(tls_dir(stamp), tls.OPERATOR) if stamp.tls else None
     tls.trust([rec.address for rec in stamp.records.values()], identity)
+    if identity is not None and stamp.config.security.front_end_cert:
+        tls.trust([rec.address for rec in stamp.front_ends()],
+                  tls.trusting(identity, stamp.config.security.front_end_ca))
 
 
-def record(stamp: LocalStamp) -> str | None:
-    """What stamp.json says of TLS: the directory's path (None: no TLS)."""
-    return str(tls_dir(stamp)) if stamp.tls else None
+def record(stamp: LocalStamp) -> dict[str, str | None]:
+    """What stamp.json says of TLS: the directory's path (None: no TLS) and, with a public
+    certificate at the front ends, the CA file that issued it (common/stamp_file.py)."""
+    found: dict[str, str | None] = {"tls": str(tls_dir(stamp)) if stamp.tls else None}
+    if stamp.tls and stamp.config.security.front_end_cert:
+        found[PUBLIC_CA] = stamp.config.security.front_end_ca
+    return found
 
 
 def public_flags(stamp: LocalStamp) -> list[str]:
@@ -72,7 +81,9 @@ def public_flags(stamp: LocalStamp) -> list[str]:
 
 def ca_file(stamp: LocalStamp) -> str | None:
     """The CA file a client of the front ends trusts (None: no TLS, or the public
-    certificate is from a CA clients already trust)."""
-    if not stamp.tls or stamp.config.security.front_end_cert:
+    certificate is from a CA the system trusts)."""
+    if not stamp.tls:
         return None
+    if stamp.config.security.front_end_cert:
+        return stamp.config.security.front_end_ca or None
     return str(tls.cert_path(tls_dir(stamp), tls.CA))

@@ -44,17 +44,29 @@ pytestmark = pytest.mark.slow
 
 MESSAGE_BYTES_MAX = 4 * 1024 * 1024
 TLS = True  # the stamp under test (False: shows each test fail without TLS)
-TLS_TOML = "true" if TLS else "false"
 
 
-@pytest.fixture(scope="module")
-def stamp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStamp]:
-    """One process of every kind, TLS on whatever the loopback default is."""
+@pytest.fixture(scope="module", params=["stamp certificate", "public certificate"])
+def stamp(request: pytest.FixtureRequest,
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStamp]:
+    """One process of every kind, TLS on whatever the loopback default is; its front end
+    shows its certificate of the stamp's CA, or (`[security] front_end_cert`) a public one
+    of another CA that clients trust instead."""
     root: Path = tmp_path_factory.mktemp("tls")
-    (root / "stamp.toml").write_text(config_toml() + f"[security]\ntls = {TLS_TOML}\n")
+    security = SecurityConfig(tls=TLS)
+    if request.param == "public certificate":
+        public = root / "public"  # a CA the world trusts, as far as the clients know
+        tls.make_ca(public, "Public CA")
+        tls.issue(public, "door", ["127.0.0.1"])
+        security = SecurityConfig(tls=TLS, front_end_cert=str(tls.cert_path(public, "door")),
+                                  front_end_key=str(tls.key_path(public, "door")),
+                                  front_end_ca=str(tls.cert_path(public, tls.CA)))
+    (root / "stamp.toml").write_text(config_toml() + "[security]\n" + "".join(
+        f"{f.name} = {json.dumps(getattr(security, f.name))}\n"
+        for f in dataclasses.fields(security)))
     config = dataclasses.replace(
         stamp_config(3, 1, lock_servers=1, partition_managers=1, partition_servers=1,
-                     front_ends=1), security=SecurityConfig(tls=TLS))
+                     front_ends=1), security=security)
     local = LocalStamp(root / "stamp", config, str(root / "stamp.toml"))
     try:
         local.up()
@@ -62,6 +74,12 @@ def stamp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStamp]:
     finally:
         local.kill_all()
     check_raft_logs(local.data_dir)
+
+
+def door_ca(stamp: LocalStamp) -> str:
+    """The CA file clients of the stamp's front ends trust."""
+    return (stamp.config.security.front_end_ca
+            or str(tls.cert_path(tls.dir_in(stamp.data_dir), tls.CA)))
 
 
 @pytest.fixture(scope="module")
@@ -117,20 +135,24 @@ def test_a_partition_server_answers_only_the_stamps_certificates(
     assert ps_status(address, tls.channel_credentials).partitions
 
 
-def test_the_sdk_reaches_the_front_end_with_the_stamps_ca_file(
+def test_the_sdk_reaches_the_front_end_with_the_doors_ca_file(
         stamp: LocalStamp, stranger: tls.Identity, tmp_path: Path) -> None:
     text = stamp.admin_connection_string_file.read_text().strip()
     parsed = connection_string.parse(text)
-    assert parsed.ca_file == str(tls.cert_path(tls.dir_in(stamp.data_dir), tls.CA))
+    assert parsed.ca_file == door_ca(stamp)
     with Client.from_connection_string(text, timeout_s=20) as client:
         first = client.append("tls-log", [b"over TLS"])
         assert client.read("tls-log", first, 1) == [(first, b"over TLS")]
     other_ca = tmp_path / "other-ca.crt"
     other_ca.write_bytes(stranger.ca)
-    with Client(parsed.endpoints, parsed.account, key=parsed.key, timeout_s=2,
-                ca_file=str(other_ca)) as client, pytest.raises(StampError) as refused:
-        client.peek("tls-log")
-    assert isinstance(refused.value, Unavailable | DeadlineExceeded), refused.value
+    wrong = [str(other_ca)]  # and the stamp's own CA, when the door shows a public certificate
+    if stamp.config.security.front_end_cert:
+        wrong.append(str(tls.cert_path(tls.dir_in(stamp.data_dir), tls.CA)))
+    for ca_file in wrong:
+        with Client(parsed.endpoints, parsed.account, key=parsed.key, timeout_s=2,
+                    ca_file=ca_file) as client, pytest.raises(StampError) as refused:
+            client.peek("tls-log")
+        assert isinstance(refused.value, Unavailable | DeadlineExceeded), refused.value
     with rpc.sync_channel(stamp.address("fe-1"), MESSAGE_BYTES_MAX, _plain) as channel, \
             pytest.raises(grpc.RpcError) as plain:
         fe_grpc.FrontEndStub(channel).Status(fe_pb.FrontEndStatusRequest(), timeout=10)
@@ -142,7 +164,7 @@ def test_stamp_account_create_prints_connection_strings_that_work(stamp: LocalSt
                            str(stamp.data_dir), "account", "create", "tls-cli"],
                           capture_output=True, text=True, timeout=60, check=True)
     sdk_line, azure_line = made.stdout.split()
-    ca_file = str(tls.cert_path(tls.dir_in(stamp.data_dir), tls.CA))
+    ca_file = door_ca(stamp)
     assert sdk_line.endswith(f";CaFile={ca_file}")
     assert azure_line.startswith("DefaultEndpointsProtocol=https;")
     with Client.from_connection_string(sdk_line, timeout_s=20) as client:
@@ -151,7 +173,7 @@ def test_stamp_account_create_prints_connection_strings_that_work(stamp: LocalSt
 
 def test_the_blob_endpoint_speaks_https_to_the_azure_sdk(stamp: LocalStamp) -> None:
     front_end = stamp.record("fe-1")
-    ca_file = str(tls.cert_path(tls.dir_in(stamp.data_dir), tls.CA))
+    ca_file = door_ca(stamp)
     with LockClient.from_stamp(stamp.data_dir, holder="test-tls") as locks:
         account = AccountStore(locks, SystemClock(), cache_ttl_s=0).create("tls-azure")
     text = azure_connection_string(front_end, account.name, account.keys[0])
