@@ -132,13 +132,17 @@ def raft_logs_clean(tmp_path: Path) -> Iterator[None]:
 
 @contextlib.contextmanager
 def module_stamp(factory: pytest.TempPathFactory, name: str,
-                 partition: dict[str, int], **shape: int) -> Iterator[LocalStamp]:
+                 partition: dict[str, int] | None = None, *,
+                 front_end: dict[str, float] | None = None, faults: bool | None = None,
+                 **shape: int) -> Iterator[LocalStamp]:
     """A started stamp for a module's tests (`shape`: stamp_config's counts), its partition
-    limits also in its config file (for the CLI); killed by PID on exit."""
+    and front-end limits also in its config file (which the processes and the CLI read);
+    `faults`: as LocalStamp's. Killed by PID on exit, then its Raft logs are checked."""
     root: Path = factory.mktemp(name)
-    config = stamp_config(partition=partition, **shape)  # type: ignore[arg-type]
-    (root / "stamp.toml").write_text(config_toml(partition=partition))
-    local = LocalStamp(root / "stamp", config, str(root / "stamp.toml"))
+    config = stamp_config(partition=partition, front_end=front_end,
+                          **shape)  # type: ignore[arg-type]
+    (root / "stamp.toml").write_text(config_toml(partition=partition, front_end=front_end))
+    local = LocalStamp(root / "stamp", config, str(root / "stamp.toml"), faults=faults)
     try:
         local.up()
         yield local

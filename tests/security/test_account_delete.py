@@ -16,7 +16,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from azure.core.exceptions import HttpResponseError
@@ -29,7 +28,7 @@ from frontend.accounts import AccountStore
 from frontend.client import Client
 from lock_service.client import LockClient
 from partition_layer.client import PartitionClient
-from tests.conftest import config_toml, stamp_config
+from tests.conftest import module_stamp
 from tests.front_end_raw import wait_for
 from tools import account_purge
 from tools.local_stamp import LocalStamp
@@ -44,16 +43,10 @@ KEYS_GONE_S = 2 * FRONT_END["account_cache_ttl_ms"] / 1000
 
 @pytest.fixture(scope="module")
 def stamp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStamp]:
-    config = stamp_config(3, 1, lock_servers=1, partition_managers=1, partition_servers=1,
-                          front_ends=1, front_end=FRONT_END, partition=PARTITION)
-    root = Path(tmp_path_factory.mktemp("account-delete"))
-    (root / "stamp.toml").write_text(config_toml(front_end=FRONT_END, partition=PARTITION))
-    local = LocalStamp(root / "stamp", config, str(root / "stamp.toml"))
-    try:
-        local.up()
+    with module_stamp(tmp_path_factory, "account-delete", PARTITION, front_end=FRONT_END,
+                      extent_nodes=3, stream_managers=1, lock_servers=1,
+                      partition_managers=1, partition_servers=1, front_ends=1) as local:
         yield local
-    finally:
-        local.kill_all()
 
 
 @pytest.fixture(scope="module")

@@ -42,7 +42,7 @@ from frontend.accounts import Account, AccountStore
 from frontend.blob_model import CONTAINERS_GROUP
 from frontend.client import Client
 from lock_service.client import LockClient
-from tests.conftest import config_toml, stamp_config
+from tests.conftest import module_stamp
 from tests.front_end_raw import RawFrontEnd, wait_for
 from tests.front_end_raw import signed as signed_call
 from tests.security.blob_raw import Answer, Endpoint, signed
@@ -60,19 +60,11 @@ _names = itertools.count(1)
 
 @pytest.fixture(scope="module")
 def stamp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStamp]:
-    """As conftest.module_stamp, with the front end's limits in its config file (which the
-    front end reads them from)."""
-    root = tmp_path_factory.mktemp("blob-security")
-    front_end = {"blob_headers_timeout_ms": HEADERS_TIMEOUT_MS}
-    (root / "stamp.toml").write_text(config_toml(front_end=front_end))
-    config = stamp_config(3, 1, lock_servers=1, partition_managers=1, partition_servers=1,
-                          front_ends=1, front_end=front_end)
-    local = LocalStamp(root / "stamp", config, str(root / "stamp.toml"))
-    try:
-        local.up()
+    with module_stamp(tmp_path_factory, "blob-security",
+                      front_end={"blob_headers_timeout_ms": HEADERS_TIMEOUT_MS},
+                      extent_nodes=3, stream_managers=1, lock_servers=1,
+                      partition_managers=1, partition_servers=1, front_ends=1) as local:
         yield local
-    finally:
-        local.kill_all()
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ environment. Real processes: one small whole stamp, shared by the module."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import grpc
 import pytest
@@ -17,7 +16,7 @@ from common.errors import FaultInjected, NotFound
 from common.proto import extent_node_pb2 as en_pb
 from common.proto import extent_node_pb2_grpc as en_grpc
 from common.proto import faults_pb2, faults_pb2_grpc
-from tests.conftest import check_raft_logs, config_toml, stamp_config
+from tests.conftest import module_stamp
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow
@@ -29,17 +28,10 @@ MESSAGE_BYTES_MAX = 4 * 1024 * 1024
 def stamp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStamp]:
     """One process of every kind (3 ENs: the stream manager waits for a fault domain's
     worth), started as `stamp up` by hand starts them: without the Faults service."""
-    root: Path = tmp_path_factory.mktemp("faults-off")
-    config = stamp_config(3, 1, lock_servers=1, partition_managers=1, partition_servers=1,
-                          front_ends=1)
-    (root / "stamp.toml").write_text(config_toml())
-    local = LocalStamp(root / "stamp", config, str(root / "stamp.toml"), faults=False)
-    try:
-        local.up()
+    with module_stamp(tmp_path_factory, "faults-off", faults=False, extent_nodes=3,
+                      stream_managers=1, lock_servers=1, partition_managers=1,
+                      partition_servers=1, front_ends=1) as local:
         yield local
-    finally:
-        local.kill_all()
-    check_raft_logs(local.data_dir)
 
 
 def arm_status(address: str) -> grpc.StatusCode | None:

@@ -20,7 +20,6 @@ import queue
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import grpc
 import pytest
@@ -29,7 +28,7 @@ from common.errors import InvalidArgument, Throttled, Unauthenticated
 from common.proto import partition_pb2 as pb
 from frontend import wire
 from frontend.accounts import Account, AccountStore
-from tests.conftest import config_toml, stamp_config
+from tests.conftest import module_stamp
 from tests.front_end_raw import (
     RawFrontEnd,
     account_store,
@@ -51,16 +50,10 @@ LOG_BYTES = 4 * len(RECORD)  # what one read of the test log returns
 
 @pytest.fixture(scope="module")
 def stamp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStamp]:
-    config = stamp_config(3, 1, lock_servers=3, partition_managers=1, partition_servers=1,
-                          front_ends=1, front_end=FRONT_END)
-    root = Path(tmp_path_factory.mktemp("fe-memory"))
-    (root / "stamp.toml").write_text(config_toml(front_end=FRONT_END))
-    local = LocalStamp(root / "stamp", config, str(root / "stamp.toml"))
-    try:
-        local.up()
+    with module_stamp(tmp_path_factory, "fe-memory", front_end=FRONT_END, extent_nodes=3,
+                      stream_managers=1, lock_servers=3, partition_managers=1,
+                      partition_servers=1, front_ends=1) as local:
         yield local
-    finally:
-        local.kill_all()
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,6 @@ import random
 import secrets
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -37,7 +36,7 @@ from frontend import names, wire
 from frontend.accounts import Account, AccountStore
 from frontend.client import Client
 from lock_service.client import LockClient
-from tests.conftest import config_toml, stamp_config
+from tests.conftest import module_stamp
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow
@@ -51,16 +50,10 @@ CALL_TIMEOUT_S = 60.0
 
 @pytest.fixture(scope="module")
 def fuzz_stamp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStamp]:
-    config = stamp_config(3, 1, lock_servers=3, partition_managers=1, partition_servers=1,
-                          front_ends=1)
-    root = Path(tmp_path_factory.mktemp("sdk-fuzz"))
-    (root / "stamp.toml").write_text(config_toml())
-    stamp = LocalStamp(root / "stamp", config, str(root / "stamp.toml"))
-    try:
-        stamp.up()
+    with module_stamp(tmp_path_factory, "sdk-fuzz", extent_nodes=3, stream_managers=1,
+                      lock_servers=3, partition_managers=1, partition_servers=1,
+                      front_ends=1) as stamp:
         yield stamp
-    finally:
-        stamp.kill_all()
 
 
 @pytest.fixture(scope="module")
