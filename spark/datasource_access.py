@@ -40,10 +40,13 @@ class Access:
     endpoints: tuple[str, ...]
     account: str
     sas: str
+    tls: bool = False  # TLS to the front ends, trusting `ca_file` (the connection string's)
+    ca_file: str | None = None
 
     def client(self) -> Client:
         """A new client of its own (the caller closes it)."""
-        return Client(self.endpoints, self.account, sas=self.sas, timeout_s=CALL_TIMEOUT_S)
+        return Client(self.endpoints, self.account, sas=self.sas, timeout_s=CALL_TIMEOUT_S,
+                      tls=self.tls, ca_file=self.ca_file)
 
     def shared_client(self) -> Client:
         """This process's client for this Access, made once and kept open: Spark runs many
@@ -73,9 +76,10 @@ def read_only_access(options: Mapping[str, str]) -> Access:
     if text:
         parsed = connection_string.parse(text)
         if parsed.sas is not None:
-            return Access(parsed.endpoints, parsed.account, parsed.sas)
+            return Access(parsed.endpoints, parsed.account, parsed.sas, parsed.tls,
+                          parsed.ca_file)
         assert parsed.key is not None
-        return _mint(parsed.endpoints, parsed.account, parsed.key)
+        return _mint(parsed, parsed.key)
     token = options.get("sas")
     endpoints = tuple(e.strip() for e in (options.get("endpoints") or "").split(",")
                       if e.strip())
@@ -83,19 +87,21 @@ def read_only_access(options: Mapping[str, str]) -> Access:
         raise InvalidArgument("the stamp data source needs option connectionString, or sas "
                               "and endpoints")
     account = options.get("account") or sas.decode(token).account
-    checked = connection_string.make(list(endpoints), account, sas_token=token)
-    return Access(checked.endpoints, checked.account, token)
+    checked = connection_string.make(list(endpoints), account, sas_token=token,
+                                     tls=options.get("tls") == "true",
+                                     ca_file=options.get("caFile") or None)
+    return Access(checked.endpoints, checked.account, token, checked.tls, checked.ca_file)
 
 
-def _mint(endpoints: tuple[str, ...], account: str, key: bytes) -> Access:
+def _mint(parsed: connection_string.ConnectionString, key: bytes) -> Access:
     """A read-only token signed by `key`: which of the account's two keys it is shows only
     when a front end checks the token, so each number is tried."""
     now = time.time()
     refused: Unauthenticated | None = None
     for key_index in sas.KEY_INDEXES:
-        token = sas.mint(account, key_index, key, READ_PERMISSIONS, "",
+        token = sas.mint(parsed.account, key_index, key, READ_PERMISSIONS, "",
                          int(now) + TOKEN_LIFETIME_S, now)
-        access = Access(endpoints, account, token)
+        access = Access(parsed.endpoints, parsed.account, token, parsed.tls, parsed.ca_file)
         try:
             access.shared_client().scan_ranges()
         except Unauthenticated as exc:

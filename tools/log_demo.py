@@ -95,7 +95,7 @@ def run_analytics(stamp: LocalStamp, logs: list[str]) -> None:
 
 def _client(cs: ConnectionString, sas_token: str | None = None) -> Client:
     return Client(list(cs.endpoints), cs.account, key=None if sas_token else cs.key,
-                  sas=sas_token)
+                  sas=sas_token, tls=cs.tls, ca_file=cs.ca_file)
 
 
 def _connection_string(stamp: LocalStamp) -> tuple[ConnectionString, str]:

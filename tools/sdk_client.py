@@ -147,10 +147,17 @@ def client(args: argparse.Namespace) -> Iterator[Client]:
     """An SDK client for this command's connection string, closed afterwards; the stamp's
     errors leave it named by their kind."""
     cs = find_connection_string(args)
+    from common.stamp_file import read_stamp
     from frontend.client import Client
 
+    # An operator's tool: to the stamp of its data directory (if any) it talks as its
+    # operator (common/stamp_file.py), so TLS holds even for a connection string without
+    # CaFile that names that stamp's front ends.
+    with contextlib.suppress(StampError):
+        read_stamp(args.data_dir)
     with named_errors(), Client(list(cs.endpoints), cs.account, key=cs.key, sas=cs.sas,
-                                timeout_s=args.timeout) as sdk:
+                                timeout_s=args.timeout, tls=cs.tls,
+                                ca_file=cs.ca_file) as sdk:
         yield sdk
 
 

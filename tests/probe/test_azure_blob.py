@@ -15,6 +15,7 @@ import hashlib
 import itertools
 import json
 import random
+import ssl
 import subprocess
 import sys
 import threading
@@ -57,7 +58,8 @@ from partition_layer.client import PartitionClient
 from partition_layer.requests import route_key
 from tests.conftest import module_stamp
 from tests.front_end_raw import wait_for
-from tools.local_front_ends import azure_connection_string, blob_endpoint
+from tools import local_tls
+from tools.local_front_ends import azure_connection_string, blob_endpoint, http_scheme
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow  # one whole stamp for the module
@@ -94,7 +96,20 @@ def connection_string(stamp: LocalStamp, account: Account, front_end: str = "fe-
 
 @pytest.fixture
 def service(blob_stamp: LocalStamp, account: Account) -> BlobServiceClient:
-    return BlobServiceClient.from_connection_string(connection_string(blob_stamp, account))
+    return BlobServiceClient.from_connection_string(connection_string(blob_stamp, account),
+                                                    connection_verify=verify(blob_stamp))
+
+
+def verify(stamp: LocalStamp) -> str | bool:
+    """What the Azure SDK checks the blob endpoint's certificate against over HTTPS (a
+    stamp with TLS): the stamp's CA file (True: the system's roots)."""
+    return local_tls.ca_file(stamp) or True
+
+
+def https_context(stamp: LocalStamp) -> ssl.SSLContext | None:
+    """The same for urllib (None: plain HTTP, or the system's roots)."""
+    ca_file = local_tls.ca_file(stamp)
+    return ssl.create_default_context(cafile=ca_file) if ca_file else None
 
 
 def test_azurite_append_sequence_offsets_etags_and_seal(service: BlobServiceClient) -> None:
@@ -332,7 +347,8 @@ def test_wrong_key_tampered_request_and_expired_sas_are_refused(
     blob.create_append_blob()
     blob.append_block(b"secret")
     wrong = BlobServiceClient.from_connection_string(
-        connection_string(blob_stamp, account, key=b"k" * 32))
+        connection_string(blob_stamp, account, key=b"k" * 32),
+        connection_verify=verify(blob_stamp))
     with pytest.raises(ClientAuthenticationError):
         wrong.get_container_client("guarded").get_blob_client("g").append_block(b"evil")
     with pytest.raises(ClientAuthenticationError):
@@ -344,7 +360,8 @@ def test_wrong_key_tampered_request_and_expired_sas_are_refused(
                                                                         "/guarded/h")
 
     tampered = BlobServiceClient.from_connection_string(
-        connection_string(blob_stamp, account), _additional_pipeline_policies=[Tamper()])
+        connection_string(blob_stamp, account), _additional_pipeline_policies=[Tamper()],
+        connection_verify=verify(blob_stamp))
     with pytest.raises(ClientAuthenticationError):
         tampered.get_container_client("guarded").get_blob_client("g").create_append_blob()
     assert [b.name for b in container.list_blobs()] == ["g"]  # nothing written
@@ -355,7 +372,7 @@ def test_wrong_key_tampered_request_and_expired_sas_are_refused(
                                   account_key=base64.b64encode(account.keys[1]).decode(),
                                   permission=permission, expiry=expiry)
         url = f"{blob_endpoint(blob_stamp.record('fe-2'), account.name)}/guarded/g?{token}"
-        return BlobClient.from_blob_url(url)
+        return BlobClient.from_blob_url(url, connection_verify=verify(blob_stamp))
 
     hour = datetime.now(UTC) + timedelta(hours=1)
     reader = sas_blob(hour, BlobSasPermissions(read=True))
@@ -368,14 +385,15 @@ def test_wrong_key_tampered_request_and_expired_sas_are_refused(
     # The plain HTTP Range header too, answered as the service answers
     ranged = urllib.request.Request(reader.url, headers={"Range": "bytes=1-3",
                                                          "x-ms-version": "2021-08-06"})
-    with urllib.request.urlopen(ranged, timeout=30) as answer:
+    with urllib.request.urlopen(ranged, timeout=30,
+                                context=https_context(blob_stamp)) as answer:
         assert answer.status == 206 and answer.read() == b"ecr"
         assert answer.headers["Content-Range"] == "bytes 1-3/6"
         assert answer.headers["x-ms-version"] == "2021-08-06"  # echoed
         assert answer.headers["x-ms-request-id"] and answer.headers["ETag"].startswith('"0x')
     past = urllib.request.Request(reader.url, headers={"Range": "bytes=6-"})
     with pytest.raises(urllib.error.HTTPError) as unsatisfiable:
-        urllib.request.urlopen(past, timeout=30)
+        urllib.request.urlopen(past, timeout=30, context=https_context(blob_stamp))
     assert unsatisfiable.value.code == 416
     assert unsatisfiable.value.headers["x-ms-error-code"] == "InvalidRange"
     expired = sas_blob(datetime.now(UTC) - timedelta(minutes=1), BlobSasPermissions(read=True))
@@ -385,7 +403,8 @@ def test_wrong_key_tampered_request_and_expired_sas_are_refused(
                                      account_key=base64.b64encode(account.keys[0]).decode(),
                                      permission=ContainerSasPermissions(list=True), expiry=hour)
     lister = ContainerClient.from_container_url(
-        f"{blob_endpoint(blob_stamp.record('fe-1'), account.name)}/guarded?{listing}")
+        f"{blob_endpoint(blob_stamp.record('fe-1'), account.name)}/guarded?{listing}",
+        connection_verify=verify(blob_stamp))
     assert [b.name for b in lister.list_blobs()] == ["g"]
     no_read = sas_blob(hour, BlobSasPermissions(write=True))
     with pytest.raises(HttpResponseError) as unread:
@@ -406,9 +425,11 @@ def test_stamp_account_create_prints_an_azure_connection_string(
     fields = dict(part.split("=", 1) for part in azure_line.rstrip(";").split(";"))
     address = json.loads((blob_stamp.data_dir / "stamp.json").read_text())[
         "processes"]["fe-1"]["extra"]["http_address"]
-    assert fields["BlobEndpoint"] == f"http://{address}/cli-azure"
-    assert fields["AccountName"] == "cli-azure" and fields["DefaultEndpointsProtocol"] == "http"
-    service = BlobServiceClient.from_connection_string(azure_line)
+    scheme = http_scheme(blob_stamp.record("fe-1"))
+    assert fields["BlobEndpoint"] == f"{scheme}://{address}/cli-azure"
+    assert fields["AccountName"] == "cli-azure" and fields["DefaultEndpointsProtocol"] == scheme
+    service = BlobServiceClient.from_connection_string(azure_line,
+                                                       connection_verify=verify(blob_stamp))
     blob = service.create_container("from-cli").get_blob_client("b")
     blob.create_append_blob()
     blob.append_block(b"hello")
@@ -444,7 +465,7 @@ def test_upload_20_mib_in_chunks_then_download_whole_and_by_range(
 
 
 def test_concurrent_appenders_with_appendpos_exactly_one_wins_each_position(
-        service: BlobServiceClient) -> None:
+        blob_stamp: LocalStamp, service: BlobServiceClient) -> None:
     blob = service.create_container("race").get_blob_client("r")
     blob.create_append_blob()
     appenders, rounds, size = 6, 8, 9
@@ -460,7 +481,8 @@ def test_concurrent_appenders_with_appendpos_exactly_one_wins_each_position(
             barrier.abort()
 
     def appends(index: int) -> None:
-        mine = BlobClient(service.url, "race", "r", credential=service.credential)
+        mine = BlobClient(service.url, "race", "r", credential=service.credential,
+                          connection_verify=verify(blob_stamp))
         for turn in range(rounds):
             barrier.wait(timeout=60)
             payload = f"{index:02d}-{turn:06d}".encode()
@@ -485,7 +507,7 @@ def test_concurrent_appenders_with_appendpos_exactly_one_wins_each_position(
 
 
 def test_concurrent_appenders_without_conditions_each_land_once(
-        service: BlobServiceClient) -> None:
+        blob_stamp: LocalStamp, service: BlobServiceClient) -> None:
     """Appends without a position race for the blob's properties row; the losers decide
     again on what the winner left: every block lands, once, whole."""
     blob = service.create_container("crowd").get_blob_client("c")
@@ -494,7 +516,8 @@ def test_concurrent_appenders_without_conditions_each_land_once(
     failures: list[BaseException] = []
 
     def appender(index: int) -> None:
-        mine = BlobClient(service.url, "crowd", "c", credential=service.credential)
+        mine = BlobClient(service.url, "crowd", "c", credential=service.credential,
+                          connection_verify=verify(blob_stamp))
         try:
             for turn in range(each):
                 mine.append_block(f"[{index}:{turn:03d}]".encode())
@@ -526,9 +549,9 @@ def test_an_sdk_upload_survives_sigkill_of_its_partition_server_and_front_end(
                         retry_connect=60, retry_read=10, retry_status=20)
     uploader = BlobServiceClient.from_connection_string(
         connection_string(blob_stamp, account, "fe-1"), retry_policy=retry,
-        max_block_size=256 * 1024)
+        max_block_size=256 * 1024, connection_verify=verify(blob_stamp))
     watcher = BlobServiceClient.from_connection_string(
-        connection_string(blob_stamp, account, "fe-2"))
+        connection_string(blob_stamp, account, "fe-2"), connection_verify=verify(blob_stamp))
     uploader.create_container("survivor")
     data = rng.randbytes(12 * 1024 * 1024)  # 48 Append Blocks
     outcome: list[BaseException | None] = []
