@@ -29,8 +29,8 @@ internal names), which no credential reaches through the public API.
 
 Contract of `check`: it returns only if the token is well formed, signed by the key it
 names, unexpired at `now_s`, of `account`, grants `permission`, and its prefix covers
-`name` (`covers`). Otherwise it raises Unauthenticated (the token is not a valid credential: malformed,
-badly signed, expired) or PermissionDenied (valid, but not for this).
+`name` (`covers`). Otherwise it raises Unauthenticated (the token is not a valid
+credential: malformed, badly signed, expired) or PermissionDenied (valid, but not for this).
 """
 
 from __future__ import annotations
