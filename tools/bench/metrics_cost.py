@@ -34,7 +34,7 @@ from prometheus_client import CollectorRegistry, Histogram
 from common import metrics
 from partition_layer.client import AsyncPartitionClient
 from tools.bench.fresh_stamp import with_fresh_stamp
-from tools.bench.front_end import _phase, cpu_seconds, turns_for
+from tools.bench.front_end import cpu_seconds, phase, turns_for
 from tools.bench.measure import latency_metrics, row
 from tools.local_stamp import LocalStamp
 from tools.scrape import scrape_many
@@ -78,7 +78,7 @@ async def _compare(on: LocalStamp, off: LocalStamp, seconds: float, progress: Pr
                     progress(f"{appenders}x{batch} metrics {name}, turn {turn + 1}/{turns}")
                     client = clients[name]
                     before = _stamp_cpu_s(stamps[name])
-                    found[name].append(await _phase(
+                    found[name].append(await phase(
                         lambda log, records, c=client: c.append("bench", log, records),
                         "m", appenders, batch, seconds / turns))
                     if name == "on":
