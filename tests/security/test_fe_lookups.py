@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 
 import pytest
 
@@ -36,6 +37,15 @@ class GatedStore:
             self.gate.wait(10)
         self.reads.append(account)
         return self.keys.get(account)
+
+
+async def until(check: Callable[[], bool], what: str, timeout_s: float = 5.0) -> None:
+    """Return once `check()` holds; fail after `timeout_s` (the loop runs meanwhile)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not check():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"not within {timeout_s:g} s: {what}")
+        await asyncio.sleep(0.001)
 
 
 def claim(account: str, key: bytes, clock: ManualClock) -> wire.Claim:
@@ -103,7 +113,8 @@ def test_one_peers_made_up_names_do_not_hold_up_another_peers_account() -> None:
         auth = Authenticator(store.read, clock, ttl_s=5.0)
         flood = [asyncio.ensure_future(auth.check(made_up(n, clock), peer="ipv4:10.0.0.1:1"))
                  for n in range(80)]
-        await asyncio.sleep(0.05)
+        await until(lambda: sum(f.done() for f in flood) == 80 - LOOKUPS_PER_PEER_MAX,
+                    "the flood past the peer's lookups refused")
         real = await asyncio.wait_for(
             auth.check(claim("acme", KEYS[0], clock), peer="ipv4:10.0.0.2:2"), 5)
         assert real is None and store.reads == ["acme"]
@@ -134,8 +145,8 @@ def test_an_account_in_use_is_refreshed_before_its_key_expires() -> None:
         # Made-up names from many peers take every lookup there is: no matter.
         flood = [asyncio.ensure_future(auth.check(made_up(n, clock), peer=f"ipv4:10.0.{n}.1:1"))
                  for n in range(LOOKUPS_IN_FLIGHT_MAX)]
-        await asyncio.sleep(0.05)
-        assert auth.lookups_in_flight() == LOOKUPS_IN_FLIGHT_MAX
+        await until(lambda: auth.lookups_in_flight() == LOOKUPS_IN_FLIGHT_MAX,
+                    "every lookup taken by the flood")
         clock.advance(3.0)
         assert auth.check_cached(claim("acme", KEYS[0], clock)) is None  # served; refreshing
         await asyncio.sleep(0.05)
