@@ -86,28 +86,44 @@ async def _fe_append(stamp: LocalStamp, seconds: float, progress: Progress
         "direct": lambda log, records: direct.append(account, log, records),
         "sdk": lambda log, records: sdk.append(log, records),
     }
-    fe_pids = [stamp.record(r.name).pid for r in stamp.front_ends()]
-    other_pids = [pid for pid in stamp.pids() if pid not in fe_pids]
-    rows: list[dict[str, Any]] = []
+    pids = stamp_pids(stamp)
     try:
-        for name, append in paths.items():
-            await append(f"warm-{name}", [b"x"])
-        for clients, batch in LOADS:
-            found: dict[str, list[Phase]] = {p: [] for p in paths}
-            cpu = {p: CpuUse() for p in paths}
-            turns = turns_for(seconds)
-            for turn in range(turns):
-                for name, append in paths.items():
-                    progress(f"{clients}x{batch} via {name}, turn {turn + 1}/{turns}, "
-                             f"{seconds / turns:g} s")
-                    before = CpuUse.now(fe_pids, other_pids)
-                    found[name].append(await phase(append, name, clients, batch,
-                                                    seconds / turns))
-                    cpu[name].add(CpuUse.now(fe_pids, other_pids), before)
-            rows.extend(_rows(found, cpu, clients, batch))
+        return await run_loads(paths, lambda _: pids, seconds, progress,
+                               lambda name: {"path": name}, ("sdk", "direct"))
     finally:
         await sdk.close()
         await direct.close()
+
+
+def stamp_pids(stamp: LocalStamp) -> tuple[list[int], list[int]]:
+    """The front ends' pids, and every other process's of `stamp` (for CpuUse)."""
+    fe_pids = [stamp.record(r.name).pid for r in stamp.front_ends()]
+    return fe_pids, [pid for pid in stamp.pids() if pid not in fe_pids]
+
+
+async def run_loads(paths: dict[str, Append],
+                    pids_of: Callable[[str], tuple[list[int], list[int]]], seconds: float,
+                    progress: Progress, params_of: Callable[[str], dict[str, Any]],
+                    pair: tuple[str, str]) -> list[dict[str, Any]]:
+    """Each of LOADS through each path, the paths taking turns (`turns_for(seconds)` of
+    each, warmed first), with the CPU each path's stamp spent (`pids_of(path)`: its front
+    ends' pids, the others'); `compare_rows` of each load."""
+    rows: list[dict[str, Any]] = []
+    for name, append in paths.items():
+        await append(f"warm-{name}", [b"x"])
+    for clients, batch in LOADS:
+        found: dict[str, list[Phase]] = {p: [] for p in paths}
+        cpu = {p: CpuUse() for p in paths}
+        turns = turns_for(seconds)
+        for turn in range(turns):
+            for name, append in paths.items():
+                progress(f"{clients}x{batch} via {name}, turn {turn + 1}/{turns}, "
+                         f"{seconds / turns:g} s")
+                fe_pids, other_pids = pids_of(name)
+                before = CpuUse.now(fe_pids, other_pids)
+                found[name].append(await phase(append, name, clients, batch, seconds / turns))
+                cpu[name].add(CpuUse.now(fe_pids, other_pids), before)
+        rows.extend(compare_rows(found, cpu, clients, batch, params_of, pair))
     return rows
 
 
@@ -159,12 +175,6 @@ async def phase(append: Append, tag: str, clients: int, batch: int, seconds: flo
     started = time.monotonic()
     await asyncio.gather(*(appender(i) for i in range(clients)))
     return len(latencies) * batch, latencies, time.monotonic() - started
-
-
-def _rows(found: dict[str, list[Phase]], cpu: dict[str, CpuUse], clients: int, batch: int
-          ) -> list[dict[str, Any]]:
-    return compare_rows(found, cpu, clients, batch, lambda name: {"path": name},
-                        ("sdk", "direct"))
 
 
 def compare_rows(found: dict[str, list[Phase]], cpu: dict[str, CpuUse], clients: int,
