@@ -334,6 +334,18 @@ def disarm_remote(address: str, name: str | None = None, timeout_s: float = 5.0)
     _faults_call(address, "Disarm", faults_pb2.DisarmRequest(name=name or ""), timeout_s)
 
 
+ARMED_QUERY = "-armed-query-"  # a name no fault point has: disarming it disarms nothing
+
+
+def armed_remote(address: str, timeout_s: float = 5.0) -> dict[str, str]:
+    """The fault points armed in the server at `address`, each as faults.FaultSpec.describe
+    (with its hits and firings); a point armed `times=N` that fired N times is gone. (The
+    Faults service's Disarm answers what stays armed: asked to disarm no point, it tells.)"""
+    reply = _faults_call(address, "Disarm", faults_pb2.DisarmRequest(name=ARMED_QUERY),
+                         timeout_s)
+    return dict(reply.armed)
+
+
 def isolate_remote(address: str, peers: list[str], timeout_s: float = 5.0) -> list[str]:
     """Cut the server at `address` off from `peers` (names and addresses), both directions;
     returns everything it is cut off from now (blocking; for tests and `stamp isolate`)."""

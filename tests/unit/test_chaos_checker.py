@@ -24,13 +24,15 @@ class MemoryStamp:
     """Logs and entities in dicts, with the SDK's calls; `stale_etags_accepted` makes it
     ignore if_match; `fail_every` fails every Nth mutation after applying it (in doubt)."""
 
-    def __init__(self, stale_etags_accepted: bool = False, fail_every: int = 0) -> None:
+    def __init__(self, stale_etags_accepted: bool = False, fail_every: int = 0,
+                 half_batches: bool = False) -> None:
         self.logs: dict[str, list[bytes]] = {}
         self.rows: dict[tuple[str, bytes], tuple[bytes, str]] = {}
         self.tokens: dict[str, int] = {}
         self.etags = itertools.count(1)
         self.stale_etags_accepted = stale_etags_accepted
         self.fail_every = fail_every
+        self.half_batches = half_batches  # a batch applies its first op only, in doubt
         self.mutations = 0
 
     def _maybe_fail(self) -> None:
@@ -77,10 +79,14 @@ class MemoryStamp:
 
     def batch(self, pname: str, ops: Sequence[tuple[Any, ...]]) -> list[str]:
         etags = []
+        if self.half_batches:
+            ops = ops[:1]
         for _, row, value in ops:
             etag = f"e{next(self.etags)}"
             self.rows[(pname, row)] = (value, etag)
             etags.append(etag)
+        if self.half_batches:
+            raise Unavailable("half a batch applied, the answer lost")
         self._maybe_fail()
         return etags
 
@@ -175,15 +181,26 @@ def test_an_entity_gone_back_to_an_older_value_is_found() -> None:
 
 def test_a_subscriber_fed_twice_out_of_order_or_a_vanished_record_is_found() -> None:
     log = [(0, b"a"), (1, b"b"), (2, b"c")]
-    assert follower_violations("l", log[:2], log) == []
-    only(follower_violations("l", [log[0], log[0], log[1]], log), "once each")
-    only(follower_violations("l", [log[1], log[0]], log), "once each")
+    assert follower_violations("l", log, log) == []
+    only(follower_violations("l", [log[0], log[0], log[1], log[2]], log), "once each")
+    only(follower_violations("l", [log[1], log[0], log[2]], log), "once each")
     only(follower_violations("l", [*log, (3, b"d")], log), "not in the log")
+    only(follower_violations("l", log[1:], log), "first record")  # started late
+    only(follower_violations("l", log[:2], log), "end")  # never caught up
+    only(follower_violations("l", [], log), "end")
     stamp = MemoryStamp()
     workload = run(stamp)
     sub = Subscriber(lambda: stamp, workload.histories[0].log, Tally())
-    sub.seen = [(0, stamp.logs[sub.log][0]), (2, stamp.logs[sub.log][2])]  # a gap
+    records = list(enumerate(stamp.logs[sub.log]))
+    sub.seen = [records[0], *records[2:]]  # a gap
     only(find_violations(stamp, workload.histories, [sub]).violations, "once each")
+
+
+def test_a_batch_in_doubt_applied_to_some_rows_only_is_found() -> None:
+    stamp = MemoryStamp(half_batches=True)
+    workload = run(stamp)
+    assert sum(h.errors for h in workload.histories) > 0
+    only(find_violations(stamp, workload.histories).violations, "half")
 
 
 def test_a_scan_out_of_order_or_with_foreign_bytes_is_found() -> None:

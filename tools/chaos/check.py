@@ -11,8 +11,11 @@ whole again, prove from what each writer was acknowledged (tools/chaos/history.p
               tokens: a stamp that applied one twice shows here);
 - ETags:      every condition the writers saw broken (a stale ETag accepted, the current one
               refused), and no row went back to an older value;
-- followers:  each subscriber was delivered its log exactly once, in order, with no gap, and
-              every record it was delivered is still there.
+- batches:    a batch left in doubt is all or nothing: when one of its rows shows its value,
+              none of its other rows holds an older acknowledged value or nothing;
+- followers:  each subscriber was delivered its log exactly once, in order, with no gap, from
+              the log's first record to its last (it caught up), and every record it was
+              delivered is still there.
 
 `find_violations` returns every violation found (a list of one-line descriptions, empty when
 the history holds); `check` raises AssertionError with the first, for tests.
@@ -154,7 +157,7 @@ def log_violations(h: WriterHistory, log: str, records: list[tuple[int, bytes]],
 
 
 def _check_entities(client: LogEntityClient, h: WriterHistory, verdict: Verdict) -> int:
-    checked = 0
+    values: dict[int, bytes | None] = {}
     for row in range(ROWS_PER_WRITER):
         acked = h.acked_values.get(row)
         doubtful = h.doubtful_values.get(row, set())
@@ -171,10 +174,41 @@ def _check_entities(client: LogEntityClient, h: WriterHistory, verdict: Verdict)
                 if attempt + 1 == READ_TRIES:
                     verdict.violations.append(f"{h.group}/{row}: cannot be read "
                                               f"({_error(exc)})")
-                    return checked
+                    return len(values)
         verdict.violations += entity_violations(h, row, value)
-        checked += 1
-    return checked
+        values[row] = value
+    verdict.violations += batch_violations(h, values)
+    return len(values)
+
+
+def batch_violations(h: WriterHistory, values: dict[int, bytes | None]) -> list[str]:
+    """Batches of `h` left in doubt that rows `values` (row -> value, None: no row) show
+    half applied: one row holds the batch's value while another of its rows holds nothing
+    or a value acknowledged before the batch was sent (the writer is sequential, so that
+    value went in first and the batch did not overwrite it). A value in doubt older than
+    the batch proves nothing: it may have landed late."""
+    found = []
+    numbers = {row: _number(h, value) for row, value in values.items()}
+    for batch, rows in sorted(h.doubtful_batches.items()):
+        applied = [row for row in rows if numbers.get(row) == batch]
+        missed = [row for row in rows if row in values and (
+            values[row] is None or (numbers[row] == h.acked_values.get(row)
+                                    and (numbers[row] or 0) < batch))]
+        if applied and missed:
+            found.append(f"{h.group}: batch n{batch} in doubt half applied: rows {applied} "
+                         f"hold it, rows {missed} do not")
+    return found
+
+
+def _number(h: WriterHistory, value: bytes | None) -> int | None:
+    """The value number of `h` that `value` is, or None (no row, or not h's)."""
+    if value is None:
+        return None
+    try:
+        writer, number = parse_record(value)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return number if writer == h.writer else None
 
 
 def entity_violations(h: WriterHistory, row: int, value: bytes | None) -> list[str]:
@@ -200,10 +234,19 @@ def entity_violations(h: WriterHistory, row: int, value: bytes | None) -> list[s
 
 def follower_violations(log: str, seen: list[tuple[int, bytes]],
                         records: list[tuple[int, bytes]]) -> list[str]:
-    """A subscriber's deliveries against the log as it reads back."""
+    """A subscriber's deliveries against the log as it reads back (`records`, from its first
+    record to its end): it started at the first record and caught up to the end."""
     if not seen:
-        return []
+        return [f"subscriber of {log}: delivered nothing, the log ends at seq "
+                f"{records[-1][0]} (it never caught up to the end)"] if records else []
     found = []
+    lowest, highest = min(seq for seq, _ in seen), max(seq for seq, _ in seen)
+    if records and lowest != records[0][0]:
+        found.append(f"subscriber of {log}: started at seq {lowest}, not at the log's first "
+                     f"record {records[0][0]}")
+    if records and highest < records[-1][0]:
+        found.append(f"subscriber of {log}: delivered up to seq {highest}, the log ends at "
+                     f"{records[-1][0]} (it never caught up to the end)")
     seqs = [seq for seq, _ in seen]
     if seqs != list(range(seqs[0], seqs[0] + len(seqs))):
         found.append(f"subscriber of {log}: deliveries not consecutive, once each "

@@ -19,9 +19,13 @@ the front ends use the same workload and checker.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from tools.chaos.linearizability import Op
 
 ROWS_PER_WRITER = 8
 
@@ -102,6 +106,58 @@ def row_key(row: int) -> bytes:
     return row.to_bytes(2, "big")
 
 
+def value_id(data: bytes) -> str:
+    """What the linearizability checker compares instead of a record's or value's bytes:
+    its head (who wrote it, readable in a report) and a digest of every byte (so a changed
+    one is another value), never the bytes themselves (a large record is not kept)."""
+    head = data.split(b"|", 1)[0][:24].decode("ascii", "replace")
+    return f"{head}#{hashlib.blake2b(data, digest_size=8).hexdigest()}"
+
+
+def log_key(log: str) -> Hashable:
+    return ("log", log)
+
+
+def entity_key(group: str, row: int) -> Hashable:
+    return (group, row)
+
+
+class OpLog:
+    """Every operation of a run with its real-time bounds (time.monotonic), for the
+    linearizability checker (tools/chaos/linearizability.py); shared by threads.
+
+    `begin()` is read before a call is sent, `done(...)` after its answer came back;
+    `in_doubt(...)` records a write whose outcome is unknown (respond None). A batch's parts
+    carry one `batch` name (`batches`: name -> its parts' keys and value), so a batch in doubt
+    seen applied on one row is known applied on all by then (check.bind_batches)."""
+
+    def __init__(self) -> None:
+        self.ops: list[Op] = []
+        self.batches: dict[str, tuple[list[Hashable], str, float]] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def begin() -> float:
+        return time.monotonic()
+
+    def done(self, key: Hashable, call: tuple[Any, ...], invoke: float, result: Any,
+             client: str) -> None:
+        self._add(Op(key, call, invoke, time.monotonic(), result, client))
+
+    def in_doubt(self, key: Hashable, call: tuple[Any, ...], invoke: float,
+                 client: str) -> None:
+        self._add(Op(key, call, invoke, None, None, client))
+
+    def batch_in_doubt(self, name: str, keys: list[Hashable], value: str,
+                       invoke: float) -> None:
+        with self._lock:
+            self.batches[name] = (keys, value, invoke)
+
+    def _add(self, op: Op) -> None:
+        with self._lock:
+            self.ops.append(op)
+
+
 @dataclass
 class WriterHistory:
     writer: int
@@ -118,6 +174,8 @@ class WriterHistory:
     # row -> the ETag of its last acknowledged put, while no put after it is in doubt
     etags: dict[int, str] = field(default_factory=dict)
     stale_etags: dict[int, str] = field(default_factory=dict)  # row -> an older ETag
+    # batches in doubt: value number -> the rows it put (all of them or none must show it)
+    doubtful_batches: dict[int, tuple[int, ...]] = field(default_factory=dict)
     issued: int = 0  # the highest number it has written or is writing (read by the scanner)
     ops: int = 0
     errors: int = 0
@@ -137,6 +195,11 @@ class WriterHistory:
         self.doubtful_values.setdefault(row, set()).add(number)
         self.etags.pop(row, None)  # which ETag the row has is now unknown
         self.stale_etags.pop(row, None)
+
+    def batch_in_doubt(self, number: int, rows: Sequence[int]) -> None:
+        self.doubtful_batches[number] = tuple(rows)
+        for row in rows:
+            self.value_in_doubt(row, number)
 
     def value_acked(self, row: int, number: int, etag: str) -> None:
         self.acked_values[row] = number

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from common import rpc
+from common import faults, rpc
 from common.errors import StampError
 from tools import cmd_isolate
 from tools.chaos.schedule import Fault
@@ -33,6 +34,7 @@ RESTART_TIMEOUT_S = 90.0
 RESTART_PAUSE_S = 1.0
 DEATH_POLL_S = 0.05
 JOIN_TIMEOUT_S = 300.0  # a power cut and the whole stamp's restart may be under way
+CRASH_AFTER_FIRE_S = 10.0  # a node whose crashing fault point fired stops within this
 
 
 @dataclass
@@ -152,17 +154,23 @@ class Nemesis:
 
     def _armed(self, fault: Fault, crash_expected: bool) -> str:
         """Arm `fault.detail` in the target for the hold, then disarm it; a node that stops
-        itself meanwhile (an injected journal failure or torn write) is started again."""
+        itself meanwhile (an injected journal failure or torn write) is started again. A
+        point that never fired (nothing passed it in the hold) is no fault: Skipped."""
         address = self.stamp.address(fault.target)
         rpc.arm_remote(address, fault.detail)
         died = self._wait_death(fault.target, fault.hold_s)
+        if not died:
+            hit = fired(fault.detail, rpc.armed_remote(address))
+            rpc.disarm_remote(address)
+            if not hit:  # the fault did not happen: say so, do not count it
+                raise Skipped(f"{fault.detail}: never fired on {fault.target} in "
+                              f"{fault.hold_s:g}s (nothing passed the point), disarmed")
+            # A node that fired a crashing point stops just after: wait, do not call it a
+            # crash of its own.
+            died = crash_expected and self._wait_death(fault.target, CRASH_AFTER_FIRE_S)
         if died:
             self._restart(fault.target)
             return f"{fault.detail}: the node stopped, started again"
-        rpc.disarm_remote(address)
-        if crash_expected:  # the fault did not happen: say so, do not count it
-            raise Skipped(f"{fault.detail}: no journal write on {fault.target} in "
-                          f"{fault.hold_s:g}s (no open extent there?), disarmed")
         return fault.detail
 
     def _wait_death(self, name: str, seconds: float) -> bool:
@@ -186,11 +194,15 @@ class Nemesis:
         addresses = [r.address for r in self.stamp.partition_servers()]
         for address in addresses:
             rpc.arm_remote(address, fault.detail)
+        hit = False
         try:
             self._hold(fault.hold_s)
+            hit = any(fired(fault.detail, rpc.armed_remote(a)) for a in addresses)
         finally:
             for address in addresses:
                 rpc.disarm_remote(address)
+        if not hit:
+            raise Skipped(f"{fault.detail}: no read passed it in {fault.hold_s:g}s")
         return f"{fault.detail} on {len(addresses)} partition servers"
 
     def _flip_disk(self, fault: Fault) -> str:
@@ -233,6 +245,20 @@ class Nemesis:
                 self._restart(name)
             except StampError as exc:
                 log.warning("%s could not be started again: %s", name, exc)
+
+
+def fired(spec: str, armed: dict[str, str]) -> bool:
+    """Whether any fault point of `spec` (STAMP_FAULTS syntax) fired, from what the server
+    says is armed (`armed`: name -> FaultSpec.describe, with `fired=N`); a point no longer
+    armed was armed with times=N and fired them all."""
+    for name, *_ in faults.parse(spec):
+        described = armed.get(name)
+        if described is None:
+            return True
+        count = re.search(r"fired=(\d+)", described)
+        if count is not None and int(count.group(1)) > 0:
+            return True
+    return False
 
 
 def restore(stamp: LocalStamp) -> list[str]:

@@ -2,11 +2,13 @@
 
     seed, minutes, seconds (the workload's length), stamp (role -> processes),
     ops (kind -> acknowledged), op_errors (kind -> failed or in doubt),
-    faults (kind -> applied), faults_skipped, faults_failed, crashes (processes that died
-    without being asked), schedule (every planned fault), fault_log (what was applied,
-    when, for how long, and how it went), checked (records, entities, deliveries checked),
-    violations (must be empty), availability (successful ops per second: mean, worst,
-    seconds with none), timeline ([{t, ok, failed}] per second), power_cuts.
+    faults (kind -> applied and fired), faults_skipped, faults_failed, crashes (processes
+    that died without being asked: each is also a violation), schedule (every planned
+    fault), fault_log (what was applied, when, for how long, and how it went), checked
+    (records, entities, deliveries, linearizable keys and ops checked), undecided (keys
+    whose linearizability search ran out of steps), violations (must be empty),
+    availability (successful ops per second: mean, worst, seconds with none), timeline
+    ([{t, ok, failed}] per second), power_cuts.
 
 `print_report` draws it for a terminal (rich tables).
 """
@@ -47,7 +49,7 @@ def make_report(seed: int, minutes: float, schedule: list[Fault], nemesis: Nemes
         "crashes": [{"at_s": at, "process": name} for at, name in nemesis.crashes],
         "restarted_at_end": restarted,
         "checked": verdict.checked,
-        "violations": verdict.violations,
+        "violations": [*verdict.violations, *crash_violations(nemesis.crashes, restarted)],
         "availability": {
             "ok_per_s_mean": round(sum(ok) / max(1, len(ok)), 1),
             "ok_per_s_min": min(ok, default=0),
@@ -58,6 +60,15 @@ def make_report(seed: int, minutes: float, schedule: list[Fault], nemesis: Nemes
         "fault_log": [r.to_dict() for r in nemesis.records],
         "timeline": timeline,
     }
+
+
+def crash_violations(crashes: list[tuple[float, str]], restarted: list[str]) -> list[str]:
+    """A process that died without being asked fails the run: the stamp promises to survive
+    faults, not to fall over under them (found between faults by the nemesis, or down at
+    the end when every fault had been undone)."""
+    return ([f"{name} died without being asked (found at t={at:.1f}s)" for at, name in crashes]
+            + [f"{name} died without being asked (found down at the end)"
+               for name in restarted])
 
 
 def availability_by_fault(ok: list[int], fault_log: list[dict[str, Any]]

@@ -23,9 +23,13 @@ from common.errors import PreconditionFailed, StampError
 from tools.chaos.history import (
     ROWS_PER_WRITER,
     LogEntityClient,
+    OpLog,
     WriterHistory,
+    entity_key,
+    log_key,
     record_bytes,
     row_key,
+    value_id,
 )
 
 ACCOUNT = "acct"  # the account the probe tests' PartitionClient workloads write in
@@ -66,7 +70,7 @@ class MixedWorkload:
     def __init__(self, client_factory: ClientFactory, writers: int, seed: int,
                  large_every: int = 25, logs_per_writer: int = 1, cas_every: int = 0,
                  batch_every: int = 0, token_retries: int = 0, tally: Tally | None = None,
-                 retry_pause_s: float = RETRY_PAUSE_S) -> None:
+                 retry_pause_s: float = RETRY_PAUSE_S, oplog: OpLog | None = None) -> None:
         self.client_factory = client_factory
         self.histories = [WriterHistory(
             w, f"log-{w}", f"group-{w}",
@@ -79,6 +83,7 @@ class MixedWorkload:
         self.token_retries = token_retries
         self.retry_pause_s = retry_pause_s
         self.tally = tally or Tally()
+        self.oplog = oplog or OpLog()  # every op with its time bounds, for linearizability
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._numbers = [0] * writers
@@ -140,6 +145,9 @@ class MixedWorkload:
                    for n, s in zip(numbers, sizes, strict=True)]
         log = rng.choice(history.all_logs())
         token = f"s{self.seed}-w{history.writer}-n{numbers[0]}"
+        # One op from the first attempt to the answer: retries carry its token.
+        call = ("append", tuple(value_id(r) for r in records))
+        invoke = self.oplog.begin()
         for attempt in range(self.token_retries + 1):
             try:
                 first = client.append(log, records, token=token)
@@ -149,7 +157,9 @@ class MixedWorkload:
                 history.errors += 1
                 history.doubtful_records.update(zip(numbers, sizes, strict=True))
                 if attempt == self.token_retries or self._stop.wait(self.retry_pause_s):
+                    self.oplog.in_doubt(log_key(log), call, invoke, f"w{history.writer}")
                     return
+        self.oplog.done(log_key(log), call, invoke, first, f"w{history.writer}")
         history.ops += 1
         self.tally.add("append_retried" if attempt else "append", True)
         for i, (n, s) in enumerate(zip(numbers, sizes, strict=True)):
@@ -160,13 +170,17 @@ class MixedWorkload:
         row = rng.randrange(ROWS_PER_WRITER)
         number = self._next(history.writer)
         value = record_bytes(history.writer, number, rng.randint(8, 512))
+        key, call = entity_key(history.group, row), ("put", value_id(value), None, None)
+        invoke = self.oplog.begin()
         try:
             etag = client.put(history.group, row_key(row), value)
         except StampError:
+            self.oplog.in_doubt(key, call, invoke, f"w{history.writer}")
             self.tally.add("put", False)
             history.errors += 1
             history.value_in_doubt(row, number)
             return
+        self.oplog.done(key, call, invoke, ("ok", etag), f"w{history.writer}")
         self.tally.add("put", True)
         history.ops += 1
         history.value_acked(row, number, etag)
@@ -184,10 +198,13 @@ class MixedWorkload:
         kind = "cas_stale" if use_stale else "cas"
         number = self._next(history.writer)
         value = record_bytes(history.writer, number, rng.randint(8, 512))
+        if_match = stale if use_stale else current
+        key, call = entity_key(history.group, row), ("put", value_id(value), if_match, None)
+        invoke = self.oplog.begin()
         try:
-            etag = client.put(history.group, row_key(row), value,
-                              if_match=stale if use_stale else current)
+            etag = client.put(history.group, row_key(row), value, if_match=if_match)
         except PreconditionFailed:
+            self.oplog.done(key, call, invoke, ("refused",), f"w{history.writer}")
             if not use_stale:
                 # Nothing in doubt since `current` was acknowledged, and a retry of this put
                 # carries its token (the first answer is returned): a refusal is a bug.
@@ -197,10 +214,12 @@ class MixedWorkload:
             history.ops += 1
             return
         except StampError:
+            self.oplog.in_doubt(key, call, invoke, f"w{history.writer}")
             self.tally.add(kind, False)
             history.errors += 1
             history.value_in_doubt(row, number)
             return
+        self.oplog.done(key, call, invoke, ("ok", etag), f"w{history.writer}")
         if use_stale:
             history.violations.append(f"{history.group}/{row}: put with the stale ETag "
                                       f"{stale} accepted (current {current})")
@@ -214,14 +233,21 @@ class MixedWorkload:
         rows = rng.sample(range(ROWS_PER_WRITER), rng.randint(2, 4))
         number = self._next(history.writer)
         value = record_bytes(history.writer, number, rng.randint(8, 256))
+        keys = [entity_key(history.group, row) for row in rows]
+        call, who = ("put", value_id(value), None, None), f"w{history.writer}"
+        invoke = self.oplog.begin()
         try:
             etags = client.batch(history.group, [("put", row_key(row), value) for row in rows])
         except StampError:
+            for key in keys:
+                self.oplog.in_doubt(key, call, invoke, who)
+            self.oplog.batch_in_doubt(f"{who}-n{number}", keys, call[1], invoke)
             self.tally.add("batch", False)
             history.errors += 1
-            for row in rows:
-                history.value_in_doubt(row, number)
+            history.batch_in_doubt(number, rows)
             return
+        for key, etag in zip(keys, etags, strict=True):
+            self.oplog.done(key, call, invoke, ("ok", etag), who)
         self.tally.add("batch", True)
         history.ops += 1
         for row, etag in zip(rows, etags, strict=True):

@@ -1,0 +1,56 @@
+"""The verdict of a `stamp chaos` run beyond the histories: a process that died without being
+asked fails the run (tools/chaos/report.py), and a fault point armed for a fault counts as
+that fault only when it fired (tools/chaos/nemesis.py)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from tools.chaos import nemesis as nemesis_module
+from tools.chaos.check import Verdict
+from tools.chaos.nemesis import Nemesis
+from tools.chaos.report import make_report
+from tools.chaos.schedule import Fault
+from tools.chaos.workload import Tally
+
+
+def test_a_process_that_died_unasked_fails_the_run() -> None:
+    nemesis = SimpleNamespace(records=[], crashes=[(12.5, "ps-2")])
+    report = make_report(1, 1.0, [], nemesis, Tally(), Verdict(), 3.0, [], {})  # type: ignore[arg-type]
+    assert any("ps-2" in v and "died" in v for v in report["violations"]), report["violations"]
+
+
+class _Stamp:
+    """The little of LocalStamp that arming a fault point uses; the node never dies."""
+
+    def address(self, name: str) -> str:
+        return f"{name}:1"
+
+    def alive(self, name: str) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("fired", [0, 3])
+def test_a_fault_point_counts_only_when_it_fired(monkeypatch: pytest.MonkeyPatch,
+                                                 fired: int) -> None:
+    armed: dict[str, str] = {}
+
+    def arm(address: str, spec: str) -> None:
+        armed["journal.before_fsync"] = f"delay:0.1,after=0,times=None,hits={fired}," \
+                                        f"fired={fired}"
+
+    def disarm(address: str, name: str | None = None) -> None:
+        armed.clear()
+
+    monkeypatch.setattr(nemesis_module.rpc, "arm_remote", arm)
+    monkeypatch.setattr(nemesis_module.rpc, "disarm_remote", disarm)
+    monkeypatch.setattr(nemesis_module.rpc, "armed_remote", lambda address: dict(armed),
+                        raising=False)
+    nemesis = Nemesis(_Stamp(), [], "acct", 0.0)  # type: ignore[arg-type]
+    fault = Fault(1.0, "slow_disk", "en-1", 0.0, 7, "journal.before_fsync=delay:100")
+    nemesis._apply(fault)
+    record: Any = nemesis.records[-1]
+    assert record.outcome == ("done" if fired else "skipped"), record
