@@ -20,14 +20,17 @@ DESCRIPTION = """\
 Start a fresh stamp in a temporary directory (3 lock, 3 SM, 6 EN in 3 fault domains, 2 PM,
 2 PS, 2 FE) and run a mixed workload through the SDK against it: writers appending with
 tokens (a failed append is retried with its token), putting entities, putting on ETag
-conditions (current and stale), atomic batches; two subscribers following logs; a scanner.
+conditions (current and stale), atomic batches; two readers reading the same logs and rows
+while they are written; two subscribers following logs; a scanner.
 Meanwhile a nemesis plays a schedule drawn from --seed, one fault at a time: SIGKILL and
 restart, SIGSTOP/SIGCONT and isolation from all peers of processes of every role; slow,
 failing and torn journal writes; bytes flipped on the read path and on disk; power cuts of
 the whole stamp (on a lossy FUSE file system, when this machine has FUSE); and splits,
 merges and moves of partitions. Then every acknowledged operation is checked: nothing lost,
 changed, reordered or applied twice, every ETag condition respected, every subscriber fed
-each record once, in order. The same seed replays the same schedule.
+each record once, in order, from the first to the last; and the history of every write and
+read, with its real-time bounds, linearizable per log and per row. A process that died
+without being asked, too, is a violation. The same seed replays the same schedule.
 
 The global --data-dir is not used: the stamp lives in a temporary directory, removed
 afterwards (--keep DIR keeps it). Exit status: 0 when no violation was found, 1 otherwise

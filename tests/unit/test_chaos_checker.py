@@ -14,8 +14,13 @@ from typing import Any
 import pytest
 
 from common.errors import NotFound, PreconditionFailed, Unavailable
-from tools.chaos.check import find_violations, follower_violations
-from tools.chaos.followers import Subscriber, scan_violations
+from tools.chaos.check import (
+    find_violations,
+    follower_violations,
+    linearizability_violations,
+    record_final_state,
+)
+from tools.chaos.followers import Reader, Subscriber, scan_violations
 from tools.chaos.history import WriterHistory, record_bytes, row_key
 from tools.chaos.workload import MixedWorkload, Tally
 
@@ -25,7 +30,7 @@ class MemoryStamp:
     ignore if_match; `fail_every` fails every Nth mutation after applying it (in doubt)."""
 
     def __init__(self, stale_etags_accepted: bool = False, fail_every: int = 0,
-                 half_batches: bool = False) -> None:
+                 half_batches: bool = False, stale_gets: bool = False) -> None:
         self.logs: dict[str, list[bytes]] = {}
         self.rows: dict[tuple[str, bytes], tuple[bytes, str]] = {}
         self.tokens: dict[str, int] = {}
@@ -33,6 +38,8 @@ class MemoryStamp:
         self.stale_etags_accepted = stale_etags_accepted
         self.fail_every = fail_every
         self.half_batches = half_batches  # a batch applies its first op only, in doubt
+        self.stale_gets = stale_gets  # a get answers the row's value before its last put
+        self.before: dict[tuple[str, bytes], tuple[bytes, str]] = {}
         self.mutations = 0
 
     def _maybe_fail(self) -> None:
@@ -68,6 +75,8 @@ class MemoryStamp:
                 (current is None or current[1] != if_match):
             raise PreconditionFailed("etag")
         etag = f"e{next(self.etags)}"
+        if current is not None:
+            self.before[(pname, row)] = current
         self.rows[(pname, row)] = (value, etag)
         self._maybe_fail()
         return etag
@@ -75,6 +84,8 @@ class MemoryStamp:
     def get(self, pname: str, row: Any) -> tuple[bytes, str]:
         if (pname, row) not in self.rows:
             raise NotFound(pname)
+        if self.stale_gets and (pname, row) in self.before:
+            return self.before[(pname, row)]
         return self.rows[(pname, row)]
 
     def batch(self, pname: str, ops: Sequence[tuple[Any, ...]]) -> list[str]:
@@ -201,6 +212,27 @@ def test_a_batch_in_doubt_applied_to_some_rows_only_is_found() -> None:
     workload = run(stamp)
     assert sum(h.errors for h in workload.histories) > 0
     only(find_violations(stamp, workload.histories).violations, "half")
+
+
+@pytest.mark.parametrize("stale_gets", [False, True])
+def test_reads_racing_the_writers_are_checked_for_linearizability(stale_gets: bool) -> None:
+    stamp = MemoryStamp(fail_every=9, stale_gets=stale_gets)
+    workload = MixedWorkload(lambda: stamp, 2, seed=4, large_every=0, logs_per_writer=2,
+                             cas_every=3, batch_every=5, tally=Tally(), retry_pause_s=0)
+    reader = Reader(lambda: stamp, workload.histories, workload.oplog, Tally(), 4, "r")
+    rng = random.Random(4)
+    for i in range(300):
+        workload.step(stamp, workload.histories[i % 2], rng)
+        reader.read_once(stamp)
+    stamp.stale_gets = False  # the final state reads true: only racing reads were stale
+    record_final_state(stamp, workload.histories, workload.oplog)
+    found = linearizability_violations(workload.oplog)
+    assert found.checked["keys"] > 10 and found.checked["ops"] > 500
+    assert found.undecided == []
+    if stale_gets:
+        only(found.violations, "not linearizable")
+    else:
+        assert found.violations == []
 
 
 def test_a_scan_out_of_order_or_with_foreign_bytes_is_found() -> None:

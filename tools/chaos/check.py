@@ -13,6 +13,12 @@ whole again, prove from what each writer was acknowledged (tools/chaos/history.p
               refused), and no row went back to an older value;
 - batches:    a batch left in doubt is all or nothing: when one of its rows shows its value,
               none of its other rows holds an older acknowledged value or nothing;
+- linearizable: every write and every read the readers were answered, with their real-time
+              bounds (the workload's OpLog), and the final read of every log and row, form
+              a linearizable history per log and per row (tools/chaos/linearizability.py):
+              no stale read, no lost-then-overwritten write, an op in doubt seen at most as
+              having happened once; a batch in doubt seen on one row counts as done on all
+              its rows by then (`bind_batches`);
 - followers:  each subscriber was delivered its log exactly once, in order, with no gap, from
               the log's first record to its last (it caught up), and every record it was
               delivered is still there.
@@ -23,7 +29,8 @@ the history holds); `check` raises AssertionError with the first, for tests.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 from common.errors import NotFound, StampError
@@ -31,11 +38,16 @@ from tools.chaos.followers import Subscriber
 from tools.chaos.history import (
     ROWS_PER_WRITER,
     LogEntityClient,
+    OpLog,
     WriterHistory,
+    entity_key,
+    log_key,
     parse_record,
     record_bytes,
     row_key,
+    value_id,
 )
+from tools.chaos.linearizability import Op, Violations, check_history, entity_model, log_model
 
 READ_PAGE = 10_000
 READ_TRIES = 3  # a read the SDK gave up on, tried again before it counts as a violation
@@ -46,6 +58,13 @@ class Verdict:
     checked: dict[str, int] = field(default_factory=lambda: {"records": 0, "entities": 0,
                                                              "followed": 0})
     violations: list[str] = field(default_factory=list)
+    undecided: list[str] = field(default_factory=list)  # keys the search gave up on
+
+    def add_linearizability(self, found: Violations) -> None:
+        self.checked["linearizable_keys"] = found.checked["keys"]
+        self.checked["linearizable_ops"] = found.checked["ops"]
+        self.violations += found.violations
+        self.undecided += found.undecided
 
 
 def check(client: LogEntityClient, histories: list[WriterHistory],
@@ -230,6 +249,69 @@ def entity_violations(h: WriterHistory, row: int, value: bytes | None) -> list[s
         return [f"{h.group}/{row}: {what} n{number}, expected n{acked} or one of "
                 f"{sorted(doubtful)}"]
     return []
+
+
+def record_final_state(client: LogEntityClient, histories: list[WriterHistory],
+                       oplog: OpLog) -> None:
+    """Read every log whole and every row once more, after the run (nothing writes any
+    more), and record those reads in `oplog`: the final state is then part of the history
+    the linearizability checker explains. A read that fails is left out (the other checks
+    report it)."""
+    for h in histories:
+        for log in h.all_logs():
+            invoke = oplog.begin()
+            try:
+                records, problems = read_log(client, log)
+            except StampError:
+                continue
+            if not problems:
+                oplog.done(log_key(log), ("read", 0, tuple(value_id(d) for _, d in records),
+                                          True), invoke, None, "final")
+        for row in range(ROWS_PER_WRITER):
+            invoke = oplog.begin()
+            try:
+                value, etag = client.get(h.group, row_key(row))
+                result: tuple[str, ...] = ("value", value_id(value), etag)
+            except NotFound:
+                result = ("absent",)
+            except StampError:
+                continue
+            oplog.done(entity_key(h.group, row), ("get",), invoke, result, "final")
+
+
+def bind_batches(ops: list[Op], batches: dict[str, tuple[list[Hashable], str, float]]
+                 ) -> list[Op]:
+    """`ops` with each batch in doubt that a get saw on one of its rows made an op that took
+    effect, on every one of its rows, by the end of the first such get: a batch is atomic,
+    so seen anywhere it was done everywhere (its parts' answers stay unknown)."""
+    seen_by: dict[tuple[Hashable, str], float] = {}
+    for op in ops:
+        if op.call[0] == "get" and op.respond is not None and op.result[0] == "value":
+            at = (op.key, op.result[1])
+            seen_by[at] = min(seen_by.get(at, op.respond), op.respond)
+    bound: dict[tuple[Hashable, str, float], float] = {}
+    for keys, value, invoke in batches.values():
+        times = [seen_by[(key, value)] for key in keys if (key, value) in seen_by]
+        if times:
+            bound.update({(key, value, invoke): min(times) for key in keys})
+    return [dataclasses.replace(op, respond=bound[(op.key, op.call[1], op.invoke)])
+            if op.respond is None and op.call[0] == "put"
+            and (op.key, op.call[1], op.invoke) in bound else op for op in ops]
+
+
+def linearizability_violations(oplog: OpLog) -> Violations:
+    """Every log's and every row's history checked for linearizability (module
+    docstring); entity keys are (group, row), log keys ("log", name)."""
+    ops = bind_batches(list(oplog.ops), dict(oplog.batches))
+    found = Violations()
+    found.add(check_history([op for op in ops if _is_log(op.key)], log_model()))
+    found.add(check_history([op for op in ops if not _is_log(op.key)], entity_model()))
+    return found
+
+
+def _is_log(key: Hashable) -> bool:
+    return isinstance(key, tuple) and len(key) == 2 and key[0] == "log" and \
+        isinstance(key[1], str)
 
 
 def follower_violations(log: str, seen: list[tuple[int, bytes]],

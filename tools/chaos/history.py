@@ -126,23 +126,24 @@ class OpLog:
     """Every operation of a run with its real-time bounds (time.monotonic), for the
     linearizability checker (tools/chaos/linearizability.py); shared by threads.
 
-    `begin()` is read before a call is sent, `done(...)` after its answer came back;
+    Times are seconds since `started`. `begin()` is read before a call is sent, `done(...)`
+    after its answer came back;
     `in_doubt(...)` records a write whose outcome is unknown (respond None). A batch's parts
     carry one `batch` name (`batches`: name -> its parts' keys and value), so a batch in doubt
     seen applied on one row is known applied on all by then (check.bind_batches)."""
 
-    def __init__(self) -> None:
+    def __init__(self, started: float | None = None) -> None:
+        self.started = time.monotonic() if started is None else started  # time 0 of `ops`
         self.ops: list[Op] = []
         self.batches: dict[str, tuple[list[Hashable], str, float]] = {}
         self._lock = threading.Lock()
 
-    @staticmethod
-    def begin() -> float:
-        return time.monotonic()
+    def begin(self) -> float:
+        return time.monotonic() - self.started
 
     def done(self, key: Hashable, call: tuple[Any, ...], invoke: float, result: Any,
              client: str) -> None:
-        self._add(Op(key, call, invoke, time.monotonic(), result, client))
+        self._add(Op(key, call, invoke, self.begin(), result, client))
 
     def in_doubt(self, key: Hashable, call: tuple[Any, ...], invoke: float,
                  client: str) -> None:

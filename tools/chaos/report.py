@@ -50,6 +50,7 @@ def make_report(seed: int, minutes: float, schedule: list[Fault], nemesis: Nemes
         "restarted_at_end": restarted,
         "checked": verdict.checked,
         "violations": [*verdict.violations, *crash_violations(nemesis.crashes, restarted)],
+        "undecided": verdict.undecided,
         "availability": {
             "ok_per_s_mean": round(sum(ok) / max(1, len(ok)), 1),
             "ok_per_s_min": min(ok, default=0),
@@ -118,6 +119,9 @@ def print_report(report: dict[str, Any], console: Any) -> None:
     console.print(f"availability: {a['ok_per_s_mean']} ops/s on average, "
                   f"{a['seconds_without_success']} of {int(report['seconds'])} s without a "
                   f"successful op")
+    if report.get("undecided"):
+        console.print(f"linearizability undecided (search budget spent): "
+                      f"{report['undecided'][:5]}", markup=False)
     if report["crashes"]:
         console.print(f"died without being asked: {report['crashes']}")
     violations = report["violations"]

@@ -2,11 +2,13 @@
 checker (tools/chaos/__init__.py has the map).
 
 The run: start a fresh stamp in a temporary directory (on a lossy file system when power
-cuts are on, tools/lossyfs); make the `chaos` account; start the writers, two subscribers
-and a scanner; let the nemesis play the seeded schedule for the run's length; stop it (its
-fault under way undone), stop the workload, start whatever is down and wait until the stamp
-is healthy; then check every writer's history, the subscribers and the scans. The stamp is
-stopped whatever happens. The report (tools/chaos/report.py) is a plain dict.
+cuts are on, tools/lossyfs); make the `chaos` account; start the writers, readers of the
+same logs and rows, two subscribers and a scanner; let the nemesis play the seeded schedule
+for the run's length; stop it (its fault under way undone), stop the workload, start
+whatever is down and wait until the stamp is healthy and the subscribers caught up with
+their logs; then check every writer's history, the subscribers and the scans, and the
+history of every write and read for linearizability. The stamp is stopped whatever
+happens. The report (tools/chaos/report.py) is a plain dict.
 """
 
 from __future__ import annotations
@@ -20,10 +22,17 @@ from pathlib import Path
 from typing import Any
 
 from common.config import load_config
+from common.errors import StampError
 from frontend.client import Client
 from tools import local_front_ends
-from tools.chaos.check import find_violations
-from tools.chaos.followers import Scanner, Subscriber
+from tools.chaos.check import (
+    find_violations,
+    linearizability_violations,
+    read_log,
+    record_final_state,
+)
+from tools.chaos.followers import Reader, Scanner, Subscriber
+from tools.chaos.history import OpLog
 from tools.chaos.nemesis import FaultRecord, Nemesis, restore
 from tools.chaos.report import make_report
 from tools.chaos.schedule import Fault, make_schedule
@@ -36,6 +45,8 @@ ACCOUNT = "chaos"
 SDK_TIMEOUT_S = 20.0  # one SDK call, its own retries included; then the op is in doubt
 TOKEN_RETRIES = 2  # an append that failed is sent again with its token this many times
 SUBSCRIBED_LOGS = 2
+READERS = 2
+CATCH_UP_S = 60.0  # after the run, for a subscriber to deliver its log's last record
 PROGRESS_S = 0.5
 # The stamp chaos starts: every role at least twice (3 for Raft groups), 6 ENs in 3 fault
 # domains so that one can be down and new extents still find 3 domains; small extents, so
@@ -146,14 +157,17 @@ def _run_on(stamp: LocalStamp, mount: LossyMount | None, options: ChaosOptions,
     roles = stamp_roles(stamp)
     started = time.monotonic()
     tally = Tally(started)
+    oplog = OpLog(started)
     workload = MixedWorkload(client, options.writers, options.seed, large_every=40,
                              logs_per_writer=2, cas_every=3, batch_every=5,
-                             token_retries=TOKEN_RETRIES, tally=tally)
+                             token_retries=TOKEN_RETRIES, tally=tally, oplog=oplog)
     logs = [log for h in workload.histories for log in h.all_logs()]
     schedule = make_schedule(options.seed, duration_s, roles, logs, power_cuts=mount is not None)
     subscribers = [Subscriber(client, h.log, tally)
                    for h in workload.histories[:SUBSCRIBED_LOGS]]
     scanner = Scanner(client, workload.histories, tally)
+    readers = [Reader(client, workload.histories, oplog, tally, options.seed * 100 + i,
+                      f"reader-{i}") for i in range(READERS)]
 
     def changed(record: FaultRecord) -> None:
         show(RunStatus("chaos", tally_time(started), duration_s, workload.ops(),
@@ -161,8 +175,8 @@ def _run_on(stamp: LocalStamp, mount: LossyMount | None, options: ChaosOptions,
     nemesis = Nemesis(stamp, schedule, ACCOUNT, started, mount, changed)
     show(RunStatus("schedule", total_s=duration_s, current=_schedule_text(schedule)))
     workload.start()
-    for sub in subscribers:
-        sub.start()
+    for follower in [*subscribers, *readers]:
+        follower.start()
     scanner.start()
     nemesis.start()
     while tally_time(started) < duration_s:
@@ -174,19 +188,39 @@ def _run_on(stamp: LocalStamp, mount: LossyMount | None, options: ChaosOptions,
     ended = tally_time(started)
     show(RunStatus("stopping the workload"))
     workload.stop()
+    for reader in readers:
+        reader.stop()
     scanner.stop()
     show(RunStatus("bringing every process back and waiting until the stamp is healthy"))
     restarted = restore(stamp)
-    for sub in subscribers:
-        sub.stop()
-    show(RunStatus("checking every acknowledged operation"))
     with client() as checker_client:
+        show(RunStatus("waiting for the subscribers to catch up with their logs"))
+        _catch_up(checker_client, subscribers)
+        for sub in subscribers:
+            sub.stop()
+        show(RunStatus("checking every acknowledged operation"))
         verdict = find_violations(checker_client, workload.histories, subscribers)
+        show(RunStatus("checking every write and read for linearizability"))
+        record_final_state(checker_client, workload.histories, oplog)
+    verdict.add_linearizability(linearizability_violations(oplog))
     verdict.violations += scanner.violations
     if nemesis.failure is not None:
         verdict.violations.append(f"the nemesis failed: {nemesis.failure!r}")
     return make_report(options.seed, options.minutes, schedule, nemesis, tally, verdict,
                        ended, restarted, roles)
+
+
+def _catch_up(client: Client, subscribers: list[Subscriber]) -> None:
+    """Wait (CATCH_UP_S in all) until each subscriber was delivered its log's last record;
+    one that was not is reported by the checker (follower_violations)."""
+    deadline = time.monotonic() + CATCH_UP_S
+    for sub in subscribers:
+        try:
+            records, _ = read_log(client, sub.log)
+        except StampError:
+            continue  # the checker reports a log it cannot read
+        if records:
+            sub.wait_for(records[-1][0], max(0.0, deadline - time.monotonic()))
 
 
 def tally_time(started: float) -> float:
