@@ -26,7 +26,7 @@ from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
-from common import tls
+from common import background, tls
 from common.config import WatchConfig
 
 log = logging.getLogger(__name__)
@@ -60,15 +60,18 @@ class Health:
         self._task = asyncio.get_running_loop().create_task(self._run(check))
 
     async def _run(self, check: Check) -> None:
-        interval_s = self.config.health_check_interval_ms / 1000
-        while True:
-            try:
-                outcome = check()
-                reason = await outcome if inspect.isawaitable(outcome) else outcome
-            except Exception as exc:  # a failing check is an unhealthy server, not a crash
-                reason = f"health check failed: {exc!r}"
-            await self._set(SERVING if reason is None else NOT_SERVING, reason or "")
-            await asyncio.sleep(interval_s)
+        # The one background helper: were this loop to end, the status would freeze.
+        await background.run_forever("health check", lambda: self._check_once(check),
+                                     self.config.health_check_interval_ms / 1000,
+                                     logger=log)
+
+    async def _check_once(self, check: Check) -> None:
+        try:
+            outcome = check()
+            reason = await outcome if inspect.isawaitable(outcome) else outcome
+        except Exception as exc:  # a failing check is an unhealthy server, not a crash
+            reason = f"health check failed: {exc!r}"
+        await self._set(SERVING if reason is None else NOT_SERVING, reason or "")
 
     async def _set(self, status: str, reason: str) -> None:
         if status != self.status:

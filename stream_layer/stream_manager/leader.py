@@ -25,6 +25,7 @@ import weakref
 from collections.abc import Coroutine, Iterable
 from typing import Any
 
+from common import background, faults
 from common.clock import Clock, SystemClock
 from common.config import StreamManagerLimits
 from common.errors import NotFound, PreconditionFailed, StampError, Unavailable
@@ -361,14 +362,18 @@ class StreamManagerLeader:
     # ---- watching nodes -------------------------------------------------------------------
 
     async def monitor_forever(self) -> None:
-        while True:
-            await asyncio.sleep(self.limits.monitor_interval_ms / 1000)
-            if not self.is_leader():
-                continue
-            try:
-                await self.monitor_once()
-            except StampError as exc:
-                log.warning("monitor pass failed: %s", exc)
+        """Watch the nodes every `monitor_interval_ms`, on the leader only, until cancelled.
+        On the one background helper (common/background.py): a pass that fails for whatever
+        reason is logged and the next one runs; were the loop to end, dead nodes would never
+        be declared dead nor their extents re-replicated."""
+        await background.run_forever("monitor pass", self._monitor_if_leader,
+                                     self.limits.monitor_interval_ms / 1000,
+                                     delay_first=True, logger=log, clock=self.clock)
+
+    async def _monitor_if_leader(self) -> None:
+        if self.is_leader():
+            await faults.apoint("sm.monitor")
+            await self.monitor_once()
 
     async def monitor_once(self) -> None:
         nodes = self.replica.read(lambda st: list(st.nodes.values()))
