@@ -11,6 +11,7 @@ from tools.chaos.report import availability_by_fault
 from tools.chaos.schedule import (
     DISK_KINDS,
     END_QUIET_S,
+    FIRST_DECK_RUN_S,
     KINDS,
     PROCESS_KINDS,
     ROLES,
@@ -48,6 +49,17 @@ def test_a_one_minute_schedule_has_as_many_kinds_as_faults() -> None:
     kinds = [f.kind for f in faults]
     assert len(set(kinds)) == min(len(kinds), len(KINDS) - 1)
     assert "power_cut" not in kinds  # no lossy file system: no power cuts
+
+
+def test_a_run_of_a_minute_deals_every_kind_with_any_seed() -> None:
+    for seed in range(20):
+        for cuts in (True, False):
+            faults = make_schedule(seed, FIRST_DECK_RUN_S, SHAPE, LOGS, power_cuts=cuts)
+            kinds = {f.kind for f in faults}
+            assert kinds == set(KINDS) - (set() if cuts else {"power_cut"}), (seed, kinds)
+    # a long run keeps its pace after the first deck
+    long = make_schedule(1, 1800, SHAPE, LOGS, power_cuts=True)
+    assert all(f.hold_s >= 1.0 or f.hold_s == 0 for f in long[len(KINDS):])
 
 
 def test_faults_come_one_at_a_time_inside_the_run_on_the_right_roles() -> None:

@@ -8,6 +8,11 @@ Contract:
   any one node at any moment (DESIGN §8), not of several at once;
 - kinds are dealt from a shuffled deck, reshuffled when used up: every schedule of at least
   `len(KINDS)` faults holds every kind, and a short one holds as many kinds as faults;
+- the first deck fits the run: when its holds and gaps, at their drawn lengths, would start
+  its last fault after FIRST_DECK_SHARE of the time faults may start in, they are shortened
+  in proportion (not below MIN_HOLD_S, MIN_GAP_S) so that it starts by then, leaving the
+  rest for what the schedule cannot know (restarts take longer on a loaded machine). A run
+  of FIRST_DECK_RUN_S or more therefore deals every kind; later decks keep their pace;
 - process faults (kill, freeze, isolate) deal the roles from a deck of their own, so every
   role (lock, SM, EN, PM, PS, FE) is hit as soon as there are six of them;
 - `pick` is a seeded number for choices only the running stamp can make (which sealed extent
@@ -36,6 +41,12 @@ GAP_S = (1.5, 5.0)  # quiet time after a fault is undone, before the next
 START_S = 3.0  # the workload runs alone this long first
 END_QUIET_S = 5.0  # and this long at the end: no fault starts after duration - END_QUIET_S
 SLOW_FSYNC_MS = (50, 300)
+FIRST_DECK_SHARE = 0.5
+MIN_HOLD_S = 0.5  # a held fault shortened to fit the first deck lasts at least this
+MIN_GAP_S = 0.5
+FIRST_DECK_RUN_S = 60.0  # a run this long deals every kind (schedule's time)
+
+_Draw = tuple[str, float, float, str, str, int]  # kind, hold, gap, target, detail, pick
 
 
 @dataclass(frozen=True)
@@ -68,15 +79,41 @@ def make_schedule(seed: int, duration_s: float, roles: Mapping[str, Sequence[str
     kinds = [k for k in kinds if _possible(k, roles)]
     kind_deck = _deck(rng, kinds)
     role_deck = _deck(rng, [r for r in ROLES if roles.get(r)])
-    faults = []
+    drawn: list[_Draw] = []  # in the order dealt
     at = START_S
-    while at < duration_s - END_QUIET_S:
+    while at < duration_s - END_QUIET_S or len(drawn) < len(kinds):
         kind = next(kind_deck)
         hold = round(rng.uniform(*HOLD_S[kind]), 1)
         target, detail = _target(kind, rng, roles, role_deck, logs)
-        faults.append(Fault(round(at, 1), kind, target, hold, rng.randrange(1 << 30), detail))
-        at += hold + rng.uniform(*GAP_S) + _settle_s(kind)
+        drawn.append((kind, hold, rng.uniform(*GAP_S), target, detail,
+                      rng.randrange(1 << 30)))
+        at += drawn[-1][1] + drawn[-1][2] + _settle_s(kind)
+    drawn[:len(kinds)] = _fit_first_deck(drawn[:len(kinds)], duration_s)
+    faults = []
+    at = START_S
+    for kind, hold, gap, target, detail, pick in drawn:
+        if at >= duration_s - END_QUIET_S:
+            break
+        faults.append(Fault(round(at, 1), kind, target, hold, pick, detail))
+        at += hold + gap + _settle_s(kind)
     return faults
+
+
+def _fit_first_deck(deck: list[_Draw], duration_s: float) -> list[_Draw]:
+    """The first deck with its holds and gaps shortened in proportion so that its last
+    fault starts by FIRST_DECK_SHARE of the time faults may start in (module docstring)."""
+    if len(deck) < 2:
+        return deck
+    budget = (duration_s - END_QUIET_S - START_S) * FIRST_DECK_SHARE
+    before_last = deck[:-1]
+    settle = sum(_settle_s(kind) for kind, *_ in before_last)
+    paced = sum(hold + gap for _, hold, gap, *_ in before_last)
+    if settle + paced <= budget or paced == 0:
+        return deck
+    scale = max(0.0, budget - settle) / paced
+    return [(kind, round(max(MIN_HOLD_S, hold * scale), 1) if hold else 0.0,
+             max(MIN_GAP_S, gap * scale), target, detail, pick)
+            for kind, hold, gap, target, detail, pick in deck]
 
 
 def _possible(kind: str, roles: Mapping[str, Sequence[str]]) -> bool:
