@@ -344,6 +344,12 @@ class FrontEndLimits:
     scan_page_bytes_max: int = 1 * MiB
     # How long the front end keeps an account's keys (a rotated key works at most this long).
     account_cache_ttl_ms: int = 5000
+    # While the lock service does not answer, a front end keeps using the keys it holds for
+    # up to this long past their TTL (0: never), so an outage refuses no account it has
+    # seen; a request waits at most account_keys_stale_wait_ms for a read of an expired key
+    # before it is served the one held (frontend/auth.py, issue 29).
+    account_keys_stale_max_ms: int = 300_000
+    account_keys_stale_wait_ms: int = 500
     # Answer bytes one Call stream may hold: answers not yet written, plus the most each
     # request in flight may return (a read or a get: 4 MiB). Past it the stream is not read
     # until half is written (frontend/server.py): a client that does not read its answers
@@ -379,7 +385,7 @@ class FrontEndLimits:
 
     def __post_init__(self) -> None:
         positive = ("call_held_bytes_max", "scan_partitions_in_flight_max", "scan_page_rows_max",
-                    "scan_page_bytes_max", "account_cache_ttl_ms",
+                    "scan_page_bytes_max", "account_cache_ttl_ms", "account_keys_stale_wait_ms",
                     "account_requests_per_s_max", "account_burst_requests_max",
                     "account_bytes_per_s_max", "account_burst_bytes_max",
                     "accounts_tracked_max", "talkers_held_max", "talker_window_ms",
@@ -392,6 +398,8 @@ class FrontEndLimits:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise InvalidArgument(f"front_end.{name} must be positive")
+        if self.account_keys_stale_max_ms < 0:
+            raise InvalidArgument("front_end.account_keys_stale_max_ms must be 0 or more")
         if not 0.0 < self.talker_sample_probability <= 1.0:
             raise InvalidArgument("front_end.talker_sample_probability must be in (0, 1]")
         if not 0.0 <= self.throttle_share_min < 1.0:

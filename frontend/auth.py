@@ -7,7 +7,17 @@ account_cache_ttl_ms, at most 10 s: a rotated key or a deleted account stops wor
 that), and a miss is read on a worker thread (asyncio.to_thread), once for all the requests
 that wait for the same account. A key past half its TTL is served while a read refreshes it
 in the background, so an account in use never waits for the store (nor for lookups made-up
-names queue there), and what is served is never older than the TTL.
+names queue there).
+
+Without the lock service (issue 29): a key past its TTL is read again, but a request waits
+for that read at most `stale_wait_s`; if the read fails or has not answered by then, the
+account's last keys stay in use (stale-if-error), up to `stale_max_s` past the TTL, while
+one read at a time, REFRESH_RETRY_S apart, keeps trying. So an outage of the lock service
+refuses no account a front end has seen lately, and once the store answers again the keys
+it holds are in use within a read: a key rotated while the store is reachable still stops
+working within the TTL (plus one read); one rotated during an outage, within a read of its
+end. A read that finds no account (deleted) ends the old keys at once. Failed reads are
+logged rate-limited (common/background.FailureLog), not once per request.
 
 What strangers can make a front end hold (issue 28): every field of the credentials is
 checked for its size before anything is looked up or cached (`check_field_sizes`); only
@@ -28,12 +38,13 @@ already, or LOOKUPS_PER_PEER_MAX for the same peer, which a client retries.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 from collections.abc import Callable, Sequence
 from typing import Final
 
+from common.background import FailureLog
 from common.clock import Clock
-from common.errors import InvalidArgument, StampError, Throttled, Unauthenticated, Unavailable
+from common.errors import InvalidArgument, Throttled, Unauthenticated, Unavailable
 from common.proto import partition_pb2 as pb
 from frontend import names, sas, wire
 from frontend.accounts import CACHE_ENTRIES_MAX, CACHE_TTL_MAX_S
@@ -41,6 +52,8 @@ from frontend.accounts import CACHE_ENTRIES_MAX, CACHE_TTL_MAX_S
 Keys = Sequence[bytes] | None
 # Reads the keys of an account from the replicated store (blocking; None: no such account).
 KeyReader = Callable[[str], Keys]
+
+log = logging.getLogger(__name__)
 
 
 class _Miss(Exception):
@@ -75,6 +88,13 @@ REFRESH_AFTER_TTL_FRACTION = 0.5
 # account whose keys were found is refreshed, so lookups of made-up names, however many
 # peers make them, cannot keep the accounts in use from being refreshed.
 REFRESHES_IN_FLIGHT_MAX = 16
+# While an account's keys cannot be read (the lock service unreachable), its reads start at
+# most this often: requests go on with the old keys, the store is not hammered, and keys
+# rotated meanwhile are read within this of its return.
+REFRESH_RETRY_S = 0.5
+# Defaults of FrontEndLimits.account_keys_stale_max_ms / _wait_ms (common/config.py).
+STALE_MAX_S = 300.0
+STALE_WAIT_S = 0.5
 # The largest credentials fields a request may carry, checked before any lookup: names by
 # frontend/names.py's rules, an HMAC-SHA256 (32 bytes; room for a longer MAC), a shared
 # access token by sas.TOKEN_CHARS_MAX.
@@ -107,27 +127,43 @@ def check_field_sizes(account: str, name: str | None, auth: pb.Auth) -> None:
 
 class _Entry:
     """An account's keys as read at `read_at` (monotonic): refreshed from `refresh_at`,
-    served until `expires_at`."""
+    served until `expires_at` — and, while its reads fail (`failing`), until `stale_until`,
+    with a read tried again from `retry_at`."""
 
-    __slots__ = ("expires_at", "keys", "refresh_at")
+    __slots__ = ("expires_at", "failing", "keys", "read_at", "refresh_at", "retry_at",
+                 "stale_until")
 
-    def __init__(self, keys: Sequence[bytes], read_at: float, ttl_s: float) -> None:
+    def __init__(self, keys: Sequence[bytes], read_at: float, ttl_s: float,
+                 stale_max_s: float) -> None:
         self.keys = keys
+        self.read_at = read_at
         self.refresh_at = read_at + ttl_s * REFRESH_AFTER_TTL_FRACTION
         self.expires_at = read_at + ttl_s
+        self.stale_until = self.expires_at + stale_max_s
+        self.failing = False
+        self.retry_at = read_at
 
 
 class Authenticator:
-    def __init__(self, read_keys: KeyReader, clock: Clock, ttl_s: float) -> None:
+    def __init__(self, read_keys: KeyReader, clock: Clock, ttl_s: float,
+                 stale_max_s: float = STALE_MAX_S, stale_wait_s: float = STALE_WAIT_S) -> None:
         if not 0 <= ttl_s <= CACHE_TTL_MAX_S:
             raise InvalidArgument(f"account cache TTL {ttl_s} s is outside 0..{CACHE_TTL_MAX_S}")
+        if stale_max_s < 0 or stale_wait_s <= 0:
+            raise InvalidArgument("stale keys are kept for 0 s or more, waited for over 0 s")
         self._read_keys = read_keys
         self._clock = clock
         self._ttl_s = ttl_s
+        self._stale_max_s = stale_max_s
+        self._stale_wait_s = stale_wait_s
         self._cache: dict[str, _Entry] = {}
         self._reading: dict[str, asyncio.Future[Keys]] = {}
         self._peer_reads: dict[str, int] = {}  # reads started per peer, not yet answered
-        self._refreshes: set[asyncio.Task[None]] = set()
+        self._refreshing: set[str] = set()  # accounts whose read in flight is a refresh
+        self._reads: set[asyncio.Task[None]] = set()
+        self._failures = FailureLog(
+            f"reading account keys (the keys held stay in use up to {stale_max_s:g} s past "
+            f"their TTL)", log, clock=clock)
 
     def accounts_cached(self) -> int:
         return len(self._cache)
@@ -192,64 +228,105 @@ class Authenticator:
         if entry is None:
             raise _Miss(account)
         now = self._clock.monotonic()
-        if now >= entry.expires_at:
-            raise _Miss(account)
-        if now >= entry.refresh_at:
+        if now < entry.refresh_at:
+            return entry.keys
+        if now < entry.expires_at or (entry.failing and now < entry.stale_until):
+            # Past the TTL only while reads fail: the store is unreachable (module docstring).
             self._refresh_behind(account)
-        return entry.keys
+            return entry.keys
+        raise _Miss(account)
 
-    def _refresh_behind(self, account: str) -> None:
-        """Start a background read of `account` unless one runs already (or
-        REFRESHES_IN_FLIGHT_MAX do, or there is no event loop: the entry simply expires)."""
-        if account in self._reading or len(self._refreshes) >= REFRESHES_IN_FLIGHT_MAX:
-            return
+    def _refresh_behind(self, account: str) -> asyncio.Future[Keys] | None:
+        """The read of `account` in flight, or one started now in the background; None if
+        none may start: REFRESHES_IN_FLIGHT_MAX run, its last read failed less than
+        REFRESH_RETRY_S ago, or there is no event loop (the entry simply expires)."""
+        future = self._reading.get(account)
+        if future is not None:
+            return future
+        entry = self._cache.get(account)
+        if (len(self._refreshing) >= REFRESHES_IN_FLIGHT_MAX
+                or (entry is not None and self._clock.monotonic() < entry.retry_at)):
+            return None
         try:
-            loop = asyncio.get_running_loop()
+            asyncio.get_running_loop()
         except RuntimeError:
-            return
-        task = loop.create_task(self._refresh(account))
-        self._refreshes.add(task)
-        task.add_done_callback(self._refreshes.discard)
+            return None
+        return self._start_read(account, "", refresh=True)
 
-    async def _refresh(self, account: str) -> None:
-        # On failure the entry is served until it expires; then a request reads it again.
-        with contextlib.suppress(StampError):
-            await self._load(account, "", refresh=True)
-
-    async def _load(self, account: str, peer: str, refresh: bool = False) -> Keys:
-        """Read `account`'s keys on a thread; concurrent readers of one account share it. A
-        `refresh` is bounded by the caller, not by the lookups' bounds."""
+    async def _load(self, account: str, peer: str) -> Keys:
+        """`account`'s keys as read now; concurrent readers of one account share the read.
+        An account whose keys are held past their TTL (a stale entry within `stale_max_s`)
+        waits for the read at most `stale_wait_s`, then goes on with them if it failed or
+        has not answered (module docstring)."""
         try:
             names.check_account(account)
         except InvalidArgument:  # no such account can exist: no read of the store for it
             return None
-        future = self._reading.get(account)
-        if future is not None:
-            return await asyncio.shield(future)
+        entry = self._cache.get(account)
+        if entry is not None and self._clock.monotonic() < entry.stale_until:
+            future = self._refresh_behind(account)
+            if future is not None:
+                return await self._fresh_or_stale(future, entry)
+        future = self._reading.get(account) or self._start_read(account, peer, refresh=False)
+        return await asyncio.shield(future)
+
+    async def _fresh_or_stale(self, future: asyncio.Future[Keys], entry: _Entry) -> Keys:
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), self._stale_wait_s)
+        except (TimeoutError, Unavailable):
+            # The read goes on (and updates the cache if it answers); until it does, every
+            # request of the account is served the keys held, without waiting.
+            entry.failing = True
+            return entry.keys
+
+    def _start_read(self, account: str, peer: str, refresh: bool) -> asyncio.Future[Keys]:
+        """Start reading `account`'s keys on a thread; its future is the answer (Unavailable
+        if the store could not be read). A `refresh` is bounded by REFRESHES_IN_FLIGHT_MAX
+        (its caller's), a lookup by the lookups' bounds (Throttled here)."""
         if not refresh:
             self._admit_lookup(peer)
-        future = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Keys] = loop.create_future()
         self._reading[account] = future
+        if refresh:
+            self._refreshing.add(account)
         if peer:
             self._peer_reads[peer] = self._peer_reads.get(peer, 0) + 1
         # Dated from before the read: what it returns may be as old as that, and a
         # rotation during a slow read must still take effect within the TTL.
-        read_at = self._clock.monotonic()
+        task = loop.create_task(self._read(account, peer, future, self._clock.monotonic()))
+        self._reads.add(task)
+        task.add_done_callback(self._reads.discard)
+        return future
+
+    async def _read(self, account: str, peer: str, future: asyncio.Future[Keys],
+                    read_at: float) -> None:
+        """The read `_start_read` started, in a task of its own: it outlives the request
+        that started it (a request that gives up on it leaves it to update the cache)."""
         try:
             keys = await asyncio.to_thread(self._read_keys, account)
         except BaseException as exc:  # waiters must not hang on a reader that failed
-            error = Unavailable(f"the account store could not be read: {exc!r}")
-            future.set_exception(error)
+            self._read_failed(account, exc)
+            future.set_exception(Unavailable(f"the account store could not be read: {exc!r}"))
             future.exception()  # retrieved: waiters (if any) get it too
-            if isinstance(exc, StampError):
-                raise error from None
-            raise
+            if not isinstance(exc, Exception):
+                raise
+            return
         finally:
             self._reading.pop(account, None)
+            self._refreshing.discard(account)
             self._lookup_done(peer)
+        self._failures.succeeded()
         self._remember(account, keys, read_at)
         future.set_result(keys)
-        return keys
+
+    def _read_failed(self, account: str, exc: BaseException) -> None:
+        if isinstance(exc, Exception):
+            self._failures.failed(exc)
+        entry = self._cache.get(account)
+        if entry is not None:
+            entry.failing = True
+            entry.retry_at = self._clock.monotonic() + REFRESH_RETRY_S
 
     def _admit_lookup(self, peer: str) -> None:
         """Throttled if a new store read may not start now (module docstring's bounds)."""
@@ -280,7 +357,7 @@ class Authenticator:
             return
         if len(self._cache) >= CACHE_ENTRIES_MAX:
             now = self._clock.monotonic()
-            self._cache = {k: v for k, v in self._cache.items() if v.expires_at > now}
+            self._cache = {k: v for k, v in self._cache.items() if v.stale_until > now}
             if len(self._cache) >= CACHE_ENTRIES_MAX:
                 self._cache.clear()  # many accounts: start over, stay bounded
-        self._cache[account] = _Entry(keys, read_at, self._ttl_s)
+        self._cache[account] = _Entry(keys, read_at, self._ttl_s, self._stale_max_s)

@@ -97,7 +97,9 @@ async def serve(args: argparse.Namespace) -> None:
     locks = LockClient([a for a in args.lock.split(",") if a], holder=args.name)
     # The store's own cache is off (TTL 0): Authenticator caches, off the event loop.
     store = AccountStore(locks, clock, cache_ttl_s=0)
-    auth = Authenticator(store.keys_of, clock, config.front_end.account_cache_ttl_ms / 1000)
+    auth = Authenticator(store.keys_of, clock, config.front_end.account_cache_ttl_ms / 1000,
+                         stale_max_s=config.front_end.account_keys_stale_max_ms / 1000,
+                         stale_wait_s=config.front_end.account_keys_stale_wait_ms / 1000)
     throttle = AccountThrottle(config.front_end, clock, random.Random())
     client = ForwardingClient([a for a in args.pm.split(",") if a], config.partition,
                               on_pressure=lambda pressure: front_end.observe_pressure(pressure))
