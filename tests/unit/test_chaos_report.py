@@ -11,7 +11,7 @@ import pytest
 
 from tools.chaos import nemesis as nemesis_module
 from tools.chaos.check import Verdict
-from tools.chaos.nemesis import Nemesis
+from tools.chaos.nemesis import FaultRecord, Nemesis
 from tools.chaos.report import make_report
 from tools.chaos.schedule import Fault
 from tools.chaos.workload import Tally
@@ -49,8 +49,21 @@ def test_a_fault_point_counts_only_when_it_fired(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(nemesis_module.rpc, "disarm_remote", disarm)
     monkeypatch.setattr(nemesis_module.rpc, "armed_remote", lambda address: dict(armed),
                         raising=False)
+    monkeypatch.setattr(nemesis_module, "FIRE_WAIT_S", 0.2, raising=False)
     nemesis = Nemesis(_Stamp(), [], "acct", 0.0)  # type: ignore[arg-type]
     fault = Fault(1.0, "slow_disk", "en-1", 0.0, 7, "journal.before_fsync=delay:100")
     nemesis._apply(fault)
     record: Any = nemesis.records[-1]
     assert record.outcome == ("done" if fired else "skipped"), record
+
+
+def test_with_every_kind_a_kind_never_applied_is_a_violation() -> None:
+    schedule = [Fault(3.0, "kill", "sm-1", 1.0, 1), Fault(9.0, "split", "log-1", 0.0, 2)]
+    records = [FaultRecord("kill", "sm-1", 3.0, 3.1, 4.2, "done"),
+               FaultRecord("split", "log-1", 9.0, 9.0, 9.1, "skipped")]
+    nemesis = SimpleNamespace(records=records, crashes=[])
+    for every_kind in (False, True):
+        report = make_report(1, 1.0, schedule, nemesis, Tally(), Verdict(), 3.0,  # type: ignore[arg-type]
+                             [], {}, every_kind=every_kind)
+        assert report["kinds_not_dealt"] == ["split"]
+        assert bool(report["violations"]) is every_kind, report["violations"]

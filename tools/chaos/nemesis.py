@@ -35,6 +35,8 @@ RESTART_PAUSE_S = 1.0
 DEATH_POLL_S = 0.05
 JOIN_TIMEOUT_S = 300.0  # a power cut and the whole stamp's restart may be under way
 CRASH_AFTER_FIRE_S = 10.0  # a node whose crashing fault point fired stops within this
+FIRE_WAIT_S = 15.0  # an armed fault point nothing passed in this long is no fault
+FIRE_POLL_S = 0.1
 
 
 @dataclass
@@ -78,6 +80,11 @@ class Nemesis:
         self._thread.join(JOIN_TIMEOUT_S)
         if self._thread.is_alive():
             raise RuntimeError("the nemesis did not stop: a fault could not be undone")
+
+    @property
+    def finished(self) -> bool:
+        """It played its whole schedule (or failed)."""
+        return self._thread.ident is not None and not self._thread.is_alive()
 
     def now(self) -> float:
         return time.monotonic() - self.started
@@ -153,25 +160,43 @@ class Nemesis:
     # ---- fault points and disks --------------------------------------------------------------
 
     def _armed(self, fault: Fault, crash_expected: bool) -> str:
-        """Arm `fault.detail` in the target for the hold, then disarm it; a node that stops
-        itself meanwhile (an injected journal failure or torn write) is started again. A
-        point that never fired (nothing passed it in the hold) is no fault: Skipped."""
+        """Arm `fault.detail` in the target until it first fires (FIRE_WAIT_S at most: a
+        point nothing passed is no fault, Skipped), then for the hold, then disarm it. A
+        node that stops itself (an injected journal failure or torn write: `crash_expected`,
+        waited for up to CRASH_AFTER_FIRE_S after the firing, so that it is not taken for a
+        crash of its own) is started again."""
         address = self.stamp.address(fault.target)
         rpc.arm_remote(address, fault.detail)
-        died = self._wait_death(fault.target, fault.hold_s)
+        how = self._until_fired([fault.target], fault.detail)
+        died = how == "died"
+        if how == "fired":
+            died = self._wait_death(fault.target,
+                                    CRASH_AFTER_FIRE_S if crash_expected else fault.hold_s)
         if not died:
-            hit = fired(fault.detail, rpc.armed_remote(address))
             rpc.disarm_remote(address)
-            if not hit:  # the fault did not happen: say so, do not count it
-                raise Skipped(f"{fault.detail}: never fired on {fault.target} in "
-                              f"{fault.hold_s:g}s (nothing passed the point), disarmed")
-            # A node that fired a crashing point stops just after: wait, do not call it a
-            # crash of its own.
-            died = crash_expected and self._wait_death(fault.target, CRASH_AFTER_FIRE_S)
+        if how is None:  # the fault did not happen: say so, do not count it
+            raise Skipped(f"{fault.detail}: never fired on {fault.target} in "
+                          f"{FIRE_WAIT_S:g}s (nothing passed the point), disarmed")
         if died:
             self._restart(fault.target)
             return f"{fault.detail}: the node stopped, started again"
         return fault.detail
+
+    def _until_fired(self, names: list[str], spec: str) -> str | None:
+        """"fired" once a point of `spec` fired in one of `names`, "died" if one stopped
+        (a crashing point), None after FIRE_WAIT_S or when the nemesis is stopped."""
+        deadline = time.monotonic() + FIRE_WAIT_S
+        while True:
+            for name in names:
+                if not self.stamp.alive(name):
+                    return "died"
+                try:
+                    if fired(spec, rpc.armed_remote(self.stamp.address(name))):
+                        return "fired"
+                except StampError:
+                    pass  # stopping, or too busy to answer: look again
+            if self._stop.wait(FIRE_POLL_S) or time.monotonic() > deadline:
+                return None
 
     def _wait_death(self, name: str, seconds: float) -> bool:
         deadline = time.monotonic() + seconds
@@ -185,7 +210,8 @@ class Nemesis:
         return self._armed(fault, crash_expected=False)
 
     def _failing_disk(self, fault: Fault) -> str:
-        return self._armed(fault, crash_expected=False)
+        # A node whose journal cannot write stops; one whose reads fail goes on.
+        return self._armed(fault, crash_expected="journal" in fault.detail)
 
     def _torn_write(self, fault: Fault) -> str:
         return self._armed(fault, crash_expected=True)
@@ -194,15 +220,16 @@ class Nemesis:
         addresses = [r.address for r in self.stamp.partition_servers()]
         for address in addresses:
             rpc.arm_remote(address, fault.detail)
-        hit = False
+        names = [r.name for r in self.stamp.partition_servers()]
         try:
-            self._hold(fault.hold_s)
-            hit = any(fired(fault.detail, rpc.armed_remote(a)) for a in addresses)
+            how = self._until_fired(names, fault.detail)
+            if how is not None:
+                self._hold(fault.hold_s)  # the hold runs from the first flipped read
         finally:
             for address in addresses:
                 rpc.disarm_remote(address)
-        if not hit:
-            raise Skipped(f"{fault.detail}: no read passed it in {fault.hold_s:g}s")
+        if how is None:
+            raise Skipped(f"{fault.detail}: no read passed it in {FIRE_WAIT_S:g}s")
         return f"{fault.detail} on {len(addresses)} partition servers"
 
     def _flip_disk(self, fault: Fault) -> str:

@@ -2,7 +2,8 @@
 
     seed, minutes, seconds (the workload's length), stamp (role -> processes),
     ops (kind -> acknowledged), op_errors (kind -> failed or in doubt),
-    faults (kind -> applied and fired), faults_skipped, faults_failed, crashes (processes
+    faults (kind -> applied and fired), faults_skipped, faults_failed, kinds_not_dealt
+    (kinds of the schedule never applied: a violation with --every-kind), crashes (processes
     that died without being asked: each is also a violation), schedule (every planned
     fault), fault_log (what was applied, when, for how long, and how it went), checked
     (records, entities, deliveries, linearizable keys and ops checked), undecided (keys
@@ -30,7 +31,9 @@ AFTER_INSTANT_S = 5  # ... and judged by the seconds after it
 
 def make_report(seed: int, minutes: float, schedule: list[Fault], nemesis: Nemesis,
                 tally: Tally, verdict: Verdict, ended_s: float, restarted: list[str],
-                roles: dict[str, list[str]]) -> dict[str, Any]:
+                roles: dict[str, list[str]], every_kind: bool = False) -> dict[str, Any]:
+    """The report (module docstring); `every_kind`: a kind of the schedule never applied
+    is a violation."""
     seconds = int(ended_s)
     timeline = tally.timeline(seconds)
     ok = [t["ok"] for t in timeline]
@@ -38,6 +41,8 @@ def make_report(seed: int, minutes: float, schedule: list[Fault], nemesis: Nemes
                                            "failed": Counter()}
     for record in nemesis.records:
         by_outcome.setdefault(record.outcome, Counter())[record.kind] += 1
+    not_dealt = sorted({f.kind for f in schedule} - set(by_outcome["done"]))
+    missing = [f"fault kinds never applied: {not_dealt}"] if every_kind and not_dealt else []
     return {
         "seed": seed, "minutes": minutes, "seconds": round(ended_s, 1),
         "stamp": roles,
@@ -49,7 +54,9 @@ def make_report(seed: int, minutes: float, schedule: list[Fault], nemesis: Nemes
         "crashes": [{"at_s": at, "process": name} for at, name in nemesis.crashes],
         "restarted_at_end": restarted,
         "checked": verdict.checked,
-        "violations": [*verdict.violations, *crash_violations(nemesis.crashes, restarted)],
+        "kinds_not_dealt": not_dealt,
+        "violations": [*verdict.violations, *crash_violations(nemesis.crashes, restarted),
+                       *missing],
         "undecided": verdict.undecided,
         "availability": {
             "ok_per_s_mean": round(sum(ok) / max(1, len(ok)), 1),

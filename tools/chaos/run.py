@@ -47,6 +47,7 @@ TOKEN_RETRIES = 2  # an append that failed is sent again with its token this man
 SUBSCRIBED_LOGS = 2
 READERS = 2
 CATCH_UP_S = 60.0  # after the run, for a subscriber to deliver its log's last record
+EVERY_KIND_EXTRA_S = 120.0
 PROGRESS_S = 0.5
 # The stamp chaos starts: every role at least twice (3 for Raft groups), 6 ENs in 3 fault
 # domains so that one can be down and new extents still find 3 domains; small extents, so
@@ -67,6 +68,9 @@ class ChaosOptions:
     power_cuts: str = "auto"  # on, off, auto (on when a lossy file system can be mounted)
     config: str | None = None  # a stamp config file instead of CHAOS_CONFIG
     keep: str | None = None  # run the stamp in this (new or empty) directory and keep it
+    # Go on past `minutes` (EVERY_KIND_EXTRA_S at most) until every kind of fault of the
+    # schedule was applied, and count a kind never applied as a violation.
+    every_kind: bool = False
 
 
 @dataclass
@@ -179,7 +183,7 @@ def _run_on(stamp: LocalStamp, mount: LossyMount | None, options: ChaosOptions,
         follower.start()
     scanner.start()
     nemesis.start()
-    while tally_time(started) < duration_s:
+    while not _over(tally_time(started), duration_s, options.every_kind, nemesis, schedule):
         time.sleep(PROGRESS_S)  # the run's clock: progress twice a second
         show(RunStatus("chaos", tally_time(started), duration_s, workload.ops(),
                       len(nemesis.records), _current(nemesis)))
@@ -207,7 +211,7 @@ def _run_on(stamp: LocalStamp, mount: LossyMount | None, options: ChaosOptions,
     if nemesis.failure is not None:
         verdict.violations.append(f"the nemesis failed: {nemesis.failure!r}")
     return make_report(options.seed, options.minutes, schedule, nemesis, tally, verdict,
-                       ended, restarted, roles)
+                       ended, restarted, roles, every_kind=options.every_kind)
 
 
 def _catch_up(client: Client, subscribers: list[Subscriber]) -> None:
@@ -221,6 +225,19 @@ def _catch_up(client: Client, subscribers: list[Subscriber]) -> None:
             continue  # the checker reports a log it cannot read
         if records:
             sub.wait_for(records[-1][0], max(0.0, deadline - time.monotonic()))
+
+
+def _over(elapsed: float, duration_s: float, every_kind: bool, nemesis: Nemesis,
+          schedule: list[Fault]) -> bool:
+    """Whether the run is over: its length has passed and, with `every_kind`, every kind
+    of the schedule was applied, or the nemesis played all of it, or EVERY_KIND_EXTRA_S
+    more passed too."""
+    if elapsed < duration_s:
+        return False
+    if not every_kind or elapsed >= duration_s + EVERY_KIND_EXTRA_S or nemesis.finished:
+        return True
+    done = {r.kind for r in nemesis.records if r.outcome == "done"}
+    return done >= {f.kind for f in schedule}
 
 
 def tally_time(started: float) -> float:
