@@ -10,10 +10,18 @@ from collections.abc import Callable
 from typing import Any
 
 from tools import cli_checks
+from tools.bench.availability_cases import FAULTS, ROLES
 from tools.progress import Progress
 
 Rows = list[dict[str, Any]]
 SCAN_ROWS = 1_000_000  # bench scan's default --rows
+TRIALS = 20  # --trials unless said: each bench caps it as its own cost allows
+
+
+def _trials(args: argparse.Namespace, cap: int | None = None) -> int:
+    """--trials (TRIALS when not given), at most `cap`."""
+    trials = TRIALS if args.trials is None else args.trials
+    return trials if cap is None else min(trials, cap)
 
 
 def _extent_append(args: argparse.Namespace, progress: Progress) -> Rows:
@@ -25,7 +33,7 @@ def _extent_append(args: argparse.Namespace, progress: Progress) -> Rows:
 def _seal(args: argparse.Namespace, progress: Progress) -> Rows:
     from tools.bench.stream import run_seal
 
-    return run_seal(trials=args.trials, progress=progress)
+    return run_seal(trials=_trials(args), progress=progress)
 
 
 def _stream_append(args: argparse.Namespace, progress: Progress) -> Rows:
@@ -37,7 +45,7 @@ def _stream_append(args: argparse.Namespace, progress: Progress) -> Rows:
 def _sm_failover(args: argparse.Namespace, progress: Progress) -> Rows:
     from tools.bench.stream import run_sm_failover
 
-    return run_sm_failover(trials=args.trials, progress=progress)
+    return run_sm_failover(trials=_trials(args), progress=progress)
 
 
 def _lock(args: argparse.Namespace, progress: Progress) -> Rows:
@@ -69,13 +77,13 @@ def _partition_load(args: argparse.Namespace, progress: Progress) -> Rows:
     from tools.bench.partition import run_partition_load
 
     return run_partition_load(sizes_mb=args.sizes_mb, tail_mb=args.tail_mb,
-                              trials=min(args.trials, 5), progress=progress)
+                              trials=_trials(args, 5), progress=progress)
 
 
 def _ps_failover(args: argparse.Namespace, progress: Progress) -> Rows:
     from tools.bench.partition import run_ps_failover
 
-    return run_ps_failover(trials=min(args.trials, 10), progress=progress)
+    return run_ps_failover(trials=_trials(args, 10), progress=progress)
 
 
 def _fe_append(args: argparse.Namespace, progress: Progress) -> Rows:
@@ -93,21 +101,21 @@ def _fe_tls(args: argparse.Namespace, progress: Progress) -> Rows:
 def _scan(args: argparse.Namespace, progress: Progress) -> Rows:
     from tools.bench.front_end import run_scan
 
-    return run_scan(rows=args.rows or SCAN_ROWS, trials=min(args.trials, 5),
+    return run_scan(rows=args.rows or SCAN_ROWS, trials=_trials(args, 5),
                     progress=progress)
 
 
 def _spark_scan(args: argparse.Namespace, progress: Progress) -> Rows:
     from tools.bench.spark_scan import SPARK_SCAN_ROWS, run_spark_scan
 
-    return run_spark_scan(rows=args.rows or SPARK_SCAN_ROWS, trials=min(args.trials, 5),
+    return run_spark_scan(rows=args.rows or SPARK_SCAN_ROWS, trials=_trials(args, 5),
                           progress=progress)
 
 
 def _split(args: argparse.Namespace, progress: Progress) -> Rows:
     from tools.bench.split import run_split
 
-    return run_split(sizes_mb=args.sizes_mb, trials=min(args.trials, 5),
+    return run_split(sizes_mb=args.sizes_mb, trials=_trials(args, 5),
                      progress=progress)
 
 
@@ -127,6 +135,15 @@ def _gc(args: argparse.Namespace, progress: Progress) -> Rows:
     from tools.bench.gc import run_gc
 
     return run_gc(progress=progress)
+
+
+def _availability(args: argparse.Namespace, progress: Progress) -> Rows:
+    from tools.bench.availability import run_availability
+
+    # One trial unless asked: every role and fault once is about 15 minutes.
+    return run_availability(roles=args.roles, faults=args.faults,
+                            trials=1 if args.trials is None else args.trials,
+                            progress=progress)
 
 
 def _blob_append(args: argparse.Namespace, progress: Progress) -> Rows:
@@ -189,6 +206,12 @@ BENCHES: dict[str, tuple[str, Callable[[argparse.Namespace, Progress], Rows]]] =
     "scrub": ("stamp job scrub on local[2] over 256 MB of sealed 3-way replicated extents: "
               "MB/s verified (every replica) against the disk's sequential read rate, taking "
               "turns, page cache dropped (target ratio >= 0.5)", _scrub),
+    "availability": ("8 SDK writers over two partitions; for each --roles and --faults, the "
+                     "longest stall a writer sees and when every writer appends again after "
+                     "the fault ends (p50/max over --trials, default 1), then every "
+                     "acknowledged record read back (targets: stall <= 1 s, <= 3 s for the "
+                     "partition server; appending again within 5 s; nothing lost)",
+                     _availability),
     "gc": ("stamp job gc over 32 streams of small extents, 31 of them deleted: extents "
            "examined per second (mark run), deleted per second and bytes reclaimed (sweep "
            "run)", _gc),
@@ -203,8 +226,9 @@ def register(commands: Any) -> None:
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.add_argument("--seconds", type=float, default=5.0,
                        help="how long each measured phase runs (default 5)")
-    bench.add_argument("--trials", type=int, default=20,
-                       help="trials of a kill-and-measure bench (default 20)")
+    bench.add_argument("--trials", type=_positive, default=None,
+                       help=f"trials of a kill-and-measure bench (default {TRIALS}; "
+                            "availability: 1)")
     bench.add_argument("--sizes-mb", type=_sizes_mb, default=(10, 1000),
                        help="partition-load and split: partition sizes in MB, ascending, comma "
                             "separated; the ratio compares the last with the first "
@@ -218,7 +242,35 @@ def register(commands: Any) -> None:
     bench.add_argument("--metrics", choices=("on", "off", "compare"), default="on",
                        help="log-append: the stamp's Prometheus metrics on (default), off, "
                             "or compare both in one run, taking turns")
+    bench.add_argument("--roles", type=_choices("roles", ROLES), default=ROLES,
+                       help="availability: the processes to fault, comma separated (default "
+                            f"all: {','.join(ROLES)})")
+    bench.add_argument("--faults", type=_choices("faults", FAULTS), default=FAULTS,
+                       help="availability: the faults to deal, comma separated (default all: "
+                            f"{','.join(FAULTS)}; slow-disk only to extent nodes)")
     bench.set_defaults(handler=cmd_bench)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a whole number, not {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"at least 1, not {value}")
+    return value
+
+
+def _choices(what: str, allowed: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
+    def parse(text: str) -> tuple[str, ...]:
+        picked = tuple(dict.fromkeys(p.strip() for p in text.split(",") if p.strip()))
+        unknown = [p for p in picked if p not in allowed]
+        if unknown or not picked:
+            raise argparse.ArgumentTypeError(
+                f"{', '.join(unknown) or 'none given'} not among "
+                f"{', '.join(allowed)}")
+        return picked
+    return parse
 
 
 def _rows(text: str) -> int:

@@ -18,7 +18,8 @@ class _Stamp:
     made: list[_Stamp] = []
     fail_up = False
 
-    def __init__(self, data_dir: Path, config: Any, config_path: str) -> None:
+    def __init__(self, data_dir: Path, config: Any, config_path: str,
+                 faults: bool = False) -> None:
         self.downed = False
         _Stamp.made.append(self)
 

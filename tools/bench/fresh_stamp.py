@@ -21,12 +21,14 @@ BALANCING_OFF = "[partition_manager]\nbalance_interval_s = 0\n"
 
 def with_fresh_stamp(config_text: str, body: Callable[[LocalStamp], Any],
                      progress: Callable[[str], None], *, stream_layer_only: bool,
-                     balancing: bool = False) -> Any:
+                     balancing: bool = False, faults: bool = False) -> Any:
     """Run `body(stamp)` on a new stamp of the default shape, overridden by `config_text`
     (TOML, without a [partition_manager] section); `stream_layer_only`: no lock service and
     no partition layer, which stream-layer benches do not use; `balancing`: the PM's
-    balancing pass runs (off otherwise). `progress` is told each step; when it is the CLI's
-    display (tools/progress.py) it also counts the processes as they start and stop."""
+    balancing pass runs (off otherwise); `faults`: its processes serve the Faults service
+    (isolation and fault points, for a bench that deals faults). `progress` is told each
+    step; when it is the CLI's display (tools/progress.py) it also counts the processes as
+    they start and stop."""
     steps = progress if isinstance(progress, Progress) else SILENT
     with tempfile.TemporaryDirectory(prefix="stamp-bench-") as tmp:
         config_path = Path(tmp) / "bench.toml"
@@ -38,7 +40,7 @@ def with_fresh_stamp(config_text: str, body: Callable[[LocalStamp], Any],
             progress("starting 3 stream managers and 9 extent nodes")
         else:
             progress("starting a stamp: 3 lock, 3 SM, 9 EN, 2 PM, 2 PS")
-        stamp = LocalStamp(Path(tmp) / "stamp", config, str(config_path))
+        stamp = LocalStamp(Path(tmp) / "stamp", config, str(config_path), faults=faults)
         try:
             # Inside the try: a stamp that fails to come up (a port taken meanwhile, on a
             # shared machine) has its processes started so far stopped, not orphaned.

@@ -106,8 +106,9 @@ async def run_loads(paths: dict[str, Append],
                     progress: Progress, params_of: Callable[[str], dict[str, Any]],
                     pair: tuple[str, str]) -> list[dict[str, Any]]:
     """Each of LOADS through each path, the paths taking turns (`turns_for(seconds)` of
-    each, warmed first), with the CPU each path's stamp spent (`pids_of(path)`: its front
-    ends' pids, the others'); `compare_rows` of each load."""
+    each, warmed first; which goes first alternates from turn to turn), with the CPU each
+    path's stamp spent (`pids_of(path)`: its front ends' pids, the others'); `compare_rows`
+    of each load."""
     rows: list[dict[str, Any]] = []
     for name, append in paths.items():
         await append(f"warm-{name}", [b"x"])
@@ -116,7 +117,11 @@ async def run_loads(paths: dict[str, Append],
         cpu = {p: CpuUse() for p in paths}
         turns = turns_for(seconds)
         for turn in range(turns):
-            for name, append in paths.items():
+            # Each path goes first in every other turn: the second one of a turn runs on a
+            # stamp the first one just warmed (and a path always first would flatter the
+            # other).
+            order = list(paths.items())
+            for name, append in order if turn % 2 == 0 else reversed(order):
                 progress(f"{clients}x{batch} via {name}, turn {turn + 1}/{turns}, "
                          f"{seconds / turns:g} s")
                 fe_pids, other_pids = pids_of(name)

@@ -1,8 +1,11 @@
-"""Shared measuring for benchmarks: latency percentiles and the rows of the JSON output."""
+"""Shared measuring for benchmarks: latency percentiles, the rows of the JSON output, and
+a cold page cache."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 
@@ -22,3 +25,18 @@ def latency_metrics(latencies_s: Sequence[float]) -> dict[str, float]:
 
 def row(params: dict[str, Any], metrics: dict[str, Any]) -> dict[str, Any]:
     return {"params": params, "metrics": metrics}
+
+
+def drop_page_cache(paths: Iterable[Path]) -> None:
+    """Ask the kernel to forget the files' cached pages (synced first: only clean pages can
+    go), so the next read is the disk's. Files gone meanwhile are passed over."""
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except (FileNotFoundError, IsADirectoryError):
+            continue
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)

@@ -22,6 +22,7 @@ import random
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import uvloop
@@ -35,7 +36,7 @@ from common.proto import partition_pb2_grpc as pb_grpc
 from partition_layer.client import AsyncPartitionClient
 from partition_layer.requests import route_key
 from tools.bench.fresh_stamp import with_fresh_stamp
-from tools.bench.measure import latency_metrics, row
+from tools.bench.measure import drop_page_cache, latency_metrics, row
 from tools.local_stamp import LocalStamp
 
 Progress = Callable[[str], None]
@@ -208,6 +209,9 @@ async def _kill_and_time_first_read(stamp: LocalStamp, client: AsyncPartitionCli
     pname, row_key, value_crc = key
     current, _ = await client.partition_map()
     victim = current.lookup(route_key("bench", pname)).server
+    # A cold load: the new owner reads the checkpoints' indexes from disk, not from the
+    # pages the writes and earlier loads left cached.
+    await asyncio.to_thread(drop_page_cache, _extent_node_files(stamp))
     stamp.kill(victim)
     killed = time.monotonic()
     while True:
@@ -226,6 +230,11 @@ async def _kill_and_time_first_read(stamp: LocalStamp, client: AsyncPartitionCli
         raise StampError(f"{pname}/{row_key}: read back other bytes after the failover")
     await asyncio.to_thread(stamp.start, victim)
     return elapsed
+
+
+def _extent_node_files(stamp: LocalStamp) -> list[Path]:
+    return [p for node in stamp.extent_nodes() for p in Path(node.dir).rglob("*")
+            if p.is_file()]
 
 
 # ---- ps-failover -----------------------------------------------------------------------------

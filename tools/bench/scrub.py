@@ -20,7 +20,7 @@ from typing import Any
 from spark.driver import job_session, run_job
 from stream_layer.client import AsyncStreamClient
 from tools.bench.fresh_stamp import with_fresh_stamp
-from tools.bench.measure import row
+from tools.bench.measure import drop_page_cache, row
 from tools.local_stamp import LocalStamp
 
 MiB = 1 << 20
@@ -57,12 +57,12 @@ def _bench(stamp: LocalStamp, rounds: int, progress: Any) -> list[dict[str, Any]
         startup_s += time.perf_counter() - began
         disk, scrub = [], []
         for turn in range(rounds):
-            _drop_cache([probe])
+            drop_page_cache([probe])
             disk.append(_read_probe(probe))
             progress(f"turn {turn + 1}: disk sequential read {disk[-1]:.1f} MB/s")
             rows.append(row({"what": "disk_sequential_read", "turn": turn + 1,
                              "bytes": probe.stat().st_size}, {"mb_per_s": round(disk[-1], 1)}))
-            _drop_cache(_extent_files(stamp))
+            drop_page_cache(_extent_files(stamp))
             report = run_job("scrub", str(stamp.data_dir), SCRUB_MASTER, session=session)
             totals = report.totals
             if totals["items"] != totals["ok"]:
@@ -131,20 +131,6 @@ def _write_probe(path: Path, size: int) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _drop_cache(paths: list[Path]) -> None:
-    """Ask the kernel to forget the files' cached pages, so the next read is the disk's."""
-    for path in paths:
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            continue
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
 
 
 def _read_probe(path: Path) -> float:
