@@ -55,7 +55,24 @@ class ExtentNodeLimits:
     sync_batch_bytes_max: int = 4 * MiB
     rpc_message_bytes_max: int = 64 * MiB
     read_deadline_ms: int = 2000
-    append_deadline_ms: int = 10000
+    # A stream read also asks the next replica when those asked have not answered within
+    # this long (hedged): a frozen or slow replica costs this, not the read deadline.
+    read_hedge_ms: int = 300
+    # Gray failures (§2 "Append protocol"; stream_layer/replica_timeout.py): a replica that
+    # has not made an append durable within its per-replica timeout fails it, and the client
+    # seals the extent away and goes on in a new one. The timeout is `replica_timeout_multiple`
+    # times a recent p99 of the healthy replicas' latencies, within [min, max], plus the time
+    # to move the append's bytes at `replica_timeout_bytes_per_s` (big is not slow). A primary
+    # times its own journal and each secondary with it...
+    replica_timeout_min_ms: int = 150
+    replica_timeout_max_ms: int = 500
+    replica_timeout_multiple: float = 4.0
+    replica_timeout_bytes_per_s: int = 64 * MiB
+    # ...and the client times the primary the same way within [append_timeout_min_ms,
+    # append_deadline_ms]: above the primary's bounds, so a slow secondary is found (and
+    # named) by its primary first, while a frozen primary costs at most the deadline.
+    append_timeout_min_ms: int = 300
+    append_deadline_ms: int = 800
     forward_connect_timeout_ms: int = 2000
     # Erasure-coded extents (§2): fragments move in chunks of this size, and a coded read
     # waits this long for a data fragment before it also asks the others (hedged: the
@@ -66,6 +83,17 @@ class ExtentNodeLimits:
     scrub_chunk_bytes: int = 8 * MiB
     # How long a CLI/test waits for a started process to report that it is serving.
     start_timeout_ms: int = 20000
+
+    def __post_init__(self) -> None:
+        if not 0 < self.replica_timeout_min_ms <= self.replica_timeout_max_ms:
+            raise InvalidArgument("extent_node.replica_timeout_min_ms must be positive and at "
+                                  "most replica_timeout_max_ms")
+        if not 0 < self.append_timeout_min_ms <= self.append_deadline_ms:
+            raise InvalidArgument("extent_node.append_timeout_min_ms must be positive and at "
+                                  "most append_deadline_ms")
+        if self.replica_timeout_multiple < 1 or self.replica_timeout_bytes_per_s <= 0:
+            raise InvalidArgument("extent_node.replica_timeout_multiple must be at least 1 "
+                                  "and replica_timeout_bytes_per_s positive")
 
 
 @dataclass(frozen=True)
@@ -83,7 +111,13 @@ class StreamManagerLimits:
     rereplication_bytes_per_s: int = 64 * MiB
     # How long the seal protocol waits for a replica's commit length before leaving it out.
     seal_probe_timeout_ms: int = 500
-    create_extent_timeout_ms: int = 2000
+    # Once a quorum of replicas answered a seal's probe, the others get this much longer: a
+    # frozen or slow replica does not hold the seal up to the probe timeout (seal.py), and a
+    # replica that misses it is avoided by new extents for `slow_node_avoid_ms`.
+    seal_straggler_wait_ms: int = 50
+    slow_node_avoid_ms: int = 30_000
+    # A node that does not create a replica within this long is passed over for another.
+    create_extent_timeout_ms: int = 500
     extent_ids_reserved: int = 256
     # Extents the leader keeps created ahead of time, so a rollover need not wait for one.
     spare_extents: int = 2

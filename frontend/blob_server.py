@@ -67,7 +67,8 @@ HTTP_READY_FILE = "http.json"
 DEFAULT_VERSION = "2021-12-02"  # answered when a request names none
 # Room for the headers and framing of the largest Append Block body.
 BODY_SLACK_BYTES = 64 * 1024
-SAS_READS = {("GET", ""), ("HEAD", ""), ("GET", "metadata")}
+# Blob operations a service SAS with `r` admits: every read blob_handlers.route serves.
+SAS_READS = {("GET", ""), ("HEAD", ""), ("GET", "metadata"), ("HEAD", "metadata")}
 REQUEST_OVERHEAD_BYTES = 256  # what the throttle charges a request beyond its body
 # On SIGTERM, requests under way get this long (as gRPC's streams do), then are cut.
 SHUTDOWN_GRACE_S = 1.0
@@ -222,13 +223,14 @@ async def authorize(request: BlobRequest, front_end: FrontEnd, skew_s: float) ->
     if "sig" in request.query:
         if request.blob and (http.method, request.comp) in SAS_READS:
             permission = "r"
-        elif not request.blob and request.comp == "list" and http.method == "GET":
+        elif (request.container and not request.blob and request.comp == "list"
+              and http.method == "GET"):  # List Blobs; never the account's List Containers
             permission = "l"
         else:
             raise BlobError(403, "AuthorizationPermissionMismatch",
                             "This request is not authorized to perform this operation using "
                             "this permission: a SAS grants reads here.")
-        keys = await _keys(front_end, request.account)
+        keys = await _keys(front_end, request.account, _peer(http))
         blob_auth.check_sas(request.query, keys, request.account, request.container,
                             request.blob, permission, datetime.now(UTC), http.remote or "",
                             secure=False)
@@ -241,20 +243,31 @@ async def authorize(request: BlobRequest, front_end: FrontEnd, skew_s: float) ->
     for name, value in http.headers.items():
         lower = name.lower()
         headers[lower] = f"{headers[lower]},{value}" if lower in headers else value
-    keys = await _keys(front_end, request.account)
+    keys = await _keys(front_end, request.account, _peer(http))
     blob_auth.check_shared_key(authorization, keys, request.account, http.method, headers,
                                http.raw_path.partition("?")[0], list(http.query.items()),
                                datetime.now(UTC), skew_s)
 
 
-async def _keys(front_end: FrontEnd, account: str) -> blob_auth.Keys | None:
+def _peer(http: web.Request) -> str:
+    """The connection a request came on, as the account cache counts lookups per peer
+    (frontend/auth.py: as gRPC's `context.peer()`, one per connection); "" if it is gone."""
+    transport = http.transport
+    peername = transport.get_extra_info("peername") if transport is not None else None
+    if not isinstance(peername, tuple) or len(peername) < 2:
+        return ""
+    return f"http:{peername[0]}:{peername[1]}"
+
+
+async def _keys(front_end: FrontEnd, account: str, peer: str) -> blob_auth.Keys | None:
     """The account's keys; None for no such account — and, without asking the account
-    cache, for a name no account can have (it would only fill the cache)."""
+    cache, for a name no account can have (it would only fill the cache). The lookup counts
+    against `peer`."""
     try:
         names.check_account(account)
     except InvalidArgument:
         return None
-    return await front_end.auth.keys(account)
+    return await front_end.auth.keys(account, peer)
 
 
 def transfer_timeout_s(limits: FrontEndLimits, nbytes: int) -> float:

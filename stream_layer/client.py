@@ -24,7 +24,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import TypeVar
 
 from common.checksums import crc32c
 from common.config import ExtentNodeLimits, StreamManagerLimits
@@ -52,6 +53,10 @@ from stream_layer.sm_client import AsyncStreamManagerClient
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
+# Failures of a read from one replica that another replica may not have.
+READ_ERRORS = (ChecksumError, Unavailable, DeadlineExceeded, NotFound, OutOfRange)
 # Failures of an append that a new extent cures.
 ROLLOVER_ON = (ReplicationFailed, Unavailable, Sealed, ExtentFull, NotFound, NotPrimary,
                DeadlineExceeded, WrongOffset)
@@ -193,23 +198,19 @@ class AsyncStream:
     # ---- reads ------------------------------------------------------------------------------
 
     async def read(self, location: Location) -> bytes:
-        """The block at `location`: from one replica within the read deadline, else from the
-        next (a corrupt or slow replica is passed over); of an erasure-coded extent, from
-        its data fragment or rebuilt from others (stream_layer/ec/reader.py)."""
+        """The block at `location`: from the replicas, hedged (`_from_replicas`: a corrupt,
+        slow or frozen replica is passed over); of an erasure-coded extent, from its data
+        fragment or rebuilt from others (stream_layer/ec/reader.py)."""
         extent = await self._extent(location.extent_id)
-        last_error: StampError | None = None
         if extent.state != "erasure_coded":
-            for address in _read_order(extent):
-                try:
-                    return await self.client.extents.read(address, location)
-                except (ChecksumError, Unavailable, DeadlineExceeded, NotFound) as exc:
-                    last_error = exc
-                    log.warning("reading %s from %s failed (%s): trying another replica",
-                                location, address, exc)
-            coded = await self._coded_meanwhile(extent)
-            if coded is None:
-                raise last_error or Unavailable(f"no replica of extent {location.extent_id}")
-            extent = coded
+            try:
+                return await self._from_replicas(
+                    extent, lambda address: self.client.extents.read(address, location))
+            except READ_ERRORS:
+                coded = await self._coded_meanwhile(extent)
+                if coded is None:
+                    raise
+                extent = coded
         frames = await self._read_coded(extent, location.offset, location.length)
         blocks = framing.payloads(frames, f"extent {location.extent_id} at {location.offset}")
         if len(blocks) != 1 or len(frames) != location.length:
@@ -217,20 +218,56 @@ class AsyncStream:
         return blocks[0]
 
     async def _read_frames(self, extent: sm_pb.ExtentInfo, offset: int, length: int) -> bytes:
-        last_error: StampError | None = None
         if extent.state != "erasure_coded":
-            for address in _read_order(extent):
-                try:
-                    return await self.client.extents.read_frames(address, extent.extent_id,
-                                                                 offset, length)
-                except (ChecksumError, Unavailable, DeadlineExceeded, NotFound,
-                        OutOfRange) as exc:
-                    last_error = exc
-            coded = await self._coded_meanwhile(extent)
-            if coded is None:
-                raise last_error or Unavailable(f"no replica of extent {extent.extent_id}")
-            extent = coded
+            try:
+                return await self._from_replicas(extent, lambda address: (
+                    self.client.extents.read_frames(address, extent.extent_id, offset, length)))
+            except READ_ERRORS:
+                coded = await self._coded_meanwhile(extent)
+                if coded is None:
+                    raise
+                extent = coded
         return await self._read_coded(extent, offset, length)
+
+    async def _from_replicas(self, extent: sm_pb.ExtentInfo,
+                             fetch: Callable[[str], Awaitable[T]]) -> T:
+        """`fetch` from the extent's replicas in read order, hedged: one more replica is
+        asked whenever those asked have not answered within `read_hedge_ms`, or one fails;
+        the first answer wins. A frozen or slow replica costs the hedge delay, not the read
+        deadline (§2: a replica that misses the deadline is abandoned for another). Raises
+        the last replica's error when none answers."""
+        order = iter(_read_order(extent))
+        hedge_s = self.client.extent_limits.read_hedge_ms / 1000
+        asked: dict[asyncio.Future[T], str] = {}
+        last_error: StampError = Unavailable(f"no replica of extent {extent.extent_id}")
+
+        def ask_next() -> None:
+            address = next(order, None)
+            if address is not None:
+                asked[asyncio.ensure_future(fetch(address))] = address
+
+        ask_next()
+        try:
+            while asked:
+                done, _ = await asyncio.wait(asked, timeout=hedge_s,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if not done:
+                    ask_next()  # the replicas asked are slow: ask one more as well
+                for task in done:
+                    address = asked.pop(task)
+                    error = task.exception()
+                    if error is None:
+                        return task.result()
+                    if not isinstance(error, READ_ERRORS):
+                        raise error
+                    last_error = error
+                    log.warning("reading extent %d from %s failed (%s): trying another "
+                                "replica", extent.extent_id, address, error)
+                    ask_next()
+            raise last_error
+        finally:
+            for task in asked:
+                task.cancel()
 
     async def _read_coded(self, extent: sm_pb.ExtentInfo, offset: int, length: int) -> bytes:
         try:
@@ -291,10 +328,14 @@ class AsyncStream:
 
     async def _commit_lengths(self, extent: sm_pb.ExtentInfo
                               ) -> dict[str, ReplicaLength | None]:
+        # The seal's probe timeout, not the read deadline: a frozen replica would hold a
+        # partition load up for the whole deadline, and a silent one is sealed away anyway.
+        timeout_s = self.client.sm.limits.seal_probe_timeout_ms / 1000
+
         async def ask(address: str) -> ReplicaLength | None:
             try:
-                length, sealed = await self.client.extents.commit_length(address,
-                                                                         extent.extent_id)
+                length, sealed = await self.client.extents.commit_length(
+                    address, extent.extent_id, timeout_s=timeout_s)
                 return ReplicaLength(length, sealed)
             except StampError:
                 return None

@@ -4,7 +4,11 @@ tests.
 `AsyncExtentClient` is the asyncio core. Appends to one primary share one AppendStream; what
 callers queue while the stream is busy goes out as one message, so many concurrent appenders
 cost few messages. Every block carries its CRC32C from here to the disk, and every read is
-verified here again (end to end, §5). Every read carries a deadline.
+verified here again (end to end, §5). Every read carries a deadline, and so does every
+append: a primary that has not acknowledged one within the client's per-replica timeout
+(adapted to the latencies it sees, replica_timeout.py; at most `append_deadline_ms`) has
+failed it with DeadlineExceeded, and the stream seals the extent away (§2: a frozen primary
+is a failed one).
 
 `ExtentClient` is the blocking, thread-safe facade: it runs the async core on a private event
 loop thread.
@@ -30,8 +34,18 @@ from common.proto import extent_node_pb2 as pb
 from common.proto import extent_node_pb2_grpc as pb_grpc
 from stream_layer import framing
 from stream_layer.framing import Location
+from stream_layer.replica_timeout import AdaptiveTimeout
 
 T = TypeVar("T")
+
+# The append watchdog looks this many times per shortest timeout.
+WATCH_TICKS_PER_TIMEOUT = 4
+
+
+def append_timeout(limits: ExtentNodeLimits) -> AdaptiveTimeout:
+    """The client's timeout on a primary's acknowledgement."""
+    return AdaptiveTimeout(limits.append_timeout_min_ms / 1000, limits.append_deadline_ms / 1000,
+                           limits.replica_timeout_multiple, limits.replica_timeout_bytes_per_s)
 
 
 def locations(extent_id: int, offset: int, blocks: Sequence[bytes]) -> list[Location]:
@@ -56,10 +70,11 @@ class _AppendSession:
     """One AppendStream to one primary, multiplexing every caller's appends."""
 
     def __init__(self, address: str, stub: Callable[[], pb_grpc.ExtentNodeStub],
-                 limits: ExtentNodeLimits) -> None:
+                 limits: ExtentNodeLimits, timeout: AdaptiveTimeout) -> None:
         self.address = address
         self._stub = stub  # asked anew for each stream: the channel may have been replaced
         self._limits = limits
+        self._timeout = timeout  # shared by the client's sessions: one baseline for all
         self._ids = itertools.count(1)
         # Appends not yet sent, as plain tuples: the protobuf request is built once, straight
         # into the batch message (copying a built request would copy its blocks again).
@@ -67,7 +82,8 @@ class _AppendSession:
         self._waiting: dict[int, asyncio.Future[pb.AppendAck]] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._sent_at: dict[int, float] = {}
+        # request id -> (when queued, bytes), in the order queued: the oldest come first.
+        self._sent_at: dict[int, tuple[float, int]] = {}
         self._watchdog: asyncio.Task[None] | None = None
         self._rewarm = rpc.Rewarm(self.warm)
 
@@ -83,7 +99,8 @@ class _AppendSession:
                                          sum(len(b) + 16 for b in blocks) + 32))
         self._wake.set()
         self.warm()
-        self._sent_at[request_id] = time.monotonic()
+        sent = time.monotonic()
+        self._sent_at[request_id] = (sent, self._queue[-1].nbytes)
         if self._watchdog is None:
             self._watchdog = asyncio.get_running_loop().create_task(self._expire())
         try:
@@ -92,6 +109,7 @@ class _AppendSession:
             self._sent_at.pop(request_id, None)
         if ack.error_kind:
             raise rpc.error_from_name(ack.error_kind, ack.error_message)
+        self._timeout.observe(self.address, time.monotonic() - sent)
         return ack
 
     def warm(self) -> None:
@@ -100,19 +118,28 @@ class _AppendSession:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def _expire(self) -> None:
-        """The append deadline, so that no failure anywhere down the chain can hang a caller:
-        an append that outlives it is ambiguous, like one on a broken stream. One watchdog
-        per session (not a timer per append: this is the hot path)."""
-        deadline_s = self._limits.append_deadline_ms / 1000
+        """The per-append timeout, so that no failure anywhere down the chain (a frozen or
+        slow primary above all) can hold a caller past it: an append that outlives it is
+        ambiguous, like one on a broken stream, and the stream seals the extent away. One
+        watchdog per session (not a timer per append: this is the hot path)."""
+        tick_s = self._timeout.min_s / WATCH_TICKS_PER_TIMEOUT
         while self._sent_at:
-            await asyncio.sleep(deadline_s / 4)
-            too_old = time.monotonic() - deadline_s
-            for request_id, sent in list(self._sent_at.items()):
-                future = self._waiting.pop(request_id, None) if sent < too_old else None
+            await asyncio.sleep(tick_s)
+            now = time.monotonic()
+            # Failing a future runs its caller later (and only then leaves _sent_at): no
+            # copy of the dict, which may hold thousands, on every tick.
+            for request_id, (sent, nbytes) in self._sent_at.items():
+                if now - sent <= self._timeout.min_s:
+                    break  # queued in order: none after this one can be late yet
+                timeout_s = self._timeout.timeout_s(nbytes)
+                if now - sent <= timeout_s:
+                    continue
+                future = self._waiting.pop(request_id, None)
                 if future is not None and not future.done():
                     future.set_exception(DeadlineExceeded(
-                        f"append to {self.address} unanswered after "
-                        f"{self._limits.append_deadline_ms} ms"))
+                        f"append to {self.address} unanswered after {(now - sent) * 1000:.0f}"
+                        f" ms (timeout {timeout_s * 1000:.0f} ms): a slow primary is a failed "
+                        f"one"))
         self._watchdog = None
 
     async def _run(self) -> None:
@@ -193,6 +220,7 @@ class AsyncExtentClient:
         self.limits = limits or ExtentNodeLimits()
         self._channels = rpc.ChannelCache(self.limits.rpc_message_bytes_max)
         self._sessions: dict[str, _AppendSession] = {}
+        self.append_timeout = append_timeout(self.limits)
 
     def stub(self, address: str) -> pb_grpc.ExtentNodeStub:
         return pb_grpc.ExtentNodeStub(self._channels.get(address))
@@ -208,7 +236,8 @@ class AsyncExtentClient:
     def _session(self, primary: str) -> _AppendSession:
         session = self._sessions.get(primary)
         if session is None:
-            session = _AppendSession(primary, lambda: self.stub(primary), self.limits)
+            session = _AppendSession(primary, lambda: self.stub(primary), self.limits,
+                                     self.append_timeout)
             self._sessions[primary] = session
         return session
 
@@ -305,14 +334,20 @@ class AsyncExtentClient:
 
     # ---- control --------------------------------------------------------------------------
 
-    async def create_extent(self, address: str, extent_id: int, replicas: Sequence[str]) -> None:
+    async def create_extent(self, address: str, extent_id: int, replicas: Sequence[str],
+                            timeout_s: float | None = None) -> None:
+        """Create a replica on `address`; a node that does not within `timeout_s` (default:
+        the read deadline) has failed it (the stream manager passes its
+        `create_extent_timeout_ms` and places the extent elsewhere)."""
         await rpc.call(self.stub(address).CreateExtent(
             pb.CreateExtentRequest(extent_id=extent_id, replicas=list(replicas)),
-            timeout=self.limits.append_deadline_ms / 1000.0))
+            timeout=timeout_s or self.limits.read_deadline_ms / 1000.0))
 
-    async def create_replicated(self, extent_id: int, replicas: Sequence[str]) -> None:
+    async def create_replicated(self, extent_id: int, replicas: Sequence[str],
+                                timeout_s: float | None = None) -> None:
         """Create the extent's replica on each node of `replicas` (replicas[0] primary)."""
-        await asyncio.gather(*(self.create_extent(a, extent_id, replicas) for a in replicas))
+        await asyncio.gather(*(self.create_extent(a, extent_id, replicas, timeout_s)
+                               for a in replicas))
 
     async def commit_length(self, address: str, extent_id: int, timeout_s: float | None = None,
                             fence: bool = False) -> tuple[int, bool]:
@@ -326,7 +361,7 @@ class AsyncExtentClient:
                    sources: Sequence[str] = (), timeout_s: float | None = None) -> int:
         reply = await rpc.call(self.stub(address).Seal(
             pb.SealRequest(extent_id=extent_id, length=length, sources=list(sources)),
-            timeout=timeout_s or self.limits.append_deadline_ms / 1000.0))
+            timeout=timeout_s or self.limits.read_deadline_ms / 1000.0))
         return reply.length
 
     async def scrub_extent(self, address: str, extent_id: int, timeout_s: float = 600.0

@@ -19,8 +19,17 @@ of any one replica. With fewer answers the seal waits (raises Unavailable; calle
 rather than guess. A replica already sealed fixes the length on its own: that seal was
 decided under the same rule.
 
-`decide_seal_length` is the pure decision; `seal_extent` does the RPCs around it. The stream
-manager (and, until it exists, tools and tests) drive it.
+Why not wait for every replica: a frozen or slow replica (the usual reason for a seal: it
+missed its per-replica timeout) would hold the writers up for the whole probe timeout. So
+the stream manager gives a grace: once `seal_quorum` replicas have answered, the rest get
+only that much longer. A replica that misses it is a *straggler*: left out of the decision
+(the length decided from the others is safe by the rule above: no append was acknowledged
+without every replica, and the fenced ones refuse any more), sealed in phase two or when it
+comes back, and reported, so that the stream manager keeps new extents off it for a while
+(§2: gray failures are sealed away).
+
+`decide_seal_length` is the pure decision; `fence_replicas` and `seal_extent` do the RPCs
+around it. The stream manager (and tools and tests) drive them.
 """
 
 from __future__ import annotations
@@ -75,14 +84,24 @@ def decide_seal_length(replies: Mapping[str, ReplicaLength | None]) -> int:
     return min(r.length for r in reachable.values())
 
 
-async def fence_extent(client: AsyncExtentClient, extent_id: int, replicas: Sequence[str],
-                       timeout_s: float = 2.0) -> tuple[int, list[str]]:
-    """Phase one: fence every reachable replica and decide the sealed length. Returns (length,
-    sources): the replicas that hold at least that much (at least `seal_quorum` of them, or
-    one already sealed). From here on no append can be acknowledged on the extent, so the
-    length is final and may be recorded before phase two. Raises Unavailable when too few
-    replicas answer; the replicas that did stay fenced, so a retry finds the same lengths.
-    """
+@dataclass(frozen=True)
+class Fenced:
+    """Phase one's outcome: the sealed length, the replicas that hold at least that much
+    (sources for the others), and the stragglers that did not answer in time."""
+
+    length: int
+    sources: list[str]
+    stragglers: list[str]
+
+
+async def fence_replicas(client: AsyncExtentClient, extent_id: int, replicas: Sequence[str],
+                         timeout_s: float = 2.0, grace_s: float | None = None) -> Fenced:
+    """Phase one: fence every replica that answers within `timeout_s` — or, with `grace_s`,
+    once a quorum has, within `grace_s` more (the stream manager passes its
+    `seal_straggler_wait_ms`) — and decide the sealed length. From here on no append can be
+    acknowledged on the extent, so the length is final and may be recorded before phase
+    two. Raises Unavailable when too few replicas answer; the replicas that did stay fenced,
+    so a retry finds the same lengths."""
     async def ask(address: str) -> ReplicaLength | None:
         try:
             length, sealed = await client.commit_length(address, extent_id, timeout_s=timeout_s,
@@ -92,11 +111,44 @@ async def fence_extent(client: AsyncExtentClient, extent_id: int, replicas: Sequ
             log.info("extent %d: replica %s unreachable for seal: %s", extent_id, address, exc)
             return None
 
-    replies = dict(zip(replicas, await asyncio.gather(*(ask(a) for a in replicas)),
-                       strict=True))
+    tasks = {address: asyncio.ensure_future(ask(address)) for address in replicas}
+    try:
+        await _quorum_then_grace(list(tasks.values()), seal_quorum(len(replicas)), grace_s)
+    finally:
+        for task in tasks.values():
+            task.cancel()  # a straggler's fence may still land: harmless, it seals later
+    replies = {a: task.result() if task.done() and not task.cancelled() else None
+               for a, task in tasks.items()}
+    stragglers = [a for a, task in tasks.items() if not task.done() or task.cancelled()
+                  or task.result() is None]
     length = decide_seal_length(replies)
+    if stragglers:
+        log.info("extent %d: sealing at %d without %s (no answer in time)", extent_id, length,
+                 stragglers)
     # Replicas at or past the length can serve what a shorter one lacks.
-    return length, [a for a, r in replies.items() if r is not None and r.length >= length]
+    sources = [a for a, r in replies.items() if r is not None and r.length >= length]
+    return Fenced(length, sources, stragglers)
+
+
+async def _quorum_then_grace(tasks: list[asyncio.Future[ReplicaLength | None]], quorum: int,
+                             grace_s: float | None) -> None:
+    """Until every task is done, or `quorum` of them answered and `grace_s` more passed (each
+    task ends by its own timeout, so this does too); without `grace_s`, until all are."""
+    pending = set(tasks)
+    answered = 0
+    while pending and (grace_s is None or answered < quorum):
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        answered += sum(1 for task in done if task.result() is not None)
+    if pending:
+        await asyncio.wait(pending, timeout=grace_s)
+
+
+async def fence_extent(client: AsyncExtentClient, extent_id: int, replicas: Sequence[str],
+                       timeout_s: float = 2.0, grace_s: float | None = None
+                       ) -> tuple[int, list[str]]:
+    """`fence_replicas` as (length, sources)."""
+    fenced = await fence_replicas(client, extent_id, replicas, timeout_s, grace_s)
+    return fenced.length, fenced.sources
 
 
 async def seal_replicas(client: AsyncExtentClient, extent_id: int, replicas: Sequence[str],

@@ -1,5 +1,10 @@
 """An extent node's behaviour, between the gRPC servicer (server.py) and the store (store.py):
 the primary's append path, the secondary's forward path, and sealing with sync from peers.
+
+As a primary it times every replica of every append it places (its own journal and each
+secondary): one that misses the per-replica timeout fails the append (replication.py), so a
+frozen or slow secondary, or this node's own slow disk, is sealed away within a fraction of
+a second instead of stalling the extent's writers (§2; issue 29).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import grpc
 
 from common import faults, rpc
 from common.checksums import verify
+from common.clock import Clock, SystemClock
 from common.config import ExtentNodeLimits
 from common.errors import (
     ExtentFull,
@@ -28,20 +34,39 @@ from stream_layer.extent_node.replica import Replica
 from stream_layer.extent_node.replica_state import Write
 from stream_layer.extent_node.replication import LOCAL, Forwarder, PrimaryPipeline
 from stream_layer.extent_node.store import ExtentStore
+from stream_layer.replica_timeout import AdaptiveTimeout
 
 log = logging.getLogger(__name__)
 
+# The replica watchdog looks this many times per shortest timeout: a late replica is found
+# at most a quarter of that after its timeout.
+WATCH_TICKS_PER_TIMEOUT = 4
+
+
+def replica_timeout(limits: ExtentNodeLimits) -> AdaptiveTimeout:
+    """A primary's timeout on each replica of its appends (its own journal included)."""
+    return AdaptiveTimeout(limits.replica_timeout_min_ms / 1000,
+                           limits.replica_timeout_max_ms / 1000,
+                           limits.replica_timeout_multiple, limits.replica_timeout_bytes_per_s)
+
 
 class ExtentNode:
-    def __init__(self, address: str, store: ExtentStore, limits: ExtentNodeLimits) -> None:
+    def __init__(self, address: str, store: ExtentStore, limits: ExtentNodeLimits,
+                 clock: Clock | None = None) -> None:
         self.address = address
         self.store = store
         self.limits = limits
+        self.clock = clock or SystemClock()
         self._pipelines: dict[int, PrimaryPipeline] = {}
         self._forwarders: dict[str, Forwarder] = {}
         self._channels = rpc.ChannelCache(limits.rpc_message_bytes_max)
+        self.replica_timeout = replica_timeout(limits)
+        self._watchdog: asyncio.Task[None] | None = None
 
     async def close(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            await asyncio.gather(self._watchdog, return_exceptions=True)
         for forwarder in self._forwarders.values():
             await forwarder.close()
         await self._channels.close()
@@ -104,14 +129,15 @@ class ExtentNode:
             return None, outcomes
         frames = placed[0] if len(placed) == 1 else b"".join(placed)
         self.store.check_append(extent_id, start, len(frames))
-        acked = pipeline.submit(start, end)
+        acked = pipeline.submit(start, end, self.clock.monotonic())
+        self._watch_replicas()
         # Forward first: the forwarders' tasks then run before the journal's, so the bytes
         # are on their way to the secondaries before a small journal write blocks the loop.
         for secondary in replica.secondaries():
             pipeline.sent[secondary] = end
             self._forwarder(secondary).send(extent_id, start, frames)
-        self.store.accept_append(extent_id, start, frames,
-                                 on_durable=lambda: pipeline.on_durable(LOCAL, end))
+        self.store.accept_append(extent_id, start, frames, on_durable=lambda: pipeline.on_durable(
+            LOCAL, end, self.clock.monotonic()))
         return acked, outcomes
 
     async def create(self, extent_id: int, replicas: list[str]) -> None:
@@ -129,9 +155,46 @@ class ExtentNode:
         pipeline = self._pipelines.get(replica.extent_id)
         if pipeline is None:
             pipeline = PrimaryPipeline(replica.extent_id, replica.secondaries(),
-                                       replica.durable_end)
+                                       replica.durable_end, self._observe_replica,
+                                       self.replica_timeout.timeout_s)
             self._pipelines[replica.extent_id] = pipeline
         return pipeline
+
+    def _observe_replica(self, who: str, seconds: float) -> None:
+        self.replica_timeout.observe(who or self.address, seconds)
+
+    def _watch_replicas(self) -> None:
+        """Start the replica watchdog unless it runs (one per node, not a timer per append:
+        this is the hot path); it stops when nothing is in flight."""
+        if self._watchdog is None:
+            self._watchdog = asyncio.get_running_loop().create_task(
+                self._watch_replicas_until_idle(), name="replica-watchdog")
+
+    async def _watch_replicas_until_idle(self) -> None:
+        tick_s = self.replica_timeout.min_s / WATCH_TICKS_PER_TIMEOUT
+        try:
+            while any(p.inflight and p.failed is None for p in self._pipelines.values()):
+                await asyncio.sleep(tick_s)
+                self.fail_late_replicas()
+        finally:
+            self._watchdog = None
+
+    def fail_late_replicas(self) -> None:
+        """Fail every append a replica has kept waiting past its timeout: this node's own
+        journal fails the pipeline; a secondary loses its forward stream, which fails every
+        pipeline waiting on it at once (they would all time out anyway)."""
+        now = self.clock.monotonic()
+        for pipeline in list(self._pipelines.values()):
+            for who in pipeline.overdue(now, self.replica_timeout.timeout_s):
+                error = ReplicationFailed(
+                    f"extent {pipeline.extent_id}: replica {who or self.address} missed the "
+                    f"per-replica timeout ({self.replica_timeout.baseline_s() * 1000:.0f} ms "
+                    f"and up): a slow replica is a failed one; seal it")
+                log.warning("%s", error)
+                if who == LOCAL:
+                    pipeline.fail(error)
+                elif who in self._forwarders:
+                    self._forwarders[who].abandon(error)
 
     def _forwarder(self, address: str) -> Forwarder:
         forwarder = self._forwarders.get(address)
@@ -149,7 +212,7 @@ class ExtentNode:
             pipeline.fail(rpc.error_from_name(
                 ack.error_kind, f"secondary {secondary}: {ack.error_message}"))
         else:
-            pipeline.on_durable(secondary, ack.durable_end)
+            pipeline.on_durable(secondary, ack.durable_end, self.clock.monotonic())
 
     def _on_forward_broken(self, secondary: str, error: StampError) -> None:
         for pipeline in self._pipelines.values():

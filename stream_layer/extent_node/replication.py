@@ -8,6 +8,14 @@ Contract:
 - Any replica failure fails the append, every append in flight behind it, and every later
   append on that extent (sticky): the extent can no longer promise three durable copies, and
   the client must seal it and continue on a new one.
+- A replica that has not made an append durable within the per-replica timeout
+  (replica_timeout.py) has failed it (§2: a slow or frozen node is a failed one): `overdue`
+  names such replicas, and the node fails the pipeline (its own journal) or drops the
+  secondary's forward stream, which fails every pipeline waiting on that secondary at once.
+  A replica that makes an append durable only past its timeout (too late for the watchdog
+  to see: this node's own loop was blocked by its slow disk, say) fails the pipeline too,
+  once what is durable everywhere is acknowledged. The pipeline reports each replica's
+  latency for each append, so the timeout adapts.
 - Forwarding is one bidi stream per secondary shared by all extents; whatever is queued when
   the stream is free goes in one message (bounded), not one RPC per block.
 """
@@ -38,37 +46,81 @@ class _Inflight:
     offset: int
     end: int
     future: asyncio.Future[tuple[int, int]]
+    sent_at: float
+
+
+Observer = Callable[[str, float], None]  # (replica, seconds from submit to durable there)
+
+
+def _ignore(who: str, seconds: float) -> None:
+    return None
 
 
 class PrimaryPipeline:
-    """The appends in flight on one extent at its primary, and how far each replica has them."""
+    """The appends in flight on one extent at its primary, and how far each replica has them.
+    Times are the caller's (its injected clock): `now` arguments, in seconds."""
 
-    def __init__(self, extent_id: int, secondaries: list[str], start: int) -> None:
+    def __init__(self, extent_id: int, secondaries: list[str], start: int,
+                 observe: Observer = _ignore,
+                 timeout_s: Callable[[int], float] | None = None) -> None:
         self.extent_id = extent_id
         self.durable: dict[str, int] = {LOCAL: start, **{s: start for s in secondaries}}
         self.sent: dict[str, int] = {s: start for s in secondaries}
         self.inflight: deque[_Inflight] = deque()
         self.failed: StampError | None = None
+        self._observe = observe
+        self._timeout_s = timeout_s
+        # Per replica, the absolute index (counting the acknowledged ones) of the first
+        # append in flight not yet durable there: each append is timed once per replica.
+        self._popped = 0
+        self._covered: dict[str, int] = dict.fromkeys(self.durable, 0)
 
-    def submit(self, offset: int, end: int) -> asyncio.Future[tuple[int, int]]:
+    def submit(self, offset: int, end: int, now: float = 0.0) -> asyncio.Future[tuple[int, int]]:
         """Track an append placed at [offset, end); its future resolves to (offset, end)."""
         if self.failed is not None:
             raise ReplicationFailed(f"extent {self.extent_id}: replication already failed "
                                     f"({self.failed}); seal it")
         assert not self.inflight or self.inflight[-1].end == offset, "appends out of order"
         future: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
-        self.inflight.append(_Inflight(offset, end, future))
+        self.inflight.append(_Inflight(offset, end, future, now))
         return future
 
-    def on_durable(self, who: str, end: int) -> None:
+    def on_durable(self, who: str, end: int, now: float = 0.0) -> None:
         if end <= self.durable.get(who, end):
             return
         self.durable[who] = end
+        index = max(self._covered.get(who, 0) - self._popped, 0)
+        late = 0.0
+        while index < len(self.inflight) and self.inflight[index].end <= end:
+            item = self.inflight[index]
+            self._observe(who, now - item.sent_at)
+            if self._timeout_s is not None and \
+                    now - item.sent_at > self._timeout_s(item.end - item.offset):
+                late = max(late, now - item.sent_at)
+            index += 1
+        self._covered[who] = self._popped + index
         acked = min(self.durable.values())
         while self.inflight and self.inflight[0].end <= acked:
             item = self.inflight.popleft()
+            self._popped += 1
             if not item.future.done():
                 item.future.set_result((item.offset, item.end))
+        if late:
+            # Durable, but past its timeout: a replica whose lateness the watchdog could not
+            # see (this node's own loop blocked on a slow disk, say) is slow all the same.
+            # What is durable everywhere was acknowledged above; the rest fails: seal it.
+            self.fail(ReplicationFailed(f"replica {who or 'primary'} took {late * 1000:.0f} "
+                                        f"ms, past its per-replica timeout"))
+
+    def overdue(self, now: float, timeout_s: Callable[[int], float]) -> list[str]:
+        """The replicas (LOCAL: this one) that have not made the oldest append in flight
+        durable within `timeout_s(its bytes)` of its submission; [] once failed."""
+        if self.failed is not None or not self.inflight:
+            return []
+        oldest = self.inflight[0]
+        if now - oldest.sent_at <= timeout_s(oldest.end - oldest.offset):
+            return []
+        return [who for who, durable in self.durable.items() if durable < oldest.end]
 
     def outstanding_to(self, secondary: str) -> bool:
         return self.sent.get(secondary, 0) > self.durable.get(secondary, 0)
@@ -124,6 +176,16 @@ class Forwarder:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+
+    def abandon(self, error: StampError) -> None:
+        """Give the secondary up as failed (it missed its per-replica timeout): drop the
+        stream and what is queued for it, and fail every pipeline waiting on it. The next
+        entry opens a fresh stream (a new extent there is unlikely: placement avoids it)."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()  # its cancellation cancels the call; it reports nothing itself
+        self._queue.clear()
+        self._on_broken(self.address, error)
 
     async def _run(self) -> None:
         stub = pb_grpc.ExtentNodeStub(self._channels.get(self.address))

@@ -30,11 +30,11 @@ from common.clock import Clock, SystemClock
 from common.config import StreamManagerLimits
 from common.errors import NotFound, PreconditionFailed, StampError, Unavailable
 from stream_layer.extent_client import AsyncExtentClient
-from stream_layer.seal import fence_extent, seal_replicas
+from stream_layer.seal import fence_replicas, seal_replicas
 from stream_layer.stream_manager import state as s
 from stream_layer.stream_manager.fragment_repair import FragmentRepair
 from stream_layer.stream_manager.liveness import NodeLiveness
-from stream_layer.stream_manager.placement import Candidate, place_extent
+from stream_layer.stream_manager.placement import Candidate, SlowNodes, place_extent
 from stream_layer.stream_manager.repair_budget import RepairBudget
 from stream_layer.stream_manager.replica import StreamManagerReplica
 from stream_layer.stream_manager.rereplication import Rereplication
@@ -66,6 +66,8 @@ class StreamManagerLeader:
         self._stream_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = \
             weakref.WeakValueDictionary()
         self.liveness = NodeLiveness(limits, self.clock)
+        # Stragglers of seals (frozen, slow disks): new extents keep off them for a while.
+        self.slow_nodes = SlowNodes(limits.slow_node_avoid_ms / 1000, self.clock)
         self._placed: dict[str, int] = {}  # placed, not yet committed, per node
         self._tasks: set[asyncio.Task[None]] = set()
         self._sealing: set[tuple[int, str]] = set()  # (extent, replica) seals under way
@@ -174,7 +176,8 @@ class StreamManagerLeader:
                 self._placed[name] = self._placed.get(name, 0) + 1
             try:
                 results = await asyncio.gather(*(
-                    self.extents.create_extent(a, extent_id, addresses)
+                    self.extents.create_extent(a, extent_id, addresses,
+                                               self.limits.create_extent_timeout_ms / 1000)
                     for a in addresses), return_exceptions=True)
             finally:
                 for name in names:
@@ -188,10 +191,13 @@ class StreamManagerLeader:
                           f"(failed: {sorted(failed)})")
 
     def _place(self, st: s.StreamManagerState, failed: set[str], avoid: set[str]) -> list[str]:
-        """Placement without failed nodes and, when the stamp has room, without `avoid`."""
-        candidates = self._candidates(st, failed | avoid)
-        if len({c.fault_domain for c in candidates}) < self.limits.replicas:
-            candidates = self._candidates(st, failed)
+        """Placement without failed nodes and, as far as the stamp has room (replicas in
+        distinct fault domains), without the nodes found slow lately, then `avoid`."""
+        slow = self.slow_nodes.names()
+        for excluded in (failed | avoid | slow, failed | slow, failed):
+            candidates = self._candidates(st, excluded)
+            if len({c.fault_domain for c in candidates}) >= self.limits.replicas:
+                break
         return place_extent(candidates, self.limits.replicas)
 
     def addresses(self, names: Iterable[str]) -> list[str]:
@@ -200,10 +206,15 @@ class StreamManagerLeader:
     # ---- sealing and rollover -------------------------------------------------------------
 
     async def fence(self, extent: s.Extent) -> tuple[int, list[str]]:
-        """Phase one of the seal (stream_layer/seal.py): fence the replicas, fix the length."""
-        return await fence_extent(self.extents, extent.extent_id,
-                                  self.addresses(extent.replicas),
-                                  timeout_s=self.limits.seal_probe_timeout_ms / 1000)
+        """Phase one of the seal (stream_layer/seal.py): fence the replicas, fix the length.
+        Replicas that did not answer in time are marked slow."""
+        addresses = self.addresses(extent.replicas)
+        fenced = await fence_replicas(self.extents, extent.extent_id, addresses,
+                                      timeout_s=self.limits.seal_probe_timeout_ms / 1000,
+                                      grace_s=self.limits.seal_straggler_wait_ms / 1000)
+        name_of = dict(zip(addresses, extent.replicas, strict=True))
+        self.slow_nodes.mark(name_of[a] for a in fenced.stragglers)
+        return fenced.length, fenced.sources
 
     def seal_later(self, extent_id: int, length: int, sources: list[str],
                    replicas: Iterable[str] | None = None) -> None:
@@ -312,7 +323,8 @@ class StreamManagerLeader:
             self._spares, self._spares_term = [], term
         usable = self.replica.read(lambda st: {n.name for n in st.nodes.values()
                                                if n.state == s.ALIVE
-                                               and not self.suspect(n.name)})
+                                               and not self.suspect(n.name)
+                                               and not self.slow_nodes.slow(n.name)})
         domain_of = self.replica.read(lambda st: {n.name: n.fault_domain
                                                   for n in st.nodes.values()})
         healthy_domains = {domain_of[n] for n in usable}

@@ -4,6 +4,9 @@
 - `place_replacement`: one node in a fault domain that does not already hold the extent.
 Load is the number of replicas a node holds (from the replicated state) plus what the leader
 has placed but not yet committed, so a burst of placements spreads out.
+
+`SlowNodes` remembers the nodes a seal found slow (stragglers of its fence: frozen, a slow
+disk, §2 gray failures): new extents keep off them for a while, when the stamp has room.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import logging
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
+from common.clock import Clock
 from common.errors import Unavailable
 
 log = logging.getLogger(__name__)
@@ -96,3 +100,31 @@ def place_fragment_replacement(candidates: Iterable[Candidate], keep: Collection
         raise Unavailable(f"no healthy extent node can take a fragment (holding: "
                           f"{sorted(keep)})")
     return min(options, key=lambda c: (per_domain.get(c.fault_domain, 0), c.load, c.name)).name
+
+
+class SlowNodes:
+    """Nodes found slow lately, each avoided for `avoid_s` after it was last found slow
+    ("until it recovers": one that is still slow is found again at the next seal it holds up).
+    Soft state on the leader, on an injected clock; bounded: one entry per node, expired
+    entries dropped whenever one is added."""
+
+    def __init__(self, avoid_s: float, clock: Clock) -> None:
+        self.avoid_s = avoid_s
+        self.clock = clock
+        self._until: dict[str, float] = {}
+
+    def mark(self, names: Iterable[str]) -> None:
+        now = self.clock.monotonic()
+        for name in names:
+            if not self.slow(name):
+                log.warning("extent node %s is slow: new extents avoid it for %.0f s", name,
+                            self.avoid_s)
+            self._until[name] = now + self.avoid_s
+        self._until = {n: until for n, until in self._until.items() if until > now}
+
+    def slow(self, name: str) -> bool:
+        return self._until.get(name, 0.0) > self.clock.monotonic()
+
+    def names(self) -> set[str]:
+        now = self.clock.monotonic()
+        return {n for n, until in self._until.items() if until > now}

@@ -52,3 +52,36 @@ def test_outstanding_to_a_secondary() -> None:
         p.on_durable("s1", 5)
         assert not p.outstanding_to("s1")
     asyncio.run(scenario())
+
+
+def test_a_late_replica_is_overdue_and_each_replica_is_timed_once_per_append() -> None:
+    async def scenario() -> None:
+        seen: list[tuple[str, float]] = []
+        p = PrimaryPipeline(1, ["s1", "s2"], start=0,
+                            observe=lambda who, s: seen.append((who, round(s, 3))))
+        p.submit(0, 10, now=1.0)
+        p.submit(10, 20, now=1.1)
+        p.on_durable(LOCAL, 20, now=1.2)
+        p.on_durable("s1", 10, now=1.3)
+        p.on_durable("s1", 20, now=1.4)
+        assert seen == [(LOCAL, 0.2), (LOCAL, 0.1), ("s1", 0.3), ("s1", 0.3)]
+        assert p.overdue(1.4, lambda nbytes: 0.5) == []  # s2 waited 0.4 s of 0.5
+        assert p.overdue(1.6, lambda nbytes: 0.5) == ["s2"]
+        p.on_durable("s2", 10, now=1.6)  # acks the first; the second is 0.5 s old: not late
+        assert p.overdue(1.6, lambda nbytes: 0.5) == []
+        assert p.overdue(1.7, lambda nbytes: 0.5) == ["s2"]
+        p.fail(Unavailable("s2 is late"))
+        assert p.overdue(9.0, lambda nbytes: 0.5) == []  # failed: nothing more to time
+    asyncio.run(scenario())
+
+
+def test_an_append_made_durable_past_its_timeout_fails_what_is_not_acknowledged() -> None:
+    async def scenario() -> None:
+        p = PrimaryPipeline(1, ["s1"], start=0, timeout_s=lambda nbytes: 0.15)
+        a, b = p.submit(0, 10, now=0.0), p.submit(10, 20, now=0.0)
+        p.on_durable("s1", 20, now=0.05)
+        p.on_durable(LOCAL, 10, now=0.3)  # this node's journal was slow (its loop blocked)
+        assert a.result() == (0, 10)  # durable everywhere: acknowledged all the same
+        with pytest.raises(ReplicationFailed, match="past its per-replica timeout"):
+            b.result()
+    asyncio.run(scenario())

@@ -33,7 +33,8 @@ class ExtentNodes:
             raise Unavailable(f"{address} does not answer")
         return self.lengths[address], False
 
-    async def create_extent(self, address: str, extent_id: int, replicas: list[str]) -> None:
+    async def create_extent(self, address: str, extent_id: int, replicas: list[str],
+                            timeout_s: float | None = None) -> None:
         if extent_id not in self.created:
             self.created.append(extent_id)
 

@@ -52,7 +52,8 @@ class CopyRecorder:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, int]] = []
 
-    async def create_extent(self, address: str, extent_id: int, replicas: list[str]) -> None:
+    async def create_extent(self, address: str, extent_id: int, replicas: list[str],
+                            timeout_s: float | None = None) -> None:
         self.calls.append(("create", address, extent_id))
 
     async def seal(self, address: str, extent_id: int, length: int, sources: list[str],

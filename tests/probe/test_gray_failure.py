@@ -1,0 +1,212 @@
+"""Gray failures in the stream layer are sealed away (issue 29; §2 "Append protocol": a slow
+or frozen node is a failed one), on real processes: under steady appenders, an extent node of
+the stream's last extent is frozen (SIGSTOP) for a few seconds — its primary, or a secondary —
+or its disk made slow (every journal write 200 ms late). The writers never wait more than
+about a second between acknowledged appends: the late replica misses its per-replica timeout,
+the extent is sealed from the live replicas and the stream goes on in a new one. Every
+acknowledged append reads back afterwards, the frozen replica ends sealed at the agreed length,
+and new extents keep off the slow node.
+
+One stamp for the module: 9 extent nodes in 3 fault domains. The slow-disk tests come first
+and pick their victims so that the nodes marked slow never fill a fault domain: placement then
+never needs one of them."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from common.errors import StampError
+from common.rpc import arm_remote, disarm_remote
+from stream_layer.client import AsyncStream, AsyncStreamClient
+from stream_layer.framing import Location
+from tests.conftest import module_stamp
+from tests.probe.test_stream_manager import assert_all_readable, client_for, wait_for
+from tools.chaos.extents import acknowledged
+from tools.local_stamp import LocalStamp
+
+pytestmark = pytest.mark.slow
+
+FREEZE_S = 5.0
+# The longest a writer may wait between acknowledged appends while one node is frozen or
+# slow (the issue: about a second; generous for a loaded 2-core machine). Before the fix the
+# writers waited out the whole freeze, or the 10 s append deadline.
+GAP_BOUND_S = 1.5
+APPENDERS = 2
+PACE_S = 0.005  # between one appender's appends: steady, not a flood of the 2 cores
+WARM_APPENDS = 150  # enough for every adaptive timeout to have learned the healthy latency
+SLOW_DISK = "journal.before_fsync=delay:200"
+ROLLOVERS_AFTER_SLOW = 4
+# Nodes found slow by earlier tests of the module (the stream manager avoids them for 30 s).
+_victims: list[str] = []
+
+
+@pytest.fixture(scope="module")
+def stamp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStamp]:
+    with module_stamp(tmp_path_factory, "gray", extent_nodes=9, stream_managers=1) as local:
+        yield local
+
+
+@dataclass
+class Acks:
+    """What steady appenders got acknowledged, and when (monotonic seconds)."""
+
+    acked: list[tuple[Location, bytes]] = field(default_factory=list)
+    at: list[float] = field(default_factory=list)
+    errors: list[StampError] = field(default_factory=list)
+
+    def longest_gap(self, start: float, end: float) -> float:
+        """The longest wait between acknowledgements in [start, end] (its ends included)."""
+        marks = [start, *sorted(t for t in self.at if start < t < end), end]
+        return max(b - a for a, b in itertools.pairwise(marks))
+
+
+async def _steady(stream: AsyncStream, stop: asyncio.Event, acks: Acks) -> None:
+    async def appender(index: int) -> None:
+        n = 0
+        while not stop.is_set():
+            block = f"gray-{stream.name}-{index}-{n}|".encode().ljust(600, b".")
+            n += 1
+            try:
+                [location] = await stream.append([block])
+            except StampError as exc:  # the stream layer must hide the failure: a test failure
+                acks.errors.append(exc)
+                return
+            acks.acked.append((location, block))
+            acks.at.append(time.monotonic())
+            await asyncio.sleep(PACE_S)
+    await asyncio.gather(*(appender(i) for i in range(APPENDERS)))
+
+
+async def _start(client: AsyncStreamClient, name: str
+                 ) -> tuple[AsyncStream, asyncio.Event, Acks, asyncio.Future[None]]:
+    stream = await client.create_stream(name)
+    stop, acks = asyncio.Event(), Acks()
+    load = asyncio.ensure_future(_steady(stream, stop, acks))
+    await acknowledged(acks.acked, WARM_APPENDS)
+    return stream, stop, acks, load
+
+
+async def _sealed_everywhere_at_length(client: AsyncStreamClient, stream: AsyncStream,
+                                       address: str) -> bool:
+    """Every sealed extent of the stream that `address` holds is sealed there at the length
+    the stream manager recorded (§8 invariant 2: a sealed extent's length is agreed)."""
+    for extent in (await stream.refresh()).extents:
+        if extent.state == "sealed" and address in extent.addresses:
+            length, sealed = await client.extents.commit_length(address, extent.extent_id)
+            if (length, sealed) != (extent.sealed_length, True):
+                return False
+    return True
+
+
+def _least_hit_replica(stamp: LocalStamp, addresses: list[str]) -> str:
+    """The replica whose fault domain holds the fewest nodes earlier tests left slow, so that
+    its domain keeps a healthy node besides it (placement then never needs it)."""
+    domain = {r.address: r.fault_domain for r in stamp.extent_nodes()}
+    hit = [domain[stamp.record(name).address] for name in _victims]
+    return min(addresses, key=lambda a: hit.count(domain[a]))
+
+
+@pytest.mark.parametrize("replica", [0, 1], ids=["primary", "secondary"])
+def test_a_slow_disk_is_sealed_away_and_avoided(stamp: LocalStamp, replica: int) -> None:
+    async def scenario() -> None:
+        client = client_for(stamp)
+        stream, stop, acks, load = await _start(client, f"slow-disk-{replica}")
+        addresses = list(stream.extents[-1].addresses)
+        slow = (addresses[replica] if replica == 0
+                else _least_hit_replica(stamp, addresses[1:]))
+        _victims.append(stamp.name_of(slow))
+        known = {e.extent_id for e in stream.extents}
+        arm_remote(slow, SLOW_DISK)
+        slowed_at = time.monotonic()
+        try:
+            async def moved_on() -> bool:
+                return any(loc.extent_id not in known for loc, _ in acks.acked)
+            await wait_for(moved_on, 10, f"the stream to seal {slow} (a slow disk) away")
+            moved_at = min(t for (loc, _), t in zip(acks.acked, acks.at, strict=True)
+                           if loc.extent_id not in known)
+            assert moved_at - slowed_at <= GAP_BOUND_S, (
+                f"the slow disk was sealed away only after {moved_at - slowed_at:.2f}s")
+            for _ in range(ROLLOVERS_AFTER_SLOW):  # new extents keep off the slow node
+                await stream.seal_last()
+                await stream.ensure_open()
+            await acknowledged(acks.acked, len(acks.acked) + 20)
+            gap = acks.longest_gap(slowed_at, time.monotonic())
+        finally:
+            disarm_remote(slow)
+        stop.set()
+        await load
+        assert not acks.errors, f"appends failed: {acks.errors[:3]}"
+        print(f"slow disk: sealed away after {(moved_at - slowed_at) * 1000:.0f} ms, "
+              f"longest gap {gap * 1000:.0f} ms")
+        assert gap <= GAP_BOUND_S, f"writers waited {gap:.2f}s with a slow disk"
+        placed = [e for e in stream.extents if e.extent_id not in known]
+        assert len(placed) > ROLLOVERS_AFTER_SLOW
+        assert not [e.extent_id for e in placed if slow in e.addresses], (
+            f"new extents placed on the slow node {slow}")
+        await assert_all_readable(stream, acks.acked)
+        await client.close()
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("replica", [0, 1], ids=["primary", "secondary"])
+def test_a_frozen_replica_stalls_writers_at_most_a_second(stamp: LocalStamp,
+                                                          replica: int) -> None:
+    async def scenario() -> None:
+        client = client_for(stamp)
+        stream, stop, acks, load = await _start(client, f"frozen-{replica}")
+        frozen = stream.extents[-1].addresses[replica]
+        pid = stamp.record(stamp.name_of(frozen)).pid
+        _victims.append(stamp.name_of(frozen))
+        os.kill(pid, signal.SIGSTOP)
+        frozen_at = time.monotonic()
+        try:
+            await asyncio.sleep(FREEZE_S)  # the fault's duration: the writers go on meanwhile
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        thawed_at = time.monotonic()
+        await acknowledged(acks.acked, len(acks.acked) + 50)
+        stop.set()
+        await load
+        assert not acks.errors, f"appends failed: {acks.errors[:3]}"
+        gap = acks.longest_gap(frozen_at, thawed_at)
+        print(f"frozen {['primary', 'secondary'][replica]}: longest gap {gap * 1000:.0f} ms")
+        assert gap <= GAP_BOUND_S, (f"writers waited {gap:.2f}s for an acknowledgement with "
+                                    f"the {['primary', 'secondary'][replica]} frozen")
+        assert frozen not in stream.extents[-1].addresses
+        await assert_all_readable(stream, acks.acked)
+        await wait_for(lambda: _sealed_everywhere_at_length(client, stream, frozen), 30,
+                       f"{frozen} sealed at the recorded lengths")
+        await client.close()
+    asyncio.run(scenario())
+
+
+def test_a_frozen_replica_costs_a_read_the_hedge_not_the_deadline(stamp: LocalStamp) -> None:
+    """Reads of a sealed extent go to its first replica first; frozen, it costs each read
+    the hedge delay (another replica is asked too), not the 2 s read deadline."""
+    async def scenario() -> None:
+        client = client_for(stamp)
+        stream = await client.create_stream("hedged-reads")
+        written = [(await stream.append([b"r%d|" % i * 50]))[0] for i in range(5)]
+        await stream.seal_last()
+        first = stream.extents[-1].addresses[0]
+        pid = stamp.record(stamp.name_of(first)).pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            for i, location in enumerate(written):
+                started = time.monotonic()
+                assert await stream.read(location) == b"r%d|" % i * 50
+                took = time.monotonic() - started
+                print(f"read with a frozen replica: {took * 1000:.0f} ms")
+                assert took <= GAP_BOUND_S, f"a read waited {took:.2f}s for a frozen replica"
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        await client.close()
+    asyncio.run(scenario())
