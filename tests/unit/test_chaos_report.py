@@ -50,6 +50,8 @@ def test_a_fault_point_counts_only_when_it_fired(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(nemesis_module.rpc, "armed_remote", lambda address: dict(armed),
                         raising=False)
     monkeypatch.setattr(nemesis_module, "FIRE_WAIT_S", 0.2, raising=False)
+    monkeypatch.setattr(nemesis_module, "commit_log_nodes", lambda stamp: ["en-1"],
+                        raising=False)
     nemesis = Nemesis(_Stamp(), [], "acct", 0.0)  # type: ignore[arg-type]
     fault = Fault(1.0, "slow_disk", "en-1", 0.0, 7, "journal.before_fsync=delay:100")
     nemesis._apply(fault)

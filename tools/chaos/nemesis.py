@@ -24,7 +24,12 @@ from common import faults, rpc
 from common.errors import StampError
 from tools import cmd_isolate
 from tools.chaos.schedule import Fault
-from tools.chaos.stamp_faults import Skipped, flip_sealed_replica, partition_op
+from tools.chaos.stamp_faults import (
+    Skipped,
+    commit_log_nodes,
+    flip_sealed_replica,
+    partition_op,
+)
 from tools.local_stamp import LocalStamp
 from tools.lossyfs.mount import LossyMount, power_cut
 
@@ -165,22 +170,37 @@ class Nemesis:
         node that stops itself (an injected journal failure or torn write: `crash_expected`,
         waited for up to CRASH_AFTER_FIRE_S after the firing, so that it is not taken for a
         crash of its own) is started again."""
-        address = self.stamp.address(fault.target)
+        target, why = self._armed_target(fault)
+        address = self.stamp.address(target)
         rpc.arm_remote(address, fault.detail)
-        how = self._until_fired([fault.target], fault.detail)
+        how = self._until_fired([target], fault.detail)
         died = how == "died"
         if how == "fired":
-            died = self._wait_death(fault.target,
+            died = self._wait_death(target,
                                     CRASH_AFTER_FIRE_S if crash_expected else fault.hold_s)
         if not died:
             rpc.disarm_remote(address)
         if how is None:  # the fault did not happen: say so, do not count it
-            raise Skipped(f"{fault.detail}: never fired on {fault.target} in "
-                          f"{FIRE_WAIT_S:g}s (nothing passed the point), disarmed")
+            raise Skipped(f"{fault.detail}: never fired on {target} in "
+                          f"{FIRE_WAIT_S:g}s (nothing passed the point), disarmed{why}")
         if died:
-            self._restart(fault.target)
-            return f"{fault.detail}: the node stopped, started again"
-        return fault.detail
+            self._restart(target)
+            return f"{fault.detail}: the node stopped, started again{why}"
+        return f"{fault.detail}{why}"
+
+    def _armed_target(self, fault: Fault) -> tuple[str, str]:
+        """The node to arm: the schedule's, or for a journal point when that node holds no
+        open commit-log extent (nothing would pass the point), the one of those that
+        `fault.pick` chooses (a choice only the running stamp can make); and why."""
+        if not fault.detail.startswith("journal."):
+            return fault.target, ""
+        writing = commit_log_nodes(self.stamp)
+        if not writing or fault.target in writing:
+            return fault.target, ""
+        target = writing[fault.pick % len(writing)]
+        if self.current is not None:
+            self.current.target = target
+        return target, f" (on {target}: {fault.target} holds no open commit-log extent)"
 
     def _until_fired(self, names: list[str], spec: str) -> str | None:
         """"fired" once a point of `spec` fired in one of `names`, "died" if one stopped

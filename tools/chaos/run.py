@@ -29,7 +29,6 @@ from tools.chaos.check import (
     find_violations,
     linearizability_violations,
     read_log,
-    record_final_state,
 )
 from tools.chaos.followers import Reader, Scanner, Subscriber
 from tools.chaos.history import OpLog
@@ -203,9 +202,8 @@ def _run_on(stamp: LocalStamp, mount: LossyMount | None, options: ChaosOptions,
         for sub in subscribers:
             sub.stop()
         show(RunStatus("checking every acknowledged operation"))
-        verdict = find_violations(checker_client, workload.histories, subscribers)
-        show(RunStatus("checking every write and read for linearizability"))
-        record_final_state(checker_client, workload.histories, oplog)
+        verdict = find_violations(checker_client, workload.histories, subscribers, oplog)
+    show(RunStatus("checking every write and read for linearizability"))
     verdict.add_linearizability(linearizability_violations(oplog))
     verdict.violations += scanner.violations
     if nemesis.failure is not None:

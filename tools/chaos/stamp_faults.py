@@ -1,6 +1,7 @@
 """The faults of `stamp chaos` that need the running stamp's state, not just a process: split,
 merge and move a partition through the leading partition manager (as `stamp partition`
-does), and flip a byte of a sealed replica on an extent node's disk.
+does), flip a byte of a sealed replica on an extent node's disk, and find the extent nodes
+whose journals are written (`commit_log_nodes`).
 
 Each returns a one-line description of what it did, or raises `Skipped` when the stamp's
 state leaves nothing to do (one partition: nothing to merge; no sealed extent on the node:
@@ -27,6 +28,7 @@ from tools.cmd_partition_ops import OP_TIMEOUT_S, call_leader
 from tools.local_stamp import LocalStamp
 
 FLIP_MASK = 0x20
+COMMIT_LOG_SUFFIX = "/log"  # partition_layer.partition_streams.stream_name(id, "log")
 # How long a fault waits for the stamp to answer (a partition manager or stream manager
 # leader elected again after the fault before this one) before it counts as failed.
 LEADER_WAIT_S = 60.0
@@ -99,6 +101,24 @@ def _leader(data_dir: str, method: str, request: object) -> pb.PartitionOpReply:
     if done is not None and done.result != "ok":
         raise Skipped(f"{method}: {done.result}")
     return reply
+
+
+def commit_log_nodes(stamp: LocalStamp) -> list[str]:
+    """The extent nodes (sorted) holding a replica of an open extent of a partition's commit
+    log: the ones whose journal the workload writes all the time, so that a journal fault
+    point armed there fires."""
+
+    async def open_log_extents() -> list[str]:
+        client = AsyncStreamManagerClient([r.address for r in stamp.stream_managers()],
+                                          stamp.config.stream_manager)
+        try:
+            extents = await client.list_extents()
+        finally:
+            await client.close()
+        return sorted({node for e in extents if e.state == "open"
+                       and any(s.endswith(COMMIT_LOG_SUFFIX) for s in e.streams)
+                       for node in e.replicas})
+    return retrying(lambda: asyncio.run(open_log_extents()))
 
 
 def flip_sealed_replica(stamp: LocalStamp, node: str, pick: int, flipped: set[int]) -> str:
