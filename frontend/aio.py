@@ -32,8 +32,10 @@ What every call does:
 - data operations share one `Call` stream per front end (many requests per message);
 - an error that may pass (Unavailable, NotOwner, Throttled after its retry-after,
   DeadlineExceeded) is retried with exponential backoff and jitter (frontend/retry.py),
-  on another endpoint of the connection string when the front end itself failed, until
-  `timeout_s` after the call began; then the last error is raised. Every mutation carries a
+  on another endpoint of the connection string when the front end itself failed or said
+  nothing for the attempt's time (short at first: a frozen front end costs about a
+  second; frontend/retry.py AttemptTimer), until `timeout_s` after the call began; then
+  the last error is raised. Every mutation carries a
   token (appends: the caller's or one made here; puts, deletes, batches: one made here), so
   a retry after an ambiguous failure is answered from the first attempt and applied once.
   Any other error (InvalidArgument, Unauthenticated, PermissionDenied, PreconditionFailed,
@@ -70,7 +72,7 @@ from common.proto import frontend_pb2_grpc as fe_grpc
 from common.proto import partition_pb2 as pb
 from common.tls import channel_credentials, sdk_channel_credentials
 from frontend import connection_string, sdk_requests, wire
-from frontend.retry import Endpoints, RetryPolicy, endpoint_failed
+from frontend.retry import AttemptTimer, Endpoints, RetryPolicy, endpoint_failed
 from frontend.sdk_requests import Row
 from frontend.sdk_scan import AsyncScanIterator, Batches, Entity, Page, ScanCursor, ScanRange
 from partition_layer.payload_crc import verify_records, verify_value
@@ -81,8 +83,6 @@ __all__ = ["AsyncScanIterator", "Client", "Entity", "Page"]
 T = TypeVar("T")
 TOKEN_PREFIX_BYTES = 12  # 96 random bits: no two clients share a prefix
 CLOSED = "this Stamp client is closed: make a new one"
-# One attempt waits at most this long for its answer before another front end is tried.
-ATTEMPT_TIMEOUT_S = 10.0
 
 
 def _credentials_for(checked: connection_string.ConnectionString) -> rpc.CredentialsFor:
@@ -124,6 +124,7 @@ class Client:
         self._clock: Clock = clock or SystemClock()
         self._rng = rng or random.Random()
         self._endpoints = Endpoints(checked.endpoints, self._clock, self._rng)
+        self._attempts = AttemptTimer()
         self._channels = rpc.ChannelCache(self.limits.rpc_message_bytes_max,
                                           _credentials_for(checked))
         self._sessions: dict[str, CallSession] = {}
@@ -328,7 +329,7 @@ class Client:
                         # asyncio.timeout, not wait_for: in 3.11 wait_for drops a
                         # cancellation that arrives with the page (partition_layer/
                         # scan_client.py), and a closed client's scan would go on.
-                        async with asyncio.timeout(self._attempt_s(deadline)):
+                        async with asyncio.timeout(self._page_wait_s(deadline)):
                             page = await pages.__anext__()
                     except StopAsyncIteration:
                         cursor.finished = True
@@ -362,7 +363,8 @@ class Client:
             stub = fe_grpc.FrontEndStub(self._channels.get(endpoint))
             try:
                 reply = await rpc.call(stub.ScanRanges(request,
-                                                       timeout=self._attempt_s(deadline)))
+                                                       timeout=self._attempt_s(deadline,
+                                                                               attempt)))
             except StampError as exc:
                 error = exc
             else:
@@ -403,8 +405,16 @@ class Client:
     def _token(self) -> str:
         return f"{self._token_prefix}-{next(self._tokens)}"
 
-    def _attempt_s(self, deadline: float) -> float:
-        return max(0.05, min(ATTEMPT_TIMEOUT_S, deadline - self._clock.monotonic()))
+    def _attempt_s(self, deadline: float, attempt: int = 0, nbytes: int = 0) -> float:
+        """How long attempt `attempt` waits (frontend/retry.py AttemptTimer), within the
+        call's `deadline`."""
+        return max(0.05, min(self._attempts.timeout_s(attempt, nbytes),
+                             deadline - self._clock.monotonic()))
+
+    def _page_wait_s(self, deadline: float) -> float:
+        """How long a scan waits for its next page: the longest attempt (a page may take its
+        server a while to fill, and a scan started again costs the pages before it)."""
+        return max(0.05, min(self._attempts.max_s, deadline - self._clock.monotonic()))
 
     def _session(self, endpoint: str) -> CallSession:
         session = self._sessions.get(endpoint)
@@ -425,13 +435,15 @@ class Client:
             self._check_open()
             endpoint = self._endpoints.pick()
             wire.sign_call(request, self._credentials, self._clock.wall())
-            future = self._session(endpoint).submit(request, self._attempt_s(deadline),
-                                                    nbytes)
+            future = self._session(endpoint).submit(
+                request, self._attempt_s(deadline, attempt, nbytes), nbytes)
+            sent = self._clock.monotonic()
             try:
                 response = await future
             except StampError as exc:
                 error = exc
             else:
+                self._attempts.observe(self._clock.monotonic() - sent)
                 self._endpoints.answered(endpoint)
                 if not response.error:
                     return response

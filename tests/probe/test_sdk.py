@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
+import signal
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
@@ -560,6 +562,38 @@ def test_an_append_retried_after_its_front_end_died_is_applied_once(
             with sync_channel(address, 1 << 20) as channel:
                 faults_pb2_grpc.FaultsStub(channel).Disarm(faults_pb2.DisarmRequest(
                     name="ps.commit.before_append"), timeout=10)
+
+
+# Before issue 29 one attempt waited 10 s for a frozen front end; now about a second.
+FROZEN_FRONT_END_BOUND_S = 3.0
+
+
+def test_a_frozen_front_end_costs_a_writer_about_a_second(
+        sdk_stamp: LocalStamp, account: Account) -> None:
+    """SIGSTOP the front end a writer talks to: its next append goes to the other front end
+    after the first attempt's short wait, not after the old 10 s, and every append made
+    across the freeze reads back once, in order."""
+    endpoints = [sdk_stamp.address(n) for n in FRONT_ENDS]
+
+    async def run() -> tuple[float, list[tuple[int, bytes]]]:
+        async with aio.Client(endpoints, account.name, key=account.keys[0]) as c:
+            await c.append("frozen", [b"0"])
+            victim = sdk_stamp.name_of(c.next_endpoint)
+            pid = sdk_stamp.record(victim).pid
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                started = time.monotonic()
+                await c.append("frozen", [b"1"])
+                took = time.monotonic() - started
+                for number in range(2, 5):  # the frozen one is avoided now
+                    await c.append("frozen", [str(number).encode()])
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            return took, await c.read("frozen")
+
+    took, records = asyncio.run(run())
+    assert took < FROZEN_FRONT_END_BOUND_S, f"the first append took {took:.2f} s"
+    assert records == [(i, str(i).encode()) for i in range(5)]
 
 
 def rate_limited_stamp(stamp_factory: Callable[..., LocalStamp], rate: float, burst: int

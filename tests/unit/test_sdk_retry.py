@@ -23,7 +23,7 @@ from common.errors import (
     Unauthenticated,
     Unavailable,
 )
-from frontend.retry import Endpoints, RetryPolicy, endpoint_failed, retryable
+from frontend.retry import AttemptTimer, Endpoints, RetryPolicy, endpoint_failed, retryable
 
 
 @pytest.mark.parametrize("error", [Unavailable("x"), NotOwner("x"), Throttled("x", 0.1)])
@@ -114,3 +114,21 @@ def test_picking_reads_no_clock_while_no_endpoint_failed() -> None:
     assert endpoints.pick() != first and reads
     endpoints.answered(first)
     assert endpoints.pick() != first  # the rotation moved past it
+
+
+def test_a_first_attempt_is_short_and_each_next_one_twice_as_long_up_to_the_cap() -> None:
+    timer = AttemptTimer(first_s=0.75, max_s=10.0)
+    assert [timer.timeout_s(n) for n in range(6)] == [0.75, 1.5, 3.0, 6.0, 10.0, 10.0]
+    # A big request gets time to be sent on top: 4 MiB at 8 MB/s.
+    assert timer.timeout_s(0, 4_000_000) == pytest.approx(0.75 + 0.5)
+
+
+def test_a_slow_stamp_lengthens_the_first_attempt_so_retries_do_not_flood_it() -> None:
+    timer = AttemptTimer(first_s=0.75, max_s=10.0, p99_factor=3.0)
+    for _ in range(256):
+        timer.observe(0.001)
+    assert timer.timeout_s(0) == 0.75  # a fast stamp: the floor
+    for _ in range(256):
+        timer.observe(0.5)  # calls now take half a second
+    assert timer.timeout_s(0) == pytest.approx(1.5)
+    assert timer.timeout_s(5) == 10.0
