@@ -5,9 +5,14 @@ probe tests.
   writes, and the client shape the workload speaks (the SDK's, `frontend.client.Client`;
   `AccountView` gives a PartitionClient the same shape);
 - `workload`: writers (appends with tokens, puts, ETag CAS, batches), recording every
-  acknowledgement and every op's outcome over time; `followers`: subscribers and a scanner;
+  acknowledgement and every op's outcome over time, and every op with its real-time bounds
+  (history.OpLog); `followers`: readers racing the writers (recorded in the OpLog too),
+  subscribers and a scanner;
 - `check`: proves after faults that nothing acknowledged was lost, changed, reordered or
-  applied twice, and that every ETag condition held — as a list of violations, never hope;
+  applied twice, that every ETag condition held, that a batch in doubt is all or nothing,
+  that subscribers got their logs whole, and that the OpLog is linearizable per log and
+  per row (`linearizability`: a Wing-Gong-Lowe search on entity and log models) — as a
+  list of violations, never hope;
 - `extents`: the same kind of checks one layer down (extent appends, partition-client logs);
 - `schedule`: the nemesis's seeded schedule (a pure function of seed, length and shape);
 - `nemesis`: applies a schedule's faults to a local stamp (`stamp_faults`: the ones that need
