@@ -3,8 +3,11 @@ histories: each is or is not linearizable, and the checker says which."""
 
 from __future__ import annotations
 
+import itertools
 import random
 import time
+
+import pytest
 
 from tools.chaos.linearizability import Op, check_history, check_key, entity_model, log_model
 
@@ -101,6 +104,8 @@ def test_an_append_of_unknown_outcome_may_be_seen_or_not_but_once() -> None:
     # its records read, then gone
     assert log(append(("a",), 0, 1, 0), unknown, read(0, ("a", "b"), 2, 3),
                read(0, ("a",), 4, 5)) is False
+    # seen only by where a later read starts: b landed after the first whole-log read
+    assert log(read(0, (), 2, 3), append(("b",), 1, None, None), read(1, (), 5, 6))
     # a gap: c acknowledged at 2, but b is in no read of the whole log
     assert log(append(("a",), 0, 1, 0), unknown, append(("c",), 2, 3, 2),
                read(0, ("a", "c"), 4, 5)) is False
@@ -127,3 +132,105 @@ def test_histories_split_per_key_and_a_long_one_is_checked_fast() -> None:
     assert all(v.linearizable for v in verdicts), [v.describe() for v in verdicts]
     assert len(verdicts) == 4
     assert time.monotonic() - started < 5.0  # about 0.2 s on an idle machine
+
+
+# ---- against a dumb reference: every order of every subset ---------------------------------
+
+def brute_force(ops: list[Op], model: object) -> bool:
+    """Linearizable by enumeration: some subset of the unknown-outcome ops with every known
+    one, in some order that respects real time, gives every op its answer."""
+    model = model.for_key(ops)  # type: ignore[attr-defined]
+    known = [op for op in ops if op.respond is not None]
+    unknown = [op for op in ops if op.respond is None]
+    for mask in range(1 << len(unknown)):
+        chosen = known + [op for i, op in enumerate(unknown) if mask >> i & 1]
+        for order in itertools.permutations(chosen):
+            if any(b.respond is not None and b.respond < a.invoke
+                   for i, a in enumerate(order) for b in order[i + 1:]):
+                continue
+            state = model.initial()  # type: ignore[attr-defined]
+            for op in order:
+                state = model.step(state, op)  # type: ignore[attr-defined]
+                if state is None:
+                    break
+            else:
+                return True
+    return False
+
+
+def random_entity_history(rng: random.Random) -> list[Op]:
+    """4-5 ops on one row, answered by a real execution at random points in their bounds,
+    then one answer changed half the time."""
+    ops, row, etags = [], None, 0
+    timed = []
+    for i in range(rng.randint(4, 5)):
+        t0 = rng.uniform(0, 6)
+        t1 = t0 + rng.uniform(0, 3)
+        unknown = rng.random() < 0.2
+        kind = rng.choice(["put", "cas", "get", "get"])
+        timed.append((rng.uniform(t0, t1) if not unknown or rng.random() < 0.5 else None,
+                      i, kind, t0, None if unknown and kind != "get" else t1))
+    for point, i, kind, t0, t1 in sorted(timed, key=lambda x: (x[0] is None, x[0] or 0)):
+        if kind == "get":
+            result = ("absent",) if row is None else ("value", *row)
+            ops.append(Op("r", ("get",), t0, t1, result))
+            continue
+        if_match = None if kind == "put" else rng.choice(
+            [row[1] if row else "e0", f"e{rng.randint(0, 3)}"])
+        ok = if_match is None or (row is not None and row[1] == if_match)
+        if point is not None and ok:
+            etags += 1
+            row = (f"v{i}", f"e{etags}")
+        result = None if t1 is None else ("ok", f"e{etags}") if ok else ("refused",)
+        ops.append(Op("r", ("put", f"v{i}", if_match, None), t0, t1, result))
+    if rng.random() < 0.5:
+        j = rng.randrange(len(ops))
+        if ops[j].call[0] == "get" and ops[j].respond is not None:
+            ops[j] = Op("r", ("get",), ops[j].invoke, ops[j].respond,
+                        rng.choice([("absent",), ("value", "v0", "e1"), ("value", "v1", "e2")]))
+    return ops
+
+
+def random_log_history(rng: random.Random) -> list[Op]:
+    """4-5 appends and reads of one log, answered by a real execution, perturbed half the
+    time."""
+    ops, records = [], []
+    timed = []
+    for i in range(rng.randint(4, 5)):
+        t0 = rng.uniform(0, 6)
+        t1 = t0 + rng.uniform(0, 3)
+        unknown = rng.random() < 0.2
+        kind = rng.choice(["append", "read"])
+        timed.append((rng.uniform(t0, t1) if not unknown or rng.random() < 0.5 else None,
+                      i, kind, t0, None if unknown and kind == "append" else t1))
+    for point, i, kind, t0, t1 in sorted(timed, key=lambda x: (x[0] is None, x[0] or 0)):
+        if kind == "read":
+            start = rng.randint(0, len(records))
+            ops.append(read(start, tuple(records[start:]), t0, t1))
+            continue
+        first = len(records)
+        if point is not None:
+            records.append(f"r{i}")
+        ops.append(append((f"r{i}",), t0, t1, None if t1 is None else first))
+    if rng.random() < 0.5:
+        j = rng.randrange(len(ops))
+        if ops[j].call[0] == "read":
+            _, start, got, _ = ops[j].call
+            ops[j] = read(start, got[:-1] if got else ("r0",), ops[j].invoke,
+                          ops[j].respond or 0.0)
+    return [Op("log", op.call, op.invoke, op.respond, op.result) for op in ops]
+
+
+@pytest.mark.parametrize("kind", ["entity", "log"])
+def test_the_checker_agrees_with_enumerating_every_order(kind: str) -> None:
+    rng = random.Random(11)
+    make, model = ((random_entity_history, entity_model()) if kind == "entity"
+                   else (random_log_history, log_model()))
+    verdicts = []
+    for _ in range(150):
+        ops = make(rng)
+        expected = brute_force(ops, model)
+        got = check_key("k", ops, model).linearizable
+        assert got is expected, [op.describe() for op in ops]
+        verdicts.append(expected)
+    assert 20 < sum(verdicts) < 130  # both kinds of history were tried

@@ -19,8 +19,9 @@ Contract:
   pass or a failure).
 
 Models (the SDK's operations, frontend/aio.py):
-- entities, `EntityModel`: the state is None (no row) or (value, etag), the etag None while
-  it is unknown (written by an op whose answer was lost; the next get learns it).
+- entities, `EntityModel`: the state is ABSENT (no row) or (value, etag), the etag None while
+  it is unknown (written by an op whose answer was lost; the next get learns it). Every
+  write makes a new etag, so an unknown one is none of those answered writes returned.
     ("put", value, if_match, if_none_match) -> ("ok", etag) | ("refused",)
     ("delete", if_match)                    -> ("ok",) | ("refused",) | ("absent",)
     ("get",)                                -> ("value", value, etag) | ("absent",)
@@ -34,9 +35,10 @@ Values and records are opaque hashable ids (the chaos workload passes digests).
 
 Pruning (sound: it never makes a linearizable history fail): an unknown-outcome write whose
 effect no operation of the history observed is dropped before the search — for a put, no get
-returned its value and no op on the key was refused after it was invoked; for an append, no
-read returned its records and a read of the whole log, invoked after every op with a known
-answer responded, does not hold them. Left in, each such op doubles what the search may try.
+returned its value, no op on the key was refused after it was invoked, and none was accepted
+over an etag that no answer of the history holds; for an append, no
+read returned its records and a read of the whole log, invoked after every other op with a
+known answer responded, does not hold them. Left in, each such op doubles what the search may try.
 """
 
 from __future__ import annotations
@@ -82,6 +84,7 @@ class Model(Protocol):
     """A sequential specification: `step` applies one op to a state and returns the state
     after it, or None when the op cannot have its answer in that state."""
 
+    def for_key(self, ops: Sequence[Op]) -> Model: ...
     def initial(self) -> Hashable: ...
     def step(self, state: Any, op: Op) -> Hashable | None: ...
     def observed(self, op: Op, history: Sequence[Op]) -> bool: ...
@@ -112,7 +115,16 @@ ABSENT: Hashable = ("no row",)  # the state of a row that does not exist
 
 
 class EntityModel:
-    """A register with ETags (module docstring)."""
+    """A register with ETags (module docstring). Every write makes a new ETag (the stamp's
+    contract), so a write whose answer is unknown made none of the ETags that answered
+    writes of the key returned (`write_etags`, from `for_key`)."""
+
+    def __init__(self, write_etags: frozenset[str] = frozenset()) -> None:
+        self.write_etags = write_etags
+
+    def for_key(self, ops: Sequence[Op]) -> Model:
+        return EntityModel(frozenset(op.result[1] for op in ops if op.call[0] == "put"
+                                     and op.result is not None and op.result[0] == "ok"))
 
     def initial(self) -> Hashable:
         return ABSENT
@@ -125,15 +137,17 @@ class EntityModel:
             _, value, etag = result
             if state == ABSENT or state[0] != value or state[1] not in (None, etag):
                 return None
+            if state[1] is None and etag in self.write_etags:
+                return None  # another write's etag: not the one the unknown write made
             return (value, etag)  # an unknown etag is learnt here
         if kind == "put":
             _, value, if_match, if_none_match = op.call
-            ok = _precondition(state, if_match, bool(if_none_match))
+            ok = self._precondition(state, if_match, bool(if_none_match))
             return _write(state, op, ok, lambda etag: (value, etag))
         if kind == "delete":
             if result is not None and result[0] == "absent":
                 return state if state == ABSENT else None
-            ok = False if state == ABSENT else _precondition(state, op.call[1], False)
+            ok = False if state == ABSENT else self._precondition(state, op.call[1], False)
             return _write(state, op, ok, lambda etag: ABSENT)
         raise ValueError(f"not an entity op: {op.call!r}")
 
@@ -142,26 +156,33 @@ class EntityModel:
             return True  # deletes are rare and observed by absence: always kept
         value = op.call[1]
         for other in history:
-            if other.respond is None or other.result is None:
+            if other.respond is not None and other.respond < op.invoke:
+                continue  # over before this op began: it cannot have seen it
+            if other.call[0] == "put" and other.call[2] is not None \
+                    and other.call[2] not in self.write_etags:
+                return True  # a put over an etag only a write in doubt can have made
+            if other.result is None:
                 continue
             if other.call[0] == "get":
                 if other.result[0] == "value" and other.result[1] == value:
                     return True
-            elif other.result[0] in ("refused", "absent") and other.respond >= op.invoke:
+            elif other.result[0] in ("refused", "absent"):
                 return True  # a refusal it may explain (the row's etag changed)
         return False
 
-
-def _precondition(state: Any, if_match: str | None, if_none_match: bool) -> bool | None:
-    """Whether a write's condition holds in `state`; None when it depends on an unknown
-    etag."""
-    if if_none_match:
-        return state == ABSENT
-    if if_match is None:
-        return True
-    if state == ABSENT:
-        return False
-    return None if state[1] is None else state[1] == if_match
+    def _precondition(self, state: Any, if_match: str | None, if_none_match: bool
+                      ) -> bool | None:
+        """Whether a write's condition holds in `state`; None when it depends on an
+        unknown etag (one that is none of `write_etags`)."""
+        if if_none_match:
+            return state == ABSENT
+        if if_match is None:
+            return True
+        if state == ABSENT:
+            return False
+        if state[1] is None:
+            return False if if_match in self.write_etags else None
+        return bool(state[1] == if_match)
 
 
 def _write(state: Any, op: Op, ok: bool | None,
@@ -218,6 +239,9 @@ class _Chain:
 class LogModel:
     """A log of records with consecutive sequence numbers from 0 (module docstring)."""
 
+    def for_key(self, ops: Sequence[Op]) -> Model:
+        return self
+
     def initial(self) -> Hashable:
         return _Chain(None, ())
 
@@ -240,20 +264,21 @@ class LogModel:
 
     def observed(self, op: Op, history: Sequence[Op]) -> bool:
         mine = set(op.call[1])
-        # Writes with a known outcome that ended before a whole-log read began cannot be
-        # placed after it, where this op could have counted for their sequence numbers.
-        known_end = max((o.respond for o in history if o.respond is not None
-                         and o.call[0] != "read"), default=0.0)
-        complete = False
-        for other in history:
+        if any(other.call[0] == "read" and other.respond is not None
+               and mine & set(other.call[2]) for other in history):
+            return True
+        # Unseen, it may still count in the sequence numbers or the ends others saw — unless
+        # a read of the whole log began after every other op with a known outcome ended:
+        # then it lies after that read or nowhere, and nothing after the read can see it.
+        ends = sorted((o.respond, i) for i, o in enumerate(history) if o.respond is not None)
+        for i, other in enumerate(history):
             if other.call[0] != "read" or other.respond is None:
                 continue
-            if mine & set(other.call[2]):
-                return True
             _, start, _, at_end = other.call
-            if start == 0 and at_end and other.invoke >= max(known_end, op.invoke):
-                complete = True
-        return not complete
+            last_other = next((end for end, j in reversed(ends) if j != i), 0.0)
+            if start == 0 and at_end and other.invoke >= max(last_other, op.invoke):
+                return False
+        return True
 
 
 # ---- the search -----------------------------------------------------------------------------
@@ -310,6 +335,7 @@ def _unlift(entry: _Entry) -> None:
 def check_key(key: Hashable, ops: Sequence[Op], model: Model,
               steps_max: int = STEPS_MAX) -> KeyVerdict:
     """Wing-Gong-Lowe search (module docstring) over one key's ops."""
+    model = model.for_key(ops)
     ops = [op for op in ops if op.respond is not None or model.observed(op, ops)]
     head = _entries(ops)
     pending = sum(1 for op in ops if op.respond is not None)
