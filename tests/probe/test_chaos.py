@@ -60,7 +60,8 @@ def test_a_broken_build_makes_the_chaos_run_fail(tmp_path: Path) -> None:
     201st log append is answered with a sequence number and nothing is written
     (ps.append.bug_drop_acknowledged). The run must report the lost acknowledged append as
     a violation and exit 1. (A changed value could be overwritten before the check; a
-    dropped append cannot hide: its sequence number is given again or missing.)"""
+    dropped append cannot hide: its sequence number is given again or missing.) The
+    linearizability checker finds it too."""
     result = subprocess.run(
         [str(Path(sys.executable).parent / "stamp"), "chaos", "--minutes", "0.25",
          "--seed", str(SEED), "--power-cuts", "off", "--json"],
@@ -72,3 +73,6 @@ def test_a_broken_build_makes_the_chaos_run_fail(tmp_path: Path) -> None:
     assert result.returncode == 1, result.stderr[-2000:]
     assert report["violations"], "the checker missed an acknowledged write the stamp broke"
     assert any("lost" in v for v in report["violations"]), report["violations"]
+    # and the history of writes and reads is not linearizable: the append's answer was a
+    # sequence number its records never held
+    assert any("not linearizable" in v for v in report["violations"]), report["violations"]
