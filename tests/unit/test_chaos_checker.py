@@ -21,7 +21,8 @@ from tools.chaos.check import (
     record_final_state,
 )
 from tools.chaos.followers import Reader, Subscriber, scan_violations
-from tools.chaos.history import WriterHistory, record_bytes, row_key
+from tools.chaos.history import OpLog, WriterHistory, entity_key, record_bytes, row_key
+from tools.chaos.linearizability import Op
 from tools.chaos.workload import MixedWorkload, Tally
 
 
@@ -261,3 +262,17 @@ def test_the_workload_is_seeded(seed: int) -> None:
             workload.step(stamp, workload.histories[i % 2], rng)
         return stamp.logs
     assert numbers(MemoryStamp()) == numbers(MemoryStamp())
+
+
+def test_a_batch_in_doubt_seen_on_one_row_is_done_on_all_of_them_by_then() -> None:
+    oplog = OpLog(started=0.0)
+    a, b = entity_key("group-0", 1), entity_key("group-0", 2)
+    oplog.ops += [Op(a, ("put", "old-a", None, None), 0.0, 1.0, ("ok", "e1")),
+                  Op(b, ("put", "old-b", None, None), 0.0, 1.0, ("ok", "e2")),
+                  Op(a, ("put", "batch", None, None), 2.0, None),
+                  Op(b, ("put", "batch", None, None), 2.0, None),
+                  Op(a, ("get",), 3.0, 4.0, ("value", "batch", "e3"))]
+    oplog.batch_in_doubt("w0-n9", [a, b], "batch", 2.0)
+    assert linearizability_violations(oplog).violations == []  # b may not be read yet
+    oplog.ops.append(Op(b, ("get",), 5.0, 6.0, ("value", "old-b", "e2")))  # half applied
+    only(linearizability_violations(oplog).violations, "not linearizable")
