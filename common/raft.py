@@ -26,6 +26,15 @@ or not, so a resend cut short (several batches in flight, the leader's next inde
 can take acknowledged entries out of the follower's log. `DurableReplica` plans every
 append_entries with `common.raft_append.plan_append` before pysyncobj sees it (one override,
 `_SyncObj__onMessageReceived`, in "Raft §5.3" below): only entries that conflict are deleted.
+
+Two more additions, whose decisions live in common/raft_lease.py (see its docstring for the
+arguments): every append_entries a leader sends carries (term, send time) and the follower's
+reply echoes it, so `majority_contact_at(term)` tells the leader when a majority last heard
+from it (the lock service builds its leader lease on that: lock_service/lessor.py); and
+PreVote (`RaftTuning.pre_vote`): a follower canvasses before it raises its term, so a thawed
+or reconnected replica cannot depose a healthy leader. CheckQuorum is pysyncobj's own
+`leaderFallbackTimeout` (`RaftTuning.leader_fallback_s`): a leader that has not heard from a
+majority that long steps down.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ import os
 import pickle
 import struct
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +53,7 @@ from typing import Any
 
 import pysyncobj.syncobj as syncobj_module
 from pysyncobj import SyncObj, SyncObjConf
+from pysyncobj.syncobj import _RAFT_STATE
 from pysyncobj.transport import Transport
 
 from common import durable_fs
@@ -51,6 +62,16 @@ from common.durable_fs import fsync_dir
 from common.raft_append import TransmissionAssembler, plan_append
 from common.raft_auth import AuthenticatedTransport
 from common.raft_journal import DurableJournal
+from common.raft_lease import (
+    ECHO_FIELD,
+    PRE_VOTE,
+    PRE_VOTE_REPLY,
+    SENT_FIELD,
+    PreVoteRound,
+    grant_pre_vote,
+    majority_contact,
+    steps_aside,
+)
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +90,11 @@ class RaftTuning:
     election_timeout_min_s: float = 0.3
     election_timeout_max_s: float = 0.8
     heartbeat_interval_s: float = 0.05
-    # A leader that has not heard from a majority this long steps down.
-    leader_fallback_s: float = 1.0
+    # CheckQuorum: a leader that has not heard from a majority this long steps down (a
+    # frozen or cut-off leader stops acting as one soon after its followers elect another).
+    leader_fallback_s: float = 0.8
+    # PreVote (common/raft_lease.py): canvass before raising the term.
+    pre_vote: bool = True
     connection_timeout_s: float = 3.5
     # How often a replica retries connecting to a peer that is down (a restart rejoins fast).
     connection_retry_s: float = 0.5
@@ -186,12 +210,25 @@ class DurableReplica(SyncObj):
         durable_fs.make_dirs(self._raft_dir)
         self._durable_journal = DurableJournal(self._raft_dir / JOURNAL_FILE)
         self._transmission = TransmissionAssembler()
-        conf = durable_conf(self._raft_dir, tuning or RaftTuning(), self, self_address, secret)
+        self._tuning = tuning or RaftTuning()
+        # Majority contact and PreVote (common/raft_lease.py); tick thread only, except
+        # `_contact`, which other threads read whole (one attribute, swapped, never mutated).
+        self._acks: dict[Any, tuple[int, float]] = {}
+        self._contact: tuple[int, float] | None = None
+        self._echo: tuple[Any, Any] | None = None
+        self._leader_heard_at = float("-inf")
+        self._pre_vote_round: PreVoteRound | None = None
+        self._pre_vote_won_term = -1
+        conf = durable_conf(self._raft_dir, self._tuning, self, self_address, secret)
         others = [peer for peer in peers if peer != self_address]
 
         def transport(sync_obj: SyncObj, self_node: Any, other_nodes: Any) -> Transport:
-            return make_transport(sync_obj, self_node, other_nodes,
-                                  journal=self._durable_journal)
+            built = make_transport(sync_obj, self_node, other_nodes,
+                                   journal=self._durable_journal)
+            send = built.send
+            # pysyncobj sends through this attribute: every outgoing message passes here.
+            built.send = lambda node, message: send(node, self._stamped(node, message))
+            return built
 
         with _injected_journal(self._durable_journal):
             super().__init__(self_address, others, conf=conf, transportClass=transport)
@@ -215,6 +252,15 @@ class DurableReplica(SyncObj):
         leader = self._getLeader()
         return None if leader is None else str(leader.id)
 
+    def majority_contact_at(self, term: int) -> float | None:
+        """The latest time.monotonic() send time `s` such that a majority acknowledged, in
+        `term`, a message this replica sent as leader at or after `s` (common/raft_lease.py
+        says what that proves); None if no majority has in `term`. Any thread."""
+        if not self.otherNodes:
+            return time.monotonic()
+        contact = self._contact
+        return contact[1] if contact is not None and contact[0] == term else None
+
     def raft_status(self) -> dict[str, Any]:
         """A racy but harmless look from another thread (plain attribute reads only)."""
         return {"role": "leader" if self._isLeader() else "follower",
@@ -230,8 +276,28 @@ class DurableReplica(SyncObj):
     # --- Raft §5.3: delete only conflicting entries (the one patch of pysyncobj's handling) ---
 
     def _SyncObj__onMessageReceived(self, node: Any, message: Any) -> None:
-        """Every message from a peer, on the tick thread. An append_entries is planned by
-        `plan_append` (common/raft_append.py) and pysyncobj handles the planned one."""
+        """Every message from a peer, on the tick thread: PreVote messages are ours; an echo
+        counts toward majority contact; an append_entries pysyncobj will take is answered
+        with its stamp echoed (`_stamped`) and marks a leader heard from."""
+        kind = message.get("type") if isinstance(message, dict) else None
+        if kind in (PRE_VOTE, PRE_VOTE_REPLY):
+            self._on_pre_vote_message(node, message)
+            return
+        if kind == "next_node_idx" and ECHO_FIELD in message:
+            self._on_echo(node, message[ECHO_FIELD])
+        if kind == "append_entries" and message.get("term", -1) >= self.raftCurrentTerm:
+            self._leader_heard_at = time.monotonic()
+            self._echo = (node, message.get(SENT_FIELD))
+            try:
+                self._receive(node, message)
+            finally:
+                self._echo = None
+            return
+        self._receive(node, message)
+
+    def _receive(self, node: Any, message: Any) -> None:
+        """An append_entries is planned by `plan_append` (common/raft_append.py) and
+        pysyncobj handles the planned one; anything else goes to pysyncobj as it came."""
         handle = SyncObj._SyncObj__onMessageReceived  # type: ignore[attr-defined]
         if (not isinstance(message, dict) or message.get("type") != "append_entries"
                 or "prevLogIdx" not in message or message["term"] < self.raftCurrentTerm):
@@ -271,6 +337,109 @@ class DurableReplica(SyncObj):
             return
         with journal.tail_hidden(plan.hide_after):
             handle(self, node, planned)
+
+    # --- majority contact and PreVote (common/raft_lease.py) ---------------------------------
+
+    def _stamped(self, node: Any, message: Any) -> Any:
+        """An outgoing message with our fields: a leader's append_entries carries (term, send
+        time); the reply to one being handled echoes that. Tick thread."""
+        if not isinstance(message, dict):
+            return message
+        kind = message.get("type")
+        if kind == "append_entries" and self._isLeader():
+            return {**message, SENT_FIELD: (self.raftCurrentTerm, time.monotonic())}
+        echo = self._echo
+        if kind == "next_node_idx" and echo is not None and echo[1] is not None \
+                and echo[0] == node:
+            return {**message, ECHO_FIELD: echo[1]}
+        return message
+
+    def _on_echo(self, node: Any, echo: Any) -> None:
+        try:
+            term, sent = echo
+        except (TypeError, ValueError):
+            return
+        if not self._isLeader() or term != self.raftCurrentTerm:
+            return
+        known = self._acks.get(node)
+        if known is None or known[0] != term or known[1] < sent:
+            self._acks[node] = (term, sent)
+        contact = majority_contact(self._acks, term, len(self.otherNodes) + 1, time.monotonic())
+        if contact is not None:
+            self._contact = (term, contact)
+
+    def _onTick(self, timeToWait: float = 0.0) -> None:
+        if self._tuning.pre_vote:
+            self._pre_vote_gate()
+        super()._onTick(timeToWait)
+
+    def _pre_vote_gate(self) -> None:
+        """Before pysyncobj would start an election (its timer ran out): unless a canvass
+        for the next term was won, hold the election back one timeout and canvass."""
+        if (self._SyncObj__raftState == _RAFT_STATE.LEADER or self._SyncObj__selfNode is None
+                or getattr(self, "_SyncObj__transferInProgress", False)):
+            return  # a leadership transfer: the leader itself asked for this election
+        now = time.monotonic()
+        if (self._SyncObj__raftElectionDeadline >= now or not self.otherNodes
+                or not self._SyncObj__connectedToAnyone()):
+            return
+        next_term = self.raftCurrentTerm + 1
+        if self._pre_vote_won_term == next_term:
+            return
+        self._SyncObj__raftElectionDeadline = now + self._SyncObj__generateRaftTimeout()
+        self._pre_vote_round = PreVoteRound(next_term, len(self.otherNodes) + 1,
+                                            {self._SyncObj__selfNode})
+        message = {"type": PRE_VOTE, "term": next_term,
+                   "last_log_index": self._SyncObj__getCurrentLogIndex(),
+                   "last_log_term": self._SyncObj__getCurrentLogTerm()}
+        for other in self.otherNodes:
+            self._SyncObj__transport.send(other, message)
+
+    def _on_pre_vote_message(self, node: Any, message: dict[str, Any]) -> None:
+        try:
+            if message["type"] == PRE_VOTE:
+                granted = grant_pre_vote(
+                    asked_term=int(message["term"]),
+                    asker_last=(int(message["last_log_term"]), int(message["last_log_index"])),
+                    my_term=self.raftCurrentTerm,
+                    my_last=(self._SyncObj__getCurrentLogTerm(),
+                             self._SyncObj__getCurrentLogIndex()),
+                    is_leader=self._isLeader(),
+                    since_leader_s=time.monotonic() - self._leader_heard_at,
+                    election_timeout_min_s=self._tuning.election_timeout_min_s)
+                self._SyncObj__transport.send(node, {"type": PRE_VOTE_REPLY,
+                                                     "term": message["term"],
+                                                     "granted": granted})
+                if granted:
+                    self._give_way(node, int(message["term"]))
+                return
+            canvass = self._pre_vote_round
+            if (canvass is None or self._isLeader()
+                    or canvass.term != self.raftCurrentTerm + 1):
+                return
+            if canvass.record(node, int(message["term"]), bool(message["granted"])):
+                log.info("pre-vote for term %d won: starting the election", canvass.term)
+                self._pre_vote_won_term, self._pre_vote_round = canvass.term, None
+                self._SyncObj__raftElectionDeadline = 0  # pysyncobj elects on the next tick
+        except (KeyError, TypeError, ValueError):
+            log.warning("malformed %s from %s ignored", message.get("type"), node)
+
+    def _give_way(self, asker: Any, term: int) -> None:
+        """Having said yes to `asker`'s canvass for `term`: give it an election timeout to
+        win (as Raft restarts the timer of a replica that votes), and if this replica is
+        canvassing for the same term too, settle who goes on by id, so that two replicas
+        whose timers fired together do not split the vote (pysyncobj checks timers once a
+        tick, which makes that common)."""
+        canvass = self._pre_vote_round
+        running = (canvass is not None and canvass.term == term) or self._pre_vote_won_term == term
+        if running and not steps_aside(str(self._SyncObj__selfNode.id), str(asker.id)):
+            return  # this one goes on; the asker steps aside when our canvass reaches it
+        self._pre_vote_round = None
+        if self._pre_vote_won_term == term:
+            self._pre_vote_won_term = -1
+        self._SyncObj__raftElectionDeadline = max(
+            self._SyncObj__raftElectionDeadline,
+            time.monotonic() + self._SyncObj__generateRaftTimeout())
 
     # --- snapshot files (pysyncobj's serializer hooks) ----------------------------------------
 
