@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 STEPS_MAX = 2_000_000  # per key; past it the key is reported undecided
+_FOREVER = float("inf")
 
 
 @dataclass(frozen=True)
@@ -121,10 +122,27 @@ class EntityModel:
 
     def __init__(self, write_etags: frozenset[str] = frozenset()) -> None:
         self.write_etags = write_etags
+        # What `observed` asks, by the latest time it was seen (from `for_key`)
+        self._value_read: dict[Hashable, float] = {}  # value -> latest get of it
+        self._refused = -_FOREVER  # latest refusal (refused, or absent on a delete)
+        self._foreign_etag = -_FOREVER  # latest put over an etag no answered write made
 
     def for_key(self, ops: Sequence[Op]) -> Model:
-        return EntityModel(frozenset(op.result[1] for op in ops if op.call[0] == "put"
-                                     and op.result is not None and op.result[0] == "ok"))
+        model = EntityModel(frozenset(op.result[1] for op in ops if op.call[0] == "put"
+                                      and op.result is not None and op.result[0] == "ok"))
+        for op in ops:
+            end = _FOREVER if op.respond is None else op.respond
+            if op.call[0] == "put" and op.call[2] is not None \
+                    and op.call[2] not in model.write_etags:
+                model._foreign_etag = max(model._foreign_etag, end)
+            if op.result is None or op.respond is None:
+                continue
+            if op.call[0] == "get" and op.result[0] == "value":
+                value = op.result[1]
+                model._value_read[value] = max(model._value_read.get(value, end), end)
+            elif op.call[0] != "get" and op.result[0] in ("refused", "absent"):
+                model._refused = max(model._refused, end)
+        return model
 
     def initial(self) -> Hashable:
         return ABSENT
@@ -152,23 +170,13 @@ class EntityModel:
         raise ValueError(f"not an entity op: {op.call!r}")
 
     def observed(self, op: Op, history: Sequence[Op]) -> bool:
+        """Whether an op that ended after `op` began may have seen it: a get of its value,
+        a refusal (the row's etag changed), a put over an etag only a write in doubt can
+        have made. `history` is the one `for_key` indexed."""
         if op.call[0] != "put":
             return True  # deletes are rare and observed by absence: always kept
-        value = op.call[1]
-        for other in history:
-            if other.respond is not None and other.respond < op.invoke:
-                continue  # over before this op began: it cannot have seen it
-            if other.call[0] == "put" and other.call[2] is not None \
-                    and other.call[2] not in self.write_etags:
-                return True  # a put over an etag only a write in doubt can have made
-            if other.result is None:
-                continue
-            if other.call[0] == "get":
-                if other.result[0] == "value" and other.result[1] == value:
-                    return True
-            elif other.result[0] in ("refused", "absent"):
-                return True  # a refusal it may explain (the row's etag changed)
-        return False
+        return max(self._value_read.get(op.call[1], -_FOREVER), self._refused,
+                   self._foreign_etag) >= op.invoke
 
     def _precondition(self, state: Any, if_match: str | None, if_none_match: bool
                       ) -> bool | None:
@@ -239,8 +247,23 @@ class _Chain:
 class LogModel:
     """A log of records with consecutive sequence numbers from 0 (module docstring)."""
 
+    def __init__(self) -> None:
+        self._read: set[Hashable] = set()  # every record some read returned
+        self._whole_read_at = -_FOREVER  # when a read of the whole log began after the rest
+
     def for_key(self, ops: Sequence[Op]) -> Model:
-        return self
+        model = LogModel()
+        ends = sorted(((op.respond, i) for i, op in enumerate(ops) if op.respond is not None),
+                      reverse=True)
+        for i, op in enumerate(ops):
+            if op.call[0] != "read" or op.respond is None:
+                continue
+            _, start, records, at_end = op.call
+            model._read.update(records)
+            last_other = next((end for end, j in ends if j != i), -_FOREVER)
+            if start == 0 and at_end and op.invoke >= last_other:
+                model._whole_read_at = max(model._whole_read_at, op.invoke)
+        return model
 
     def initial(self) -> Hashable:
         return _Chain(None, ())
@@ -263,22 +286,12 @@ class LogModel:
         raise ValueError(f"not a log op: {op.call!r}")
 
     def observed(self, op: Op, history: Sequence[Op]) -> bool:
-        mine = set(op.call[1])
-        if any(other.call[0] == "read" and other.respond is not None
-               and mine & set(other.call[2]) for other in history):
+        if any(record in self._read for record in op.call[1]):
             return True
         # Unseen, it may still count in the sequence numbers or the ends others saw — unless
         # a read of the whole log began after every other op with a known outcome ended:
         # then it lies after that read or nowhere, and nothing after the read can see it.
-        ends = sorted((o.respond, i) for i, o in enumerate(history) if o.respond is not None)
-        for i, other in enumerate(history):
-            if other.call[0] != "read" or other.respond is None:
-                continue
-            _, start, _, at_end = other.call
-            last_other = next((end for end, j in reversed(ends) if j != i), 0.0)
-            if start == 0 and at_end and other.invoke >= max(last_other, op.invoke):
-                return False
-        return True
+        return self._whole_read_at < op.invoke
 
 
 # ---- the search -----------------------------------------------------------------------------
