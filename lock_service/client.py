@@ -15,9 +15,15 @@ Leases:
   request that granted or last renewed it was first sent. The service cannot expire it
   before `sent + ttl` in real time (lock_service/leader_time.py), so its holder always stops
   claiming first. The margin covers clock-rate differences between hosts.
-- A thread per lease renews it every ttl/3 and retries failures until the claim deadline.
+- A thread per lease renews it every ttl/4 and retries failures until the claim deadline.
   When the claim ends other than by `release()`, `lease.lost` is set and `on_lost(lease)`
   runs at once, on that thread.
+- A renewal goes to the leader this client knows; with no answer within
+  RENEW_LEADER_TIMEOUT_S (a frozen or cut-off leader) or a refusal, to every replica at once,
+  asking again each that refuses (`_Renewal`), so it lands on a new leader as soon as one
+  answers. The service answers
+  renewals from the leader's memory and a new leader extends every lease when it takes
+  office (lock_service/lessor.py), so a leader change costs a renewal about an election.
 - `fence=lease` on a write makes the service refuse it once that lease has ended there.
 - A holder that restarts cannot take its own old lease over: it waits, like anyone, until
   that lease expires (nothing proves the old process is gone).
@@ -31,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import queue
 import threading
 import time
 import uuid
@@ -64,9 +71,15 @@ RETRY_BACKOFF_MIN_S = 0.005
 RETRY_BACKOFF_MAX_S = 0.1
 LEASE_MARGIN_FRACTION = 0.1
 LEASE_MARGIN_MIN_S = 0.05
-RENEW_FRACTION = 1 / 3
+# Renewals are cheap (answered from the leader's memory): renew often enough that one
+# stalled for a leader change still lands well before the claim deadline.
+RENEW_FRACTION = 1 / 4
 RENEW_RETRY_S = 0.05
-RENEW_ATTEMPT_TIMEOUT_S = 1.0
+# A renewal waits this long for the leader it knows before it asks every replica at once
+# (a healthy leader answers from memory in a few ms).
+RENEW_LEADER_TIMEOUT_S = 0.3
+# A call to a replica that does not answer is given up (and sent again) after this long.
+RENEW_ROUND_TIMEOUT_S = 0.5
 RETRYABLE = (Unavailable, DeadlineExceeded, FaultInjected)  # NotLeader is an Unavailable
 
 
@@ -216,6 +229,19 @@ class LockClient:
                 stub = self._stubs[address] = pb_grpc.LockServiceStub(channel)
             return stub
 
+    def _renew(self, token: int, ttl_s: float, deadline: float) -> float:
+        """Renew lease `token` as the module docstring says, until `deadline` (monotonic).
+        Returns when the request that succeeded was sent: the holder's claim counts from it.
+        Raises NotFound if the service has ended the lease, DeadlineExceeded at the
+        deadline, and any other error that retrying cannot help."""
+        renewal = _Renewal(self, pb.RenewRequest(token=token, ttl_s=ttl_s), deadline)
+        try:
+            address, sent = renewal.run()
+        finally:
+            renewal.cancel()
+        self._leader_guess = address
+        return sent
+
     def _call(self, method: str, request: Any, *, deadline: float | None = None,
               attempt_timeout_s: float = ATTEMPT_TIMEOUT_S) -> Any:
         """Call `method` on the leader, retrying as the module docstring says, until
@@ -251,6 +277,83 @@ class LockClient:
                 time.sleep(max(0.0, min(backoff, deadline - self.clock.monotonic())))
                 backoff = min(backoff * 2, RETRY_BACKOFF_MAX_S)
             log.debug("%s: %s; trying %s", method, error, address)
+
+
+class _Renewal:
+    """One renewal's calls: first to the leader the client knows; once that has not answered
+    within RENEW_LEADER_TIMEOUT_S, or refused, to every replica at once. A replica that
+    refuses is asked again RENEW_RETRY_S later, one that does not answer once its call times
+    out, so a frozen leader never holds up asking the others."""
+
+    def __init__(self, client: LockClient, request: pb.RenewRequest, deadline: float) -> None:
+        self._client = client
+        self._clock = client.clock
+        self._request = request
+        self._deadline = deadline
+        self._answered: queue.Queue[Any] = queue.Queue()
+        self._inflight: dict[Any, tuple[str, float]] = {}  # call -> (address, sent)
+        self._due: dict[str, float] = {}  # address -> when to ask it (again)
+        self._fan_out_at = self._clock.monotonic() + RENEW_LEADER_TIMEOUT_S
+
+    def run(self) -> tuple[str, float]:
+        """The address that renewed the lease and when its request was sent."""
+        self._send(self._client._leader_guess, RENEW_LEADER_TIMEOUT_S)
+        while True:
+            now = self._clock.monotonic()
+            if now >= self._deadline:
+                raise DeadlineExceeded(f"lease {self._request.token}: no renewal before its "
+                                       "claim deadline")
+            if now >= self._fan_out_at:
+                self._fan_out_at = float("inf")
+                for address in self._client._addresses:
+                    self._due.setdefault(address, now)
+            for address, at in list(self._due.items()):
+                if at <= now and not self._asking(address):
+                    del self._due[address]
+                    self._send(address, RENEW_ROUND_TIMEOUT_S)
+            # (A replica asked already is asked again only once its call is done.)
+            wake_at = min([self._deadline, self._fan_out_at,
+                           *(at for address, at in self._due.items()
+                             if not self._asking(address))])
+            try:
+                call = self._answered.get(timeout=max(0.0, wake_at - now))
+            except queue.Empty:
+                continue
+            won = self._settle(call)
+            if won is not None:
+                return won
+
+    def _settle(self, call: Any) -> tuple[str, float] | None:
+        address, sent = self._inflight.pop(call)
+        try:
+            call.result()
+        except grpc.RpcError as exc:
+            error = rpc.from_rpc_error(exc)
+            if not isinstance(error, RETRYABLE):
+                raise error from None
+            now = self._clock.monotonic()
+            self._fan_out_at = min(self._fan_out_at, now)  # refused: ask everyone now
+            hint = leader_hint(error)
+            if hint and hint != address:
+                self._due[hint] = now
+            timed_out = isinstance(error, DeadlineExceeded)
+            self._due.setdefault(address, now if timed_out else now + RENEW_RETRY_S)
+            return None
+        return address, sent
+
+    def _asking(self, address: str) -> bool:
+        return any(asked == address for asked, _ in self._inflight.values())
+
+    def _send(self, address: str, timeout_s: float) -> None:
+        sent = self._clock.monotonic()
+        timeout_s = min(timeout_s, max(0.0, self._deadline - sent))
+        call = self._client._stub(address).Renew.future(self._request, timeout=timeout_s)
+        self._inflight[call] = (address, sent)
+        call.add_done_callback(self._answered.put)
+
+    def cancel(self) -> None:
+        for call in list(self._inflight):
+            call.cancel()
 
 
 class Lease:
@@ -300,10 +403,8 @@ class Lease:
         NotFound, and the lease is lost, if the service has already ended it."""
         if self._ended.is_set():
             raise NotFound(f"lease {self.token} has ended here")
-        sent = self._clock.monotonic()
         try:
-            self._client._call("Renew", pb.RenewRequest(token=self.token, ttl_s=self.ttl_s),
-                               deadline=self._deadline, attempt_timeout_s=RENEW_ATTEMPT_TIMEOUT_S)
+            sent = self._client._renew(self.token, self.ttl_s, self._deadline)
         except NotFound:
             self._lose("the service has ended it")
             raise
@@ -350,11 +451,8 @@ class Lease:
                 if self._ended.wait(min(next_renew, self._deadline) - now):
                     return
                 continue
-            sent = self._clock.monotonic()
             try:
-                self._client._call("Renew", pb.RenewRequest(token=self.token, ttl_s=self.ttl_s),
-                                   deadline=self._deadline,
-                                   attempt_timeout_s=RENEW_ATTEMPT_TIMEOUT_S)
+                sent = self._client._renew(self.token, self.ttl_s, self._deadline)
             except NotFound:
                 self._lose("the service has ended it")
                 return

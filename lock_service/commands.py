@@ -3,12 +3,13 @@
 Commands are what the leader appends; every replica applies them in log order to its
 `LockState` (lock_service/state.py). Commands that change the state carry `at`, the
 leader-stamped time (lock_service/leader_time.py): expiry is decided from it, never from a
-replica's own clock (§3), and `term`, the term of the leader that stamped it: once a newer
-leader's Barrier is applied, a command stamped by an older leader (pysyncobj forwards the
-queue of a leader that just lost office) is refused, so a deposed leader's clock never moves
-the state's time. Term 0 means unchecked (tests). Commands a client may retry carry
-`request_id`, so a retry whose first attempt was applied gets the first result instead of
-being applied twice.
+replica's own clock (§3; which leases ran out, the leader decides from its memory and logs
+as Expire: lock_service/lessor.py), and `term`, the term of the leader that stamped it: once
+a newer leader's Barrier is applied, a command stamped by an older leader (pysyncobj
+forwards the queue of a leader that just lost office) is refused, so a deposed leader's
+clock never moves the state's time. Term 0 means unchecked (tests). Commands a client may
+retry carry `request_id`, so a retry whose first attempt was applied gets the first result
+instead of being applied twice.
 
 These are NamedTuples: immutable, cheap to pickle into the log, and compared by value.
 Renaming one breaks journals written before the rename: add new ones instead.
@@ -95,9 +96,21 @@ class ListKeys(NamedTuple):
 
 
 class Tick(NamedTuple):
-    """Only moves time forward, so that leases expire when nobody else writes."""
+    """Only moves time forward. (Leaders once proposed it to expire leases by the state's
+    time; they propose Expire now. Kept so that journals written before still replay.)"""
 
     at: float
+    term: int = 0
+
+
+class Expire(NamedTuple):
+    """End the leases `tokens`, whose time is up in the leader's memory (lock_service/
+    lessor.py: renewals are answered from there, not logged). A lease whose logged expiry
+    is still ahead of the state's time is kept: a logged renewal the leader had not yet
+    seen applied when it decided."""
+
+    at: float
+    tokens: tuple[int, ...]
     term: int = 0
 
 
@@ -117,7 +130,7 @@ class Announce(NamedTuple):
 
 
 Command = (Acquire | OpenSession | Renew | Release | Write | Delete | Get | ListKeys | Tick
-           | Barrier | Announce)
+           | Expire | Barrier | Announce)
 
 # --- results -------------------------------------------------------------------------------
 

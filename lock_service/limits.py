@@ -35,3 +35,23 @@ DEDUP_WINDOW_S = 120.0
 DEDUP_ENTRIES_MAX = 200_000
 
 RPC_MESSAGE_BYTES_MAX = 4 * MiB
+
+# One Expire command ends at most this many leases (the leader logs more if more are due).
+EXPIRE_TOKENS_MAX = 1000
+
+# A follower that hears no leader for a random time in this range canvasses for election
+# (common/raft_lease.py). Narrower than the stream manager's (0.3-0.8 s): a lease renewal
+# caught by a leader change waits about this long, and a 2 s lease is renewed every 0.5 s.
+ELECTION_TIMEOUT_MIN_S = 0.3
+ELECTION_TIMEOUT_MAX_S = 0.5
+
+# Leases that ride out a leader change (lock_service/lessor.py argues why they are safe).
+# A leader answers renewals from memory only while a majority acknowledged, in its term,
+# messages it sent less than this long ago (common/raft_lease.py); else through the log.
+# Heartbeats go every 50 ms: a healthy leader holds it with room to spare.
+LEADER_LEASE_S = 0.5
+# A new leader gives every lease at least ttl + this from when it takes office. Safety
+# needs it at least LEADER_LEASE_S (plus clock drift, which the holder's margin also covers);
+# beyond that it is time for holders to find the new leader.
+PROMOTE_EXTEND_S = 1.0
+assert PROMOTE_EXTEND_S >= 1.5 * LEADER_LEASE_S, "a new leader must outlast the old one's lease"

@@ -69,7 +69,8 @@ async def serve(args: argparse.Namespace, secret: bytes) -> None:
     watch = await server_main.Watch.begin(args)
     raft_address = f"{args.host}:{args.raft_port}"
     peers = [p.strip() for p in args.peers.split(",") if p.strip()]
-    tuning = RaftTuning()
+    tuning = RaftTuning(election_timeout_min_s=limits.ELECTION_TIMEOUT_MIN_S,
+                        election_timeout_max_s=limits.ELECTION_TIMEOUT_MAX_S)
     if args.election_timeout_ms:
         low, high = args.election_timeout_ms
         tuning = RaftTuning(election_timeout_min_s=low / 1000, election_timeout_max_s=high / 1000)

@@ -8,6 +8,10 @@ Contract:
   0 on success) — after its entry is durable on a majority (common/raft.py).
 - Listeners added with `on_freed` hear, on the tick thread, the names of locks that became
   free (released or expired), to wake long-polls.
+- The lessor (lock_service/lessor.py) is kept under the same mutex as the state and hears
+  every lease event in log order, so `promote` (after a Barrier) sees a state and the lessor
+  follows it from there without a gap. `renew_in_memory` answers a renewal only while this
+  replica holds its leader lease for the lessor's term (`leader_lease_holds`).
 - If applying a command raises, the state machine is broken (a bug, not bad input: bad input
   yields `Rejected`). The replica stops at once rather than diverge from its peers.
 """
@@ -18,6 +22,7 @@ import logging
 import os
 import pickle
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -26,6 +31,8 @@ from pysyncobj import replicated
 
 from common.raft import DurableReplica, RaftTuning
 from lock_service import commands as c
+from lock_service import limits
+from lock_service.lessor import Lessor, RenewOutcome
 from lock_service.state import LockState
 
 log = logging.getLogger(__name__)
@@ -40,6 +47,7 @@ class LockReplica(DurableReplica):
         """`secret`: the stamp secret its Raft peers authenticate with (common/raft.py)."""
         # Before the base constructor: pysyncobj may apply commands from inside it.
         self._lock_state = LockState()
+        self._lessor = Lessor()
         self._state_mutex = threading.Lock()
         self._freed_listeners: list[Callable[[list[str]], None]] = []
         self.raft_address = raft_address
@@ -51,6 +59,7 @@ class LockReplica(DurableReplica):
             with self._state_mutex:
                 result = self._lock_state.apply(command)
                 freed = self._lock_state.take_freed()
+                self._follow_lease_events()
         except Exception:
             log.critical("applying %r broke the lock state machine: stopping", command,
                          exc_info=True)
@@ -67,6 +76,64 @@ class LockReplica(DurableReplica):
     def read(self, look: Callable[[LockState], T]) -> T:
         with self._state_mutex:
             return look(self._lock_state)
+
+    def _follow_lease_events(self) -> None:
+        for event in self._lock_state.take_lease_events():
+            if event.kind == "granted":
+                self._lessor.granted(event.token, event.ttl_s, event.expires_at)
+            elif event.kind == "renewed":
+                self._lessor.renewed_in_log(event.token, event.ttl_s, event.expires_at)
+            else:
+                self._lessor.ended(event.token)
+
+    # --- the leader's lessor (lock_service/lessor.py) ----------------------------------------
+
+    def promote(self, term: int, extend_s: float) -> None:
+        """Take office in `term`: every live lease expires no earlier than ttl + extend_s
+        from the state's time. Call once the term's Barrier is applied."""
+        with self._state_mutex:
+            state = self._lock_state
+            self._lessor.promote(
+                term, state.now,
+                [(lease.token, lease.ttl_s, lease.expires_at) for lease in state.leases.values()],
+                state.last_token, extend_s)
+
+    def demote(self) -> None:
+        with self._state_mutex:
+            self._lessor.demote()
+
+    def leader_lease_holds(self, term: int) -> bool:
+        """True if no other replica can have taken office in a later term more than
+        LEADER_LEASE_S before now (common/raft_lease.py): a majority acknowledged, in `term`,
+        what this replica sent less than LEADER_LEASE_S ago, and it still leads in `term`.
+        The leadership is read last: see lock_service/lessor.py, 2."""
+        contact = self.majority_contact_at(term)
+        if contact is None or time.monotonic() >= contact + limits.LEADER_LEASE_S:
+            return False
+        return self.raftCurrentTerm == term and self.is_leader() and self.raftCurrentTerm == term
+
+    def renew_in_memory(self, term: int, token: int, ttl_s: float, now: float) -> RenewOutcome:
+        """A renewal answered by the lessor of `term` at leader time `now`, if this replica
+        holds its leader lease; THROUGH_LOG when it must go through Raft instead."""
+        with self._state_mutex:
+            if self._lessor.term != term or not self.leader_lease_holds(term):
+                return RenewOutcome.THROUGH_LOG
+            return self._lessor.renew(token, ttl_s, now)
+
+    def due_leases(self, term: int, now: float) -> tuple[int, ...]:
+        """Leases whose time is up at leader time `now` (none unless promoted in `term`)."""
+        with self._state_mutex:
+            if self._lessor.term != term:
+                return ()
+            return self._lessor.due(now, limits.EXPIRE_TOKENS_MAX)
+
+    def lease_expiries(self, term: int) -> dict[int, float] | None:
+        """Leader-time expiry of every lease as the lessor of `term` sees it, or None."""
+        with self._state_mutex:
+            if self._lessor.term != term:
+                return None
+            return {token: self._lessor.expires_at(token) or lease.expires_at
+                    for token, lease in self._lock_state.leases.items()}
 
     def on_freed(self, listener: Callable[[list[str]], None]) -> None:
         self._freed_listeners.append(listener)

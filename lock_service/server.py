@@ -13,8 +13,15 @@ Contract:
 - A reply is sent only after the command is applied here, hence durable on a majority.
   A command not applied within PROPOSE_TIMEOUT_S fails with Unavailable: its outcome is
   unknown, and a retry with the same request id is safe (the state deduplicates).
-- While leader, the servicer proposes a Tick whenever a lease's time is up, so leases
-  expire (and their locks free up, their keys vanish) without other traffic.
+- Renewals are answered from the leader's memory (lock_service/lessor.py, which argues why
+  a holder can rely on them), without a Raft write, while the leader holds its leader lease
+  (`LockReplica.leader_lease_holds`); otherwise, or to change a lease's TTL, through the log.
+  A new leader promotes its lessor right after its Barrier, before it answers anything:
+  every lease then has at least ttl + PROMOTE_EXTEND_S to go.
+- While leader, the servicer logs an Expire whenever a lease's time is up in its lessor, so
+  leases expire (and their locks free up, their keys vanish) without other traffic; and
+  before any command it stamps, so that command sees every lease whose time is up by its
+  stamp ended (a fenced write of a lapsed holder is refused, a lapsed lock is granted).
 """
 
 from __future__ import annotations
@@ -30,7 +37,14 @@ from pysyncobj import FAIL_REASON
 
 from common import faults
 from common.clock import Clock, SystemClock
-from common.errors import ERRORS_BY_NAME, InvalidArgument, StampError, Throttled, Unavailable
+from common.errors import (
+    ERRORS_BY_NAME,
+    InvalidArgument,
+    NotFound,
+    StampError,
+    Throttled,
+    Unavailable,
+)
 from common.proto import lock_service_pb2 as pb
 from common.proto import lock_service_pb2_grpc as pb_grpc
 from common.read_index import ReadIndex
@@ -39,6 +53,7 @@ from lock_service import commands as c
 from lock_service import limits
 from lock_service.leader_hint import not_leader
 from lock_service.leader_time import LeaderTime
+from lock_service.lessor import RenewOutcome
 from lock_service.replica import LockReplica
 from lock_service.state import LockState, problem_with
 
@@ -105,9 +120,14 @@ class LockServicer(pb_grpc.LockServiceServicer):
 
     def _leader_term(self) -> int:
         if not self._replica.is_leader():
-            self._leader_time.resign()
+            self._resign()
             raise self._not_leader()
         return self._replica.raftCurrentTerm
+
+    def _resign(self) -> None:
+        if self._leader_time.term is not None:
+            self._leader_time.resign()
+            self._replica.demote()
 
     async def _leader_now(self) -> float:
         term = self._leader_term()
@@ -131,17 +151,26 @@ class LockServicer(pb_grpc.LockServiceServicer):
         assert isinstance(result, c.Now)
         if self._leader_term() != term:
             raise self._not_leader()
+        # Promote first: once the time is anchored, renewals are answered from the lessor.
+        self._replica.promote(term, limits.PROMOTE_EXTEND_S)
         self._leader_time.anchor(term, result.now)
-        log.info("leader of term %d: time anchored at %.3f", term, result.now)
+        log.info("leader of term %d: time anchored at %.3f, leases extended by %.1fs", term,
+                 result.now, limits.PROMOTE_EXTEND_S)
 
     async def _propose(self, make: Callable[[float], c.Command]) -> c.Result:
         await faults.apoint("lock.before_propose")
         at = await self._leader_now()
-        # Stamped with time and term, then handed to Raft with no await in between.
-        command = make(at)._replace(term=self._leader_time.term)
+        # Stamped with time and term, then handed to Raft with no await in between, behind
+        # an Expire of every lease whose time is up by that stamp.
+        term = self._leader_time.term
+        assert term is not None
+        command = make(at)._replace(term=term)
         problem = problem_with(command)
         if problem:
             raise InvalidArgument(problem)
+        due = self._replica.due_leases(term, at)
+        if due:
+            self._replica.propose(c.Expire(at, due, term), _ignore_result)
         return _checked(await self._submit(command))
 
     async def _read(self, command: c.Get | c.ListKeys) -> c.Result:
@@ -164,14 +193,14 @@ class LockServicer(pb_grpc.LockServiceServicer):
         while True:
             await asyncio.sleep(EXPIRY_CHECK_INTERVAL_S)
             if not self._replica.is_leader():
-                self._leader_time.resign()
+                self._resign()
                 continue
             try:
                 at = await self._leader_now()  # also anchors a new leader before it is asked
-                at_term = self._leader_time.term or 0
-                due = self._replica.read(lambda state: state.next_expiry())
-                if due is not None and at >= due:
-                    await self._submit(c.Tick(self._leader_time.now(), at_term))
+                term = self._leader_time.term or 0
+                due = self._replica.due_leases(term, at)
+                if due:
+                    await self._submit(c.Expire(at, due, term))
             except StampError as exc:
                 log.debug("lease expiry pass: %s", exc)
             except Exception:
@@ -253,6 +282,18 @@ class LockServicer(pb_grpc.LockServiceServicer):
     @rpc_errors
     async def Renew(self, request: pb.RenewRequest,
                     context: aio.ServicerContext) -> pb.RenewReply:
+        problem = problem_with(c.Renew(0.0, request.token, request.ttl_s))
+        if problem:
+            raise InvalidArgument(problem)
+        at = await self._leader_now()  # a new leader anchors (and promotes) first
+        term = self._leader_time.term
+        assert term is not None
+        # No await from here to the answer: the leader lease is checked at the renewal.
+        outcome = self._replica.renew_in_memory(term, request.token, request.ttl_s, at)
+        if outcome is RenewOutcome.RENEWED:
+            return pb.RenewReply()
+        if outcome is RenewOutcome.ENDED:
+            raise NotFound(f"lease {request.token} has ended")
         result = await self._propose(lambda at: c.Renew(at, request.token, request.ttl_s))
         assert isinstance(result, c.Renewed), result
         return pb.RenewReply()
@@ -307,10 +348,13 @@ class LockServicer(pb_grpc.LockServiceServicer):
     async def ListLeases(self, request: pb.ListLeasesRequest,
                          context: aio.ServicerContext) -> pb.ListLeasesReply:
         await self._read_index()
+        now = await self._leader_now()
+        expiries = self._replica.lease_expiries(self._leader_time.term or 0) or {}
 
         def listing(state: LockState) -> list[pb.LeaseInfo]:
             return [pb.LeaseInfo(token=token, holder=lease.holder, lock=lease.lock or "",
-                                 ttl_s=lease.ttl_s, expires_in_s=lease.expires_at - state.now,
+                                 ttl_s=lease.ttl_s,
+                                 expires_in_s=expiries.get(token, lease.expires_at) - now,
                                  keys=len(lease.keys))
                     for token, lease in sorted(state.leases.items())]
         return pb.ListLeasesReply(leases=self._replica.read(listing))
@@ -334,6 +378,11 @@ class LockServicer(pb_grpc.LockServiceServicer):
 def _settle(future: asyncio.Future[tuple[c.Result, int]], result: c.Result, error: int) -> None:
     if not future.done():
         future.set_result((result, error))
+
+
+def _ignore_result(result: c.Result, error: int) -> None:
+    """An Expire logged ahead of a command: its outcome shows in the state, and the expiry
+    pass logs it again if it did not get in."""
 
 
 def _checked(result: c.Result) -> c.Result:

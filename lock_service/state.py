@@ -8,8 +8,11 @@ Contract:
   AssertionError means the state machine itself is broken.
 - Time is the leader's, carried in each command (`at`). The state's clock `now` is the
   largest `at` applied so far: it never goes back, whatever a new leader's clock says.
-  A lease is live while `now < expires_at`; every command first ends every lease whose time
-  is up, so no replica ever decides expiry from its own clock.
+- A lease lives until a Release or an Expire ends it. Its `expires_at` here is as of its
+  grant or last logged renewal only: renewals are answered from the leader's memory
+  (lock_service/lessor.py), and the leader logs Expire when its time is up there. So no
+  replica ever decides expiry from its own clock; an Expire of a lease whose logged expiry
+  is still ahead of `now` is ignored.
 - Fencing tokens come from one counter: a grant's token is larger than every token issued
   before it, for this lock or any other. A renewal keeps the token.
 - At most one live lease holds a lock. Keys bound to a lease are deleted when it ends.
@@ -48,6 +51,15 @@ class LeaseRecord:
     keys: set[str] = field(default_factory=set)
 
 
+class LeaseEvent(NamedTuple):
+    """What happened to a lease, for the leader's lessor (not replicated state)."""
+
+    kind: str  # "granted" | "renewed" (through the log) | "ended"
+    token: int
+    ttl_s: float
+    expires_at: float
+
+
 class KeyRecord(NamedTuple):
     value: bytes
     version: int
@@ -67,12 +79,14 @@ class LockState:
         self.expiry: SortedSet = SortedSet()  # (expires_at, token)
         self.dedup: OrderedDict[str, tuple[float, c.Result]] = OrderedDict()
         self.members: dict[str, str] = {}  # raft address -> gRPC address
-        # Not replicated state: lock names freed since `take_freed`, to wake waiters.
+        # Not replicated state: lock names freed since `take_freed`, to wake waiters, and
+        # lease events since `take_lease_events`, for the leader's lessor.
         self._freed: list[str] = []
+        self._lease_events: list[LeaseEvent] = []
         self._handlers: dict[type, Callable[[Any], c.Result]] = {
             c.Acquire: self._acquire, c.OpenSession: self._open_session, c.Renew: self._renew,
             c.Release: self._release, c.Write: self._write, c.Delete: self._delete,
-            c.Get: self._get, c.ListKeys: self._list, c.Tick: self._now,
+            c.Get: self._get, c.ListKeys: self._list, c.Tick: self._now, c.Expire: self._expire,
             c.Barrier: self._now, c.Announce: self._announce,
         }
 
@@ -109,8 +123,6 @@ class LockState:
 
     def _advance(self, at: float) -> None:
         self.now = max(self.now, at)
-        while self.expiry and self.expiry[0][0] <= self.now:
-            self._end_lease(self.expiry[0][1])
         horizon = self.now - limits.DEDUP_WINDOW_S
         while self.dedup:
             first = next(iter(self.dedup.values()))
@@ -145,6 +157,7 @@ class LockState:
         lease = LeaseRecord(token, holder, lock, ttl_s, self.now + ttl_s, request_id)
         self.leases[token] = lease
         self.expiry.add((lease.expires_at, token))
+        self._lease_events.append(LeaseEvent("granted", token, ttl_s, lease.expires_at))
         return lease
 
     def _renew(self, cmd: c.Renew) -> c.Result:
@@ -155,6 +168,8 @@ class LockState:
         lease.ttl_s = cmd.ttl_s
         lease.expires_at = self.now + cmd.ttl_s
         self.expiry.add((lease.expires_at, lease.token))
+        self._lease_events.append(LeaseEvent("renewed", lease.token, lease.ttl_s,
+                                             lease.expires_at))
         return c.Renewed(lease.expires_at)
 
     def _release(self, cmd: c.Release) -> c.Result:
@@ -163,9 +178,17 @@ class LockState:
         self._end_lease(cmd.token)
         return c.Released(True)
 
+    def _expire(self, cmd: c.Expire) -> c.Result:
+        for token in cmd.tokens:
+            lease = self.leases.get(token)
+            if lease is not None and lease.expires_at <= self.now:
+                self._end_lease(token)
+        return c.Now(self.now)
+
     def _end_lease(self, token: int) -> None:
         lease = self.leases.pop(token)
         self.expiry.remove((lease.expires_at, token))
+        self._lease_events.append(LeaseEvent("ended", token, lease.ttl_s, lease.expires_at))
         if lease.lock is not None:
             assert self.locks.get(lease.lock) == token, f"lock {lease.lock} lost its holder"
             del self.locks[lease.lock]
@@ -239,6 +262,11 @@ class LockState:
     def next_expiry(self) -> float | None:
         return self.expiry[0][0] if self.expiry else None
 
+    def take_lease_events(self) -> list[LeaseEvent]:
+        """Leases granted, renewed through the log, or ended since the last call."""
+        events, self._lease_events = self._lease_events, []
+        return events
+
     def take_freed(self) -> list[str]:
         """Lock names freed (released or expired) since the last call."""
         freed, self._freed = self._freed, []
@@ -290,7 +318,6 @@ class LockState:
         assert set(self.expiry) == {(lease.expires_at, t) for t, lease in self.leases.items()}
         for token, lease in self.leases.items():
             assert lease.token == token <= self.last_token
-            assert lease.expires_at > self.now, f"lease {token} outlived its expiry"
             if lease.lock is not None:
                 assert self.locks.get(lease.lock) == token, f"{lease.lock}: two holders?"
             for key in lease.keys:
@@ -318,6 +345,10 @@ def problem_with(cmd: c.Command) -> str | None:
         return _bad_ttl(cmd.ttl_s) or _bad_token(cmd.token)
     if isinstance(cmd, c.Release):
         return _bad_token(cmd.token)
+    if isinstance(cmd, c.Expire) and (
+            not isinstance(cmd.tokens, tuple) or len(cmd.tokens) > limits.EXPIRE_TOKENS_MAX
+            or any(_bad_token(token) for token in cmd.tokens)):
+        return f"tokens must be a tuple of at most {limits.EXPIRE_TOKENS_MAX} tokens"
     if isinstance(cmd, c.Write):
         if not isinstance(cmd.value, bytes) or len(cmd.value) > limits.VALUE_BYTES_MAX:
             return f"value must be bytes, at most {limits.VALUE_BYTES_MAX}"

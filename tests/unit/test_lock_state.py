@@ -24,6 +24,14 @@ def applied(state: LockState, *commands: c.Command) -> list[c.Result]:
     return results
 
 
+def expire_due(state: LockState, at: float) -> None:
+    """What a leader whose lessor saw no renewal but the logged ones logs before stamping `at`."""
+    now = max(state.now, at)
+    due = tuple(token for expires_at, token in state.expiry if expires_at <= now)
+    if due:
+        applied(state, c.Expire(at, due))
+
+
 # --- locks -----------------------------------------------------------------------------------
 
 
@@ -39,18 +47,23 @@ def test_one_holder_and_tokens_rise() -> None:
     assert isinstance(second, c.Granted) and second.token > first.token
 
 
-def test_expiry_follows_command_time_only() -> None:
+def test_only_an_expire_ends_a_lease_and_only_once_its_logged_time_is_up() -> None:
     s = LockState()
     applied(s, c.Acquire(10.0, "r1", "L", "a", 2.0))
-    applied(s, c.Tick(11.999))
+    applied(s, c.Tick(100.0))  # time alone ends nothing: renewals may be in the leader's memory
     assert s.holder_of("L") is not None
-    applied(s, c.Tick(12.0))  # live while now < expires_at
+    s = LockState()
+    applied(s, c.Acquire(10.0, "r1", "L", "a", 2.0))
+    applied(s, c.Expire(11.999, (1,)))  # a logged renewal the leader had not seen yet
+    assert s.holder_of("L") is not None
+    applied(s, c.Expire(12.0, (1,)))
     assert s.holder_of("L") is None and s.take_freed() == ["L"]
+    assert [event.kind for event in s.take_lease_events()] == ["granted", "ended"]
 
 
 def test_time_never_goes_back() -> None:
     s = LockState()
-    applied(s, c.Acquire(10.0, "r1", "L", "a", 2.0), c.Tick(13.0))
+    applied(s, c.Acquire(10.0, "r1", "L", "a", 2.0), c.Expire(13.0, (1,)))
     applied(s, c.Tick(5.0), c.Acquire(6.0, "r2", "L", "b", 2.0))
     assert s.now == 13.0
     assert s.leases[2].expires_at == 15.0  # granted at the state's time, not the stamp
@@ -73,7 +86,7 @@ def test_renew_keeps_token_and_fails_once_ended() -> None:
     applied(s, c.Acquire(0.0, "r1", "L", "a", 2.0))
     assert applied(s, c.Renew(1.5, 1, 2.0)) == [c.Renewed(3.5)]
     assert s.holder_of("L").token == 1
-    (late,) = applied(s, c.Renew(3.5, 1, 2.0))
+    (late,) = applied(s, c.Expire(3.5, (1,)), c.Renew(3.5, 1, 2.0))[1:]
     assert isinstance(late, c.Rejected) and late.error == "NotFound"
 
 
@@ -101,7 +114,7 @@ def test_session_keys_vanish_with_the_lease() -> None:
     applied(s, c.Write(0.0, "w1", "members/ps-1", b"x", lease=session.token),
             c.Write(0.0, "w2", "members/ps-9", b"y", lease=session.token),
             c.Write(0.0, "w3", "members/ps-9", b"z"))  # rebound: no longer ephemeral
-    applied(s, c.Tick(1.0))
+    applied(s, c.Expire(1.0, (session.token,)))
     assert list(s.kv) == ["members/ps-9"]
     (dead,) = applied(s, c.Write(1.0, "w4", "members/ps-1", b"x", lease=session.token))
     assert isinstance(dead, c.Rejected) and dead.error == "PreconditionFailed"
@@ -111,6 +124,7 @@ def test_fenced_write_refused_after_the_lease_ends() -> None:
     s = LockState()
     applied(s, c.Acquire(0.0, "r1", "pm", "pm-1", 1.0))
     assert applied(s, c.Write(0.5, "w1", "map", b"1", fence=1)) == [c.Written(1)]
+    expire_due(s, 1.0)
     (refused,) = applied(s, c.Write(1.0, "w2", "map", b"2", fence=1))
     assert isinstance(refused, c.Rejected) and refused.error == "PreconditionFailed"
 
@@ -138,7 +152,8 @@ def test_list_by_prefix_in_order_with_limit() -> None:
     c.Acquire(0, "r", "", "h", 1.0), c.Acquire(0, "r", "L", "h", 0.0),
     c.Acquire(0, "r", "L", "h", float("nan")), c.Write(0, "w", "k", "not bytes"),
     c.Write(0, "w", "k", b"x" * (limits.VALUE_BYTES_MAX + 1)), c.Write(0, "w", "k", b"", -1),
-    c.Get("x" * (limits.KEY_BYTES_MAX + 1)), c.ListKeys("", -1), c.Renew(0, -1, 1.0)])
+    c.Get("x" * (limits.KEY_BYTES_MAX + 1)), c.ListKeys("", -1), c.Renew(0, -1, 1.0),
+    c.Expire(0, [1]), c.Expire(0, (-1,)), c.Expire(0, (1,) * (limits.EXPIRE_TOKENS_MAX + 1))])
 def test_bad_commands_are_rejected_not_raised(command: c.Command) -> None:
     s = LockState()
     (result,) = applied(s, command)
@@ -230,6 +245,7 @@ def test_locks_match_the_reference_and_tokens_strictly_rise(ops: list[tuple]) ->
     for i, (kind, dt, *args) in enumerate(ops):
         t += dt  # stamps may go back: a new leader's clock can be behind
         command = to_command(kind, t, f"r{i}", args)
+        expire_due(s, t)
         got, want = s.apply(command), model.step((kind, t, *args))
         s.check_invariants()
         if want == "gone":
