@@ -25,11 +25,7 @@ from common.config import load_config
 from common.errors import StampError
 from frontend.client import Client
 from tools import local_front_ends
-from tools.chaos.check import (
-    find_violations,
-    linearizability_violations,
-    read_log,
-)
+from tools.chaos.check import find_violations, linearizability_violations
 from tools.chaos.followers import Reader, Scanner, Subscriber
 from tools.chaos.history import OpLog
 from tools.chaos.nemesis import FaultRecord, Nemesis, restore
@@ -218,11 +214,11 @@ def _catch_up(client: Client, subscribers: list[Subscriber]) -> None:
     deadline = time.monotonic() + CATCH_UP_S
     for sub in subscribers:
         try:
-            records, _ = read_log(client, sub.log)
+            _, next_seq = client.peek(sub.log)
         except StampError:
             continue  # the checker reports a log it cannot read
-        if records:
-            sub.wait_for(records[-1][0], max(0.0, deadline - time.monotonic()))
+        if next_seq > 0:
+            sub.wait_for(next_seq - 1, max(0.0, deadline - time.monotonic()))
 
 
 def _over(elapsed: float, duration_s: float, every_kind: bool, nemesis: Nemesis,
