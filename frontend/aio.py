@@ -34,7 +34,7 @@ What every call does:
   DeadlineExceeded) is retried with exponential backoff and jitter (frontend/retry.py),
   on another endpoint of the connection string when the front end itself failed or said
   nothing for the attempt's time (short at first: a frozen front end costs about a
-  second; frontend/retry.py AttemptTimer), until `timeout_s` after the call began; then
+  second; common/retry.py AttemptTimer), until `timeout_s` after the call began; then
   the last error is raised. Every mutation carries a
   token (appends: the caller's or one made here; puts, deletes, batches: one made here), so
   a retry after an ambiguous failure is answered from the first attempt and applied once.
@@ -70,9 +70,10 @@ from common.errors import DeadlineExceeded, InvalidArgument, StampError, Throttl
 from common.proto import frontend_pb2 as fe_pb
 from common.proto import frontend_pb2_grpc as fe_grpc
 from common.proto import partition_pb2 as pb
+from common.retry import AttemptTimer
 from common.tls import channel_credentials, sdk_channel_credentials
 from frontend import connection_string, sdk_requests, wire
-from frontend.retry import AttemptTimer, Endpoints, RetryPolicy, endpoint_failed
+from frontend.retry import Endpoints, RetryPolicy, endpoint_failed
 from frontend.sdk_requests import Row
 from frontend.sdk_scan import AsyncScanIterator, Batches, Entity, Page, ScanCursor, ScanRange
 from partition_layer.payload_crc import verify_records, verify_value
@@ -406,7 +407,7 @@ class Client:
         return f"{self._token_prefix}-{next(self._tokens)}"
 
     def _attempt_s(self, deadline: float, attempt: int = 0, nbytes: int = 0) -> float:
-        """How long attempt `attempt` waits (frontend/retry.py AttemptTimer), within the
+        """How long attempt `attempt` waits (common/retry.py AttemptTimer), within the
         call's `deadline`."""
         return max(0.05, min(self._attempts.timeout_s(attempt, nbytes),
                              deadline - self._clock.monotonic()))

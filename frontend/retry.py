@@ -8,15 +8,8 @@ Contracts:
   backoff growing exponentially from `backoff_min_s` to `backoff_max_s` with jitter (each
   delay uniform in [half, all] of the exponential step, so concurrent clients spread out but
   never retry at once), and never less than a Throttled error's `retry_after_s`.
-- `AttemptTimer.timeout_s` is how long one attempt waits for its answer before the call
-  tries again (on another front end: a silent front end counts as failed): short at first
-  (ATTEMPT_FIRST_S, or ATTEMPT_P99_FACTOR times the client's recent p99 when that is
-  longer, plus time to send the request's bytes), doubling with each attempt up to
-  ATTEMPT_MAX_S. Short, because a frozen front end answers nothing: one second of its
-  silence is enough to go elsewhere (issue 29). Safe, because every mutation carries a
-  token: a slow first attempt that still completes is applied once and a retry is answered
-  from it. Adaptive and doubling, so a stamp that is merely slow (overload, a partition
-  moving) is not flooded with retries and an honestly slow call still gets its time.
+- How long one attempt waits before the next one (on another front end: a silent front
+  end counts as failed) is common/retry.py's AttemptTimer, shared with the partition client.
 - `Endpoints.pick` returns an endpoint no failure is held against, in a fixed rotation from a
   random first one (clients spread over the front ends); a front end that failed
   (`failed`) is avoided for `avoid_s`; when every endpoint is avoided, the one whose
@@ -25,7 +18,6 @@ Contracts:
 
 from __future__ import annotations
 
-import collections
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -40,15 +32,6 @@ ENDPOINT_AVOID_S = 5.0
 # Throttled answers carry the server's retry-after; never wait longer than this for one
 # (a confused server must not park a client for an hour).
 RETRY_AFTER_MAX_S = 30.0
-ATTEMPT_FIRST_S = 0.75
-ATTEMPT_MAX_S = 10.0
-ATTEMPT_P99_FACTOR = 3.0
-# A request's bytes get this much time to be sent on top (4 MiB: half a second).
-ATTEMPT_BYTES_PER_S = 8e6
-# The p99 is of the last LATENCIES_KEPT answered attempts, worked out again every
-# P99_EVERY of them (a sort of a few hundred floats per call would cost the hot path).
-LATENCIES_KEPT = 256
-P99_EVERY = 32
 
 
 def retryable(error: StampError, idempotent: bool) -> bool:
@@ -123,29 +106,3 @@ class Endpoints:
         """`endpoint` answered: nothing is held against it any more."""
         self._avoid_until.pop(endpoint, None)
 
-
-class AttemptTimer:
-    """How long one attempt of a call waits for its answer (module contract)."""
-
-    def __init__(self, first_s: float = ATTEMPT_FIRST_S, max_s: float = ATTEMPT_MAX_S,
-                 p99_factor: float = ATTEMPT_P99_FACTOR) -> None:
-        self.first_s = first_s
-        self.max_s = max_s
-        self.p99_factor = p99_factor
-        self._latencies: collections.deque[float] = collections.deque(maxlen=LATENCIES_KEPT)
-        self._unsorted = 0
-        self._p99 = 0.0
-
-    def observe(self, latency_s: float) -> None:
-        """An attempt was answered after `latency_s`."""
-        self._latencies.append(latency_s)
-        self._unsorted += 1
-        if self._unsorted >= P99_EVERY:
-            ordered = sorted(self._latencies)
-            self._p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
-            self._unsorted = 0
-
-    def timeout_s(self, attempt: int, nbytes: int = 0) -> float:
-        """The wait for attempt `attempt` (from 0) of a request of `nbytes`."""
-        base = max(self.first_s, self.p99_factor * self._p99) + nbytes / ATTEMPT_BYTES_PER_S
-        return min(self.max_s, base * 2 ** min(attempt, 16))

@@ -53,7 +53,6 @@ from frontend.auth import MISS, Authenticator, check_field_sizes
 from frontend.forward import ForwardingClient
 from frontend.server_checks import check_request
 from frontend.throttle import AccountThrottle
-from partition_layer.client import ATTEMPT_TIMEOUT_S
 from partition_layer.requests import TOKEN_BYTES_MAX, error_response, route_key
 
 log = logging.getLogger(__name__)
@@ -175,8 +174,10 @@ class FrontEnd:
             reply(self._failure(sdk_id, exc))
             return
         request.ClearField("auth")  # partition servers never see credentials
-        self.client.session(address).send(request, ATTEMPT_TIMEOUT_S, nbytes,
-                                          _Forward(self, request, sdk_id, nbytes, reply))
+        # A first attempt's short wait (common/retry.py): a frozen partition server is left
+        # for a fresh map after about a second (`_forwarded` retries through the client).
+        self.client.session(address).send(request, self.client.attempts.timeout_s(0, nbytes),
+                                          nbytes, _Forward(self, request, sdk_id, nbytes, reply))
 
     def _forwarded(self, forward: _Forward, response: pb.Response | None,
                    exc: BaseException | None) -> None:

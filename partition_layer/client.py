@@ -54,6 +54,7 @@ from common.errors import (
 from common.loop_thread import LoopThread
 from common.proto import partition_pb2 as pb
 from common.proto import partition_pb2_grpc as pb_grpc
+from common.retry import AttemptTimer
 from common.stamp_file import addresses_of, read_stamp
 from partition_layer import keys, scan_client
 from partition_layer.client_requests import (
@@ -75,7 +76,9 @@ T = TypeVar("T")
 TOKEN_PREFIX_BYTES = 12  # 96 random bits: no two clients share a prefix
 RETRY_BACKOFF_MIN_S = 0.02
 RETRY_BACKOFF_MAX_S = 0.5
-ATTEMPT_TIMEOUT_S = 10.0
+# A map fetch waits this long for the partition managers (asked all at once: a frozen one
+# costs nothing while another answers).
+GET_MAP_TIMEOUT_S = 2.0
 SUBSCRIBE_ATTEMPT_S = 3600.0
 
 
@@ -98,6 +101,9 @@ class AsyncPartitionClient:
         # a uuid4 per append, whose urandom call cost a fifth of a small append's time here).
         self._token_prefix = os.urandom(TOKEN_PREFIX_BYTES).hex()
         self._tokens = itertools.count()
+        # How long an attempt at a partition server waits (common/retry.py): a frozen owner
+        # costs about a second before the map is fetched again, not 10 s.
+        self.attempts = AttemptTimer()
 
     # ---- the map ----------------------------------------------------------------------------
 
@@ -113,19 +119,29 @@ class AsyncPartitionClient:
                 self._refresh = None
 
     async def _fetch_map(self) -> None:
-        last: StampError | None = None
-        for address in self.pm_addresses:
-            stub = pb_grpc.PartitionManagerStub(self._channels.get(address))
-            try:
-                reply = await rpc.call(stub.GetMap(pb.GetMapRequest(), timeout=2.0))
-            except StampError as exc:
-                last = exc
-                continue
-            fresh, addresses = PartitionMap.from_pb(reply)
-            if self.map is None or fresh.version >= self.map.version:
-                self.map, self.addresses = fresh, addresses
-            return
+        """The map from the first partition manager to answer, all asked at once (one
+        frozen or slow manager must not hold every fetch for its timeout)."""
+        asks = [asyncio.ensure_future(self._get_map(address)) for address in self.pm_addresses]
+        last: BaseException | None = None
+        try:
+            for done in asyncio.as_completed(asks):
+                try:
+                    fresh, addresses = await done
+                except StampError as exc:
+                    last = exc
+                    continue
+                if self.map is None or fresh.version >= self.map.version:
+                    self.map, self.addresses = fresh, addresses
+                return
+        finally:
+            for ask in asks:
+                ask.cancel()
         raise Unavailable(f"no partition manager answered: {last}")
+
+    async def _get_map(self, address: str) -> tuple[PartitionMap, dict[str, str]]:
+        stub = pb_grpc.PartitionManagerStub(self._channels.get(address))
+        reply = await rpc.call(stub.GetMap(pb.GetMapRequest(), timeout=GET_MAP_TIMEOUT_S))
+        return PartitionMap.from_pb(reply)
 
     async def partition_map(self) -> tuple[PartitionMap, dict[str, str]]:
         await self.refresh_map()
@@ -186,12 +202,15 @@ class AsyncPartitionClient:
             scan_key(request)
         deadline = time.monotonic() + self.limits.client_timeout_ms / 1000
         backoff = RETRY_BACKOFF_MIN_S
+        attempt = 0
         while True:
             try:
                 address = await self._address_for(key)
+                sent = time.monotonic()
                 response = await self._session(address).call(
-                    request, min(ATTEMPT_TIMEOUT_S, max(0.1, deadline - time.monotonic())),
-                    nbytes)
+                    request, min(self.attempts.timeout_s(attempt, nbytes),
+                                 max(0.1, deadline - sent)), nbytes)
+                self.attempts.observe(time.monotonic() - sent)
                 if not response.error:
                     return response
                 error = rpc.error_from_name(response.error, response.message)
@@ -211,6 +230,7 @@ class AsyncPartitionClient:
                 raise error
             await asyncio.sleep(backoff)
             backoff = min(RETRY_BACKOFF_MAX_S, backoff * 2)
+            attempt += 1
             if not isinstance(error, Throttled):
                 await self.refresh_map()
 

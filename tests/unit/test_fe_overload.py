@@ -12,6 +12,7 @@ import random
 from common.clock import ManualClock
 from common.config import FrontEndLimits, PartitionLimits
 from common.proto import partition_pb2 as pb
+from common.retry import AttemptTimer
 from frontend import wire
 from frontend.auth import Authenticator
 from frontend.server_call import FrontEnd
@@ -37,6 +38,7 @@ class FakeClient:
 
     def __init__(self) -> None:
         self.session_ = FakeSession()
+        self.attempts = AttemptTimer()
 
     def route(self, key: bytes) -> tuple[str, str]:
         return "ps-1", "127.0.0.1:1"

@@ -12,6 +12,7 @@ from common.clock import ManualClock
 from common.config import FrontEndLimits, PartitionLimits
 from common.errors import NotOwner, Unavailable
 from common.proto import partition_pb2 as pb
+from common.retry import AttemptTimer
 from frontend import wire
 from frontend.auth import Authenticator
 from frontend.server_call import FrontEnd, retry_safe
@@ -39,6 +40,7 @@ class FailingSession:
 class RetryingClient:
     def __init__(self, outcome: str) -> None:
         self.session_ = FailingSession(outcome)
+        self.attempts = AttemptTimer()
         self.retried: list[tuple[pb.Request, bool]] = []
         self.refreshes = 0
 

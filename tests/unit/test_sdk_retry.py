@@ -23,7 +23,8 @@ from common.errors import (
     Unauthenticated,
     Unavailable,
 )
-from frontend.retry import AttemptTimer, Endpoints, RetryPolicy, endpoint_failed, retryable
+from common.retry import AttemptTimer
+from frontend.retry import Endpoints, RetryPolicy, endpoint_failed, retryable
 
 
 @pytest.mark.parametrize("error", [Unavailable("x"), NotOwner("x"), Throttled("x", 0.1)])

@@ -1,0 +1,56 @@
+"""How long one attempt of a call waits for its answer, for every client that retries
+(issue 29: the SDK towards front ends, the partition client towards partition servers).
+
+Contract: `AttemptTimer.timeout_s(attempt, nbytes)` is short at first (ATTEMPT_FIRST_S, or
+ATTEMPT_P99_FACTOR times the client's recent p99 when that is longer, plus time to send the
+request's bytes) and doubles with each attempt up to ATTEMPT_MAX_S.
+- Short, because a frozen or cut-off server answers nothing: about a second of its silence
+  is enough to go elsewhere (another front end; a fresh partition map), where a fixed 10 s
+  attempt made a frozen front end cost its writers 10 s.
+- Safe, because every mutation carries a token: a slow first attempt that still completes
+  is applied once, and a retry is answered from it.
+- Adaptive and doubling, so a stamp that is merely slow (overload, a partition moving) is
+  not flooded with retries, and an honestly slow call still gets its time.
+"""
+
+from __future__ import annotations
+
+import collections
+
+ATTEMPT_FIRST_S = 0.75
+ATTEMPT_MAX_S = 10.0
+ATTEMPT_P99_FACTOR = 3.0
+# A request's bytes get this much time to be sent on top (4 MiB: half a second).
+ATTEMPT_BYTES_PER_S = 8e6
+# The p99 is of the last LATENCIES_KEPT answered attempts, worked out again every
+# P99_EVERY of them (a sort of a few hundred floats per call would cost the hot path).
+LATENCIES_KEPT = 256
+P99_EVERY = 32
+
+
+class AttemptTimer:
+    """How long one attempt of a call waits for its answer (module contract). Not
+    thread-safe: one per client, used from its event loop."""
+
+    def __init__(self, first_s: float = ATTEMPT_FIRST_S, max_s: float = ATTEMPT_MAX_S,
+                 p99_factor: float = ATTEMPT_P99_FACTOR) -> None:
+        self.first_s = first_s
+        self.max_s = max_s
+        self.p99_factor = p99_factor
+        self._latencies: collections.deque[float] = collections.deque(maxlen=LATENCIES_KEPT)
+        self._unsorted = 0
+        self._p99 = 0.0
+
+    def observe(self, latency_s: float) -> None:
+        """An attempt was answered after `latency_s`."""
+        self._latencies.append(latency_s)
+        self._unsorted += 1
+        if self._unsorted >= P99_EVERY:
+            ordered = sorted(self._latencies)
+            self._p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+            self._unsorted = 0
+
+    def timeout_s(self, attempt: int, nbytes: int = 0) -> float:
+        """The wait for attempt `attempt` (from 0) of a request of `nbytes`."""
+        base = max(self.first_s, self.p99_factor * self._p99) + nbytes / ATTEMPT_BYTES_PER_S
+        return min(self.max_s, base * 2 ** min(attempt, 16))
