@@ -69,3 +69,17 @@ def test_with_every_kind_a_kind_never_applied_is_a_violation() -> None:
                              [], {}, every_kind=every_kind)
         assert report["kinds_not_dealt"] == ["split"]
         assert bool(report["violations"]) is every_kind, report["violations"]
+
+
+def test_with_every_kind_the_run_goes_on_until_every_kind_was_applied() -> None:
+    from tools.chaos.run import EVERY_KIND_EXTRA_S, _over
+
+    schedule = [Fault(3.0, "kill", "sm-1", 1.0, 1), Fault(9.0, "split", "log-1", 0.0, 2)]
+    nemesis = SimpleNamespace(records=[FaultRecord("kill", "sm-1", 3.0, 3.1, 4.2, "done")],
+                              finished=False)
+    assert not _over(59.0, 60.0, True, nemesis, schedule)  # type: ignore[arg-type]
+    assert _over(61.0, 60.0, False, nemesis, schedule)  # type: ignore[arg-type]
+    assert not _over(61.0, 60.0, True, nemesis, schedule)  # type: ignore[arg-type]
+    assert _over(60.0 + EVERY_KIND_EXTRA_S, 60.0, True, nemesis, schedule)  # type: ignore[arg-type]
+    nemesis.records.append(FaultRecord("split", "log-1", 9.0, 62.0, 62.5, "done"))
+    assert _over(63.0, 60.0, True, nemesis, schedule)  # type: ignore[arg-type]
