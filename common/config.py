@@ -153,6 +153,15 @@ class PartitionLimits:
     heartbeat_interval_ms: int = 1000
     # How long a PS may take to load a partition before the PM tries elsewhere.
     load_timeout_ms: int = 30_000
+    # After a failed load the PM sends that partition's next Load no sooner than this (a
+    # load refused because a live server still holds the lease is not hammered).
+    load_retry_ms: int = 500
+    # An unload (settle, checkpoint) that takes longer stops the partition anyway: its lease
+    # is released, never renewed for ever by a partition half unloaded.
+    unload_timeout_ms: int = 10_000
+    # Threads of a PS for its lock-service calls (acquire may wait out a dead owner's lease:
+    # up to a lease's time), apart from the default executor (ownership.py).
+    lock_threads_max: int = 16
     # A request for a range being split or merged here waits at most this long for the
     # children to serve (then runs there), instead of NotOwner at once: the client's map
     # refresh and retry would add their time to the range's unavailability.

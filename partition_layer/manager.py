@@ -12,8 +12,13 @@ covering the whole key space (or several, cut at `bootstrap_split_keys`), and ev
   idempotent; a heartbeat that no longer lists a partition sends it again) — never a
   partition with a split or merge pending (manager_ops.py loads what its op needs), and
   with `create_if_missing` only for a partition of the bootstrap map.
-A PS that died keeps its partitions' leases until they expire, so its successor's load
-waits for that (the lease, not the PM, decides who serves, §8 invariant 3).
+The lease, not the PM, decides who serves (§8 invariant 3), and the PM never takes one
+from its holder: a server's partitions live and die with its session (ownership.py), so
+once its registration is gone it stops serving them, and a PS that died keeps their leases
+only until they expire — its successor's load waits that out (bounded by what is left of
+the lease) and fails at once while a live server still holds it. A live server that serves
+a partition the map assigns elsewhere hears so in its heartbeat answer and unloads it. A
+failed load is sent again no sooner than `load_retry_ms` later.
 
 Any PM answers GetMap from the lock service. Every change of the map is a compare-and-set
 under `map_lock` (one writer in this process: the pass, an operator's split, merge or move).
@@ -29,7 +34,7 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
-from common import metrics, rpc
+from common import background, metrics, rpc
 from common.config import PartitionLimits, PartitionManagerConfig
 from common.errors import InvalidArgument, NotLeader, StampError, Unavailable
 from common.proto import partition_pb2 as pb
@@ -48,6 +53,7 @@ from partition_layer.manager_ops import SplitMerge
 from partition_layer.partition_map import (
     BORN_BOOTSTRAP,
     PartitionMap,
+    assigned_elsewhere,
     bootstrap_split_keys,
     least_loaded,
 )
@@ -94,6 +100,10 @@ class PartitionManager:
         self.ops = SplitMerge(self)
         self.balancer = Balancer(self, config or PartitionManagerConfig())
         self._inflight: dict[int, asyncio.Task[None]] = {}
+        # Partition id -> monotonic time before which no Load of it is sent (after a failure).
+        self._load_not_before: dict[int, float] = {}
+        # The map as this manager last read or wrote it (heartbeat answers).
+        self.last_map: PartitionMap | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._channels: dict[str, object] = {}
         self.map_version = 0
@@ -130,13 +140,11 @@ class PartitionManager:
     # ---- the assignment pass ------------------------------------------------------------------
 
     async def run_forever(self) -> None:
-        interval_s = self.limits.assign_interval_ms / 1000
-        while True:
-            try:
-                await self.run_once()
-            except StampError as exc:
-                log.warning("%s: assignment pass failed: %s", self.name, exc)
-            await asyncio.sleep(interval_s)
+        """The assignment pass every `assign_interval_ms`, for as long as the process lives:
+        nothing a pass raises ends it (common/background.py logs it, rate-limited) — a
+        manager whose pass died would lead on and assign nothing."""
+        await background.run_forever(f"{self.name}: assignment pass", self.run_once,
+                                     self.limits.assign_interval_ms / 1000, logger=log)
 
     async def run_once(self) -> None:
         if not self.is_leader():
@@ -164,11 +172,12 @@ class PartitionManager:
         await self._record_reassigned(before, current, changes)
         self.map_version = current.version
         self.ops.resolve_pending(current, live)
+        now = time.monotonic()
         for entry in current.partitions:
             if (entry.server in live and self.confirmed.get(entry.id) != entry.server
                     and entry.id not in self._inflight
-                    and current.pending_for(entry.id) is None
-                    and entry.id not in self.ops.busy):
+                    and self.ops.may_load(entry.id, current)
+                    and self._load_not_before.get(entry.id, 0.0) <= now):
                 self._start_load(entry.id, entry.server, live[entry.server], current)
 
     async def _record_reassigned(self, before: PartitionMap, after: PartitionMap,
@@ -189,6 +198,7 @@ class PartitionManager:
         """The stored map and its lock-service version (bootstrapped when there is none)."""
         found = await asyncio.to_thread(read_map, self.locks)
         if found is not None:
+            self.last_map = found[0]
             return found
         fresh = PartitionMap.bootstrap(bootstrap_split_keys(self.limits.bootstrap_split_keys))
         written = await asyncio.to_thread(self.locks.compare_and_set, MAP_KEY, 0,
@@ -197,6 +207,7 @@ class PartitionManager:
             raise Unavailable("the partition map changed while bootstrapping it")
         log.info("%s: bootstrapped the partition map: %d partition(s) for the key space",
                  self.name, len(fresh.partitions))
+        self.last_map = fresh
         return fresh, written
 
     async def write_map(self, new: PartitionMap, version: int) -> PartitionMap:
@@ -207,6 +218,7 @@ class PartitionManager:
         if written is None:
             raise Unavailable("the partition map changed under this pass; trying again")
         self.map_version = new.version
+        self.last_map = new
         return new
 
     async def record(self, entry: HistoryEntry) -> None:
@@ -242,9 +254,12 @@ class PartitionManager:
                                    create_if_missing=entry.born == BORN_BOOTSTRAP),
                     timeout=self.limits.load_timeout_ms / 1000))
                 self.confirmed[partition_id] = server
+                self._load_not_before.pop(partition_id, None)
                 log.info("%s: %s serves partition %d (load %.3f s, %d ops replayed)",
                          self.name, server, partition_id, reply.seconds, reply.replayed_ops)
             except StampError as exc:
+                self._load_not_before[partition_id] = (time.monotonic()
+                                                       + self.limits.load_retry_ms / 1000)
                 log.warning("%s: %s could not load partition %d: %s", self.name, server,
                             partition_id, exc)
             finally:
@@ -261,13 +276,24 @@ class PartitionManager:
 
     # ---- requests -----------------------------------------------------------------------------
 
-    def heartbeat(self, load: pb.ServerLoad) -> None:
+    def heartbeat(self, load: pb.ServerLoad) -> pb.HeartbeatReply:
+        """Note a server's load; answer the partitions it serves that the map assigns to
+        another server (it unloads them: a leader's map is the truth it acts on, and their
+        owner by the map cannot load them while this one holds their leases)."""
         self.heartbeats[load.name] = (time.monotonic(), load)
         listed = {p.partition_id for p in load.partitions}
         for partition_id, server in list(self.confirmed.items()):
             if server == load.name and partition_id not in listed \
                     and partition_id not in self._inflight:
                 del self.confirmed[partition_id]  # it lost it: load it again
+        reply = pb.HeartbeatReply()
+        if self.is_leader() and self.last_map is not None:
+            serving = [p.partition_id for p in load.partitions if p.state == "serving"]
+            reply.not_yours.extend(assigned_elsewhere(self.last_map, load.name, serving))
+            if reply.not_yours:
+                log.warning("%s: %s serves %s, assigned elsewhere: it is told to let go",
+                            self.name, load.name, list(reply.not_yours))
+        return reply
 
     def partition_loads(self) -> dict[int, pb.PartitionLoad]:
         """The latest heartbeat's load of every partition a server reported serving."""

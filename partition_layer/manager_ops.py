@@ -15,9 +15,13 @@ A call that fails leaves the op pending; every pass `resolve_pending` looks at t
 manager (has `partition/<first new id>/meta`: committed) and publishes, calls the PS again,
 reassigns, or — after `PS_ATTEMPTS_MAX` failed calls without a commit — rolls back
 (pending_resolution.py); the operator's call waits for that outcome (OUTCOME_WAIT_S) and
-answers it. While an op is pending the pass sends no plain Load of its
+answers it. While an op's first call is pending the pass sends no plain Load of its
 sources: a PS's Split loads its parent itself when needed, and the op's own call loads a
-merge's two halves on its server just before Merge (the PS's Merge wants both served).
+merge's two halves on its server just before Merge (the PS's Merge wants both served). A
+pending op blocks their loads for at most one try (`may_load`): once a call has failed and
+the stream manager says the op did not commit, the pass loads them between tries (a load
+drops the uncommitted intent; the next try starts afresh) — the range serves meanwhile,
+rather than for as long as the tries and their backoff last.
 """
 
 from __future__ import annotations
@@ -77,6 +81,20 @@ class SplitMerge:
         self.manager = manager
         self.busy: set[int] = set()
         self._not_before: dict[tuple[int, ...], float] = {}  # op sources -> monotonic time
+        # (sources, results) of pending ops the stream manager said did not commit, after a
+        # failed call: their sources may be loaded between tries (`may_load`).
+        self._uncommitted: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
+
+    def may_load(self, partition_id: int, current: PartitionMap) -> bool:
+        """Whether the pass may send a plain Load of the partition: always, unless a pending
+        op names it; then only a source of an op that failed a call, did not commit (the
+        stream manager said so) and has no call in flight (module docstring)."""
+        op = current.pending_for(partition_id)
+        if op is None:
+            return partition_id not in self.busy
+        return (partition_id in op.sources and op.attempts >= 1
+                and (op.sources, op.results) in self._uncommitted
+                and not set(op.sources) & self.busy)
 
     # ---- split ------------------------------------------------------------------------------
 
@@ -268,6 +286,10 @@ class SplitMerge:
         m = self.manager
         try:
             committed = await self.committed(op)
+            if committed is False:
+                self._uncommitted.add((op.sources, op.results))
+            else:  # committed, or nobody knows: its sources must not be loaded as they were
+                self._uncommitted.discard((op.sources, op.results))
             current, _ = await m.current_map()
             fresh = next((p for p in current.pending
                           if p.sources == op.sources and p.results == op.results), None)
@@ -292,6 +314,8 @@ class SplitMerge:
             elif decision.action in (pending_resolution.RETRY, pending_resolution.REASSIGN):
                 if decision.action == pending_resolution.REASSIGN:
                     op = await self._reassign(op, decision.server)
+                for source in op.sources:  # a load between tries must not race the call
+                    await m.settle_load(source)
                 await self._call_and_publish(op, live[decision.server])
         except StampError as exc:
             log.warning("%s: resolving the pending %s of %s: %s", m.name, op.op,

@@ -40,8 +40,7 @@ class ManagerServicer(pb_grpc.PartitionManagerServicer):
 
     @rpc.rpc_errors
     async def Heartbeat(self, request: pb.ServerLoad, context: object) -> pb.HeartbeatReply:
-        self.manager.heartbeat(request)
-        return pb.HeartbeatReply()
+        return self.manager.heartbeat(request)
 
     @rpc.rpc_errors
     async def Move(self, request: pb.MoveRequest, context: object) -> pb.PartitionMap:

@@ -31,8 +31,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from common.config import PartitionLimits
-from common.errors import Internal, NotOwner, OutOfRange, StampError, Trimmed
-from partition_layer import keys, meta_derive, size_split
+from common.errors import Internal, NotOwner, StampError, Unavailable
+from partition_layer import keys, log_reads, meta_derive, size_split
 from partition_layer.cache import LruCache
 from partition_layer.checkpoint import Checkpointer
 from partition_layer.commit_log import CommitOp, Replayer, decode_batch, within
@@ -42,8 +42,17 @@ from partition_layer.memtable import Memtable
 from partition_layer.merge import aiter_sync, merge
 from partition_layer.operations import Operation, log_meta_of, meta_key
 from partition_layer.partition_meta import PartitionMeta, encode_meta
+from partition_layer.partition_states import (
+    GONE,
+    LOADING,
+    MERGING,
+    SERVING,
+    SPLITTING,
+    UNLOADING,
+    States,
+)
 from partition_layer.partition_streams import LoadReport, newest_meta, open_fenced
-from partition_layer.record_batch import Record, decode_records
+from partition_layer.record_batch import Record
 from partition_layer.rows import BlobRef, LogMeta, Row, decode_row
 from partition_layer.run_cache import IndexCache, Run
 from partition_layer.runs import block_cache
@@ -54,14 +63,10 @@ from stream_layer.framing import Location
 
 log = logging.getLogger(__name__)
 
-LOADING, SERVING, UNLOADING, GONE = "loading", "serving", "unloading", "gone"
-# Split or merge under way (split_merge.py): NotOwner to new operations, queued ones commit.
-SPLITTING, MERGING = "splitting", "merging"
 ABSENT = b""  # the row cache's mark for "no row in the checkpoints"
-SCAN_ROWS_PER_READ = 256
 
 
-class RangePartition:
+class RangePartition(States):
     def __init__(self, partition_id: int, key_range: keys.KeyRange, streams: AsyncStreamClient,
                  limits: PartitionLimits, epoch: int, lease_valid: Callable[[], bool]) -> None:
         self.id = partition_id
@@ -141,7 +146,9 @@ class RangePartition:
             log.warning("partition %d: %d unacknowledged operations past a gap in the commit "
                         "log were dropped (a previous owner failed mid-pipeline)", self.id,
                         dropped)
-        self.state = SERVING
+        if self.state == GONE:  # stopped while loading (its lease or session was lost)
+            raise Unavailable(f"partition {self.id} stopped while it loaded")
+        self._move(SERVING)
         # Its own record if derived (off the unavailable time of the split or merge); run
         # merges only while it serves (checkpoint.py `after_load`).
         self.checkpointer.after_load(derived, serving=lambda: self.state == SERVING)
@@ -264,45 +271,8 @@ class RangePartition:
 
     async def read_log(self, account: str, pname: str, from_seq: int, limit: int
                        ) -> tuple[list[Record], LogMeta]:
-        """Records [from_seq, ...) of a log, (seq, data, the CRC32C stored with it), up to
-        `limit` records or about `read_bytes_max` bytes, and the log's state."""
-        meta = await self.log_state(account, pname)
-        if from_seq < meta.first_seq:
-            raise Trimmed(f"log {pname!r} is trimmed below {meta.first_seq}")
-        if from_seq > meta.next_seq:
-            raise OutOfRange(f"log {pname!r} ends at {meta.next_seq}")
-        end = min(meta.next_seq, from_seq + limit)
-        if end == from_seq:
-            return [], meta
-        # Appends are rows keyed by their last record (record_batch.py): the first row at or
-        # after from_seq holds it; read rows until `end` is covered or the byte budget is.
-        records: list[Record] = []
-        budget = self.limits.read_bytes_max
-        start = keys.encode_key(account, pname, keys.KIND_RECORD, keys.seq_row(from_seq))
-        stop = keys.prefix_end(keys.kind_prefix(account, pname, keys.KIND_RECORD))
-        while from_seq + len(records) < end and budget > 0:
-            rows, more = await self.scan(start, stop, SCAN_ROWS_PER_READ)
-            batches = await self._record_batches(rows, end, budget)
-            for (key, _), (last, value) in zip(rows, batches, strict=False):
-                for seq, data, crc in decode_records(value, last):
-                    expected = from_seq + len(records)
-                    if seq < expected:
-                        continue  # the start of the append holding from_seq
-                    if seq != expected:
-                        # §8 invariant 5: no gap below next_seq; a hole is a bug.
-                        raise Internal(f"log {pname!r}: record {expected} missing below "
-                                       f"next_seq {meta.next_seq}")
-                    if seq >= end or (records and budget < len(data)):
-                        return records, meta  # a full read: the caller asks again from here
-                    budget -= len(data)
-                    records.append((seq, data, crc))
-                start = key + b"\x00"
-            if not more and len(batches) == len(rows):
-                break
-        if from_seq + len(records) < end and budget > 0:
-            raise Internal(f"log {pname!r}: record {from_seq + len(records)} missing below "
-                           f"next_seq {meta.next_seq}")
-        return records, meta
+        """Records [from_seq, ...) of a log and its state (log_reads.py)."""
+        return await log_reads.read_log(self, account, pname, from_seq, limit)
 
     async def write_blob(self, data: bytes) -> BlobRef:
         """Write a large value to blob data (once: rows then point at it), pinned in
@@ -324,34 +294,19 @@ class RangePartition:
                            f"{row.blob.value_bytes}")
         return data
 
-    async def _record_batches(self, rows: list[tuple[bytes, Row]], end: int, budget: int
-                              ) -> list[tuple[int, bytes]]:
-        """(last seq, encoded records) of the first appends among `rows` that a read ending
-        at `end`, of about `budget` bytes, needs: large ones are fetched from blob data
-        together."""
-        needed = []
-        for key, row in rows:
-            last = keys.row_seq(keys.decode_key(key)[3])
-            needed.append((last, row))
-            budget -= row.blob.value_bytes if row.blob is not None else len(row.value or b"")
-            if last >= end - 1 or budget <= 0:
-                break
-        values = await asyncio.gather(*(self.read_blob(row) for _, row in needed
-                                        if row.value is None))
-        fetched = iter(values)
-        return [(last, row.value if row.value is not None else next(fetched))
-                for last, row in needed]
-
     # ---- stop -------------------------------------------------------------------------------
 
     async def stop(self, reason: str) -> None:
         """Stop serving at once (lease lost, fenced, commit failed, unloaded): every queued
-        operation fails with NotOwner, subscribers wake up and end."""
-        if self.state in (UNLOADING, GONE) and reason != "unloaded":
+        operation fails with NotOwner, subscribers wake up and end. During an unload only
+        the loss of the ownership stops it early: the unload stops it anyway, and at once if
+        it fails (`unload`)."""
+        if reason != "unloaded" and (self.state == GONE or (
+                self.state == UNLOADING and self.lease_valid())):
             return
         if self.state != GONE:
             log.warning("partition %d stops serving: %s", self.id, reason)
-        self.state = GONE
+        self._move(GONE)
         self.committer.fail_queued(f"moved: {reason}")
         for event in self._log_events.values():
             event.set()
@@ -372,16 +327,19 @@ class RangePartition:
 
     async def unload(self) -> None:
         """Hand the partition over cleanly: finish the queued writes, checkpoint (so the next
-        owner replays little), then stop."""
+        owner replays little), then stop — whatever fails or is cancelled on the way: a
+        partition left UNLOADING would serve nothing and keep its lease for ever."""
         if self.state != SERVING:
             return
-        self.state = UNLOADING
-        await self.committer.settle()
+        self._move(UNLOADING)
         try:
+            await self.committer.settle()
             await self.checkpointer.checkpoint_now()
         except StampError as exc:
-            log.warning("partition %d: checkpoint at unload failed: %s", self.id, exc)
-        await self.stop("unloaded")
+            log.warning("partition %d: unload: %s; it stops without a checkpoint", self.id,
+                        exc)
+        finally:
+            await self.stop("unloaded")
 
     # ---- load report for heartbeats ---------------------------------------------------------
 

@@ -314,3 +314,15 @@ def least_loaded(servers: Iterable[str], current: PartitionMap) -> str | None:
         if entry.server in counts:
             counts[entry.server] += 1
     return min(counts, key=lambda n: (counts[n], n)) if counts else None
+
+
+def assigned_elsewhere(current: PartitionMap, server: str, serving: Iterable[int]
+                       ) -> list[int]:
+    """Of the partitions `server` reports `serving`, those `current` assigns to another
+    server: it must let them go (their owner by the map cannot load them while it holds
+    their leases). A partition the map does not hold yet (a split's or merge's result
+    before it is published) or that a pending op names is left alone: the op decides."""
+    assigned = {entry.id: entry.server for entry in current.partitions}
+    return sorted(partition_id for partition_id in set(serving)
+                  if assigned.get(partition_id) not in (None, "", server)
+                  and current.pending_for(partition_id) is None)

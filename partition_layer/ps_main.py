@@ -13,11 +13,12 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from common import metrics, rpc, server_main
+from common import background, faults, metrics, rpc, server_main
 from common.config import HOST, PartitionLimits, load_config
 from common.errors import StampError
 from common.process import write_ready
@@ -25,7 +26,8 @@ from common.proto import partition_pb2 as pb
 from common.proto import partition_pb2_grpc as pb_grpc
 from lock_service.client import Lease, LockClient
 from partition_layer.manager import LEADER_ADDRESS_KEY, SERVER_PREFIX
-from partition_layer.server import PartitionServer, PartitionServicer
+from partition_layer.ps_servicer import PartitionServicer
+from partition_layer.server import PartitionServer
 from stream_layer.client import AsyncStreamClient
 
 log = logging.getLogger("stamp.partition_server")
@@ -74,19 +76,38 @@ def watch_server(load: pb.ServerLoad) -> Iterable[Metric]:
 
 class Registration:
     """`ps/<name>` in the lock service for as long as this process lives; renewed by a
-    session lease, re-made if the session is ever lost (the lock service was unreachable)."""
+    session lease, re-made if the session is ever lost (the lock service was unreachable,
+    or someone ended it). The server's partitions live and die with that session
+    (ownership.py): a new one is handed to the server before the key that makes the PM
+    assign it anything is written, and the loss of one ends every partition taken under it
+    (`PartitionServer.session_lost`, on the server's loop)."""
 
-    def __init__(self, locks: LockClient, name: str, address: str, limits: PartitionLimits
-                 ) -> None:
+    def __init__(self, locks: LockClient, name: str, address: str, limits: PartitionLimits,
+                 server: PartitionServer, loop: asyncio.AbstractEventLoop) -> None:
         self.locks, self.name, self.address, self.limits = locks, name, address, limits
+        self.server, self.loop = server, loop
         self.session: Lease | None = None
+        self.registered = False  # the key is written under `session`
 
     def ensure(self) -> None:
-        if self.session is not None and self.session.valid():
-            return
-        self.session = self.locks.session(self.limits.server_session_ttl_ms / 1000)
-        self.locks.put(SERVER_PREFIX + self.name, self.address.encode(), lease=self.session)
-        log.info("%s registered at %s", self.name, self.address)
+        """Register (a blocking call: run it on a thread)."""
+        if self.session is None or not self.session.valid():
+            session = self.locks.session(self.limits.server_session_ttl_ms / 1000,
+                                         on_lost=self._lost)
+            self.server.session = session  # one reference assignment: safe from a thread
+            self.session, self.registered = session, False
+        if not self.registered:
+            self.locks.put(SERVER_PREFIX + self.name, self.address.encode(),
+                           lease=self.session)
+            self.registered = True
+            log.info("%s registered at %s (session %d)", self.name, self.address,
+                     self.session.token)
+
+    def _lost(self, session: Lease) -> None:  # on the session's renewal thread
+        # The same fault point as a partition lease's loss (server.py): a test that delays
+        # noticing a lost ownership, to attack the fence, delays this too.
+        faults.point("ps.lease_lost")
+        self.loop.call_soon_threadsafe(self.server.session_lost, session)
 
     def close(self) -> None:
         if self.session is not None:
@@ -99,27 +120,36 @@ async def heartbeat_forever(server: PartitionServer, registration: Registration,
     `heartbeat_interval_ms`, for as long as the process lives. A failed beat is logged and
     the next one tried: the loop must outlive any error. Without heartbeats the PM never
     learns that this server stopped serving a partition it had confirmed (manager.py
-    `heartbeat`), and clients are sent here for it for ever."""
+    `heartbeat`), and clients are sent here for it for ever. The answer names the
+    partitions served here that the map assigns elsewhere: they are unloaded. Its lock calls
+    run on a thread of its own: whatever else waits on threads (loads waiting out a lease)
+    never delays a beat past the session's time."""
     from common.proto import partition_pb2_grpc
 
     channels: dict[str, object] = {}
-    while True:
-        try:
-            await asyncio.to_thread(registration.ensure)
-            found = await asyncio.to_thread(locks.get, LEADER_ADDRESS_KEY)
-            if found is not None:
-                leader = found[0].decode()
-                channel = channels.get(leader)
-                if channel is None:
-                    channel = channels[leader] = rpc.aio_channel(leader,
-                                                                 limits.rpc_message_bytes_max)
-                stub = partition_pb2_grpc.PartitionManagerStub(channel)
-                await rpc.call(stub.Heartbeat(server.load_pb(address), timeout=1.0))
-        except StampError as exc:
-            log.info("heartbeat: %s", exc)
-        except Exception:  # a bug, or an error a client let through: say so, beat again
-            log.exception("heartbeat failed")
-        await asyncio.sleep(limits.heartbeat_interval_ms / 1000)
+    loop = asyncio.get_running_loop()
+    thread = ThreadPoolExecutor(1, thread_name_prefix="heartbeat")
+
+    async def beat() -> None:
+        await loop.run_in_executor(thread, registration.ensure)
+        found = await loop.run_in_executor(thread, locks.get, LEADER_ADDRESS_KEY)
+        if found is not None:
+            leader = found[0].decode()
+            channel = channels.get(leader)
+            if channel is None:
+                channel = channels[leader] = rpc.aio_channel(leader,
+                                                             limits.rpc_message_bytes_max)
+            stub = partition_pb2_grpc.PartitionManagerStub(channel)
+            reply = await rpc.call(stub.Heartbeat(server.load_pb(address), timeout=1.0))
+            if reply.not_yours:
+                server.drop_not_ours(list(reply.not_yours))
+
+    try:
+        # The one background helper (common/background.py) logs a failed beat, rate-limited.
+        await background.run_forever("heartbeat to the partition manager", beat,
+                                     limits.heartbeat_interval_ms / 1000, logger=log)
+    finally:
+        thread.shutdown(wait=False, cancel_futures=True)
 
 
 async def serve(args: argparse.Namespace) -> None:
@@ -138,7 +168,8 @@ async def serve(args: argparse.Namespace) -> None:
     await watch.attach(server)
     metrics.on_scrape(lambda: watch_server(ps.load_pb(address)))
     await server.start()
-    registration = Registration(locks, args.name, address, limits)
+    registration = Registration(locks, args.name, address, limits, ps,
+                                asyncio.get_running_loop())
     try:
         await asyncio.to_thread(registration.ensure)
     except StampError as exc:

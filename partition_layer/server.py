@@ -1,57 +1,53 @@
 """The partition server (PS, §4): serves many range partitions over gRPC.
 
 It owns a range partition exactly while it holds that partition's lease in the lock service
-(`partition/<id>`); the lease's fencing token is the epoch with which it fences the
-partition's streams at load. When a lease is lost (the lock service could not be reached in
-time) the partition stops serving at once. Loads and unloads come from the PM; loads are
-idempotent (a second Load of a partition loading or serving here waits for the same one).
+(`partition/<id>`) AND its own session (ownership.py): the lease's fencing token is the
+epoch with which it fences the partition's streams at load. When a lease is lost (the lock
+service could not be reached in time) the partition stops serving at once; when the session
+is lost every partition stops at once and its lease is released (the PM reassigns the
+partitions of a server whose registration died, and their new owners must be able to load
+them). Loads and unloads come from the PM; loads are idempotent (a second Load of a
+partition loading or serving here waits for the same one); an unload always ends with the
+partition stopped and its lease released, whatever fails or is cancelled on the way. A
+partition that the PM's heartbeat answer says is assigned elsewhere is unloaded
+(`drop_not_ours`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
-from functools import partial
+from collections.abc import Coroutine, Sequence
+from typing import Any
 
-from grpc import aio
-
-from common import faults, metrics, rpc
+from common import faults
 from common.config import PartitionLimits
 from common.errors import NotOwner, PreconditionFailed, StampError, Unavailable
 from common.proto import partition_pb2 as pb
-from common.proto import partition_pb2_grpc as pb_grpc
 from lock_service.client import Lease, LockClient
 from partition_layer import keys
-from partition_layer.extent_release import release_extents
+from partition_layer.ownership import (
+    LockCalls,
+    Ownership,
+    decide_wait,
+    held_by,
+    lease_name,
+    still_held,
+)
 from partition_layer.partition import SERVING, RangePartition
-from partition_layer.partition_map import range_from_pb
 from partition_layer.partition_streams import LoadReport
-from partition_layer.read_replies import records_reply
-from partition_layer.requests import error_response, handle, route_key, start_small_append
-from partition_layer.scan_stream import serve as serve_scan
+from partition_layer.requests import handle, route_key
 from partition_layer.split_merge import SplitMerge
 from partition_layer.stats import PressureGauge
 from stream_layer.client import AsyncStreamClient
 
 log = logging.getLogger(__name__)
 
-SUBSCRIBE_RECHECK_S = 1.0
-RESPONSES_PER_MESSAGE_MAX = 4096
-
-
-# A partition's lease, and the list that names the partition it guards once loaded.
-Acquired = tuple[Lease, list[RangePartition]]
-
-
-def lease_name(partition_id: int) -> str:
-    return f"partition/{partition_id}"
-
 
 class PartitionServer:
-    """The partitions this process serves, and the lease behind each."""
+    """The partitions this process serves, and the ownership (lease and session) behind
+    each."""
 
     def __init__(self, name: str, streams: AsyncStreamClient, locks: LockClient,
                  limits: PartitionLimits) -> None:
@@ -60,9 +56,18 @@ class PartitionServer:
         self.locks = locks
         self.limits = limits
         self.partitions: dict[int, RangePartition] = {}
-        self.leases: dict[int, Lease] = {}
+        # The ownership of every partition loaded here, by id (the one its partition serves
+        # under); `owned` holds every ownership not yet released, loaded or not.
+        self.leases: dict[int, Ownership] = {}
+        self.owned: set[Ownership] = set()
+        # The session that partitions acquired from now on live and die with (ps_main.py's
+        # registration sets it); None: none yet, nothing is loaded.
+        self.session: Lease | None = None
+        self.lock_calls = LockCalls(limits.lock_threads_max, name)
         self.reports: dict[int, LoadReport] = {}
         self._loading: dict[int, asyncio.Task[LoadReport]] = {}
+        self._unloading: dict[RangePartition, asyncio.Task[None]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()  # session ends, heartbeat drops
         # One per partition served: when it stops, forget it and release its lease.
         self._watchers: dict[RangePartition, asyncio.Task[None]] = {}
         # Partitions split or merged away by this process: never loaded here again.
@@ -102,10 +107,53 @@ class PartitionServer:
                 held = f" (partition {partition.id} is {partition.state} here)"
         raise NotOwner(f"{self.name} serves no partition holding that key{held}")
 
+    # ---- the session ------------------------------------------------------------------------
+
+    def session_lost(self, session: Lease) -> None:
+        """`session` ended (on the loop; ps_main.py's registration calls it): every
+        ownership taken under it ends now — its partition stops, its load is cancelled, its
+        lease is released. The partitions stopped claiming already (`Ownership.valid`)."""
+        if self.session is session:
+            self.session = None
+        ended = [own for own in self.owned if own.session is session]
+        if not ended:
+            return
+        log.warning("%s lost its session (token %d): %d partition(s) stop here", self.name,
+                    session.token, len(ended))
+        for own in ended:
+            task = self._loading.get(own.partition_id)
+            if task is not None:
+                task.cancel()  # _load stops what it loaded and releases the lease
+            self._spawn(self._end(own, "this server's session was lost"))
+
+    async def _end(self, own: Ownership, why: str) -> None:
+        if own.partition is not None:
+            await own.partition.stop(why)
+        await self.release(own)
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def release(self, own: Ownership) -> None:
+        """Release `own`'s lease (once; a failure is logged: the lease expires on its own)."""
+        if own not in self.owned:
+            return
+        self.owned.discard(own)
+        if self.leases.get(own.partition_id) is own:
+            del self.leases[own.partition_id]
+        try:
+            await self.lock_calls.run(own.lease.release)
+        except StampError as exc:
+            log.warning("partition %d: releasing its lease: %s", own.partition_id, exc)
+
+    # ---- load -------------------------------------------------------------------------------
+
     async def load(self, partition_id: int, key_range: keys.KeyRange,
-                   create_if_missing: bool = False, acquired: Acquired | None = None,
+                   create_if_missing: bool = False, acquired: Ownership | None = None,
                    parents: Sequence[RangePartition] = ()) -> LoadReport:
-        """Load the partition here (idempotent). `acquired`: its lease, taken beforehand
+        """Load the partition here (idempotent). `acquired`: its ownership, taken beforehand
         (`acquire`: a split takes its children's before the parent stops admitting);
         `parents`: the ones it was split or merged from here (RangePartition.load)."""
         if partition_id in self.retired:
@@ -121,44 +169,66 @@ class PartitionServer:
             task.add_done_callback(lambda _: self._loading.pop(partition_id, None))
         return await asyncio.shield(task)
 
-    async def acquire(self, partition_id: int) -> Acquired:
-        """The partition's lease, and where to name the partition it guards: losing the
-        lease stops that partition."""
+    async def acquire(self, partition_id: int) -> Ownership:
+        """The partition's ownership under the current session: losing its lease stops the
+        partition it guards, losing the session ends it (`session_lost`). A lease another
+        server holds is waited out for at most the rest of its time; still held then, its
+        holder is live and the load fails, naming it (ownership.py `decide_wait`)."""
+        session = self.session
+        if session is None or not session.valid():
+            raise Unavailable(f"{self.name} has no session: it loads nothing until it is "
+                              f"registered again")
         loop = asyncio.get_running_loop()
-        holder: list[RangePartition] = []
+        # The ownership, once made: set on the loop, read on the lease's renewal thread.
+        box: list[Ownership] = []
 
         def lost(_: Lease) -> None:  # on the lease's renewal thread
             faults.point("ps.lease_lost")  # a test delays noticing, to attack the fence
-            if holder:
+            partition = box[0].partition if box else None
+            if partition is not None:
                 loop.call_soon_threadsafe(
-                    lambda: loop.create_task(holder[0].stop("its lease was lost")))
+                    lambda: loop.create_task(partition.stop("its lease was lost")))
 
+        name = lease_name(partition_id)
         ttl_s = self.limits.partition_lease_ttl_ms / 1000
-        lease = await asyncio.to_thread(self.locks.acquire, lease_name(partition_id), ttl_s,
-                                        self.limits.load_timeout_ms / 1000, lost)
+        lease = await self.lock_calls.run(self.locks.acquire, name, ttl_s, 0.0, lost)
         if lease is None:
-            raise Unavailable(f"partition {partition_id}: its lease stayed held elsewhere")
-        return lease, holder
+            held = held_by(await self.lock_calls.run(self.locks.list_leases), name)
+            wait_s = decide_wait(held, self.limits.load_timeout_ms / 1000)
+            lease = await self.lock_calls.run(self.locks.acquire, name, ttl_s, wait_s, lost)
+            if lease is None:
+                raise still_held(partition_id, held_by(
+                    await self.lock_calls.run(self.locks.list_leases), name), wait_s)
+        own = Ownership(partition_id, lease, session)
+        box.append(own)
+        self.owned.add(own)
+        if not session.valid():  # lost while acquiring: session_lost may have missed it
+            await self.release(own)
+            raise Unavailable(f"{self.name} lost its session while acquiring partition "
+                              f"{partition_id}")
+        return own
 
     async def _load(self, partition_id: int, key_range: keys.KeyRange,
-                    create_if_missing: bool, acquired: Acquired | None,
+                    create_if_missing: bool, acquired: Ownership | None,
                     parents: Sequence[RangePartition]) -> LoadReport:
-        lease, holder = acquired or await self.acquire(partition_id)
+        own = acquired or await self.acquire(partition_id)
         loop = asyncio.get_running_loop()
         partition = RangePartition(partition_id, key_range, self.streams, self.limits,
-                                   lease.token, lease.valid)
-        holder.append(partition)
+                                   own.lease.token, own.valid)
+        own.partition = partition
         try:
             report = await partition.load(create_if_missing, parents)
         except BaseException:
             await partition.stop("load failed")
-            await asyncio.to_thread(lease.release)
+            await self.release(own)
             raise
-        if not lease.valid():
-            await partition.stop("lease ran out during the load")
-            raise Unavailable(f"partition {partition_id}: the lease ran out during the load")
+        if not own.valid():
+            await partition.stop("lease or session ran out during the load")
+            await self.release(own)
+            raise Unavailable(f"partition {partition_id}: the lease or the session ran out "
+                              f"during the load")
         self.partitions[partition_id] = partition
-        self.leases[partition_id] = lease
+        self.leases[partition_id] = own
         self.reports[partition_id] = report
         watcher = loop.create_task(self._forget_when_stopped(partition))
         self._watchers[partition] = watcher
@@ -166,29 +236,59 @@ class PartitionServer:
         return report
 
     async def _forget_when_stopped(self, partition: RangePartition) -> None:
-        """Once `partition` stops (for any reason: unloaded, lease lost, its committer
-        failed): wait for its tasks, forget it, release its lease so that the PM can have it
-        loaded again at once (here, when it asks, or elsewhere)."""
+        """Once `partition` stops (for any reason: unloaded, lease or session lost, its
+        committer failed): wait for its tasks, forget it, release its lease so that the PM
+        can have it loaded again at once (here, when it asks, or elsewhere)."""
         await partition.stopped.wait()
         await partition.closed()
         if self.partitions.get(partition.id) is partition:
             del self.partitions[partition.id]
             self.reports.pop(partition.id, None)
-        lease = self.leases.get(partition.id)
-        if lease is not None and lease.token == partition.epoch:
-            del self.leases[partition.id]
-            try:
-                await asyncio.to_thread(lease.release)
-            except StampError as exc:  # it expires on its own
-                log.warning("partition %d: releasing its lease: %s", partition.id, exc)
+        own = self.leases.get(partition.id)
+        if own is not None and own.lease.token == partition.epoch:
+            await self.release(own)
+
+    # ---- unload -----------------------------------------------------------------------------
 
     async def unload(self, partition_id: int) -> None:
+        """Unload the partition (RangePartition.unload: settle, checkpoint, stop), and
+        return once its lease is released. The unload runs in a task of its own: a caller
+        that gives up (an RPC deadline) abandons the wait, never the unload, so no partition
+        is left half unloaded with its lease renewed for ever."""
         partition = self.partitions.get(partition_id)
-        if partition is not None:
-            await partition.unload()
-            watcher = self._watchers.get(partition)
-            if watcher is not None:
-                await asyncio.shield(watcher)  # the lease is released when Unload returns
+        if partition is None:
+            return
+        task = self._unloading.get(partition)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._unload(partition))
+            self._unloading[partition] = task
+            task.add_done_callback(lambda _: self._unloading.pop(partition, None))
+        await asyncio.wait({task})  # cancelling this wait leaves the unload running
+        watcher = self._watchers.get(partition)
+        if watcher is not None:
+            await asyncio.wait({watcher})  # the lease is released when Unload returns
+
+    async def _unload(self, partition: RangePartition) -> None:
+        """The unload, at most `unload_timeout_ms`: then, or on any error, the partition
+        stops anyway (RangePartition.unload; its checkpoint is only a courtesy to the next
+        owner)."""
+        try:
+            async with asyncio.timeout(self.limits.unload_timeout_ms / 1000):
+                await partition.unload()
+        except Exception as exc:  # whatever it was, the partition has stopped
+            log.warning("partition %d: unload cut short (%r): stopped without it",
+                        partition.id, exc)
+
+    def drop_not_ours(self, partition_ids: Sequence[int]) -> None:
+        """The PM's heartbeat answer says these partitions, reported serving here, are
+        assigned elsewhere: unload each (in the background), so that its owner by the map
+        can have its lease."""
+        for partition_id in partition_ids:
+            partition = self.partitions.get(partition_id)
+            if partition is not None and partition.state == SERVING:
+                log.warning("%s: partition %d is assigned to another server: unloading it",
+                            self.name, partition_id)
+                self._spawn(self.unload(partition_id))
 
     async def close(self) -> None:
         """A clean stop: every partition stops (each operation it holds is answered), its
@@ -203,6 +303,15 @@ class PartitionServer:
         watchers = list(self._watchers.values())
         if watchers:
             await asyncio.gather(*watchers, return_exceptions=True)
+        # Unloads and session ends under way: their partitions have stopped already.
+        leftovers = [*self._tasks, *self._unloading.values()]
+        for task in leftovers:
+            task.cancel()
+        if leftovers:
+            await asyncio.gather(*leftovers, return_exceptions=True)
+        for own in list(self.owned):
+            await self.release(own)
+        self.lock_calls.close()
 
     def load_pb(self, address: str) -> pb.ServerLoad:
         reply = pb.ServerLoad(name=self.name, address=address)
@@ -225,176 +334,3 @@ class PartitionServer:
             reply.partitions.append(pb.PartitionLoad(partition_id=partition_id,
                                                      state="loading"))
         return reply
-
-
-class PartitionServicer(pb_grpc.PartitionServerServicer):
-    def __init__(self, server: PartitionServer, address: str) -> None:
-        self.server = server
-        self.address = address
-        # The operations the Call streams carry, by kind (null objects while metrics are
-        # off): how many, with what outcome, and how long each took here.
-        self.op_seconds = metrics.histogram("stamp_ps_op_seconds", "latency of partition "
-                                            "operations at the server, by kind", ("op",))
-        self.ops = metrics.counter("stamp_ps_ops", "partition operations answered, by kind "
-                                   "and outcome (ok, or the error's name)", ("op", "outcome"))
-        self._append_seconds = self.op_seconds.labels("append")
-        self._append_ok = self.ops.labels("append", "ok")
-
-    async def Call(self, request_iterator: AsyncIterator[pb.RequestBatch],
-                   context: aio.ServicerContext) -> None:
-        """Many requests in flight on one stream; each answered when done, in any order."""
-        responses: asyncio.Queue[pb.Response | None] = asyncio.Queue()
-        tasks: set[asyncio.Task[None]] = set()
-        # Small appends are answered by the committer's callback, not a task: how many are
-        # still unanswered, and an event set whenever none is.
-        appends_open = 0
-        appends_answered = asyncio.Event()
-        limits = self.server.limits
-        # Every request read counts as open in the server's pressure until it is answered
-        # (or its task is cancelled with the stream).
-        pressure = self.server.pressure
-        clock = time.perf_counter
-
-        async def run(request: pb.Request) -> None:
-            started = clock()
-            response = await self.server.handle(request)
-            op = request.WhichOneof("op") or "none"
-            self.op_seconds.labels(op).observe(clock() - started)
-            self.ops.labels(op, response.error or "ok").inc()
-            responses.put_nowait(response)
-
-        def ran(task: asyncio.Task[None]) -> None:  # also when cancelled before it began
-            tasks.discard(task)
-            pressure.open_ops -= 1
-
-        def appended(request_id: int, started: float, first_seq: int | None,
-                     error: StampError | None) -> None:
-            nonlocal appends_open
-            self._append_seconds.observe(clock() - started)
-            if error is None:
-                self._append_ok.inc()
-                responses.put_nowait(pb.Response(id=request_id, first_seq=first_seq))
-            else:
-                self.ops.labels("append", type(error).__name__).inc()
-                responses.put_nowait(error_response(request_id, error))
-            pressure.open_ops -= 1
-            appends_open -= 1
-            if not appends_open:
-                appends_answered.set()
-
-        async def read_requests() -> None:
-            nonlocal appends_open
-            try:
-                async for batch in request_iterator:
-                    pressure.open_ops += len(batch.requests)
-                    for request in batch.requests:
-                        # Small appends, the bulk of the traffic, need no task of their own.
-                        try:
-                            if start_small_append(request, self.server.find, limits,
-                                                  partial(appended, request.id, clock())):
-                                appends_open += 1
-                                appends_answered.clear()
-                                continue
-                        except StampError as exc:
-                            if not (isinstance(exc, NotOwner) and self.server.held(request)):
-                                self.ops.labels("append", type(exc).__name__).inc()
-                                responses.put_nowait(error_response(request.id, exc))
-                                pressure.open_ops -= 1
-                                continue
-                            # Its range is being split or merged here: a task waits for it.
-                        task = asyncio.get_running_loop().create_task(run(request))
-                        tasks.add(task)
-                        task.add_done_callback(ran)
-            finally:
-                # Every request is answered before the stream ends.
-                if tasks:
-                    await asyncio.gather(*tasks, return_exceptions=True)
-                if appends_open:
-                    await appends_answered.wait()
-                responses.put_nowait(None)
-
-        reader = asyncio.get_running_loop().create_task(read_requests())
-        try:
-            await rpc.write_queued(responses, context, pb.ResponseBatch, "responses",
-                                   items_max=RESPONSES_PER_MESSAGE_MAX,
-                                   before_write=self._add_pressure)
-        finally:
-            reader.cancel()
-            for task in list(tasks):
-                task.cancel()
-
-    def _add_pressure(self, batch: pb.ResponseBatch) -> None:
-        batch.pressure.CopyFrom(self.server.pressure_pb())
-
-    @rpc.rpc_errors
-    async def Subscribe(self, request: pb.SubscribeRequest,
-                        context: aio.ServicerContext) -> None:
-        """Ends when the log is sealed and read to its end, or with NotOwner when the
-        partition stops being served here."""
-        next_seq = request.from_seq
-        key = route_key(request.account, request.pname)
-        while True:
-            partition = self.server.find(key)
-            partition.check_serving()
-            # Take the wake-up before reading, so a commit in between is not missed.
-            changed = partition.log_event(request.account, request.pname)
-            records, meta = await partition.read_log(
-                request.account, request.pname, next_seq, self.server.limits.read_records_max)
-            if records:
-                await context.write(pb.SubscribeReply(records=records_reply(records)))
-                next_seq = records[-1][0] + 1
-                continue
-            if meta.sealed:
-                return  # a sealed log ends here: nothing more will ever come
-            # asyncio.timeout, not wait_for, which in 3.11 can drop a cancellation.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(SUBSCRIBE_RECHECK_S):
-                    await changed.wait()
-
-    @rpc.rpc_errors
-    async def Scan(self, request: pb.PartitionScanRequest, context: aio.ServicerContext
-                   ) -> AsyncIterator[pb.PartitionScanPage]:
-        """One partition's part of a scan, one snapshot (scan_stream.py); NotOwner when
-        the partition holding the start is not served here, or stops being served."""
-        async for page in serve_scan(request, self.server.find, self.server.limits):
-            yield page
-
-    @rpc.rpc_errors
-    async def Load(self, request: pb.LoadRequest, context: aio.ServicerContext
-                   ) -> pb.LoadReply:
-        low, high = range_from_pb(request.range)
-        report = await self.server.load(request.partition_id, keys.KeyRange(low, high),
-                                        request.create_if_missing)
-        partition = self.server.partitions.get(request.partition_id)
-        return pb.LoadReply(seconds=report.seconds, replayed_ops=report.replayed_ops,
-                            replayed_bytes=report.replayed_bytes,
-                            runs=report.runs,
-                            epoch=partition.epoch if partition else 0)
-
-    @rpc.rpc_errors
-    async def Unload(self, request: pb.UnloadRequest, context: aio.ServicerContext
-                     ) -> pb.UnloadReply:
-        await self.server.unload(request.partition_id)
-        return pb.UnloadReply()
-
-    @rpc.rpc_errors
-    async def Split(self, request: pb.SplitRequest, context: aio.ServicerContext
-                    ) -> pb.SplitReply:
-        return await self.server.split_merge.split(request.partition_id, request.key,
-                                                   request.left_id, request.right_id)
-
-    @rpc.rpc_errors
-    async def Merge(self, request: pb.MergeRequest, context: aio.ServicerContext
-                    ) -> pb.MergeReply:
-        return await self.server.split_merge.merge(request.left_id, request.right_id,
-                                                   request.merged_id)
-
-    @rpc.rpc_errors
-    async def ReleaseExtents(self, request: pb.ReleaseExtentsRequest,
-                             context: aio.ServicerContext) -> pb.ReleaseExtentsReply:
-        return await release_extents(self.server, request)  # gc: extent_release.py
-
-    @rpc.rpc_errors
-    async def Status(self, request: pb.ServerStatusRequest, context: aio.ServicerContext
-                     ) -> pb.ServerLoad:
-        return self.server.load_pb(self.address)

@@ -34,7 +34,7 @@ from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequenc
 from typing import TYPE_CHECKING
 
 from common import faults
-from common.errors import InvalidArgument, PreconditionFailed, StampError
+from common.errors import InvalidArgument, PreconditionFailed
 from common.proto import partition_pb2 as pb
 from partition_layer import keys, meta_derive
 from partition_layer.keys import KeyRange
@@ -51,12 +51,13 @@ from stream_layer.stream_ops import create_from_op, fence_op, retire_op
 
 if TYPE_CHECKING:
     from common.proto.stream_manager_pb2 import StreamOp
-    from partition_layer.server import Acquired, PartitionServer
+    from partition_layer.ownership import Ownership
+    from partition_layer.server import PartitionServer
 
 log = logging.getLogger(__name__)
 
 ANYWHERE = keys.WHOLE_KEY_SPACE  # a child's range comes from its derived meta
-Leases = Mapping[int, "Acquired"]
+Leases = Mapping[int, "Ownership"]
 NO_LEASES: Leases = {}
 
 
@@ -110,23 +111,23 @@ class SplitMerge:
             yield
 
     @contextlib.asynccontextmanager
-    async def _leases(self, *ids: int) -> AsyncIterator[dict[int, Acquired]]:
+    async def _leases(self, *ids: int) -> AsyncIterator[dict[int, Ownership]]:
         """The made partitions' leases, taken before the parents stop admitting (a lock
         service round trip off the unavailable time); each one its partition did not take
         over by loading is released at the end."""
         taken = await asyncio.gather(*(self.server.acquire(i) for i in ids),
                                      return_exceptions=True)
-        leases = {i: t for i, t in zip(ids, taken, strict=True) if isinstance(t, tuple)}
+        leases = {i: t for i, t in zip(ids, taken, strict=True)
+                  if not isinstance(t, BaseException)}
         try:
             for outcome in taken:
                 if isinstance(outcome, BaseException):
                     raise outcome
             yield leases
         finally:
-            for partition_id, (lease, _) in leases.items():
-                if self.server.leases.get(partition_id) is not lease:
-                    with contextlib.suppress(StampError):
-                        await asyncio.to_thread(lease.release)
+            for partition_id, own in leases.items():
+                if self.server.leases.get(partition_id) is not own:
+                    await self.server.release(own)
 
     # ---- split ------------------------------------------------------------------------------
 
@@ -317,10 +318,11 @@ class SplitMerge:
         steps.done("checkpoint")
         stopped_at = time.monotonic()
         for partition in partitions:
-            if partition.state != SERVING:  # stopped meanwhile (lease lost, fenced)
+            try:
+                partition.quiesce(state)
+            except PreconditionFailed:  # stopped meanwhile (lease lost, fenced)
                 await self._resume(partitions)
-                raise PreconditionFailed(f"partition {partition.id} stopped serving")
-            partition.state = state
+                raise
         try:
             await _all(self._checkpoint_fully(partition, state) for partition in partitions)
         except BaseException:
@@ -349,8 +351,7 @@ class SplitMerge:
 
     async def _resume(self, partitions: Sequence[RangePartition]) -> None:
         for partition in partitions:
-            if partition.state in (SPLITTING, MERGING):
-                partition.state = SERVING
+            if partition.resume():
                 log.warning("partition %d serves on: its split or merge did not begin",
                             partition.id)
 

@@ -475,8 +475,10 @@ class ServerLoad(_message.Message):
     def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionLoad, _Mapping]]] = ...) -> None: ...
 
 class HeartbeatReply(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("not_yours",)
+    NOT_YOURS_FIELD_NUMBER: _ClassVar[int]
+    not_yours: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, not_yours: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class PartitionEntry(_message.Message):
     __slots__ = ("id", "range", "server", "address")
