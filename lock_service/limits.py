@@ -55,3 +55,8 @@ LEADER_LEASE_S = 0.5
 # beyond that it is time for holders to find the new leader.
 PROMOTE_EXTEND_S = 1.0
 assert PROMOTE_EXTEND_S >= 1.5 * LEADER_LEASE_S, "a new leader must outlast the old one's lease"
+# A leader answers Get and List from its state, without a Raft write, while a majority
+# acknowledged, in its term, messages it sent less than this fraction of the minimum election
+# timeout ago (lock_service/replica.py `read_leased` argues why no other leader can exist
+# then); else the read goes through the log.
+READ_LEASE_FRACTION = 0.6

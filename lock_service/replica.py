@@ -112,6 +112,33 @@ class LockReplica(DurableReplica):
             return False
         return self.raftCurrentTerm == term and self.is_leader() and self.raftCurrentTerm == term
 
+    def read_leased(self, term: int, look: Callable[[LockState], T]) -> T | None:
+        """`look` at the state as leader of `term` without a Raft write, or None when this
+        replica cannot prove now that no other replica leads (then read through the log).
+
+        Why no other replica can lead when this returns a value: with PreVote (common/
+        raft_lease.py) a follower grants no pre-vote until it has heard no leader for the
+        minimum election timeout, and no replica stands for election without a majority of
+        pre-votes. A majority acknowledged in `term` what this leader sent at `s`, so each of
+        them heard it at or after `s`; every majority that could elect a successor holds one
+        of them, and none of those says yes before `s` plus the minimum election timeout.
+        The lease ends well before that (READ_LEASE_FRACTION of it), and it is checked after
+        the look: a replica frozen between the two answers nothing it looked at before a
+        successor could exist. Everything committed before the read is applied here: this
+        leader applies a write before it acknowledges it, and the caller waits for its
+        Barrier (`_leader_now`) first, so its predecessors' writes are applied too."""
+        if not self._tuning.pre_vote:
+            return None
+        with self._state_mutex:
+            found = look(self._lock_state)
+        contact = self.majority_contact_at(term)
+        lease_s = limits.READ_LEASE_FRACTION * self._tuning.election_timeout_min_s
+        if contact is None or time.monotonic() >= contact + lease_s:
+            return None
+        if not (self.is_leader() and self.raftCurrentTerm == term):
+            return None
+        return found
+
     def renew_in_memory(self, term: int, token: int, ttl_s: float, now: float) -> RenewOutcome:
         """A renewal answered by the lessor of `term` at leader time `now`, if this replica
         holds its leader lease; THROUGH_LOG when it must go through Raft instead."""

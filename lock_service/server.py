@@ -13,6 +13,9 @@ Contract:
 - A reply is sent only after the command is applied here, hence durable on a majority.
   A command not applied within PROPOSE_TIMEOUT_S fails with Unavailable: its outcome is
   unknown, and a retry with the same request id is safe (the state deduplicates).
+- Get and List are answered from the leader's state while it holds a read lease
+  (`LockReplica.read_leased`, shorter than the minimum election timeout, which PreVote
+  makes the least time before any successor), else through the log.
 - Renewals are answered from the leader's memory (lock_service/lessor.py, which argues why
   a holder can rely on them), without a Raft write, while the leader holds its leader lease
   (`LockReplica.leader_lease_holds`); otherwise, or to change a lease's TTL, through the log.
@@ -174,10 +177,18 @@ class LockServicer(pb_grpc.LockServiceServicer):
         return _checked(await self._submit(command))
 
     async def _read(self, command: c.Get | c.ListKeys) -> c.Result:
-        self._leader_term()
+        """A Get or ListKeys: from this leader's state while its read lease holds (no Raft
+        write: most of an idle stamp's lock-service traffic is partition managers reading),
+        else through the log."""
+        term = self._leader_term()
         problem = problem_with(command)
         if problem:
             raise InvalidArgument(problem)
+        await self._leader_now()  # a new leader's Barrier first: its predecessors' writes
+        # Wrapped: a Get of a missing key answers None, which is not "read through the log".
+        found = self._replica.read_leased(term, lambda state: (state.look(command),))
+        if found is not None:
+            return _checked(found[0])
         return _checked(await self._submit(command))
 
     async def _read_index(self) -> None:

@@ -233,6 +233,14 @@ class LockState:
         del self.kv[cmd.key]
         return c.Deleted(True)
 
+    def look(self, cmd: c.Get | c.ListKeys) -> c.Result:
+        """What a Get or ListKeys would answer, without applying it (a lease read:
+        lock_service/replica.py `read_leased`); the command is checked as `apply` checks it."""
+        problem = problem_with(cmd)
+        if problem:
+            return c.Rejected("InvalidArgument", problem)
+        return self._get(cmd) if isinstance(cmd, c.Get) else self._list(cmd)
+
     def _get(self, cmd: c.Get) -> c.Result:
         record = self.kv.get(cmd.key)
         return None if record is None else c.Value(record.value, record.version)
