@@ -10,7 +10,10 @@ its session (partition_layer/ownership.py).
 2. A Load sent to a server while a live one holds the partition's lease fails within a
    lease's time, naming the holder (before: it waited load_timeout_ms, 30 s, holding a
    thread of the default executor, and said "held elsewhere").
-3. Consistency under the same fault: the owner is frozen (SIGSTOP) with its session gone and
+3. A server that serves a partition the map assigns to another (loaded there by hand, the
+   owner having let go) is told so in its heartbeat answer and unloads it; the owner by the
+   map serves it again within RECOVERY_S.
+4. Consistency under the same fault as 1: the owner is frozen (SIGSTOP) with its session gone and
    its lease not yet run out; the other server takes over and acknowledges a write; the old
    one, thawed, is read straight (no map, no retry): it refuses, never answers the old value.
 """
@@ -151,6 +154,31 @@ def test_a_load_while_a_live_server_holds_the_lease_fails_soon(stamp: LocalStamp
             pc.run(load_there())
         assert time.monotonic() - started < FAIL_FAST_S
         assert serving_here(stamp, owner) and not serving_here(stamp, other)
+
+
+def test_a_server_told_a_partition_is_not_its_own_lets_it_go(stamp: LocalStamp) -> None:
+    with PartitionClient.from_stamp(str(stamp.data_dir)) as pc:
+        pc.run(pc.aio.wait_served(30))
+        owner = owner_of(pc)
+        other = next(r.name for r in stamp.partition_servers() if r.name != owner)
+
+        async def move_by_hand() -> None:
+            at_owner, at_other = DirectPS(stamp, owner), DirectPS(stamp, other)
+            try:
+                await rpc.call(at_owner.stub.Unload(pb.UnloadRequest(partition_id=1),
+                                                    timeout=30))
+                await at_other.load(1)
+            finally:
+                await at_owner.close()
+                await at_other.close()
+        pc.run(move_by_hand())
+        moved = time.monotonic()
+        while not (serving_here(stamp, owner) and serving_here(stamp, other) is False):
+            assert time.monotonic() - moved < RECOVERY_S, (
+                f"{other} still serves partition 1, which the map gives {owner}")
+            time.sleep(0.05)
+        assert owner_of(pc) == owner
+        assert pc.append(ACCOUNT, "not-yours-log", [b"r0"], token="not-yours-0") == 0
 
 
 def test_a_frozen_owner_without_its_session_never_answers_stale(stamp: LocalStamp) -> None:
