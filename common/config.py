@@ -63,16 +63,23 @@ class ExtentNodeLimits:
     # seals the extent away and goes on in a new one. The timeout is `replica_timeout_multiple`
     # times a recent p99 of the healthy replicas' latencies, within [min, max], plus the time
     # to move the append's bytes at `replica_timeout_bytes_per_s` (big is not slow). A primary
-    # times its own journal and each secondary with it...
+    # times its own journal and each secondary with it. A replica is failed when it is late
+    # `replica_late_appends_min` times in a row (a slow disk is late every time: +200 ms
+    # per journal write is found within a second), or silent past
+    # `replica_silent_timeout_min_ms` at least (a frozen node): on a busy machine a healthy
+    # replica's latency jumps by a few hundred ms now and then (a 2-core stamp at full load,
+    # TLS on), and sealing it away for that adds a rollover to the load that slowed it.
     replica_timeout_min_ms: int = 150
     replica_timeout_max_ms: int = 500
+    replica_late_appends_min: int = 3
+    replica_silent_timeout_min_ms: int = 400
     replica_timeout_multiple: float = 4.0
     replica_timeout_bytes_per_s: int = 64 * MiB
     # ...and the client times the primary the same way within [append_timeout_min_ms,
     # append_deadline_ms]: above the primary's bounds, so a slow secondary is found (and
     # named) by its primary first, while a frozen primary costs at most the deadline.
-    append_timeout_min_ms: int = 300
-    append_deadline_ms: int = 800
+    append_timeout_min_ms: int = 500
+    append_deadline_ms: int = 900
     forward_connect_timeout_ms: int = 2000
     # Erasure-coded extents (§2): fragments move in chunks of this size, and a coded read
     # waits this long for a data fragment before it also asks the others (hedged: the

@@ -156,7 +156,8 @@ class ExtentNode:
         if pipeline is None:
             pipeline = PrimaryPipeline(replica.extent_id, replica.secondaries(),
                                        replica.durable_end, self._observe_replica,
-                                       self.replica_timeout.timeout_s)
+                                       self.replica_timeout.timeout_s,
+                                       self.limits.replica_late_appends_min)
             self._pipelines[replica.extent_id] = pipeline
         return pipeline
 
@@ -179,17 +180,23 @@ class ExtentNode:
         finally:
             self._watchdog = None
 
+    def _silent_timeout_s(self, nbytes: int) -> float:
+        """How long a replica may leave the oldest append in flight without an answer: the
+        per-replica timeout, at least `replica_silent_timeout_min_ms` (config.py)."""
+        return max(self.replica_timeout.timeout_s(nbytes),
+                   self.limits.replica_silent_timeout_min_ms / 1000)
+
     def fail_late_replicas(self) -> None:
         """Fail every append a replica has kept waiting past its timeout: this node's own
         journal fails the pipeline; a secondary loses its forward stream, which fails every
         pipeline waiting on it at once (they would all time out anyway)."""
         now = self.clock.monotonic()
         for pipeline in list(self._pipelines.values()):
-            for who in pipeline.overdue(now, self.replica_timeout.timeout_s):
+            for who in pipeline.overdue(now, self._silent_timeout_s):
                 error = ReplicationFailed(
-                    f"extent {pipeline.extent_id}: replica {who or self.address} missed the "
-                    f"per-replica timeout ({self.replica_timeout.baseline_s() * 1000:.0f} ms "
-                    f"and up): a slow replica is a failed one; seal it")
+                    f"extent {pipeline.extent_id}: replica {who or self.address} said nothing "
+                    f"within the per-replica timeout ({self._silent_timeout_s(0) * 1000:.0f} "
+                    f"ms and up): a silent replica is a failed one; seal it")
                 log.warning("%s", error)
                 if who == LOCAL:
                     pipeline.fail(error)

@@ -62,7 +62,8 @@ class PrimaryPipeline:
 
     def __init__(self, extent_id: int, secondaries: list[str], start: int,
                  observe: Observer = _ignore,
-                 timeout_s: Callable[[int], float] | None = None) -> None:
+                 timeout_s: Callable[[int], float] | None = None,
+                 late_appends_min: int = 1) -> None:
         self.extent_id = extent_id
         self.durable: dict[str, int] = {LOCAL: start, **{s: start for s in secondaries}}
         self.sent: dict[str, int] = {s: start for s in secondaries}
@@ -74,6 +75,10 @@ class PrimaryPipeline:
         # append in flight not yet durable there: each append is timed once per replica.
         self._popped = 0
         self._covered: dict[str, int] = dict.fromkeys(self.durable, 0)
+        # Per replica, how many of its acknowledgements in a row came past the timeout: one
+        # late answer is a busy machine, `late_appends_min` in a row a slow replica.
+        self._late_appends_min = late_appends_min
+        self._late_streak: dict[str, int] = dict.fromkeys(self.durable, 0)
 
     def submit(self, offset: int, end: int, now: float = 0.0) -> asyncio.Future[tuple[int, int]]:
         """Track an append placed at [offset, end); its future resolves to (offset, end)."""
@@ -99,18 +104,21 @@ class PrimaryPipeline:
                 late = max(late, now - item.sent_at)
             index += 1
         self._covered[who] = self._popped + index
+        self._late_streak[who] = self._late_streak.get(who, 0) + 1 if late else 0
         acked = min(self.durable.values())
         while self.inflight and self.inflight[0].end <= acked:
             item = self.inflight.popleft()
             self._popped += 1
             if not item.future.done():
                 item.future.set_result((item.offset, item.end))
-        if late:
-            # Durable, but past its timeout: a replica whose lateness the watchdog could not
-            # see (this node's own loop blocked on a slow disk, say) is slow all the same.
-            # What is durable everywhere was acknowledged above; the rest fails: seal it.
-            self.fail(ReplicationFailed(f"replica {who or 'primary'} took {late * 1000:.0f} "
-                                        f"ms, past its per-replica timeout"))
+        if late and self._late_streak[who] >= self._late_appends_min:
+            # Durable, but past its timeout again and again: a replica whose lateness the
+            # watchdog could not see (this node's own loop blocked on a slow disk, say) is
+            # slow all the same. What is durable everywhere was acknowledged above; the rest
+            # fails: seal it.
+            self.fail(ReplicationFailed(
+                f"replica {who or 'primary'} took {late * 1000:.0f} ms, past its per-replica "
+                f"timeout, {self._late_streak[who]} appends in a row"))
 
     def overdue(self, now: float, timeout_s: Callable[[int], float]) -> list[str]:
         """The replicas (LOCAL: this one) that have not made the oldest append in flight

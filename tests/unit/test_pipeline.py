@@ -85,3 +85,26 @@ def test_an_append_made_durable_past_its_timeout_fails_what_is_not_acknowledged(
         with pytest.raises(ReplicationFailed, match="past its per-replica timeout"):
             b.result()
     asyncio.run(scenario())
+
+
+def test_one_late_answer_is_a_busy_machine_and_a_few_in_a_row_a_slow_replica() -> None:
+    """With late_appends_min=3, a replica late once (then on time) fails nothing; late three
+    times in a row (a slow disk: every write 200 ms late) fails the pipeline: seal it."""
+    async def scenario() -> None:
+        p = PrimaryPipeline(1, ["s1"], start=0, timeout_s=lambda nbytes: 0.15,
+                            late_appends_min=3)
+        now = 0.0
+        for n, latency in enumerate((0.3, 0.01, 0.3, 0.3)):  # late, on time, late, late
+            done = p.submit(n * 10, n * 10 + 10, now=now)
+            p.on_durable("s1", n * 10 + 10, now=now)
+            p.on_durable(LOCAL, n * 10 + 10, now=now + latency)
+            assert done.result() == (n * 10, n * 10 + 10)
+            now += 1.0
+        assert p.failed is None  # the streak was broken by the on-time answer
+        late = p.submit(40, 50, now=now)
+        p.on_durable("s1", 50, now=now)
+        p.on_durable(LOCAL, 50, now=now + 0.3)  # the third late one in a row
+        assert late.result() == (40, 50)  # durable everywhere: acknowledged
+        with pytest.raises(ReplicationFailed, match="3 appends in a row"):
+            p.submit(50, 60, now=now + 1.0)
+    asyncio.run(scenario())
