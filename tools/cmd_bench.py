@@ -146,6 +146,12 @@ def _availability(args: argparse.Namespace, progress: Progress) -> Rows:
                             progress=progress)
 
 
+def _idle(args: argparse.Namespace, progress: Progress) -> Rows:
+    from tools.bench.idle import IDLE_SECONDS_MIN, run_idle
+
+    return run_idle(seconds=max(args.seconds, IDLE_SECONDS_MIN), progress=progress)
+
+
 def _blob_append(args: argparse.Namespace, progress: Progress) -> Rows:
     from tools.bench.azure import run_blob_append
 
@@ -212,6 +218,9 @@ BENCHES: dict[str, tuple[str, Callable[[argparse.Namespace, Progress], Rows]]] =
                      "acknowledged record read back (targets: stall <= 1 s, <= 3 s for the "
                      "partition server; appending again within 5 s; nothing lost)",
                      _availability),
+    "idle": ("CPU of an idle stamp of the default shape (nothing running against it), "
+             "by kind of process and in all, as a percentage of one core over --seconds "
+             "(at least 20) after 10 s of settling (target: <= 5%)", _idle),
     "gc": ("stamp job gc over 32 streams of small extents, 31 of them deleted: extents "
            "examined per second (mark run), deleted per second and bytes reclaimed (sweep "
            "run)", _gc),

@@ -1,0 +1,50 @@
+"""`stamp bench idle` (issue 29): what an idle stamp costs. A stamp of the default shape is
+started and left alone (nothing runs against it) for --seconds after a settling time; the CPU
+each process spent meanwhile (/proc utime + stime) is reported as a percentage of one core,
+by kind of process and in all. Target: at most 5% of a core."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tools.bench.fresh_stamp import with_fresh_stamp
+from tools.bench.front_end import cpu_seconds
+from tools.bench.measure import row
+from tools.local_stamp import LocalStamp
+
+Progress = Callable[[str], None]
+# After `stamp up` returns, leaders settle, first checkpoints and heartbeats pass: not idle yet.
+SETTLE_S = 10.0
+IDLE_SECONDS_MIN = 20.0
+TARGET_PERCENT = 5.0
+
+
+def run_idle(seconds: float = IDLE_SECONDS_MIN, progress: Progress = lambda _: None
+             ) -> list[dict[str, Any]]:
+    return with_fresh_stamp("", lambda stamp: _measure(stamp, seconds, progress), progress,
+                            stream_layer_only=False)
+
+
+def _measure(stamp: LocalStamp, seconds: float, progress: Progress) -> list[dict[str, Any]]:
+    progress(f"letting the stamp settle for {SETTLE_S:g} s")
+    time.sleep(SETTLE_S)  # the schedule of the measurement, not a wait for a condition
+    kinds = {rec.name: rec.kind for rec in stamp.records.values() if rec.pid}
+    before = {name: cpu_seconds(stamp.record(name).pid) for name in kinds}
+    progress(f"measuring {len(kinds)} idle processes for {seconds:g} s")
+    started = time.monotonic()
+    time.sleep(seconds)
+    elapsed = time.monotonic() - started
+    spent: dict[str, float] = {}
+    for name, kind in kinds.items():
+        used = cpu_seconds(stamp.record(name).pid) - before[name]
+        spent[kind] = spent.get(kind, 0.0) + used
+    total = sum(spent.values())
+    return ([row({"kind": kind, "processes": list(kinds.values()).count(kind)},
+                 {"core_percent": round(100 * used / elapsed, 2)})
+             for kind, used in sorted(spent.items())]
+            + [row({"kind": "all", "processes": len(kinds), "seconds": round(elapsed, 1)},
+                   {"core_percent": round(100 * total / elapsed, 2),
+                    "target_percent": TARGET_PERCENT,
+                    "met": 100 * total / elapsed <= TARGET_PERCENT})])
