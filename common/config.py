@@ -121,7 +121,9 @@ class StreamManagerLimits:
     # Once a quorum of replicas answered a seal's probe, the others get this much longer: a
     # frozen or slow replica does not hold the seal up to the probe timeout (seal.py), and a
     # replica that misses it is avoided by new extents for `slow_node_avoid_ms`.
-    seal_straggler_wait_ms: int = 50
+    # (Not less: on a busy machine a healthy replica often answers 50-100 ms after the
+    # others, and one marked slow for that is passed over by placement for nothing.)
+    seal_straggler_wait_ms: int = 150
     slow_node_avoid_ms: int = 30_000
     # A node that does not create a replica within this long is passed over for another.
     create_extent_timeout_ms: int = 500

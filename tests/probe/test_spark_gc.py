@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from common.rpc import arm_remote
+from common.rpc import arm_remote, disarm_remote
 from spark.driver import job_session, run_job
 from spark.job_result import DONE
 from stream_layer import stream_ops
@@ -89,7 +89,11 @@ def test_gc_sweeps_orphans_after_the_grace_and_never_live_or_shared_extents(
         written["b"] = [(loc, d) for loc, d in written["a"] if loc.extent_id in sealed[:2]]
         # A failed create: a node refuses its next create; the replicas the same create made
         # on two others are known to nobody (the leader places the extent anew).
-        arm_remote(stamp.address("en-1"), "en.create=fail,times=1")
+        # Two nodes are armed: placement may pass one over for a while (a seal on a busy
+        # machine found it slow), and the test must not wait on which it picks.
+        refusers = [stamp.address("en-1"), stamp.address("en-2")]
+        for address in refusers:
+            arm_remote(address, "en.create=fail,times=1")
         more = await client.open_stream("a")
         for _ in range(40):  # rollovers: spares taken, refilled by new creates
             block = rng.randbytes(9000)
@@ -100,6 +104,8 @@ def test_gc_sweeps_orphans_after_the_grace_and_never_live_or_shared_extents(
             return set().union(*(await holdings(stamp, client)).values()) - busy - {
                 e.extent_id for e in infos}
         unknown = await wait_for(half_made, 15, "a create that failed half way")
+        for address in refusers:  # one may not have refused yet: no later create fails
+            disarm_remote(address)
         # A deposed leader's spares: known to nobody once another leader serves.
         _, old_spares = await client.sm.list_extents_and_busy()
         assert old_spares, "the leader keeps spare extents"
