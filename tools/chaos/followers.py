@@ -40,7 +40,7 @@ from tools.chaos.workload import ClientFactory, Tally
 RESUBSCRIBE_PAUSE_S = 0.5
 SCAN_LIMIT = 200
 SCAN_PAUSE_S = 0.2  # scans are a side dish: the writers make the load
-JOIN_TIMEOUT_S = 30.0
+JOIN_TIMEOUT_S = 60.0  # a call under way may take the SDK's whole retry to end
 READ_LIMIT = 64  # records per log read
 # A short read (fewer than READ_LIMIT records) of fewer bytes than this ended at the log's
 # end: the stamp cuts a read only past read_bytes_max (4 MiB), and no record is larger than
@@ -50,34 +50,61 @@ TAIL_BACK = 3  # a log read starts up to this many records before the end last s
 READ_PAUSE_S = 0.01
 
 
-class Subscriber:
-    """Follows `log` from seq 0 until `stop()`; `seen` is what it was delivered."""
+class _Follower:
+    """A thread with its own client that calls `_once` until `stop()`, pausing `PAUSE_S`
+    between calls; an exception in the follower itself (a bug, not a refusal of the stamp)
+    ends it and is raised again by `stop()`."""
 
-    def __init__(self, client_factory: ClientFactory, log: str, tally: Tally) -> None:
-        self.log = log
-        self.seen: list[tuple[int, bytes]] = []
+    PAUSE_S = 0.0
+
+    def __init__(self, client_factory: ClientFactory, name: str) -> None:
         self.failures: list[BaseException] = []
-        self._delivered = threading.Condition()
         self._factory = client_factory
-        self._tally = tally
+        self._name = name
         self._stop = threading.Event()
         self._client: object | None = None
-        self._thread = threading.Thread(target=self._run, daemon=True,
-                                        name=f"subscriber-{log}")
+        self._thread = threading.Thread(target=self._run, daemon=True, name=name)
 
     def start(self) -> None:
         self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._interrupt()
+        self._thread.join(JOIN_TIMEOUT_S)
+        if self._thread.is_alive():
+            raise AssertionError(f"{self._name} did not stop")
+        if self.failures:
+            raise self.failures[0]
 
     def _run(self) -> None:
         try:
             with self._factory() as client:
                 self._client = client
                 while not self._stop.is_set():
-                    self._follow(client)
-        except BaseException as exc:  # surfaced by stop(): a bug in the follower itself
+                    self._once(client)
+                    self._stop.wait(self.PAUSE_S)
+        except BaseException as exc:  # surfaced by stop()
             self.failures.append(exc)
 
-    def _follow(self, client: object) -> None:
+    def _once(self, client: LogEntityClient) -> None:
+        raise NotImplementedError
+
+    def _interrupt(self) -> None:
+        """Ends a call of `_once` that would otherwise block (by default none does)."""
+
+
+class Subscriber(_Follower):
+    """Follows `log` from seq 0 until `stop()`; `seen` is what it was delivered."""
+
+    def __init__(self, client_factory: ClientFactory, log: str, tally: Tally) -> None:
+        super().__init__(client_factory, f"subscriber-{log}")
+        self.log = log
+        self.seen: list[tuple[int, bytes]] = []
+        self._delivered = threading.Condition()
+        self._tally = tally
+
+    def _once(self, client: object) -> None:
         start = self.seen[-1][0] + 1 if self.seen else 0
         try:
             for seq, data in client.subscribe(self.log, start):  # type: ignore[attr-defined]
@@ -99,54 +126,29 @@ class Subscriber:
             return self._delivered.wait_for(
                 lambda: bool(self.seen) and self.seen[-1][0] >= seq, timeout_s)
 
-    def stop(self) -> None:
-        self._stop.set()
+    def _interrupt(self) -> None:
         close = getattr(self._client, "close", None)
         if close is not None:
             close()  # ends the iteration under way (InvalidArgument: closed)
-        self._thread.join(JOIN_TIMEOUT_S)
-        if self._thread.is_alive():
-            raise AssertionError(f"subscriber of {self.log} did not stop")
-        if self.failures:
-            raise self.failures[0]
 
 
-class Reader:
+class Reader(_Follower):
     """Reads the writers' logs and rows until `stop()`, recording every answered read in
     `oplog` (module docstring)."""
 
+    PAUSE_S = READ_PAUSE_S
+
     def __init__(self, client_factory: ClientFactory, histories: list[WriterHistory],
                  oplog: OpLog, tally: Tally, seed: int, name: str) -> None:
-        self.failures: list[BaseException] = []
-        self._factory = client_factory
+        super().__init__(client_factory, name)
         self._histories = histories
         self._oplog = oplog
         self._tally = tally
         self._rng = random.Random(seed)
         self._ends: dict[str, int] = {}  # log -> the end this reader last saw
-        self._stop = threading.Event()
-        self._name = name
-        self._thread = threading.Thread(target=self._run, daemon=True, name=name)
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(JOIN_TIMEOUT_S + 30)
-        if self._thread.is_alive():
-            raise AssertionError(f"{self._name} did not stop")
-        if self.failures:
-            raise self.failures[0]
-
-    def _run(self) -> None:
-        try:
-            with self._factory() as client:
-                while not self._stop.is_set():
-                    self.read_once(client)
-                    self._stop.wait(READ_PAUSE_S)
-        except BaseException as exc:  # surfaced by stop(): a bug in the reader itself
-            self.failures.append(exc)
+    def _once(self, client: LogEntityClient) -> None:
+        self.read_once(client)
 
     def read_once(self, client: LogEntityClient) -> None:
         """One read of a log's tail or of one row, recorded when answered."""
@@ -189,41 +191,20 @@ class Reader:
         self._tally.add("get", True)
 
 
-class Scanner:
+class Scanner(_Follower):
     """Scans the account's entities again and again until `stop()`; `violations` lists what a
     scan showed that no correct stamp shows."""
 
+    PAUSE_S = SCAN_PAUSE_S
+
     def __init__(self, client_factory: ClientFactory, histories: list[WriterHistory],
                  tally: Tally) -> None:
+        super().__init__(client_factory, "scanner")
         self.violations: list[str] = []
-        self.failures: list[BaseException] = []
-        self._factory = client_factory
         self._by_group = {h.group: h for h in histories}
         self._tally = tally
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="scanner")
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(JOIN_TIMEOUT_S + 30)
-        if self._thread.is_alive():
-            raise AssertionError("the scanner did not stop")
-        if self.failures:
-            raise self.failures[0]
-
-    def _run(self) -> None:
-        try:
-            with self._factory() as client:
-                while not self._stop.is_set():
-                    self._scan_once(client)
-                    self._stop.wait(SCAN_PAUSE_S)
-        except BaseException as exc:
-            self.failures.append(exc)
-
-    def _scan_once(self, client: object) -> None:
+    def _once(self, client: object) -> None:
         try:
             entities = list(client.scan(limit=SCAN_LIMIT))  # type: ignore[attr-defined]
         except ChecksumError:
