@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import os
 import random
+import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from common.config import (
     StreamManagerSpec,
     default_config,
 )
+from lock_service.group import LocalLockGroup
 from tools.local_stamp import FAULTS_ENV_VAR, LocalStamp
 from tools.lossyfs.mount import LossyMount
 
@@ -198,6 +200,24 @@ def front_end_stamp(stamp_factory: Callable[..., LocalStamp]) -> LocalStamp:
 def admin_connection_string(front_end_stamp: LocalStamp) -> str:
     """The admin account's connection string naming both front ends of `front_end_stamp`."""
     return front_end_stamp.admin_connection_string_file.read_text().strip()
+
+
+@pytest.fixture
+def lock_group(tmp_path: Path) -> Iterator[LocalLockGroup]:
+    """A started three-replica lock group (lock_service.group) under tmp_path. On exit every
+    replica it started is sent SIGCONT (a test may have frozen one with SIGSTOP) and then
+    SIGKILLed and reaped by PID; the replicas' log tails are printed (shown on failure)."""
+    group = LocalLockGroup(tmp_path / "lock")
+    try:
+        group.start_all()
+        yield group
+    finally:
+        for replica in group.replicas.values():
+            if replica.pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(replica.pid, signal.SIGCONT)
+        group.stop()
+        print(group.log_tails())
 
 
 @pytest.fixture

@@ -12,8 +12,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import grpc
 import pytest
@@ -40,21 +39,6 @@ RENEWAL_STALL_MAX_S = 1.0
 # change, one scheduled after 0.667 s waited 1 s at the frozen leader, then a Raft write at
 # the new one: about 0.13 s left, and a slower election lost the lease.
 CLAIM_LEFT_MIN_S = 0.3
-
-
-@pytest.fixture
-def group(tmp_path: Path) -> Iterator[LocalLockGroup]:
-    lock_group = LocalLockGroup(tmp_path / "lock")
-    try:
-        lock_group.start_all()
-        yield lock_group
-    finally:
-        for replica in lock_group.replicas.values():
-            if replica.pid is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(replica.pid, signal.SIGCONT)  # a frozen one must die too
-        lock_group.stop()
-        print(lock_group.log_tails())
 
 
 class Renewals:
@@ -109,11 +93,11 @@ def contend(client: LockClient, names: list[str], stop: threading.Event,
         stop.wait(0.05)
 
 
-def test_leases_ride_out_a_frozen_leader(group: LocalLockGroup) -> None:
+def test_leases_ride_out_a_frozen_leader(lock_group: LocalLockGroup) -> None:
     renewals = Renewals()
-    clients = [group.client(f"ps-{i}", call_timeout_s=8.0) for i in range(HOLDERS)]
-    contender = group.client("contender", call_timeout_s=1.0)
-    probe = group.client("probe", call_timeout_s=8.0)
+    clients = [lock_group.client(f"ps-{i}", call_timeout_s=8.0) for i in range(HOLDERS)]
+    contender = lock_group.client("contender", call_timeout_s=1.0)
+    probe = lock_group.client("probe", call_timeout_s=8.0)
     stop, stolen = threading.Event(), []
     names = [f"partition/{i}" for i in range(HOLDERS)]
     try:
@@ -133,7 +117,7 @@ def test_leases_ride_out_a_frozen_leader(group: LocalLockGroup) -> None:
         wait_for(lambda: len(renewals.since(started)) >= 2 * len(leases),
                  "every lease to be renewed twice")
 
-        leader = group.replicas[group.leader(probe)]
+        leader = lock_group.replicas[lock_group.leader(probe)]
         assert leader.pid is not None
         os.kill(leader.pid, signal.SIGSTOP)
         frozen_at = time.monotonic()
@@ -177,14 +161,14 @@ def ask(call: Callable[..., object], request: object, timeout_s: float = 5.0) ->
 
 
 def test_a_leader_frozen_while_others_took_over_renews_and_grants_nothing_stale(
-        group: LocalLockGroup) -> None:
+        lock_group: LocalLockGroup) -> None:
     frozen_ms = 20_000  # the tick thread's stall; the test is done long before
-    probe = group.client("probe", call_timeout_s=8.0)
-    holder = group.client("holder", call_timeout_s=8.0)
+    probe = lock_group.client("probe", call_timeout_s=8.0)
+    holder = lock_group.client("holder", call_timeout_s=8.0)
     try:
-        old_name = group.leader(probe)
-        old = group.replicas[old_name]
-        others = [r.address for name, r in group.replicas.items() if name != old_name]
+        old_name = lock_group.leader(probe)
+        old = lock_group.replicas[old_name]
+        others = [r.address for name, r in lock_group.replicas.items() if name != old_name]
         lease = holder.acquire("the-lock", ttl_s=TTL_S)
         session = holder.session(ttl_s=TTL_S)
         assert lease is not None

@@ -27,26 +27,15 @@ PROGRESS_TIMEOUT_S = 20.0
 
 
 @pytest.fixture
-def group(tmp_path: Path) -> Iterator[LocalLockGroup]:
-    lock_group = LocalLockGroup(tmp_path / "lock")
-    try:
-        lock_group.start_all()
-        yield lock_group
-    finally:
-        lock_group.stop()  # SIGKILL by PID
-        print(lock_group.log_tails())  # shown when the test failed
-
-
-@pytest.fixture
-def make_client(group: LocalLockGroup) -> Iterator[Callable[[str], LockClient]]:
+def make_client(lock_group: LocalLockGroup) -> Iterator[Callable[[str], LockClient]]:
     clients: list[LockClient] = []
 
     def make(holder: str) -> LockClient:
-        clients.append(group.client(holder, call_timeout_s=CALL_TIMEOUT_S))
+        clients.append(lock_group.client(holder, call_timeout_s=CALL_TIMEOUT_S))
         return clients[-1]
 
     yield make
-    for client in clients:  # before the group's finalizer kills the replicas
+    for client in clients:  # before the lock_group's finalizer kills the replicas
         client.close()
 
 
@@ -58,23 +47,23 @@ def wait_for(condition: Callable[[], bool], what: str,
         time.sleep(0.01)
 
 
-def restart_leader(group: LocalLockGroup, probe: LockClient) -> str:
-    leader = group.leader(probe)
-    group.kill(leader)
-    group.start(leader)
+def restart_leader(lock_group: LocalLockGroup, probe: LockClient) -> str:
+    leader = lock_group.leader(probe)
+    lock_group.kill(leader)
+    lock_group.start(leader)
     return leader
 
 
-def converged(group: LocalLockGroup, probe: LockClient) -> bool:
+def converged(lock_group: LocalLockGroup, probe: LockClient) -> bool:
     """True when all replicas answer and have applied the same commands; any two that have
     applied as many must hold the same state (asserted on every look)."""
-    statuses = list(group.statuses(probe, with_digest=True).values())
+    statuses = list(lock_group.statuses(probe, with_digest=True).values())
     by_applied: dict[int, set[str]] = {}
     for status in statuses:
         by_applied.setdefault(status.applied, set()).add(status.digest)
     for applied, digests in by_applied.items():
         assert len(digests) == 1, f"replicas diverged at {applied} commands applied"
-    return len(statuses) == len(group.replicas) and len(by_applied) == 1
+    return len(statuses) == len(lock_group.replicas) and len(by_applied) == 1
 
 
 # --- mutual exclusion under leader failover ------------------------------------------------------
@@ -82,7 +71,7 @@ def converged(group: LocalLockGroup, probe: LockClient) -> bool:
 
 @pytest.mark.slow
 def test_mutual_exclusion_holds_while_the_leader_is_killed_repeatedly(
-        group: LocalLockGroup, make_client: Callable[[str], LockClient], rng: Random) -> None:
+        lock_group: LocalLockGroup, make_client: Callable[[str], LockClient], rng: Random) -> None:
     ttl_s = 1.0
     stop = threading.Event()
     claims: list[tuple[float, float, int]] = []  # (first act, last act, token)
@@ -115,7 +104,7 @@ def test_mutual_exclusion_holds_while_the_leader_is_killed_repeatedly(
         for _ in range(3):
             seen = len(claims)
             wait_for(lambda seen=seen: len(claims) >= seen + 3, "grants before a kill")
-            restart_leader(group, probe)
+            restart_leader(lock_group, probe)
         seen = len(claims)
         wait_for(lambda: len(claims) >= seen + 3, "grants after the last kill")
     finally:
@@ -145,9 +134,9 @@ HOLDER = textwrap.dedent("""
 
 @pytest.mark.slow
 def test_killed_holder_loses_its_lock_after_the_ttl_and_the_next_token_is_larger(
-        group: LocalLockGroup, make_client: Callable[[str], LockClient]) -> None:
+        lock_group: LocalLockGroup, make_client: Callable[[str], LockClient]) -> None:
     ttl_s = 2.0
-    victim = subprocess.Popen([sys.executable, "-c", HOLDER, ",".join(group.addresses),
+    victim = subprocess.Popen([sys.executable, "-c", HOLDER, ",".join(lock_group.addresses),
                                str(ttl_s)], stdout=subprocess.PIPE,
                               cwd=Path(__file__).parents[2])
     try:
@@ -284,11 +273,11 @@ class CasWorkload:
 
 @pytest.mark.slow
 def test_concurrent_cas_is_linearizable_across_a_leader_failover(
-        group: LocalLockGroup, make_client: Callable[[str], LockClient]) -> None:
+        lock_group: LocalLockGroup, make_client: Callable[[str], LockClient]) -> None:
     workload = CasWorkload(make_client)
     try:
         workload.wait_for_more(100, "operations before the failover")
-        restart_leader(group, make_client("probe"))
+        restart_leader(lock_group, make_client("probe"))
         workload.wait_for_more(100, "operations after the failover")
     finally:
         writes = workload.stop_and_check()
@@ -297,25 +286,25 @@ def test_concurrent_cas_is_linearizable_across_a_leader_failover(
 
 @pytest.mark.slow
 def test_leader_torn_mid_journal_write_recovers_and_agrees(
-        group: LocalLockGroup, make_client: Callable[[str], LockClient]) -> None:
+        lock_group: LocalLockGroup, make_client: Callable[[str], LockClient]) -> None:
     probe = make_client("probe")
     workload = CasWorkload(make_client)
     try:
         workload.wait_for_more(50, "operations before the fault")
-        leader = group.replicas[group.leader(probe)]
+        leader = lock_group.replicas[lock_group.leader(probe)]
         # Its next journal sync writes half a batch, then the process SIGKILLs itself.
         arm_remote(leader.address, "raft_journal.sync=torn,after=5")
         assert leader.pid is not None
         wait_for(lambda: not process.is_alive(leader.pid or 0), "the torn write to crash it")
-        group.kill(leader.name)  # reap it
+        lock_group.kill(leader.name)  # reap it
         workload.wait_for_more(50, "operations without it")
-        group.start(leader.name)
+        lock_group.start(leader.name)
         workload.wait_for_more(50, "operations after its restart")
     finally:
         workload.stop_and_check()
     log_text = (leader.dir / process.LOG_FILE).read_text()
     assert "fault point raft_journal.sync: crashing" in log_text, "it died of something else"
-    wait_for(lambda: converged(group, probe), "the three replicas to apply the same log")
+    wait_for(lambda: converged(lock_group, probe), "the three replicas to apply the same log")
 
 
 # --- durability across a full restart -------------------------------------------------------------
@@ -323,16 +312,16 @@ def test_leader_torn_mid_journal_write_recovers_and_agrees(
 
 @pytest.mark.slow
 def test_restart_of_all_replicas_keeps_locks_and_keys(
-        group: LocalLockGroup, make_client: Callable[[str], LockClient]) -> None:
+        lock_group: LocalLockGroup, make_client: Callable[[str], LockClient]) -> None:
     owner, other = make_client("owner"), make_client("other")
     versions = {f"meta/{i}": owner.put(f"meta/{i}", f"v{i}".encode()) for i in range(10)}
     lease = owner.acquire("keep", ttl_s=10.0)
     session = owner.session(ttl_s=10.0)
     owner.put("members/owner", b"here", lease=session)
     assert lease is not None
-    for name in group.replicas:
-        group.kill(name)
-    group.start_all()
+    for name in lock_group.replicas:
+        lock_group.kill(name)
+    lock_group.start_all()
     assert {k: owner.get(k) for k in versions} == {
         k: (f"v{i}".encode(), versions[k]) for i, k in enumerate(versions)}
     assert other.acquire("keep", ttl_s=1.0) is None, "the lock survived the restart"
@@ -350,7 +339,7 @@ def test_restart_of_all_replicas_keeps_locks_and_keys(
 
 @pytest.mark.slow
 def test_replica_states_are_equal_after_a_failover_storm(
-        group: LocalLockGroup, make_client: Callable[[str], LockClient], rng: Random) -> None:
+        lock_group: LocalLockGroup, make_client: Callable[[str], LockClient], rng: Random) -> None:
     stop = threading.Event()
     done = [0]
 
@@ -389,17 +378,17 @@ def test_replica_states_are_equal_after_a_failover_storm(
         for _ in range(8):
             seen = done[0]
             wait_for(lambda seen=seen: done[0] >= seen + 20, "progress between kills")
-            victims = [group.leader(probe) if rng.random() < 0.7
-                       else rng.choice(group.running())]
+            victims = [lock_group.leader(probe) if rng.random() < 0.7
+                       else rng.choice(lock_group.running())]
             if rng.random() < 0.25:  # and sometimes a second one: no quorum for a moment
-                victims.append(rng.choice([n for n in group.running() if n != victims[0]]))
+                victims.append(rng.choice([n for n in lock_group.running() if n != victims[0]]))
             for victim in victims:
-                group.kill(victim)
+                lock_group.kill(victim)
             for victim in victims:
-                group.start(victim)
+                lock_group.start(victim)
     finally:
         stop.set()
         for thread in threads:
             thread.join(CALL_TIMEOUT_S * 2)
 
-    wait_for(lambda: converged(group, probe), "the three replicas to apply the same log")
+    wait_for(lambda: converged(lock_group, probe), "the three replicas to apply the same log")

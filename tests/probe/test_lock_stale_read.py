@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 
 import grpc
 import pytest
@@ -26,17 +24,6 @@ pytestmark = pytest.mark.slow
 FROZEN_MS = 20_000  # long enough for an election and a grant on a loaded machine
 
 
-@pytest.fixture
-def group(tmp_path: Path) -> Iterator[LocalLockGroup]:
-    lock_group = LocalLockGroup(tmp_path / "lock")
-    try:
-        lock_group.start_all()
-        yield lock_group
-    finally:
-        lock_group.stop()
-        print(lock_group.log_tails())
-
-
 def ask(call: object, request: object) -> object | None:
     """The old leader's answer, or None when it refuses (NotLeader, Unavailable)."""
     try:
@@ -48,12 +35,12 @@ def ask(call: object, request: object) -> object | None:
         raise error from None
 
 
-def test_a_frozen_leader_does_not_answer_from_stale_state(group: LocalLockGroup) -> None:
-    probe = group.client("probe", call_timeout_s=8.0)
+def test_a_frozen_leader_does_not_answer_from_stale_state(lock_group: LocalLockGroup) -> None:
+    probe = lock_group.client("probe", call_timeout_s=8.0)
     try:
-        old_name = group.leader(probe)
-        old = group.replicas[old_name]
-        others = [r for name, r in group.replicas.items() if name != old_name]
+        old_name = lock_group.leader(probe)
+        old = lock_group.replicas[old_name]
+        others = [r for name, r in lock_group.replicas.items() if name != old_name]
         channel = rpc.sync_channel(old.address, 16 << 20)
         stub = pb_grpc.LockServiceStub(channel)
 
