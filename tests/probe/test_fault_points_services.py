@@ -31,7 +31,7 @@ from lock_service.group import LocalLockGroup
 from partition_layer.client import AsyncPartitionClient, PartitionClient
 from stream_layer.ec.convert import convert_extent
 from tests.probe.test_erasure_coding import check_reads, sealed_extent
-from tests.probe.test_lock_service import CasWorkload, converged, group, make_client, wait_for
+from tests.probe.test_lock_service import CasWorkload, converged, make_client, wait_for
 from tests.probe.test_partition_failover import check_logs, owner_of, partition_stamp
 from tests.probe.test_stream_manager import client_for
 from tools.local_stamp import LocalStamp
@@ -39,7 +39,7 @@ from tools.local_stamp import LocalStamp
 pytestmark = pytest.mark.slow
 
 StampFactory = Callable[..., LocalStamp]
-__all__ = ["group", "make_client"]  # the lock service's fixtures, used here as they are there
+__all__ = ["make_client"]  # the lock service's fixture (lock_group: tests/conftest.py)
 
 
 def log_of(record_dir: str | Path) -> str:
@@ -101,7 +101,7 @@ def test_ps_crash_between_checkpoint_run_and_metadata_loses_nothing(
 
 
 def test_lock_leader_crash_before_proposing_keeps_the_history_linearizable(
-        group: LocalLockGroup, make_client: Callable[[str], LockClient]) -> None:
+        lock_group: LocalLockGroup, make_client: Callable[[str], LockClient]) -> None:
     """Compare-and-set clients run while the leader dies after taking a request, before
     handing it to Raft: the request was never proposed, the clients find the new leader, and
     every read and write they saw fits one linear order; the restarted replica agrees."""
@@ -110,18 +110,18 @@ def test_lock_leader_crash_before_proposing_keeps_the_history_linearizable(
     workload = CasWorkload(make_client)
     try:
         workload.wait_for_more(50, "operations before the fault")
-        leader = group.replicas[group.leader(probe)]
+        leader = lock_group.replicas[lock_group.leader(probe)]
         arm_remote(leader.address, f"{point}=crash,after=10")
         wait_for(lambda: not process.is_alive(leader.pid or 0), "the leader to crash there")
-        group.kill(leader.name)  # reap it
+        lock_group.kill(leader.name)  # reap it
         workload.wait_for_more(50, "operations under the new leader")
-        group.start(leader.name)
+        lock_group.start(leader.name)
         workload.wait_for_more(50, "operations after its restart")
     finally:
         writes = workload.stop_and_check()
     assert writes >= 20
     assert f"fault point {point}: crashing" in log_of(leader.dir), "it died of something else"
-    wait_for(lambda: converged(group, probe), "the three replicas to apply the same log")
+    wait_for(lambda: converged(lock_group, probe), "the three replicas to apply the same log")
 
 
 def test_failed_fragment_write_fails_the_conversion_and_leaves_no_fragment(
