@@ -435,9 +435,12 @@ class Client:
         while True:
             self._check_open()
             endpoint = self._endpoints.pick()
+            wait_s = self._attempt_s(deadline, attempt, nbytes)
+            # The attempt's wait travels with it (common/deadline.py): a front end or
+            # partition server that takes it up after that drops it instead of doing it.
+            request.timeout_ms = max(1, round(wait_s * 1000))
             wire.sign_call(request, self._credentials, self._clock.wall())
-            future = self._session(endpoint).submit(
-                request, self._attempt_s(deadline, attempt, nbytes), nbytes)
+            future = self._session(endpoint).submit(request, wait_s, nbytes)
             sent = self._clock.monotonic()
             try:
                 response = await future

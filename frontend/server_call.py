@@ -34,6 +34,8 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from common import deadline
+from common.clock import Clock, SystemClock
 from common.config import FrontEndLimits, PartitionLimits
 from common.errors import (
     ChecksumError,
@@ -133,8 +135,9 @@ class FrontEnd:
 
     def __init__(self, auth: Authenticator, client: ForwardingClient,
                  throttle: AccountThrottle, limits: PartitionLimits,
-                 fe_limits: FrontEndLimits) -> None:
+                 fe_limits: FrontEndLimits, clock: Clock | None = None) -> None:
         self.auth = auth
+        self.clock = clock or SystemClock()
         self.client = client
         self.throttle = throttle
         self.limits = limits
@@ -155,7 +158,8 @@ class FrontEnd:
         sdk_id = request.id
         try:
             check_sizes(request)
-            claim = wire.call_claim(request)
+            claim = wire.call_claim(request)  # the signature covers the SDK's timeout
+            deadline.stamp(request, self.clock.wall())
             if self.auth.check_cached(claim) is MISS:
                 self._spawn(self._slow(request, sdk_id, claim, reply, peer=peer))
                 return
@@ -204,6 +208,7 @@ class FrontEnd:
         try:
             if claim is not None:
                 await self.auth.check(claim, peer=peer)
+            deadline.check(request, self.clock.wall(), "front end", slack_ms=0)
             if nbytes is None:
                 nbytes = check_request(request, request.WhichOneof("op") or "", self.limits)
             key = route_key(request.account, request.pname)
@@ -227,6 +232,7 @@ class FrontEnd:
     async def _forward(self, request: pb.Request, sdk_id: int, nbytes: int, reply: Reply,
                        refresh: bool) -> None:
         try:
+            deadline.check(request, self.clock.wall(), "front end", slack_ms=0)
             if refresh:
                 await self.client.refresh_map()
             response = await self.client.call(request, idempotent=retry_safe(request),

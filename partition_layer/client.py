@@ -43,6 +43,7 @@ import grpc
 
 from common import rpc
 from common.config import PartitionLimits, load_config
+from common.deadline import remaining_s
 from common.errors import (
     DeadlineExceeded,
     InvalidArgument,
@@ -201,6 +202,9 @@ class AsyncPartitionClient:
         key = route_key(request.account, request.pname) if request.pname else \
             scan_key(request)
         deadline = time.monotonic() + self.limits.client_timeout_ms / 1000
+        caller_s = remaining_s(request, time.time())  # a front end's caller gives up then
+        if caller_s is not None:
+            deadline = min(deadline, time.monotonic() + caller_s)
         backoff = RETRY_BACKOFF_MIN_S
         attempt = 0
         while True:

@@ -13,7 +13,7 @@ from functools import partial
 
 from grpc import aio
 
-from common import metrics, rpc
+from common import deadline, metrics, rpc
 from common.errors import NotOwner, StampError
 from common.proto import partition_pb2 as pb
 from common.proto import partition_pb2_grpc as pb_grpc
@@ -92,6 +92,9 @@ class PartitionServicer(pb_grpc.PartitionServerServicer):
                     for request in batch.requests:
                         # Small appends, the bulk of the traffic, need no task of their own.
                         try:
+                            # Taken up after its caller gave up (this server was frozen,
+                            # say): dropped, not done (common/deadline.py).
+                            deadline.check(request, time.time(), "partition server")
                             if start_small_append(request, self.server.find, limits,
                                                   partial(appended, request.id, clock())):
                                 appends_open += 1
@@ -99,7 +102,8 @@ class PartitionServicer(pb_grpc.PartitionServerServicer):
                                 continue
                         except StampError as exc:
                             if not (isinstance(exc, NotOwner) and self.server.held(request)):
-                                self.ops.labels("append", type(exc).__name__).inc()
+                                self.ops.labels(request.WhichOneof("op") or "none",
+                                                type(exc).__name__).inc()
                                 responses.put_nowait(error_response(request.id, exc))
                                 pressure.open_ops -= 1
                                 continue

@@ -30,6 +30,7 @@ from common.process import LOG_FILE
 from common.proto import frontend_pb2 as fe_pb
 from common.proto import frontend_pb2_grpc as fe_grpc
 from common.proto import partition_pb2 as pb
+from common.proto import partition_pb2_grpc as pb_grpc
 from common.rpc import from_rpc_error
 from frontend import connection_string, sas, wire
 from frontend.accounts import AccountStore
@@ -104,6 +105,33 @@ def test_signed_requests_reach_the_partition_servers(
     assert all(not r.error for r in many.values())
     assert sum(pc.peek("acme", f"log-{i}")[1] for i in range(4)) == 200
     assert fe.status().requests >= 204
+    _check_deadlines(fe, acme, pc)
+
+
+def _check_deadlines(fe: RawFrontEnd, acme: wire.Credentials, pc: PartitionClient) -> None:
+    """Deadlines that travel (common/deadline.py): the front end sets a request's deadline
+    from the SDK's timeout, whatever the sender wrote there; a partition server drops, having
+    written nothing, a request taken up after its deadline."""
+    forged = append_request("acme", "deadlines", [b"d0"])
+    forged.deadline_ms = 1  # long past: the front end's to set, so replaced
+    forged.timeout_ms = 30_000
+    answer = fe.call(signed(forged, acme))
+    assert not answer.error, answer.message
+    pmap, addresses = pc.partition_map()
+    owner = addresses[pmap.lookup(route_key("acme", "deadlines")).server]
+    late = append_request("acme", "deadlines", [b"late"], token="late-1")
+    late.deadline_ms = int(time.time() * 1000) - 5_000
+
+    async def send_to_owner() -> pb.Response:
+        session = CallSession(owner, lambda: pb_grpc.PartitionServerStub(
+            rpc.aio_channel(owner, MESSAGE_BYTES_MAX)))
+        try:
+            return await session.call(late, 30.0)
+        finally:
+            await session.close()
+
+    refused(asyncio.run(send_to_owner()), DeadlineExceeded, "deadline passed")
+    assert pc.read("acme", "deadlines", 0, 10) == [(0, b"d0")]
 
 
 def test_bad_credentials_are_refused_and_write_nothing(

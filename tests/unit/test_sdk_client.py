@@ -87,6 +87,9 @@ def test_a_retry_goes_to_another_front_end_signed_afresh_with_the_same_token() -
     assert first.auth.timestamp_ms < second.auth.timestamp_ms
     assert first.append.token and first.append.token == second.append.token
     assert list(second.append.crcs) == [crc32c(b"a"), crc32c(b"b")]
+    # Each attempt carries its own wait (common/deadline.py), under the signature: the second
+    # waits at least as long as the first (common/retry.py AttemptTimer).
+    assert 0 < first.timeout_ms <= second.timeout_ms <= 30_000
     for request in (first, second):
         verified(request, clock.wall())
 
