@@ -161,6 +161,12 @@ class LockClient:
         lease._start()
         return lease
 
+    def end(self, token: int) -> bool:
+        """End the lease `token` on the service, whoever holds it; whether it still existed.
+        Its holder is not told: only for a lease its holder can no longer claim (a partition
+        lease whose holder's session has ended: partition_layer/ownership.py `orphaned`)."""
+        return bool(self._call("Release", pb.ReleaseRequest(token=token)).existed)
+
     def _forget(self, lease: Lease) -> None:
         with self._mutex:
             self._leases.discard(lease)

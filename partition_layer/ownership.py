@@ -17,6 +17,17 @@ Contracts:
   PM has it let go (heartbeat answers) and tries again, instead of a load waiting 30 s for
   a lease it can never get. (Whether a holder lives cannot be told sooner: a holder frozen
   a moment ago still has its session.)
+- A partition lease whose holder has no session left in the lock service is an orphan
+  (`orphaned`), and a loader ends it at once (`LockClient.end`) rather than wait out its
+  TTL: the holder claimed the ownership only while the session it took the lease under was
+  valid too, it took the lease after that session was granted, and a session the service no
+  longer lists has ended there — past its time, after its holder stopped claiming it (the
+  lease contract, lock_service/client.py), or released by a holder that stopped first. So
+  nobody serves under an orphan. Any session of the holder in the listing (one whose time
+  is up but whose expiry is not logged yet; one of a new incarnation, under which the lease
+  may have been taken) counts as live, and its lease is waited out as above. A dead server's
+  partitions are then free as soon as its session is: failover waits for one lease, not for
+  the later of two renewed on their own schedules.
 - Lock calls run on threads of their own (`LockCalls`), never on the default executor: a
   load waiting out a lease holds its thread for up to a lease's time, and heartbeats, reads
   of the map and anything else the process runs on the default executor must not queue
@@ -85,6 +96,12 @@ def held_by(leases: Iterable[lock_pb.LeaseInfo], lock: str) -> HeldBy | None:
         return None
     live = any(not info.lock and info.holder == found.holder for info in leases)
     return HeldBy(found.holder, found.token, found.expires_in_s, live)
+
+
+def orphaned(held: HeldBy) -> bool:
+    """Whether a lease, held as `held`, is an orphan that a loader may end (module
+    docstring): its holder has no session in the lock service's listing."""
+    return not held.live
 
 
 def decide_wait(held: HeldBy | None, bound_s: float) -> float:

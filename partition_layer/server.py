@@ -28,11 +28,13 @@ from common.proto import partition_pb2 as pb
 from lock_service.client import Lease, LockClient
 from partition_layer import keys
 from partition_layer.ownership import (
+    HeldBy,
     LockCalls,
     Ownership,
     decide_wait,
     held_by,
     lease_name,
+    orphaned,
     still_held,
 )
 from partition_layer.partition import SERVING, RangePartition
@@ -194,6 +196,8 @@ class PartitionServer:
         lease = await self.lock_calls.run(self.locks.acquire, name, ttl_s, 0.0, lost)
         if lease is None:
             held = held_by(await self.lock_calls.run(self.locks.list_leases), name)
+            if held is not None and orphaned(held) and await self._end_orphan(partition_id, held):
+                held = None
             wait_s = decide_wait(held, self.limits.load_timeout_ms / 1000)
             lease = await self.lock_calls.run(self.locks.acquire, name, ttl_s, wait_s, lost)
             if lease is None:
@@ -207,6 +211,19 @@ class PartitionServer:
             raise Unavailable(f"{self.name} lost its session while acquiring partition "
                               f"{partition_id}")
         return own
+
+    async def _end_orphan(self, partition_id: int, held: HeldBy) -> bool:
+        """End the partition's lease, held by a server with no session left (ownership.py
+        `orphaned`): whether that worked (if not, the load waits it out)."""
+        try:
+            await self.lock_calls.run(self.locks.end, held.token)
+        except StampError as exc:
+            log.warning("partition %d: ending the lease %s left (token %d): %s",
+                        partition_id, held.holder, held.token, exc)
+            return False
+        log.info("partition %d: ended the lease of %s (token %d, %.2f s left): its session "
+                 "has ended", partition_id, held.holder, held.token, held.expires_in_s)
+        return True
 
     async def _load(self, partition_id: int, key_range: keys.KeyRange,
                     create_if_missing: bool, acquired: Ownership | None,

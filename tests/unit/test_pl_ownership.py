@@ -24,6 +24,7 @@ from partition_layer.ownership import (
     Ownership,
     decide_wait,
     held_by,
+    orphaned,
     still_held,
 )
 from partition_layer.partition_map import PartitionMap, assigned_elsewhere
@@ -194,6 +195,60 @@ def test_no_session_no_load() -> None:
         with pytest.raises(Unavailable, match="no session"):
             await server.acquire(7)
     asyncio.run(scenario())
+
+
+def test_a_lease_whose_holder_has_no_session_is_an_orphan() -> None:
+    leases = [info(1, "ps-1"), info(2, "ps-1", "partition/7"), info(4, "ps-3", "partition/8"),
+              info(5, "ps-2", "", -0.1), info(6, "ps-2", "partition/9")]
+    assert not orphaned(held_by(leases, "partition/7"))  # type: ignore[arg-type]
+    assert orphaned(held_by(leases, "partition/8"))  # type: ignore[arg-type]
+    # A session whose time is up but whose expiry is not logged: it may still be claimed
+    # (a clock's drift), and a lease taken under it waited out.
+    assert not orphaned(held_by(leases, "partition/9"))  # type: ignore[arg-type]
+
+
+class FakeLocks:
+    """A lock service where `partition/7` is held (token 4) by `holder`, who has a session
+    only if `holder_session`; `end` frees it."""
+
+    def __init__(self, holder_session: bool) -> None:
+        self.holder_session = holder_session
+        self.ended: list[int] = []
+        self.waited: list[float] = []
+
+    def acquire(self, name: str, ttl_s: float, wait_s: float, on_lost: object) -> object:
+        self.waited.append(wait_s)
+        return FakeLease(9) if 4 in self.ended else None
+
+    def list_leases(self) -> list[lock_pb.LeaseInfo]:
+        leases = [info(1, "ps-1"), info(4, "ps-2", "partition/7", 1.9)]
+        return [*leases, info(3, "ps-2")] if self.holder_session else leases
+
+    def end(self, token: int) -> bool:
+        self.ended.append(token)
+        return True
+
+
+def test_a_load_ends_an_orphaned_lease_instead_of_waiting_it_out() -> None:
+    """Its holder's session is gone: nobody serves under the lease, and the load takes it at
+    once (a dead server's partitions are free when its session is, not when the later of
+    their leases runs out)."""
+    async def scenario(holder_session: bool) -> FakeLocks:
+        locks = FakeLocks(holder_session)
+        limits = dataclasses.replace(PartitionLimits(), load_timeout_ms=100)
+        server = PartitionServer("ps-1", None, locks, limits)  # type: ignore[arg-type]
+        server.session = FakeLease(1)  # type: ignore[assignment]
+        try:
+            ownership = await server.acquire(7)
+            assert ownership.lease.token == 9
+        except Unavailable as exc:
+            assert holder_session, exc
+        server.lock_calls.close()
+        return locks
+    orphan = asyncio.run(scenario(holder_session=False))
+    assert orphan.ended == [4] and orphan.waited == [0.0, 0.0]
+    live = asyncio.run(scenario(holder_session=True))
+    assert live.ended == [] and live.waited[1] > 0  # a live holder's lease is waited out
 
 
 # ---- a pending split blocks its parent's loads for at most one try ------------------------
