@@ -1,20 +1,23 @@
 """Deadlines that travel with a request (issue 29): work nobody waits for is not done.
 
 The SDK puts each attempt's wait in the request (`Request.timeout_ms`, signed with the rest).
-A front end turns it into a wall-clock deadline (`deadline_ms`, ms since the epoch by its
-clock) as it takes the request (`stamp`), and forwards that. Whoever takes the request up
-later drops it if the deadline has passed (`expired`), answering DeadlineExceeded having done
-nothing of it: the caller gave up on this attempt (and may already be retrying it elsewhere,
-with the same token), so its answer would be read by no one. The case this is for: a partition
-server or front end frozen, or a stream stalled, with requests piling up in its socket; once
-thawed it would otherwise spend seconds doing work every caller abandoned.
+A front end turns it into a deadline by its own wall clock as it takes the request
+(`deadline_ms`, ms since the epoch; `stamp`), stops retrying once that passes (`check` with
+no slack: its own clock), and forwards both fields. A partition server drops a request it
+takes up after the deadline, answering DeadlineExceeded having done nothing of it: the caller
+gave up on this attempt (and may already be retrying it elsewhere, with the same token), so
+its answer would be read by no one. The case this is for: a partition server frozen, or a
+stream stalled, with requests piling up in its socket; once thawed it would otherwise spend
+seconds doing work every caller abandoned.
 
-Dropping is always safe: an attempt that timed out is, to its caller, one that may or may
-not have run, and a request dropped here did not run. It is a matter of liveness only, and
-so is the one assumption: the stamp's clocks agree within CLOCK_SKEW_MS (`expired` at a
-partition server allows that much; a front end checks the deadline it set by its own clock
-with no slack). A request without a timeout (operators' tools, internal callers) has no
-deadline.
+Dropping is always safe: an attempt that timed out is, to its caller, one that may or may not
+have run, and a request dropped here did not run. It is a matter of liveness only. So that it
+needs no agreement between clocks, a partition server judges a front end's deadlines by that
+front end's clock, as seen on the stream they share (`SenderClock`): it learns the offset
+between the two clocks from the requests themselves (when each was taken up by the front end,
+`deadline_ms - timeout_ms`, against when it arrives here; the smallest gap is the offset plus
+the least delay), so a request is late by how much longer it took than the fastest one did.
+A request without a timeout (operators' tools, internal callers) has no deadline.
 """
 
 from __future__ import annotations
@@ -22,9 +25,13 @@ from __future__ import annotations
 from common.errors import DeadlineExceeded
 from common.proto import partition_pb2 as pb
 
-# How far apart two processes' clocks may be: a process checking a deadline another process
-# set by its own clock drops the request only this long after it.
-CLOCK_SKEW_MS = 500
+# A request judged by another process's clock is dropped only this long past its deadline:
+# the offset's estimate is off by the scheduling noise of the fastest request.
+SLACK_MS = 100
+# The offset is the smallest gap seen over the last two windows of this length: it follows
+# a clock that is slewed (NTP moves one by at most 0.5 ms a second) without forgetting the
+# gap before a freeze of up to one window.
+OFFSET_WINDOW_S = 30.0
 
 
 def stamp(request: pb.Request, now_s: float) -> None:
@@ -35,21 +42,53 @@ def stamp(request: pb.Request, now_s: float) -> None:
 
 
 def remaining_s(request: pb.Request, now_s: float) -> float | None:
-    """Seconds left until `request`'s deadline (negative once passed); None: no deadline."""
+    """Seconds left until `request`'s deadline by the clock that set it (negative once
+    passed); None: no deadline."""
     if not request.deadline_ms:
         return None
     return request.deadline_ms / 1000 - now_s
 
 
-def expired(request: pb.Request, now_s: float, slack_ms: int = CLOCK_SKEW_MS) -> bool:
-    """Whether `request`'s deadline passed more than `slack_ms` before wall-clock `now_s`."""
-    return bool(request.deadline_ms) and int(now_s * 1000) > request.deadline_ms + slack_ms
+def check(request: pb.Request, now_s: float, where: str) -> None:
+    """DeadlineExceeded if the deadline of `request`, set by this process's own clock (now
+    `now_s`), has passed: its caller gave up before `where` took it up."""
+    left_s = remaining_s(request, now_s)
+    if left_s is not None and left_s < 0:
+        raise DeadlineExceeded(f"{where}: dropped, its caller's deadline passed "
+                               f"{int(-left_s * 1000)} ms ago")
 
 
-def check(request: pb.Request, now_s: float, where: str, slack_ms: int = CLOCK_SKEW_MS
-          ) -> None:
-    """DeadlineExceeded if `request` `expired`: its caller gave up before `where` took it."""
-    if expired(request, now_s, slack_ms):
-        late_ms = int(now_s * 1000) - request.deadline_ms
-        raise DeadlineExceeded(f"{where}: dropped, its caller's deadline passed {late_ms} ms "
-                               "ago")
+class SenderClock:
+    """Judges the deadlines one sender (a front end, on one stream) set by its own clock.
+
+    `check(request, now_s)` learns from every request with a deadline and raises
+    DeadlineExceeded for one taken up more than SLACK_MS after its deadline, in the sender's
+    time: the offset between the clocks is estimated as the smallest gap between a request's
+    being taken up there and here over the last two OFFSET_WINDOW_S windows (module doc)."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self._window_ends_s = 0.0
+        self._gap_ms: int | None = None  # smallest gap in the current window
+        self._previous_gap_ms: int | None = None  # and in the one before
+
+    def check(self, request: pb.Request, now_s: float) -> None:
+        if not request.deadline_ms:
+            return
+        offset_ms = self._learn(request.deadline_ms - request.timeout_ms, now_s)
+        late_ms = int(now_s * 1000) - offset_ms - request.deadline_ms
+        if late_ms > SLACK_MS:
+            raise DeadlineExceeded(f"{self.where}: dropped, its caller's deadline passed "
+                                   f"{late_ms} ms ago")
+
+    def _learn(self, sent_ms: int, now_s: float) -> int:
+        if now_s >= self._window_ends_s:
+            self._previous_gap_ms, self._gap_ms = self._gap_ms, None
+            if now_s >= self._window_ends_s + OFFSET_WINDOW_S:
+                self._previous_gap_ms = None  # two windows with nothing: forget it all
+            self._window_ends_s = now_s + OFFSET_WINDOW_S
+        gap_ms = int(now_s * 1000) - sent_ms
+        if self._gap_ms is None or gap_ms < self._gap_ms:
+            self._gap_ms = gap_ms
+        return self._gap_ms if self._previous_gap_ms is None else min(self._gap_ms,
+                                                                        self._previous_gap_ms)

@@ -208,7 +208,7 @@ class FrontEnd:
         try:
             if claim is not None:
                 await self.auth.check(claim, peer=peer)
-            deadline.check(request, self.clock.wall(), "front end", slack_ms=0)
+            deadline.check(request, self.clock.wall(), "front end")
             if nbytes is None:
                 nbytes = check_request(request, request.WhichOneof("op") or "", self.limits)
             key = route_key(request.account, request.pname)
@@ -232,7 +232,7 @@ class FrontEnd:
     async def _forward(self, request: pb.Request, sdk_id: int, nbytes: int, reply: Reply,
                        refresh: bool) -> None:
         try:
-            deadline.check(request, self.clock.wall(), "front end", slack_ms=0)
+            deadline.check(request, self.clock.wall(), "front end")
             if refresh:
                 await self.client.refresh_map()
             response = await self.client.call(request, idempotent=retry_safe(request),

@@ -56,6 +56,7 @@ class PartitionServicer(pb_grpc.PartitionServerServicer):
         # (or its task is cancelled with the stream).
         pressure = self.server.pressure
         clock = time.perf_counter
+        sender = deadline.SenderClock("partition server")  # the deadlines its caller set
 
         async def run(request: pb.Request) -> None:
             started = clock()
@@ -94,7 +95,7 @@ class PartitionServicer(pb_grpc.PartitionServerServicer):
                         try:
                             # Taken up after its caller gave up (this server was frozen,
                             # say): dropped, not done (common/deadline.py).
-                            deadline.check(request, time.time(), "partition server")
+                            sender.check(request, time.time())
                             if start_small_append(request, self.server.find, limits,
                                                   partial(appended, request.id, clock())):
                                 appends_open += 1

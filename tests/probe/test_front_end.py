@@ -119,19 +119,26 @@ def _check_deadlines(fe: RawFrontEnd, acme: wire.Credentials, pc: PartitionClien
     assert not answer.error, answer.message
     pmap, addresses = pc.partition_map()
     owner = addresses[pmap.lookup(route_key("acme", "deadlines")).server]
+    # On one stream, as a front end sends them: a request taken up just now, then one taken
+    # up 6 s ago with a 1 s wait (held in a frozen server's socket, say).
+    now_ms = int(time.time() * 1000)
+    fresh = append_request("acme", "deadlines", [b"d1"], token="fresh-1")
+    fresh.timeout_ms, fresh.deadline_ms = 30_000, now_ms + 30_000
     late = append_request("acme", "deadlines", [b"late"], token="late-1")
-    late.deadline_ms = int(time.time() * 1000) - 5_000
+    late.timeout_ms, late.deadline_ms = 1_000, now_ms - 5_000
 
-    async def send_to_owner() -> pb.Response:
+    async def send_to_owner() -> list[pb.Response]:
         session = CallSession(owner, lambda: pb_grpc.PartitionServerStub(
             rpc.aio_channel(owner, MESSAGE_BYTES_MAX)))
         try:
-            return await session.call(late, 30.0)
+            return [await session.call(request, 30.0) for request in (fresh, late)]
         finally:
             await session.close()
 
-    refused(asyncio.run(send_to_owner()), DeadlineExceeded, "deadline passed")
-    assert pc.read("acme", "deadlines", 0, 10) == [(0, b"d0")]
+    taken, dropped = asyncio.run(send_to_owner())
+    assert not taken.error, taken.message
+    refused(dropped, DeadlineExceeded, "deadline passed")
+    assert pc.read("acme", "deadlines", 0, 10) == [(0, b"d0"), (1, b"d1")]
 
 
 def test_bad_credentials_are_refused_and_write_nothing(
