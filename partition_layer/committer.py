@@ -24,6 +24,9 @@ Contracts:
   in flight and answers their operations Unavailable; `closed()` waits until every task of
   the committer has ended, so a stopping process leaves none behind.
 - The committer touches its partition only through `CommitSite`.
+- The latency it records for the partition's load figures (the PM's, and the pressure front
+  ends throttle on) leaves out the time the commit log spent sealing a failed extent away
+  (`AsyncStream.stalled_s`): a gray failure sealed away is not load.
 """
 
 from __future__ import annotations
@@ -368,9 +371,16 @@ class GroupCommitter:
                 self.p.last_commit = location
                 self.p.log_bytes += nbytes
             now = time.monotonic()
+            log_stream = self.p.streams["log"]
             for outcome in outcomes:
                 outcome.pending.answer(outcome.result, outcome.error)
-                self.p.stats.record(outcome.pending.nbytes, now - outcome.pending.started)
+                started = outcome.pending.started
+                # Load figures leave out the time the commit log spent sealing a failed
+                # extent away: that is a failure over, not load. Counted, it read as an
+                # overload at the front ends (p99 past 500 ms), which then refused this
+                # partition's writers for seconds after the stream had moved on (issue 29).
+                self.p.stats.record(outcome.pending.nbytes,
+                                    now - started - log_stream.stalled_s(started, now))
             self.p.wake_logs(o.pending.op for o in outcomes)
             self.p.checkpoint_if_due()
         except Exception as exc:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TypeVar
 
@@ -66,6 +67,33 @@ WARM_INTERVAL_S = 10.0
 SCAN_CHUNK_BYTES = 4 * 1024 * 1024
 
 
+# Stall intervals a stream remembers: enough to cover any operation still being timed.
+STALLS_KEPT = 16
+
+
+class Stalls:
+    """Intervals of time (disjoint, in order; at most STALLS_KEPT, the latest) during which
+    appends waited on failed extents. Pure: callers pass the times."""
+
+    def __init__(self) -> None:
+        self._spans: deque[tuple[float, float]] = deque(maxlen=STALLS_KEPT)
+
+    def add(self, start: float, end: float) -> None:
+        """Add [start, end], merged with the spans it touches (failures are rare: a copy
+        of at most STALLS_KEPT spans is nothing)."""
+        if end <= start:
+            return
+        apart = [(a, b) for a, b in self._spans if b < start or a > end]
+        touching = [(a, b) for a, b in self._spans if not (b < start or a > end)]
+        start = min([start, *(a for a, _ in touching)])
+        end = max([end, *(b for _, b in touching)])
+        self._spans = deque(sorted([*apart, (start, end)]), maxlen=STALLS_KEPT)
+
+    def overlap(self, start: float, end: float) -> float:
+        """How much of [start, end] the spans cover."""
+        return sum(max(0.0, min(end, b) - max(start, a)) for a, b in self._spans)
+
+
 class AsyncStream:
     def __init__(self, client: AsyncStreamClient, info: sm_pb.StreamInfo,
                  epoch: int = 0) -> None:
@@ -84,7 +112,16 @@ class AsyncStream:
         self._sent: dict[int, int] = {}
         self._inflight: dict[int, int] = {}
         self._idle: dict[int, asyncio.Event] = {}
+        # When this writer's appends waited on extents that failed under them.
+        self.stalls = Stalls()
         client.warm_soon()
+
+    def stalled_s(self, start: float, end: float) -> float:
+        """How much of [start, end] (time.monotonic() seconds) this writer's appends spent
+        waiting on extents that failed under them: from an append's send to a failed extent
+        until the stream had moved on to the next. A caller that times operations takes it
+        off: that wait is a failure sealed away, not load."""
+        return self.stalls.overlap(start, end)
 
     # ---- metadata ---------------------------------------------------------------------------
 
@@ -145,6 +182,7 @@ class AsyncStream:
                 continue
             self._sent[extent_id] = self._sent.get(extent_id, 0) + size
             self._inflight[extent_id] = self._inflight.get(extent_id, 0) + 1
+            sent = time.monotonic()
             try:
                 return await self.client.extents.append(tail.addresses[0], extent_id,
                                                         blocks, crcs)
@@ -157,6 +195,8 @@ class AsyncStream:
                 if not self._inflight[extent_id] and extent_id in self._idle:
                     self._idle.pop(extent_id).set()
             await self._rollover(extent_id)
+            if not isinstance(last_error, ExtentFull):
+                self.stalls.add(sent, time.monotonic())
         raise Unavailable(f"stream {self.name!r}: append failed after "
                           f"{ROLLOVERS_PER_APPEND_MAX} new extents: {last_error}")
 
@@ -179,6 +219,7 @@ class AsyncStream:
         if pending is None:
             pending = asyncio.get_running_loop().create_future()
             self._rollovers[extent_id] = pending
+            self._abandon_inflight(extent_id)
             try:
                 self._update(await self.client.sm.seal_and_add(self.name, extent_id,
                                                                self.epoch))
@@ -194,6 +235,23 @@ class AsyncStream:
                 if not isinstance(exc, Exception):
                     raise
         await asyncio.shield(pending)  # raises the rollover's error (and so retrieves it)
+
+    def _abandon_inflight(self, extent_id: int) -> None:
+        """The appends still in flight on `extent_id`, whose rollover begins, give up now
+        and wait for the new extent. The seal fences the extent, so they cannot be
+        acknowledged there any more; left alone, those sent to a frozen primary would each
+        wait out its own timeout, which runs from its own send: a writer pipelining N
+        appends (a partition's group commits) would wait up to the last one's, well past
+        the rollover."""
+        extent = self._extents.get(extent_id)
+        if extent is None or not extent.addresses or not self._inflight.get(extent_id):
+            return
+        abandoned = self.client.extents.abandon(
+            extent.addresses[0], extent_id,
+            Unavailable(f"extent {extent_id} is being sealed: append re-sent to the next"))
+        if abandoned:
+            log.info("stream %s: %d appends in flight on extent %d re-sent to the next",
+                     self.name, abandoned, extent_id)
 
     # ---- reads ------------------------------------------------------------------------------
 

@@ -80,6 +80,7 @@ class _AppendSession:
         # into the batch message (copying a built request would copy its blocks again).
         self._queue: deque[_QueuedAppend] = deque()
         self._waiting: dict[int, asyncio.Future[pb.AppendAck]] = {}
+        self._extent_of: dict[int, int] = {}  # request id -> extent id, while it waits
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         # request id -> (when queued, bytes), in the order queued: the oldest come first.
@@ -95,6 +96,7 @@ class _AppendSession:
             raise ValueError("one crc per block")
         future: asyncio.Future[pb.AppendAck] = asyncio.get_running_loop().create_future()
         self._waiting[request_id] = future
+        self._extent_of[request_id] = extent_id
         self._queue.append(_QueuedAppend(request_id, extent_id, blocks, crcs,
                                          sum(len(b) + 16 for b in blocks) + 32))
         self._wake.set()
@@ -107,10 +109,26 @@ class _AppendSession:
             ack = await future
         finally:
             self._sent_at.pop(request_id, None)
+            self._extent_of.pop(request_id, None)
         if ack.error_kind:
             raise rpc.error_from_name(ack.error_kind, ack.error_message)
         self._timeout.observe(self.address, time.monotonic() - sent)
         return ack
+
+    def abandon(self, extent_id: int, error: StampError) -> int:
+        """Fail every append to `extent_id` not yet answered with `error`, at once: the
+        extent is being sealed, so none can be acknowledged any more (or, if one still is,
+        its re-sent copy is a duplicate, which the stream layer allows: at-least-once).
+        Those not yet sent are dropped from the queue. Returns how many were failed."""
+        doomed = [r for r, e in self._extent_of.items() if e == extent_id]
+        if not doomed:
+            return 0
+        self._queue = deque(q for q in self._queue if q.extent_id != extent_id)
+        for request_id in doomed:
+            future = self._waiting.pop(request_id, None)
+            if future is not None and not future.done():
+                future.set_exception(error)
+        return len(doomed)
 
     def warm(self) -> None:
         """Open the append stream now if none is open."""
@@ -246,6 +264,13 @@ class AsyncExtentClient:
         """Append blocks atomically at the extent's primary; one Location per block."""
         ack = await self._session(primary).append(extent_id, blocks, crcs)
         return locations(extent_id, ack.offset, blocks)
+
+    def abandon(self, primary: str, extent_id: int, error: StampError) -> int:
+        """Fail at once every append to `extent_id` at `primary` still waiting for its
+        answer (`_AppendSession.abandon`): the caller is sealing the extent and re-sends
+        them elsewhere, so they need not wait out their timeouts. How many were failed."""
+        session = self._sessions.get(primary)
+        return 0 if session is None else session.abandon(extent_id, error)
 
     def warm(self, address: str) -> None:
         """Connect to `address` and open its append stream now, in the background, so that

@@ -42,6 +42,9 @@ class FakeStream:
             locations.append(loc)
         return locations
 
+    def stalled_s(self, start: float, end: float) -> float:
+        return 0.0  # in memory: no extent ever fails
+
     async def read(self, loc: Location) -> bytes:
         self.reads += 1
         return self.blocks[loc]

@@ -8,9 +8,9 @@ import asyncio
 from collections.abc import Sequence
 
 from common.config import ExtentNodeLimits
-from common.errors import ReplicationFailed
+from common.errors import DeadlineExceeded, ReplicationFailed
 from common.proto import stream_manager_pb2 as sm_pb
-from stream_layer.client import AsyncStream
+from stream_layer.client import STALLS_KEPT, AsyncStream, Stalls
 from stream_layer.framing import Location
 
 REPLICAS = ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]
@@ -34,6 +34,9 @@ class FakeExtents:
         if extent_id == 1:
             raise ReplicationFailed("a replica died")
         return [Location(extent_id, 0, len(blocks[0]))]
+
+    def abandon(self, primary: str, extent_id: int, error: Exception) -> int:
+        return 0  # every append here is answered at once: none is left waiting
 
 
 class FakeStreamManager:
@@ -75,3 +78,66 @@ def test_no_append_goes_to_an_extent_being_rolled_over() -> None:
         assert client.extents.sent[0] == (1, b"first")
         assert sorted(client.extents.sent[1:]) == [(2, b"first"), (2, b"second")]
     asyncio.run(scenario())
+
+
+class FrozenPrimary(FakeExtents):
+    """Extent 1's primary is frozen: its appends are never answered, except the first, which
+    times out (as the client's watchdog would fail it) once `time_out` is set; an append it
+    holds ends only when abandoned. Extent 2 answers at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.time_out = asyncio.Event()
+        self.held: dict[int, asyncio.Future[list[Location]]] = {}
+
+    async def append(self, primary: str, extent_id: int, blocks: Sequence[bytes],
+                     crcs: Sequence[int]) -> list[Location]:
+        self.sent.append((extent_id, blocks[0]))
+        if extent_id != 1:
+            return [Location(extent_id, 0, len(blocks[0]))]
+        if len(self.sent) == 1:
+            await self.time_out.wait()
+            raise DeadlineExceeded("the primary did not answer in time")
+        held = self.held[len(self.sent)] = asyncio.get_running_loop().create_future()
+        return await held
+
+    def abandon(self, primary: str, extent_id: int, error: Exception) -> int:
+        waiting = [f for f in self.held.values() if not f.done()] if extent_id == 1 else []
+        for future in waiting:
+            future.set_exception(error)
+        return len(waiting)
+
+
+def test_appends_in_flight_on_an_extent_rolled_over_are_resent_at_once() -> None:
+    """A writer with several appends in flight to a frozen primary: once the first fails and
+    the rollover begins, the others go to the new extent with it, rather than each waiting
+    out its own timeout (here: forever)."""
+    async def scenario() -> None:
+        client = FakeClient()
+        client.extents = FrozenPrimary()  # type: ignore[assignment]
+        client.sm.release.set()
+        stream = AsyncStream(client, _info((1, "open")))  # type: ignore[arg-type]
+        appends = [asyncio.ensure_future(stream.append([b"a%d" % i])) for i in range(4)]
+        while len(client.extents.sent) < 4:
+            await asyncio.sleep(0)
+        client.extents.time_out.set()
+        done, _ = await asyncio.wait(appends, timeout=10.0)
+        assert len(done) == 4, "appends in flight on the sealed extent waited for answers"
+        assert all(a.result()[0].extent_id == 2 for a in appends)
+        assert client.sm.seals == [1]
+        assert stream.stalled_s(0.0, float("inf")) > 0  # the wait is on record, once
+    asyncio.run(scenario())
+
+
+def test_stalls_merge_and_measure_overlap() -> None:
+    stalls = Stalls()
+    stalls.add(1.0, 2.0)
+    stalls.add(1.5, 3.0)  # touches: one span [1, 3]
+    stalls.add(5.0, 6.0)
+    stalls.add(4.0, 4.0)  # empty: nothing
+    assert stalls.overlap(0.0, 10.0) == 3.0
+    assert stalls.overlap(2.5, 5.5) == 1.0
+    assert stalls.overlap(3.0, 5.0) == 0.0
+    for i in range(STALLS_KEPT + 4):  # bounded: the oldest go
+        stalls.add(10.0 + i, 10.5 + i)
+    assert stalls.overlap(0.0, 10.0) == 0.0
