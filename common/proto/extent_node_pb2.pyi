@@ -113,18 +113,20 @@ class AppendBatch(_message.Message):
     def __init__(self, appends: _Optional[_Iterable[_Union[AppendRequest, _Mapping]]] = ...) -> None: ...
 
 class AppendAck(_message.Message):
-    __slots__ = ("request_id", "offset", "end", "error_kind", "error_message")
+    __slots__ = ("request_id", "offset", "end", "error_kind", "error_message", "late_replica")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     END_FIELD_NUMBER: _ClassVar[int]
     ERROR_KIND_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    LATE_REPLICA_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     offset: int
     end: int
     error_kind: str
     error_message: str
-    def __init__(self, request_id: _Optional[int] = ..., offset: _Optional[int] = ..., end: _Optional[int] = ..., error_kind: _Optional[str] = ..., error_message: _Optional[str] = ...) -> None: ...
+    late_replica: str
+    def __init__(self, request_id: _Optional[int] = ..., offset: _Optional[int] = ..., end: _Optional[int] = ..., error_kind: _Optional[str] = ..., error_message: _Optional[str] = ..., late_replica: _Optional[str] = ...) -> None: ...
 
 class AppendAcks(_message.Message):
     __slots__ = ("acks",)

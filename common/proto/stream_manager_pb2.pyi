@@ -157,14 +157,16 @@ class ListStreamsReply(_message.Message):
     def __init__(self, streams: _Optional[_Iterable[_Union[StreamInfo, _Mapping]]] = ...) -> None: ...
 
 class SealAndAddRequest(_message.Message):
-    __slots__ = ("stream", "last_extent_id", "epoch")
+    __slots__ = ("stream", "last_extent_id", "epoch", "late_replicas")
     STREAM_FIELD_NUMBER: _ClassVar[int]
     LAST_EXTENT_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LATE_REPLICAS_FIELD_NUMBER: _ClassVar[int]
     stream: str
     last_extent_id: int
     epoch: int
-    def __init__(self, stream: _Optional[str] = ..., last_extent_id: _Optional[int] = ..., epoch: _Optional[int] = ...) -> None: ...
+    late_replicas: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, stream: _Optional[str] = ..., last_extent_id: _Optional[int] = ..., epoch: _Optional[int] = ..., late_replicas: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class FenceStreamRequest(_message.Message):
     __slots__ = ("name", "epoch")
