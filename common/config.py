@@ -171,9 +171,10 @@ class PartitionLimits:
     # Threads of a PS for its lock-service calls (acquire may wait out a dead owner's lease:
     # up to a lease's time), apart from the default executor (ownership.py).
     lock_threads_max: int = 16
-    # A request for a range being split or merged here waits at most this long for the
-    # children to serve (then runs there), instead of NotOwner at once: the client's map
-    # refresh and retry would add their time to the range's unavailability.
+    # A request for a range being split, merged or loaded here waits at most this long for
+    # the children (or the loaded partition) to serve, then runs there, instead of NotOwner
+    # at once: the client's map refresh and retry would add their time to the range's
+    # unavailability (after a failover, a client the new map sends here as the load runs).
     split_hold_ms: int = 2_000
     # A loaded partition reads its runs' indexes in the background after this long, not at
     # once: reading a 1 GB partition's indexes as a split's children resumed their writes

@@ -68,6 +68,7 @@ class PartitionServer:
         self.lock_calls = LockCalls(limits.lock_threads_max, name)
         self.reports: dict[int, LoadReport] = {}
         self._loading: dict[int, asyncio.Task[LoadReport]] = {}
+        self._loading_ranges: dict[int, keys.KeyRange] = {}  # of the loads in `_loading`
         self._unloading: dict[RangePartition, asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()  # session ends, heartbeat drops
         # One per partition served: when it stops, forget it and release its lease.
@@ -83,22 +84,38 @@ class PartitionServer:
         return pb.ServerPressure(server=self.name, queue_ops=queue_ops, p99_ms=p99_ms)
 
     async def handle(self, request: pb.Request) -> pb.Response:
-        """Run one data request. One refused NotOwner because its range is being split or
-        merged here waits for that to end (at most `split_hold_ms`) and runs again where
-        its key is served then: the range is unavailable for the split's own time, not
-        that plus the client's map refresh and retry."""
+        """Run one data request. One refused NotOwner because its range is being split,
+        merged or loaded here waits for that to end (at most `split_hold_ms`) and runs again
+        where its key is served then: the range is unavailable for the split's (or the
+        load's) own time, not that plus the client's map refresh and retry — a client sent
+        here by a fresh map after a failover gets its answer as the load ends."""
         deadline = time.monotonic() + self.limits.split_hold_ms / 1000
         while True:
             response = await handle(request, self.find, self.limits)
             remaining = deadline - time.monotonic()
-            if (response.error != NotOwner.__name__ or remaining <= 0
-                    or not self.held(request)):
+            if response.error != NotOwner.__name__ or remaining <= 0:
                 return response
-            await self.split_merge.hold.settled(remaining)
+            key = route_key(request.account, request.pname)
+            load = self._load_of(key)
+            if load is not None:
+                await asyncio.wait({load}, timeout=remaining)
+            elif self.split_merge.hold.holds(key):
+                await self.split_merge.hold.settled(remaining)
+            else:
+                return response
 
     def held(self, request: pb.Request) -> bool:
-        """Whether the request's key is in a range being split or merged here."""
-        return self.split_merge.hold.holds(route_key(request.account, request.pname))
+        """Whether the request's key is in a range being split, merged or loaded here."""
+        key = route_key(request.account, request.pname)
+        return self.split_merge.hold.holds(key) or self._load_of(key) is not None
+
+    def _load_of(self, key: bytes) -> asyncio.Task[LoadReport] | None:
+        """The load under way here of a partition whose range holds `key`, if any."""
+        for partition_id, key_range in self._loading_ranges.items():
+            task = self._loading.get(partition_id)
+            if task is not None and key_range.contains(key):
+                return task
+        return None
 
     def find(self, key: bytes) -> RangePartition:
         held = ""
@@ -168,8 +185,13 @@ class PartitionServer:
             task = asyncio.get_running_loop().create_task(
                 self._load(partition_id, key_range, create_if_missing, acquired, parents))
             self._loading[partition_id] = task
-            task.add_done_callback(lambda _: self._loading.pop(partition_id, None))
+            self._loading_ranges[partition_id] = key_range
+            task.add_done_callback(lambda _: self._loaded(partition_id))
         return await asyncio.shield(task)
+
+    def _loaded(self, partition_id: int) -> None:
+        self._loading.pop(partition_id, None)
+        self._loading_ranges.pop(partition_id, None)
 
     async def acquire(self, partition_id: int) -> Ownership:
         """The partition's ownership under the current session: losing its lease stops the

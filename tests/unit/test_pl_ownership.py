@@ -16,6 +16,7 @@ import pytest
 from common.config import PartitionLimits
 from common.errors import Unavailable
 from common.proto import lock_service_pb2 as lock_pb
+from common.proto import partition_pb2 as pb
 from partition_layer import keys
 from partition_layer import partition as partition_module
 from partition_layer.ownership import (
@@ -28,6 +29,7 @@ from partition_layer.ownership import (
     still_held,
 )
 from partition_layer.partition_map import PartitionMap, assigned_elsewhere
+from partition_layer.payload_crc import payload_crcs
 from partition_layer.server import PartitionServer
 from tests.unit.test_pl_committer import serving_partition
 
@@ -249,6 +251,34 @@ def test_a_load_ends_an_orphaned_lease_instead_of_waiting_it_out() -> None:
     assert orphan.ended == [4] and orphan.waited == [0.0, 0.0]
     live = asyncio.run(scenario(holder_session=True))
     assert live.ended == [] and live.waited[1] > 0  # a live holder's lease is waited out
+
+
+def test_a_request_for_a_partition_loading_here_waits_for_the_load() -> None:
+    """A client sent here by the map as the load runs (after a failover) is answered when
+    it ends, not told NotOwner and left to its backoff and map refresh."""
+    async def scenario() -> pb.Response:
+        limits = PartitionLimits()
+        server = server_with(limits)
+        done = asyncio.Event()
+
+        async def load() -> object:
+            await done.wait()
+            p = serving_partition(limits)
+            server.partitions[p.id] = p
+            return None
+        server._loading[1] = asyncio.get_running_loop().create_task(load())  # type: ignore[assignment]
+        server._loading_ranges[1] = keys.KeyRange(b"", None)
+        request = pb.Request(account="acct", pname="log", append=pb.AppendOp(
+            records=[b"r"], crcs=payload_crcs([b"r"]), token="t-1"))
+        assert server.held(request)
+        answer = asyncio.ensure_future(server.handle(request))
+        await asyncio.sleep(0.05)
+        assert not answer.done()  # held while the load runs
+        done.set()
+        return await asyncio.wait_for(answer, DEADLINE_S)
+    response = asyncio.run(scenario())
+    assert not response.error, response
+    assert response.first_seq == 0
 
 
 # ---- a pending split blocks its parent's loads for at most one try ------------------------
