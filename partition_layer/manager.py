@@ -3,7 +3,8 @@
 The leader keeps the partition map in the lock service (`pm/map`, JSON, written only with
 its lease as a fence, so a deposed leader's late write is refused), bootstraps one partition
 covering the whole key space (or several, cut at `bootstrap_split_keys`), and every
-`assign_interval_ms`:
+`assign_interval_ms` (every SUSPECT_PASS_S while a live server's heartbeat is late: it
+may be dead, and its partitions are then reassigned as soon as its session ends):
 - finds the live partition servers (their registrations `ps/<name>` die with their session),
 - reassigns every partition whose server is not live to the live one serving fewest
   (recorded in the history: "reassign", trigger "dead server"),
@@ -66,6 +67,16 @@ LEADER_LOCK = "pm/leader"
 LEADER_ADDRESS_KEY = "pm/leader-address"
 SERVER_PREFIX = "ps/"
 UNLOAD_TIMEOUT_S = 30.0
+# A live server whose heartbeat is this many intervals late may have died or frozen: its
+# session ends within a lease's time of its last renewal, and until then (or its next beat)
+# the pass runs every SUSPECT_PASS_S, not every assign_interval_ms, so that its partitions
+# are reassigned within about that of its registration's end (issue 29: a failover waits
+# for the session, then for this pass).
+SUSPECT_LATE_INTERVALS = 1.25
+SUSPECT_PASS_S = 0.025
+# ...for at most this long past when its session must have ended if it died at its last
+# beat (then it is alive, renewing, and merely not heard from: a busy or cut-off server).
+SUSPECT_MARGIN_S = 1.0
 
 
 def read_map(locks: LockClient) -> tuple[PartitionMap, int] | None:
@@ -107,6 +118,10 @@ class PartitionManager:
         self._tasks: set[asyncio.Task[None]] = set()
         self._channels: dict[str, object] = {}
         self.map_version = 0
+        # The servers the last pass found live, and since when this manager leads: a
+        # server it has not heard from since is late from then on (`next_pass_in`).
+        self._live: set[str] = set()
+        self._leading_since = 0.0
         # Splits, merges, moves and reassignments, as recorded in the history (metrics).
         self.operations = metrics.counter("stamp_pm_operations", "partition operations "
                                           "finished, by op, trigger and outcome",
@@ -126,6 +141,7 @@ class PartitionManager:
                                 lease=lease)
         self.lease = lease
         self.confirmed.clear()  # what a previous leader confirmed is not known here
+        self._leading_since = time.monotonic()  # no server was late before: none heard
         log.info("%s leads the partition managers (token %d)", self.name, lease.token)
 
     def leader_address(self) -> str | None:
@@ -144,15 +160,42 @@ class PartitionManager:
         nothing a pass raises ends it (common/background.py logs it, rate-limited) — a
         manager whose pass died would lead on and assign nothing."""
         await background.run_forever(f"{self.name}: assignment pass", self.run_once,
-                                     self.limits.assign_interval_ms / 1000, logger=log)
+                                     self.limits.assign_interval_ms / 1000, logger=log,
+                                     sleep=self._pause)
+
+    async def _pause(self, interval_s: float) -> None:
+        """The wait before the next pass: `interval_s`, cut short to keep SUSPECT_PASS_S
+        between passes while a live server is suspect (`next_pass_in`)."""
+        await asyncio.sleep(self.next_pass_in(interval_s, time.monotonic()))
+
+    def next_pass_in(self, interval_s: float, now: float) -> float:
+        """How long until the next pass (pure but for the heartbeats and the live set): at
+        most `interval_s`; SUSPECT_PASS_S while the heartbeat of a server the last pass
+        found live is late by SUSPECT_LATE_INTERVALS intervals, until its session must have
+        ended had it died at its last beat, plus SUSPECT_MARGIN_S (module constants); or
+        until the next such lateness begins."""
+        beat_s = self.limits.heartbeat_interval_ms / 1000
+        late_s = SUSPECT_LATE_INTERVALS * beat_s
+        over_s = beat_s + self.limits.server_session_ttl_ms / 1000 + SUSPECT_MARGIN_S
+        wait_s = interval_s
+        for server in self._live:
+            heard = self.heartbeats.get(server, (self._leading_since, None))[0]
+            silent_s = now - max(heard, self._leading_since)
+            if late_s <= silent_s < over_s:
+                return SUSPECT_PASS_S
+            if silent_s < late_s:
+                wait_s = min(wait_s, max(SUSPECT_PASS_S, late_s - silent_s))
+        return wait_s
 
     async def run_once(self) -> None:
         if not self.is_leader():
             self.lease = None
             await self._try_lead()
             if not self.is_leader():
+                self._live = set()  # a standby suspects nobody: it passes at its pace
                 return
         live = await self.live()
+        self._live = set(live)
         async with self.map_lock:
             current, version = await self.current_map()
             before = counted = current
