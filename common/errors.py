@@ -81,6 +81,9 @@ class Unavailable(StampError):
 class ReplicationFailed(Unavailable):
     """An append could not be made durable on all replicas; the extent must be sealed."""
 
+    # The replica (address) whose per-replica timeout caused it, when that is why ("": not).
+    late_replica: str = ""
+
 
 class NotPrimary(StampError):
     grpc_code = grpc.StatusCode.FAILED_PRECONDITION

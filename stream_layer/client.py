@@ -194,7 +194,7 @@ class AsyncStream:
                 self._inflight[extent_id] -= 1
                 if not self._inflight[extent_id] and extent_id in self._idle:
                     self._idle.pop(extent_id).set()
-            await self._rollover(extent_id)
+            await self._rollover(extent_id, _late_replica(last_error, tail.addresses[0]))
             if not isinstance(last_error, ExtentFull):
                 self.stalls.add(sent, time.monotonic())
         raise Unavailable(f"stream {self.name!r}: append failed after "
@@ -212,17 +212,20 @@ class AsyncStream:
         if self._inflight.get(extent_id, 0):
             await self._idle.setdefault(extent_id, asyncio.Event()).wait()
 
-    async def _rollover(self, extent_id: int) -> None:
+    async def _rollover(self, extent_id: int, late_replica: str = "") -> None:
         """Seal `extent_id` (if it is still the last) and move to a new extent — one stream
-        manager call however many appends failed on it."""
+        manager call however many appends failed on it. `late_replica`: the replica whose
+        per-replica timeout failed the append that asks, the seal's cause (the stream
+        manager does not wait for it and keeps new extents off it)."""
         pending = self._rollovers.get(extent_id)
         if pending is None:
             pending = asyncio.get_running_loop().create_future()
             self._rollovers[extent_id] = pending
             self._abandon_inflight(extent_id)
             try:
-                self._update(await self.client.sm.seal_and_add(self.name, extent_id,
-                                                               self.epoch))
+                self._update(await self.client.sm.seal_and_add(
+                    self.name, extent_id, self.epoch,
+                    [late_replica] if late_replica else []))
                 pending.set_result(None)
                 if not self._inflight.get(extent_id):
                     self._sent.pop(extent_id, None)  # nothing goes there any more
@@ -426,6 +429,16 @@ class AsyncStream:
         extent = await self.client.sm.seal_extent(info.extents[-1].extent_id)
         await self.refresh()
         return extent.sealed_length
+
+
+def _late_replica(error: StampError | None, primary: str) -> str:
+    """The replica whose per-replica timeout caused `error`, if that is its cause: the one
+    the primary names, or the primary itself when it did not answer within the client's
+    timeout (above the primary's own bounds on its replicas, so a primary that is merely
+    waiting for a late secondary says so first). "": not a timeout."""
+    if isinstance(error, ReplicationFailed):
+        return error.late_replica
+    return primary if isinstance(error, DeadlineExceeded) else ""
 
 
 def _read_order(extent: sm_pb.ExtentInfo) -> list[str]:

@@ -28,7 +28,13 @@ import grpc
 from common import rpc
 from common.checksums import crc32c, verify
 from common.config import ExtentNodeLimits
-from common.errors import ChecksumError, DeadlineExceeded, StampError, Unavailable
+from common.errors import (
+    ChecksumError,
+    DeadlineExceeded,
+    ReplicationFailed,
+    StampError,
+    Unavailable,
+)
 from common.loop_thread import LoopThread
 from common.proto import extent_node_pb2 as pb
 from common.proto import extent_node_pb2_grpc as pb_grpc
@@ -111,7 +117,10 @@ class _AppendSession:
             self._sent_at.pop(request_id, None)
             self._extent_of.pop(request_id, None)
         if ack.error_kind:
-            raise rpc.error_from_name(ack.error_kind, ack.error_message)
+            error = rpc.error_from_name(ack.error_kind, ack.error_message)
+            if isinstance(error, ReplicationFailed):
+                error.late_replica = ack.late_replica
+            raise error
         self._timeout.observe(self.address, time.monotonic() - sent)
         return ack
 

@@ -25,8 +25,11 @@ the stream manager gives a grace: once `seal_quorum` replicas have answered, the
 only that much longer. A replica that misses it is a *straggler*: left out of the decision
 (the length decided from the others is safe by the rule above: no append was acknowledged
 without every replica, and the fenced ones refuse any more), sealed in phase two or when it
-comes back, and reported, so that the stream manager keeps new extents off it for a while
-(§2: gray failures are sealed away).
+comes back. A replica the writer found past its per-replica timeout (the seal's cause) gets
+no grace at all once a quorum has answered, and the stream manager keeps new extents off it
+for a while (§2: gray failures are sealed away). A replica that merely answers the fence
+late is not marked: on a busy machine a healthy one does, and marking it cost placement a
+node for nothing.
 
 `decide_seal_length` is the pure decision; `fence_replicas` and `seal_extent` do the RPCs
 around it. The stream manager (and tools and tests) drive them.
@@ -95,13 +98,16 @@ class Fenced:
 
 
 async def fence_replicas(client: AsyncExtentClient, extent_id: int, replicas: Sequence[str],
-                         timeout_s: float = 2.0, grace_s: float | None = None) -> Fenced:
+                         timeout_s: float = 2.0, grace_s: float | None = None,
+                         late: Sequence[str] = ()) -> Fenced:
     """Phase one: fence every replica that answers within `timeout_s` — or, with `grace_s`,
     once a quorum has, within `grace_s` more (the stream manager passes its
     `seal_straggler_wait_ms`) — and decide the sealed length. From here on no append can be
     acknowledged on the extent, so the length is final and may be recorded before phase
     two. Raises Unavailable when too few replicas answer; the replicas that did stay fenced,
-    so a retry finds the same lengths."""
+    so a retry finds the same lengths. `late`: replicas the writer found past their
+    per-replica timeout (the seal's cause): asked like the others, but once a quorum has
+    answered nobody waits for them, not even the grace — they are stragglers already."""
     async def ask(address: str) -> ReplicaLength | None:
         try:
             length, sealed = await client.commit_length(address, extent_id, timeout_s=timeout_s,
@@ -113,7 +119,8 @@ async def fence_replicas(client: AsyncExtentClient, extent_id: int, replicas: Se
 
     tasks = {address: asyncio.ensure_future(ask(address)) for address in replicas}
     try:
-        await _quorum_then_grace(list(tasks.values()), seal_quorum(len(replicas)), grace_s)
+        await _quorum_then_grace(list(tasks.values()), seal_quorum(len(replicas)), grace_s,
+                                 [t for a, t in tasks.items() if a not in late])
     finally:
         for task in tasks.values():
             task.cancel()  # a straggler's fence may still land: harmless, it seals later
@@ -131,16 +138,19 @@ async def fence_replicas(client: AsyncExtentClient, extent_id: int, replicas: Se
 
 
 async def _quorum_then_grace(tasks: list[asyncio.Future[ReplicaLength | None]], quorum: int,
-                             grace_s: float | None) -> None:
-    """Until every task is done, or `quorum` of them answered and `grace_s` more passed (each
-    task ends by its own timeout, so this does too); without `grace_s`, until all are."""
+                             grace_s: float | None,
+                             awaited: list[asyncio.Future[ReplicaLength | None]]) -> None:
+    """Until every task is done, or `quorum` of them answered and then either every task of
+    `awaited` is done or `grace_s` more passed (each task ends by its own timeout, so this
+    does too); without `grace_s`, until all are."""
     pending = set(tasks)
     answered = 0
     while pending and (grace_s is None or answered < quorum):
         done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
         answered += sum(1 for task in done if task.result() is not None)
-    if pending:
-        await asyncio.wait(pending, timeout=grace_s)
+    rest = pending.intersection(awaited)
+    if rest:
+        await asyncio.wait(rest, timeout=grace_s)
 
 
 async def fence_extent(client: AsyncExtentClient, extent_id: int, replicas: Sequence[str],

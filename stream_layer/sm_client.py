@@ -95,10 +95,13 @@ class AsyncStreamManagerClient:
         return list((await self.call("ListStreams", pb.ListStreamsRequest(prefix=prefix))
                      ).streams)
 
-    async def seal_and_add(self, stream: str, last_extent_id: int, epoch: int = 0
-                           ) -> pb.StreamInfo:
+    async def seal_and_add(self, stream: str, last_extent_id: int, epoch: int = 0,
+                           late_replicas: Sequence[str] = ()) -> pb.StreamInfo:
+        """Seal the stream's last extent (if still `last_extent_id`) and add a new one;
+        `late_replicas`: the replicas whose per-replica timeout caused the seal."""
         return await self.call("SealAndAdd", pb.SealAndAddRequest(
-            stream=stream, last_extent_id=last_extent_id, epoch=epoch))
+            stream=stream, last_extent_id=last_extent_id, epoch=epoch,
+            late_replicas=list(late_replicas)))
 
     async def fence_stream(self, name: str, epoch: int) -> pb.StreamInfo:
         return await self.call("FenceStream", pb.FenceStreamRequest(name=name, epoch=epoch))

@@ -112,8 +112,8 @@ class ExtentNode:
                              f"primary ({replica.meta.replicas[0]})")
         pipeline = self._pipeline(replica)
         if pipeline.failed is not None:
-            raise ReplicationFailed(f"extent {extent_id}: replication failed earlier "
-                                    f"({pipeline.failed}); seal it")
+            raise pipeline.failure(f"extent {extent_id}: replication failed earlier "
+                                   f"({pipeline.failed}); seal it")
         start = end = replica.accepted_end
         outcomes: list[tuple[int, int] | StampError] = []
         placed: list[bytes] = []
@@ -157,7 +157,7 @@ class ExtentNode:
             pipeline = PrimaryPipeline(replica.extent_id, replica.secondaries(),
                                        replica.durable_end, self._observe_replica,
                                        self.replica_timeout.timeout_s,
-                                       self.limits.replica_late_appends_min)
+                                       self.limits.replica_late_appends_min, self.address)
             self._pipelines[replica.extent_id] = pipeline
         return pipeline
 
@@ -199,7 +199,7 @@ class ExtentNode:
                     f"ms and up): a silent replica is a failed one; seal it")
                 log.warning("%s", error)
                 if who == LOCAL:
-                    pipeline.fail(error)
+                    pipeline.fail(error, late=LOCAL)
                 elif who in self._forwarders:
                     self._forwarders[who].abandon(error)
 
@@ -221,10 +221,10 @@ class ExtentNode:
         else:
             pipeline.on_durable(secondary, ack.durable_end, self.clock.monotonic())
 
-    def _on_forward_broken(self, secondary: str, error: StampError) -> None:
+    def _on_forward_broken(self, secondary: str, error: StampError, late: bool) -> None:
         for pipeline in self._pipelines.values():
             if pipeline.outstanding_to(secondary):
-                pipeline.fail(error)
+                pipeline.fail(error, late=secondary if late else None)
 
     def forget_pipeline(self, extent_id: int, error: StampError) -> None:
         """Fail what is in flight on an extent that is being sealed or deleted."""

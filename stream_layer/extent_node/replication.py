@@ -63,12 +63,15 @@ class PrimaryPipeline:
     def __init__(self, extent_id: int, secondaries: list[str], start: int,
                  observe: Observer = _ignore,
                  timeout_s: Callable[[int], float] | None = None,
-                 late_appends_min: int = 1) -> None:
+                 late_appends_min: int = 1, address: str = LOCAL) -> None:
         self.extent_id = extent_id
+        self.address = address  # this replica's, named in errors as the late one
         self.durable: dict[str, int] = {LOCAL: start, **{s: start for s in secondaries}}
         self.sent: dict[str, int] = {s: start for s in secondaries}
         self.inflight: deque[_Inflight] = deque()
         self.failed: StampError | None = None
+        # The replica (address) whose per-replica timeout failed the pipeline ("": none did).
+        self.late_replica = ""
         self._observe = observe
         self._timeout_s = timeout_s
         # Per replica, the absolute index (counting the acknowledged ones) of the first
@@ -83,8 +86,8 @@ class PrimaryPipeline:
     def submit(self, offset: int, end: int, now: float = 0.0) -> asyncio.Future[tuple[int, int]]:
         """Track an append placed at [offset, end); its future resolves to (offset, end)."""
         if self.failed is not None:
-            raise ReplicationFailed(f"extent {self.extent_id}: replication already failed "
-                                    f"({self.failed}); seal it")
+            raise self.failure(f"extent {self.extent_id}: replication already failed "
+                               f"({self.failed}); seal it")
         assert not self.inflight or self.inflight[-1].end == offset, "appends out of order"
         future: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
         self.inflight.append(_Inflight(offset, end, future, now))
@@ -118,7 +121,7 @@ class PrimaryPipeline:
             # fails: seal it.
             self.fail(ReplicationFailed(
                 f"replica {who or 'primary'} took {late * 1000:.0f} ms, past its per-replica "
-                f"timeout, {self._late_streak[who]} appends in a row"))
+                f"timeout, {self._late_streak[who]} appends in a row"), late=who)
 
     def overdue(self, now: float, timeout_s: Callable[[int], float]) -> list[str]:
         """The replicas (LOCAL: this one) that have not made the oldest append in flight
@@ -133,19 +136,31 @@ class PrimaryPipeline:
     def outstanding_to(self, secondary: str) -> bool:
         return self.sent.get(secondary, 0) > self.durable.get(secondary, 0)
 
-    def fail(self, error: StampError) -> None:
+    def fail(self, error: StampError, late: str | None = None) -> None:
+        """Fail every append in flight and every later one. `late`: the replica (LOCAL:
+        this one) whose per-replica timeout is the cause, if it is; the writer names it to
+        the stream manager when it asks for the seal."""
         if self.failed is None:
             log.warning("extent %d: replication failed: %s", self.extent_id, error)
             self.failed = error
+            if late is not None:
+                self.late_replica = late or self.address
         while self.inflight:
             item = self.inflight.popleft()
             if not item.future.done():
-                item.future.set_exception(ReplicationFailed(
+                item.future.set_exception(self.failure(
                     f"extent {self.extent_id}: append at {item.offset} not replicated: {error}"))
+
+    def failure(self, message: str) -> ReplicationFailed:
+        """The error an append of this failed pipeline gets, naming the late replica."""
+        error = ReplicationFailed(message)
+        error.late_replica = self.late_replica
+        return error
 
 
 AckHandler = Callable[[str, pb.ForwardAck], None]
-BrokenHandler = Callable[[str, StampError], None]
+# (secondary, error, late): `late` when the secondary was given up for missing its timeout.
+BrokenHandler = Callable[[str, StampError, bool], None]
 
 
 class Forwarder:
@@ -193,7 +208,7 @@ class Forwarder:
         if task is not None:
             task.cancel()  # its cancellation cancels the call; it reports nothing itself
         self._queue.clear()
-        self._on_broken(self.address, error)
+        self._on_broken(self.address, error, True)
 
     async def _run(self) -> None:
         stub = pb_grpc.ExtentNodeStub(self._channels.get(self.address))
@@ -251,5 +266,5 @@ class Forwarder:
         reader.cancel()
         self._queue.clear()
         self._task = None
-        self._on_broken(self.address, error)
+        self._on_broken(self.address, error, False)
         self._rewarm.broken()

@@ -12,7 +12,7 @@ from grpc import aio
 
 from common import faults, rpc
 from common.checksums import crc32c
-from common.errors import InvalidArgument, NotFound, StampError, Unavailable
+from common.errors import InvalidArgument, NotFound, ReplicationFailed, StampError, Unavailable
 from common.proto import extent_node_pb2 as pb
 from common.proto import extent_node_pb2_grpc as pb_grpc
 from stream_layer.extent_node.fragments import FragmentStore
@@ -281,7 +281,9 @@ def _error_ack(request_id: int, exc: BaseException) -> pb.AppendAck:
     if not isinstance(exc, StampError):
         log.error("append %d failed unexpectedly", request_id, exc_info=exc)
     return pb.AppendAck(request_id=request_id, error_kind=rpc.error_name(exc),
-                        error_message=str(exc))
+                        error_message=str(exc),
+                        late_replica=exc.late_replica if isinstance(exc, ReplicationFailed)
+                        else "")
 
 
 def _error_forward_ack(extent_id: int, exc: BaseException) -> pb.ForwardAck:

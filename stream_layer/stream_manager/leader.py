@@ -66,7 +66,8 @@ class StreamManagerLeader:
         self._stream_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = \
             weakref.WeakValueDictionary()
         self.liveness = NodeLiveness(limits, self.clock)
-        # Stragglers of seals (frozen, slow disks): new extents keep off them for a while.
+        # Nodes whose per-replica timeout caused a seal (frozen, slow disks): new extents
+        # keep off them for a while.
         self.slow_nodes = SlowNodes(limits.slow_node_avoid_ms / 1000, self.clock)
         self._placed: dict[str, int] = {}  # placed, not yet committed, per node
         self._tasks: set[asyncio.Task[None]] = set()
@@ -205,16 +206,24 @@ class StreamManagerLeader:
 
     # ---- sealing and rollover -------------------------------------------------------------
 
-    async def fence(self, extent: s.Extent) -> tuple[int, list[str]]:
+    async def fence(self, extent: s.Extent, late: Iterable[str] = ()) -> tuple[int, list[str]]:
         """Phase one of the seal (stream_layer/seal.py): fence the replicas, fix the length.
-        Replicas that did not answer in time are marked slow."""
+        `late`: replicas (addresses) whose timeout caused the seal: not waited for."""
         addresses = self.addresses(extent.replicas)
         fenced = await fence_replicas(self.extents, extent.extent_id, addresses,
                                       timeout_s=self.limits.seal_probe_timeout_ms / 1000,
-                                      grace_s=self.limits.seal_straggler_wait_ms / 1000)
-        name_of = dict(zip(addresses, extent.replicas, strict=True))
-        self.slow_nodes.mark(name_of[a] for a in fenced.stragglers)
+                                      grace_s=self.limits.seal_straggler_wait_ms / 1000,
+                                      late=list(late))
         return fenced.length, fenced.sources
+
+    def mark_late(self, extent: s.Extent, late: Iterable[str]) -> list[str]:
+        """Mark slow the replicas of `extent` (by address) a writer found past their
+        per-replica timeout: the cause of its seal, so new extents keep off them for a while
+        (seal.py). Addresses that are not replicas of `extent` are ignored. Their addresses."""
+        name_of = dict(zip(self.addresses(extent.replicas), extent.replicas, strict=True))
+        found = [a for a in late if a in name_of]
+        self.slow_nodes.mark(name_of[a] for a in found)
+        return found
 
     def seal_later(self, extent_id: int, length: int, sources: list[str],
                    replicas: Iterable[str] | None = None) -> None:
@@ -241,11 +250,13 @@ class StreamManagerLeader:
         task.add_done_callback(self._tasks.discard)
 
     async def seal_and_add(self, stream_name: str, last_extent_id: int,
-                           epoch: int | None = None) -> s.Stream:
+                           epoch: int | None = None, late: Iterable[str] = ()) -> s.Stream:
         """Seal the stream's last extent if it is still `last_extent_id` and open, and add a
         new extent — one Raft entry. If the stream moved on already, return it as it is.
         A writer whose `epoch` is below the stream's writer epoch is refused (Fenced) before
-        it touches anything; None: the leader's own continuation, at the current epoch."""
+        it touches anything; None: the leader's own continuation, at the current epoch.
+        `late`: the replicas (addresses) whose per-replica timeout failed the writer's
+        append: marked slow before the new extent is placed, and not waited for."""
         lock = self._stream_locks.setdefault(stream_name, asyncio.Lock())
         async with lock:
             stream = self.replica.read(lambda st: st.stream(stream_name))
@@ -260,8 +271,9 @@ class StreamManagerLeader:
             # The fence and the new extent are independent: do both at once. The new extent
             # avoids the old one's nodes, one of which has probably just failed; a spare
             # created ahead of time makes it free.
-            fence = (self.fence(extent) if extent is not None and extent.state == s.OPEN
-                     else _nothing())
+            late_found = self.mark_late(extent, late) if extent is not None else []
+            fence = (self.fence(extent, late_found)
+                     if extent is not None and extent.state == s.OPEN else _nothing())
             term = self.term()
             fenced, placed = await asyncio.gather(
                 fence, self.new_extent(avoid=extent.replicas if extent else ()),

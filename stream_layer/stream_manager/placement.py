@@ -5,8 +5,9 @@
 Load is the number of replicas a node holds (from the replicated state) plus what the leader
 has placed but not yet committed, so a burst of placements spreads out.
 
-`SlowNodes` remembers the nodes a seal found slow (stragglers of its fence: frozen, a slow
-disk, §2 gray failures): new extents keep off them for a while, when the stamp has room.
+`SlowNodes` remembers the nodes that caused a seal (a writer found them past their
+per-replica timeout: frozen, a slow disk, §2 gray failures): new extents keep off them for a
+while, when the stamp has room.
 """
 
 from __future__ import annotations

@@ -117,7 +117,8 @@ class StreamManagerServicer(pb_grpc.StreamManagerServicer):
                          context: aio.ServicerContext) -> pb.StreamInfo:
         self._require_leader()
         return self._stream_info(await self.leader.seal_and_add(
-            request.stream, request.last_extent_id, request.epoch))
+            request.stream, request.last_extent_id, request.epoch,
+            list(request.late_replicas)))
 
     @rpc.rpc_errors
     async def FenceStream(self, request: pb.FenceStreamRequest,

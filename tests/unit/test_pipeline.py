@@ -108,3 +108,30 @@ def test_one_late_answer_is_a_busy_machine_and_a_few_in_a_row_a_slow_replica() -
         with pytest.raises(ReplicationFailed, match="3 appends in a row"):
             p.submit(50, 60, now=now + 1.0)
     asyncio.run(scenario())
+
+
+def test_a_failure_names_the_replica_whose_timeout_caused_it() -> None:
+    """The writer tells the stream manager which replica caused the seal: the appends of a
+    pipeline failed for a replica's lateness name it (LOCAL: this primary, by its address);
+    a failure for any other reason names none."""
+    async def scenario() -> None:
+        p = PrimaryPipeline(1, ["s1"], start=0, address="primary:1")
+        waiting = p.submit(0, 10)
+        p.fail(Unavailable("s1 is late"), late="s1")
+        with pytest.raises(ReplicationFailed) as failed:
+            waiting.result()
+        assert failed.value.late_replica == "s1"
+        with pytest.raises(ReplicationFailed) as later:
+            p.submit(10, 20)
+        assert later.value.late_replica == "s1"
+
+        mine = PrimaryPipeline(2, ["s1"], start=0, address="primary:1")
+        mine.fail(Unavailable("this disk is slow"), late=LOCAL)
+        assert mine.late_replica == "primary:1"
+
+        other = PrimaryPipeline(3, ["s1"], start=0, address="primary:1")
+        other.fail(ReplicationFailed("extent 3 is being sealed"))
+        with pytest.raises(ReplicationFailed) as sealed:
+            other.submit(0, 10)
+        assert sealed.value.late_replica == ""
+    asyncio.run(scenario())

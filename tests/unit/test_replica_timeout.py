@@ -77,3 +77,16 @@ def test_slow_nodes_are_avoided_for_a_while() -> None:
     assert slow.names() == {"en-5"}
     clock.advance(29.0)
     assert slow.names() == set()
+
+
+def test_a_seal_does_not_wait_for_the_replica_that_caused_it() -> None:
+    """A replica the writer found late gets no grace once a quorum answered: with a grace of
+    a minute, the fence still decides as soon as the other two have answered."""
+    replicas = Replicas({"a": (500, 0.0), "b": (400, 0.01), "frozen": (0, None)})
+
+    async def scenario() -> None:
+        fenced = await asyncio.wait_for(fence_replicas(
+            cast(AsyncExtentClient, replicas), 7, ["a", "b", "frozen"], timeout_s=120.0,
+            grace_s=60.0, late=["frozen"]), timeout=30.0)
+        assert (fenced.length, fenced.stragglers) == (400, ["frozen"])
+    asyncio.run(scenario())

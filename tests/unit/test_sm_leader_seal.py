@@ -71,3 +71,37 @@ def test_a_rollover_seals_only_when_two_replicas_answer() -> None:
         assert group.state.extent(1).sealed_length == 600
         assert stream.extents == (1, spare) and nodes.created == [spare]
     asyncio.run(scenario())
+
+
+def test_only_the_replica_that_caused_a_seal_is_marked_slow() -> None:
+    """A replica that misses the fence's grace (a busy healthy node, say) is left out of the
+    decision but not marked slow; the one the writer found past its per-replica timeout (the
+    seal's cause) is, before the new extent is placed, and nobody waits for it."""
+    group, nodes = InMemoryGroup(), ExtentNodes()
+    leader = StreamManagerLeader(cast(StreamManagerReplica, group),
+                                 dataclasses.replace(LIMITS, spare_extents=0),
+                                 cast(AsyncExtentClient, nodes), clock=ManualClock())
+    group.state.apply(s.ReserveExtentIds(2))  # extents 1 and 2, placed by hand
+    group.state.apply(s.CreateStream("log"))
+    group.state.apply(s.CreateStream("other"))
+
+    async def scenario() -> None:
+        assert leader.is_leader()
+        for name, _ in NODES:
+            await heartbeat(leader, name)
+        group.state.apply(s.AddExtent("log", 1, ("en-1", "en-2", "en-3"), expect_last=0))
+        group.state.apply(s.AddExtent("other", 2, ("en-4", "en-5", "en-6"), expect_last=0))
+        address = {n: group.state.node(n).address for n, _ in NODES}
+        nodes.lengths.update({address["en-1"]: 700, address["en-3"]: 700,
+                              address["en-4"]: 300, address["en-5"]: 300})
+
+        await leader.seal_and_add("other", 2)  # en-6 straggles: no writer blamed it
+        assert group.state.extent(2).sealed_length == 300
+        assert leader.slow_nodes.names() == set()
+
+        # The writer found en-2 late (it answers nothing: it is frozen).
+        stream = await leader.seal_and_add("log", 1, late=[address["en-2"]])
+        assert group.state.extent(1).sealed_length == 700
+        assert leader.slow_nodes.names() == {"en-2"}
+        assert "en-2" not in group.state.extent(stream.extents[-1]).replicas
+    asyncio.run(scenario())

@@ -43,9 +43,12 @@ class FakeStreamManager:
     def __init__(self) -> None:
         self.release = asyncio.Event()
         self.seals: list[int] = []
+        self.late: list[str] = []  # the replicas writers named as the seals' causes
 
-    async def seal_and_add(self, name: str, extent_id: int, epoch: int) -> sm_pb.StreamInfo:
+    async def seal_and_add(self, name: str, extent_id: int, epoch: int,
+                           late_replicas: Sequence[str] = ()) -> sm_pb.StreamInfo:
         self.seals.append(extent_id)
+        self.late.extend(late_replicas)
         await self.release.wait()  # the rollover is under way until the test says
         return _info((1, "sealed"), (2, "open"))
 
@@ -125,6 +128,7 @@ def test_appends_in_flight_on_an_extent_rolled_over_are_resent_at_once() -> None
         assert len(done) == 4, "appends in flight on the sealed extent waited for answers"
         assert all(a.result()[0].extent_id == 2 for a in appends)
         assert client.sm.seals == [1]
+        assert client.sm.late == [REPLICAS[0]]  # the primary that did not answer in time
         assert stream.stalled_s(0.0, float("inf")) > 0  # the wait is on record, once
     asyncio.run(scenario())
 
