@@ -76,7 +76,14 @@ from partition_layer.session import CallSession
 T = TypeVar("T")
 TOKEN_PREFIX_BYTES = 12  # 96 random bits: no two clients share a prefix
 RETRY_BACKOFF_MIN_S = 0.02
-RETRY_BACKOFF_MAX_S = 0.5
+# Each retry after NotOwner or an unreachable server fetches the map again: at this pace at
+# most, so a failover's end (the partition's new owner in the map) is seen within it.
+RETRY_BACKOFF_MAX_S = 0.1
+# An attempt unanswered this long has the map fetched again (at most this often per
+# client): if the map now sends its key elsewhere (its server died or froze, and the
+# partition moved), an idempotent attempt is left for the new owner at once rather than
+# waited out at a server that may never answer (issue 29).
+MAP_WATCH_S = 0.25
 # A map fetch waits this long for the partition managers (asked all at once: a frozen one
 # costs nothing while another answers).
 GET_MAP_TIMEOUT_S = 2.0
@@ -98,6 +105,7 @@ class AsyncPartitionClient:
         self.map: PartitionMap | None = None
         self.addresses: dict[str, str] = {}
         self._refresh: asyncio.Task[None] | None = None
+        self._map_fetched_at = 0.0  # monotonic, of the last fetch begun (`_watch_map`)
         # Automatic mutation tokens: this client's random prefix and a counter (unique without
         # a uuid4 per append, whose urandom call cost a fifth of a small append's time here).
         self._token_prefix = os.urandom(TOKEN_PREFIX_BYTES).hex()
@@ -111,6 +119,7 @@ class AsyncPartitionClient:
     async def refresh_map(self) -> None:
         """Fetch the map from any PM; concurrent callers share one fetch."""
         if self._refresh is None:
+            self._map_fetched_at = time.monotonic()
             self._refresh = asyncio.get_running_loop().create_task(self._fetch_map())
         task = self._refresh
         try:
@@ -211,9 +220,14 @@ class AsyncPartitionClient:
             try:
                 address = await self._address_for(key)
                 sent = time.monotonic()
-                response = await self._session(address).call(
-                    request, min(self.attempts.timeout_s(attempt, nbytes),
-                                 max(0.1, deadline - sent)), nbytes)
+                response = await self._attempt(
+                    key, address, request, min(self.attempts.timeout_s(attempt, nbytes),
+                                               max(0.1, deadline - sent)), nbytes, idempotent)
+                if response is None:  # the map moved the key on meanwhile: follow it now
+                    if time.monotonic() > deadline:
+                        raise DeadlineExceeded(f"{address} did not answer and the "
+                                               f"partition moved; out of time")
+                    continue
                 self.attempts.observe(time.monotonic() - sent)
                 if not response.error:
                     return response
@@ -237,6 +251,37 @@ class AsyncPartitionClient:
             attempt += 1
             if not isinstance(error, Throttled):
                 await self.refresh_map()
+
+    async def _attempt(self, key: bytes, address: str, request: pb.Request, timeout_s: float,
+                       nbytes: int, idempotent: bool) -> pb.Response | None:
+        """One attempt at `address`: its Response (or the session's error), or None if,
+        while it went unanswered, the map came to send `key` elsewhere (MAP_WATCH_S; only
+        when `idempotent`: the abandoned attempt may still run, and a retry is harmless)."""
+        future = self._session(address).submit(request, timeout_s, nbytes)
+        if not idempotent:
+            return await future
+        try:
+            while True:
+                done, _ = await asyncio.wait({future}, timeout=MAP_WATCH_S)
+                if done:
+                    return future.result()
+                await self._watch_map()
+                if self._route(key) != address:
+                    return None
+        finally:
+            future.cancel()  # a no-op once answered; else the session forgets it
+
+    async def _watch_map(self) -> None:
+        """Fetch the map again unless a fetch began less than MAP_WATCH_S ago (the attempts
+        waiting on a frozen server share one every MAP_WATCH_S)."""
+        if time.monotonic() - self._map_fetched_at >= MAP_WATCH_S:
+            with contextlib.suppress(StampError):
+                await self.refresh_map()
+
+    def _route(self, key: bytes) -> str | None:
+        """The address the cached map sends `key` to (None: no live server)."""
+        assert self.map is not None
+        return self.addresses.get(self.map.lookup(key).server)
 
     # ---- logs -------------------------------------------------------------------------------
 
