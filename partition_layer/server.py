@@ -215,9 +215,18 @@ class PartitionServer:
 
         name = lease_name(partition_id)
         ttl_s = self.limits.partition_lease_ttl_ms / 1000
-        lease = await self.lock_calls.run(self.locks.acquire, name, ttl_s, 0.0, lost)
+        # Who holds it is asked alongside: a failover's load finds it held by the dead
+        # server, and a lock-service round trip less before it may end that lease.
+        # (A failed listing never loses a lease granted: return_exceptions.)
+        lease, leases = await asyncio.gather(
+            self.lock_calls.run(self.locks.acquire, name, ttl_s, 0.0, lost),
+            self.lock_calls.run(self.locks.list_leases), return_exceptions=True)
+        if isinstance(lease, BaseException):
+            raise lease
         if lease is None:
-            held = held_by(await self.lock_calls.run(self.locks.list_leases), name)
+            if isinstance(leases, BaseException):
+                raise leases
+            held = held_by(leases, name)
             if held is not None and orphaned(held) and await self._end_orphan(partition_id, held):
                 held = None
             wait_s = decide_wait(held, self.limits.load_timeout_ms / 1000)
