@@ -112,15 +112,19 @@ class AsyncStream:
         self._sent: dict[int, int] = {}
         self._inflight: dict[int, int] = {}
         self._idle: dict[int, asyncio.Event] = {}
-        # When this writer's appends waited on extents that failed under them.
+        # When this writer's appends waited on extents that failed under them; and per
+        # extent, when its current run of slow appends began (`_note_latency`).
         self.stalls = Stalls()
+        self._slow_since: dict[int, float] = {}
+        self._slow_s = client.extent_limits.replica_timeout_min_ms / 1000
         client.warm_soon()
 
     def stalled_s(self, start: float, end: float) -> float:
         """How much of [start, end] (time.monotonic() seconds) this writer's appends spent
         waiting on extents that failed under them: from an append's send to a failed extent
-        until the stream had moved on to the next. A caller that times operations takes it
-        off: that wait is a failure sealed away, not load."""
+        (or the send of the first of the slow appends that ran up to the failure) until the
+        stream had moved on to the next. A caller that times operations takes it off: that
+        wait is a failure sealed away, not load."""
         return self.stalls.overlap(start, end)
 
     # ---- metadata ---------------------------------------------------------------------------
@@ -182,12 +186,17 @@ class AsyncStream:
                 continue
             self._sent[extent_id] = self._sent.get(extent_id, 0) + size
             self._inflight[extent_id] = self._inflight.get(extent_id, 0) + 1
-            sent = time.monotonic()
+            sent = stalled_from = time.monotonic()
             try:
-                return await self.client.extents.append(tail.addresses[0], extent_id,
-                                                        blocks, crcs)
+                locations = await self.client.extents.append(tail.addresses[0], extent_id,
+                                                             blocks, crcs)
+                self._note_latency(extent_id, sent, time.monotonic())
+                return locations
             except ROLLOVER_ON as exc:
                 last_error = exc
+                # The failure began with this append, or with the run of slow ones before
+                # it (a slow disk fails an extent only after a few late appends in a row).
+                stalled_from = min(sent, self._slow_since.get(extent_id, sent))
                 log.info("stream %s: append to extent %d failed (%s): rolling over",
                          self.name, extent_id, type(exc).__name__)
             finally:
@@ -196,7 +205,7 @@ class AsyncStream:
                     self._idle.pop(extent_id).set()
             await self._rollover(extent_id, _late_replica(last_error, tail.addresses[0]))
             if not isinstance(last_error, ExtentFull):
-                self.stalls.add(sent, time.monotonic())
+                self.stalls.add(stalled_from, time.monotonic())
         raise Unavailable(f"stream {self.name!r}: append failed after "
                           f"{ROLLOVERS_PER_APPEND_MAX} new extents: {last_error}")
 
@@ -227,6 +236,7 @@ class AsyncStream:
                     self.name, extent_id, self.epoch,
                     [late_replica] if late_replica else []))
                 pending.set_result(None)
+                self._slow_since.pop(extent_id, None)
                 if not self._inflight.get(extent_id):
                     self._sent.pop(extent_id, None)  # nothing goes there any more
                     self._inflight.pop(extent_id, None)
@@ -238,6 +248,15 @@ class AsyncStream:
                 if not isinstance(exc, Exception):
                     raise
         await asyncio.shield(pending)  # raises the rollover's error (and so retrieves it)
+
+    def _note_latency(self, extent_id: int, sent: float, acked: float) -> None:
+        """Remember when the extent's current run of slow appends (slower than the shortest
+        per-replica timeout) began; a fast one ends the run. If the extent then fails, its
+        slow appends were the failure's too (`stalled_s`)."""
+        if acked - sent > self._slow_s:
+            self._slow_since.setdefault(extent_id, sent)
+        elif self._slow_since:
+            self._slow_since.pop(extent_id, None)
 
     def _abandon_inflight(self, extent_id: int) -> None:
         """The appends still in flight on `extent_id`, whose rollover begins, give up now

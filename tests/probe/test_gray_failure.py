@@ -7,9 +7,14 @@ the extent is sealed from the live replicas and the stream goes on in a new one.
 acknowledged append reads back afterwards, the frozen replica ends sealed at the agreed length,
 and new extents keep off the slow node.
 
-One stamp for the module: 9 extent nodes in 3 fault domains. The slow-disk tests come first
-and pick their victims so that the nodes marked slow never fill a fault domain: placement then
-never needs one of them."""
+Through the partition layer too (issue 29: a frozen extent node must not stall a partition's
+writers): log writers append through a partition client while a replica of their partition's
+commit log is frozen; they go on appending while it stays frozen, and the partition server does
+not report the failure as load (front ends would throttle its writers for seconds after).
+
+One stamp for the module: 9 extent nodes in 3 fault domains, and a partition layer (one
+partition server). The slow-disk tests come first and pick their victims so that the nodes
+marked slow never fill a fault domain: placement then never needs one of them."""
 
 from __future__ import annotations
 
@@ -25,6 +30,9 @@ import pytest
 
 from common.errors import StampError
 from common.rpc import arm_remote, disarm_remote
+from partition_layer.client import AsyncPartitionClient
+from partition_layer.partition_streams import stream_name
+from partition_layer.requests import route_key
 from stream_layer.client import AsyncStream, AsyncStreamClient
 from stream_layer.framing import Location
 from tests.conftest import module_stamp
@@ -50,7 +58,8 @@ _victims: list[str] = []
 
 @pytest.fixture(scope="module")
 def stamp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStamp]:
-    with module_stamp(tmp_path_factory, "gray", extent_nodes=9, stream_managers=1) as local:
+    with module_stamp(tmp_path_factory, "gray", extent_nodes=9, stream_managers=1,
+                      lock_servers=3, partition_managers=1, partition_servers=1) as local:
         yield local
 
 
@@ -210,3 +219,129 @@ def test_a_frozen_replica_costs_a_read_the_hedge_not_the_deadline(stamp: LocalSt
             os.kill(pid, signal.SIGCONT)
         await client.close()
     asyncio.run(scenario())
+
+
+# ---- through the partition layer -------------------------------------------------------------
+
+ACCOUNT = "gray"
+LOG_WRITERS = 8
+# Each writer's acknowledged appends while the node stays frozen (after its commit log moved
+# on), and how long the node is held frozen at most waiting for them: a deadline on the
+# condition, not a timing (a healthy writer makes them in well under a second).
+ACKS_WHILE_FROZEN = 40
+FROZEN_MAX_S = 12.0
+LOG_WARM_APPENDS = 60
+
+
+@dataclass
+class LogWriters:
+    """What log writers got acknowledged (per log: (seq, record, monotonic time)), and the
+    partition server's pressure reports as they came (monotonic time, p99 ms)."""
+
+    acked: dict[str, list[tuple[int, bytes, float]]] = field(default_factory=dict)
+    errors: list[StampError] = field(default_factory=list)
+    reports: list[tuple[float, float]] = field(default_factory=list)
+
+    def since(self, start: float) -> int:
+        """The fewest appends any writer got acknowledged after `start`."""
+        return min(sum(1 for *_, at in acked if at > start) for acked in self.acked.values())
+
+
+async def _log_writer(pc: AsyncPartitionClient, log: str, stop: asyncio.Event,
+                      writers: LogWriters) -> None:
+    acked = writers.acked.setdefault(log, [])
+    n = 0
+    while not stop.is_set():
+        record = f"{log}-{n}".encode().ljust(128, b".")
+        n += 1
+        try:
+            seq = await pc.append(ACCOUNT, log, [record])
+        except StampError as exc:  # the layers below must hide the failure: a test failure
+            writers.errors.append(exc)
+            return
+        acked.append((seq, record, time.monotonic()))
+
+
+async def _commit_log_replica(stamp: LocalStamp, pc: AsyncPartitionClient, log: str,
+                              index: int) -> str:
+    """Replica `index` (0: the primary) of the open extent of `log`'s partition's commit log."""
+    current, _ = await pc.partition_map()
+    name = stream_name(current.lookup(route_key(ACCOUNT, log)).id, "log")
+    client = client_for(stamp)
+    try:
+        [info] = [s for s in await client.list_streams(name) if s.name == name]
+    finally:
+        await client.close()
+    return info.extents[-1].addresses[index]
+
+
+async def _read_back(pc: AsyncPartitionClient, log: str) -> dict[int, bytes]:
+    found: dict[int, bytes] = {}
+    seq = 0
+    while got := await pc.read(ACCOUNT, log, seq, 1000):
+        found.update(got)
+        seq = got[-1][0] + 1
+    return found
+
+
+@pytest.mark.parametrize("replica", [0, 1], ids=["primary", "secondary"])
+def test_a_frozen_commit_log_replica_does_not_stop_a_partitions_writers(
+        stamp: LocalStamp, replica: int) -> None:
+    """Log writers through a partition client; a replica of their partition's commit log is
+    frozen. While it stays frozen every writer gets ACKS_WHILE_FROZEN more appends
+    acknowledged (the commit log is sealed away from it), the partition server's pressure
+    never reads as an overload (front ends would refuse its writers for seconds: a failure
+    sealed away is not load), every writer appends again after the thaw, and every
+    acknowledged record reads back at its sequence number."""
+    async def scenario() -> None:
+        writers = LogWriters()
+        pc = AsyncPartitionClient([r.address for r in stamp.partition_managers()],
+                                  stamp.config.partition, on_pressure=lambda report:
+                                  writers.reports.append((time.monotonic(), report.p99_ms)))
+        stop = asyncio.Event()
+        logs = [f"frozen-{replica}-{i}" for i in range(LOG_WRITERS)]
+        load = asyncio.gather(*(_log_writer(pc, log, stop, writers) for log in logs))
+        try:
+            await wait_for(lambda: _ready(writers, logs), 30, "every log writer warm")
+            frozen = await _commit_log_replica(stamp, pc, logs[0], replica)
+            _victims.append(stamp.name_of(frozen))
+            pid = stamp.record(stamp.name_of(frozen)).pid
+            os.kill(pid, signal.SIGSTOP)
+            frozen_at = time.monotonic()
+            try:
+                await wait_for(lambda: _true(writers.since(frozen_at) >= ACKS_WHILE_FROZEN
+                                             or bool(writers.errors)), FROZEN_MAX_S,
+                               f"{ACKS_WHILE_FROZEN} appends of every writer acknowledged "
+                               f"while the commit log's {['primary', 'secondary'][replica]} "
+                               f"{frozen} stays frozen")
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            thawed_at = time.monotonic()
+            assert not writers.errors, f"appends failed: {writers.errors[:3]}"
+            await wait_for(lambda: _true(writers.since(thawed_at) >= 10), 30,
+                           "every writer appending again after the thaw")
+        finally:
+            stop.set()
+            await load
+        assert not writers.errors, f"appends failed: {writers.errors[:3]}"
+        overload_ms = stamp.config.front_end.overload_p99_ms_min
+        seen = [p99 for at, p99 in writers.reports if at > frozen_at]
+        assert seen, "no pressure report came with the answers"
+        assert max(seen) < overload_ms, (
+            f"the partition server reported a p99 of {max(seen):.0f} ms (an overload to front "
+            f"ends: at least {overload_ms:.0f} ms) for a replica sealed away")
+        for log in logs:
+            found = await _read_back(pc, log)
+            lost = [(seq, record) for seq, record, _ in writers.acked[log]
+                    if found.get(seq) != record]
+            assert not lost, f"{log}: {len(lost)} acknowledged records lost: {lost[:3]}"
+        await pc.close()
+    asyncio.run(scenario())
+
+
+async def _ready(writers: LogWriters, logs: list[str]) -> bool:
+    return len(writers.acked) == len(logs) and writers.since(0.0) >= LOG_WARM_APPENDS
+
+
+async def _true(value: bool) -> bool:
+    return value

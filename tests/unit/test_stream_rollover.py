@@ -5,6 +5,8 @@ hold. In one process, with the stream manager and extent nodes faked (pure clien
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import time
 from collections.abc import Sequence
 
 from common.config import ExtentNodeLimits
@@ -145,3 +147,43 @@ def test_stalls_merge_and_measure_overlap() -> None:
     for i in range(STALLS_KEPT + 4):  # bounded: the oldest go
         stalls.add(10.0 + i, 10.5 + i)
     assert stalls.overlap(0.0, 10.0) == 0.0
+
+
+class SlowDisk(FakeExtents):
+    """Extent 1 has a slow replica: its appends are acknowledged `SLOW_S` late, until the
+    third, which fails (the primary's late-streak rule); extent 2 answers at once."""
+
+    SLOW_S = 0.05
+
+    async def append(self, primary: str, extent_id: int, blocks: Sequence[bytes],
+                     crcs: Sequence[int]) -> list[Location]:
+        self.sent.append((extent_id, blocks[0]))
+        if extent_id != 1:
+            return [Location(extent_id, 0, len(blocks[0]))]
+        await asyncio.sleep(self.SLOW_S)  # the slow disk's delay, not a wait for a condition
+        if len(self.sent) == 3:
+            error = ReplicationFailed("replica 127.0.0.1:2 late 3 appends in a row")
+            error.late_replica = REPLICAS[1]
+            raise error
+        return [Location(extent_id, 0, len(blocks[0]))]
+
+
+def test_the_slow_appends_before_an_extent_fails_count_as_its_stall() -> None:
+    """A slow disk fails an extent only after a few late appends in a row: the writer's time
+    in those is the failure's too (its load figures leave it out), not only the failed
+    append's; a fast append ends such a run."""
+    async def scenario() -> None:
+        client = FakeClient()
+        client.extent_limits = dataclasses.replace(ExtentNodeLimits(),
+                                                   replica_timeout_min_ms=10)
+        client.extents = SlowDisk()  # type: ignore[assignment]
+        client.sm.release.set()
+        stream = AsyncStream(client, _info((1, "open")))  # type: ignore[arg-type]
+        started = time.monotonic()
+        for i in range(3):
+            await stream.append([b"s%d" % i])
+        assert stream.extents[-1].extent_id == 2
+        assert client.sm.late == [REPLICAS[1]]
+        # Three slow appends on extent 1, all of them stalled time.
+        assert stream.stalled_s(started, time.monotonic()) >= 3 * SlowDisk.SLOW_S
+    asyncio.run(scenario())
