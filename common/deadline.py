@@ -17,7 +17,10 @@ front end's clock, as seen on the stream they share (`SenderClock`): it learns t
 between the two clocks from the requests themselves (when each was taken up by the front end,
 `deadline_ms - timeout_ms`, against when it arrives here; the smallest gap is the offset plus
 the least delay), so a request is late by how much longer it took than the fastest one did.
-A request without a timeout (operators' tools, internal callers) has no deadline.
+A front end judges the SDK's timeouts the same way, by the SDK's clock, on each Call stream:
+the signature's timestamp is when the SDK sent the attempt (a frozen front end's backlog is
+dropped as it thaws). A request without a timeout (operators' tools, internal callers) has no
+deadline.
 """
 
 from __future__ import annotations
@@ -73,10 +76,16 @@ class SenderClock:
         self._previous_gap_ms: int | None = None  # and in the one before
 
     def check(self, request: pb.Request, now_s: float) -> None:
-        if not request.deadline_ms:
-            return
-        offset_ms = self._learn(request.deadline_ms - request.timeout_ms, now_s)
-        late_ms = int(now_s * 1000) - offset_ms - request.deadline_ms
+        """For a request whose deadline a front end set (`stamp`)."""
+        if request.deadline_ms:
+            self.check_times(request.deadline_ms - request.timeout_ms, request.deadline_ms,
+                             now_s)
+
+    def check_times(self, sent_ms: int, deadline_ms: int, now_s: float) -> None:
+        """For a request the sender took up at `sent_ms` with a deadline at `deadline_ms`,
+        both by its clock, taken up here at `now_s`."""
+        offset_ms = self._learn(sent_ms, now_s)
+        late_ms = int(now_s * 1000) - offset_ms - deadline_ms
         if late_ms > SLACK_MS:
             raise DeadlineExceeded(f"{self.where}: dropped, its caller's deadline passed "
                                    f"{late_ms} ms ago")

@@ -40,7 +40,7 @@ from typing import Protocol, cast
 
 from grpc import aio
 
-from common import rpc
+from common import deadline, rpc
 from common.config import PartitionLimits
 from common.errors import StampError
 from common.proto import frontend_pb2 as fe_pb
@@ -114,7 +114,8 @@ class RequestPath(Protocol):
 
     limits: PartitionLimits
 
-    def start(self, request: pb.Request, reply: Reply, peer: str = "") -> None: ...
+    def start(self, request: pb.Request, reply: Reply, peer: str = "",
+              sdk_clock: deadline.SenderClock | None = None) -> None: ...
 # A stream's page or reply refused by the throttle waits at least this long before asking
 # again (a retry-after of 0 must not spin).
 STREAM_THROTTLE_WAIT_MIN_S = 0.001
@@ -228,13 +229,14 @@ class FrontEndServicer(fe_grpc.FrontEndServicer):
         front_end: RequestPath = self.fe
         limits = front_end.limits
         start = front_end.start
+        sdk_clock = deadline.SenderClock("front end")  # the SDK's deadlines on this stream
         try:
             async for batch in request_iterator:
                 for request in batch.requests:
                     reserved = answer_bytes_max(request, limits)
                     replies.started(reserved)
                     start(request, lambda response, r=reserved: replies.reply(response, r),
-                          peer)
+                          peer, sdk_clock)
                     if not replies.room.is_set():
                         await replies.room.wait()
         except BaseException:

@@ -152,17 +152,20 @@ class FrontEnd:
 
     # ---- the hot path -----------------------------------------------------------------------
 
-    def start(self, request: pb.Request, reply: Reply, peer: str = "") -> None:
-        """Take one request (module contract) that came on connection `peer`."""
+    def start(self, request: pb.Request, reply: Reply, peer: str = "",
+              sdk_clock: deadline.SenderClock | None = None) -> None:
+        """Take one request (module contract) that came on connection `peer`; `sdk_clock`
+        judges the SDK's deadlines on its stream (common/deadline.py)."""
         self.counters.requests += 1
         sdk_id = request.id
         try:
             check_sizes(request)
             claim = wire.call_claim(request)  # the signature covers the SDK's timeout
-            deadline.stamp(request, self.clock.wall())
             if self.auth.check_cached(claim) is MISS:
-                self._spawn(self._slow(request, sdk_id, claim, reply, peer=peer))
+                self._spawn(self._slow(request, sdk_id, claim, reply, peer=peer,
+                                       sdk_clock=sdk_clock))
                 return
+            self._take_up(request, claim, sdk_clock)
             nbytes = check_request(request, request.WhichOneof("op") or "", self.limits)
             route = self.client.route_name(request.account, request.pname)
             if route is None:
@@ -182,6 +185,17 @@ class FrontEnd:
         # for a fresh map after about a second (`_forwarded` retries through the client).
         self.client.session(address).send(request, self.client.attempts.timeout_s(0, nbytes),
                                           nbytes, _Forward(self, request, sdk_id, nbytes, reply))
+
+    def _take_up(self, request: pb.Request, claim: wire.Claim,
+                 sdk_clock: deadline.SenderClock | None) -> None:
+        """An authenticated request's deadline: DeadlineExceeded if the SDK gave up on it
+        already (by its clock: sent at the signature's time), else set by this front end's
+        clock for the partition server (common/deadline.py)."""
+        now_s = self.clock.wall()
+        sent_ms = claim.auth.timestamp_ms
+        if sdk_clock is not None and request.timeout_ms and sent_ms:
+            sdk_clock.check_times(sent_ms, sent_ms + request.timeout_ms, now_s)
+        deadline.stamp(request, now_s)
 
     def _forwarded(self, forward: _Forward, response: pb.Response | None,
                    exc: BaseException | None) -> None:
@@ -204,10 +218,12 @@ class FrontEnd:
     # ---- the slow path ----------------------------------------------------------------------
 
     async def _slow(self, request: pb.Request, sdk_id: int, claim: wire.Claim | None,
-                    reply: Reply, nbytes: int | None = None, peer: str = "") -> None:
+                    reply: Reply, nbytes: int | None = None, peer: str = "",
+                    sdk_clock: deadline.SenderClock | None = None) -> None:
         try:
             if claim is not None:
                 await self.auth.check(claim, peer=peer)
+                self._take_up(request, claim, sdk_clock)
             deadline.check(request, self.clock.wall(), "front end")
             if nbytes is None:
                 nbytes = check_request(request, request.WhichOneof("op") or "", self.limits)

@@ -110,13 +110,24 @@ def test_signed_requests_reach_the_partition_servers(
 
 def _check_deadlines(fe: RawFrontEnd, acme: wire.Credentials, pc: PartitionClient) -> None:
     """Deadlines that travel (common/deadline.py): the front end sets a request's deadline
-    from the SDK's timeout, whatever the sender wrote there; a partition server drops, having
-    written nothing, a request taken up after its deadline."""
+    from the SDK's timeout, whatever the sender wrote there; a front end and a partition
+    server drop, having written nothing, a request taken up after its deadline."""
     forged = append_request("acme", "deadlines", [b"d0"])
     forged.deadline_ms = 1  # long past: the front end's to set, so replaced
     forged.timeout_ms = 30_000
     answer = fe.call(signed(forged, acme))
     assert not answer.error, answer.message
+    # On one stream: an attempt the SDK sent just now, and one it sent 6 s ago with a 1 s
+    # wait (held in a frozen front end's socket, say), judged by the SDK's clock.
+    sdk_fresh = append_request("acme", "deadlines-sdk", [b"s0"], token="sdk-1")
+    sdk_fresh.timeout_ms = 30_000
+    sdk_late = append_request("acme", "deadlines-sdk", [b"late"], token="sdk-2")
+    sdk_late.timeout_ms = 1_000
+    taken_fe, dropped_fe = fe.call_many([signed(sdk_fresh, acme),
+                                         signed(sdk_late, acme, skew_s=-6.0)]).values()
+    assert not taken_fe.error, taken_fe.message
+    refused(dropped_fe, DeadlineExceeded, "front end: dropped")
+    assert pc.read("acme", "deadlines-sdk", 0, 10) == [(0, b"s0")]
     pmap, addresses = pc.partition_map()
     owner = addresses[pmap.lookup(route_key("acme", "deadlines")).server]
     # On one stream, as a front end sends them: a request taken up just now, then one taken

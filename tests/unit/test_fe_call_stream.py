@@ -29,7 +29,8 @@ class HeldFrontEnd:
         self.peers: set[str] = set()
         self.started = 0
 
-    def start(self, request: pb.Request, reply: Reply, peer: str = "") -> None:
+    def start(self, request: pb.Request, reply: Reply, peer: str = "",
+              sdk_clock: object = None) -> None:
         self.held.append((request, reply))
         self.started += 1
         self.peers.add(peer)
