@@ -67,6 +67,10 @@ LEADER_LOCK = "pm/leader"
 LEADER_ADDRESS_KEY = "pm/leader-address"
 SERVER_PREFIX = "ps/"
 UNLOAD_TIMEOUT_S = 30.0
+# A standby waits this long for the leader lock per try (then tries again): short enough
+# that a stopping manager's last try ends soon, long enough that it costs the lock service
+# almost nothing (one Acquire, then a long-poll that reads the leader's state).
+STANDBY_WAIT_S = 2.0
 # A live server whose heartbeat is this many intervals late may have died or frozen: its
 # session ends within a lease's time of its last renewal, and until then (or its next beat)
 # the pass runs every SUSPECT_PASS_S, not every assign_interval_ms, so that its partitions
@@ -133,8 +137,12 @@ class PartitionManager:
         return self.lease is not None and self.lease.valid()
 
     async def _try_lead(self) -> None:
+        """Take the leader lock if it is free, or wait for it (at most STANDBY_WAIT_S): a
+        standby long-polls the lock service (WaitFree: woken when the lock frees), not an
+        Acquire, a Raft write, every pass; it leads as soon as the leader's lease ends."""
         ttl_s = self.limits.manager_lease_ttl_ms / 1000
-        lease = await asyncio.to_thread(self.locks.acquire, LEADER_LOCK, ttl_s, 0.0)
+        lease = await asyncio.to_thread(self.locks.acquire, LEADER_LOCK, ttl_s,
+                                        STANDBY_WAIT_S)
         if lease is None:
             return
         await asyncio.to_thread(self.locks.put, LEADER_ADDRESS_KEY, self.address.encode(),

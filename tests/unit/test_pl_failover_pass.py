@@ -4,11 +4,14 @@ session, then for the assignment pass that finds its registration gone."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from common.config import PartitionLimits
 from common.proto import partition_pb2 as pb
 from partition_layer.manager import (
+    STANDBY_WAIT_S,
     SUSPECT_LATE_INTERVALS,
     SUSPECT_MARGIN_S,
     SUSPECT_PASS_S,
@@ -52,3 +55,23 @@ def test_a_server_not_heard_from_since_this_manager_leads_is_late_from_then() ->
 
 def test_a_standby_or_a_server_gone_from_the_live_set_is_nobody_to_suspect() -> None:
     assert manager(set(), {"ps-1": 0.0}).next_pass_in(INTERVAL_S, 100.0) == INTERVAL_S
+
+
+class _Locks:
+    """A lock service whose leader lock is held by another manager throughout."""
+
+    def __init__(self) -> None:
+        self.acquires: list[float] = []
+
+    def acquire(self, name: str, ttl_s: float, wait_s: float) -> None:
+        self.acquires.append(wait_s)
+
+
+def test_a_standby_long_polls_for_the_leader_lock_rather_than_acquire_every_pass() -> None:
+    """Every Acquire is a Raft write in the lock service: a standby passing every 200 ms
+    wrote five a second for nothing. It waits for the lock to free instead (WaitFree)."""
+    locks = _Locks()
+    m = PartitionManager("pm-2", "127.0.0.1:1", locks, LIMITS)  # type: ignore[arg-type]
+    asyncio.run(m.run_once())
+    assert not m.is_leader()
+    assert locks.acquires == [STANDBY_WAIT_S] and STANDBY_WAIT_S >= 1.0
