@@ -152,11 +152,18 @@ class StreamManagerLimits:
 class PartitionLimits:
     """The partition layer's timing, thresholds and bounds (§4)."""
 
-    # A PS owns a range partition while it holds that partition's lease (§8 invariant 3);
-    # failover after a PS dies takes about this long plus the load.
+    # A PS owns a range partition while it holds that partition's lease (§8 invariant 3)
+    # and its session. A failover after a PS dies or freezes does not wait for this: once
+    # its session has ended, the loader ends the lease (ownership.py `orphaned`).
     partition_lease_ttl_ms: int = 2000
-    # A PS is live while its session lease lives; its registration key dies with it.
-    server_session_ttl_ms: int = 2000
+    # A PS is live while its session lease lives; its registration key dies with it, and so
+    # does its claim on every partition (a loader ends the partition leases of a server
+    # with no session: partition_layer/ownership.py). Failover after a PS dies waits for
+    # the rest of this (1.1-1.5 s: renewed every quarter), then the PM's pass and the load.
+    # Not shorter: a renewal is held up by a lock-service leader change for up to ~1 s
+    # (tests/probe/test_lock_leases.py), and it is claimed for 0.9 of this from its send,
+    # renewed every quarter: 1.35 - 0.375 s leaves 0.975 s for that.
+    server_session_ttl_ms: int = 1500
     manager_lease_ttl_ms: int = 2000
     assign_interval_ms: int = 200
     heartbeat_interval_ms: int = 1000
