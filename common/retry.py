@@ -1,7 +1,16 @@
-"""How long one attempt of a call waits for its answer, for every client that retries
-(issue 29: the SDK towards front ends, the partition client towards partition servers).
+"""Every client's retry policy (issue 29: the SDK, the partition, stream-manager and lock
+clients): which errors are retried and after how long (`RetryPolicy`), and how long one
+attempt waits for its answer (`AttemptTimer`).
 
-Contract: `AttemptTimer.timeout_s(attempt, nbytes)` is short at first (ATTEMPT_FIRST_S, or
+Contract of `RetryPolicy.delay`: None for an error that must not be retried (anything but
+Unavailable, NotOwner, Throttled, and DeadlineExceeded on an idempotent call); otherwise a
+backoff growing exponentially from `backoff_min_s` to `backoff_max_s` with jitter (each
+delay uniform in [half, all] of the exponential step, so concurrent clients spread out but
+never retry at once), and never less than a Throttled error's `retry_after_s`. Each client
+sets its own bounds (a lock-service election is over in tens of milliseconds; the SDK waits
+longer between tries of a whole front end). Time and randomness are the caller's.
+
+Contract of `AttemptTimer.timeout_s(attempt, nbytes)`: short at first (ATTEMPT_FIRST_S, or
 ATTEMPT_P99_FACTOR times the client's recent p99 when that is longer, plus time to send the
 request's bytes) and doubles with each attempt up to ATTEMPT_MAX_S.
 - Short, because a frozen or cut-off server answers nothing: about a second of its silence
@@ -16,6 +25,16 @@ request's bytes) and doubles with each attempt up to ATTEMPT_MAX_S.
 from __future__ import annotations
 
 import collections
+import random
+from dataclasses import dataclass
+
+from common.errors import DeadlineExceeded, StampError, Throttled, Unavailable
+
+BACKOFF_MIN_S = 0.02
+BACKOFF_MAX_S = 1.0
+# Throttled answers carry the server's retry-after; never wait longer than this for one
+# (a confused server must not park a client for an hour).
+RETRY_AFTER_MAX_S = 30.0
 
 ATTEMPT_FIRST_S = 0.75
 ATTEMPT_MAX_S = 10.0
@@ -26,6 +45,34 @@ ATTEMPT_BYTES_PER_S = 8e6
 # P99_EVERY of them (a sort of a few hundred floats per call would cost the hot path).
 LATENCIES_KEPT = 256
 P99_EVERY = 32
+
+
+def retryable(error: StampError, idempotent: bool) -> bool:
+    """Whether another attempt may succeed and cannot do harm (module contract)."""
+    if isinstance(error, (Unavailable, Throttled)):  # NotOwner is an Unavailable
+        return True
+    return isinstance(error, DeadlineExceeded) and idempotent
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Whether and when to try again (module contract)."""
+
+    backoff_min_s: float = BACKOFF_MIN_S
+    backoff_max_s: float = BACKOFF_MAX_S
+    retry_after_max_s: float = RETRY_AFTER_MAX_S
+
+    def delay(self, error: StampError, attempt: int, idempotent: bool, rng: random.Random
+              ) -> float | None:
+        """Seconds to wait before attempt `attempt + 1` (attempt counts from 0) after `error`;
+        None: do not retry (module contract)."""
+        if not retryable(error, idempotent):
+            return None
+        step = min(self.backoff_max_s, self.backoff_min_s * (2 ** min(attempt, 32)))
+        wait = rng.uniform(step / 2, step)
+        if isinstance(error, Throttled):
+            wait = max(wait, min(self.retry_after_max_s, max(0.0, error.retry_after_s)))
+        return wait
 
 
 class AttemptTimer:

@@ -3,11 +3,9 @@ and which front end the next attempt goes to. Pure: time and randomness are inje
 the policy is tested without sleeping (tests/unit/test_sdk_retry.py).
 
 Contracts:
-- `RetryPolicy.delay` returns None for an error that must not be retried (anything but
-  Unavailable, NotOwner, Throttled, and DeadlineExceeded on an idempotent call); otherwise a
-  backoff growing exponentially from `backoff_min_s` to `backoff_max_s` with jitter (each
-  delay uniform in [half, all] of the exponential step, so concurrent clients spread out but
-  never retry at once), and never less than a Throttled error's `retry_after_s`.
+- `RetryPolicy.delay` (common/retry.py, every client's retry policy; the SDK's bounds are
+  its defaults) says whether an error is retried and after how long: exponential backoff
+  with jitter, never less than a Throttled error's retry-after.
 - How long one attempt waits before the next one (on another front end: a silent front
   end counts as failed) is common/retry.py's AttemptTimer, shared with the partition client.
 - `Endpoints.pick` returns an endpoint no failure is held against, in a fixed rotation from a
@@ -20,25 +18,15 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from common.clock import Clock
-from common.errors import DeadlineExceeded, NotOwner, StampError, Throttled, Unavailable
+from common.errors import DeadlineExceeded, NotOwner, StampError, Unavailable
+from common.retry import RetryPolicy, retryable
 
-BACKOFF_MIN_S = 0.02
-BACKOFF_MAX_S = 1.0
+__all__ = ["Endpoints", "RetryPolicy", "endpoint_failed", "retryable"]
+
 # A front end that failed a call is not asked again for this long while others remain.
 ENDPOINT_AVOID_S = 5.0
-# Throttled answers carry the server's retry-after; never wait longer than this for one
-# (a confused server must not park a client for an hour).
-RETRY_AFTER_MAX_S = 30.0
-
-
-def retryable(error: StampError, idempotent: bool) -> bool:
-    """Whether another attempt may succeed and cannot do harm (module contract)."""
-    if isinstance(error, (Unavailable, Throttled)):  # NotOwner is an Unavailable
-        return True
-    return isinstance(error, DeadlineExceeded) and idempotent
 
 
 def endpoint_failed(error: StampError) -> bool:
@@ -47,25 +35,6 @@ def endpoint_failed(error: StampError) -> bool:
     if isinstance(error, NotOwner):
         return False
     return isinstance(error, (Unavailable, DeadlineExceeded))
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    backoff_min_s: float = BACKOFF_MIN_S
-    backoff_max_s: float = BACKOFF_MAX_S
-    retry_after_max_s: float = RETRY_AFTER_MAX_S
-
-    def delay(self, error: StampError, attempt: int, idempotent: bool, rng: random.Random
-              ) -> float | None:
-        """Seconds to wait before attempt `attempt + 1` (attempt counts from 0) after `error`;
-        None: do not retry (module contract)."""
-        if not retryable(error, idempotent):
-            return None
-        step = min(self.backoff_max_s, self.backoff_min_s * (2 ** min(attempt, 32)))
-        wait = rng.uniform(step / 2, step)
-        if isinstance(error, Throttled):
-            wait = max(wait, min(self.retry_after_max_s, max(0.0, error.retry_after_s)))
-        return wait
 
 
 class Endpoints:
