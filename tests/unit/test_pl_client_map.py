@@ -5,15 +5,16 @@ this process stand for the managers."""
 from __future__ import annotations
 
 import asyncio
-import time
 
+import pytest
 from grpc import aio
 
 from common import rpc
 from common.proto import partition_pb2 as pb
 from common.proto import partition_pb2_grpc as pb_grpc
 from common.retry import AttemptTimer
-from partition_layer.client import GET_MAP_TIMEOUT_S, AsyncPartitionClient
+from partition_layer import client as client_module
+from partition_layer.client import AsyncPartitionClient
 from partition_layer.partition_map import PartitionMap
 
 
@@ -37,26 +38,26 @@ async def serve(manager: Manager) -> tuple[aio.Server, str]:
     return server, f"127.0.0.1:{port}"
 
 
-def test_a_silent_first_manager_does_not_hold_up_the_map() -> None:
-    async def scenario() -> float:
+def test_a_silent_first_manager_does_not_hold_up_the_map(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each manager gets an hour to answer: asked in turn, the silent first one would hold
+    the fetch for that hour, and the test's deadline (a condition, not a measure) fails."""
+    monkeypatch.setattr(client_module, "GET_MAP_TIMEOUT_S", 3600.0)
+
+    async def scenario() -> None:
         frozen, answering = Manager(silent=True), Manager(silent=False)
         servers = [await serve(frozen), await serve(answering)]
         client = AsyncPartitionClient([address for _, address in servers])
         try:
-            started = time.monotonic()
-            current, _ = await client.partition_map()
-            took = time.monotonic() - started
+            current, _ = await asyncio.wait_for(client.partition_map(), 30)
             assert current.version == 1 and len(current.partitions) == 1
             assert frozen.asked == 1 and answering.asked == 1
-            return took
         finally:
             await client.close()
             for server, _ in servers:
                 await server.stop(0)
 
-    took = asyncio.run(scenario())
-    # Asked in turn, the frozen manager held the fetch for its whole timeout first.
-    assert took < GET_MAP_TIMEOUT_S / 2, f"the map took {took:.2f} s"
+    asyncio.run(scenario())
 
 
 class MovingManager(pb_grpc.PartitionManagerServicer):
