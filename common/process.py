@@ -67,10 +67,10 @@ def free_port(host: str = HOST) -> int:
     Picked below the kernel's ephemeral range: a port the kernel hands out (bind to 0) can be
     taken in the meantime as the source port of any outgoing connection — with a whole stamp
     starting, that happened. Ports below the range are only ever taken by a bind."""
-    low = _ephemeral_low()
+    low, high = port_range()
     rng = random.SystemRandom()
     for _ in range(PORT_PICK_TRIES):
-        port = rng.randrange(max(1024, low - 16384), low)
+        port = rng.randrange(low, high)
         if (host, port) in _PICKED:
             continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -83,6 +83,24 @@ def free_port(host: str = HOST) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:  # a crowded machine
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+# Test support: parallel test workers (pytest-xdist, tests/conftest.py) each set their own
+# slice "LOW-HIGH" (HIGH excluded) of the range below, inherited by every process they start,
+# so two workers' stamps never pick the same port.
+PORT_RANGE_ENV_VAR = "STAMP_PORT_RANGE"
+
+
+def port_range() -> tuple[int, int]:
+    """Where free_port picks: the 16384 ports below the kernel's ephemeral range, or the
+    slice of them $STAMP_PORT_RANGE names."""
+    high = _ephemeral_low()
+    low = max(1024, high - 16384)
+    with contextlib.suppress(ValueError):
+        first, end = (int(part) for part in os.environ.get(PORT_RANGE_ENV_VAR, "").split("-"))
+        if low <= first < end <= high:
+            return first, end
+    return low, high
 
 
 def _ephemeral_low() -> int:
