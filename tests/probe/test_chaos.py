@@ -57,7 +57,7 @@ def test_a_one_minute_chaos_run_with_a_fixed_seed_finds_no_violation(tmp_path: P
 
 def test_a_broken_build_makes_the_chaos_run_fail(tmp_path: Path) -> None:
     """Prove the checker can fail (issue 19): every partition server is built broken — its
-    201st log append is answered with a sequence number and nothing is written
+    51st log append is answered with a sequence number and nothing is written
     (ps.append.bug_drop_acknowledged). The run must report the lost acknowledged append as
     a violation and exit 1. (A changed value could be overwritten before the check; a
     dropped append cannot hide: its sequence number is given again or missing.) The
@@ -67,7 +67,7 @@ def test_a_broken_build_makes_the_chaos_run_fail(tmp_path: Path) -> None:
          "--seed", str(SEED), "--power-cuts", "off", "--json"],
         capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=tmp_path,
         env={**os.environ,
-             "STAMP_FAULTS": "ps.append.bug_drop_acknowledged=bug,after=200,times=1"})
+             "STAMP_FAULTS": "ps.append.bug_drop_acknowledged=bug,after=50,times=1"})
     assert result.stdout, result.stderr[-4000:]
     report = json.loads(result.stdout)
     assert result.returncode == 1, result.stderr[-2000:]
