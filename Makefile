@@ -5,6 +5,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 PYTEST_ARGS ?=
+# `make test` runs all but the `serial` tests on this many pytest-xdist workers (a module's
+# tests on one worker, its stamps with them; the heavy modules one at a time: tests/conftest.py),
+# then the `serial` ones alone. A 2-core machine is busy with 2.
+TEST_WORKERS ?= 2
 
 .PHONY: setup run test test-quick proto lint bench down clean
 
@@ -35,10 +39,16 @@ run: setup
 	$(BIN)/stamp demo
 	@echo "The stamp keeps running: '$(BIN)/stamp status' shows it, '$(BIN)/stamp down' stops it."
 
-## test: the whole suite (real processes included)
+## test: the whole suite (real processes included): in parallel, then the timing-sensitive
+## (`serial`) tests alone; fails if either part fails
 test: setup
 	$(BIN)/ruff check .
-	$(BIN)/pytest -q $(PYTEST_ARGS)
+	@# Exit status 5: no test of that part was selected (PYTEST_ARGS may pick a few).
+	@rc=0; set -x; \
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder \
+		-m 'not serial' $(PYTEST_ARGS); s=$$?; [ $$s = 0 ] || [ $$s = 5 ] || rc=1; \
+	$(BIN)/pytest -q -m serial $(PYTEST_ARGS); s=$$?; [ $$s = 0 ] || [ $$s = 5 ] || rc=1; \
+	exit $$rc
 
 ## test-quick: everything but the slow probe tests
 test-quick: setup

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib.util
 import os
 import random
 import signal
@@ -25,6 +26,8 @@ from common.config import (
     StreamManagerSpec,
     default_config,
 )
+from common.process import PORT_RANGE_ENV_VAR
+from common.process import port_range as process_port_range
 from lock_service.group import LocalLockGroup
 from tools.local_stamp import FAULTS_ENV_VAR, LocalStamp
 from tools.lossyfs.mount import LossyMount
@@ -35,6 +38,17 @@ from tools.lossyfs.mount import LossyMount
 os.environ.setdefault(FAULTS_ENV_VAR, "1")
 
 
+# Parallel runs (`make test`: pytest-xdist): each worker's stamps pick their Raft and metrics
+# ports from a slice of common.process's range of their own, so two workers never pick the
+# same port (the processes a test starts, CLI included, inherit the variable).
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _WORKER.startswith("gw") and "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    _low, _high = process_port_range()
+    _slice = (_high - _low) // max(1, int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    _first = _low + int(_WORKER[2:]) * _slice
+    os.environ[PORT_RANGE_ENV_VAR] = f"{_first}-{_first + _slice}"
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--cuts", type=int, default=12,
                      help="power cuts the long power-cut test makes (default 12)")
@@ -43,10 +57,62 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 CUT_TIMEOUT_S = 30  # the time bound of the power-cut test grows with its cuts
 
 
+# Parallel runs (`make test`: pytest-xdist, --dist loadscope, with the scheduler below). Every
+# module is a unit of its own (its tests, and its module-scoped stamps, on one worker), except
+# the heavy ones: whole stamps under load, power cuts, chaos, Spark JVMs. On a 2-core machine
+# two of those at once starve each other's processes past their start and answer deadlines,
+# so they form one unit, run one after another on one worker while the others run the rest.
+# They go first (the longest chain), then the next longest modules. Only where and in what
+# order tests run depends on these lists, never what runs.
+HEAVY_MODULES = (
+    "tests/probe/test_power_cut.py",
+    "tests/probe/test_split_merge.py",
+    "tests/probe/test_chaos.py",
+    "tests/probe/test_gc_release.py",
+    "tests/probe/test_gc_disk.py",
+    "tests/probe/test_spark_gc.py",
+    "tests/probe/test_spark_ec.py",
+    "tests/probe/test_spark_cluster_scan.py",
+    "tests/probe/test_spark_cluster.py",
+    "tests/probe/test_spark_datasource.py",
+    "tests/probe/test_spark_scrub.py",
+)
+LONG_MODULES_FIRST = (
+    *HEAVY_MODULES,
+    "tests/probe/test_cli_front_end.py",
+    "tests/probe/test_cli.py",
+    "tests/probe/test_pm_split_merge.py",
+    "tests/probe/test_cli_progress.py",
+    "tests/probe/test_sdk.py",
+    "tests/probe/test_azure_blob.py",
+)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("power_cuts"):
             item.add_marker(pytest.mark.timeout(120 + CUT_TIMEOUT_S * config.getoption("--cuts")))
+    rank = {name: at for at, name in enumerate(LONG_MODULES_FIRST)}
+    # A stable sort: each module's tests stay together and in their order.
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
+
+
+if importlib.util.find_spec("xdist") is not None:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class _ModuleScheduling(LoadScopeScheduling):
+        """--dist loadscope with HEAVY_MODULES as one unit. (Not xdist_group marks and
+        --dist loadgroup: xdist 3.8 renames items for it in a way pytest 9.2's node ids no
+        longer show, so every test was a unit of its own.)"""
+
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "heavy" if module in HEAVY_MODULES else module
+
+    def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+        if config.getvalue("dist") != "loadscope":
+            return None
+        return _ModuleScheduling(config, log)  # type: ignore[arg-type]
 
 
 def stamp_config(extent_nodes: int, stream_managers: int = 0,

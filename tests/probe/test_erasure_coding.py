@@ -145,6 +145,7 @@ def test_six_plus_three_on_nine_nodes_survives_three_lost_fragments(
     asyncio.run(scenario())
 
 
+@pytest.mark.serial  # timing-sensitive: run alone (`make test`)
 def test_slow_data_fragment_is_hedged(stamp_factory: StampFactory, rng: random.Random) -> None:
     """A data fragment slower than the hedge delay: the read is rebuilt from the others and
     returns long before the slow node would have answered."""

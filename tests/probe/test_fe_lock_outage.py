@@ -27,7 +27,8 @@ from lock_service.client import LockClient
 from tests.conftest import module_stamp
 from tools.local_stamp import LocalStamp
 
-pytestmark = pytest.mark.slow
+# serial: its bounds are timings (or it freezes processes); `make test` runs it alone.
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 FREEZE_S = 12.0  # over twice the key cache's TTL (FrontEndLimits.account_cache_ttl_ms)
 ROTATION_BOUND_S = 10.0  # the bound, once the lock service answers again

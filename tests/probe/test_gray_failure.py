@@ -40,7 +40,8 @@ from tests.probe.test_stream_manager import assert_all_readable, client_for, wai
 from tools.chaos.extents import acknowledged
 from tools.local_stamp import LocalStamp
 
-pytestmark = pytest.mark.slow
+# serial: its bounds are timings (or it freezes processes); `make test` runs it alone.
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 FREEZE_S = 5.0
 # The longest a writer may wait between acknowledged appends while one node is frozen or

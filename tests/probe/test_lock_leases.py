@@ -26,7 +26,8 @@ from lock_service.client import Lease, LockClient
 from lock_service.group import LocalLockGroup
 from tests.probe.test_lock_service import wait_for
 
-pytestmark = pytest.mark.slow
+# serial: its bounds are timings (or it freezes processes); `make test` runs it alone.
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 TTL_S = 2.0  # the partition layer's session, partition and manager leases
 FROZEN_S = 5.0

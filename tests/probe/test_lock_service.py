@@ -133,6 +133,7 @@ HOLDER = textwrap.dedent("""
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # timing-sensitive: run alone (`make test`)
 def test_killed_holder_loses_its_lock_after_the_ttl_and_the_next_token_is_larger(
         lock_group: LocalLockGroup, make_client: Callable[[str], LockClient]) -> None:
     ttl_s = 2.0

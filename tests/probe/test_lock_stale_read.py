@@ -19,7 +19,8 @@ from lock_service.client import LockClient
 from lock_service.group import LocalLockGroup
 from tests.probe.test_lock_service import wait_for
 
-pytestmark = pytest.mark.slow
+# serial: its bounds are timings (or it freezes processes); `make test` runs it alone.
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 FROZEN_MS = 20_000  # long enough for an election and a grant on a loaded machine
 

@@ -123,6 +123,7 @@ def test_kill_pm_leader_then_a_ps(stamp_factory: StampFactory) -> None:
         assert pc.read("acct", "log", 0, 10) == [(0, b"before"), (1, b"after")]
 
 
+@pytest.mark.serial  # timing-sensitive: run alone (`make test`)
 def test_deposed_owner_cannot_make_a_write_visible(stamp_factory: StampFactory) -> None:
     """The owner is frozen (SIGSTOP: a long GC pause, a stuck VM) in the middle of a commit;
     its lease lapses and the other PS loads the partition; then it wakes up and carries on

@@ -311,6 +311,7 @@ async def _serves(ps: DirectPS, ids: set[int]) -> bool:
     return set(await ps.served()) == ids
 
 
+@pytest.mark.serial  # timing-sensitive: run alone (`make test`)
 def test_a_deposed_owner_cannot_commit_a_split(stamp_factory: StampFactory) -> None:
     """The owner is frozen (SIGSTOP) between sealing and the multi-modify; its lease lapses,
     the other PS loads the parent (rolling the intent back) and takes writes; then the old

@@ -134,6 +134,7 @@ def test_not_owner_from_a_server_without_the_partition(pc: PartitionClient,
         scan(other, pb.PartitionScanRequest(account=ACCOUNT))
 
 
+@pytest.mark.serial  # timing-sensitive: run alone (`make test`)
 def test_response_batches_carry_the_servers_pressure(stamp: LocalStamp) -> None:
     """Every Call response batch says which PS sent it, how many operations it holds open
     and its recent p99; a front end's throttle takes it from the client's hook."""

@@ -568,6 +568,7 @@ def test_an_append_retried_after_its_front_end_died_is_applied_once(
 FROZEN_FRONT_END_BOUND_S = 3.0
 
 
+@pytest.mark.serial  # timing-sensitive: run alone (`make test`)
 def test_a_frozen_front_end_costs_a_writer_about_a_second(
         sdk_stamp: LocalStamp, account: Account) -> None:
     """SIGSTOP the front end a writer talks to: its next append goes to the other front end

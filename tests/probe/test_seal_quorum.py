@@ -20,7 +20,8 @@ from stream_layer.framing import Location
 from tests.probe.test_stream_manager import assert_all_readable, client_for, wait_for
 from tools.local_stamp import LocalStamp
 
-pytestmark = pytest.mark.slow
+# serial: its bounds are timings (or it freezes processes); `make test` runs it alone.
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 StampFactory = Callable[..., LocalStamp]
 

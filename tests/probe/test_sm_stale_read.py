@@ -19,7 +19,8 @@ from stream_layer.sm_client import AsyncStreamManagerClient
 from tests.probe.test_stream_manager import client_for, leader_name, wait_for
 from tools.local_stamp import LocalStamp
 
-pytestmark = pytest.mark.slow
+# serial: its bounds are timings (or it freezes processes); `make test` runs it alone.
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 FROZEN_MS = 20_000  # long enough for an election and a change on a loaded machine
 

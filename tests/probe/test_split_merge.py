@@ -82,6 +82,7 @@ def merge(stamp: LocalStamp, left: int, right: int = 0) -> pb.PartitionOpReply:
     return reply
 
 
+@pytest.mark.serial  # timing-sensitive: run alone (`make test`)
 def test_split_move_and_merge_by_hand_under_load(stamp_factory: StampFactory) -> None:
     stamp = split_stamp(stamp_factory)
     load = workload(stamp, seed=17)
@@ -222,6 +223,7 @@ def pm_leads(stamp: LocalStamp, name: str) -> bool:
     return asyncio.run(ask())
 
 
+@pytest.mark.serial  # timing-sensitive: run alone (`make test`)
 def test_split_copies_no_data(stamp_factory: StampFactory) -> None:
     """A partition holding 200 MB splits with the stamp's disk growing by less than 1%:
     the children's streams point at the parent's extents."""
@@ -251,6 +253,7 @@ def disk_bytes(stamp: LocalStamp) -> int:
     return total
 
 
+@pytest.mark.serial  # timing-sensitive: run alone (`make test`)
 def test_deposed_ps_cannot_make_a_write_visible_after_a_split(stamp_factory: StampFactory
                                                                ) -> None:
     """The owner freezes (SIGSTOP) in the middle of a commit; its lease lapses, the other

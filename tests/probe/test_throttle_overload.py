@@ -36,7 +36,8 @@ from lock_service.client import LockClient
 from tests.front_end_raw import RawFrontEnd, wait_for
 from tools.local_stamp import LocalStamp
 
-pytestmark = pytest.mark.slow
+# serial: its bounds are timings (or it freezes processes); `make test` runs it alone.
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 StampFactory = Callable[..., LocalStamp]
 

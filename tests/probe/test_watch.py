@@ -28,7 +28,8 @@ from tools.cmd_stamp import status_rows
 from tools.local_stamp import LocalStamp
 from tools.scrape import Samples, scrape_many
 
-pytestmark = pytest.mark.slow
+# serial: its bounds are timings (or it freezes processes); `make test` runs it alone.
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 # What each kind of process must export, beside the RPC and process metrics every one has.
 METRICS_OF_KIND = {

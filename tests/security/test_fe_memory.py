@@ -39,7 +39,8 @@ from tests.front_end_raw import (
 )
 from tools.local_stamp import LocalStamp
 
-pytestmark = pytest.mark.slow
+# serial: its bounds are timings (or it freezes processes); `make test` runs it alone.
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 MiB = 1 << 20
 FRONT_END = {"call_held_bytes_max": 8 * MiB, "account_bytes_per_s_max": 4 * MiB,
