@@ -6,12 +6,16 @@ Contract: `AdaptiveTimeout.timeout_s(nbytes)` is
 
     clamp(multiple * baseline, min, max) + nbytes / bytes_per_s
 
-where `baseline` is the median, over the paths observed (one per replica: a primary's own
-journal and each secondary it forwards to; or one per primary, at the client), of each
-path's recent high percentile. The median, not the worst: a slow replica must not teach the
-timeout that slow is normal, or a slow disk would never be sealed away; while a whole machine
-that is slow lifts every path and the timeout with them. Until some path has enough samples
-the timeout is `max` (a cold start is not a gray failure). The byte allowance keeps a large
+where `baseline` is the median, over the paths observed lately (one per replica: a primary's
+own journal and each secondary it forwards to; or one per primary, at the client), of each
+path's recent high percentile. A path not observed in the last RECENT_OBSERVATIONS
+observations (of any path) does not vote: it is a replica no longer written to (its extent
+sealed away from it, say a frozen one), and the latencies it kept (the freeze's) would hold
+the timeout at its maximum, where a +200 ms disk is never late. The median, not the worst:
+a slow replica must not teach the timeout that slow is normal, or a slow disk would never be
+sealed away; while a whole machine that is slow lifts every path and the timeout with them.
+Until some path has enough samples the timeout is `max` (a cold start is not a gray
+failure). The byte allowance keeps a large
 append from looking like a slow replica.
 
 Pure: callers pass the latencies they measured (on their injected clock); nothing here reads
@@ -29,6 +33,9 @@ SAMPLES_MIN = 16
 REFRESH_EVERY = 32
 # Paths remembered (one per replica seen); the least recently observed goes first.
 PATHS_MAX = 64
+# A path votes in the baseline while it was observed within this many observations (of all
+# paths): about 170 appends of a primary with two secondaries.
+RECENT_OBSERVATIONS = 512
 
 
 class LatencyWindow:
@@ -39,6 +46,7 @@ class LatencyWindow:
         self._samples: deque[float] = deque(maxlen=WINDOW_SAMPLES)
         self._since_refresh = 0
         self.high: float | None = None  # None until SAMPLES_MIN samples
+        self.last_seen = 0  # the observer's count of observations when this path was last seen
 
     def observe(self, seconds: float) -> bool:
         """Add a sample; True when the percentile was recomputed."""
@@ -69,6 +77,7 @@ class AdaptiveTimeout:
         self.quantile = quantile
         self._paths: OrderedDict[str, LatencyWindow] = OrderedDict()
         self._base_s = max_s
+        self._observed = 0  # observations so far, of every path
 
     def observe(self, path: str, seconds: float) -> None:
         """`path` made an append durable `seconds` after it was sent."""
@@ -79,11 +88,15 @@ class AdaptiveTimeout:
                 self._paths.popitem(last=False)
         else:
             self._paths.move_to_end(path)
+        self._observed += 1
+        window.last_seen = self._observed
         if window.observe(seconds):
             self._recompute()
 
     def _recompute(self) -> None:
-        highs = sorted(w.high for w in self._paths.values() if w.high is not None)
+        recent = self._observed - RECENT_OBSERVATIONS
+        highs = sorted(w.high for w in self._paths.values()
+                       if w.high is not None and w.last_seen > recent)
         if not highs:
             return
         baseline = highs[(len(highs) - 1) // 2]  # the lower median: a slow path is outvoted

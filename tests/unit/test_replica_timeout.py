@@ -11,7 +11,7 @@ from typing import cast
 from common.clock import ManualClock
 from common.errors import Unavailable
 from stream_layer.extent_client import AsyncExtentClient
-from stream_layer.replica_timeout import SAMPLES_MIN, AdaptiveTimeout
+from stream_layer.replica_timeout import RECENT_OBSERVATIONS, SAMPLES_MIN, AdaptiveTimeout
 from stream_layer.seal import fence_replicas
 from stream_layer.stream_manager.placement import SlowNodes
 
@@ -90,3 +90,22 @@ def test_a_seal_does_not_wait_for_the_replica_that_caused_it() -> None:
             grace_s=60.0, late=["frozen"]), timeout=30.0)
         assert (fenced.length, fenced.stragglers) == (400, ["frozen"])
     asyncio.run(scenario())
+
+
+def test_a_replica_no_longer_written_to_stops_voting() -> None:
+    """A primary forwarded to secondaries that froze, one after the other (their latencies:
+    seconds), and their extents were sealed away from them: those paths are observed no
+    more. Their old latencies must not keep the timeout up (with the slow disk's, they would
+    be the median and hold it at the most, where a +200 ms disk is never late): once the
+    replicas written to now are all that is seen, they alone set the timeout."""
+    timeout = AdaptiveTimeout(0.15, 0.5, 4.0, bytes_per_s=1e6)
+    for frozen in ("frozen-1", "frozen-2"):
+        for _ in range(SAMPLES_MIN * 4):
+            timeout.observe("local", 0.010)
+            timeout.observe("s1", 0.020)
+            timeout.observe(frozen, 5.0)
+    for _ in range(RECENT_OBSERVATIONS):  # the next extent's replicas; the disk turns slow
+        timeout.observe("local", 0.300)
+        timeout.observe("s1", 0.020)
+        timeout.observe("s2", 0.020)
+    assert timeout.timeout_s() == 0.15  # not 0.5: "frozen" is stale, the slow disk outvoted
