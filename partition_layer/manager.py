@@ -220,7 +220,6 @@ class PartitionManager:
                 current = await self.write_map(current.assigned(changes), version)
                 log.info("%s: assigned %s (map version %d)", self.name, changes,
                          current.version)
-        await self._record_reassigned(before, current, changes)
         self.map_version = current.version
         self.ops.resolve_pending(current, live)
         now = time.monotonic()
@@ -230,6 +229,9 @@ class PartitionManager:
                     and self.ops.may_load(entry.id, current)
                     and self._load_not_before.get(entry.id, 0.0) <= now):
                 self._start_load(entry.id, entry.server, live[entry.server], current)
+        # After the loads are sent: the history's write (a lock-service round trip) is no
+        # part of a failover's time.
+        await self._record_reassigned(before, current, changes)
 
     async def _record_reassigned(self, before: PartitionMap, after: PartitionMap,
                                  changes: dict[int, str]) -> None:

@@ -75,3 +75,32 @@ def test_a_standby_long_polls_for_the_leader_lock_rather_than_acquire_every_pass
     asyncio.run(m.run_once())
     assert not m.is_leader()
     assert locks.acquires == [STANDBY_WAIT_S] and STANDBY_WAIT_S >= 1.0
+
+
+def test_a_dead_servers_partitions_are_sent_to_load_before_the_history_is_written() -> None:
+    """The pass that finds ps-1 gone writes the map, then sends the Load at once: the
+    history's lock-service write comes after it, not inside the failover's time."""
+    from partition_layer.partition_map import PartitionMap
+
+    order: list[str] = []
+    m = manager(set(), {})
+    m.lease = type("Lease", (), {"valid": lambda self: True})()  # type: ignore[assignment]
+    stored = PartitionMap.bootstrap().assigned({1: "ps-1"})
+
+    async def live() -> dict[str, str]:
+        return {"ps-2": "127.0.0.1:2"}
+
+    async def current_map() -> tuple[PartitionMap, int]:
+        return stored, 1
+
+    async def write_map(new: PartitionMap, version: int) -> PartitionMap:
+        return new
+
+    async def record(entry: object) -> None:
+        order.append("history")
+
+    m.live, m.current_map, m.write_map, m.record = (  # type: ignore[method-assign]
+        live, current_map, write_map, record)
+    m._start_load = lambda pid, server, *_: order.append(f"load {pid} on {server}")  # type: ignore[method-assign]
+    asyncio.run(m.run_once())
+    assert order == ["load 1 on ps-2", "history"]
