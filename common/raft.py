@@ -53,6 +53,7 @@ from typing import Any
 
 import pysyncobj.syncobj as syncobj_module
 from pysyncobj import SyncObj, SyncObjConf
+from pysyncobj.monotonic import monotonic as raft_clock
 from pysyncobj.syncobj import _RAFT_STATE
 from pysyncobj.transport import Transport
 
@@ -82,6 +83,9 @@ SNAPSHOT_HEADER = struct.Struct("<QI")  # payload bytes, crc32c(payload)
 # Messages held for one sync; past this the transport syncs early rather than grow.
 HELD_MESSAGES_MAX = 10_000
 EX_DATAERR = 65
+# pysyncobj's timers (election deadline, next heartbeat) are on its own clock,
+# CLOCK_MONOTONIC_RAW, which drifts from time.monotonic() (0.1 s after 8 h of uptime here):
+# whatever reads or sets them uses `raft_clock`. Majority contact stays on time.monotonic().
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,10 @@ class RaftTuning:
     log_compaction_entries_min: int = 5000
     log_compaction_interval_s: float = 300.0
     commands_queue_max: int = 100_000
+    # The tick thread sleeps until its next timer (a leader's heartbeat, a follower's
+    # election deadline: `tick_wait`), woken early by messages and local commands, but never
+    # longer than this (connection retries and CheckQuorum are checked on ticks).
+    idle_tick_max_s: float = 0.5
     # False: no tick thread, the owner calls doTick (deterministic in-process tests).
     tick_thread: bool = True
 
@@ -132,6 +140,20 @@ def durable_conf(raft_dir: Path, tuning: RaftTuning, replica: DurableReplica,
         dynamicMembershipChange=False,
         autoTick=tuning.tick_thread,
     )
+
+
+def tick_wait(*, now: float, leader: bool, next_heartbeat_at: float,
+              election_deadline: float, heartbeat_interval_s: float, max_s: float) -> float:
+    """How long the tick thread may wait for network events after a tick (issue 29: an idle
+    replica woke every 50 ms whatever its timers said). Until the timer that the next tick
+    must act on: a leader's next heartbeat, a follower's (or candidate's) election deadline;
+    at most `max_s`. A timer already due that the tick could not act on (no peer connected
+    yet) is looked at again after one heartbeat interval, not in a busy loop. Messages and
+    commands from other threads wake the poll sooner, so waiting longer delays nothing."""
+    due = next_heartbeat_at if leader else election_deadline
+    if due <= now:
+        return min(max_s, heartbeat_interval_s)
+    return min(max_s, due - now)
 
 
 class DurableTransport(AuthenticatedTransport):
@@ -232,6 +254,12 @@ class DurableReplica(SyncObj):
 
         with _injected_journal(self._durable_journal):
             super().__init__(self_address, others, conf=conf, transportClass=transport)
+        if self._tuning.tick_thread:
+            # pysyncobj polls for autoTickPeriod after each tick; the poll is the one place
+            # that sees every timer as the tick left it (a follower may have just become
+            # leader), so the wait is chosen there (`tick_wait`).
+            poll = self._poller.poll
+            self._poller.poll = lambda _timeout: poll(self._tick_wait())
 
     # --- for subclasses ----------------------------------------------------------------------
 
@@ -271,7 +299,21 @@ class DurableReplica(SyncObj):
 
     def close(self) -> None:
         """Stop the tick thread; the journal syncs and closes on the way out."""
+        self.destroy()
+        if self._tuning.tick_thread:
+            notifier = getattr(self, "_SyncObj__pipeNotifier", None)
+            if notifier is not None:
+                notifier.notify()  # end its poll now, not at its next timer
         self.destroy_synchronous()
+
+    def _tick_wait(self) -> float:
+        """The tick thread's next poll timeout (`tick_wait`); tick thread only."""
+        return tick_wait(now=raft_clock(),
+                         leader=self._SyncObj__raftState == _RAFT_STATE.LEADER,
+                         next_heartbeat_at=self._SyncObj__newAppendEntriesTime,
+                         election_deadline=self._SyncObj__raftElectionDeadline,
+                         heartbeat_interval_s=self._tuning.heartbeat_interval_s,
+                         max_s=self._tuning.idle_tick_max_s)
 
     # --- Raft §5.3: delete only conflicting entries (the one patch of pysyncobj's handling) ---
 
@@ -379,7 +421,7 @@ class DurableReplica(SyncObj):
         if (self._SyncObj__raftState == _RAFT_STATE.LEADER or self._SyncObj__selfNode is None
                 or getattr(self, "_SyncObj__transferInProgress", False)):
             return  # a leadership transfer: the leader itself asked for this election
-        now = time.monotonic()
+        now = raft_clock()
         if (self._SyncObj__raftElectionDeadline >= now or not self.otherNodes
                 or not self._SyncObj__connectedToAnyone()):
             return
@@ -439,7 +481,7 @@ class DurableReplica(SyncObj):
             self._pre_vote_won_term = -1
         self._SyncObj__raftElectionDeadline = max(
             self._SyncObj__raftElectionDeadline,
-            time.monotonic() + self._SyncObj__generateRaftTimeout())
+            raft_clock() + self._SyncObj__generateRaftTimeout())
 
     # --- snapshot files (pysyncobj's serializer hooks) ----------------------------------------
 
