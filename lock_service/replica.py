@@ -154,6 +154,14 @@ class LockReplica(DurableReplica):
                 return ()
             return self._lessor.due(now, limits.EXPIRE_TOKENS_MAX)
 
+    def next_expiry(self, term: int) -> float | None:
+        """The earliest leader-time expiry in the lessor of `term`, or None (no lease, or
+        not promoted in `term`)."""
+        with self._state_mutex:
+            if self._lessor.term != term:
+                return None
+            return self._lessor.next_expiry()
+
     def lease_expiries(self, term: int) -> dict[int, float] | None:
         """Leader-time expiry of every lease as the lessor of `term` sees it, or None."""
         with self._state_mutex:

@@ -63,7 +63,14 @@ from lock_service.state import LockState, problem_with
 log = logging.getLogger(__name__)
 
 PROPOSE_TIMEOUT_S = 1.5
-EXPIRY_CHECK_INTERVAL_S = 0.02
+# The expiry pass runs when the lessor's next lease is due, at least EXPIRY_CHECK_MIN_S
+# apart, and at most EXPIRY_CHECK_MAX_S apart (a lease granted or shortened meanwhile, a
+# replica that became leader): `expiry_wait`. Not every 20 ms on every replica (issue 29:
+# an idle lock service woke 150 times a second for it). The longest wait is well under
+# TTL_MIN_S, so no lease granted during a wait is due before the pass that sees it.
+EXPIRY_CHECK_MIN_S = 0.02
+EXPIRY_CHECK_MAX_S = 0.1
+assert EXPIRY_CHECK_MAX_S <= limits.TTL_MIN_S / 2
 # A long-poll re-checks leadership this often (a deposed leader's waiters move on).
 WAIT_RECHECK_S = 0.25
 ANNOUNCE_RETRY_S = 0.2
@@ -201,8 +208,10 @@ class LockServicer(pb_grpc.LockServiceServicer):
     # --- background work ---------------------------------------------------------------------
 
     async def _expire_leases(self) -> None:
+        wait_s = EXPIRY_CHECK_MIN_S
         while True:
-            await asyncio.sleep(EXPIRY_CHECK_INTERVAL_S)
+            await asyncio.sleep(wait_s)
+            wait_s = EXPIRY_CHECK_MAX_S
             if not self._replica.is_leader():
                 self._resign()
                 continue
@@ -212,6 +221,8 @@ class LockServicer(pb_grpc.LockServiceServicer):
                 due = self._replica.due_leases(term, at)
                 if due:
                     await self._submit(c.Expire(at, due, term))
+                    at = await self._leader_now()
+                wait_s = expiry_wait(at, self._replica.next_expiry(term))
             except StampError as exc:
                 log.debug("lease expiry pass: %s", exc)
             except Exception:
@@ -384,6 +395,15 @@ class LockServicer(pb_grpc.LockServiceServicer):
             leader=leader, term=raft["term"], commit_index=raft["commit_index"],
             last_applied=raft["last_applied"], applied=applied, digest=digest,
             state_time=now, leases=leases, keys=keys, journal_syncs=raft["journal_syncs"])
+
+
+def expiry_wait(now: float, next_expiry: float | None) -> float:
+    """How long the expiry pass sleeps at leader time `now`, the lessor's earliest expiry
+    being `next_expiry` (None: no lease): until then, within [EXPIRY_CHECK_MIN_S,
+    EXPIRY_CHECK_MAX_S] (module constants say why)."""
+    if next_expiry is None:
+        return EXPIRY_CHECK_MAX_S
+    return min(EXPIRY_CHECK_MAX_S, max(EXPIRY_CHECK_MIN_S, next_expiry - now))
 
 
 def _settle(future: asyncio.Future[tuple[c.Result, int]], result: c.Result, error: int) -> None:
