@@ -93,7 +93,10 @@ class RaftTuning:
     # A follower starts an election this long after the last heartbeat (random in range).
     election_timeout_min_s: float = 0.3
     election_timeout_max_s: float = 0.8
-    heartbeat_interval_s: float = 0.05
+    # Every heartbeat wakes all three replicas (issue 29: idle cost); still a quarter of the
+    # minimum election timeout, and the lock service's read lease (0.18 s from a send a
+    # majority acknowledged) outlasts one interval plus a round trip.
+    heartbeat_interval_s: float = 0.075
     # CheckQuorum: a leader that has not heard from a majority this long steps down (a
     # frozen or cut-off leader stops acting as one soon after its followers elect another).
     leader_fallback_s: float = 0.8

@@ -48,7 +48,7 @@ ELECTION_TIMEOUT_MAX_S = 0.5
 # Leases that ride out a leader change (lock_service/lessor.py argues why they are safe).
 # A leader answers renewals from memory only while a majority acknowledged, in its term,
 # messages it sent less than this long ago (common/raft_lease.py); else through the log.
-# Heartbeats go every 50 ms: a healthy leader holds it with room to spare.
+# Heartbeats go every 75 ms (common/raft.py): a healthy leader holds it with room to spare.
 LEADER_LEASE_S = 0.5
 # A new leader gives every lease at least ttl + this from when it takes office. Safety
 # needs it at least LEADER_LEASE_S (plus clock drift, which the holder's margin also covers);
