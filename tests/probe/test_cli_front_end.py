@@ -81,6 +81,11 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         LocalStamp.load(data).kill_all()
 
 
+
+# Alone until understood: in two parallel `make test` runs (load average 8-40) `stamp log
+# tail` did not exit within 60 s of its SIGINT; alone it always does. Suspect: interpreter
+# shutdown waiting on the blocking client's threads after a KeyboardInterrupt.
+@pytest.mark.serial
 def test_log_commands(data_dir: Path) -> None:
     assert "appended 2 record(s) at 0..1" in run(data_dir, "log", "append", "orders",
                                                  "one", "two").stdout

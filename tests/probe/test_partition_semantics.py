@@ -3,6 +3,7 @@ partition-level API, its error cases, checkpoints and blobs. One stamp for the m
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -300,6 +301,10 @@ def test_a_retried_put_does_not_undo_a_later_write(pc: PartitionClient) -> None:
                 await aio.put("retry", "group", "row", b"later")
                 raise Unavailable("the answer was lost")
             return response
+
+        def submit(self, request: object, timeout_s: float, nbytes: int = 256
+                   ) -> asyncio.Future[object]:
+            return asyncio.ensure_future(self.call(request, timeout_s, nbytes))
 
     aio._session = lambda address: LosesFirstAnswer(real_session(address))  # type: ignore[method-assign]
     try:

@@ -51,7 +51,8 @@ def test_a_silent_first_manager_does_not_hold_up_the_map(
         try:
             current, _ = await asyncio.wait_for(client.partition_map(), 30)
             assert current.version == 1 and len(current.partitions) == 1
-            assert frozen.asked == 1 and answering.asked == 1
+            # The silent one may not even have seen its call yet: the fetch did not wait.
+            assert answering.asked == 1
         finally:
             await client.close()
             for server, _ in servers:
