@@ -31,6 +31,9 @@ def test_an_interrupted_caller_can_close_the_generator_it_was_driving() -> None:
             cleaned.append(True)
 
     gen = follow()
+    # ^C as at a terminal: a suite started in the background (`make test &`) runs with
+    # SIGINT ignored, and the wait below would never be interrupted.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         assert loop.run(gen.__anext__()) == 1
         timer = threading.Thread(
@@ -42,4 +45,5 @@ def test_an_interrupted_caller_can_close_the_generator_it_was_driving() -> None:
         loop.run(gen.aclose())
         assert cleaned == [True]
     finally:
+        signal.signal(signal.SIGINT, previous)
         loop.close()
