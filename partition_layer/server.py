@@ -19,7 +19,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Coroutine, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from common import faults
 from common.config import PartitionLimits
@@ -47,6 +47,13 @@ from stream_layer.client import AsyncStreamClient
 log = logging.getLogger(__name__)
 
 
+class _Load(NamedTuple):
+    """A load under way here: its task and the range it loads."""
+
+    task: asyncio.Task[LoadReport]
+    key_range: keys.KeyRange
+
+
 class PartitionServer:
     """The partitions this process serves, and the ownership (lease and session) behind
     each."""
@@ -67,8 +74,7 @@ class PartitionServer:
         self.session: Lease | None = None
         self.lock_calls = LockCalls(limits.lock_threads_max, name)
         self.reports: dict[int, LoadReport] = {}
-        self._loading: dict[int, asyncio.Task[LoadReport]] = {}
-        self._loading_ranges: dict[int, keys.KeyRange] = {}  # of the loads in `_loading`
+        self._loading: dict[int, _Load] = {}
         self._unloading: dict[RangePartition, asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()  # session ends, heartbeat drops
         # One per partition served: when it stops, forget it and release its lease.
@@ -111,10 +117,9 @@ class PartitionServer:
 
     def _load_of(self, key: bytes) -> asyncio.Task[LoadReport] | None:
         """The load under way here of a partition whose range holds `key`, if any."""
-        for partition_id, key_range in self._loading_ranges.items():
-            task = self._loading.get(partition_id)
-            if task is not None and key_range.contains(key):
-                return task
+        for load in self._loading.values():
+            if load.key_range.contains(key):
+                return load.task
         return None
 
     def find(self, key: bytes) -> RangePartition:
@@ -140,9 +145,9 @@ class PartitionServer:
         log.warning("%s lost its session (token %d): %d partition(s) stop here", self.name,
                     session.token, len(ended))
         for own in ended:
-            task = self._loading.get(own.partition_id)
-            if task is not None:
-                task.cancel()  # _load stops what it loaded and releases the lease
+            load = self._loading.get(own.partition_id)
+            if load is not None:
+                load.task.cancel()  # _load stops what it loaded and releases the lease
             self._spawn(self._end(own, "this server's session was lost"))
 
     async def _end(self, own: Ownership, why: str) -> None:
@@ -180,18 +185,13 @@ class PartitionServer:
         current = self.partitions.get(partition_id)
         if current is not None and current.state == SERVING:
             return self.reports[partition_id]
-        task = self._loading.get(partition_id)
-        if task is None:
+        load = self._loading.get(partition_id)
+        if load is None:
             task = asyncio.get_running_loop().create_task(
                 self._load(partition_id, key_range, create_if_missing, acquired, parents))
-            self._loading[partition_id] = task
-            self._loading_ranges[partition_id] = key_range
-            task.add_done_callback(lambda _: self._loaded(partition_id))
-        return await asyncio.shield(task)
-
-    def _loaded(self, partition_id: int) -> None:
-        self._loading.pop(partition_id, None)
-        self._loading_ranges.pop(partition_id, None)
+            load = self._loading[partition_id] = _Load(task, key_range)
+            task.add_done_callback(lambda _: self._loading.pop(partition_id, None))
+        return await asyncio.shield(load.task)
 
     async def acquire(self, partition_id: int) -> Ownership:
         """The partition's ownership under the current session: losing its lease stops the
@@ -341,7 +341,7 @@ class PartitionServer:
     async def close(self) -> None:
         """A clean stop: every partition stops (each operation it holds is answered), its
         tasks end and its lease is released."""
-        loading = list(self._loading.values())
+        loading = [load.task for load in self._loading.values()]
         for task in loading:
             task.cancel()  # _load stops what it loaded and releases the lease
         if loading:

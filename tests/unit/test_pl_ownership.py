@@ -30,7 +30,7 @@ from partition_layer.ownership import (
 )
 from partition_layer.partition_map import PartitionMap, assigned_elsewhere
 from partition_layer.payload_crc import payload_crcs
-from partition_layer.server import PartitionServer
+from partition_layer.server import PartitionServer, _Load
 from tests.unit.test_pl_committer import serving_partition
 
 DEADLINE_S = 5.0
@@ -266,8 +266,8 @@ def test_a_request_for_a_partition_loading_here_waits_for_the_load() -> None:
             p = serving_partition(limits)
             server.partitions[p.id] = p
             return None
-        server._loading[1] = asyncio.get_running_loop().create_task(load())  # type: ignore[assignment]
-        server._loading_ranges[1] = keys.KeyRange(b"", None)
+        server._loading[1] = _Load(asyncio.get_running_loop().create_task(load()),  # type: ignore[arg-type]
+                                   keys.KeyRange(b"", None))
         request = pb.Request(account="acct", pname="log", append=pb.AppendOp(
             records=[b"r"], crcs=payload_crcs([b"r"]), token="t-1"))
         assert server.held(request)
