@@ -43,13 +43,22 @@ class ExtentNodes:
         return length
 
 
-def test_a_rollover_seals_only_when_two_replicas_answer() -> None:
+def leader_with_streams(*names: str
+                        ) -> tuple[InMemoryGroup, ExtentNodes, StreamManagerLeader]:
+    """A leader with no spare extents, on a manual clock, and the streams `names`, with one
+    extent id reserved for each (1, 2, ...: the test places them by hand)."""
     group, nodes = InMemoryGroup(), ExtentNodes()
     leader = StreamManagerLeader(cast(StreamManagerReplica, group),
                                  dataclasses.replace(LIMITS, spare_extents=0),
                                  cast(AsyncExtentClient, nodes), clock=ManualClock())
-    group.state.apply(s.ReserveExtentIds(1))  # extent 1, placed by hand
-    group.state.apply(s.CreateStream("log"))
+    group.state.apply(s.ReserveExtentIds(len(names)))
+    for name in names:
+        group.state.apply(s.CreateStream(name))
+    return group, nodes, leader
+
+
+def test_a_rollover_seals_only_when_two_replicas_answer() -> None:
+    group, nodes, leader = leader_with_streams("log")
 
     async def scenario() -> None:
         assert leader.is_leader()
@@ -77,13 +86,7 @@ def test_only_the_replica_that_caused_a_seal_is_marked_slow() -> None:
     """A replica that misses the fence's grace (a busy healthy node, say) is left out of the
     decision but not marked slow; the one the writer found past its per-replica timeout (the
     seal's cause) is, before the new extent is placed, and nobody waits for it."""
-    group, nodes = InMemoryGroup(), ExtentNodes()
-    leader = StreamManagerLeader(cast(StreamManagerReplica, group),
-                                 dataclasses.replace(LIMITS, spare_extents=0),
-                                 cast(AsyncExtentClient, nodes), clock=ManualClock())
-    group.state.apply(s.ReserveExtentIds(2))  # extents 1 and 2, placed by hand
-    group.state.apply(s.CreateStream("log"))
-    group.state.apply(s.CreateStream("other"))
+    group, nodes, leader = leader_with_streams("log", "other")
 
     async def scenario() -> None:
         assert leader.is_leader()
