@@ -224,7 +224,6 @@ class FrontEnd:
             if claim is not None:
                 await self.auth.check(claim, peer=peer)
                 self._take_up(request, claim, sdk_clock)
-            deadline.check(request, self.clock.wall(), "front end")
             if nbytes is None:
                 nbytes = check_request(request, request.WhichOneof("op") or "", self.limits)
             key = route_key(request.account, request.pname)
