@@ -20,12 +20,21 @@ request's bytes) and doubles with each attempt up to ATTEMPT_MAX_S.
   is applied once, and a retry is answered from it.
 - Adaptive and doubling, so a stamp that is merely slow (overload, a partition moving) is
   not flooded with retries, and an honestly slow call still gets its time.
+
+Contract of `LeaderGuess` (the lock-service and stream-manager clients: a Raft group's
+leader, found by asking): `address` is where the next attempt goes. `follow(hint, asked)`
+takes a NotLeader answer's hint unless it names a replica that is suspect; `timed_out(a)`
+makes `a` suspect for `suspect_s` (about an election: a frozen leader's followers go on
+naming it until they elect another, and following them back would cost an attempt each
+time) and moves on; `failed(a)` (refused, unreachable) moves on; `answered(a)` clears it.
+Moving on goes to the next replica in order that is not suspect, if there is one.
 """
 
 from __future__ import annotations
 
 import collections
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from common.errors import DeadlineExceeded, StampError, Throttled, Unavailable
@@ -101,3 +110,42 @@ class AttemptTimer:
         """The wait for attempt `attempt` (from 0) of a request of `nbytes`."""
         base = max(self.first_s, self.p99_factor * self._p99) + nbytes / ATTEMPT_BYTES_PER_S
         return min(self.max_s, base * 2 ** min(attempt, 16))
+
+
+class LeaderGuess:
+    """Which replica of a Raft group to ask next (module contract). Not thread-safe."""
+
+    def __init__(self, addresses: Sequence[str], monotonic: Callable[[], float],
+                 suspect_s: float) -> None:
+        self.addresses = list(dict.fromkeys(addresses))
+        self.address = self.addresses[0]
+        self._monotonic = monotonic
+        self._suspect_s = suspect_s
+        self._suspect_until: dict[str, float] = {}
+
+    def suspect(self, address: str) -> bool:
+        return self._suspect_until.get(address, 0.0) > self._monotonic()
+
+    def answered(self, address: str) -> None:
+        self._suspect_until.pop(address, None)
+        self.address = address
+
+    def follow(self, hint: str | None, asked: str) -> bool:
+        """Go to `hint` (a NotLeader answer from `asked` named it); False if not taken."""
+        if not hint or hint == asked or hint not in self.addresses or self.suspect(hint):
+            return False
+        self.address = hint
+        return True
+
+    def timed_out(self, address: str) -> None:
+        self._suspect_until[address] = self._monotonic() + self._suspect_s
+        self.failed(address)
+
+    def failed(self, address: str) -> None:
+        """Move past `address` if it is the guess."""
+        if self.address != address or address not in self.addresses:
+            return
+        start = self.addresses.index(address)
+        others = [self.addresses[(start + i) % len(self.addresses)]
+                  for i in range(1, len(self.addresses))] or [address]
+        self.address = next((a for a in others if not self.suspect(a)), others[0])

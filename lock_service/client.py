@@ -29,8 +29,12 @@ Leases:
   that lease expires (nothing proves the old process is gone).
 
 Calls follow NotLeader hints, rotate through the replicas on transport failures and retry
-until `call_timeout_s`. A retried mutation carries its first attempt's request id, so it
-takes effect at most once, and its answer is the first attempt's.
+until `call_timeout_s`, by the common retry policy (common/retry.py): an attempt waits about
+half a second at first (`AttemptTimer`, adapted to the recent p99, doubling after each
+timeout), and a replica that let one time out is suspect for about an election
+(`LeaderGuess`: hints naming it are not followed). A retried mutation carries its first
+attempt's request id, so it takes effect at most once, and its answer is the first
+attempt's.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import queue
+import random
 import threading
 import time
 import uuid
@@ -59,6 +64,7 @@ from common.errors import (
 )
 from common.proto import lock_service_pb2 as pb
 from common.proto import lock_service_pb2_grpc as pb_grpc
+from common.retry import AttemptTimer, LeaderGuess, RetryPolicy
 from common.stamp_file import addresses_of
 from lock_service import limits
 from lock_service.leader_hint import leader_hint
@@ -66,9 +72,14 @@ from lock_service.leader_hint import leader_hint
 log = logging.getLogger(__name__)
 
 CALL_TIMEOUT_S = 10.0
+# One attempt waits ATTEMPT_FIRST_S (or 3x the recent p99) at first, doubling after each
+# timeout up to ATTEMPT_TIMEOUT_S: a healthy leader answers in milliseconds.
+ATTEMPT_FIRST_S = 0.5
 ATTEMPT_TIMEOUT_S = 2.0
-RETRY_BACKOFF_MIN_S = 0.005
-RETRY_BACKOFF_MAX_S = 0.1
+# Between rounds of the replicas (all refused: an election) back off this way.
+RETRY_POLICY = RetryPolicy(backoff_min_s=0.005, backoff_max_s=0.1)
+# A replica that let an attempt time out is suspect this long (an election: about a second).
+SUSPECT_S = 1.5
 LEASE_MARGIN_FRACTION = 0.1
 LEASE_MARGIN_MIN_S = 0.05
 # Renewals are cheap (answered from the leader's memory): renew often enough that one
@@ -97,7 +108,10 @@ class LockClient:
         self.call_timeout_s = call_timeout_s
         self.clock = clock or SystemClock()
         self._addresses = list(dict.fromkeys(addresses))
-        self._leader_guess = self._addresses[0]
+        self._leader = LeaderGuess(self._addresses, self.clock.monotonic, SUSPECT_S)
+        self._attempts = AttemptTimer(first_s=ATTEMPT_FIRST_S, max_s=ATTEMPT_TIMEOUT_S)
+        self._rng = random.Random()
+        self._guess_mutex = threading.Lock()  # for _leader and _attempts (many threads call)
         self._mutex = threading.Lock()
         self._channels: dict[str, grpc.Channel] = {}
         self._stubs: dict[str, pb_grpc.LockServiceStub] = {}
@@ -245,44 +259,55 @@ class LockClient:
             address, sent = renewal.run()
         finally:
             renewal.cancel()
-        self._leader_guess = address
+        with self._guess_mutex:
+            self._leader.answered(address)
         return sent
 
     def _call(self, method: str, request: Any, *, deadline: float | None = None,
-              attempt_timeout_s: float = ATTEMPT_TIMEOUT_S) -> Any:
+              attempt_timeout_s: float | None = None) -> Any:
         """Call `method` on the leader, retrying as the module docstring says, until
-        `deadline` (monotonic; default call_timeout_s from now)."""
+        `deadline` (monotonic; default call_timeout_s from now); each attempt waits
+        `attempt_timeout_s` if given (a long poll), else as the AttemptTimer says."""
         if deadline is None:
             deadline = self.clock.monotonic() + self.call_timeout_s
-        address = self._leader_guess
-        backoff = RETRY_BACKOFF_MIN_S
-        attempts = 0
+        failures = timeouts = 0
         while True:
             remaining = deadline - self.clock.monotonic()
             if remaining <= 0:
                 raise DeadlineExceeded(f"{method}: no answer from the lock service in time")
+            with self._guess_mutex:
+                address = self._leader.address
+                wait_s = (attempt_timeout_s if attempt_timeout_s is not None
+                          else self._attempts.timeout_s(timeouts))
+            sent = self.clock.monotonic()
             try:
                 reply = getattr(self._stub(address), method)(
-                    request, timeout=min(remaining, attempt_timeout_s))
+                    request, timeout=min(remaining, wait_s))
             except grpc.RpcError as exc:
                 error = rpc.from_rpc_error(exc)
                 if not isinstance(error, RETRYABLE):
                     raise error from None
             else:
-                self._leader_guess = address
+                with self._guess_mutex:
+                    self._leader.answered(address)
+                    if attempt_timeout_s is None:
+                        self._attempts.observe(self.clock.monotonic() - sent)
                 return reply
-            attempts += 1
-            hint = leader_hint(error)
-            if hint and hint != address:
-                address = hint
-            else:
-                index = self._addresses.index(address) if address in self._addresses else -1
-                address = self._addresses[(index + 1) % len(self._addresses)]
-            if attempts % len(self._addresses) == 0:
-                # Every replica said no (an election, or all down): back off a little.
-                time.sleep(max(0.0, min(backoff, deadline - self.clock.monotonic())))
-                backoff = min(backoff * 2, RETRY_BACKOFF_MAX_S)
-            log.debug("%s: %s; trying %s", method, error, address)
+            failures += 1
+            delay = 0.0
+            with self._guess_mutex:
+                if isinstance(error, DeadlineExceeded):
+                    timeouts += 1
+                    self._leader.timed_out(address)
+                elif not self._leader.follow(leader_hint(error), address):
+                    self._leader.failed(address)
+                    if failures % len(self._addresses) == 0:
+                        # Every replica said no (an election, or all down): back off a little.
+                        delay = RETRY_POLICY.delay(error, failures // len(self._addresses),
+                                                   True, self._rng) or 0.0
+                next_address = self._leader.address
+            log.debug("%s: %s; trying %s", method, error, next_address)
+            time.sleep(max(0.0, min(delay, deadline - self.clock.monotonic())))
 
 
 class _Renewal:
@@ -303,7 +328,7 @@ class _Renewal:
 
     def run(self) -> tuple[str, float]:
         """The address that renewed the lease and when its request was sent."""
-        self._send(self._client._leader_guess, RENEW_LEADER_TIMEOUT_S)
+        self._send(self._client._leader.address, RENEW_LEADER_TIMEOUT_S)
         while True:
             now = self._clock.monotonic()
             if now >= self._deadline:

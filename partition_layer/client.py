@@ -35,6 +35,7 @@ import asyncio
 import contextlib
 import itertools
 import os
+import random
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
@@ -55,7 +56,7 @@ from common.errors import (
 from common.loop_thread import LoopThread
 from common.proto import partition_pb2 as pb
 from common.proto import partition_pb2_grpc as pb_grpc
-from common.retry import AttemptTimer
+from common.retry import AttemptTimer, RetryPolicy
 from common.stamp_file import addresses_of, read_stamp
 from partition_layer import keys, scan_client
 from partition_layer.client_requests import (
@@ -77,8 +78,9 @@ T = TypeVar("T")
 TOKEN_PREFIX_BYTES = 12  # 96 random bits: no two clients share a prefix
 RETRY_BACKOFF_MIN_S = 0.02
 # Each retry after NotOwner or an unreachable server fetches the map again: at this pace at
-# most, so a failover's end (the partition's new owner in the map) is seen within it.
-RETRY_BACKOFF_MAX_S = 0.1
+# most (common/retry.py's policy, jittered), so a failover's end (the partition's new owner
+# in the map) is seen within it.
+RETRY_POLICY = RetryPolicy(backoff_min_s=RETRY_BACKOFF_MIN_S, backoff_max_s=0.1)
 # An attempt unanswered this long has the map fetched again (at most this often per
 # client): if the map now sends its key elsewhere (its server died or froze, and the
 # partition moved), an idempotent attempt is left for the new owner at once rather than
@@ -113,6 +115,7 @@ class AsyncPartitionClient:
         # How long an attempt at a partition server waits (common/retry.py): a frozen owner
         # costs about a second before the map is fetched again, not 10 s.
         self.attempts = AttemptTimer()
+        self._rng = random.Random()
 
     # ---- the map ----------------------------------------------------------------------------
 
@@ -214,7 +217,6 @@ class AsyncPartitionClient:
         caller_s = remaining_s(request, time.time())  # a front end's caller gives up then
         if caller_s is not None:
             deadline = min(deadline, time.monotonic() + caller_s)
-        backoff = RETRY_BACKOFF_MIN_S
         attempt = 0
         while True:
             try:
@@ -233,23 +235,19 @@ class AsyncPartitionClient:
                     return response
                 error = rpc.error_from_name(response.error, response.message)
                 if isinstance(error, Throttled):
-                    error.retry_after_s = response.retry_after_s or backoff
+                    error.retry_after_s = response.retry_after_s
                 raise error
-            except NotOwner as exc:
-                error = exc  # not executed there: always safe to retry
-            except Throttled as exc:
-                error = exc
-                backoff = max(backoff, exc.retry_after_s)
-            except (Unavailable, DeadlineExceeded) as exc:
-                if not idempotent:
+            except (Unavailable, DeadlineExceeded, Throttled) as exc:
+                # NotOwner (an Unavailable) and Throttled were not executed there: always
+                # safe to retry; another failure may have been, so only if `idempotent`.
+                safe = idempotent or isinstance(exc, (NotOwner, Throttled))
+                delay = RETRY_POLICY.delay(exc, attempt, True, self._rng) if safe else None
+                if delay is None or time.monotonic() + delay > deadline:
                     raise
-                error = exc
-            if time.monotonic() + backoff > deadline:
-                raise error
-            await asyncio.sleep(backoff)
-            backoff = min(RETRY_BACKOFF_MAX_S, backoff * 2)
+                refetch = not isinstance(exc, Throttled)  # the owner may have moved
+            await asyncio.sleep(delay)
             attempt += 1
-            if not isinstance(error, Throttled):
+            if refetch:
                 await self.refresh_map()
 
     async def _attempt(self, key: bytes, address: str, request: pb.Request, timeout_s: float,

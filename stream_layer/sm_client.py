@@ -3,38 +3,64 @@
 `AsyncStreamManagerClient.call` sends to the replica it believes leads; a NotLeader answer
 that names the leader redirects there, a NotLeader without a name or a transport failure moves
 on to the next replica, and the whole call retries until `leader_wait_ms` has passed (an
-election after a SIGKILL takes about a second). Errors the leader returns on purpose (not
-found, precondition failed, ...) are raised at once.
+election after a SIGKILL takes about a second), backing off by the common retry policy
+(common/retry.py). Errors the leader returns on purpose (not found, precondition failed, ...)
+are raised at once.
+
+How long one attempt waits (issue 29: a frozen leader must not hold a call for long):
+- A call whose resend cannot change its outcome (the IDEMPOTENT methods: reads, conditional
+  seals, DropExtents, heartbeats, setting a policy) waits a short, adaptive, doubling time
+  (`AttemptTimer`: about a second, or 3x the recent p99), then goes to the next replica.
+  The replica that stayed silent is suspect for SUSPECT_S (`LeaderGuess`): hints naming it
+  are not followed, so the call goes round the others until one of them leads.
+- Any other call (CreateStream, MultiModify, ...: a resend after an unseen success is refused
+  or, worse, acts again) waits for its answer until the leader wait runs out, as before; the
+  caller resolves the ambiguity (`multi_modify_resolved`, which may resend as it can tell).
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
+import random
 from collections.abc import Sequence
 from typing import Any
 
 from common import rpc
+from common.clock import Clock, SystemClock
 from common.config import StreamManagerLimits
 from common.errors import AlreadyExists, DeadlineExceeded, NotFound, NotLeader, Unavailable
 from common.proto import stream_manager_pb2 as pb
 from common.proto import stream_manager_pb2_grpc as pb_grpc
+from common.retry import AttemptTimer, LeaderGuess, RetryPolicy
 from stream_layer import stream_ops
 
-RETRY_DELAY_S = 0.02
-RETRY_DELAY_MAX_S = 0.2
-CALL_TIMEOUT_S = 30.0  # one attempt; a rollover (seal + create + commit) takes milliseconds
+RETRY_POLICY = RetryPolicy(backoff_min_s=0.02, backoff_max_s=0.2)
+# A call that may not be resent blindly waits at most this long in one attempt (and never
+# past the leader wait); a rollover (seal + create + commit) takes milliseconds.
+CALL_TIMEOUT_S = 30.0
+# A replica that let an attempt time out is suspect this long (common/retry.LeaderGuess):
+# CheckQuorum and an election take about a second.
+SUSPECT_S = 1.5
+# Safe to resend after an attempt that may have been applied unseen (module docstring).
+IDEMPOTENT = frozenset({
+    "OpenStream", "ListStreams", "SealAndAdd", "FenceStream", "SealExtent", "ListExtents",
+    "ListNodes", "Heartbeat", "GetExtent", "RecordErasureCoding", "ReleaseReplicas",
+    "ReportFragment", "DropExtents", "SetStreamPolicy", "ListStreamPolicies",
+})
 
 
 class AsyncStreamManagerClient:
-    def __init__(self, addresses: Sequence[str], limits: StreamManagerLimits | None = None
-                 ) -> None:
+    def __init__(self, addresses: Sequence[str], limits: StreamManagerLimits | None = None,
+                 clock: Clock | None = None, rng: random.Random | None = None) -> None:
         if not addresses:
             raise Unavailable("no stream manager addresses")
         self.addresses = list(addresses)
         self.limits = limits or StreamManagerLimits()
-        self._leader = self.addresses[0]
+        self.clock = clock or SystemClock()
+        self._rng = rng or random.Random()
+        self._leader = LeaderGuess(self.addresses, self.clock.monotonic, SUSPECT_S)
         self._channels = rpc.ChannelCache(self.limits.rpc_message_bytes_max)
+        self.attempts = AttemptTimer()
 
     def _stub(self, address: str) -> pb_grpc.StreamManagerStub:
         return pb_grpc.StreamManagerStub(self._channels.get(address))
@@ -42,35 +68,50 @@ class AsyncStreamManagerClient:
     async def close(self) -> None:
         await self._channels.close()
 
-    async def call(self, method: str, request: Any, timeout_s: float = CALL_TIMEOUT_S) -> Any:
-        """Call `method` on the leader, following hints and retrying until leader_wait_ms."""
-        deadline = time.monotonic() + self.limits.leader_wait_ms / 1000
-        delay = RETRY_DELAY_S
+    async def call(self, method: str, request: Any, timeout_s: float | None = None,
+                   idempotent: bool | None = None) -> Any:
+        """Call `method` on the leader, following hints and retrying until leader_wait_ms;
+        each attempt waits `timeout_s` if given, else as the module docstring says.
+        `idempotent` (default: whether `method` is in IDEMPOTENT): the caller can stand a
+        resend of an attempt that may have been applied."""
+        if idempotent is None:
+            idempotent = method in IDEMPOTENT
+        deadline = self.clock.monotonic() + self.limits.leader_wait_ms / 1000
+        attempt = timeouts = 0  # attempts failed; of them, timed out (each doubles the wait)
         last_error: Exception | None = None
         while True:
-            address = self._leader
+            address = self._leader.address
+            remaining = max(0.0, deadline - self.clock.monotonic())
+            wait_s = (timeout_s if timeout_s is not None
+                      else self.attempts.timeout_s(timeouts) if idempotent
+                      else min(CALL_TIMEOUT_S, remaining))
+            sent = self.clock.monotonic()
             try:
-                return await rpc.call(getattr(self._stub(address), method)(
-                    request, timeout=timeout_s))
+                reply = await rpc.call(getattr(self._stub(address), method)(
+                    request, timeout=max(0.05, min(wait_s, remaining))))
             except NotLeader as exc:
                 last_error = exc
-                if exc.leader and exc.leader != address and exc.leader in self.addresses:
-                    self._leader = exc.leader
+                if self._leader.follow(exc.leader, address):
                     continue  # redirected: no need to wait
-                self._rotate(address)
-            except (Unavailable, DeadlineExceeded) as exc:
+                self._leader.failed(address)
+            except DeadlineExceeded as exc:
                 last_error = exc
-                self._rotate(address)
-            if time.monotonic() >= deadline:
+                timeouts += 1
+                self._leader.timed_out(address)
+            except Unavailable as exc:
+                last_error = exc
+                self._leader.failed(address)
+            else:
+                self._leader.answered(address)
+                if timeout_s is None and idempotent:
+                    self.attempts.observe(self.clock.monotonic() - sent)
+                return reply
+            delay = RETRY_POLICY.delay(Unavailable(str(last_error)), attempt, True, self._rng)
+            attempt += 1
+            if self.clock.monotonic() + (delay or 0.0) >= deadline:
                 raise Unavailable(f"no stream manager leader answered {method} within "
                                   f"{self.limits.leader_wait_ms} ms: {last_error}")
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, RETRY_DELAY_MAX_S)
-
-    def _rotate(self, failed: str) -> None:
-        if self._leader == failed:
-            self._leader = self.addresses[(self.addresses.index(failed) + 1)
-                                          % len(self.addresses)]
+            await asyncio.sleep(delay or 0.0)
 
     async def status(self, address: str, timeout_s: float = 2.0) -> pb.StatusReply:
         """One replica's own status (no leader needed)."""
@@ -129,7 +170,8 @@ class AsyncStreamManagerClient:
         streams `ops` named that exist, as the reply would have. Otherwise the refusal (or
         the transport failure) stands and nothing was changed by this call."""
         try:
-            return await self.multi_modify(ops)
+            return list((await self.call("MultiModify", pb.MultiModifyRequest(ops=ops),
+                                         idempotent=True)).streams)
         except (NotFound, AlreadyExists, Unavailable, DeadlineExceeded):
             if not await self._exists(witness):
                 raise

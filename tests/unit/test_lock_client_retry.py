@@ -1,0 +1,74 @@
+"""The lock client leaves a silent leader after a short attempt and does not follow its
+followers back to it (issue 29: one retry policy, common/retry.py). Real gRPC servers in
+this process stand for the three replicas."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from concurrent import futures
+
+import grpc
+import pytest
+
+from common import rpc
+from common.proto import lock_service_pb2 as pb
+from common.proto import lock_service_pb2_grpc as pb_grpc
+from lock_service.client import LockClient
+
+
+class Replica(pb_grpc.LockServiceServicer):
+    """`frozen`: answers nothing until released; a leader answers Get; a follower names
+    `hint` as the leader."""
+
+    def __init__(self, frozen: bool = False, leads: bool = False) -> None:
+        self.frozen = frozen
+        self.leads = leads
+        self.hint = ""
+        self.asked = 0
+        self.thaw = threading.Event()
+
+    def Get(self, request, context):  # type: ignore[no-untyped-def]
+        self.asked += 1
+        if self.frozen:
+            self.thaw.wait(60)
+        if not self.leads:
+            metadata = ((rpc.ERROR_KEY, "NotLeader"),)
+            if self.hint:
+                metadata += ((rpc.LEADER_KEY, self.hint),)
+            context.set_trailing_metadata(metadata)
+            context.abort(grpc.StatusCode.UNAVAILABLE, "a follower")
+        return pb.GetReply(found=True, value=b"v", version=3)
+
+
+@pytest.fixture
+def replicas() -> Iterator[tuple[list[Replica], list[str]]]:
+    group = [Replica(frozen=True), Replica(), Replica(leads=True)]
+    servers, addresses = [], []
+    for replica in group:
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        pb_grpc.add_LockServiceServicer_to_server(replica, server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        servers.append(server)
+        addresses.append(f"127.0.0.1:{port}")
+    group[1].hint = addresses[0]
+    yield group, addresses
+    for replica, server in zip(group, servers, strict=True):
+        replica.thaw.set()
+        server.stop(0)
+
+
+def test_a_frozen_leader_costs_one_short_attempt(
+        replicas: tuple[list[Replica], list[str]]) -> None:
+    """Within a 3 s call: the old 2 s attempt at the frozen guess, then the follower's hint
+    back to it, ran out the call (DeadlineExceeded)."""
+    group, addresses = replicas
+    client = LockClient(addresses, "test", call_timeout_s=3.0)
+    try:
+        assert client.get("k") == (b"v", 3)
+        assert [r.asked for r in group] == [1, 1, 1]
+        assert client.get("k") == (b"v", 3)  # the leader is known now
+        assert [r.asked for r in group] == [1, 1, 2]
+    finally:
+        client.close()

@@ -1,0 +1,112 @@
+"""The stream-manager client leaves a silent leader after a short attempt (issue 29): real
+gRPC servers in this process stand for the three replicas of a stream-manager group."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from grpc import aio
+
+from common import rpc
+from common.clock import ManualClock
+from common.config import StreamManagerLimits
+from common.errors import NotLeader, Unavailable
+from common.proto import stream_manager_pb2 as pb
+from common.proto import stream_manager_pb2_grpc as pb_grpc
+from common.retry import LeaderGuess
+from stream_layer.sm_client import AsyncStreamManagerClient
+
+
+class Replica(pb_grpc.StreamManagerServicer):
+    """`frozen`: never answers; otherwise leads if `leads`, else names `hint` as leader."""
+
+    def __init__(self, frozen: bool = False, leads: bool = False) -> None:
+        self.frozen = frozen
+        self.leads = leads
+        self.hint = ""
+        self.asked = 0
+
+    @rpc.rpc_errors
+    async def SealAndAdd(self, request, context):  # type: ignore[no-untyped-def]
+        self.asked += 1
+        if self.frozen:
+            await asyncio.sleep(3600)
+        if not self.leads:
+            raise NotLeader("a follower", leader=self.hint or None)
+        return pb.StreamInfo(name=request.stream, writer_epoch=request.last_extent_id + 1)
+
+    @rpc.rpc_errors
+    async def CreateStream(self, request, context):  # type: ignore[no-untyped-def]
+        return await self.SealAndAdd(pb.SealAndAddRequest(stream=request.name), context)
+
+
+async def serve(replica: Replica) -> tuple[aio.Server, str]:
+    server = aio.server()
+    pb_grpc.add_StreamManagerServicer_to_server(replica, server)
+    port = rpc.add_port(server, "127.0.0.1:0")
+    await server.start()
+    return server, f"127.0.0.1:{port}"
+
+
+def test_a_frozen_leader_is_left_and_its_followers_hints_ignored() -> None:
+    """The first replica (the client's guess) is frozen and the second still names it as
+    leader; the third leads. With the old 30 s attempt (or by following the second's hint
+    back to the frozen one) the call outlasts the test's deadline, a condition not a
+    measure."""
+
+    async def scenario() -> None:
+        frozen, follower, leader = Replica(frozen=True), Replica(), Replica(leads=True)
+        servers = [await serve(r) for r in (frozen, follower, leader)]
+        addresses = [address for _, address in servers]
+        follower.hint = addresses[0]
+        client = AsyncStreamManagerClient(addresses, StreamManagerLimits(leader_wait_ms=60_000))
+        try:
+            info = await asyncio.wait_for(client.seal_and_add("s", 7), 20)
+            assert info.writer_epoch == 8
+            assert frozen.asked == 1 and follower.asked == 1 and leader.asked == 1
+        finally:
+            await client.close()
+            for server, _ in servers:
+                await server.stop(0)
+
+    asyncio.run(scenario())
+
+
+def test_a_call_that_cannot_be_resent_waits_for_its_answer() -> None:
+    """CreateStream is not resent after a timeout (a resend of an unseen success would be
+    refused as AlreadyExists): it waits on the frozen guess until the leader wait runs out
+    and is then refused as Unavailable, never sent to the others."""
+
+    async def scenario() -> None:
+        frozen, leader = Replica(frozen=True), Replica(leads=True)
+        servers = [await serve(r) for r in (frozen, leader)]
+        client = AsyncStreamManagerClient([address for _, address in servers],
+                                          StreamManagerLimits(leader_wait_ms=1_500))
+        try:
+            with pytest.raises(Unavailable):
+                await asyncio.wait_for(client.create_stream("s"), 20)
+            assert frozen.asked == 1 and leader.asked == 0
+        finally:
+            await client.close()
+            for server, _ in servers:
+                await server.stop(0)
+
+    asyncio.run(scenario())
+
+
+def test_leader_guess_skips_suspects_until_they_have_served_their_time() -> None:
+    clock = ManualClock()
+    guess = LeaderGuess(["a", "b", "c"], clock.monotonic, suspect_s=1.5)
+    guess.timed_out("a")
+    assert guess.address == "b"
+    assert not guess.follow("a", asked="b")  # b names the frozen a: not followed
+    guess.failed("b")
+    assert guess.address == "c"
+    guess.failed("c")
+    assert guess.address == "b"  # round the trusted ones, not back to a
+    clock.advance(1.6)
+    assert guess.follow("a", asked="b") and guess.address == "a"
+    guess.answered("a")
+    guess.failed("a")
+    assert guess.address == "b"
