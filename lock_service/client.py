@@ -29,8 +29,8 @@ Leases:
   that lease expires (nothing proves the old process is gone).
 
 Calls follow NotLeader hints, rotate through the replicas on transport failures and retry
-until `call_timeout_s`, by the common retry policy (common/retry.py): an attempt waits about
-half a second at first (`AttemptTimer`, adapted to the recent p99, doubling after each
+until `call_timeout_s`, by the common retry policy (common/retry.py): an attempt waits three
+quarters of a second at first (`AttemptTimer`, adapted to the recent p99, doubling after each
 timeout), and a replica that let one time out is suspect for about an election
 (`LeaderGuess`: hints naming it are not followed). A retried mutation carries its first
 attempt's request id, so it takes effect at most once, and its answer is the first
@@ -74,12 +74,13 @@ log = logging.getLogger(__name__)
 CALL_TIMEOUT_S = 10.0
 # One attempt waits ATTEMPT_FIRST_S (or 3x the recent p99) at first, doubling after each
 # timeout up to ATTEMPT_TIMEOUT_S: a healthy leader answers in milliseconds.
-ATTEMPT_FIRST_S = 0.5
+ATTEMPT_FIRST_S = 0.75
 ATTEMPT_TIMEOUT_S = 2.0
 # Between rounds of the replicas (all refused: an election) back off this way.
 RETRY_POLICY = RetryPolicy(backoff_min_s=0.005, backoff_max_s=0.1)
-# A replica that let an attempt time out is suspect this long (an election: about a second).
-SUSPECT_S = 1.5
+# A replica that let an attempt time out is suspect this long (an election: about a second;
+# a leader merely slow is asked again after it, with a doubled wait).
+SUSPECT_S = 1.0
 LEASE_MARGIN_FRACTION = 0.1
 LEASE_MARGIN_MIN_S = 0.05
 # Renewals are cheap (answered from the leader's memory): renew often enough that one

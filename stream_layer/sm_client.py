@@ -40,7 +40,7 @@ RETRY_POLICY = RetryPolicy(backoff_min_s=0.02, backoff_max_s=0.2)
 CALL_TIMEOUT_S = 30.0
 # A replica that let an attempt time out is suspect this long (common/retry.LeaderGuess):
 # CheckQuorum and an election take about a second.
-SUSPECT_S = 1.5
+SUSPECT_S = 1.0
 # Safe to resend after an attempt that may have been applied unseen (module docstring).
 IDEMPOTENT = frozenset({
     "OpenStream", "ListStreams", "SealAndAdd", "FenceStream", "SealExtent", "ListExtents",

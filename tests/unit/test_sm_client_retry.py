@@ -21,9 +21,11 @@ from stream_layer.sm_client import AsyncStreamManagerClient
 class Replica(pb_grpc.StreamManagerServicer):
     """`frozen`: never answers; otherwise leads if `leads`, else names `hint` as leader."""
 
-    def __init__(self, frozen: bool = False, leads: bool = False) -> None:
+    def __init__(self, frozen: bool = False, leads: bool = False, slow_s: float = 0.0
+                 ) -> None:
         self.frozen = frozen
         self.leads = leads
+        self.slow_s = slow_s
         self.hint = ""
         self.asked = 0
 
@@ -32,6 +34,7 @@ class Replica(pb_grpc.StreamManagerServicer):
         self.asked += 1
         if self.frozen:
             await asyncio.sleep(3600)
+        await asyncio.sleep(self.slow_s)
         if not self.leads:
             raise NotLeader("a follower", leader=self.hint or None)
         return pb.StreamInfo(name=request.stream, writer_epoch=request.last_extent_id + 1)
@@ -73,6 +76,29 @@ def test_a_frozen_leader_is_left_and_its_followers_hints_ignored() -> None:
     asyncio.run(scenario())
 
 
+def test_a_leader_merely_slow_is_asked_again_with_a_longer_wait() -> None:
+    """The leader answers after 1.2 s, past the first attempt's wait; its followers name it.
+    Suspect for a while, it is asked again once that is over, with a doubled wait."""
+
+    async def scenario() -> None:
+        slow = Replica(leads=True, slow_s=1.2)
+        followers = [Replica(), Replica()]
+        servers = [await serve(r) for r in (slow, *followers)]
+        addresses = [address for _, address in servers]
+        for follower in followers:
+            follower.hint = addresses[0]
+        client = AsyncStreamManagerClient(addresses, StreamManagerLimits(leader_wait_ms=60_000))
+        try:
+            info = await asyncio.wait_for(client.seal_and_add("s", 1), 30)
+            assert info.writer_epoch == 2 and slow.asked >= 2
+        finally:
+            await client.close()
+            for server, _ in servers:
+                await server.stop(0)
+
+    asyncio.run(scenario())
+
+
 def test_a_call_that_cannot_be_resent_waits_for_its_answer() -> None:
     """CreateStream is not resent after a timeout (a resend of an unseen success would be
     refused as AlreadyExists): it waits on the frozen guess until the leader wait runs out
@@ -97,7 +123,7 @@ def test_a_call_that_cannot_be_resent_waits_for_its_answer() -> None:
 
 def test_leader_guess_skips_suspects_until_they_have_served_their_time() -> None:
     clock = ManualClock()
-    guess = LeaderGuess(["a", "b", "c"], clock.monotonic, suspect_s=1.5)
+    guess = LeaderGuess(["a", "b", "c"], clock.monotonic, suspect_s=1.0)
     guess.timed_out("a")
     assert guess.address == "b"
     assert not guess.follow("a", asked="b")  # b names the frozen a: not followed
@@ -105,7 +131,7 @@ def test_leader_guess_skips_suspects_until_they_have_served_their_time() -> None
     assert guess.address == "c"
     guess.failed("c")
     assert guess.address == "b"  # round the trusted ones, not back to a
-    clock.advance(1.6)
+    clock.advance(1.1)
     assert guess.follow("a", asked="b") and guess.address == "a"
     guess.answered("a")
     guess.failed("a")
