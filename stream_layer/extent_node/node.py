@@ -2,9 +2,10 @@
 the primary's append path, the secondary's forward path, and sealing with sync from peers.
 
 As a primary it times every replica of every append it places (its own journal and each
-secondary): one that misses the per-replica timeout fails the append (replication.py), so a
-frozen or slow secondary, or this node's own slow disk, is sealed away within a fraction of
-a second instead of stalling the extent's writers (§2; issue 29).
+secondary): one that misses the per-replica timeout, or lags its peers on the same appends
+again and again, fails the append (replication.py), so a frozen or slow secondary, or this
+node's own slow disk, is sealed away within a fraction of a second instead of stalling the
+extent's writers (§2; issue 29).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from common.proto import extent_node_pb2_grpc as pb_grpc
 from stream_layer import framing
 from stream_layer.extent_node.replica import Replica
 from stream_layer.extent_node.replica_state import Write
-from stream_layer.extent_node.replication import LOCAL, Forwarder, PrimaryPipeline
+from stream_layer.extent_node.replication import LOCAL, Forwarder, Lag, PrimaryPipeline
 from stream_layer.extent_node.store import ExtentStore
 from stream_layer.replica_timeout import AdaptiveTimeout
 
@@ -48,6 +49,12 @@ def replica_timeout(limits: ExtentNodeLimits) -> AdaptiveTimeout:
     return AdaptiveTimeout(limits.replica_timeout_min_ms / 1000,
                            limits.replica_timeout_max_ms / 1000,
                            limits.replica_timeout_multiple, limits.replica_timeout_bytes_per_s)
+
+
+def replica_lag(limits: ExtentNodeLimits) -> Lag:
+    """When a primary fails a replica (its own journal included) for lagging its peers."""
+    return Lag(limits.replica_lag_min_ms / 1000, limits.replica_lag_ratio_min,
+               limits.replica_lag_window_ms / 1000, limits.replica_late_appends_min)
 
 
 class ExtentNode:
@@ -157,7 +164,8 @@ class ExtentNode:
             pipeline = PrimaryPipeline(replica.extent_id, replica.secondaries(),
                                        replica.durable_end, self._observe_replica,
                                        self.replica_timeout.timeout_s,
-                                       self.limits.replica_late_appends_min, self.address)
+                                       self.limits.replica_late_appends_min, self.address,
+                                       replica_lag(self.limits))
             self._pipelines[replica.extent_id] = pipeline
         return pipeline
 

@@ -16,6 +16,13 @@ Contract:
   to see: this node's own loop was blocked by its slow disk, say) fails the pipeline too,
   once what is durable everywhere is acknowledged. The pipeline reports each replica's
   latency for each append, so the timeout adapts.
+- A replica that lags its peers (`Lag`) fails the pipeline too, however long the timeout:
+  the last replica to make appends durable, far behind the others and a multiple of their
+  latency, several answers in a row. The timeout is absolute (a multiple of a p99, up to 500
+  ms), so on a loaded stamp a +200 ms disk is never late; it is always behind its peers,
+  while a busy machine slows all three alike. An answer that kept pace with the peers (or
+  was fast) ends the run; one that says nothing either way (its peers' acks still queued
+  behind this node's own blocked loop) leaves it.
 - Forwarding is one bidi stream per secondary shared by all extents; whatever is queued when
   the stream is free goes in one message (bounded), not one RPC per block.
 """
@@ -47,6 +54,26 @@ class _Inflight:
     end: int
     future: asyncio.Future[tuple[int, int]]
     sent_at: float
+    replicas_durable: int = 0  # how many replicas have it durable
+    last_durable_at: float = 0.0  # when the latest of those did
+
+
+@dataclass(frozen=True)
+class Lag:
+    """When a replica lags its peers (config.py `replica_lag_*`): it made appends durable
+    last, at least `min_s` after the others and at `ratio_min` times their latency, on
+    `answers_min` of its answers in a row, each within `window_s` of the one before."""
+
+    min_s: float
+    ratio_min: float
+    window_s: float
+    answers_min: int
+
+
+@dataclass
+class _LagRun:
+    count: int = 0
+    last_at: float = 0.0
 
 
 Observer = Callable[[str, float], None]  # (replica, seconds from submit to durable there)
@@ -63,7 +90,8 @@ class PrimaryPipeline:
     def __init__(self, extent_id: int, secondaries: list[str], start: int,
                  observe: Observer = _ignore,
                  timeout_s: Callable[[int], float] | None = None,
-                 late_appends_min: int = 1, address: str = LOCAL) -> None:
+                 late_appends_min: int = 1, address: str = LOCAL,
+                 lag: Lag | None = None) -> None:
         self.extent_id = extent_id
         self.address = address  # this replica's, named in errors as the late one
         self.durable: dict[str, int] = {LOCAL: start, **{s: start for s in secondaries}}
@@ -82,6 +110,8 @@ class PrimaryPipeline:
         # late answer is a busy machine, `late_appends_min` in a row a slow replica.
         self._late_appends_min = late_appends_min
         self._late_streak: dict[str, int] = dict.fromkeys(self.durable, 0)
+        self._lag = lag if len(self.durable) > 1 else None  # one replica has no peers
+        self._lag_runs: dict[str, _LagRun] = {who: _LagRun() for who in self.durable}
 
     def submit(self, offset: int, end: int, now: float = 0.0) -> asyncio.Future[tuple[int, int]]:
         """Track an append placed at [offset, end); its future resolves to (offset, end)."""
@@ -99,14 +129,32 @@ class PrimaryPipeline:
         self.durable[who] = end
         index = max(self._covered.get(who, 0) - self._popped, 0)
         late = 0.0
+        replicas = len(self.durable)
+        lag = self._lag
+        # Of the appends `who` completes (the last replica to make them durable): the most
+        # it lagged its peers on one it took `ratio_min` times as long on (-1: none), and
+        # whether it kept pace on one (within `min_s` of the others).
+        behind, paced = -1.0, False
+        slowest = 0.0
         while index < len(self.inflight) and self.inflight[index].end <= end:
             item = self.inflight[index]
-            self._observe(who, now - item.sent_at)
+            latency = now - item.sent_at
+            self._observe(who, latency)
             if self._timeout_s is not None and \
-                    now - item.sent_at > self._timeout_s(item.end - item.offset):
-                late = max(late, now - item.sent_at)
+                    latency > self._timeout_s(item.end - item.offset):
+                late = max(late, latency)
+            item.replicas_durable += 1
+            if lag is not None and item.replicas_durable == replicas:
+                gap = now - item.last_durable_at
+                if gap < lag.min_s:
+                    paced = True
+                elif latency >= lag.ratio_min * (item.last_durable_at - item.sent_at):
+                    behind = max(behind, gap)
+            item.last_durable_at = now
+            slowest = max(slowest, latency)
             index += 1
         self._covered[who] = self._popped + index
+        lagging = lag is not None and self._note_lag(who, behind, paced, slowest, now)
         self._late_streak[who] = self._late_streak.get(who, 0) + 1 if late else 0
         acked = min(self.durable.values())
         while self.inflight and self.inflight[0].end <= acked:
@@ -122,6 +170,28 @@ class PrimaryPipeline:
             self.fail(ReplicationFailed(
                 f"replica {who or 'primary'} took {late * 1000:.0f} ms, past its per-replica "
                 f"timeout, {self._late_streak[who]} appends in a row"), late=who)
+        elif lagging:
+            # Durable, but far behind its peers again and again: a slow replica under the
+            # timeout (a slow disk on a loaded stamp). As above: seal it away.
+            self.fail(ReplicationFailed(
+                f"replica {who or 'primary'} lagged its peers by {behind * 1000:.0f} ms "
+                f"({slowest * 1000:.0f} ms), {self._lag_runs[who].count} answers in a row"),
+                late=who)
+
+    def _note_lag(self, who: str, behind: float, paced: bool, slowest: float,
+                  now: float) -> bool:
+        """Count an answer of `who` in its run of lagging ones (on_durable's `behind` and
+        `paced`; `slowest`: its latency on the oldest append it covered); True once the run
+        is long enough to fail it."""
+        lag = self._lag
+        assert lag is not None
+        run = self._lag_runs.setdefault(who, _LagRun())
+        if behind >= lag.min_s:
+            run.count = run.count + 1 if now - run.last_at <= lag.window_s else 1
+            run.last_at = now
+        elif paced or slowest < lag.min_s:
+            run.count = 0  # kept pace with its peers, or fast: not a slow replica
+        return run.count >= lag.answers_min
 
     def overdue(self, now: float, timeout_s: Callable[[int], float]) -> list[str]:
         """The replicas (LOCAL: this one) that have not made the oldest append in flight

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from common.errors import ReplicationFailed, Unavailable
-from stream_layer.extent_node.replication import LOCAL, PrimaryPipeline
+from stream_layer.extent_node.replication import LOCAL, Lag, PrimaryPipeline
 
 
 def test_acks_only_when_all_replicas_durable_and_in_order() -> None:
@@ -134,4 +134,100 @@ def test_a_failure_names_the_replica_whose_timeout_caused_it() -> None:
         with pytest.raises(ReplicationFailed) as sealed:
             other.submit(0, 10)
         assert sealed.value.late_replica == ""
+    asyncio.run(scenario())
+
+
+LAG = Lag(min_s=0.1, ratio_min=2.0, window_s=1.0, answers_min=3)
+
+
+def _lagging_pipeline() -> PrimaryPipeline:
+    # A timeout no +200 ms replica reaches (a loaded stamp's: 4 x a p99 of 125 ms).
+    return PrimaryPipeline(1, ["s1", "s2"], start=0, timeout_s=lambda nbytes: 0.5,
+                           late_appends_min=3, lag=LAG)
+
+
+def _append(p: PrimaryPipeline, n: int, now: float, latencies: dict[str, float]
+            ) -> asyncio.Future[tuple[int, int]]:
+    """Append number n (10 bytes at 10 n), made durable by each replica after its latency,
+    the replicas answering in the order of their latencies."""
+    done = p.submit(n * 10, n * 10 + 10, now=now)
+    for who, latency in sorted(latencies.items(), key=lambda item: item[1]):
+        p.on_durable(who, n * 10 + 10, now=now + latency)
+    return done
+
+
+def test_a_replica_far_behind_its_peers_fails_under_the_timeout() -> None:
+    """A +200 ms disk on a loaded stamp: never past the timeout (0.5 s), but every answer
+    200 ms behind its peers' 20 ms. Three answers in a row fail the pipeline, naming it."""
+    async def scenario() -> None:
+        p = _lagging_pipeline()
+        for n in range(2):
+            assert _append(p, n, n * 0.3, {LOCAL: 0.01, "s1": 0.22, "s2": 0.02}).result()
+        assert p.failed is None
+        last = _append(p, 2, 0.6, {LOCAL: 0.01, "s1": 0.22, "s2": 0.02})
+        assert last.result() == (20, 30)  # durable everywhere: acknowledged
+        with pytest.raises(ReplicationFailed, match="lagged its peers") as failed:
+            p.submit(30, 40, now=0.9)
+        assert failed.value.late_replica == "s1"
+    asyncio.run(scenario())
+
+
+def test_a_primary_whose_own_journal_lags_is_named() -> None:
+    async def scenario() -> None:
+        p = PrimaryPipeline(1, ["s1", "s2"], start=0, timeout_s=lambda nbytes: 0.5,
+                            late_appends_min=3, address="primary:1", lag=LAG)
+        for n in range(3):
+            _append(p, n, n * 0.3, {LOCAL: 0.21, "s1": 0.01, "s2": 0.02})
+        assert p.failed is not None and p.late_replica == "primary:1"
+    asyncio.run(scenario())
+
+
+def test_a_busy_machine_slows_every_replica_alike_and_fails_none() -> None:
+    """All three replicas at 150-260 ms (a loaded 2-core stamp with TLS), one of them a bit
+    behind the others each time: no replica lags by far, none is failed."""
+    async def scenario() -> None:
+        p = _lagging_pipeline()
+        for n in range(200):
+            slow = ("s1", "s2", LOCAL)[n % 3]
+            latencies = {LOCAL: 0.15 + 0.01 * (n % 5), "s1": 0.16, "s2": 0.17}
+            latencies[slow] = 0.26
+            assert _append(p, n, n * 0.3, latencies).result()
+        assert p.failed is None
+    asyncio.run(scenario())
+
+
+def test_a_lag_run_ends_on_an_answer_that_kept_pace_or_after_the_window() -> None:
+    async def scenario() -> None:
+        p = _lagging_pipeline()
+        lagging = {LOCAL: 0.01, "s1": 0.22, "s2": 0.02}
+        _append(p, 0, 0.0, lagging)
+        _append(p, 1, 0.3, lagging)
+        _append(p, 2, 0.6, {LOCAL: 0.01, "s1": 0.03, "s2": 0.02})  # kept pace: run over
+        _append(p, 3, 0.9, lagging)
+        _append(p, 4, 1.2, lagging)
+        assert p.failed is None
+        _append(p, 5, 2.6, lagging)  # 1.4 s after the last: a new run
+        _append(p, 6, 2.9, lagging)
+        assert p.failed is None
+        _append(p, 7, 3.2, lagging)
+        assert p.failed is not None and p.late_replica == "s1"
+    asyncio.run(scenario())
+
+
+def test_an_answer_that_says_nothing_about_the_lag_leaves_the_run() -> None:
+    """This primary's own loop blocked by its slow journal: its peers' acks are read only
+    after its own durability, so it completes nothing and is slow (neutral: the run goes
+    on), and the peers complete with no lag."""
+    async def scenario() -> None:
+        p = PrimaryPipeline(1, ["s1", "s2"], start=0, timeout_s=lambda nbytes: 0.5,
+                            late_appends_min=3, address="primary:1", lag=LAG)
+        behind = {LOCAL: 0.21, "s1": 0.01, "s2": 0.02}
+        blocked = {LOCAL: 0.2, "s1": 0.201, "s2": 0.202}
+        _append(p, 0, 0.0, behind)
+        _append(p, 1, 0.3, blocked)
+        _append(p, 2, 0.6, behind)
+        assert p.failed is None
+        _append(p, 3, 0.9, blocked)
+        _append(p, 4, 1.2, behind)
+        assert p.failed is not None and p.late_replica == "primary:1"
     asyncio.run(scenario())
