@@ -10,7 +10,7 @@ Get Blob Properties (HEAD), Get / Set Metadata, Set Properties, Seal, Delete.
 What is stored or echoed in XML is checked first: metadata as Azure's rule says
 (blob_model.check_metadata), blob names and List parameters free of characters XML cannot
 carry (400), content headers free of bytes that were not UTF-8. Bodies move in time both
-ways (blob_server.transfer_timeout_s): an Append Block's is read in time or the request is
+ways (blob_request.transfer_timeout_s): an Append Block's is read in time or the request is
 408, and Get Blob's every write is taken in time or the connection is cut.
 """
 
@@ -29,7 +29,7 @@ from common.errors import InvalidArgument
 from frontend import blob_model as model
 from frontend import blob_xml
 from frontend.blob_model import BlobError, Conditions, Props, http_date, http_etag
-from frontend.blob_server import (
+from frontend.blob_request import (
     REQUEST_OVERHEAD_BYTES,
     BlobRequest,
     Handler,

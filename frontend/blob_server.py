@@ -34,16 +34,11 @@ stranger could fill the front end's log).
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import json
 import logging
 import os
 import ssl
 import time
-import uuid
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import unquote
@@ -55,21 +50,26 @@ from common import durable_fs
 from common.config import FrontEndLimits
 from common.errors import InvalidArgument, StampError
 from frontend import blob_auth, blob_xml, names
-from frontend.blob_model import BLOB_NAME_BYTES_MAX, METADATA_BYTES_MAX, BlobError, http_date
+from frontend.blob_handlers import route
+from frontend.blob_model import BLOB_NAME_BYTES_MAX, METADATA_BYTES_MAX, BlobError
+from frontend.blob_request import (
+    DEFAULT_VERSION,
+    BlobRequest,
+    request_id,
+    within,
+)
 from frontend.blob_store import BlobStore, service_error
-from frontend.server_call import UNROUTED, FrontEnd
+from frontend.server_call import FrontEnd
 
 log = logging.getLogger(__name__)
 http_log = logging.getLogger(__name__ + ".http")  # aiohttp's RequestHandler logs here
 
 # Written beside ready.json: where the endpoint listens (`stamp up` records it in stamp.json).
 HTTP_READY_FILE = "http.json"
-DEFAULT_VERSION = "2021-12-02"  # answered when a request names none
 # Room for the headers and framing of the largest Append Block body.
 BODY_SLACK_BYTES = 64 * 1024
 # Blob operations a service SAS with `r` admits: every read blob_handlers.route serves.
 SAS_READS = {("GET", ""), ("HEAD", ""), ("GET", "metadata"), ("HEAD", "metadata")}
-REQUEST_OVERHEAD_BYTES = 256  # what the throttle charges a request beyond its body
 # On SIGTERM, requests under way get this long (as gRPC's streams do), then are cut.
 SHUTDOWN_GRACE_S = 1.0
 # The URL: an account and a container (63 characters each), a blob name and a List prefix or
@@ -77,14 +77,8 @@ SHUTDOWN_GRACE_S = 1.0
 REQUEST_LINE_BYTES_MAX = 2 * 3 * BLOB_NAME_BYTES_MAX + 4 * 1024
 HEADER_FIELD_BYTES_MAX = METADATA_BYTES_MAX + 1024  # one x-ms-meta- header may hold it all
 HEADERS_MAX = 256  # metadata pairs and the ~20 headers an SDK sends
-# The slowest a body may move, beyond the headers timeout: 4 MiB in 16 s.
-BYTES_PER_S_MIN = 256 * 1024
 HTTP_REFUSALS_LOGGED_PER_S = 1.0
 REFUSAL_SHOWN_CHARS_MAX = 200  # of aiohttp's reason (it quotes the offending bytes)
-# x-ms-request-id: a GUID as the service's, unique per request: this process's random first
-# 64 bits, then a counter (uuid4 per request read the OS's randomness every time).
-_REQUEST_ID_PREFIX = str(uuid.uuid4())[:24]
-_request_numbers = itertools.count()
 
 
 class _HttpRefusals(logging.Filter):
@@ -115,50 +109,6 @@ class _HttpRefusals(logging.Filter):
 
 
 http_log.addFilter(_HttpRefusals())
-
-
-def request_id() -> str:
-    return f"{_REQUEST_ID_PREFIX}{next(_request_numbers) & 0xFFFF_FFFF_FFFF:012x}"
-
-
-@dataclass
-class BlobRequest:
-    """One parsed request: the URL's account, container and blob (decoded), its query."""
-
-    http: web.Request
-    request_id: str
-    account: str
-    container: str
-    blob: str
-    query: dict[str, str]
-
-    @property
-    def comp(self) -> str:
-        return self.query.get("comp", "")
-
-    @property
-    def restype(self) -> str:
-        return self.query.get("restype", "")
-
-    def header(self, name: str) -> str | None:
-        return self.http.headers.get(name)
-
-    def base_headers(self) -> dict[str, str]:
-        """The headers of every answer."""
-        headers = {"x-ms-request-id": self.request_id,
-                   "x-ms-version": self.http.headers.get("x-ms-version", DEFAULT_VERSION),
-                   "Date": http_date(int(time.time() * 1000)),
-                   "Server": "Stamp-Blob"}
-        client_id = self.http.headers.get("x-ms-client-request-id")
-        if client_id is not None:
-            headers["x-ms-client-request-id"] = client_id
-        return headers
-
-    def endpoint(self) -> str:
-        return f"http://{self.http.host}/{self.account}/"
-
-
-Handler = Callable[[BlobRequest, BlobStore, FrontEnd], Awaitable[web.StreamResponse]]
 
 
 def error_response(request: BlobRequest | None, exc: BlobError, head: bool
@@ -270,33 +220,6 @@ async def _keys(front_end: FrontEnd, account: str, peer: str) -> blob_auth.Keys 
     return await front_end.auth.keys(account, peer)
 
 
-def transfer_timeout_s(limits: FrontEndLimits, nbytes: int) -> float:
-    """How long moving `nbytes` of a body may take (the module's rule)."""
-    return limits.blob_headers_timeout_ms / 1000 + nbytes / BYTES_PER_S_MIN
-
-
-async def write_within(http: web.Request, response: web.StreamResponse, data: bytes,
-                       limits: FrontEndLimits) -> None:
-    """Write `data` of a prepared, streamed `response` (b"": end it) within
-    transfer_timeout_s; a client that does not take it in time has its connection cut, and
-    ConnectionResetError is raised (aiohttp then drops the request as one whose client went
-    away)."""
-    await _within(http, limits, len(data),
-                  response.write(data) if data else response.write_eof())
-
-
-async def _within(http: web.Request, limits: FrontEndLimits, nbytes: int,
-                  step: Awaitable[None]) -> None:
-    try:
-        async with asyncio.timeout(transfer_timeout_s(limits, nbytes)):
-            await step
-    except TimeoutError:
-        if http.transport is not None:
-            http.transport.abort()
-        raise ConnectionResetError(f"the client took no {nbytes} bytes of its answer in "
-                                   f"time") from None
-
-
 async def _answer(http: web.Request, response: web.StreamResponse,
                   limits: FrontEndLimits) -> web.StreamResponse:
     """`response` sent, its body within the time write_within allows it."""
@@ -305,27 +228,14 @@ async def _answer(http: web.Request, response: web.StreamResponse,
     body = response.body if isinstance(response, web.Response) else None
     await response.prepare(http)
     # A Response's body goes out in write_eof.
-    await _within(http, limits, len(body) if isinstance(body, bytes) else 0,
+    await within(http, limits, len(body) if isinstance(body, bytes) else 0,
                   response.write_eof())
     return response
-
-
-def admit(front_end: FrontEnd, request: BlobRequest, group: str, nbytes: int) -> None:
-    """The front end's account throttle, for the partition server `group` routes to."""
-    route = front_end.client.route_name(request.account, group)
-    server = route[0] if route is not None else UNROUTED
-    try:
-        front_end.throttle.admit(request.account, server, nbytes).raise_if_refused()
-    except StampError as exc:
-        front_end.counters.refused(exc)
-        raise
 
 
 def make_app(front_end: FrontEnd, store: BlobStore) -> web.Application:
     """The aiohttp application of the endpoint (one catch-all route: Azure's operations are
     told apart by method, path depth and query, not by path patterns)."""
-    from frontend.blob_handlers import route
-
     limits = store.limits
     skew_s = limits.blob_request_skew_ms / 1000
 

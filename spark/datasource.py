@@ -30,21 +30,25 @@ reader is spark/stream.py.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from common.errors import InvalidArgument
-from spark.datasource_access import Access, read_only_access
+from spark.datasource_access import read_only_access
+from spark.datasource_options import (
+    EntityPartition,
+    LogPartition,
+    is_log_read,
+    log_names,
+    name_option,
+    positive_option,
+    records_per_partition,
+)
 from spark.datasource_plan import (
-    Bound,
     EntityPiece,
-    LogSpan,
     Narrowing,
     entity_pieces,
     log_partitions,
-    valid_name,
 )
 from spark.datasource_read import ENTITY_DDL, LOG_DDL, read_entities, read_spans
 
@@ -54,7 +58,6 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 FORMAT = "stamp"
-RECORDS_PER_PARTITION = 200_000  # a Spark task's share of a log: a few seconds of reading
 # A range partition bigger than this (its server's report) is read by two tasks, cut at the
 # name that halves it: a few seconds of reading for each.
 BYTES_PER_PARTITION = 256 * 1024 * 1024
@@ -66,51 +69,6 @@ def register(session: SparkSession) -> None:
     """Make `format("stamp")` known to `session` (batch and streaming), filters pushed."""
     session.conf.set(PUSHDOWN_CONF, "true")
     session.dataSource.register(StampDataSource)
-
-
-def is_log_read(options: Any) -> bool:
-    return bool(options.get("log")) or options.get("logPrefix") is not None
-
-
-def positive_option(options: Any, name: str, default: int) -> int:
-    text = options.get(name) or str(default)
-    if not text.isdigit() or int(text) <= 0:
-        raise InvalidArgument(f"option {name} is a positive integer, not {text!r}")
-    return int(text)
-
-
-def records_per_partition(options: Any) -> int:
-    return positive_option(options, "recordsPerPartition", RECORDS_PER_PARTITION)
-
-
-def log_names(options: Any, access: Access) -> list[str]:
-    """The logs a read names (option `log`), or those listed under `logPrefix`."""
-    if options.get("log"):
-        logs = [name.strip() for name in options["log"].split(",") if name.strip()]
-        bad = [name for name in logs if not valid_name(name)]
-        if bad:
-            raise InvalidArgument(f"option log: {bad[0]!r} is not a log name")
-        return sorted(set(logs))
-    return list(access.shared_client().list_logs(options.get("logPrefix") or ""))
-
-
-def name_option(options: Any, name: str) -> Bound | None:
-    value = options.get(name)
-    if not value:
-        return None
-    if not valid_name(value):
-        raise InvalidArgument(f"option {name}: {value!r} is not a partition name")
-    return (value, b"")
-
-
-@dataclass
-class EntityPartition(InputPartition):
-    piece: EntityPiece
-
-
-@dataclass
-class LogPartition(InputPartition):
-    spans: list[LogSpan]
 
 
 class StampDataSource(DataSource):

@@ -26,8 +26,8 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
 from common.errors import InvalidArgument
-from spark.datasource import LogPartition, log_names, records_per_partition
 from spark.datasource_access import read_only_access
+from spark.datasource_options import LogPartition, log_names, records_per_partition
 from spark.datasource_plan import LogSpan, cut_spans
 from spark.datasource_read import read_spans
 

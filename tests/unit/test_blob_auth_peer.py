@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from frontend import blob_server
+from frontend import blob_request, blob_server
 from frontend.blob_model import BlobError
 
 
@@ -27,7 +27,7 @@ def _peers_asked(peername: tuple[str, int]) -> list[str]:
                            query={})
     front_end = SimpleNamespace(counters=SimpleNamespace(requests=0),
                                 auth=SimpleNamespace(keys=keys))
-    request = blob_server.BlobRequest(http, "id", "made-up", "c", "b", {})  # type: ignore[arg-type]
+    request = blob_request.BlobRequest(http, "id", "made-up", "c", "b", {})  # type: ignore[arg-type]
     with pytest.raises(BlobError):
         asyncio.run(blob_server.authorize(request, front_end, 900.0))  # type: ignore[arg-type]
     return asked

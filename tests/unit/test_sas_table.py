@@ -19,7 +19,7 @@ import pytest
 from common.errors import PermissionDenied
 from common.proto import frontend_pb2 as fe_pb
 from common.proto import partition_pb2 as pb
-from frontend import blob_auth, blob_server, sas, wire
+from frontend import blob_auth, blob_request, blob_server, sas, wire
 from frontend.blob_model import BlobError
 from partition_layer.payload_crc import payload_crcs
 
@@ -140,8 +140,8 @@ def _authorize(method: str, comp: str, level: str, letter: str) -> bool:
         return KEYS if account == ACCOUNT else None
     front_end = SimpleNamespace(counters=SimpleNamespace(requests=0),
                                 auth=SimpleNamespace(keys=keys))
-    request = blob_server.BlobRequest(http, "id", ACCOUNT, container, blob,  # type: ignore[arg-type]
-                                      query)
+    request = blob_request.BlobRequest(http, "id", ACCOUNT, container, blob,  # type: ignore[arg-type]
+                                       query)
     try:
         asyncio.run(blob_server.authorize(request, front_end, 900.0))  # type: ignore[arg-type]
     except BlobError as refused:

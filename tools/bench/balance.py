@@ -14,7 +14,6 @@ partition on one PS and two on two PSs, taking turns with no balancing pass runn
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from collections.abc import Callable
 from typing import Any
@@ -22,21 +21,17 @@ from typing import Any
 import uvloop
 
 from common import rpc
-from common.config import KiB, MiB
+from common.config import MiB
 from common.errors import StampError
 from common.proto import partition_pb2 as pb
 from common.proto import partition_pb2_grpc as pb_grpc
+from tools.bench.balance_layouts import run_layouts
+from tools.bench.balance_load import APPENDERS, LOGS, Load, Progress
 from tools.bench.fresh_stamp import with_fresh_stamp
 from tools.bench.measure import row
 from tools.bench.partition import _client
 from tools.local_stamp import LocalStamp
 
-Progress = Callable[[str], None]
-APPENDERS = 32
-LOGS = 256
-HOT_LOGS = LOGS // 10
-HOT_SHARE = 0.8
-RECORD = b"b" * KiB
 BEFORE_S = 4.0
 STEADY_S = 3.0
 AFTER_S = 10.0
@@ -47,42 +42,10 @@ WITHIN = 0.25
 def run_balance(progress: Progress = lambda _: None) -> list[dict[str, Any]]:
     """The two phases, then the control (balance_layouts.py): the load on one partition and
     on two PSs, taking turns, on a stamp of its own."""
-    from tools.bench.balance_layouts import run_layouts  # it imports this module
-
     rows: list[dict[str, Any]] = with_fresh_stamp(
         "", lambda stamp: uvloop.run(_balance(stamp, progress)), progress,
         stream_layer_only=False, balancing=True)
     return rows + run_layouts(progress)
-
-
-class Load:
-    """The appenders; `skewed` switches where they write."""
-
-    def __init__(self) -> None:
-        self.acks = 0
-        self.errors: list[str] = []
-        self.skewed = False
-        self.stop = asyncio.Event()
-
-    def log(self, rng: random.Random) -> str:
-        if self.skewed and rng.random() < HOT_SHARE:
-            return f"log-{rng.randrange(HOT_LOGS):03d}"
-        return f"log-{rng.randrange(LOGS):03d}"
-
-    async def appender(self, client: Any, index: int) -> None:
-        rng = random.Random(index)
-        while not self.stop.is_set():
-            try:
-                await client.append("bench", self.log(rng), [RECORD])
-            except StampError as exc:
-                self.errors.append(str(exc))
-                continue
-            self.acks += 1
-
-    async def rate(self, seconds: float) -> float:
-        start_acks, started = self.acks, time.monotonic()
-        await asyncio.sleep(seconds)
-        return (self.acks - start_acks) / (time.monotonic() - started)
 
 
 async def _balance(stamp: LocalStamp, progress: Progress) -> list[dict[str, Any]]:

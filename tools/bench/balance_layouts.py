@@ -18,7 +18,7 @@ import uvloop
 from common.errors import StampError
 from common.proto import partition_pb2 as pb
 from partition_layer import keys
-from tools.bench.balance import APPENDERS, LOGS, Load, Progress
+from tools.bench.balance_load import APPENDERS, LOGS, Load, Progress
 from tools.bench.fresh_stamp import with_fresh_stamp
 from tools.bench.measure import row
 from tools.bench.partition import _client
