@@ -31,11 +31,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Coroutine
 from typing import Any
 
 from common import background, metrics, rpc
+from common.clock import Clock, SystemClock
 from common.config import PartitionLimits, PartitionManagerConfig
 from common.errors import InvalidArgument, NotLeader, StampError, Unavailable
 from common.proto import partition_pb2 as pb
@@ -51,18 +51,17 @@ from partition_layer.history import (
     HistoryStore,
 )
 from partition_layer.manager_ops import SplitMerge
+from partition_layer.map_store import MapStore, read_map
 from partition_layer.partition_map import (
     BORN_BOOTSTRAP,
     PartitionMap,
     assigned_elsewhere,
-    bootstrap_split_keys,
     least_loaded,
 )
 from stream_layer.sm_client import AsyncStreamManagerClient
 
 log = logging.getLogger(__name__)
 
-MAP_KEY = "pm/map"
 LEADER_LOCK = "pm/leader"
 LEADER_ADDRESS_KEY = "pm/leader-address"
 SERVER_PREFIX = "ps/"
@@ -81,11 +80,15 @@ SUSPECT_PASS_S = 0.025
 # ...for at most this long past when its session must have ended if it died at its last
 # beat (then it is alive, renewing, and merely not heard from: a busy or cut-off server).
 SUSPECT_MARGIN_S = 1.0
-
-
-def read_map(locks: LockClient) -> tuple[PartitionMap, int] | None:
-    found = locks.get(MAP_KEY)
-    return None if found is None else (PartitionMap.from_json(found[0]), found[1])
+# The pass lists the registrations (a List, then a Get per server, at the lock service's
+# leader) only when it may find them changed (issue 29: listing every pass was most of an
+# idle stamp's lock-service load): while a live server's heartbeat is QUIET_LATE_INTERVALS
+# intervals late (it may have died: its registration ends with its session, and the pass
+# must see that at once — a failover waits for it), when a server it does not list (or at
+# another address) heartbeats, and at least every LIVE_REFRESH_S (a server that stopped
+# cleanly, or lost its session yet beats on).
+QUIET_LATE_INTERVALS = 1.1
+LIVE_REFRESH_S = 1.0
 
 
 def live_servers(locks: LockClient) -> dict[str, str]:
@@ -101,8 +104,10 @@ def live_servers(locks: LockClient) -> dict[str, str]:
 class PartitionManager:
     def __init__(self, name: str, address: str, locks: LockClient, limits: PartitionLimits,
                  sm: AsyncStreamManagerClient | None = None,
-                 config: PartitionManagerConfig | None = None) -> None:
+                 config: PartitionManagerConfig | None = None,
+                 clock: Clock | None = None) -> None:
         self.name = name
+        self.clock = clock or SystemClock()  # every time the manager and its ops read
         self.address = address
         self.locks = locks
         self.limits = limits
@@ -117,14 +122,17 @@ class PartitionManager:
         self._inflight: dict[int, asyncio.Task[None]] = {}
         # Partition id -> monotonic time before which no Load of it is sent (after a failure).
         self._load_not_before: dict[int, float] = {}
-        # The map as this manager last read or wrote it (heartbeat answers).
-        self.last_map: PartitionMap | None = None
+        self.maps = MapStore(locks, limits.bootstrap_split_keys)
         self._tasks: set[asyncio.Task[None]] = set()
         self._channels: dict[str, object] = {}
         self.map_version = 0
-        # The servers the last pass found live, and since when this manager leads: a
-        # server it has not heard from since is late from then on (`next_pass_in`).
-        self._live: set[str] = set()
+        # The servers the last pass found live ({name: address}), when it listed them,
+        # whether a heartbeat since came from a server not among them, and since when this
+        # manager leads: a server it has not heard from since is late from then on
+        # (`next_pass_in`, `_must_list`).
+        self._live: dict[str, str] = {}
+        self._listed_at = float("-inf")
+        self._heard_unlisted = False
         self._leading_since = 0.0
         # Splits, merges, moves and reassignments, as recorded in the history (metrics).
         self.operations = metrics.counter("stamp_pm_operations", "partition operations "
@@ -149,7 +157,8 @@ class PartitionManager:
                                 lease=lease)
         self.lease = lease
         self.confirmed.clear()  # what a previous leader confirmed is not known here
-        self._leading_since = time.monotonic()  # no server was late before: none heard
+        self._leading_since = self.clock.monotonic()  # no server was late before: none heard
+        self._listed_at = float("-inf")  # and the first pass lists the servers
         log.info("%s leads the partition managers (token %d)", self.name, lease.token)
 
     def leader_address(self) -> str | None:
@@ -174,7 +183,7 @@ class PartitionManager:
     async def _pause(self, interval_s: float) -> None:
         """The wait before the next pass: `interval_s`, cut short to keep SUSPECT_PASS_S
         between passes while a live server is suspect (`next_pass_in`)."""
-        await asyncio.sleep(self.next_pass_in(interval_s, time.monotonic()))
+        await asyncio.sleep(self.next_pass_in(interval_s, self.clock.monotonic()))
 
     def next_pass_in(self, interval_s: float, now: float) -> float:
         """How long until the next pass (pure but for the heartbeats and the live set): at
@@ -184,26 +193,49 @@ class PartitionManager:
         until the next such lateness begins."""
         beat_s = self.limits.heartbeat_interval_ms / 1000
         late_s = SUSPECT_LATE_INTERVALS * beat_s
-        over_s = beat_s + self.limits.server_session_ttl_ms / 1000 + SUSPECT_MARGIN_S
+        over_s = self._suspect_until_s()
         wait_s = interval_s
         for server in self._live:
-            heard = self.heartbeats.get(server, (self._leading_since, None))[0]
-            silent_s = now - max(heard, self._leading_since)
+            silent_s = self._silent_s(server, now)
             if late_s <= silent_s < over_s:
                 return SUSPECT_PASS_S
             if silent_s < late_s:
                 wait_s = min(wait_s, max(SUSPECT_PASS_S, late_s - silent_s))
         return wait_s
 
+    def _silent_s(self, server: str, now: float) -> float:
+        """How long this manager, while leading, has not heard from `server`."""
+        heard = self.heartbeats.get(server, (self._leading_since, None))[0]
+        return now - max(heard, self._leading_since)
+
+    def _suspect_until_s(self) -> float:
+        """The silence past which a server that died at its last beat has lost its
+        session for sure (plus SUSPECT_MARGIN_S): from then on it is not suspect."""
+        return (self.limits.heartbeat_interval_ms + self.limits.server_session_ttl_ms) / 1000 \
+            + SUSPECT_MARGIN_S
+
+    def _must_list(self, now: float) -> bool:
+        """Whether this pass lists the registrations rather than reuse the last pass's
+        (module constants QUIET_LATE_INTERVALS, LIVE_REFRESH_S)."""
+        if self._heard_unlisted or now - self._listed_at >= LIVE_REFRESH_S:
+            return True
+        quiet_s = QUIET_LATE_INTERVALS * self.limits.heartbeat_interval_ms / 1000
+        over_s = self._suspect_until_s()
+        return any(quiet_s <= self._silent_s(server, now) < over_s for server in self._live)
+
     async def run_once(self) -> None:
         if not self.is_leader():
             self.lease = None
             await self._try_lead()
             if not self.is_leader():
-                self._live = set()  # a standby suspects nobody: it passes at its pace
+                self._live = {}  # a standby suspects nobody: it passes at its pace
                 return
-        live = await self.live()
-        self._live = set(live)
+        now = self.clock.monotonic()
+        if self._must_list(now):
+            self._heard_unlisted = False  # before the List: a beat during it counts
+            self._live = await self.live()
+            self._listed_at = now
+        live = self._live
         async with self.map_lock:
             current, version = await self.current_map()
             before = counted = current
@@ -222,7 +254,7 @@ class PartitionManager:
                          current.version)
         self.map_version = current.version
         self.ops.resolve_pending(current, live)
-        now = time.monotonic()
+        now = self.clock.monotonic()
         for entry in current.partitions:
             if (entry.server in live and self.confirmed.get(entry.id) != entry.server
                     and entry.id not in self._inflight
@@ -237,7 +269,7 @@ class PartitionManager:
                                  changes: dict[int, str]) -> None:
         """History entries for partitions taken from a server that died (a first
         assignment, from no server, is not a reassignment)."""
-        now = time.time()
+        now = self.clock.wall()
         for partition_id, server in changes.items():
             if before.get(partition_id).server:
                 await self.record(HistoryEntry(
@@ -247,32 +279,22 @@ class PartitionManager:
     async def live(self) -> dict[str, str]:
         return await asyncio.to_thread(live_servers, self.locks)
 
+    @property
+    def last_map(self) -> PartitionMap | None:
+        """The map as this manager last read or wrote it (heartbeat answers)."""
+        return self.maps.last
+
     async def current_map(self) -> tuple[PartitionMap, int]:
-        """The stored map and its lock-service version (bootstrapped when there is none)."""
-        found = await asyncio.to_thread(read_map, self.locks)
-        if found is not None:
-            self.last_map = found[0]
-            return found
-        fresh = PartitionMap.bootstrap(bootstrap_split_keys(self.limits.bootstrap_split_keys))
-        written = await asyncio.to_thread(self.locks.compare_and_set, MAP_KEY, 0,
-                                          fresh.to_json(), fence=self.lease)
-        if written is None:
-            raise Unavailable("the partition map changed while bootstrapping it")
-        log.info("%s: bootstrapped the partition map: %d partition(s) for the key space",
-                 self.name, len(fresh.partitions))
-        self.last_map = fresh
-        return fresh, written
+        """The stored map and its lock-service version (bootstrapped when there is none):
+        from memory while this manager leads under the lease it read or wrote it with
+        (map_store.py)."""
+        return await asyncio.to_thread(self.maps.current, self.lease)
 
     async def write_map(self, new: PartitionMap, version: int) -> PartitionMap:
         """Store `new` if the stored map is still at `version` (fenced by the lease)."""
-        new.validate()  # invariant 4 at every version written
-        written = await asyncio.to_thread(self.locks.compare_and_set, MAP_KEY, version,
-                                          new.to_json(), fence=self.lease)
-        if written is None:
-            raise Unavailable("the partition map changed under this pass; trying again")
-        self.map_version = new.version
-        self.last_map = new
-        return new
+        written = await asyncio.to_thread(self.maps.write, new, version, self.lease)
+        self.map_version = written.version
+        return written
 
     async def record(self, entry: HistoryEntry) -> None:
         """Add to the history; a failure to record is logged, never fails the operation."""
@@ -311,7 +333,7 @@ class PartitionManager:
                 log.info("%s: %s serves partition %d (load %.3f s, %d ops replayed)",
                          self.name, server, partition_id, reply.seconds, reply.replayed_ops)
             except StampError as exc:
-                self._load_not_before[partition_id] = (time.monotonic()
+                self._load_not_before[partition_id] = (self.clock.monotonic()
                                                        + self.limits.load_retry_ms / 1000)
                 log.warning("%s: %s could not load partition %d: %s", self.name, server,
                             partition_id, exc)
@@ -333,7 +355,9 @@ class PartitionManager:
         """Note a server's load; answer the partitions it serves that the map assigns to
         another server (it unloads them: a leader's map is the truth it acts on, and their
         owner by the map cannot load them while this one holds their leases)."""
-        self.heartbeats[load.name] = (time.monotonic(), load)
+        self.heartbeats[load.name] = (self.clock.monotonic(), load)
+        if self._live.get(load.name) != load.address:
+            self._heard_unlisted = True  # a new server, or restarted elsewhere: list again
         listed = {p.partition_id for p in load.partitions}
         for partition_id, server in list(self.confirmed.items()):
             if server == load.name and partition_id not in listed \
@@ -366,7 +390,7 @@ class PartitionManager:
         new one, which loads. Writes pause for about the checkpoint and load (recorded in the
         history as the unavailable time)."""
         await self.require_leader()
-        started_at, started = time.time(), time.monotonic()
+        started_at, started = self.clock.wall(), self.clock.monotonic()
         live = await self.live()
         if server not in live:
             raise InvalidArgument(f"{server!r} is not a live partition server "
@@ -398,7 +422,7 @@ class PartitionManager:
             raise Unavailable(f"{server} did not load partition {partition_id}; the manager "
                               f"keeps trying")
         if entry.server != server:
-            seconds = time.monotonic() - started
+            seconds = self.clock.monotonic() - started
             await self.record(HistoryEntry(OP_MOVE, trigger, (partition_id,), (partition_id,),
                                            started_at, seconds=seconds, unavailable_s=seconds,
                                            map_version=current.version, server=server))

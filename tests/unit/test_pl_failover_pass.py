@@ -27,7 +27,7 @@ LATE_S = SUSPECT_LATE_INTERVALS * BEAT_S
 def manager(live: set[str], heard: dict[str, float], leading_since: float = 0.0
             ) -> PartitionManager:
     m = PartitionManager("pm-1", "127.0.0.1:1", None, LIMITS)  # type: ignore[arg-type]
-    m._live = live
+    m._live = {name: f"127.0.0.1:{i}" for i, name in enumerate(sorted(live))}
     m._leading_since = leading_since
     m.heartbeats = {name: (at, pb.ServerLoad(name=name)) for name, at in heard.items()}
     return m
