@@ -393,6 +393,11 @@ class FrontEndLimits:
     overload_queue_ops_min: int = 2_000
     overload_p99_ms_min: float = 500.0
     overload_report_ttl_ms: int = 5000
+    # A server slow but not queueing (its p99 at the threshold, its queue below it: a slow
+    # replica under its commit log, say) refuses no account that is alone on it, no other
+    # account having sent it a request through this front end for this long: refusing the
+    # only account protects nobody, and it cannot make a slow disk faster (issue 29).
+    overload_alone_window_ms: int = 5000
     # Sample-and-hold of the top talkers per partition server: a request of an account not
     # held is sampled with this probability; a held account's requests are all counted.
     # Counts halve every window, so a share describes the last few windows.
@@ -459,7 +464,7 @@ class FrontEndLimits:
                     "account_requests_per_s_max", "account_burst_requests_max",
                     "account_bytes_per_s_max", "account_burst_bytes_max",
                     "accounts_tracked_max", "talkers_held_max", "talker_window_ms",
-                    "servers_tracked_max", "overload_report_ttl_ms",
+                    "servers_tracked_max", "overload_report_ttl_ms", "overload_alone_window_ms",
                     "blob_append_bytes_max", "blob_record_bytes_max", "blob_appends_max",
                     "blob_props_cached_max", "blob_container_cache_ttl_ms",
                     "blob_write_attempts_max", "blob_list_results_max",

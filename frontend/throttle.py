@@ -16,7 +16,11 @@ Two mechanisms, both per front end (front ends share nothing):
   again all at once. Under overload a request is refused with a probability that rises with
   its account's share of the server's load: a noisy account is mostly refused, while an
   account below `throttle_share_min` or an equal share of the held talkers' (and every
-  account never sampled) is not refused at all.
+  account never sampled) is not refused at all. Overload is queueing: a server slow but not
+  queueing (its p99 at the threshold, its queue below it) refuses no account that is alone on
+  it — no other account sent it a request within `overload_alone_window_ms`. Its latency is
+  then not another account's load (a slow replica under its commit log, issue 29), and
+  refusing the only account would stall its writers for the retry-afters and protect nobody.
 
 Answers whose size is known only once they come (a read's records, a get's value, a peek)
 are charged to the account's byte bucket afterwards (`charge`): the bucket may go into debt,
@@ -82,7 +86,22 @@ class _AccountBuckets:
 class _ServerState:
     talkers: TopTalkers
     overloaded: bool = False
+    queueing: bool = False  # overloaded by its queue, not only by its latency
     reported_at: float = 0.0
+    # The two accounts that sent requests last, the latest first, and when they last did:
+    # whether any account but one sent within a window, in constant space.
+    last: tuple[str, float] = ("", float("-inf"))
+    before: tuple[str, float] = ("", float("-inf"))
+
+    def saw(self, account: str, now: float) -> None:
+        if account != self.last[0]:
+            self.before = self.last
+        self.last = (account, now)
+
+    def alone(self, account: str, now: float, window_s: float) -> bool:
+        """No account but `account` sent a request within `window_s` of `now`."""
+        other = self.before if self.last[0] == account else self.last
+        return now - other[1] > window_s
 
 
 # What a request costs a partition server beyond its bytes, in bytes: a request of this many
@@ -127,8 +146,8 @@ class AccountThrottle:
         """A partition server's load report: overloaded at or above either threshold."""
         now = self._clock.monotonic()
         state = self._server(server, now)
-        state.overloaded = (queue_ops >= self._limits.overload_queue_ops_min
-                            or p99_ms >= self._limits.overload_p99_ms_min)
+        state.queueing = queue_ops >= self._limits.overload_queue_ops_min
+        state.overloaded = state.queueing or p99_ms >= self._limits.overload_p99_ms_min
         state.reported_at = now
 
     def is_overloaded(self, server: str) -> bool:
@@ -147,6 +166,7 @@ class AccountThrottle:
         now = self._clock.monotonic()
         state = self._server(server, now)
         state.talkers.count(account, now, request_cost(nbytes))
+        state.saw(account, now)
         buckets = self._buckets(account, now)
         if isinstance(buckets, Decision):
             return buckets
@@ -157,7 +177,8 @@ class AccountThrottle:
             reason = (Reason.ACCOUNT_REQUESTS if wait_requests >= wait_bytes
                       else Reason.ACCOUNT_BYTES)
             return Decision(False, max(wait_requests, wait_bytes), reason)
-        if self._overloaded(state, now):
+        if self._overloaded(state, now) and (state.queueing or not state.alone(
+                account, now, limits.overload_alone_window_ms / 1000.0)):
             # An equal share among the accounts held; an account held alone has none (it
             # is the whole load, and throttled as such).
             held = state.talkers.held_count()
