@@ -23,7 +23,7 @@ from common.clock import SystemClock
 from common.config import HOST, load_config
 from common.process import write_ready
 from common.proto import frontend_pb2_grpc as fe_grpc
-from frontend import blob_server
+from frontend import blob_server, public_protocol
 from frontend.accounts import AccountStore
 from frontend.auth import Authenticator
 from frontend.blob_store import BlobStore
@@ -114,8 +114,9 @@ async def serve(args: argparse.Namespace) -> None:
     port = rpc.add_port(server, f"{args.host}:{args.port}",
                         tls.public_server_credentials(*public_tls) if public_tls else None)
     address = f"{args.host}:{port}"
-    fe_grpc.add_FrontEndServicer_to_server(FrontEndServicer(front_end, args.name, address),
-                                           server)
+    servicer = FrontEndServicer(front_end, args.name, address)
+    fe_grpc.add_FrontEndServicer_to_server(servicer, server)
+    public_protocol.add_public_servicer(servicer, server)  # the SDK's protocol (issue 31)
     server_main.serve_faults(server, args)
     await watch.attach(server)
     metrics.on_scrape(lambda: watch_front_end(front_end))

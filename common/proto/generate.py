@@ -3,6 +3,11 @@
 `python -m common.proto.generate` (or `make proto`) writes it in place;
 `python -m common.proto.generate --check` exits 1 when the committed code is stale. The proto
 path is the repository root, so generated modules import each other as `common.proto.X_pb2`.
+
+The public protocol (protocol/*.proto, issue 31) is generated here too, for the front end
+that implements it, from its own folder as the proto path: its descriptors are named as the
+SDK's copy of it names them (`frontend_v1.proto`), so the two can be loaded in one process.
+Its gRPC module's import of its messages is pointed at common/proto.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from grpc_tools import protoc
 
 PROTO_DIR = Path(__file__).resolve().parent
 ROOT = PROTO_DIR.parent.parent
+PUBLIC_DIR = ROOT / "protocol"
 
 
 def generate(out_dir: Path) -> list[Path]:
@@ -28,7 +34,23 @@ def generate(out_dir: Path) -> list[Path]:
     args += [str(p.relative_to(ROOT)) for p in protos]
     if protoc.main(args) != 0:
         raise SystemExit("protoc failed")
-    return sorted((out_dir / "common" / "proto").glob("*_pb2*"))
+    generated = out_dir / "common" / "proto"
+    _generate_public(include, generated)
+    return sorted(generated.glob("*_pb2*"))
+
+
+def _generate_public(include: Path, out_dir: Path) -> None:
+    """The public protocol's code into `out_dir` (module docstring)."""
+    protos = sorted(PUBLIC_DIR.glob("*.proto"))
+    args = ["protoc", f"-I{PUBLIC_DIR}", f"-I{include}", f"--python_out={out_dir}",
+            f"--grpc_python_out={out_dir}", f"--pyi_out={out_dir}"]
+    if protoc.main(args + [p.name for p in protos]) != 0:
+        raise SystemExit("protoc failed (protocol/)")
+    for proto in protos:
+        grpc_module = out_dir / f"{proto.stem}_pb2_grpc.py"
+        text = grpc_module.read_text()
+        grpc_module.write_text(text.replace(f"import {proto.stem}_pb2 as",
+                                            f"from common.proto import {proto.stem}_pb2 as"))
 
 
 def stale_files() -> list[str]:

@@ -29,6 +29,8 @@ from common.errors import (
 from common.process import LOG_FILE
 from common.proto import frontend_pb2 as fe_pb
 from common.proto import frontend_pb2_grpc as fe_grpc
+from common.proto import frontend_v1_pb2 as v1
+from common.proto import frontend_v1_pb2_grpc as v1_grpc
 from common.proto import partition_pb2 as pb
 from common.proto import partition_pb2_grpc as pb_grpc
 from common.rpc import from_rpc_error
@@ -262,6 +264,37 @@ def test_subscribe_and_scan_through_a_front_end(fe: RawFrontEnd, accounts: Accou
         with pytest.raises(grpc.RpcError) as caught:
             list(fe.stub.Scan(scan, timeout=30))
         assert isinstance(from_rpc_error(caught.value), error)
+    _check_public_protocol(fe, acme)
+
+
+def _check_public_protocol(fe: RawFrontEnd, acme: wire.Credentials) -> None:
+    """The same front end speaks the public protocol (protocol/frontend_v1.proto, issue 31):
+    the requests signed above, sent as its messages (they mirror the internal ones byte for
+    byte), are answered in its messages; a request that sets a field that is not public
+    (`deadline_ms`, the front end's to set) is refused as unauthenticated, as it was signed
+    with the field the front end drops."""
+    stub = v1_grpc.FrontEndStub(fe._channel)
+
+    def public(message: pb.Request) -> v1.Request:
+        return v1.Request.FromString(message.SerializeToString())
+
+    requests = [public(signed(append_request("acme", "public", [b"p0", b"p1"]), acme))]
+    smuggled = append_request("acme", "public", [b"never"])
+    smuggled.deadline_ms = int(time.time() * 1000) + 3_600_000
+    requests.append(public(signed(smuggled, acme)))
+    for i, request in enumerate(requests):
+        request.id = i + 1
+    answers = {r.id: r for batch in stub.Call(iter([v1.RequestBatch(requests=requests)]),
+                                              timeout=30) for r in batch.responses}
+    assert isinstance(answers[1], v1.Response)
+    assert (answers[1].error, answers[1].first_seq) == ("", 0), answers[1].message
+    assert answers[2].error == Unauthenticated.__name__, answers[2]
+    subscribe = pb.SubscribeRequest(account="acme", pname="events", from_seq=0)
+    wire.sign_subscribe(subscribe, acme, time.time())
+    replies = list(stub.Subscribe(v1.SubscribeRequest.FromString(
+        subscribe.SerializeToString()), timeout=30))
+    assert [r.data for reply in replies for r in reply.records] == [b"e0", b"e1"]
+    assert stub.Status(v1.FrontEndStatusRequest(), timeout=10).requests > 0
 
 
 def test_killing_a_front_end_loses_nothing(front_end_stamp: LocalStamp, accounts: AccountStore,
