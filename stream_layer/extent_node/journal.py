@@ -49,6 +49,11 @@ SEGMENT_SUFFIX = ".log"
 # latency for a lone appender; under load batches grow and go to the thread again).
 INLINE_SYNC_RECORDS_MAX = 2
 INLINE_SYNC_BYTES_MAX = 64 * 1024
+# ...unless the last write took longer than this (a slow disk, issue 29): synced on the loop,
+# it would block the node, its forward acks, reads and heartbeats with it, and a primary
+# could no longer tell its own slow journal from its secondaries (they would all answer
+# when the loop is free again: replication.py's lag rule).
+INLINE_SYNC_S_MAX = 0.02
 
 
 def encode_record(body: bytes) -> bytes:
@@ -110,6 +115,7 @@ class Journal:
         # Metrics (null objects while metrics are off): each group commit's fdatasync time,
         # records and bytes. The fdatasync is timed where it runs, observed on the loop.
         self._sync_s = 0.0
+        self._write_s = 0.0  # how long the last _write_and_sync took, all of it
         self._sync_seconds = metrics.histogram(
             "stamp_journal_fsync_seconds", "journal fdatasync latency").labels()
         self._batch_records = metrics.histogram(
@@ -253,7 +259,7 @@ class Journal:
                 file_writes = [item.file_write for item in batch if item.file_write is not None]
                 try:
                     if len(batch) <= INLINE_SYNC_RECORDS_MAX and size <= INLINE_SYNC_BYTES_MAX \
-                            and not file_writes:
+                            and not file_writes and self._write_s <= INLINE_SYNC_S_MAX:
                         # Little is waiting: a thread hop each way costs more than the
                         # fdatasync itself, so sync here (a primary wakes its forwarders
                         # before this task: they send first).
@@ -292,6 +298,7 @@ class Journal:
                 self._rotated.set()
 
     def _write_and_sync(self, data: bytes, file_writes: list[FileWrite]) -> None:
+        begun = time.perf_counter()
         # Before anything of the batch is written: a test holds a primary here to kill it
         # with an append forwarded to its secondaries but not in its own journal.
         faults.point("journal.before_write")
@@ -313,6 +320,7 @@ class Journal:
         self._sync_s = time.perf_counter() - started
         faults.point("journal.after_fsync")
         self._segment_bytes += len(data)
+        self._write_s = time.perf_counter() - begun
 
     def _open_segment(self, seq: int) -> None:
         if self._fd >= 0:
