@@ -40,15 +40,21 @@ RPC_MESSAGE_BYTES_MAX = 4 * MiB
 EXPIRE_TOKENS_MAX = 1000
 
 # A follower that hears no leader for a random time in this range canvasses for election
-# (common/raft_lease.py). Narrower than the stream manager's (0.3-0.8 s): a lease renewal
+# (common/raft_lease.py). Narrower than the stream manager's (0.4-0.8 s): a lease renewal
 # caught by a leader change waits about this long, and a 2 s lease is renewed every 0.5 s.
-ELECTION_TIMEOUT_MIN_S = 0.3
+# The minimum sets the read lease (READ_LEASE_FRACTION of it, below), which must outlast a
+# heartbeat interval plus a round trip, or an idle leader's reads go through the log: 0.4,
+# not 0.3, since idle heartbeats go every 125 ms (issue 29; common/raft.py RaftTuning). The
+# maximum, which bounds how long a leader change keeps renewals waiting, is unchanged.
+ELECTION_TIMEOUT_MIN_S = 0.4
 ELECTION_TIMEOUT_MAX_S = 0.5
+HEARTBEAT_INTERVAL_S = 0.125
 
 # Leases that ride out a leader change (lock_service/lessor.py argues why they are safe).
 # A leader answers renewals from memory only while a majority acknowledged, in its term,
 # messages it sent less than this long ago (common/raft_lease.py); else through the log.
-# Heartbeats go every 75 ms (common/raft.py): a healthy leader holds it with room to spare.
+# Heartbeats go every 125 ms when idle (HEARTBEAT_INTERVAL_S): a healthy leader holds it
+# with room to spare.
 LEADER_LEASE_S = 0.5
 # A new leader gives every lease at least ttl + this from when it takes office. Safety
 # needs it at least LEADER_LEASE_S (plus clock drift, which the holder's margin also covers);
@@ -60,3 +66,7 @@ assert PROMOTE_EXTEND_S >= 1.5 * LEADER_LEASE_S, "a new leader must outlast the 
 # timeout ago (lock_service/replica.py `read_leased` argues why no other leader can exist
 # then); else the read goes through the log.
 READ_LEASE_FRACTION = 0.6
+# Room the read lease leaves after a heartbeat interval for the round trip and a late tick.
+READ_LEASE_SLACK_S = 0.075
+assert READ_LEASE_FRACTION * ELECTION_TIMEOUT_MIN_S >= HEARTBEAT_INTERVAL_S + READ_LEASE_SLACK_S, \
+    "an idle leader's read lease must outlast a heartbeat interval"

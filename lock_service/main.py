@@ -65,15 +65,22 @@ def watch_replica(replica: LockReplica) -> Iterable[Metric]:
     yield GaugeMetricFamily("stamp_lock_keys", "keys in the replicated store", value=keys)
 
 
+def lock_tuning(election_min_s: float, election_max_s: float) -> RaftTuning:
+    """The lock group's Raft timing: heartbeats every HEARTBEAT_INTERVAL_S, or more often
+    when a shorter election timeout is asked for (tests): a quarter of its minimum."""
+    return RaftTuning(election_timeout_min_s=election_min_s,
+                      election_timeout_max_s=election_max_s,
+                      heartbeat_interval_s=min(limits.HEARTBEAT_INTERVAL_S, election_min_s / 4))
+
+
 async def serve(args: argparse.Namespace, secret: bytes) -> None:
     watch = await server_main.Watch.begin(args)
     raft_address = f"{args.host}:{args.raft_port}"
     peers = [p.strip() for p in args.peers.split(",") if p.strip()]
-    tuning = RaftTuning(election_timeout_min_s=limits.ELECTION_TIMEOUT_MIN_S,
-                        election_timeout_max_s=limits.ELECTION_TIMEOUT_MAX_S)
+    tuning = lock_tuning(limits.ELECTION_TIMEOUT_MIN_S, limits.ELECTION_TIMEOUT_MAX_S)
     if args.election_timeout_ms:
         low, high = args.election_timeout_ms
-        tuning = RaftTuning(election_timeout_min_s=low / 1000, election_timeout_max_s=high / 1000)
+        tuning = lock_tuning(low / 1000, high / 1000)
     replica = LockReplica(raft_address, [raft_address, *peers], args.dir / "raft", tuning,
                           secret=secret)
     server = aio_server(limits.RPC_MESSAGE_BYTES_MAX)
