@@ -118,7 +118,11 @@ class StreamManagerLimits:
     """The stream manager's timing and throttles (§2)."""
 
     replicas: int = 3
-    heartbeat_interval_ms: int = 1000
+    # Each extent node's beat costs it and the leader a gRPC call (issue 29: 9 a second woke
+    # an idle stamp). It carries no failure detection on the write path (a replica that does
+    # not answer an append is failed by the per-replica timeout, §2): only placement's
+    # suspicion, which keeps its 3 s, and death after 30 s.
+    heartbeat_interval_ms: int = 1500
     # A node unheard for this long is not given new extents (soft, on the leader)...
     suspect_after_ms: int = 3000
     # ...and for this long is dead: its sealed extents are re-replicated, its open ones sealed.
