@@ -21,7 +21,7 @@ from common import durable_fs, faults, process, stamp_secret
 from common.config import RaftMemberSpec, StampConfig, load_config
 from common.errors import InvalidArgument, NotFound, Unavailable
 from common.stamp_file import STAMP_FILE, read_stamp
-from tools import local_front_ends, local_tls, local_watch
+from tools import dashboard, local_front_ends, local_tls, local_watch
 from tools.progress import SILENT, Progress
 
 KIND_EXTENT_NODE = "extent-node"
@@ -306,6 +306,7 @@ class LocalStamp:
                 progress.phase("making sure the admin account exists")
                 self.ensure_admin_account()
         local_watch.write_scrape_config(self)
+        dashboard.write_dashboard(self.data_dir)  # Grafana's view of those metrics
         return started + front_ends
 
     def hosts(self) -> list[str]:

@@ -23,6 +23,7 @@ import pytest
 from common import health
 from frontend.client import Client
 from tests.conftest import module_stamp
+from tools import dashboard
 from tools.cmd_isolate import heal, isolate
 from tools.cmd_stamp import status_rows
 from tools.local_stamp import LocalStamp
@@ -94,9 +95,13 @@ def test_every_process_serves_its_metrics_and_answers_health(stamp: LocalStamp) 
     assert all(scraped[r.name].value("stamp_raft_term") >= 1
                and scraped[r.name].value("stamp_raft_commit_index") >= 1
                for r in stamp.lock_servers() + stamp.stream_managers())
-    # The scrape configuration `stamp up` wrote names every process.
+    # The scrape configuration `stamp up` wrote names every process; the Grafana dashboard
+    # it wrote beside it reads only metrics the stamp exports.
     text = (stamp.data_dir / "prometheus.yml").read_text()
     assert all(f'"{r.metrics_address}"' in text for r in stamp.records.values())
+    board = json.loads((stamp.data_dir / dashboard.DASHBOARD_FILE).read_text())
+    exported = {name for samples in scraped.values() if samples for name in samples.by_name}
+    assert dashboard.metric_names(dashboard.queries(board)) - exported == set()
     # Health: every process serving, as `stamp status --json` reports it.
     status = json.loads(cli(stamp, "status", "--json").stdout)
     assert {p["name"]: p["health"] for p in status["processes"]} == {
