@@ -88,7 +88,7 @@ SUSPECT_MARGIN_S = 1.0
 # another address) heartbeats, and at least every LIVE_REFRESH_S (a server that stopped
 # cleanly, or lost its session yet beats on).
 QUIET_LATE_INTERVALS = 1.1
-LIVE_REFRESH_S = 1.0
+LIVE_REFRESH_S = 5.0
 
 
 def live_servers(locks: LockClient) -> dict[str, str]:
@@ -354,7 +354,11 @@ class PartitionManager:
     def heartbeat(self, load: pb.ServerLoad) -> pb.HeartbeatReply:
         """Note a server's load; answer the partitions it serves that the map assigns to
         another server (it unloads them: a leader's map is the truth it acts on, and their
-        owner by the map cannot load them while this one holds their leases)."""
+        owner by the map cannot load them while this one holds their leases). A manager
+        that does not lead answers NotLeader: the server, which reads the leader's address
+        only when a beat is refused (ps_main.py `LeaderHeartbeat`), then looks it up."""
+        if not self.is_leader():
+            raise NotLeader(f"{self.name} is not the leading partition manager")
         self.heartbeats[load.name] = (self.clock.monotonic(), load)
         if self._live.get(load.name) != load.address:
             self._heard_unlisted = True  # a new server, or restarted elsewhere: list again
@@ -364,7 +368,7 @@ class PartitionManager:
                     and partition_id not in self._inflight:
                 del self.confirmed[partition_id]  # it lost it: load it again
         reply = pb.HeartbeatReply()
-        if self.is_leader() and self.last_map is not None:
+        if self.last_map is not None:
             serving = [p.partition_id for p in load.partitions if p.state == "serving"]
             reply.not_yours.extend(assigned_elsewhere(self.last_map, load.name, serving))
             if reply.not_yours:

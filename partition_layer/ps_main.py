@@ -12,7 +12,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -114,6 +114,32 @@ class Registration:
             self.session.release()
 
 
+class LeaderHeartbeat:
+    """Sends a beat to the leading PM, whose address it reads from the lock service only when
+    it does not know it yet or the one it knows did not take the beat (gone, or a standby
+    now: it answers NotLeader) — then at once, and the beat goes to the new one in the same
+    round. Reading it every beat cost the lock service a Get per server per second (issue 29:
+    an idle stamp's lock-service load)."""
+
+    def __init__(self, read_leader: Callable[[], Awaitable[str | None]],
+                 send: Callable[[str], Awaitable[pb.HeartbeatReply]]) -> None:
+        self.read_leader, self.send = read_leader, send
+        self.leader: str | None = None
+
+    async def beat(self) -> pb.HeartbeatReply | None:
+        """The leader's answer; None while no PM leads."""
+        known = self.leader
+        if known is not None:
+            try:
+                return await self.send(known)
+            except StampError:
+                self.leader = None
+                if await self.read_leader() in (None, known):
+                    raise  # nobody else leads: this beat is lost, the next asks again
+        self.leader = await self.read_leader()
+        return None if self.leader is None else await self.send(self.leader)
+
+
 async def heartbeat_forever(server: PartitionServer, registration: Registration,
                             locks: LockClient, address: str, limits: PartitionLimits) -> None:
     """Keep the registration and report this server's load to the leading PM, every
@@ -130,19 +156,24 @@ async def heartbeat_forever(server: PartitionServer, registration: Registration,
     loop = asyncio.get_running_loop()
     thread = ThreadPoolExecutor(1, thread_name_prefix="heartbeat")
 
+    async def read_leader() -> str | None:
+        found = await loop.run_in_executor(thread, locks.get, LEADER_ADDRESS_KEY)
+        return None if found is None else found[0].decode()
+
+    async def send(leader: str) -> pb.HeartbeatReply:
+        channel = channels.get(leader)
+        if channel is None:
+            channel = channels[leader] = rpc.aio_channel(leader, limits.rpc_message_bytes_max)
+        stub = partition_pb2_grpc.PartitionManagerStub(channel)
+        return await rpc.call(stub.Heartbeat(server.load_pb(address), timeout=1.0))
+
+    heartbeat = LeaderHeartbeat(read_leader, send)
+
     async def beat() -> None:
         await loop.run_in_executor(thread, registration.ensure)
-        found = await loop.run_in_executor(thread, locks.get, LEADER_ADDRESS_KEY)
-        if found is not None:
-            leader = found[0].decode()
-            channel = channels.get(leader)
-            if channel is None:
-                channel = channels[leader] = rpc.aio_channel(leader,
-                                                             limits.rpc_message_bytes_max)
-            stub = partition_pb2_grpc.PartitionManagerStub(channel)
-            reply = await rpc.call(stub.Heartbeat(server.load_pb(address), timeout=1.0))
-            if reply.not_yours:
-                server.drop_not_ours(list(reply.not_yours))
+        reply = await heartbeat.beat()
+        if reply is not None and reply.not_yours:
+            server.drop_not_ours(list(reply.not_yours))
 
     try:
         # The one background helper (common/background.py) logs a failed beat, rate-limited.

@@ -8,9 +8,13 @@ import asyncio
 import dataclasses
 import time
 
+import pytest
+
 from common.config import PartitionLimits
-from common.errors import Unavailable
+from common.errors import NotLeader, Unavailable
+from common.proto import partition_pb2 as pb
 from partition_layer import ps_main
+from partition_layer.manager import PartitionManager
 
 DEADLINE_S = 5.0
 
@@ -59,3 +63,58 @@ def test_the_heartbeat_loop_goes_on_after_an_unexpected_error() -> None:
 def test_the_heartbeat_loop_goes_on_after_a_stamp_error() -> None:
     calls = asyncio.run(_beats_after([Unavailable("lock service electing")], wanted=3))
     assert calls >= 3
+
+
+class _Managers:
+    """Partition managers by address, and the address the lock service names as leading."""
+
+    def __init__(self, leading: str | None) -> None:
+        self.leading = leading
+        self.reads = 0
+        self.sent: list[str] = []
+
+    async def read_leader(self) -> str | None:
+        self.reads += 1
+        return self.leading
+
+    async def send(self, address: str) -> pb.HeartbeatReply:
+        self.sent.append(address)
+        if address != self.leading:
+            raise NotLeader(f"{address} does not lead")
+        return pb.HeartbeatReply()
+
+
+def test_a_server_reads_the_leaders_address_once_not_every_beat() -> None:
+    """Seen failing before (issue 29): every beat read `pm/leader-address`."""
+    managers = _Managers("127.0.0.1:1")
+    heartbeat = ps_main.LeaderHeartbeat(managers.read_leader, managers.send)
+    for _ in range(3):
+        assert asyncio.run(heartbeat.beat()) is not None
+    assert managers.reads == 1 and managers.sent == ["127.0.0.1:1"] * 3
+
+
+def test_a_beat_the_old_leader_refuses_goes_to_the_new_one_in_the_same_round() -> None:
+    managers = _Managers("127.0.0.1:1")
+    heartbeat = ps_main.LeaderHeartbeat(managers.read_leader, managers.send)
+    asyncio.run(heartbeat.beat())
+    managers.leading = "127.0.0.1:2"
+    assert asyncio.run(heartbeat.beat()) is not None
+    assert managers.sent == ["127.0.0.1:1", "127.0.0.1:1", "127.0.0.1:2"]
+
+
+def test_a_beat_refused_while_no_other_leads_fails_and_the_next_one_asks_again() -> None:
+    managers = _Managers("127.0.0.1:1")
+    heartbeat = ps_main.LeaderHeartbeat(managers.read_leader, managers.send)
+    asyncio.run(heartbeat.beat())
+    managers.leading = None
+    with pytest.raises(NotLeader):
+        asyncio.run(heartbeat.beat())
+    assert asyncio.run(heartbeat.beat()) is None  # nobody leads: nothing sent
+    assert managers.reads == 3
+
+
+def test_a_manager_that_does_not_lead_refuses_a_heartbeat() -> None:
+    standby = PartitionManager("pm-2", "127.0.0.1:2", None, PartitionLimits())  # type: ignore[arg-type]
+    with pytest.raises(NotLeader):
+        standby.heartbeat(pb.ServerLoad(name="ps-1", address="127.0.0.1:11"))
+    assert standby.heartbeats == {}

@@ -79,6 +79,8 @@ def leading(servers: dict[str, str]) -> tuple[PartitionManager, FakeLocks, Manua
     m = PartitionManager("pm-1", "127.0.0.1:1", locks, LIMITS,  # type: ignore[arg-type]
                          clock=clock)
     m._start_load = lambda *args: None  # type: ignore[method-assign]
+    m.lease = locks.lease  # type: ignore[assignment]
+    m._leading_since = clock.monotonic()
     return m, locks, clock
 
 
@@ -135,11 +137,9 @@ def test_a_late_heartbeat_makes_every_pass_list_the_servers(silent_intervals: fl
     m, _locks, clock = leading(SERVERS)
     beat(m, SERVERS)
     asyncio.run(m.run_once())
-    clock.advance(0.5 * LIVE_REFRESH_S)
-    beat(m, {"ps-2": SERVERS["ps-2"]})
-    assert not m._must_list(clock.monotonic())
-    clock.advance(silent_intervals * BEAT_S - 0.5 * LIVE_REFRESH_S)
-    m._listed_at = clock.monotonic()  # as if a refresh had just been made
+    assert silent_intervals * BEAT_S < LIVE_REFRESH_S  # no refresh is due meanwhile
+    clock.advance(silent_intervals * BEAT_S)
+    beat(m, {"ps-2": SERVERS["ps-2"]})  # ps-1 is silent
     assert m._must_list(clock.monotonic()) is lists
 
 
