@@ -154,6 +154,7 @@ def durable_conf(raft_dir: Path, tuning: RaftTuning, replica: DurableReplica,
         logCompactionMinTime=tuning.log_compaction_interval_s,
         dynamicMembershipChange=False,
         autoTick=tuning.tick_thread,
+        onStateChanged=replica._role_changed,
     )
 
 
@@ -256,6 +257,7 @@ class DurableReplica(SyncObj):
         self._leader_heard_at = float("-inf")
         self._pre_vote_round: PreVoteRound | None = None
         self._pre_vote_won_term = -1
+        self._role_listeners: list[Callable[[bool], None]] = []
         conf = durable_conf(self._raft_dir, self._tuning, self, self_address, secret)
         others = [peer for peer in peers if peer != self_address]
 
@@ -285,6 +287,16 @@ class DurableReplica(SyncObj):
     def restore_state(self, blob: bytes) -> None:
         """Replace the whole replicated state by one `snapshot_state` returned."""
         raise NotImplementedError
+
+    def on_role_change(self, listener: Callable[[bool], None]) -> None:
+        """`listener(leader)` runs on the tick thread whenever this replica becomes leader
+        or stops being one, so that work kept for the leader wakes then instead of polling
+        for it (issue 29)."""
+        self._role_listeners.append(listener)
+
+    def _role_changed(self, old: Any, new: Any) -> None:
+        for listener in self._role_listeners:
+            listener(new == _RAFT_STATE.LEADER)
 
     # --- status ------------------------------------------------------------------------------
 

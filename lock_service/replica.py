@@ -7,7 +7,8 @@ Contract:
   on the tick thread once the command is applied here (error is a pysyncobj FAIL_REASON,
   0 on success) — after its entry is durable on a majority (common/raft.py).
 - Listeners added with `on_freed` hear, on the tick thread, the names of locks that became
-  free (released or expired), to wake long-polls.
+  free (released or expired), to wake long-polls; those added with `on_lease_granted` hear
+  of each applied command that granted a lease, to wake the leader's expiry pass.
 - The lessor (lock_service/lessor.py) is kept under the same mutex as the state and hears
   every lease event in log order, so `promote` (after a Barrier) sees a state and the lessor
   follows it from there without a gap. `renew_in_memory` answers a renewal only while this
@@ -50,6 +51,7 @@ class LockReplica(DurableReplica):
         self._lessor = Lessor()
         self._state_mutex = threading.Lock()
         self._freed_listeners: list[Callable[[list[str]], None]] = []
+        self._granted_listeners: list[Callable[[], None]] = []
         self.raft_address = raft_address
         super().__init__(raft_address, peers, raft_dir, tuning, secret=secret)
 
@@ -59,7 +61,7 @@ class LockReplica(DurableReplica):
             with self._state_mutex:
                 result = self._lock_state.apply(command)
                 freed = self._lock_state.take_freed()
-                self._follow_lease_events()
+                granted = self._follow_lease_events()
         except Exception:
             log.critical("applying %r broke the lock state machine: stopping", command,
                          exc_info=True)
@@ -68,6 +70,9 @@ class LockReplica(DurableReplica):
         if freed:
             for listener in self._freed_listeners:
                 listener(freed)
+        if granted:
+            for on_granted in self._granted_listeners:
+                on_granted()
         return result
 
     def propose(self, command: c.Command, callback: Callable[[Any, int], None]) -> None:
@@ -77,14 +82,19 @@ class LockReplica(DurableReplica):
         with self._state_mutex:
             return look(self._lock_state)
 
-    def _follow_lease_events(self) -> None:
+    def _follow_lease_events(self) -> bool:
+        """Hand the lessor what the command did to leases; True if it granted one (the only
+        event that can bring the lessor's next expiry nearer)."""
+        granted = False
         for event in self._lock_state.take_lease_events():
             if event.kind == "granted":
+                granted = True
                 self._lessor.granted(event.token, event.ttl_s, event.expires_at)
             elif event.kind == "renewed":
                 self._lessor.renewed_in_log(event.token, event.ttl_s, event.expires_at)
             else:
                 self._lessor.ended(event.token)
+        return granted
 
     # --- the leader's lessor (lock_service/lessor.py) ----------------------------------------
 
@@ -172,6 +182,11 @@ class LockReplica(DurableReplica):
 
     def on_freed(self, listener: Callable[[list[str]], None]) -> None:
         self._freed_listeners.append(listener)
+
+    def on_lease_granted(self, listener: Callable[[], None]) -> None:
+        """`listener()` runs on the tick thread after a command that granted a lease is
+        applied (the lessor may then have an expiry nearer than any before)."""
+        self._granted_listeners.append(listener)
 
     def grpc_address_of(self, raft_address: str | None) -> str | None:
         if not raft_address:

@@ -64,13 +64,14 @@ log = logging.getLogger(__name__)
 
 PROPOSE_TIMEOUT_S = 1.5
 # The expiry pass runs when the lessor's next lease is due, at least EXPIRY_CHECK_MIN_S
-# apart, and at most EXPIRY_CHECK_MAX_S apart (a lease granted or shortened meanwhile, a
-# replica that became leader): `expiry_wait`. Not every 20 ms on every replica (issue 29:
-# an idle lock service woke 150 times a second for it). The longest wait is well under
-# TTL_MIN_S, so no lease granted during a wait is due before the pass that sees it.
+# apart (`expiry_wait`), and at once when something may have brought the next expiry nearer
+# or made this replica leader or follower: a lease granted (`LockReplica.on_lease_granted`;
+# renewals only push expiries back), this replica taking office (`_anchor` promotes the
+# lessor) or changing role (`DurableReplica.on_role_change`). Nothing else changes what a
+# pass would do, so between those it sleeps up to EXPIRY_CHECK_MAX_S, not 0.1 s on every
+# replica (issue 29: an idle lock service woke 30 times a second for it, 150 before that).
 EXPIRY_CHECK_MIN_S = 0.02
-EXPIRY_CHECK_MAX_S = 0.1
-assert EXPIRY_CHECK_MAX_S <= limits.TTL_MIN_S / 2
+EXPIRY_CHECK_MAX_S = 1.0
 # A long-poll re-checks leadership this often (a deposed leader's waiters move on).
 WAIT_RECHECK_S = 0.25
 ANNOUNCE_RETRY_S = 0.2
@@ -93,7 +94,10 @@ class LockServicer(pb_grpc.LockServiceServicer):
         self._tasks: list[asyncio.Task[None]] = []
         # A read through the log (an empty listing) that concurrent local reads share.
         self._read_index_batcher = ReadIndex(lambda: self._read(c.ListKeys("", 0)))
+        self._expiry_due = asyncio.Event()  # set: the expiry pass runs now (EXPIRY_CHECK_*)
         replica.on_freed(self._freed_on_tick_thread)
+        replica.on_lease_granted(self._wake_expiry_on_tick_thread)
+        replica.on_role_change(lambda _leader: self._wake_expiry_on_tick_thread())
 
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._expire_leases()),
@@ -164,6 +168,7 @@ class LockServicer(pb_grpc.LockServiceServicer):
         # Promote first: once the time is anchored, renewals are answered from the lessor.
         self._replica.promote(term, limits.PROMOTE_EXTEND_S)
         self._leader_time.anchor(term, result.now)
+        self._expiry_due.set()
         log.info("leader of term %d: time anchored at %.3f, leases extended by %.1fs", term,
                  result.now, limits.PROMOTE_EXTEND_S)
 
@@ -210,7 +215,9 @@ class LockServicer(pb_grpc.LockServiceServicer):
     async def _expire_leases(self) -> None:
         wait_s = EXPIRY_CHECK_MIN_S
         while True:
-            await asyncio.sleep(wait_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._expiry_due.wait(), wait_s)
+            self._expiry_due.clear()
             wait_s = EXPIRY_CHECK_MAX_S
             if not self._replica.is_leader():
                 self._resign()
@@ -237,6 +244,10 @@ class LockServicer(pb_grpc.LockServiceServicer):
                 return
             except StampError:
                 await asyncio.sleep(ANNOUNCE_RETRY_S)
+
+    def _wake_expiry_on_tick_thread(self) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: shutting down
+            self._loop.call_soon_threadsafe(self._expiry_due.set)
 
     def _freed_on_tick_thread(self, names: list[str]) -> None:
         with contextlib.suppress(RuntimeError):  # the loop is closed: shutting down
