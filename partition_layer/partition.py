@@ -75,7 +75,7 @@ class RangePartition(States):
         self.limits = limits
         self.epoch = epoch
         self.lease_valid = lease_valid
-        self.state = LOADING
+        self._state = LOADING
         self.streams: dict[str, AsyncStream] = {}
         self.memtable = Memtable()
         self.frozen: Memtable | None = None

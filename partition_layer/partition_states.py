@@ -2,9 +2,9 @@
 transition tables; the partition is partition.py's `RangePartition`).
 
 Contract: every change of a partition's `state` goes through `States._move`, which asserts
-the move is in `TRANSITIONS`; nothing outside the partition sets `state`. Who moves it:
-`load` (LOADING -> SERVING), `unload` (SERVING -> UNLOADING), a split or merge on this
-server (split_merge.py: `quiesce`, SERVING -> SPLITTING or MERGING; `resume`, back to
+the move is in `TRANSITIONS`; nothing outside the partition sets `state` (it is read-only).
+Who moves it: `load` (LOADING -> SERVING), `unload` (SERVING -> UNLOADING), a split or merge
+on this server (split_merge.py: `quiesce`, SERVING -> SPLITTING or MERGING; `resume`, back to
 SERVING when it did not begin), and `stop` (any -> GONE, for good).
 """
 
@@ -27,14 +27,20 @@ TRANSITIONS: dict[str, frozenset[str]] = {
 
 
 class States:
-    """The state of one range partition (`id`) and its moves."""
+    """The state of one range partition (`id`) and its moves. `state` has no setter: a move
+    outside the table cannot be written, not even by a test."""
 
     id: int
-    state: str
+    _state: str = LOADING
+
+    @property
+    def state(self) -> str:
+        return self._state
 
     def _move(self, state: str) -> None:
-        assert state in TRANSITIONS[self.state], f"partition {self.id}: {self.state} -> {state}"
-        self.state = state
+        assert state in TRANSITIONS[self._state], (
+            f"partition {self.id}: {self._state} -> {state}")
+        self._state = state
 
     def quiesce(self, state: str) -> None:
         """Stop admitting for a split (`state` SPLITTING) or merge (MERGING) here: new

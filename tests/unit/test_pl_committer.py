@@ -41,7 +41,7 @@ def serving_partition(limits: PartitionLimits) -> partition_module.RangePartitio
                            applied_lsn=0, next_run_id=1, intents=[])
     p.indexes = IndexCache(limits.index_cache_bytes_max, p.streams["row"].read,
                            p.block_cache)
-    p.state = partition_module.SERVING
+    p._move(partition_module.SERVING)  # as `load` does
     p.committer.start()
     return p
 

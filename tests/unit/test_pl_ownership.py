@@ -150,7 +150,7 @@ def test_an_unload_cut_off_by_its_caller_still_stops_the_partition() -> None:
 def test_a_lost_lease_stops_a_partition_that_is_unloading() -> None:
     async def scenario() -> None:
         p = serving_partition(PartitionLimits())
-        p.state = partition_module.UNLOADING
+        p._move(partition_module.UNLOADING)  # as `unload` does
         await p.stop("its lease was lost")
         assert p.state == partition_module.UNLOADING  # the lease is valid: the unload ends it
         p.lease_valid = lambda: False

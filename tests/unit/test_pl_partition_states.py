@@ -48,3 +48,14 @@ def test_moves_outside_the_table_are_refused() -> None:
             with pytest.raises(AssertionError):
                 p._move(state)
     asyncio.run(scenario())
+
+
+def test_nothing_outside_the_table_can_set_the_state() -> None:
+    """Seen failing before: `state` was a plain attribute anyone could set."""
+    async def scenario() -> None:
+        p = serving_partition(PartitionLimits())
+        with pytest.raises(AttributeError):
+            p.state = pm.LOADING  # type: ignore[misc]
+        assert p.state == pm.SERVING
+        await p.stop("the test ends")
+    asyncio.run(scenario())
