@@ -50,7 +50,7 @@ from partition_layer.history import (
     HistoryEntry,
     HistoryStore,
 )
-from partition_layer.manager_ops import SplitMerge
+from partition_layer.manager_ops import SplitMergeCoordinator
 from partition_layer.map_store import MapStore, read_map
 from partition_layer.partition_map import (
     BORN_BOOTSTRAP,
@@ -117,7 +117,7 @@ class PartitionManager:
         self.confirmed: dict[int, str] = {}
         self.map_lock = asyncio.Lock()
         self.history = HistoryStore(locks)
-        self.ops = SplitMerge(self)
+        self.ops = SplitMergeCoordinator(self)
         self.balancer = Balancer(self, config or PartitionManagerConfig())
         self._inflight: dict[int, asyncio.Task[None]] = {}
         # Partition id -> monotonic time before which no Load of it is sent (after a failure).

@@ -72,10 +72,11 @@ class OpDone:
     published: PartitionMap
 
 
-class SplitMerge:
-    """The manager's split and merge operations and the resolution of pending ones. `busy`
-    holds the sources of every op with a PS call in flight from this process: the pass
-    leaves those alone."""
+class SplitMergeCoordinator:
+    """The manager's side of split and merge (the partition server's, which does them, is
+    split_merge.SplitMerge): ask the server, publish the result in the map, and resolve
+    pending ones. `busy` holds the sources of every op with a PS call in flight from this
+    process: the pass leaves those alone."""
 
     def __init__(self, manager: PartitionManager) -> None:
         self.manager = manager
