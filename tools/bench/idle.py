@@ -1,12 +1,19 @@
 """`stamp bench idle` (issue 29): what an idle stamp costs. A stamp of the default shape is
 started and left alone (nothing runs against it) for --seconds after a settling time; the CPU
 each process spent meanwhile (/proc utime + stime) is reported as a percentage of one core,
-by kind of process and in all. Target: at most 5% of a core."""
+by kind of process and in all. Target: at most 5% of a core.
+
+Beside it, how often the kind's threads woke (`wakeups_per_s`: voluntary context switches of
+every thread, /proc/PID/task/*/status): an idle process spends its CPU mostly on waking up
+(a timer, a heartbeat, a poll), so this says where to look, and it does not depend on the
+machine's speed the way CPU time does."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from tools.bench.fresh_stamp import with_fresh_stamp
@@ -32,19 +39,36 @@ def _measure(stamp: LocalStamp, seconds: float, progress: Progress) -> list[dict
     time.sleep(SETTLE_S)  # the schedule of the measurement, not a wait for a condition
     kinds = {rec.name: rec.kind for rec in stamp.records.values() if rec.pid}
     before = {name: cpu_seconds(stamp.record(name).pid) for name in kinds}
+    woken = {name: wakeups(stamp.record(name).pid) for name in kinds}
     progress(f"measuring {len(kinds)} idle processes for {seconds:g} s")
     started = time.monotonic()
     time.sleep(seconds)
     elapsed = time.monotonic() - started
     spent: dict[str, float] = {}
+    woke: dict[str, int] = {}
     for name, kind in kinds.items():
         used = cpu_seconds(stamp.record(name).pid) - before[name]
         spent[kind] = spent.get(kind, 0.0) + used
+        woke[kind] = woke.get(kind, 0) + wakeups(stamp.record(name).pid) - woken[name]
     total = sum(spent.values())
     return ([row({"kind": kind, "processes": list(kinds.values()).count(kind)},
-                 {"core_percent": round(100 * used / elapsed, 2)})
+                 {"core_percent": round(100 * used / elapsed, 2),
+                  "wakeups_per_s": round(woke[kind] / elapsed, 1)})
              for kind, used in sorted(spent.items())]
             + [row({"kind": "all", "processes": len(kinds), "seconds": round(elapsed, 1)},
                    {"core_percent": round(100 * total / elapsed, 2),
+                    "wakeups_per_s": round(sum(woke.values()) / elapsed, 1),
                     "target_percent": TARGET_PERCENT,
                     "met": 100 * total / elapsed <= TARGET_PERCENT})])
+
+
+def wakeups(pid: int) -> int:
+    """Voluntary context switches of every thread of `pid` so far: how often its threads
+    went to sleep, each to be woken again (a thread that ended meanwhile is not counted)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError):
+            for line in (task / "status").read_text().splitlines():
+                if line.startswith("voluntary_ctxt_switches:"):
+                    total += int(line.split()[1])
+    return total
