@@ -10,7 +10,7 @@ import random
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -24,6 +24,7 @@ from stream_layer.ec.convert import convert_extent
 from stream_layer.ec.reader import CodedExtent
 from stream_layer.extent_node.fragments import fragment_name
 from stream_layer.framing import Location
+from tests.conftest import module_stamp
 from tests.probe.test_stream_manager import client_for, wait_for
 from tools.local_stamp import LocalStamp
 
@@ -237,16 +238,27 @@ def run_cli(stamp: LocalStamp, *args: str, faults: str = "") -> subprocess.Compl
                           timeout=120, env=env)
 
 
+@pytest.fixture(scope="module")
+def conversion_stamp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStamp]:
+    """One stamp (6 ENs, 3 SMs) for the crashed conversions: what crashes is the `stamp
+    extent ec` process, never a server, and each test converts an extent of its own stream,
+    so none needs a fresh stamp (9 processes fewer to start per case)."""
+    with module_stamp(tmp_path_factory, "ec-conversion", extent_nodes=6,
+                      stream_managers=3) as stamp:
+        yield stamp
+
+
 @pytest.mark.parametrize("point", ["ec.convert.after_encode", "ec.convert.after_write",
                                    "ec.convert.after_record",
                                    "ec.convert.after_delete_replica"])
 def test_conversion_crashed_half_way_stays_readable_and_completes_on_rerun(
-        stamp_factory: StampFactory, rng: random.Random, point: str) -> None:
-    stamp = stamp_factory(6, 3)
+        conversion_stamp: LocalStamp, rng: random.Random, point: str) -> None:
+    stamp = conversion_stamp
+    name = f"log-{point}"  # a stream of the test's own in the shared stamp
 
     async def setup() -> tuple[int, list[tuple[Location, bytes]]]:
         client = client_for(stamp)
-        _, acked = await sealed_extent(client, rng, blocks=60)
+        _, acked = await sealed_extent(client, rng, blocks=60, name=name)
         await client.close()
         return acked[0][0].extent_id, acked
     extent_id, acked = asyncio.run(setup())
@@ -256,7 +268,7 @@ def test_conversion_crashed_half_way_stays_readable_and_completes_on_rerun(
 
     async def readable() -> str:
         client = client_for(stamp)
-        stream = await client.open_stream("log")
+        stream = await client.open_stream(name)
         assert [(loc, data) async for loc, data in stream.blocks()] == acked
         for loc, data in acked[::7]:
             assert await stream.read(loc) == data
@@ -279,7 +291,7 @@ def test_conversion_crashed_half_way_stays_readable_and_completes_on_rerun(
         for index, address in enumerate(info.fragment_addresses):
             assert await client.extents.verify_fragment(address, extent_id, index) == \
                 info.ec_crcs[index]
-        stream = await client.open_stream("log")
+        stream = await client.open_stream(name)
         assert [(loc, data) async for loc, data in stream.blocks()] == acked
         assert crc32c(extent_bytes(acked)) == crc32c(b"".join(
             [await client.coded.read_range(CodedExtent.from_info(info), 0,
