@@ -54,7 +54,7 @@ def replica_timeout(limits: ExtentNodeLimits) -> AdaptiveTimeout:
 def replica_lag(limits: ExtentNodeLimits) -> Lag:
     """When a primary fails a replica (its own journal included) for lagging its peers."""
     return Lag(limits.replica_lag_min_ms / 1000, limits.replica_lag_ratio_min,
-               limits.replica_lag_window_ms / 1000, limits.replica_late_appends_min)
+               limits.replica_lag_window_ms / 1000, limits.replica_lag_answers_min)
 
 
 class ExtentNode:

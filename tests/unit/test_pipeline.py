@@ -7,7 +7,9 @@ import asyncio
 
 import pytest
 
+from common.config import ExtentNodeLimits
 from common.errors import ReplicationFailed, Unavailable
+from stream_layer.extent_node.node import replica_lag
 from stream_layer.extent_node.replication import LOCAL, Lag, PrimaryPipeline
 
 
@@ -230,4 +232,18 @@ def test_an_answer_that_says_nothing_about_the_lag_leaves_the_run() -> None:
         _append(p, 3, 0.9, blocked)
         _append(p, 4, 1.2, behind)
         assert p.failed is not None and p.late_replica == "primary:1"
+    asyncio.run(scenario())
+
+
+def test_by_default_a_slow_disk_is_failed_on_its_second_lagging_answer() -> None:
+    """Under load a +200 ms disk answers every 400 ms (the write in progress, then its own):
+    the stamp's default lag rule fails it on its second answer (0.8 s), so that with the
+    rollover its writers wait less than a second; three answers took 1.2 s and more."""
+    async def scenario() -> None:
+        p = PrimaryPipeline(1, ["s1", "s2"], start=0, timeout_s=lambda nbytes: 0.5,
+                            late_appends_min=3, lag=replica_lag(ExtentNodeLimits()))
+        _append(p, 0, 0.0, {LOCAL: 0.01, "s1": 0.4, "s2": 0.03})
+        assert p.failed is None
+        _append(p, 1, 0.4, {LOCAL: 0.01, "s1": 0.4, "s2": 0.03})
+        assert p.failed is not None and p.late_replica == "s1"
     asyncio.run(scenario())
