@@ -10,7 +10,9 @@ are raised at once.
 How long one attempt waits (issue 29: a frozen leader must not hold a call for long):
 - A call whose resend cannot change its outcome (the IDEMPOTENT methods: reads, conditional
   seals, DropExtents, heartbeats, setting a policy) waits a short, adaptive, doubling time
-  (`AttemptTimer`: about a second, or 3x the recent p99), then goes to the next replica.
+  (`AttemptTimer`: about a second, or 3x the recent p99), then goes to the next replica;
+  but never less than the leader may take on purpose (`attempt_floor_s`: a seal waits for
+  the extent nodes' answers, a rollover also places a new extent).
   The replica that stayed silent is suspect for SUSPECT_S (`LeaderGuess`): hints naming it
   are not followed, so the call goes round the others until one of them leads.
 - Any other call (CreateStream, MultiModify, ...: a resend after an unseen success is refused
@@ -49,6 +51,16 @@ IDEMPOTENT = frozenset({
 })
 
 
+def attempt_floors(limits: StreamManagerLimits) -> dict[str, float]:
+    """The least an attempt of each method waits (module docstring): what the leader's own
+    waits on extent nodes add up to, with a margin for its Raft write."""
+    probe_s = limits.seal_probe_timeout_ms / 1000
+    create_s = limits.create_extent_timeout_ms / 1000
+    margin_s = 0.25
+    return {"SealExtent": probe_s + margin_s, "FenceStream": margin_s,
+            "SealAndAdd": max(probe_s, create_s) + create_s + margin_s}
+
+
 class AsyncStreamManagerClient:
     def __init__(self, addresses: Sequence[str], limits: StreamManagerLimits | None = None,
                  clock: Clock | None = None, rng: random.Random | None = None) -> None:
@@ -61,6 +73,7 @@ class AsyncStreamManagerClient:
         self._leader = LeaderGuess(self.addresses, self.clock.monotonic, SUSPECT_S)
         self._channels = rpc.ChannelCache(self.limits.rpc_message_bytes_max)
         self.attempts = AttemptTimer()
+        self._floors = attempt_floors(self.limits)
 
     def _stub(self, address: str) -> pb_grpc.StreamManagerStub:
         return pb_grpc.StreamManagerStub(self._channels.get(address))
@@ -83,7 +96,8 @@ class AsyncStreamManagerClient:
             address = self._leader.address
             remaining = max(0.0, deadline - self.clock.monotonic())
             wait_s = (timeout_s if timeout_s is not None
-                      else self.attempts.timeout_s(timeouts) if idempotent
+                      else max(self._floors.get(method, 0.0),
+                               self.attempts.timeout_s(timeouts)) if idempotent
                       else min(CALL_TIMEOUT_S, remaining))
             sent = self.clock.monotonic()
             try:
