@@ -57,6 +57,9 @@ class JobReport:
     seconds: float = 0.0
     results: list[ItemResult] = field(default_factory=list)
     recorded: bool = False  # kept in the stamp's lock service
+    # gc: the copies marked and waiting out the grace period after the run (spark/gc.py
+    # `pending`): a later run reclaims them.
+    pending: dict[str, float] = field(default_factory=dict)
 
     @property
     def totals(self) -> dict[str, int]:
@@ -66,6 +69,7 @@ class JobReport:
         return {"job": self.job, "master": self.master, "dry_run": self.dry_run,
                 "started_at": self.started_at, "seconds": round(self.seconds, 3),
                 "totals": self.totals, "recorded": self.recorded,
+                **({"pending": self.pending} if self.pending else {}),
                 "items": [r.to_dict() for r in self.results]}
 
 
@@ -149,6 +153,8 @@ def run_job(job: str, data_dir: str, master: str = DEFAULT_MASTER, dry_run: bool
             log.info("%s: %d items, %.1f s after the listing", stage, len(items),
                      time.time() - listed_at)
         report.results.sort(key=lambda r: (r.kind != KIND_PARTITION, r.item))
+        if job == "gc":
+            report.pending = _gc_pending(stamp)
         report.seconds = time.monotonic() - started
     except BaseException as exc:
         report.seconds = time.monotonic() - started
@@ -198,6 +204,14 @@ async def _gc_items(sm: AsyncStreamManagerClient, now: float, stamp: StampAddres
                                   stamp.config.jobs.gc_marks_max, dry_run)
     finally:
         await extents.close()
+
+
+def _gc_pending(stamp: StampAddresses) -> dict[str, float]:
+    from lock_service.client import LockClient
+    from spark.gc import pending
+
+    with LockClient(stamp.lock_servers, RUN_HOLDER) as locks:
+        return pending(locks, stamp.config.jobs.gc_grace_s)
 
 
 async def _list(job: str, stamp: StampAddresses, now: float, dry_run: bool) -> list[Any]:

@@ -79,6 +79,18 @@ async def list_items(sm: AsyncStreamManagerClient, now: float, extents: Any,
     return items
 
 
+def pending(locks: Any, grace_s: float) -> dict[str, float]:
+    """The copies marked and not swept (read after a run): how many, the grace period, and
+    the wall-clock times (seconds since the epoch) from which a later run may sweep the
+    first and the last of them. A copy used again meanwhile loses its mark instead."""
+    marks, _ = _read_marks(locks)
+    if not marks:
+        return {"copies": 0, "grace_s": grace_s}
+    return {"copies": len(marks), "grace_s": grace_s,
+            "reclaim_from": min(marks.values()) + grace_s,
+            "reclaim_by": max(marks.values()) + grace_s}
+
+
 def _read_marks(locks: Any) -> tuple[dict[str, float], int]:
     found = locks.get(MARKS_KEY)
     return ({}, 0) if found is None else (json.loads(found[0]), found[1])

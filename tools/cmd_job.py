@@ -90,6 +90,9 @@ def _print_summary(console: Any, report: Any) -> None:
     console.print(f"stamp job {report.job}{' (dry run)' if report.dry_run else ''} on "
                   f"{report.master}: {report.seconds:.1f} s"
                   + ("" if report.recorded else " (not recorded: no lock service)"))
+    if report.job == "gc":
+        for line in gc_outcome(totals, report.pending, report.dry_run):
+            console.print(line)
     summary = Table()
     summary.add_column("TOTAL")
     summary.add_column("VALUE", justify="right")
@@ -97,6 +100,33 @@ def _print_summary(console: Any, report: Any) -> None:
         if value or key in ("items", "found", "fixed"):
             summary.add_row(key, f"{value:,}")
     console.print(summary)
+
+
+def gc_outcome(totals: dict[str, int], pending: dict[str, float], dry_run: bool
+               ) -> list[str]:
+    """What a gc run did to disk space, in words: what partitions released, what was
+    deleted (and freed), and what waits for its grace period and when a later run
+    reclaims it (released bytes stay on disk until then)."""
+    would = "would be " if dry_run else ""
+    lines = []
+    if totals.get("released"):
+        lines.append(f"released: {totals['released']:,} extents "
+                     f"({totals['released_bytes']:,} bytes, one replica's worth) "
+                     f"{would}dropped from partitions' streams; they stay on disk until a "
+                     "sweep deletes them once no stream holds them")
+    if dry_run:
+        lines.append(f"would delete: {totals.get('would', 0):,} extents and copies")
+    else:
+        lines.append(f"deleted: {totals.get('done', 0):,} extents and copies, "
+                     f"{totals.get('bytes', 0):,} bytes freed on disk")
+    copies = int(pending.get("copies", 0))
+    if copies:
+        first, last = (time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(pending[key]))
+                       for key in ("reclaim_from", "reclaim_by"))
+        lines.append(f"waiting: {copies:,} unused copies marked, kept for the grace period "
+                     f"(jobs.gc_grace_s = {pending['grace_s']:g} s); a later 'stamp job gc' "
+                     f"reclaims them from {first} to {last} UTC")
+    return lines
 
 
 def cmd_ls(args: argparse.Namespace) -> int:

@@ -195,8 +195,11 @@ def test_gc_killed_mid_sweep_with_a_node_down_is_finished_by_the_next_runs(
         return written, doomed, down
 
     written, doomed, down = asyncio.run(make_orphans())
-    assert run_job("gc", data_dir, session=spark).results == []  # marks only
+    first = run_job("gc", data_dir, session=spark)
+    assert first.results == []  # marks only, and says when a later run may sweep them
     marked = time.time()
+    assert first.pending["copies"] >= len(doomed), first.pending
+    assert first.started_at + GRACE_S <= first.pending["reclaim_by"] <= marked + GRACE_S
 
     async def grace_over() -> bool:
         return time.time() >= marked + GRACE_S
