@@ -4,7 +4,7 @@ flipped bytes, seals and syncs (issue 2)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +17,7 @@ from common.rpc import arm_remote
 from stream_layer import framing
 from stream_layer.extent_client import AsyncExtentClient
 from stream_layer.seal import seal_extent
+from tests.conftest import module_stamp
 from tools.chaos.extents import (
     AppendHistory,
     acknowledged,
@@ -51,8 +52,17 @@ async def rejoin_sealed(client: AsyncExtentClient, address: str, extent_id: int,
     assert await read_image(client, address, extent_id, length) == image
 
 
-def test_round_trip_single_and_multi_block(stamp_factory: StampFactory) -> None:
-    stamp = stamp_factory(3)
+@pytest.fixture(scope="module")
+def shared_stamp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStamp]:
+    """Three extent nodes for the tests that kill, restart and arm nothing: each works on an
+    extent of its own (a flipped byte spoils only its own extent's file), so none needs a
+    fresh stamp."""
+    with module_stamp(tmp_path_factory, "extent-nodes", extent_nodes=3) as stamp:
+        yield stamp
+
+
+def test_round_trip_single_and_multi_block(shared_stamp: LocalStamp) -> None:
+    stamp = shared_stamp
     replicas = addresses(stamp)
 
     async def scenario() -> None:
@@ -116,8 +126,8 @@ def test_one_message_of_appends_is_placed_in_order_each_with_its_own_outcome(
     asyncio.run(scenario())
 
 
-def test_secondary_refuses_write_not_at_its_end(stamp_factory: StampFactory) -> None:
-    stamp = stamp_factory(3)
+def test_secondary_refuses_write_not_at_its_end(shared_stamp: LocalStamp) -> None:
+    stamp = shared_stamp
     replicas = addresses(stamp)
 
     async def scenario() -> None:
@@ -294,8 +304,8 @@ def test_kill_all_replicas_acknowledged_data_survives(stamp_factory: StampFactor
     asyncio.run(scenario())
 
 
-def test_flipped_byte_fails_one_replica_not_the_others(stamp_factory: StampFactory) -> None:
-    stamp = stamp_factory(3)
+def test_flipped_byte_fails_one_replica_not_the_others(shared_stamp: LocalStamp) -> None:
+    stamp = shared_stamp
     replicas = addresses(stamp)
     node = stamp.extent_nodes()[2]
 
