@@ -149,6 +149,26 @@ class LockReplica(DurableReplica):
             return None
         return found
 
+    def held_leased(self, term: int, name: str, request_id: str, now: float
+                    ) -> tuple[str, int] | None:
+        """(holder, token) of lock `name` when an Acquire of it by `request_id` at leader
+        time `now` would be answered Held, read without a Raft write (`read_leased`), as
+        leader of `term` (promoted); None when the Acquire must go through the log: the lock
+        is free, or its lease's time is up here (an Expire comes first, then a grant), or
+        `request_id` was seen before (the log's answer to it stands), or no read lease.
+        A standby that asks for a held lock over and over (issue 29: a partition manager
+        every 2 s) then costs the group no Raft write; what it is told is what the log
+        would have answered at that moment."""
+        def look(state: LockState) -> tuple[str, int] | None:
+            token = state.locks.get(name)
+            if token is None or request_id in state.dedup or self._lessor.term != term:
+                return None
+            if self._lessor.expires_at(token) is None or self._lessor.lapsed(token, now):
+                return None
+            return state.leases[token].holder, token
+        found = self.read_leased(term, lambda state: (look(state),))
+        return None if found is None else found[0]
+
     def renew_in_memory(self, term: int, token: int, ttl_s: float, now: float) -> RenewOutcome:
         """A renewal answered by the lessor of `term` at leader time `now`, if this replica
         holds its leader lease; THROUGH_LOG when it must go through Raft instead."""

@@ -15,7 +15,9 @@ Contract:
   unknown, and a retry with the same request id is safe (the state deduplicates).
 - Get and List are answered from the leader's state while it holds a read lease
   (`LockReplica.read_leased`, shorter than the minimum election timeout, which PreVote
-  makes the least time before any successor), else through the log.
+  makes the least time before any successor), else through the log. So is an Acquire of a
+  lock held by a lease whose time is not up (answered Held), unless its request id was
+  seen before (`LockReplica.held_leased`).
 - Renewals are answered from the leader's memory (lock_service/lessor.py, which argues why
   a holder can rely on them), without a Raft write, while the leader holds its leader lease
   (`LockReplica.leader_lease_holds`); otherwise, or to change a lease's TTL, through the log.
@@ -203,6 +205,16 @@ class LockServicer(pb_grpc.LockServiceServicer):
             return _checked(found[0])
         return _checked(await self._submit(command))
 
+    async def _held(self, acquire: c.Acquire) -> tuple[str, int] | None:
+        """(holder, token) when `acquire` is answered Held from this leader's state under
+        its read lease (`LockReplica.held_leased`), else None: through the log."""
+        if problem_with(acquire):
+            return None  # the log's path refuses it with the reason
+        at = await self._leader_now()  # a new leader's Barrier and promotion first
+        term = self._leader_time.term
+        assert term is not None
+        return self._replica.held_leased(term, acquire.name, acquire.request_id, at)
+
     async def _read_index(self) -> None:
         """Before an answer read from the local state: a read through the log (an empty
         listing, shared by concurrent callers: common/read_index.py) that commits only while
@@ -265,6 +277,10 @@ class LockServicer(pb_grpc.LockServiceServicer):
     async def Acquire(self, request: pb.AcquireRequest,
                       context: aio.ServicerContext) -> pb.AcquireReply:
         request_id = request.request_id or _new_request_id()
+        held = await self._held(c.Acquire(0.0, request_id, request.name, request.holder,
+                                          request.ttl_s))
+        if held is not None:
+            return pb.AcquireReply(granted=False, holder=held[0], holder_token=held[1])
         result = await self._propose(lambda at: c.Acquire(
             at, request_id, request.name, request.holder, request.ttl_s))
         if isinstance(result, c.Granted):
