@@ -1,7 +1,7 @@
 """The blocking, thread-safe facade over the stream client (stream_layer/client.py): the same
 API on a private event loop thread, for callers without an event loop of their own.
 
-    from stream_layer.client import StreamClient      # re-exported there; the contract
+    from stream_layer.blocking_client import StreamClient
     sc = StreamClient.from_stamp(data_dir)
 """
 

@@ -1,6 +1,6 @@
 """The stream client: streams for the partition layer (§2). This Python API is a contract:
 
-    from stream_layer.client import StreamClient
+    from stream_layer.blocking_client import StreamClient
     sc = StreamClient.from_stamp(data_dir)      # reads <data_dir>/stamp.json
     s = sc.create_stream("name")                # or sc.open_stream("name")
     locs = s.append([b"...", b"..."])    # atomic; list of Location(extent_id, offset, length)
@@ -520,12 +520,3 @@ class AsyncStreamClient:
             self._warming.cancel()
         await self.sm.close()
         await self.extents.close()
-
-
-def __getattr__(name: str) -> object:
-    # The blocking facade lives in blocking_client.py (imported on first use: it imports this
-    # module); `from stream_layer.client import StreamClient` stays the documented contract.
-    if name in ("Stream", "StreamClient"):
-        from stream_layer import blocking_client
-        return getattr(blocking_client, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

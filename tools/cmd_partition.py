@@ -76,18 +76,6 @@ def _client(args: argparse.Namespace) -> Any:
     return PartitionClient.from_stamp(args.data_dir)
 
 
-def show_range(low: bytes, high: bytes | None) -> str:
-    from partition_layer import keys
-
-    def show(key: bytes) -> str:
-        try:
-            account, pname, _, _ = keys.decode_key(key)
-            return f"{account}/{pname}"
-        except Exception:
-            return key.hex() or "-inf"
-    return f"[{show(low) if low else '-inf'}, {show(high) if high is not None else '+inf'})"
-
-
 def cmd_ls(args: argparse.Namespace) -> int:
     import asyncio
 
@@ -112,7 +100,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
     rows = []
     for entry in current.partitions:
         p = load.get(entry.id)
-        rows.append({"id": entry.id, "range": show_range(entry.low, entry.high),
+        rows.append({"id": entry.id, "range": cmd_partition_ops.show_range(entry.low, entry.high),
                      "low": entry.low.hex(),
                      "high": None if entry.high is None else entry.high.hex(),
                      "server": entry.server or "-", "address": addresses.get(entry.server, ""),

@@ -156,17 +156,24 @@ def call_leader(data_dir: str, method: str, request: Any, timeout_s: float,
         return asyncio.run(call())
 
 
-def _show_range(low: bytes, high: bytes | None) -> str:
-    from tools.cmd_partition import show_range
+def show_range(low: bytes, high: bytes | None) -> str:
+    """A key range as account/name bounds (hex for a key that is not a name's)."""
+    from partition_layer import keys
 
-    return show_range(low, high)
+    def show(key: bytes) -> str:
+        try:
+            account, pname, _, _ = keys.decode_key(key)
+            return f"{account}/{pname}"
+        except Exception:
+            return key.hex() or "-inf"
+    return f"[{show(low) if low else '-inf'}, {show(high) if high is not None else '+inf'})"
 
 
 def _describe(reply: Any, what: str) -> str:
     done = reply.done
     entries = {p.id: p for p in reply.map.partitions}
     made = ", ".join(
-        f"{i} {_show_range(entries[i].range.low, entries[i].range.high if entries[i].range.has_high else None)}"  # noqa: E501
+        f"{i} {show_range(entries[i].range.low, entries[i].range.high if entries[i].range.has_high else None)}"  # noqa: E501
         if i in entries else str(i) for i in done.to_ids)
     return (f"{what} partition {'+'.join(map(str, done.from_ids))} into {made} on "
             f"{done.server} (map version {done.map_version}): took {done.seconds:.3f} s, "

@@ -50,7 +50,7 @@ def register(commands: Any) -> None:
 
 
 def _client(args: argparse.Namespace) -> Any:
-    from stream_layer.client import StreamClient
+    from stream_layer.blocking_client import StreamClient
 
     cli_checks.require_running(args.data_dir, "stream-manager")
     return StreamClient.from_stamp(args.data_dir)

@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING
 from common import durable_fs, process
 from common.errors import Unavailable
 from tools import local_tls
+from tools.process_record import ProcessRecord
 
 if TYPE_CHECKING:
-    from tools.local_stamp import LocalStamp, ProcessRecord
+    from tools.local_stamp import LocalStamp
 
 KIND_FRONT_END = "front-end"
 
@@ -23,8 +24,6 @@ KIND_FRONT_END = "front-end"
 def plan(stamp: LocalStamp) -> None:
     """Record each configured front end not yet recorded: its directory, port and command
     line, naming the lock service (account keys) and the partition managers (the map)."""
-    from tools.local_stamp import ProcessRecord
-
     lock_addresses = ",".join(r.address for r in stamp.lock_servers())
     pm_addresses = ",".join(r.address for r in stamp.partition_managers())
     if not (lock_addresses and pm_addresses):

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 from common import durable_fs, faults, process, stamp_secret
@@ -22,6 +22,7 @@ from common.config import RaftMemberSpec, StampConfig, load_config
 from common.errors import InvalidArgument, NotFound, Unavailable
 from common.stamp_file import STAMP_FILE, read_stamp
 from tools import dashboard, local_front_ends, local_tls, local_watch
+from tools.process_record import ProcessRecord
 from tools.progress import SILENT, Progress
 
 KIND_EXTENT_NODE = "extent-node"
@@ -35,20 +36,6 @@ ADMIN_ACCOUNT = "admin"
 # when no other is given.
 ADMIN_CONNECTION_STRING_FILE = "admin-connection-string"
 FAULTS_ENV_VAR = faults.RPC_ENV_VAR
-
-
-@dataclass
-class ProcessRecord:
-    name: str
-    kind: str
-    dir: str
-    argv: list[str]
-    address: str = ""
-    pid: int = 0
-    fault_domain: str = ""
-    upgrade_domain: str = ""
-    extra: dict[str, str] = field(default_factory=dict)
-    metrics_address: str = ""  # host:port of its Prometheus metrics ("": none)
 
 
 class LocalStamp:
