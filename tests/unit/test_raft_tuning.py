@@ -16,7 +16,8 @@ from lock_service.main import lock_tuning
 
 def validated(tuning: RaftTuning, tmp_path: Path) -> Any:
     """pysyncobj's own checks of the conf a replica would run with."""
-    replica: Any = SimpleNamespace(_write_snapshot_file=None, _read_snapshot_file=None)
+    replica: Any = SimpleNamespace(_write_snapshot_file=None, _read_snapshot_file=None,
+                                   _role_changed=None)
     conf = durable_conf(tmp_path, tuning, replica, "127.0.0.1:1", None)
     conf.validate()
     return conf
