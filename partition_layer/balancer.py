@@ -13,37 +13,63 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from common.clock import Clock
 from common.config import PartitionManagerConfig
 from common.errors import InvalidArgument, StampError
 from common.proto import partition_pb2 as pb
 from partition_layer.balance_policy import Action, LoadSnapshot, load_policy, snapshot_from
-from partition_layer.history import HistoryEntry, changed_at, moved_at
+from partition_layer.history import HistoryEntry, HistoryStore, changed_at, moved_at
+from partition_layer.manager_ops import SplitMergeCoordinator
+from partition_layer.map_store import LeaderMap
 from partition_layer.partition_map import PartitionMap
-
-if TYPE_CHECKING:
-    from partition_layer.manager import PartitionManager
 
 log = logging.getLogger(__name__)
 
 
+class BalanceSite(Protocol):
+    """What the balance pass needs of its partition manager besides the map (`LeaderMap`,
+    passed on its own) — manager.PartitionManager is one: this module does not import the
+    manager, which imports it. Its actions run through the manager's own split, merge
+    (`ops`) and move."""
+
+    name: str
+    history: HistoryStore
+    ops: SplitMergeCoordinator
+
+    def is_leader(self) -> bool: ...
+
+    async def require_leader(self) -> None: ...
+
+    async def live(self) -> dict[str, str]: ...
+
+    def partition_loads(self) -> dict[int, pb.PartitionLoad]:
+        """The latest heartbeat's load of every partition served."""
+
+    async def move(self, partition_id: int, server: str, trigger: str) -> object: ...
+
+    async def record(self, entry: HistoryEntry) -> None: ...
+
+
 class Balancer:
-    def __init__(self, manager: PartitionManager, config: PartitionManagerConfig) -> None:
+    def __init__(self, manager: BalanceSite, maps: LeaderMap,
+                 config: PartitionManagerConfig, clock: Clock) -> None:
         self.manager = manager
+        self.maps = maps
         self.config = config
+        self.clock = clock
         self.policy = load_policy(config)
 
     async def snapshot(self, current: PartitionMap | None = None) -> LoadSnapshot:
         m = self.manager
         if current is None:
-            current, _ = await m.current_map()
+            current, _ = await self.maps.current()
         live = await m.live()
         history = await asyncio.to_thread(m.history.read)
         busy = {i for op in current.pending for i in op.sources} | m.ops.busy
         return snapshot_from(current, m.partition_loads(), live, changed_at(history),
-                             time.time(), pending=busy, moved_at=moved_at(history))
+                             self.clock.wall(), pending=busy, moved_at=moved_at(history))
 
     async def split_key(self, partition_id: int, current: PartitionMap) -> bytes:
         """The policy's split key for the partition, from its latest heartbeat."""
@@ -62,7 +88,7 @@ class Balancer:
         """The policy's decision for the current snapshot; unless `dry_run`, run it (at most
         actions_per_pass_max actions)."""
         await self.manager.require_leader()
-        current, _ = await self.manager.current_map()
+        current, _ = await self.maps.current()
         decision = self.policy.decide(await self.snapshot(current))
         actions, skipped = [], list(decision.skipped)
         for action in decision.actions[:self.config.actions_per_pass_max]:
@@ -86,7 +112,7 @@ class Balancer:
         m = self.manager
         log.info("%s: balance: %s %s (%s)", m.name, action.op, action.partition_ids,
                  action.reason)
-        started_at = time.time()
+        started_at = self.clock.wall()
         try:
             if action.op == "split":
                 await m.ops.split(action.partition_ids[0], action.key or None, action.trigger)
@@ -102,7 +128,7 @@ class Balancer:
             log.warning("%s: balance: %s %s failed: %s", m.name, action.op,
                         action.partition_ids, exc)
             await m.record(HistoryEntry(action.op, action.trigger, action.partition_ids, (),
-                                        started_at, seconds=time.time() - started_at,
+                                        started_at, seconds=self.clock.wall() - started_at,
                                         result=f"failed: {exc}", key=action.key,
                                         server=action.server))
             return False

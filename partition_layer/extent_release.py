@@ -34,6 +34,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -48,7 +50,6 @@ from partition_layer.partition_streams import stream_name
 
 if TYPE_CHECKING:
     from partition_layer.partition import RangePartition
-    from partition_layer.server import PartitionServer
 
 log = logging.getLogger(__name__)
 
@@ -87,14 +88,18 @@ class ReleaseReport:
         return asdict(self)
 
 
-async def release_extents(server: PartitionServer, request: pb.ReleaseExtentsRequest
+async def release_extents(request: pb.ReleaseExtentsRequest, server_name: str,
+                          partitions: Mapping[int, RangePartition],
+                          no_split_merge: Callable[[], AbstractAsyncContextManager[None]]
                           ) -> pb.ReleaseExtentsReply:
-    """The PS's ReleaseExtents RPC: `release_unneeded` of a partition served here, with no
-    split or merge here meanwhile (NotOwner when it is not served here)."""
-    async with server.split_merge.paused():
-        partition = server.partitions.get(request.partition_id)
+    """The PS's ReleaseExtents RPC: `release_unneeded` of a partition served here (one of
+    `partitions`), holding `no_split_merge()` (split_merge.SplitMerge.paused: no split or
+    merge here meanwhile); NotOwner when it is not served here. What it needs of its
+    server is passed in: this module does not import the server, which imports it."""
+    async with no_split_merge():
+        partition = partitions.get(request.partition_id)
         if partition is None:
-            raise NotOwner(f"{server.name} does not serve partition {request.partition_id}")
+            raise NotOwner(f"{server_name} does not serve partition {request.partition_id}")
         report = await release_unneeded(partition, request.dry_run)
     return pb.ReleaseExtentsReply(partition_id=report.partition_id, skipped=report.skipped,
                                   streams=[pb.StreamRelease(**asdict(s))

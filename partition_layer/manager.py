@@ -22,7 +22,8 @@ a partition the map assigns elsewhere hears so in its heartbeat answer and unloa
 failed load is sent again no sooner than `load_retry_ms` later.
 
 Any PM answers GetMap from the lock service. Every change of the map is a compare-and-set
-under `map_lock` (one writer in this process: the pass, an operator's split, merge or move).
+under `maps.lock` (map_store.LeaderMap, which the pass, the split and merge coordinator and
+the balancer share: one writer in this process).
 Split, merge and the balance pass live beside this module (manager_ops.py, balancer.py), the
 history in history.py.
 """
@@ -51,7 +52,7 @@ from partition_layer.history import (
     HistoryStore,
 )
 from partition_layer.manager_ops import SplitMergeCoordinator
-from partition_layer.map_store import MapStore, read_map
+from partition_layer.map_store import LeaderMap, MapStore, read_map
 from partition_layer.partition_map import (
     BORN_BOOTSTRAP,
     PartitionMap,
@@ -115,17 +116,15 @@ class PartitionManager:
         self.lease: Lease | None = None
         self.heartbeats: dict[str, tuple[float, pb.ServerLoad]] = {}
         self.confirmed: dict[int, str] = {}
-        self.map_lock = asyncio.Lock()
         self.history = HistoryStore(locks)
-        self.ops = SplitMergeCoordinator(self)
-        self.balancer = Balancer(self, config or PartitionManagerConfig())
+        self.maps = LeaderMap(MapStore(locks, limits.bootstrap_split_keys), lambda: self.lease)
+        self.ops = SplitMergeCoordinator(self, self.maps, self.clock)
+        self.balancer = Balancer(self, self.maps, config or PartitionManagerConfig(), self.clock)
         self._inflight: dict[int, asyncio.Task[None]] = {}
         # Partition id -> monotonic time before which no Load of it is sent (after a failure).
         self._load_not_before: dict[int, float] = {}
-        self.maps = MapStore(locks, limits.bootstrap_split_keys)
         self._tasks: set[asyncio.Task[None]] = set()
         self._channels: dict[str, object] = {}
-        self.map_version = 0
         # The servers the last pass found live ({name: address}), when it listed them,
         # whether a heartbeat since came from a server not among them, and since when this
         # manager leads: a server it has not heard from since is late from then on
@@ -236,7 +235,7 @@ class PartitionManager:
             self._live = await self.live()
             self._listed_at = now
         live = self._live
-        async with self.map_lock:
+        async with self.maps.lock:
             current, version = await self.current_map()
             before = counted = current
             changes: dict[int, str] = {}
@@ -252,7 +251,6 @@ class PartitionManager:
                 current = await self.write_map(current.assigned(changes), version)
                 log.info("%s: assigned %s (map version %d)", self.name, changes,
                          current.version)
-        self.map_version = current.version
         self.ops.resolve_pending(current, live)
         now = self.clock.monotonic()
         for entry in current.partitions:
@@ -284,17 +282,19 @@ class PartitionManager:
         """The map as this manager last read or wrote it (heartbeat answers)."""
         return self.maps.last
 
+    @property
+    def map_version(self) -> int:
+        return self.maps.version
+
     async def current_map(self) -> tuple[PartitionMap, int]:
         """The stored map and its lock-service version (bootstrapped when there is none):
         from memory while this manager leads under the lease it read or wrote it with
         (map_store.py)."""
-        return await asyncio.to_thread(self.maps.current, self.lease)
+        return await self.maps.current()
 
     async def write_map(self, new: PartitionMap, version: int) -> PartitionMap:
         """Store `new` if the stored map is still at `version` (fenced by the lease)."""
-        written = await asyncio.to_thread(self.maps.write, new, version, self.lease)
-        self.map_version = written.version
-        return written
+        return await self.maps.write(new, version)
 
     async def record(self, entry: HistoryEntry) -> None:
         """Add to the history; a failure to record is logged, never fails the operation."""
@@ -304,6 +304,11 @@ class PartitionManager:
             await asyncio.to_thread(self.history.add, entry, self.lease)
         except StampError as exc:
             log.warning("%s: could not record %s in the history: %s", self.name, entry, exc)
+
+    async def split_key(self, partition_id: int, current: PartitionMap) -> bytes:
+        """The balance policy's split key for the partition (an operator's split without a
+        key, manager_ops.py)."""
+        return await self.balancer.split_key(partition_id, current)
 
     def spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(work)
@@ -411,10 +416,10 @@ class PartitionManager:
                 except StampError as exc:
                     log.warning("%s: %s did not unload partition %d cleanly: %s", self.name,
                                 entry.server, partition_id, exc)
-            async with self.map_lock:
-                current, version = await self.current_map()
-                current = await self.write_map(current.assigned({partition_id: server}),
-                                               version)
+            async with self.maps.lock:
+                current, version = await self.maps.current()
+                current = await self.maps.write(current.assigned({partition_id: server}),
+                                                version)
             self.confirmed.pop(partition_id, None)
         task = self._inflight.get(partition_id)
         if task is None and self.confirmed.get(partition_id) != server:

@@ -28,16 +28,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
+from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from common import faults, rpc
+from common.clock import Clock
+from common.config import PartitionLimits
 from common.errors import InvalidArgument, NotFound, StampError, Unavailable
 from common.proto import partition_pb2 as pb
 from common.proto import partition_pb2_grpc as pb_grpc
 from partition_layer import pending_resolution
-from partition_layer.history import RESULT_OK, HistoryEntry
+from partition_layer.history import RESULT_OK, HistoryEntry, HistoryStore
+from partition_layer.map_store import LeaderMap
 from partition_layer.partition_map import (
     BORN_BOOTSTRAP,
     OP_SPLIT,
@@ -46,9 +49,7 @@ from partition_layer.partition_map import (
     least_loaded,
 )
 from partition_layer.partition_streams import stream_name
-
-if TYPE_CHECKING:
-    from partition_layer.manager import PartitionManager
+from stream_layer.sm_client import AsyncStreamManagerClient
 
 log = logging.getLogger(__name__)
 
@@ -72,14 +73,48 @@ class OpDone:
     published: PartitionMap
 
 
+class ManagerSite(Protocol):
+    """What the coordinator needs of its partition manager, and all it touches besides the
+    map (`LeaderMap`, passed on its own) — manager.PartitionManager is one — as the
+    committer reaches its partition through CommitSite: this module does not import the
+    manager, which imports it."""
+
+    name: str
+    limits: PartitionLimits
+    sm: AsyncStreamManagerClient | None  # None: a pending op's commit is not known
+    confirmed: dict[int, str]  # partition -> the server that confirmed loading it
+    history: HistoryStore
+
+    async def require_leader(self) -> None: ...
+
+    async def live(self) -> dict[str, str]:
+        """{server: address} of the registered servers, listed now."""
+
+    async def split_key(self, partition_id: int, current: PartitionMap) -> bytes:
+        """The balance policy's split key for the partition."""
+
+    async def move(self, partition_id: int, server: str, trigger: str) -> object: ...
+
+    async def settle_load(self, partition_id: int) -> None:
+        """Until a Load of the partition the manager has in flight has ended."""
+
+    async def record(self, entry: HistoryEntry) -> None: ...
+
+    def spawn(self, work: Coroutine[Any, Any, None]) -> None: ...
+
+    def stub(self, address: str) -> pb_grpc.PartitionServerStub: ...
+
+
 class SplitMergeCoordinator:
     """The manager's side of split and merge (the partition server's, which does them, is
     split_merge.SplitMerge): ask the server, publish the result in the map, and resolve
     pending ones. `busy` holds the sources of every op with a PS call in flight from this
     process: the pass leaves those alone."""
 
-    def __init__(self, manager: PartitionManager) -> None:
+    def __init__(self, manager: ManagerSite, maps: LeaderMap, clock: Clock) -> None:
         self.manager = manager
+        self.maps = maps
+        self.clock = clock
         self.busy: set[int] = set()
         self._not_before: dict[tuple[int, ...], float] = {}  # op sources -> monotonic time
         # (sources, results) of pending ops the stream manager said did not commit, after a
@@ -102,17 +137,18 @@ class SplitMergeCoordinator:
     async def split(self, partition_id: int, key: bytes | None, trigger: str) -> OpDone:
         m = self.manager
         await m.require_leader()
-        async with m.map_lock:
+        async with self.maps.lock:
             live = await m.live()
-            current, version = await m.current_map()
+            current, version = await self.maps.current()
             entry = current.get(partition_id)
             self._require_served(entry.id, entry.server, live)
             if not key:
-                key = await m.balancer.split_key(partition_id, current)
+                key = await m.split_key(partition_id, current)
             if partition_id in self.busy:
                 raise InvalidArgument(f"partition {partition_id} has an operation under way")
-            pending, op = current.with_pending_split(partition_id, key, trigger, time.time())
-            await m.write_map(pending, version)
+            pending, op = current.with_pending_split(partition_id, key, trigger,
+                                                     self.clock.wall())
+            await self.maps.write(pending, version)
             self.busy.add(partition_id)
         try:
             await faults.apoint("pm.split.pending_written")
@@ -130,7 +166,7 @@ class SplitMergeCoordinator:
         m = self.manager
         await m.require_leader()
         live = await m.live()
-        current, _ = await m.current_map()
+        current, _ = await self.maps.current()
         left = current.get(left_id)
         right = current.right_neighbour(left_id) if right_id == 0 else current.get(right_id)
         if left.high is None or left.high != right.low:
@@ -142,12 +178,13 @@ class SplitMergeCoordinator:
         self._require_served(left.id, left.server, live)
         if right.server != left.server:
             await m.move(right.id, left.server, trigger=trigger)
-        async with m.map_lock:
-            current, version = await m.current_map()
+        async with self.maps.lock:
+            current, version = await self.maps.current()
             if current.get(right.id).server != left.server:
                 raise Unavailable(f"partition {right.id} moved away from {left.server} meanwhile")
-            pending, op = current.with_pending_merge(left.id, right.id, trigger, time.time())
-            await m.write_map(pending, version)
+            pending, op = current.with_pending_merge(left.id, right.id, trigger,
+                                                     self.clock.wall())
+            await self.maps.write(pending, version)
             self.busy.update(op.sources)
         try:
             await faults.apoint("pm.merge.pending_written")
@@ -165,10 +202,10 @@ class SplitMergeCoordinator:
         again, publishes, or rolls back): wait for that, up to OUTCOME_WAIT_S, and answer
         what happened rather than "it failed" when it then completes."""
         m = self.manager
-        deadline = time.monotonic() + OUTCOME_WAIT_S
-        while time.monotonic() < deadline:
+        deadline = self.clock.monotonic() + OUTCOME_WAIT_S
+        while self.clock.monotonic() < deadline:
             await asyncio.sleep(OUTCOME_POLL_S)
-            current, _ = await m.current_map()
+            current, _ = await self.maps.current()
             if any(p.sources == op.sources and p.results == op.results
                    for p in current.pending):
                 continue
@@ -198,7 +235,7 @@ class SplitMergeCoordinator:
 
     async def _call_ps(self, op: PendingOp, address: str) -> float:
         stub = self.manager.stub(address)
-        version = self.manager.map_version
+        version = self.maps.version
         if op.op == OP_SPLIT:
             reply = await rpc.call(stub.Split(pb.SplitRequest(
                 partition_id=op.parent, key=op.key, left_id=op.left, right_id=op.right,
@@ -217,7 +254,7 @@ class SplitMergeCoordinator:
         written), or have just been reassigned to it. Load is idempotent and a loader drops
         an intent that did not commit."""
         m = self.manager
-        current, _ = await m.current_map()
+        current, _ = await self.maps.current()
         for source in op.sources:
             if op.attempts == 0 and m.confirmed.get(source) == op.server:
                 continue  # the first try: it serves them already
@@ -232,8 +269,8 @@ class SplitMergeCoordinator:
         """Publish the op's results on `server`. `served`: that server just answered that it
         serves them (they are confirmed there); else the pass sends them a Load."""
         m = self.manager
-        async with m.map_lock:
-            current, version = await m.current_map()
+        async with self.maps.lock:
+            current, version = await self.maps.current()
             if not any(p.sources == op.sources and p.results == op.results
                        for p in current.pending):
                 raise Unavailable(f"the pending {op.op} of {_sources(op)} was resolved "
@@ -244,7 +281,7 @@ class SplitMergeCoordinator:
                 new = current.with_merge(op.left, op.right, op.merged)
             if server != new.get(op.results[0]).server:
                 new = new.assigned({result: server for result in op.results})
-            await m.write_map(new, version)
+            await self.maps.write(new, version)
             for result in op.results:
                 if served:
                     m.confirmed[result] = server
@@ -253,23 +290,22 @@ class SplitMergeCoordinator:
             for source in op.sources:
                 m.confirmed.pop(source, None)
         entry = HistoryEntry(op.op, trigger, op.sources, op.results, op.started_at,
-                             seconds=time.time() - op.started_at, unavailable_s=unavailable_s,
-                             result=RESULT_OK, map_version=new.version, key=op.key,
-                             server=server)
+                             seconds=self.clock.wall() - op.started_at,
+                             unavailable_s=unavailable_s, result=RESULT_OK,
+                             map_version=new.version, key=op.key, server=server)
         await m.record(entry)
         log.info("%s: %s %s -> %s on %s (map version %d, unavailable %.3f s)", m.name, op.op,
                  _sources(op), _ids(op.results), server, new.version, unavailable_s)
         return OpDone(entry, new)
 
     async def _count_attempt(self, op: PendingOp) -> PendingOp:
-        m = self.manager
-        async with m.map_lock:
-            current, version = await m.current_map()
+        async with self.maps.lock:
+            current, version = await self.maps.current()
             now = next((p for p in current.pending if p.sources == op.sources), None)
             if now is None:
                 return op
             counted, after = current.with_attempt(now)
-            await m.write_map(counted, version)
+            await self.maps.write(counted, version)
             return after
 
     # ---- pending resolution (every pass) ----------------------------------------------------
@@ -277,7 +313,7 @@ class SplitMergeCoordinator:
     def resolve_pending(self, current: PartitionMap, live: dict[str, str]) -> None:
         """Start resolving every pending op with no PS call in flight (tasks: a Split may
         take a while, the pass goes on)."""
-        now = time.monotonic()
+        now = self.clock.monotonic()
         for op in current.pending:
             if not set(op.sources) & self.busy and self._not_before.get(op.sources, 0) <= now:
                 self.busy.update(op.sources)
@@ -291,7 +327,7 @@ class SplitMergeCoordinator:
                 self._uncommitted.add((op.sources, op.results))
             else:  # committed, or nobody knows: its sources must not be loaded as they were
                 self._uncommitted.discard((op.sources, op.results))
-            current, _ = await m.current_map()
+            current, _ = await self.maps.current()
             fresh = next((p for p in current.pending
                           if p.sources == op.sources and p.results == op.results), None)
             if fresh is None:
@@ -304,7 +340,7 @@ class SplitMergeCoordinator:
                 # Nothing to do until the stream manager or a server answers: look again in
                 # a while, not every pass.
                 log.debug("%s: pending %s of %s: %s", m.name, op.op, _sources(op), decision.why)
-                self._not_before[op.sources] = time.monotonic() + RETRY_BACKOFF_S
+                self._not_before[op.sources] = self.clock.monotonic() + RETRY_BACKOFF_S
                 return
             log.info("%s: pending %s of %s: %s (%s)", m.name, op.op, _sources(op),
                      decision.action, decision.why)
@@ -321,7 +357,7 @@ class SplitMergeCoordinator:
         except StampError as exc:
             log.warning("%s: resolving the pending %s of %s: %s", m.name, op.op,
                         _sources(op), exc)
-            self._not_before[op.sources] = (time.monotonic()
+            self._not_before[op.sources] = (self.clock.monotonic()
                                             + RETRY_BACKOFF_S * (op.attempts + 1))
         finally:
             self.busy.difference_update(op.sources)
@@ -346,25 +382,25 @@ class SplitMergeCoordinator:
 
     async def _reassign(self, op: PendingOp, server: str) -> PendingOp:
         m = self.manager
-        async with m.map_lock:
-            current, version = await m.current_map()
+        async with self.maps.lock:
+            current, version = await self.maps.current()
             new = current.assigned({source: server for source in op.sources})
-            await m.write_map(new, version)
+            await self.maps.write(new, version)
         for source in op.sources:
             m.confirmed.pop(source, None)
         return next(p for p in new.pending if p.sources == op.sources)
 
     async def _roll_back(self, op: PendingOp, why: str) -> None:
         m = self.manager
-        async with m.map_lock:
-            current, version = await m.current_map()
+        async with self.maps.lock:
+            current, version = await self.maps.current()
             now = next((p for p in current.pending if p.sources == op.sources), None)
             if now is None:
                 return
             new = current.without_pending(now)
-            await m.write_map(new, version)
+            await self.maps.write(new, version)
         await m.record(HistoryEntry(op.op, op.trigger, op.sources, op.results,
-                                    op.started_at, seconds=time.time() - op.started_at,
+                                    op.started_at, seconds=self.clock.wall() - op.started_at,
                                     result=f"rolled back: {why}", map_version=new.version,
                                     key=op.key, server=op.server))
         log.warning("%s: rolled back the %s of %s: %s", m.name, op.op, _sources(op), why)

@@ -14,8 +14,9 @@ outcome is unknown), and without a lease, it reads the lock service again.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from common.errors import Unavailable
@@ -56,14 +57,21 @@ class MapStore:
         """The stored map and its version: from memory when this manager read or wrote it
         under `lease` (module docstring), else from the lock service — bootstrapped, fenced
         by `lease`, when there is none yet."""
-        known = self._known
-        if known is not None and lease is not None and known.token == lease.token:
-            return known.map, known.version
+        known = self.known(lease)
+        if known is not None:
+            return known
         found = read_map(self.locks)
         if found is None:
             return self._bootstrap(lease)
         self._remember(found[0], found[1], lease)
         return found
+
+    def known(self, lease: Lease | None) -> tuple[PartitionMap, int] | None:
+        """What `current` answers from memory under `lease`, or None (it would read)."""
+        known = self._known
+        if known is None or lease is None or known.token != lease.token:
+            return None
+        return known.map, known.version
 
     def write(self, new: PartitionMap, version: int, lease: Lease | None) -> PartitionMap:
         """Store `new` if the stored map is still at `version` (fenced by `lease`)."""
@@ -92,3 +100,38 @@ class MapStore:
     def _remember(self, current: PartitionMap, version: int, lease: Lease | None) -> None:
         self.last = current
         self._known = None if lease is None else _Known(current, version, lease.token)
+
+
+class LeaderMap:
+    """The map as the leading manager's parts read and change it — the assignment pass, the
+    split and merge coordinator (manager_ops.py), the balancer, an operator's move — rather
+    than each through the manager. Every change reads the map and writes it holding `lock`:
+    one writer at a time in this process (the store's compare-and-set refuses any other)."""
+
+    def __init__(self, store: MapStore, lease: Callable[[], Lease | None]) -> None:
+        self.store = store
+        self._lease = lease
+        self.lock = asyncio.Lock()
+
+    @property
+    def last(self) -> PartitionMap | None:
+        """The map as last read or written here, without a lock-service call."""
+        return self.store.last
+
+    @property
+    def version(self) -> int:
+        """The version of `last` (0 before any)."""
+        return 0 if self.store.last is None else self.store.last.version
+
+    async def current(self) -> tuple[PartitionMap, int]:
+        """The stored map and its lock-service version (MapStore.current; no thread when it
+        answers from memory)."""
+        lease = self._lease()
+        known = self.store.known(lease)
+        if known is not None:
+            return known
+        return await asyncio.to_thread(self.store.current, lease)
+
+    async def write(self, new: PartitionMap, version: int) -> PartitionMap:
+        """Store `new` if the stored map is still at `version` (MapStore.write)."""
+        return await asyncio.to_thread(self.store.write, new, version, self._lease())

@@ -199,7 +199,9 @@ class PartitionServicer(pb_grpc.PartitionServerServicer):
     @rpc.rpc_errors
     async def ReleaseExtents(self, request: pb.ReleaseExtentsRequest,
                              context: aio.ServicerContext) -> pb.ReleaseExtentsReply:
-        return await release_extents(self.server, request)  # gc: extent_release.py
+        server = self.server  # gc: extent_release.py
+        return await release_extents(request, server.name, server.partitions,
+                                     server.split_merge.paused)
 
     @rpc.rpc_errors
     async def Status(self, request: pb.ServerStatusRequest, context: aio.ServicerContext

@@ -29,11 +29,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
-from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, MutableMapping, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from common import faults
+from common.clock import Clock, SystemClock
 from common.errors import InvalidArgument, PreconditionFailed
 from common.proto import partition_pb2 as pb
 from partition_layer import keys, meta_derive
@@ -52,7 +52,7 @@ from stream_layer.stream_ops import create_from_op, fence_op, retire_op
 if TYPE_CHECKING:
     from common.proto.stream_manager_pb2 import StreamOp
     from partition_layer.ownership import Ownership
-    from partition_layer.server import PartitionServer
+    from stream_layer.client import AsyncStreamClient
 
 log = logging.getLogger(__name__)
 
@@ -65,12 +65,13 @@ class Steps:
     """When each step of one split or merge ended, for its log line: where the unavailable
     time goes (quiesce, intent, seal, commit, children's load)."""
 
-    def __init__(self) -> None:
-        self._last = time.monotonic()
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self._last = clock.monotonic()
         self.spent: list[tuple[str, float]] = []
 
     def done(self, step: str) -> None:
-        now = time.monotonic()
+        now = self.clock.monotonic()
         self.spent.append((step, now - self._last))
         self._last = now
 
@@ -94,11 +95,34 @@ def check_split_key(key_range: KeyRange, key: bytes) -> None:
                               "name")
 
 
+class PartitionHost(Protocol):
+    """What split and merge need of the partition server they run on, and all they touch
+    (server.PartitionServer is one), as the committer reaches its partition only through
+    CommitSite: this module does not import the server, which imports it."""
+
+    partitions: MutableMapping[int, RangePartition]  # read: who serves what here
+    retired: set[int]  # added to: split or merged away here, never loaded here again
+    leases: Mapping[int, Ownership]  # the ownership each loaded partition serves under
+    streams: AsyncStreamClient  # its streams' seals, existence, and the one multi-modify
+
+    async def acquire(self, partition_id: int) -> Ownership:
+        """A partition's lease under the server's session (the children's, taken early)."""
+
+    async def release(self, own: Ownership) -> None: ...
+
+    async def load(self, partition_id: int, key_range: KeyRange,
+                   create_if_missing: bool = False, acquired: Ownership | None = None,
+                   parents: Sequence[RangePartition] = ()) -> object:
+        """Load the partition here (idempotent); `acquired` its lease if taken already,
+        `parents` what it was made of here."""
+
+
 class SplitMerge:
     """The split and merge procedures of one partition server, one at a time."""
 
-    def __init__(self, server: PartitionServer) -> None:
+    def __init__(self, server: PartitionHost, clock: Clock | None = None) -> None:
         self.server = server
+        self.clock = clock or SystemClock()  # the steps' and the unavailable time's
         self._lock = asyncio.Lock()
         # The parents' ranges while an operation runs: their requests wait (server.py).
         self.hold = RangeHold()
@@ -133,13 +157,13 @@ class SplitMerge:
 
     async def split(self, parent_id: int, key: bytes, left_id: int, right_id: int
                     ) -> pb.SplitReply:
-        started = time.monotonic()
+        started = self.clock.monotonic()
         if len({parent_id, left_id, right_id}) != 3 or not left_id or not right_id:
             raise InvalidArgument(f"split of {parent_id} into {left_id} and {right_id}: "
                                   "three distinct ids needed")
-        steps = Steps()
+        steps = Steps(self.clock)
         async with self._lock:
-            unavailable_from = time.monotonic()
+            unavailable_from = self.clock.monotonic()
             if not await self._committed(left_id, parent_id):
                 parent = await self._served(parent_id)
                 check_split_key(parent.range, key)
@@ -155,7 +179,7 @@ class SplitMerge:
             else:
                 left, right = await self._load_split_children(parent_id, left_id, right_id)
             steps.done("load")
-        now = time.monotonic()
+        now = self.clock.monotonic()
         log.info("split of partition %d into %d %s and %d %s: %.3f s, unavailable %.3f s "
                  "(%s)", parent_id, left_id, left.range.to_dict(), right_id,
                  right.range.to_dict(), now - started, now - unavailable_from, steps)
@@ -201,13 +225,13 @@ class SplitMerge:
     # ---- merge ------------------------------------------------------------------------------
 
     async def merge(self, left_id: int, right_id: int, merged_id: int) -> pb.MergeReply:
-        started = time.monotonic()
+        started = self.clock.monotonic()
         if len({left_id, right_id, merged_id}) != 3 or not merged_id:
             raise InvalidArgument(f"merge of {left_id} and {right_id} into {merged_id}: "
                                   "three distinct ids needed")
-        steps = Steps()
+        steps = Steps(self.clock)
         async with self._lock:
-            unavailable_from = time.monotonic()
+            unavailable_from = self.clock.monotonic()
             if not await self._committed(merged_id, left_id, right_id):
                 left, right = (self._serving(left_id), self._serving(right_id))
                 if left.range.high != right.range.low:
@@ -223,7 +247,7 @@ class SplitMerge:
             else:
                 merged = await self._load_merged(left_id, right_id, merged_id)
             steps.done("load")
-        now = time.monotonic()
+        now = self.clock.monotonic()
         log.info("merge of partitions %d and %d into %d %s: %.3f s, unavailable %.3f s (%s)",
                  left_id, right_id, merged_id, merged.range.to_dict(), now - started,
                  now - unavailable_from, steps)
@@ -316,7 +340,7 @@ class SplitMerge:
         # came in meanwhile, so the range is unavailable for less.
         await _all(partition.checkpointer.checkpoint_now() for partition in partitions)
         steps.done("checkpoint")
-        stopped_at = time.monotonic()
+        stopped_at = self.clock.monotonic()
         for partition in partitions:
             try:
                 partition.quiesce(state)

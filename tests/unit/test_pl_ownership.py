@@ -284,9 +284,10 @@ def test_a_request_for_a_partition_loading_here_waits_for_the_load() -> None:
 # ---- a pending split blocks its parent's loads for at most one try ------------------------
 
 def test_a_pending_op_blocks_plain_loads_of_its_sources_for_one_try_at_most() -> None:
+    from common.clock import SystemClock
     from partition_layer.manager_ops import SplitMergeCoordinator
 
-    ops = SplitMergeCoordinator(None)  # type: ignore[arg-type]
+    ops = SplitMergeCoordinator(None, None, SystemClock())  # type: ignore[arg-type]
     current = PartitionMap.bootstrap([name_key("log-5")]).assigned({1: "ps-1", 2: "ps-1"})
     pending, op = current.with_pending_split(1, name_key("log-2"), "operator", 0.0)
     assert ops.may_load(2, pending)          # not named by the op

@@ -43,3 +43,19 @@ def test_committer_and_checkpointer_import_neither_the_partition_nor_each_other(
 def test_the_partition_modules_stay_small(name: str) -> None:
     lines = len((LAYER / f"{name}.py").read_text().splitlines())
     assert lines <= MODULE_LINES_MAX, f"{name}.py has {lines} lines"
+
+
+@pytest.mark.parametrize("name", ["split_merge", "extent_release"])
+def test_the_servers_helpers_do_not_import_it_back(name: str) -> None:
+    """Split and merge reach their server through split_merge.PartitionHost, the release of
+    extents through what it is passed (issue 29); both imported server.py, which imports
+    them (seen failing before)."""
+    assert "server" not in imported_modules(name)
+
+
+@pytest.mark.parametrize("name", ["manager_ops", "balancer"])
+def test_the_managers_parts_read_and_write_the_map_through_the_map_store(name: str) -> None:
+    """They take map_store.LeaderMap (issue 29), not the manager's map methods and lock."""
+    source = (LAYER / f"{name}.py").read_text()
+    for through_the_manager in ("current_map(", "write_map(", "map_lock"):
+        assert through_the_manager not in source, through_the_manager
