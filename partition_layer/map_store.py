@@ -67,9 +67,10 @@ class MapStore:
         return found
 
     def known(self, lease: Lease | None) -> tuple[PartitionMap, int] | None:
-        """What `current` answers from memory under `lease`, or None (it would read)."""
+        """What `current` answers from memory under `lease`, or None (it would read). Only
+        while `lease` is valid: past its claim another manager may lead and have written."""
         known = self._known
-        if known is None or lease is None or known.token != lease.token:
+        if known is None or lease is None or known.token != lease.token or not lease.valid():
             return None
         return known.map, known.version
 

@@ -172,6 +172,18 @@ def test_the_map_store_reads_again_under_a_new_lease() -> None:
     assert s.locks.gets.count(MAP_KEY) == 2
 
 
+def test_the_map_store_reads_again_once_its_lease_is_no_longer_valid() -> None:
+    """Past its claim the lease may be another manager's to take: what this one remembers
+    may be stale (it answered heartbeats from it while it still believed it led)."""
+    s = _Store()
+    lease = FakeLease()
+    s.store.current(lease)  # type: ignore[arg-type]
+    s.locks.put(MAP_KEY, PartitionMap.bootstrap().assigned({1: "ps-9"}).to_json())
+    lease.ended = True
+    current, _ = s.store.current(lease)  # type: ignore[arg-type]
+    assert current.get(1).server == "ps-9"
+
+
 def test_the_map_store_reads_again_after_a_refused_write() -> None:
     s = _Store()
     lease = FakeLease()
