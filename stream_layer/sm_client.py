@@ -53,12 +53,13 @@ IDEMPOTENT = frozenset({
 
 def attempt_floors(limits: StreamManagerLimits) -> dict[str, float]:
     """The least an attempt of each method waits (module docstring): what the leader's own
-    waits on extent nodes add up to, with a margin for its Raft write."""
-    probe_s = limits.seal_probe_timeout_ms / 1000
+    waits on extent nodes add up to (a seal's probe and its wait for stragglers; a
+    rollover's placement too), with a margin for its Raft write on a busy machine."""
+    fence_s = (limits.seal_probe_timeout_ms + limits.seal_straggler_wait_ms) / 1000
     create_s = limits.create_extent_timeout_ms / 1000
-    margin_s = 0.25
-    return {"SealExtent": probe_s + margin_s, "FenceStream": margin_s,
-            "SealAndAdd": max(probe_s, create_s) + create_s + margin_s}
+    margin_s = 0.5
+    return {"SealExtent": fence_s + margin_s, "FenceStream": fence_s + margin_s,
+            "SealAndAdd": max(fence_s, create_s) + create_s + margin_s}
 
 
 class AsyncStreamManagerClient:
@@ -92,6 +93,7 @@ class AsyncStreamManagerClient:
         deadline = self.clock.monotonic() + self.limits.leader_wait_ms / 1000
         attempt = timeouts = 0  # attempts failed; of them, timed out (each doubles the wait)
         last_error: Exception | None = None
+        answered: Exception | None = None  # the last refusal a replica answered with
         while True:
             address = self._leader.address
             remaining = max(0.0, deadline - self.clock.monotonic())
@@ -113,7 +115,7 @@ class AsyncStreamManagerClient:
                 timeouts += 1
                 self._leader.timed_out(address)
             except Unavailable as exc:
-                last_error = exc
+                last_error = answered = exc
                 self._leader.failed(address)
             else:
                 self._leader.answered(address)
@@ -123,8 +125,9 @@ class AsyncStreamManagerClient:
             delay = RETRY_POLICY.delay(Unavailable(str(last_error)), attempt, True, self._rng)
             attempt += 1
             if self.clock.monotonic() + (delay or 0.0) >= deadline:
+                # The leader's own refusal says more than the timeout of a last, cut attempt.
                 raise Unavailable(f"no stream manager leader answered {method} within "
-                                  f"{self.limits.leader_wait_ms} ms: {last_error}")
+                                  f"{self.limits.leader_wait_ms} ms: {answered or last_error}")
             await asyncio.sleep(delay or 0.0)
 
     async def status(self, address: str, timeout_s: float = 2.0) -> pb.StatusReply:

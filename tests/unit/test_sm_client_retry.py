@@ -102,11 +102,11 @@ def test_a_rollover_that_takes_a_second_is_waited_for_not_resent() -> None:
 
 
 def test_a_leader_merely_slow_is_asked_again_with_a_longer_wait() -> None:
-    """The leader answers after 1.6 s, past the first attempt's wait; its followers name it.
+    """The leader answers after 2 s, past the first attempt's wait; its followers name it.
     Suspect for a while, it is asked again once that is over, with a doubled wait."""
 
     async def scenario() -> None:
-        slow = Replica(leads=True, slow_s=1.6)
+        slow = Replica(leads=True, slow_s=2.0)
         followers = [Replica(), Replica()]
         servers = [await serve(r) for r in (slow, *followers)]
         addresses = [address for _, address in servers]
