@@ -86,10 +86,13 @@ SUSPECT_MARGIN_S = 1.0
 # idle stamp's lock-service load): while a live server's heartbeat is QUIET_LATE_INTERVALS
 # intervals late (it may have died: its registration ends with its session, and the pass
 # must see that at once — a failover waits for it), when a server it does not list (or at
-# another address) heartbeats, and at least every LIVE_REFRESH_S (a server that stopped
-# cleanly, or lost its session yet beats on).
+# another address) heartbeats, and at least every LIVE_REFRESH_S: a server that stopped
+# cleanly, or lost its session yet beats on — its partitions ended with that session, and it
+# registers again under a new one within moments, so a pass must see the gap (at 5 s the
+# manager never did, and the partition stayed assigned to a server that no longer served it:
+# test_ownership_latch).
 QUIET_LATE_INTERVALS = 1.1
-LIVE_REFRESH_S = 5.0
+LIVE_REFRESH_S = 0.25
 
 
 def live_servers(locks: LockClient) -> dict[str, str]:
