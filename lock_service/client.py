@@ -108,8 +108,7 @@ class LockClient:
         self.holder = holder
         self.call_timeout_s = call_timeout_s
         self.clock = clock or SystemClock()
-        self._addresses = list(dict.fromkeys(addresses))
-        self._leader = LeaderGuess(self._addresses, self.clock.monotonic, SUSPECT_S)
+        self._leader = LeaderGuess(addresses, self.clock.monotonic, SUSPECT_S)
         self._attempts = AttemptTimer(first_s=ATTEMPT_FIRST_S, max_s=ATTEMPT_TIMEOUT_S)
         self._rng = random.Random()
         self._guess_mutex = threading.Lock()  # for _leader and _attempts (many threads call)
@@ -302,9 +301,9 @@ class LockClient:
                     self._leader.timed_out(address)
                 elif not self._leader.follow(leader_hint(error), address):
                     self._leader.failed(address)
-                    if failures % len(self._addresses) == 0:
+                    if failures % len(self._leader.addresses) == 0:
                         # Every replica said no (an election, or all down): back off a little.
-                        delay = RETRY_POLICY.delay(error, failures // len(self._addresses),
+                        delay = RETRY_POLICY.delay(error, failures // len(self._leader.addresses),
                                                    True, self._rng) or 0.0
                 next_address = self._leader.address
             log.debug("%s: %s; trying %s", method, error, next_address)
@@ -337,7 +336,7 @@ class _Renewal:
                                        "claim deadline")
             if now >= self._fan_out_at:
                 self._fan_out_at = float("inf")
-                for address in self._client._addresses:
+                for address in self._client._leader.addresses:
                     self._due.setdefault(address, now)
             for address, at in list(self._due.items()):
                 if at <= now and not self._asking(address):
