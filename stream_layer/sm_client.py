@@ -30,7 +30,14 @@ from typing import Any
 from common import rpc
 from common.clock import Clock, SystemClock
 from common.config import StreamManagerLimits
-from common.errors import AlreadyExists, DeadlineExceeded, NotFound, NotLeader, Unavailable
+from common.errors import (
+    AlreadyExists,
+    DeadlineExceeded,
+    NotFound,
+    NotLeader,
+    StampError,
+    Unavailable,
+)
 from common.proto import stream_manager_pb2 as pb
 from common.proto import stream_manager_pb2_grpc as pb_grpc
 from common.retry import AttemptTimer, LeaderGuess, RetryPolicy
@@ -92,8 +99,8 @@ class AsyncStreamManagerClient:
             idempotent = method in IDEMPOTENT
         deadline = self.clock.monotonic() + self.limits.leader_wait_ms / 1000
         attempt = timeouts = 0  # attempts failed; of them, timed out (each doubles the wait)
-        last_error: Exception | None = None
-        answered: Exception | None = None  # the last refusal a replica answered with
+        last_error: StampError | None = None
+        answered: StampError | None = None  # the last refusal a replica answered with
         while True:
             address = self._leader.address
             remaining = max(0.0, deadline - self.clock.monotonic())
@@ -122,7 +129,9 @@ class AsyncStreamManagerClient:
                 if timeout_s is None and idempotent:
                     self.attempts.observe(self.clock.monotonic() - sent)
                 return reply
-            delay = RETRY_POLICY.delay(Unavailable(str(last_error)), attempt, True, self._rng)
+            # Every error caught above is retried here (a resend is safe or waited out).
+            assert last_error is not None
+            delay = RETRY_POLICY.delay(last_error, attempt, True, self._rng)
             attempt += 1
             if self.clock.monotonic() + (delay or 0.0) >= deadline:
                 # The leader's own refusal says more than the timeout of a last, cut attempt.
