@@ -236,6 +236,11 @@ class PartitionLimits:
     # Checkpoint past either threshold (§4); writes wait while a full memtable is flushed.
     memtable_bytes_max: int = 32 * MiB
     commit_log_bytes_max: int = 128 * MiB
+    # ... or past this many operations since the replay point: a load replays them one by
+    # one (about 130,000 a second here), and small ones fill neither threshold above before
+    # a takeover's replay takes seconds (a 32 MiB memtable of 100-byte entity puts is some
+    # 300,000 of them). 50,000 keeps a replay near 0.4 s.
+    commit_log_ops_max: int = 50_000
     # Merge the runs into one when there are more than this many.
     runs_max: int = 4
     data_block_bytes: int = 64 * KiB

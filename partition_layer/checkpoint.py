@@ -134,9 +134,18 @@ class Checkpointer:
         self.merges = 0
 
     def due(self) -> bool:
+        """Past any of the thresholds: the memtable's bytes, or the commit log a load would
+        replay, in bytes or in operations (a replay's time goes by operations)."""
         limits = self.p.limits
         return (self.p.memtable.nbytes >= limits.memtable_bytes_max
-                or self.p.log_bytes >= limits.commit_log_bytes_max)
+                or self.p.log_bytes >= limits.commit_log_bytes_max
+                or self.ops_to_replay() >= limits.commit_log_ops_max)
+
+    def ops_to_replay(self) -> int:
+        """Operations a load would replay now: LSNs are dense, one per operation, and the
+        record in force names the last one a load skips."""
+        meta = self.p.meta
+        return self.p.applied_lsn - (meta.applied_lsn if meta is not None else 0)
 
     def maybe_start(self) -> None:
         if self._task is None and self.due():

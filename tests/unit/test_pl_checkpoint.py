@@ -425,3 +425,19 @@ def test_a_checkpoint_starts_a_run_merge_only_while_the_partition_serves(
         return len(site.meta.runs)  # type: ignore[union-attr]
 
     assert asyncio.run(scenario()) == (1 if serving else 4)
+
+
+@pytest.mark.parametrize(("applied", "due"), [(102, False), (103, True)])
+def test_a_checkpoint_is_due_after_so_many_operations_however_small(applied: int,
+                                                                     due: bool) -> None:
+    """Three small operations past the record in force (LSN 100): due at three with
+    commit_log_ops_max 3, though neither the memtable's nor the log's bytes are near
+    their thresholds; a load's replay goes by operations."""
+    site = MemorySite(PartitionLimits(commit_log_ops_max=3))
+    site.meta = PartitionMeta(7, EVERYTHING, applied_lsn=100)
+    site.applied_lsn, site.log_bytes = applied, 30 * (applied - 100)
+    for lsn in range(101, applied + 1):
+        site.memtable.put(record_key("acct", "log", lsn), encode_row(Row(lsn, value=b"v")))
+    checkpointer = Checkpointer(site)  # type: ignore[arg-type]
+    assert checkpointer.ops_to_replay() == applied - 100
+    assert checkpointer.due() is due
