@@ -34,6 +34,8 @@ from common.errors import (
     ChecksumError,
     DeadlineExceeded,
     ExtentFull,
+    FaultInjected,
+    Internal,
     InvalidArgument,
     NotFound,
     NotPrimary,
@@ -56,8 +58,10 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# Failures of a read from one replica that another replica may not have.
-READ_ERRORS = (ChecksumError, Unavailable, DeadlineExceeded, NotFound, OutOfRange)
+# Failures of a read from one replica that another replica may not have: a failing disk's
+# error on its node (Internal; FaultInjected stands in for it in tests and chaos) included.
+READ_ERRORS = (ChecksumError, Unavailable, DeadlineExceeded, NotFound, OutOfRange, Internal,
+               FaultInjected)
 # Failures of an append that a new extent cures.
 ROLLOVER_ON = (ReplicationFailed, Unavailable, Sealed, ExtentFull, NotFound, NotPrimary,
                DeadlineExceeded, WrongOffset)
