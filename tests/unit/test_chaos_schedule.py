@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 
-from tools.chaos.report import availability_by_fault
+from tools.chaos.report import availability_by_fault, outside_power_cuts
 from tools.chaos.schedule import (
     DISK_KINDS,
     END_QUIET_S,
@@ -94,3 +94,14 @@ def test_availability_by_fault_kind() -> None:
     assert by["split"] == {"ok_per_s": 7.0, "seconds": 2}  # the seconds after it
     assert by["none"] == {"ok_per_s": 10.0, "seconds": 8}
     assert "merge" not in by
+
+
+def test_availability_outside_power_cuts_and_the_longest_gap() -> None:
+    """Seconds 3-6 are a power cut (left out, and they end a run of empty seconds); of the
+    7 left, 1, 2 and 8, 9 had no success: the longest gap is 2 s."""
+    ok = [5, 0, 0, 0, 0, 0, 0, 5, 0, 0, 5]
+    log = [{"kind": "power_cut", "start_s": 3.2, "end_s": 6.9, "outcome": "done"},
+           {"kind": "kill", "start_s": 1.0, "end_s": 2.5, "outcome": "done"}]
+    assert outside_power_cuts(ok, log) == {
+        "seconds_outside_power_cuts": 7, "seconds_without_success_outside_power_cuts": 4,
+        "available_share": round(3 / 7, 4), "longest_gap_s": 2}
