@@ -126,9 +126,11 @@ def job_session(master: str = DEFAULT_MASTER, app_name: str = "stamp-jobs") -> S
 
 
 def run_job(job: str, data_dir: str, master: str = DEFAULT_MASTER, dry_run: bool = False,
-            on_progress: Progress | None = None, session: SparkSession | None = None
-            ) -> JobReport:
-    """Run `job` over the stamp in `data_dir` on Spark (see the module's contracts)."""
+            on_progress: Progress | None = None, session: SparkSession | None = None,
+            extent_range: tuple[int, int] | None = None) -> JobReport:
+    """Run `job` over the stamp in `data_dir` on Spark (see the module's contracts);
+    `extent_range` (first, last): only the items of those extent ids (a scrub slice of the
+    job scheduler, spark/schedule.py)."""
     stamp = StampAddresses.load(data_dir)
     report = JobReport(job, master, dry_run, time.time())
     started = time.monotonic()
@@ -142,6 +144,8 @@ def run_job(job: str, data_dir: str, master: str = DEFAULT_MASTER, dry_run: bool
             _wait_until(listed_at + wait_s)
             listed_at = max(time.time(), report.started_at)
             items = asyncio.run(_list(stage, stamp, listed_at, dry_run))
+            if extent_range is not None:
+                items = [i for i in items if _in_range(i, extent_range)]
             if items:
                 if session is None:
                     session = job_session(master, app_name=f"stamp-{job}")
@@ -165,6 +169,12 @@ def run_job(job: str, data_dir: str, master: str = DEFAULT_MASTER, dry_run: bool
             session.stop()
     report.recorded = _record(stamp, report, "ok")
     return report
+
+
+def _in_range(item: Any, extent_range: tuple[int, int]) -> bool:
+    """Whether an item (an extent id, or a tuple starting with one) is in the range."""
+    extent_id = item if isinstance(item, int) else item[0]
+    return extent_range[0] <= extent_id <= extent_range[1]
 
 
 def _stages(job: str, stamp: StampAddresses, dry_run: bool) -> list[tuple[str, float]]:
