@@ -10,11 +10,17 @@ PYTEST_ARGS ?=
 # then the `serial` ones alone. A 2-core machine is busy with 2.
 TEST_WORKERS ?= 2
 
-.PHONY: setup run test test-quick proto lint bench down clean
+# The SDK (sdk/, issue 31) supports Python 3.9 on: its protocol code is generated, and its
+# wheel tested, with the oldest one (pyenv's, else one on the PATH; tests skip without).
+PYTHON39 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.9*/bin/python3.9) \
+	$(shell command -v python3.9 2>/dev/null))
+SDK_TOOLS := $(VENV)/sdk-tools
+
+.PHONY: setup run test test-quick proto sdk sdk-proto lint bench down clean
 
 setup: $(INSTALLED)
 
-$(INSTALLED): pyproject.toml
+$(INSTALLED): pyproject.toml sdk/pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Stamp needs Python 3.11"'
 	@# libfuse 3 for the power-cut tests' lossy file system (tools/lossyfs); root only.
 	@command -v fusermount3 >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
@@ -30,7 +36,8 @@ $(INSTALLED): pyproject.toml
 		&& { apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless >/dev/null; } \
 		|| echo "note: no Java 17+: the Spark jobs and tests need one (set JAVA_HOME)"; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test,bench]'
+	@# The SDK is a distribution of its own (sdk/): the tools, Spark and the tests use it.
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test,bench]' -e ./sdk
 	touch $@
 
 ## run: start a local stamp on the default config (./stamp-data) and show a short demo
@@ -63,6 +70,20 @@ test-quick: setup
 ## proto: regenerate the gRPC code in common/proto from its .proto files
 proto: setup
 	$(BIN)/python -m common.proto.generate
+
+## sdk: the SDK's wheel, in sdk/dist/ (pip install sdk/dist/stampsdk-*.whl)
+sdk: setup
+	rm -rf sdk/dist sdk/build
+	$(BIN)/pip wheel --quiet --disable-pip-version-check --no-deps -w sdk/dist ./sdk
+	@ls sdk/dist/*.whl
+
+## sdk-proto: regenerate the SDK's copy of the public protocol's code (grpcio-tools 1.80 on
+## Python 3.9, so that it runs on protobuf 6 and 7)
+sdk-proto: setup
+	@test -n "$(PYTHON39)" || { echo "sdk-proto needs Python 3.9 (PYTHON39=...)"; exit 1; }
+	test -x $(SDK_TOOLS)/bin/python || $(PYTHON39) -m venv $(SDK_TOOLS)
+	$(SDK_TOOLS)/bin/pip install --quiet --disable-pip-version-check grpcio-tools==1.80.1
+	$(SDK_TOOLS)/bin/python -m common.proto.generate --sdk
 
 lint: setup
 	$(BIN)/ruff check .

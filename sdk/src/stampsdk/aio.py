@@ -1,0 +1,493 @@
+"""The Stamp SDK, asyncio (DESIGN §5): logs, entities and scans of one account, through the
+stamp's front ends, in Stamp's public protocol (`stamp.frontend.v1.FrontEnd`).
+
+    from stampsdk.aio import Client
+    async with Client.from_connection_string(text) as c:
+        first = await c.append("orders", [b"r1", b"r2"])
+        async for seq, data in c.subscribe("orders", first): ...
+
+`stampsdk.Client` is the same API, blocking. Every method checks its arguments before
+anything is sent: a bad argument raises InvalidArgument naming the rule or the limit
+(stampsdk/requests.py has the full rules). The limits are the stamp's (stampsdk/limits.py;
+pass `limits=` for a stamp configured otherwise); defaults:
+
+    account, log and partition names   3..63 of a-z, 0-9 and single '-', starting and
+                                       ending with a letter or a digit (stampsdk/names.py)
+    record                             at most 1 MiB (record_bytes_max)
+    append                             1..10,000 records (append_records_max), at most
+                                       4 MiB in all (append_bytes_max)
+    value                              at most 4 MiB - 4 KiB (value_bytes_max)
+    row key                            1..1024 bytes (row_bytes_max); str is UTF-8
+    batch                              1..100 operations (batch_ops_max)
+    token                              1..128 bytes
+    read                               returns at most 10,000 records and about 4 MiB
+                                       (read_records_max, read_bytes_max) per call
+    scan                               limit and page_rows: positive, at most 2**32 - 1
+
+What every call does:
+- it is signed (stampsdk/wire.py) with the account's key or shared access token, at send
+  time: a retried request carries a fresh timestamp;
+- records and values carry their CRC32C, and what reads return is checked against the
+  CRC32C the stamp stored with it: a mismatch raises ChecksumError, never wrong bytes;
+- data operations share one `Call` stream per front end (many requests per message);
+- an error that may pass (Unavailable, NotOwner, Throttled after its retry-after,
+  DeadlineExceeded) is retried with exponential backoff and jitter (stampsdk/retry.py),
+  on another endpoint of the connection string when the front end itself failed or said
+  nothing for the attempt's time (short at first: a frozen front end costs about a
+  second; stampsdk/retry.py AttemptTimer), until `timeout_s` after the call began; then
+  the last error is raised. Every mutation carries a
+  token (appends: the caller's or one made here; puts, deletes, batches: one made here), so
+  a retry after an ambiguous failure is answered from the first attempt and applied once.
+  Any other error (InvalidArgument, Unauthenticated, PermissionDenied, PreconditionFailed,
+  NotFound, Sealed, Trimmed, ChecksumError...) is raised at once.
+- a closed client raises InvalidArgument("... client is closed").
+
+Errors are stampsdk/errors.py's StampError subclasses, and nothing else. Every call may raise
+Unauthenticated (a bad or rotated key, an expired token, a clock more than 5 minutes off),
+PermissionDenied (a token without the permission or the name prefix), Unavailable or
+DeadlineExceeded (no front end answered within `timeout_s`), Throttled (still refused at the
+timeout), besides what each method names.
+
+An asyncio Client belongs to the event loop it is first used on (its streams live there);
+the blocking stampsdk.Client may be shared by threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import random
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, TypeVar, cast
+
+import grpc
+
+from stampsdk import connection_string, wire
+from stampsdk import requests as sdk_requests
+from stampsdk._proto import frontend_v1_pb2 as pb
+from stampsdk._proto import frontend_v1_pb2_grpc as fe_grpc
+from stampsdk.channels import ChannelCache, tls_credentials
+from stampsdk.checksums import verify_records, verify_value
+from stampsdk.clock import Clock, SystemClock
+from stampsdk.errors import (
+    DeadlineExceeded,
+    InvalidArgument,
+    StampError,
+    Throttled,
+    from_name,
+    from_rpc_error,
+)
+from stampsdk.limits import Limits
+from stampsdk.requests import Row
+from stampsdk.retry import AttemptTimer, Endpoints, RetryPolicy, endpoint_failed
+from stampsdk.scan import AsyncScanIterator, Batches, Entity, Page, ScanCursor, ScanRange
+from stampsdk.session import CallSession
+
+__all__ = ["AsyncScanIterator", "Client", "Entity", "Page"]
+
+T = TypeVar("T")
+TOKEN_PREFIX_BYTES = 12  # 96 random bits: no two clients share a prefix
+CLOSED = "this Stamp client is closed: make a new one"
+
+
+class Client:
+    """One account's view of a stamp, through its front ends (module docstring)."""
+
+    def __init__(self, endpoints: Sequence[str], account: str, *, key: bytes | None = None,
+                 sas: str | None = None, timeout_s: float = 30.0,
+                 limits: Limits | None = None, policy: RetryPolicy | None = None,
+                 clock: Clock | None = None, rng: random.Random | None = None,
+                 tls: bool = False, ca_file: str | None = None) -> None:
+        """`endpoints`: front ends as HOST:PORT; exactly one of `key` (an account key) and
+        `sas` (a shared access token of `account`); `timeout_s`: how long one call may take,
+        retries included; `tls` (implied by `ca_file`): TLS to the front ends, trusting the
+        CA in `ca_file` or else the system's roots; without either, a plain connection;
+        `limits`: what arguments are checked against (any object with stampsdk.Limits'
+        attributes). InvalidArgument if any of them is malformed."""
+        if isinstance(endpoints, str):
+            raise InvalidArgument("endpoints are a sequence of HOST:PORT strings, not a str")
+        checked = connection_string.make(list(endpoints), account, key=key, sas_token=sas,
+                                         tls=tls, ca_file=ca_file)
+        if not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool) \
+                or not 0 < timeout_s < float("inf"):
+            raise InvalidArgument(f"timeout_s is a positive number of seconds, not "
+                                  f"{timeout_s!r:.40}")
+        self.account = checked.account
+        self.timeout_s = float(timeout_s)
+        self.limits = limits or Limits()
+        self._credentials = wire.Credentials(checked.account, checked.key, checked.sas)
+        self._policy = policy or RetryPolicy()
+        self._clock: Clock = clock or SystemClock()
+        self._rng = rng or random.Random()
+        self._endpoints = Endpoints(checked.endpoints, self._clock, self._rng)
+        self._attempts = AttemptTimer()
+        self._channels = ChannelCache(
+            getattr(self.limits, "rpc_message_bytes_max", Limits.rpc_message_bytes_max),
+            tls_credentials(checked.ca_file) if checked.tls else None)
+        self._sessions: dict[str, CallSession] = {}
+        # Mutation tokens: a random prefix and a counter (unique without a urandom per call).
+        self._token_prefix = os.urandom(TOKEN_PREFIX_BYTES).hex()
+        self._tokens = itertools.count()
+        self._closed = False
+
+    @classmethod
+    def from_connection_string(cls, text: str, timeout_s: float = 30.0) -> Client:
+        """A client from `Endpoint=...;Account=...;Key=...` (or `SharedAccessSignature=...`),
+        stampsdk/connection_string.py; InvalidArgument if it is malformed."""
+        parsed = connection_string.parse(text)
+        return cls(parsed.endpoints, parsed.account, key=parsed.key, sas=parsed.sas,
+                   timeout_s=timeout_s, tls=parsed.tls, ca_file=parsed.ca_file)
+
+    @property
+    def endpoints(self) -> list[str]:
+        """The front ends of this client, as given."""
+        return self._endpoints.all
+
+    @property
+    def next_endpoint(self) -> str:
+        """The front end the next call goes to (the last one that answered, unless it
+        failed since)."""
+        return self._endpoints.pick()
+
+    # ---- logs -------------------------------------------------------------------------------
+
+    async def append(self, log: str, records: Sequence[bytes], token: str | None = None
+                     ) -> int:
+        """Append `records` to `log` atomically, at consecutive sequence numbers; returns the
+        first one. `token` makes a retry by the caller exactly-once too (without one, only
+        this call's own retries are). Raises Sealed, PermissionDenied, InvalidArgument..."""
+        self._check_open()
+        request = sdk_requests.append_request(
+            self.account, log, records, self._token() if token is None else token,
+            self.limits)
+        # Sized from the caller's records: request_bytes would read each one back out of
+        # the message, a copy of every record.
+        nbytes = sdk_requests.append_bytes(records)
+        return (await self._call(request, nbytes=nbytes)).first_seq
+
+    async def read(self, log: str, from_seq: int = 0, limit: int = 1000
+                   ) -> list[tuple[int, bytes]]:
+        """Up to `limit` records of `log` from `from_seq` on, as (seq, data), in order (maybe
+        fewer: at most Limits.read_records_max / read_bytes_max per call; none at
+        the log's end; a log never written is empty). Raises Trimmed below the log's first
+        record, OutOfRange past its end, InvalidArgument if `log` names an entity group,
+        ChecksumError if a record does not match the CRC32C stored with it."""
+        self._check_open()
+        response = await self._call(sdk_requests.read_request(self.account, log, from_seq,
+                                                              limit))
+        return verify_records(response.records, f"log {log!r}")
+
+    def subscribe(self, log: str, from_seq: int = 0) -> AsyncIterator[tuple[int, bytes]]:
+        """The records of `log` from `from_seq` on as they are appended, each exactly once and
+        in order, across front-end and partition-server failovers (a broken stream is
+        resubscribed at the next sequence number, on another front end if need be); ends
+        when the log is sealed and everything was delivered. Gives up with the last error
+        after `timeout_s` of failed attempts with no record in between. Arguments are
+        checked at once (InvalidArgument)."""
+        return _flatten(self.subscribe_batches(log, from_seq))
+
+    def subscribe_batches(self, log: str, from_seq: int = 0
+                          ) -> AsyncIterator[list[tuple[int, bytes]]]:
+        """`subscribe`, one list of records per reply of the front end (never empty): for a
+        caller that takes many at once (the blocking client crosses threads once a list)."""
+        self._check_open()
+        sdk_requests.seal_request(self.account, log)  # checks the name
+        return self._subscribe(log, sdk_requests.check_seq("from_seq", from_seq))
+
+    async def _subscribe(self, log: str, next_seq: int
+                         ) -> AsyncIterator[list[tuple[int, bytes]]]:
+        # Failed attempts in a row, and when they must stop: a healthy stream may be idle
+        # for hours, so the deadline runs from the first failure after the last reply.
+        attempt, deadline = 0, None
+        while True:
+            self._check_open()
+            endpoint = self._endpoints.pick()
+            request = pb.SubscribeRequest(account=self.account, pname=log, from_seq=next_seq)
+            wire.sign_subscribe(request, self._credentials, self._clock.wall())
+            stream = fe_grpc.FrontEndStub(self._channels.get(endpoint)).Subscribe(request)
+            try:
+                async for reply in stream:
+                    # Records before next_seq were delivered by an earlier stream.
+                    records = [r for r in verify_records(reply.records, f"log {log!r}")
+                               if r[0] >= next_seq]
+                    self._endpoints.answered(endpoint)
+                    attempt, deadline = 0, None
+                    if records:
+                        next_seq = records[-1][0] + 1
+                        yield records
+                return
+            except grpc.RpcError as exc:
+                error = from_rpc_error(exc)
+            except asyncio.CancelledError:
+                self._cancelled_by_close()
+                raise
+            finally:
+                stream.cancel()
+            if deadline is None:
+                deadline = self._clock.monotonic() + self.timeout_s
+            await self._after_failure(endpoint, error, attempt, deadline, idempotent=True)
+            attempt += 1
+
+    async def trim(self, log: str, upto_seq: int) -> None:
+        """Drop the records of `log` below `upto_seq` (a trim never moves back)."""
+        self._check_open()
+        await self._call(sdk_requests.trim_request(self.account, log, upto_seq))
+
+    async def seal(self, log: str) -> None:
+        """Seal `log`: appends are refused (Sealed) from now on; subscribers end."""
+        self._check_open()
+        await self._call(sdk_requests.seal_request(self.account, log))
+
+    async def peek(self, log: str) -> tuple[int, int]:
+        """(first_seq, next_seq) of `log`: its first untrimmed record and its end; (0, 0)
+        for a log never written."""
+        self._check_open()
+        response = await self._call(sdk_requests.peek_request(self.account, log))
+        return response.first_seq, response.next_seq
+
+    def list_logs(self, prefix: str = "") -> AsyncIterator[str]:
+        """The account's log names that start with `prefix`, in name order, across range
+        partitions (an async iterator; InvalidArgument at once for a malformed prefix)."""
+        self._check_open()
+        cursor = ScanCursor(self.account, ScanRange.log_names(prefix))
+        return self._log_names(cursor)
+
+    async def _log_names(self, cursor: ScanCursor) -> AsyncIterator[str]:
+        async for items, _ in self._scan_batches(cursor):
+            for entity in items:
+                yield entity.pname
+
+    # ---- entities ---------------------------------------------------------------------------
+
+    async def put(self, pname: str, row: Row, value: bytes, if_match: str | None = None,
+                  if_none_match: str | None = None) -> str:
+        """Write `value` at (pname, row); returns the new ETag. `if_match`: only over that
+        ETag; `if_none_match="*"`: only if the row does not exist (PreconditionFailed
+        otherwise)."""
+        self._check_open()
+        request = sdk_requests.put_request(self.account, pname, row, value, if_match,
+                                           if_none_match, self._token(), self.limits)
+        return (await self._call(request)).etag
+
+    async def get(self, pname: str, row: Row) -> tuple[bytes, str]:
+        """(value, etag) of (pname, row); NotFound if there is none, ChecksumError if the
+        value does not match its stored CRC32C."""
+        self._check_open()
+        response = await self._call(sdk_requests.get_request(self.account, pname, row,
+                                                             self.limits))
+        value = verify_value(response.value, response.value_crc,
+                             f"the value of row {row!r:.80} of {pname!r}")
+        return value, response.etag
+
+    async def delete(self, pname: str, row: Row, if_match: str | None = None) -> None:
+        """Delete (pname, row); NotFound if there is none, PreconditionFailed if `if_match`
+        is not its ETag."""
+        self._check_open()
+        await self._call(sdk_requests.delete_request(self.account, pname, row, if_match,
+                                                     self._token(), self.limits))
+
+    async def batch(self, pname: str, ops: Sequence[tuple[Any, ...]]) -> list[str]:
+        """Apply `ops` (`("put", row, value[, if_match])`, `("delete", row[, if_match])`) to
+        rows of `pname` atomically: all or none. Returns one ETag per op ("" for a
+        delete)."""
+        self._check_open()
+        request = sdk_requests.batch_request(self.account, pname, ops, self._token(),
+                                             self.limits)
+        return list((await self._call(request)).etags)
+
+    def scan(self, start: str | tuple[str, Row] | None = None,
+             end: str | tuple[str, Row] | None = None, limit: int | None = None,
+             continuation: str | None = None, page_rows: int | None = None
+             ) -> AsyncScanIterator:
+        """Entities of the account in key order from `start` up to, not including, `end`,
+        across range partitions, at most `limit` of them (stampsdk/scan.py: bounds and
+        continuations). `continuation` resumes a scan of the same range after its last item;
+        `page_rows` caps the rows of one page. Each partition's part is a consistent
+        snapshot. Arguments are checked at once (InvalidArgument)."""
+        self._check_open()
+        cursor = ScanCursor(self.account, ScanRange.of(start, end, self.limits), limit,
+                            page_rows, continuation)
+        return AsyncScanIterator(cursor, self._scan_batches, continuation)
+
+    async def _scan_batches(self, cursor: ScanCursor) -> Batches:
+        """The cursor's pages from the front ends, resumed after the last page received when
+        a stream breaks (retries as `_call`'s, the deadline renewed by every page)."""
+        attempt, deadline = 0, self._clock.monotonic() + self.timeout_s
+        while not cursor.finished:
+            self._check_open()
+            endpoint = self._endpoints.pick()
+            request = cursor.request()
+            wire.sign_scan(request, self._credentials, self._clock.wall())
+            stream = fe_grpc.FrontEndStub(self._channels.get(endpoint)).Scan(request)
+            pages = stream.__aiter__()
+            try:
+                while True:
+                    try:
+                        page = await _next_within(pages, self._page_wait_s(deadline))
+                    except StopAsyncIteration:
+                        cursor.finished = True
+                        return
+                    batch = cursor.accept(page)
+                    self._endpoints.answered(endpoint)
+                    attempt, deadline = 0, self._clock.monotonic() + self.timeout_s
+                    yield batch
+                    if cursor.finished:  # the limit was reached here: read no further
+                        return
+            except grpc.RpcError as exc:
+                error = from_rpc_error(exc)
+            except asyncio.TimeoutError:
+                error = DeadlineExceeded(f"{endpoint} sent no scan page in time")
+            except asyncio.CancelledError:
+                self._cancelled_by_close()
+                raise
+            finally:
+                stream.cancel()
+            await self._after_failure(endpoint, error, attempt, deadline, idempotent=True)
+            attempt += 1
+
+    async def scan_ranges(self) -> list[pb.AccountRange]:
+        """The account's range partitions, in key order, each as `scan` bounds: scanning each
+        and concatenating is one scan of the account. For planning parallel scans; the
+        partitions may split or merge right after."""
+        attempt, deadline = 0, self._clock.monotonic() + self.timeout_s
+        while True:
+            self._check_open()
+            endpoint = self._endpoints.pick()
+            request = pb.ScanRangesRequest(account=self.account)
+            wire.sign_scan_ranges(request, self._credentials, self._clock.wall())
+            stub = fe_grpc.FrontEndStub(self._channels.get(endpoint))
+            try:
+                reply = await stub.ScanRanges(request,
+                                              timeout=self._attempt_s(deadline, attempt))
+            except grpc.RpcError as exc:
+                error = from_rpc_error(exc)
+            else:
+                self._endpoints.answered(endpoint)
+                return list(reply.ranges)
+            await self._after_failure(endpoint, error, attempt, deadline, idempotent=True)
+            attempt += 1
+
+    # ---- the client -------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Close the streams and channels; every later call raises InvalidArgument."""
+        if self._closed:
+            return
+        self._closed = True
+        # Closing a session fails every call waiting in it (Unavailable), which
+        # `_after_failure` turns into InvalidArgument(CLOSED): none waits past close.
+        for session in self._sessions.values():
+            await session.close()
+        await self._channels.close()
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InvalidArgument(CLOSED)
+
+    def _cancelled_by_close(self) -> None:
+        """A stream was cancelled: by `close` (its channel closed under it), say so; a
+        cancellation of the caller's own task goes on as it is."""
+        if self._closed:
+            raise InvalidArgument(CLOSED) from None
+
+    def _token(self) -> str:
+        return f"{self._token_prefix}-{next(self._tokens)}"
+
+    def _attempt_s(self, deadline: float, attempt: int = 0, nbytes: int = 0) -> float:
+        """How long attempt `attempt` waits (stampsdk/retry.py AttemptTimer), within the
+        call's `deadline`."""
+        return max(0.05, min(self._attempts.timeout_s(attempt, nbytes),
+                             deadline - self._clock.monotonic()))
+
+    def _page_wait_s(self, deadline: float) -> float:
+        """How long a scan waits for its next page: the longest attempt (a page may take its
+        server a while to fill, and a scan started again costs the pages before it)."""
+        return max(0.05, min(self._attempts.max_s, deadline - self._clock.monotonic()))
+
+    def _session(self, endpoint: str) -> CallSession:
+        session = self._sessions.get(endpoint)
+        if session is None:
+            session = CallSession(endpoint, lambda: cast(Any, fe_grpc.FrontEndStub(
+                self._channels.get(endpoint))))
+            self._sessions[endpoint] = session
+        return session
+
+    async def _call(self, request: pb.Request, idempotent: bool = True,
+                    nbytes: int | None = None) -> pb.Response:
+        """Send `request` until it is answered or may not be retried (module docstring);
+        `nbytes`: its size if the caller knows it (requests.request_bytes)."""
+        if nbytes is None:
+            nbytes = sdk_requests.request_bytes(request)
+        attempt, deadline = 0, self._clock.monotonic() + self.timeout_s
+        while True:
+            self._check_open()
+            endpoint = self._endpoints.pick()
+            wait_s = self._attempt_s(deadline, attempt, nbytes)
+            # The attempt's wait travels with it: a front end (or a partition server behind
+            # it) that takes it up after that drops it instead of doing it.
+            request.timeout_ms = max(1, round(wait_s * 1000))
+            wire.sign_call(request, self._credentials, self._clock.wall())
+            future = self._session(endpoint).submit(request, wait_s, nbytes)
+            sent = self._clock.monotonic()
+            try:
+                response = await future
+            except StampError as exc:
+                error = exc
+            else:
+                self._attempts.observe(self._clock.monotonic() - sent)
+                self._endpoints.answered(endpoint)
+                if not response.error:
+                    return response
+                error = from_name(response.error, response.message)
+                if isinstance(error, Throttled):
+                    error.retry_after_s = response.retry_after_s
+            await self._after_failure(endpoint, error, attempt, deadline, idempotent)
+            attempt += 1
+
+    async def _after_failure(self, endpoint: str, error: StampError, attempt: int,
+                             deadline: float, idempotent: bool) -> None:
+        """Wait before the next attempt, or raise `error` if there is none to make."""
+        self._check_open()  # closed under the call: say so, not what closing broke
+        if endpoint_failed(error):
+            self._endpoints.failed(endpoint)
+        delay = self._policy.delay(error, attempt, idempotent, self._rng)
+        if delay is None or self._closed or self._clock.monotonic() + delay > deadline:
+            raise error
+        await asyncio.sleep(delay)
+
+
+async def _flatten(batches: AsyncIterator[list[T]]) -> AsyncIterator[T]:
+    try:
+        async for batch in batches:
+            for item in batch:
+                yield item
+    finally:
+        await batches.aclose()  # type: ignore[attr-defined]
+
+
+async def _next_within(pages: AsyncIterator[T], timeout_s: float) -> T:
+    """The next item of `pages`, or asyncio.TimeoutError after `timeout_s`. A cancellation of
+    the caller that arrives with the item is not dropped (as asyncio.wait_for may in 3.11):
+    the item is abandoned and the cancellation goes on, so a closed client's scan stops."""
+    task = asyncio.ensure_future(_anext(pages))
+    try:
+        done, _ = await asyncio.wait({task}, timeout=timeout_s)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    if not done:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        raise asyncio.TimeoutError
+    return task.result()
+
+
+async def _anext(pages: AsyncIterator[T]) -> T:
+    return await pages.__anext__()
