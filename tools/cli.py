@@ -109,6 +109,7 @@ SERVERS = {
     "partition-manager": "partition_layer.pm_main",
     "partition-server": "partition_layer.ps_main",
     "front-end": "frontend.fe_main",
+    "job-scheduler": "spark.scheduler_main",
 }
 
 
