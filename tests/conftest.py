@@ -122,12 +122,13 @@ def stamp_config(extent_nodes: int, stream_managers: int = 0,
                  partition_servers: int = 0,
                  partition: dict[str, int] | None = None, front_ends: int = 0,
                  front_end: dict[str, float] | None = None,
-                 partition_manager: dict[str, float] | None = None) -> StampConfig:
+                 partition_manager: dict[str, float] | None = None,
+                 job_schedulers: int = 0) -> StampConfig:
     """`extent_nodes` ENs in 3 fault domains (round robin), `stream_managers` SMs,
-    `lock_servers` lock replicas, PMs, PSs and front ends, on free ports, with limits
-    overridden. The PM's balancing pass is off unless `partition_manager` turns it on: a
-    test that does not ask for splits and moves gets none (the processes read the same from
-    `config_toml`)."""
+    `lock_servers` lock replicas, PMs, PSs, front ends and job schedulers (none unless
+    asked: a test's jobs run when it says), on free ports, with limits overridden. The PM's
+    balancing pass is off unless `partition_manager` turns it on: a test that does not ask
+    for splits and moves gets none (the processes read the same from `config_toml`)."""
     base = default_config()
     return dataclasses.replace(
         base,
@@ -147,7 +148,9 @@ def stamp_config(extent_nodes: int, stream_managers: int = 0,
         stream_managers=tuple(StreamManagerSpec(f"sm-{i}", 0, 0)
                               for i in range(1, stream_managers + 1)),
         lock_servers=tuple(RaftMemberSpec(f"lock-{i}", 0, 0)
-                           for i in range(1, lock_servers + 1)))
+                           for i in range(1, lock_servers + 1)),
+        job_schedulers=tuple(ProcessSpec(f"jobs-{i}", 0)
+                             for i in range(1, job_schedulers + 1)))
 
 
 BALANCING_OFF = {"balance_interval_s": 0}
@@ -161,10 +164,12 @@ def pm_settings(partition_manager: dict[str, float] | None) -> dict[str, float]:
 def config_toml(partition_manager: dict[str, float] | None = None,
                 **sections: dict[str, int] | dict[str, float] | None) -> str:
     """A test stamp's config file: the given sections, and always `[partition_manager]`
-    (balancing off unless `partition_manager` says otherwise)."""
+    (balancing off unless `partition_manager` says otherwise); no job schedulers (a
+    `stamp up` on the test's stamp plans none either)."""
     sections = {**sections, "partition_manager": pm_settings(partition_manager)}
-    return "".join(f"[{name}]\n" + "".join(f"{k} = {_toml(v)}\n" for k, v in values.items())
-                   for name, values in sections.items() if values)
+    return "job_schedulers = []\n" + "".join(
+        f"[{name}]\n" + "".join(f"{k} = {_toml(v)}\n" for k, v in values.items())
+        for name, values in sections.items() if values)
 
 
 def _toml(value: object) -> str:

@@ -142,6 +142,7 @@ async def status_rows(stamp: LocalStamp) -> list[dict[str, Any]]:
     from tools.local_stamp import (
         KIND_EXTENT_NODE,
         KIND_FRONT_END,
+        KIND_JOB_SCHEDULER,
         KIND_LOCK,
         KIND_PARTITION_MANAGER,
         KIND_PARTITION_SERVER,
@@ -192,6 +193,9 @@ async def status_rows(stamp: LocalStamp) -> list[dict[str, Any]]:
                                            if p.state == "serving"],
                                ops_per_s=round(sum(p.ops_per_s for p in load.partitions), 1),
                                bytes=sum(p.size_bytes for p in load.partitions), serving=True)
+                elif rec.kind == KIND_JOB_SCHEDULER and locks is not None:
+                    row.update(role=await asyncio.to_thread(_scheduler_role, locks, rec.name),
+                               serving=True)
                 elif rec.kind == KIND_FRONT_END:
                     fe = await _fe_status(rec.address)
                     # Refusals at the door (signature, permission, malformed) and for load.
@@ -206,6 +210,14 @@ async def status_rows(stamp: LocalStamp) -> list[dict[str, Any]]:
         if locks is not None:
             locks.close()
     return rows
+
+
+def _scheduler_role(locks: Any, name: str) -> str:
+    """active (it holds the scheduler lease) or standby (spark/scheduler.py)."""
+    from spark.scheduler import active_scheduler
+
+    active = active_scheduler(locks)
+    return "active" if active is not None and active.get("name") == name else "standby"
 
 
 async def _pm_status(address: str) -> Any:

@@ -31,6 +31,7 @@ KIND_LOCK = "lock"
 KIND_PARTITION_MANAGER = "partition-manager"
 KIND_PARTITION_SERVER = "partition-server"
 KIND_FRONT_END = local_front_ends.KIND_FRONT_END
+KIND_JOB_SCHEDULER = "job-scheduler"
 ADMIN_ACCOUNT = "admin"
 # `stamp up` writes the admin account's connection string here (mode 0600): the CLI uses it
 # when no other is given.
@@ -108,6 +109,7 @@ class LocalStamp:
                 fault_domain=spec.fault_domain, upgrade_domain=spec.upgrade_domain)
 
         self._plan_partition_layer(sm_addresses)
+        self._plan_job_schedulers(sm_addresses)
         local_watch.plan(self)
 
     def _plan_partition_layer(self, sm_addresses: str) -> None:
@@ -134,6 +136,27 @@ class LocalStamp:
                     argv += ["--config", self.config_path]
                 self.records[spec.name] = ProcessRecord(spec.name, kind, str(proc_dir), argv,
                                                         address=f"{host}:{port}")
+
+    def _plan_job_schedulers(self, sm_addresses: str) -> None:
+        """The job schedulers (spark/scheduler.py), on a stamp with a lock service (their
+        lease) and stream managers (the jobs' items); they find the rest in stamp.json."""
+        lock_addresses = ",".join(r.address for r in self.lock_servers())
+        if not (lock_addresses and sm_addresses):
+            return
+        for spec in self.config.job_schedulers:
+            if spec.name in self.records:
+                continue
+            proc_dir = self.data_dir / spec.name
+            host = self.config.host_of(spec.name)
+            argv = process.stamp_command(
+                "serve", KIND_JOB_SCHEDULER, "--name", spec.name, "--dir", str(proc_dir),
+                "--host", host, "--port", str(spec.port), "--lock", lock_addresses,
+                "--sm", sm_addresses, "--data-dir", str(self.data_dir), *self.server_flags())
+            if self.config_path:
+                argv += ["--config", self.config_path]
+            self.records[spec.name] = ProcessRecord(spec.name, KIND_JOB_SCHEDULER,
+                                                    str(proc_dir), argv,
+                                                    address=f"{host}:{spec.port}")
 
     def plan_front_ends(self) -> None:
         """Front ends, once the partition managers have their addresses (they may pick their
@@ -454,6 +477,9 @@ class LocalStamp:
 
     def front_ends(self) -> list[ProcessRecord]:
         return self._of_kind(KIND_FRONT_END)
+
+    def job_schedulers(self) -> list[ProcessRecord]:
+        return self._of_kind(KIND_JOB_SCHEDULER)
 
     def _of_kind(self, kind: str) -> list[ProcessRecord]:
         return sorted((r for r in self.records.values() if r.kind == kind),

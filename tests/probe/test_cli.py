@@ -25,6 +25,8 @@ CONFIG = "".join(f'[[extent_nodes]]\nname = "en-{i}"\nfault_domain = "fd-{(i - 1
     f'[[partition_servers]]\nname = "ps-{i}"\nport = 0\n'
     f'[[front_ends]]\nname = "fe-{i}"\nport = 0\n' for i in (1, 2))
 ENS = {f"en-{i}" for i in range(1, 7)}
+# No job schedulers (spark/scheduler.py): their own probe test starts them.
+CONFIG = "job_schedulers = []\n" + CONFIG
 
 
 def stamp(data_dir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

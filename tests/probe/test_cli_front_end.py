@@ -36,6 +36,8 @@ CONFIG = "".join(f'[[extent_nodes]]\nname = "en-{i}"\nfault_domain = "fd-{i}"\n'
     f'[[front_ends]]\nname = "fe-{i}"\nport = 0\n' for i in (1, 2))
 ENV_VAR = "STAMP_CONNECTION_STRING"
 ADMIN_FILE = "admin-connection-string"
+# No job schedulers (spark/scheduler.py): their own probe test starts them.
+CONFIG = "job_schedulers = []\n" + CONFIG
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from tools.local_stamp import LocalStamp
 pytestmark = pytest.mark.slow
 
 # The smallest stamp with a partition layer: no front ends (nothing here needs the SDK).
-CONFIG = "front_ends = []\n" + "".join(
+CONFIG = "front_ends = []\njob_schedulers = []\n" + "".join(
     f'[[extent_nodes]]\nname = "en-{i}"\nfault_domain = "fd-{i}"\nupgrade_domain = "ud-{i}"\n'
     f'port = 0\n[[stream_managers]]\nname = "sm-{i}"\nport = 0\nraft_port = 0\n'
     f'[[lock_servers]]\nname = "lock-{i}"\nport = 0\nraft_port = 0\n' for i in (1, 2, 3)) + (

@@ -72,7 +72,7 @@ def _config(root: Path) -> Path:
             lines.append(f'[[{kind}]]\nname = "{prefix}-{i}"\nport = {port}')
             hosts.append(f'"{prefix}-{i}" = "{host}"')
     path = root / "hosts.toml"
-    path.write_text("\n".join(["front_ends = []", *lines,
+    path.write_text("\n".join(["front_ends = []", "job_schedulers = []", *lines,
                                "[partition_manager]\nbalance_interval_s = 0",
                                "[hosts]", *hosts]) + "\n")
     return path
