@@ -37,6 +37,24 @@ def register(commands: Any) -> None:
     ls = sub.add_parser("ls", help="past job runs and their results (kept in the stamp)")
     ls.add_argument("--json", action="store_true", help="print JSON")
     ls.set_defaults(handler=cmd_ls)
+    sched = sub.add_parser(
+        "schedule", help="show or change when the job scheduler runs the jobs by itself",
+        description="Show each job's schedule, last run, last success, next due time and "
+                    "backlog, as the active job scheduler ('stamp up' starts two: jobs-1, "
+                    "jobs-2) keeps them. --set changes a schedule for the whole stamp (kept "
+                    "in its lock service; the active scheduler picks it up within "
+                    "jobs.scheduler_poll_s); --reset returns it to the config's value.")
+    sched.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                       help="gc=30m (how often gc runs), ec=5m (how often it looks for "
+                            "extents whose policy is due), scrub=1h (a scrub slice this "
+                            "often), scrub-period=7d (every extent verified within it), "
+                            "scrub-rate=16MiB (bytes a second a slice averages at most; 0: "
+                            "no bound). Durations take s, m, h, d, w; 'off' stops a job's "
+                            "schedule. Repeat for several")
+    sched.add_argument("--reset", action="append", default=[], metavar="NAME",
+                       help="back to the config's value (NAME as for --set, or 'all')")
+    sched.add_argument("--json", action="store_true", help="print JSON")
+    sched.set_defaults(handler=cmd_schedule)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -149,3 +167,55 @@ def cmd_ls(args: argparse.Namespace) -> int:
           r.result + (" (dry run)" if r.dry_run else "")] for r in runs),
         right=["SECONDS", *(c.upper() for c in counts)])
     return 0
+
+
+def cmd_schedule(args: argparse.Namespace) -> int:
+    from tools.job_schedule_view import change_schedules, schedule_view
+
+    changes = [_parsed(text) for text in args.set]
+    if changes or args.reset:
+        change_schedules(args.data_dir, dict(changes), args.reset)
+    view = schedule_view(args.data_dir)
+    if args.json:
+        print(json.dumps(view, indent=2))
+        return 0
+    _print_schedule(view)
+    return 0
+
+
+def _parsed(text: str) -> tuple[str, float]:
+    from spark.schedule import parse_setting
+
+    return parse_setting(text)
+
+
+def _print_schedule(view: dict[str, Any]) -> None:
+    from spark.schedule import format_duration
+    from tools import tables
+
+    def when(at: float) -> str:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(at)) if at else "-"
+
+    tables.print_table(
+        ["JOB", "EVERY", "LAST RUN (UTC)", "RESULT", "LAST SUCCESS (UTC)", "NEXT DUE (UTC)",
+         "BACKLOG"],
+        ([job["job"], format_duration(job["every_s"]), when(job["last_run_at"]),
+          job["last_result"] or "-", when(job["last_success_at"]),
+          when(job["next_due_at"]) if job["next_due_at"] is not None else "off",
+          f"{job['backlog']:,} {job['backlog_what']}"] for job in view["jobs"]),
+        right=["BACKLOG"])
+    active = view["active"]
+    print(f"active scheduler: {active['name']} ({active['address']})" if active else
+          "active scheduler: none (no job scheduler holds the lease: is the stamp up?)")
+    print(f"scrub: every extent within {format_duration(view['scrub_period_s'])}, at most "
+          f"{view['scrub_bytes_per_s_max'] / 2**20:g} MiB/s on average"
+          if view["scrub_bytes_per_s_max"] else
+          f"scrub: every extent within {format_duration(view['scrub_period_s'])}, no rate "
+          f"bound")
+    print(f"gc: trimmed space comes back within "
+          f"{format_duration(view['gc_reclaim_within_s'])} (the gc interval + the grace, "
+          f"jobs.gc_grace_s = {format_duration(view['gc_grace_s'])})"
+          if view["gc_reclaim_within_s"] else "gc: off (trimmed space waits for 'stamp job gc')")
+    if view["overrides"]:
+        print("changed from the config: " + ", ".join(
+            f"{name}={value:g}" for name, value in sorted(view["overrides"].items())))
