@@ -2,7 +2,8 @@
 serves (tools/local_watch.py writes the scrape configuration; `stamp up` writes this beside
 it as DASHBOARD_FILE): front ends' requests and refusals, partition servers' operations and
 latency, partitions by load and size, extent nodes' journals and disks, the stream manager's
-repair backlog, the Raft groups, and every process's CPU and memory.
+repair backlog, the Raft groups, the maintenance jobs (last success, backlog, outcome), and
+every process's CPU and memory.
 
 Import it in Grafana (Dashboards, New, Import) with a Prometheus data source that scrapes the
 stamp; the data source is a variable of the dashboard. Jobs are the process kinds of the
@@ -27,6 +28,8 @@ DASHBOARD_FILE = "grafana-dashboard.json"
 RATE = "[1m]"
 _METRIC = re.compile(r"\b(?:stamp|process)_[a-z0-9_]+\b")
 _DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+# A job scheduler's gauge as the active one reports it (a standby's record may be stale).
+_ACTIVE = "max by (job) ({} and on (process) (stamp_job_scheduler_active == 1))"
 
 # (row title, [(panel title, unit, [(query, legend)])])
 PANELS: list[tuple[str, list[tuple[str, str, list[tuple[str, str]]]]]] = [
@@ -89,6 +92,18 @@ PANELS: list[tuple[str, list[tuple[str, str, list[tuple[str, str]]]]]] = [
             ("stamp_raft_commit_index", "{{process}}")]),
         ("Lock-service leases", "short", [
             ("max(stamp_lock_leases)", "leases")]),
+    ]),
+    ("Maintenance jobs (the active job scheduler)", [
+        ("Time since each job's last success", "s", [
+            (f"time() - ({_ACTIVE.format('stamp_job_last_success_timestamp_seconds')} > 0)",
+             "{{job}}")]),
+        ("Backlog", "short", [
+            (_ACTIVE.format("stamp_job_backlog"), "{{job}}")]),
+        ("Last run succeeded (1) or failed (0)", "short", [
+            (_ACTIVE.format("stamp_job_last_run_ok"), "{{job}}")]),
+        ("Runs going", "short", [
+            ("max by (job) (stamp_job_running)", "{{job}}"),
+            ("sum(stamp_job_scheduler_active)", "active schedulers")]),
     ]),
     ("Processes", [
         ("CPU (cores)", "short", [

@@ -43,6 +43,8 @@ METRICS_OF_KIND = {
     "partition-server": ["stamp_ps_partitions", "stamp_ps_op_seconds_bucket",
                          "stamp_ps_ops_total"],
     "front-end": ["stamp_fe_requests_total", "stamp_fe_throttled_total"],
+    "job-scheduler": ["stamp_job_scheduler_active", "stamp_job_last_success_timestamp_seconds",
+                      "stamp_job_backlog", "stamp_job_last_run_ok"],
 }
 KILL_REPORTED_S = 2.0  # the issue's bound: killed -> reported unhealthy by `stamp status`
 TOP_DRAWN_S = 60.0
@@ -52,7 +54,7 @@ TOP_DRAWN_S = 60.0
 def stamp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStamp]:
     with module_stamp(tmp_path_factory, "watch", {}, extent_nodes=3, stream_managers=1,
                       lock_servers=3, partition_managers=1, partition_servers=2,
-                      front_ends=2) as local:
+                      front_ends=2, job_schedulers=1) as local:
         yield local
 
 
@@ -192,7 +194,7 @@ def test_a_killed_process_of_each_kind_is_reported_unhealthy_within_2_s(
     """Last in this module: it kills processes. `stamp status`'s rows (what the command
     prints) are asked again until the killed one is reported; the deadline runs from the
     kill."""
-    for name in ("en-3", "ps-2", "fe-1", "lock-3", "pm-1", "sm-1"):
+    for name in ("en-3", "ps-2", "fe-1", "lock-3", "pm-1", "sm-1", "jobs-1"):
         stamp.kill(name)
         killed_at = time.monotonic()
         while True:
@@ -208,4 +210,4 @@ def test_a_killed_process_of_each_kind_is_reported_unhealthy_within_2_s(
     # The command itself says so too.
     status = json.loads(cli(stamp, "status", "--json").stdout)
     assert {p["name"] for p in status["processes"] if p["health"] != health.SERVING} >= {
-        "en-3", "ps-2", "fe-1", "lock-3", "pm-1", "sm-1"}
+        "en-3", "ps-2", "fe-1", "lock-3", "pm-1", "sm-1", "jobs-1"}
