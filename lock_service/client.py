@@ -225,6 +225,22 @@ class LockClient:
     def list(self, prefix: str = "", limit: int = limits.LIST_KEYS_MAX) -> list[str]:
         return list(self._call("List", pb.ListRequest(prefix=prefix, limit=limit)).keys)
 
+    def list_values(self, prefix: str = "", limit: int = limits.LIST_KEYS_MAX
+                    ) -> dict[str, tuple[bytes, int]]:
+        """{key: (value, version)} of the keys under `prefix` (at most `limit`), in one call
+        as a rule (issue 29: a List and a Get per key cost the lock service's leader a call
+        each); a key whose value did not fit in the reply is read with a Get (one deleted
+        meanwhile is left out)."""
+        reply = self._call("List", pb.ListRequest(prefix=prefix, limit=limit, with_values=True))
+        found = {key: (value, version) for key, value, version
+                 in zip(reply.keys[:len(reply.values)], reply.values, reply.versions,
+                        strict=True)}
+        for key in reply.keys[len(reply.values):]:
+            value = self.get(key)
+            if value is not None:
+                found[key] = value
+        return found
+
     def list_leases(self) -> list[pb.LeaseInfo]:
         """Every lease (locks and sessions) as the leader sees it."""
         return list(self._call("ListLeases", pb.ListLeasesRequest()).leases)
@@ -328,7 +344,9 @@ class _Renewal:
 
     def run(self) -> tuple[str, float]:
         """The address that renewed the lease and when its request was sent."""
-        self._send(self._client._leader.address, RENEW_LEADER_TIMEOUT_S)
+        answered = self._ask_leader()
+        if answered is not None:
+            return answered
         while True:
             now = self._clock.monotonic()
             if now >= self._deadline:
@@ -354,23 +372,44 @@ class _Renewal:
             if won is not None:
                 return won
 
+    def _ask_leader(self) -> tuple[str, float] | None:
+        """The first call, to the leader the client knows, blocking for at most
+        RENEW_LEADER_TIMEOUT_S: (address, sent) if it renewed, else None, and everyone is
+        asked at once (`_refused`). Blocking, not a future: a future's call on an idle
+        channel starts a gRPC thread for it (issue 29: every renewal of every lease did),
+        and a healthy leader answers from memory in milliseconds."""
+        address = self._client._leader.address
+        sent = self._clock.monotonic()
+        timeout_s = min(RENEW_LEADER_TIMEOUT_S, max(0.0, self._deadline - sent))
+        try:
+            self._client._stub(address).Renew(self._request, timeout=timeout_s)
+        except grpc.RpcError as exc:
+            self._refused(address, exc)
+            return None
+        return address, sent
+
     def _settle(self, call: Any) -> tuple[str, float] | None:
         address, sent = self._inflight.pop(call)
         try:
             call.result()
         except grpc.RpcError as exc:
-            error = rpc.from_rpc_error(exc)
-            if not isinstance(error, RETRYABLE):
-                raise error from None
-            now = self._clock.monotonic()
-            self._fan_out_at = min(self._fan_out_at, now)  # refused: ask everyone now
-            hint = leader_hint(error)
-            if hint and hint != address:
-                self._due[hint] = now
-            timed_out = isinstance(error, DeadlineExceeded)
-            self._due.setdefault(address, now if timed_out else now + RENEW_RETRY_S)
+            self._refused(address, exc)
             return None
         return address, sent
+
+    def _refused(self, address: str, exc: grpc.RpcError) -> None:
+        """`address` did not renew: ask every replica now, the one it names as leader and
+        (again) itself among them; raise what retrying cannot help."""
+        error = rpc.from_rpc_error(exc)
+        if not isinstance(error, RETRYABLE):
+            raise error from None
+        now = self._clock.monotonic()
+        self._fan_out_at = min(self._fan_out_at, now)  # refused: ask everyone now
+        hint = leader_hint(error)
+        if hint and hint != address:
+            self._due[hint] = now
+        timed_out = isinstance(error, DeadlineExceeded)
+        self._due.setdefault(address, now if timed_out else now + RENEW_RETRY_S)
 
     def _asking(self, address: str) -> bool:
         return any(asked == address for asked, _ in self._inflight.values())

@@ -91,8 +91,13 @@ class Get(NamedTuple):
 
 
 class ListKeys(NamedTuple):
+    """The keys under `prefix` in order, at most `limit`; with `with_values` also the values
+    and versions of the first ones (`Keys`). (A field with a default: entries logged before
+    it replay unchanged.)"""
+
     prefix: str
     limit: int
+    with_values: bool = False
 
 
 class Tick(NamedTuple):
@@ -176,7 +181,11 @@ class Value(NamedTuple):
 
 
 class Keys(NamedTuple):
+    """`values[i]` (value, version) belongs to `keys[i]`, for the first keys whose values fit
+    in LIST_VALUE_BYTES_MAX (all of them, as a rule); only when asked `with_values`."""
+
     keys: tuple[str, ...]
+    values: tuple[tuple[bytes, int], ...] = ()
 
 
 class Now(NamedTuple):

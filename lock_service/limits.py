@@ -23,6 +23,9 @@ TTL_MIN_S = 0.2
 TTL_MAX_S = 300.0
 
 LIST_KEYS_MAX = 10_000
+# A List with values carries at most this many bytes of them (the rest of its keys without):
+# well within RPC_MESSAGE_BYTES_MAX.
+LIST_VALUE_BYTES_MAX = 1 * MiB
 
 # A long-poll for a lock to become free holds one RPC at most this long; a replica holds
 # at most this many at once.

@@ -74,8 +74,11 @@ PROPOSE_TIMEOUT_S = 1.5
 # replica (issue 29: an idle lock service woke 30 times a second for it, 150 before that).
 EXPIRY_CHECK_MIN_S = 0.02
 EXPIRY_CHECK_MAX_S = 1.0
-# A long-poll re-checks leadership this often (a deposed leader's waiters move on).
-WAIT_RECHECK_S = 0.25
+# A long-poll wakes when its lock frees up or this replica's role changes (a deposed
+# leader's waiters move on at once: `_role_changed_on_tick_thread`), and otherwise re-checks
+# only this often, as a backstop: every 0.25 s, a partition manager's standby waiting for the
+# leader lock was the most frequent wake-up of an idle lock leader's loop (issue 29).
+WAIT_RECHECK_S = 1.0
 ANNOUNCE_RETRY_S = 0.2
 NOT_LEADER_REASONS = (FAIL_REASON.NOT_LEADER, FAIL_REASON.LEADER_CHANGED,
                       FAIL_REASON.MISSING_LEADER, FAIL_REASON.DISCARDED)
@@ -99,7 +102,7 @@ class LockServicer(pb_grpc.LockServiceServicer):
         self._expiry_due = asyncio.Event()  # set: the expiry pass runs now (EXPIRY_CHECK_*)
         replica.on_freed(self._freed_on_tick_thread)
         replica.on_lease_granted(self._wake_expiry_on_tick_thread)
-        replica.on_role_change(lambda _leader: self._wake_expiry_on_tick_thread())
+        replica.on_role_change(self._role_changed_on_tick_thread)
 
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._expire_leases()),
@@ -257,6 +260,15 @@ class LockServicer(pb_grpc.LockServiceServicer):
             except StampError:
                 await asyncio.sleep(ANNOUNCE_RETRY_S)
 
+    def _role_changed_on_tick_thread(self, _leader: bool) -> None:
+        """Both background work and long-polls look at the role again."""
+        with contextlib.suppress(RuntimeError):  # the loop is closed: shutting down
+            self._loop.call_soon_threadsafe(self._wake_everyone)
+
+    def _wake_everyone(self) -> None:
+        self._expiry_due.set()
+        self._wake(list(self._waiters))
+
     def _wake_expiry_on_tick_thread(self) -> None:
         with contextlib.suppress(RuntimeError):  # the loop is closed: shutting down
             self._loop.call_soon_threadsafe(self._expiry_due.set)
@@ -310,6 +322,7 @@ class LockServicer(pb_grpc.LockServiceServicer):
                 if remaining <= 0:
                     return pb.WaitFreeReply(free=False)
                 event = self._waiters.setdefault(name, asyncio.Event())
+                self._leader_term()  # a role change before the line above woke no event
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(event.wait(), min(remaining, WAIT_RECHECK_S))
                 self._leader_term()
@@ -389,9 +402,12 @@ class LockServicer(pb_grpc.LockServiceServicer):
     @rpc_errors
     async def List(self, request: pb.ListRequest, context: aio.ServicerContext) -> pb.ListReply:
         result = await self._read(c.ListKeys(request.prefix,
-                                             request.limit or limits.LIST_KEYS_MAX))
+                                             request.limit or limits.LIST_KEYS_MAX,
+                                             request.with_values))
         assert isinstance(result, c.Keys), result
-        return pb.ListReply(keys=list(result.keys))
+        return pb.ListReply(keys=list(result.keys),
+                            values=[value for value, _ in result.values],
+                            versions=[version for _, version in result.values])
 
     @rpc_errors
     async def ListLeases(self, request: pb.ListLeasesRequest,

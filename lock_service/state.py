@@ -252,7 +252,17 @@ class LockState:
             if not key.startswith(cmd.prefix) or len(keys) >= limit:
                 break
             keys.append(key)
-        return c.Keys(tuple(keys))
+        if not cmd.with_values:
+            return c.Keys(tuple(keys))
+        values: list[tuple[bytes, int]] = []
+        budget = limits.LIST_VALUE_BYTES_MAX
+        for key in keys:
+            record = self.kv[key]
+            budget -= len(record.value)
+            if budget < 0:
+                break  # the reply stays within its size: the caller Gets the rest
+            values.append((record.value, record.version))
+        return c.Keys(tuple(keys), tuple(values))
 
     def _now(self, cmd: c.Tick | c.Barrier) -> c.Result:
         return c.Now(self.now)
@@ -373,6 +383,8 @@ def problem_with(cmd: c.Command) -> str | None:
             return f"prefix must be a string of at most {limits.KEY_BYTES_MAX} bytes"
         if not isinstance(cmd.limit, int) or cmd.limit < 0:
             return "limit must be a non-negative integer"
+        if not isinstance(cmd.with_values, bool):
+            return "with_values must be a boolean"
     return None
 
 

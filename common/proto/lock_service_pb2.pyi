@@ -139,18 +139,24 @@ class DeleteReply(_message.Message):
     def __init__(self, deleted: _Optional[bool] = ..., version: _Optional[int] = ...) -> None: ...
 
 class ListRequest(_message.Message):
-    __slots__ = ("prefix", "limit")
+    __slots__ = ("prefix", "limit", "with_values")
     PREFIX_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
+    WITH_VALUES_FIELD_NUMBER: _ClassVar[int]
     prefix: str
     limit: int
-    def __init__(self, prefix: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+    with_values: bool
+    def __init__(self, prefix: _Optional[str] = ..., limit: _Optional[int] = ..., with_values: _Optional[bool] = ...) -> None: ...
 
 class ListReply(_message.Message):
-    __slots__ = ("keys",)
+    __slots__ = ("keys", "values", "versions")
     KEYS_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    VERSIONS_FIELD_NUMBER: _ClassVar[int]
     keys: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, keys: _Optional[_Iterable[str]] = ...) -> None: ...
+    values: _containers.RepeatedScalarFieldContainer[bytes]
+    versions: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, keys: _Optional[_Iterable[str]] = ..., values: _Optional[_Iterable[bytes]] = ..., versions: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class StatusRequest(_message.Message):
     __slots__ = ("with_digest",)

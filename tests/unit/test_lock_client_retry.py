@@ -1,10 +1,12 @@
 """The lock client leaves a silent leader after a short attempt and does not follow its
-followers back to it (issue 29: one retry policy, common/retry.py). Real gRPC servers in
-this process stand for the three replicas."""
+followers back to it (issue 29: one retry policy, common/retry.py); a renewal asks a healthy
+leader without a thread of gRPC's own. Real gRPC servers in this process stand for the three
+replicas."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from concurrent import futures
 
@@ -26,10 +28,24 @@ class Replica(pb_grpc.LockServiceServicer):
         self.leads = leads
         self.hint = ""
         self.asked = 0
+        self.renewed = 0
+        # Per Renew asked: whether a gRPC channel thread was running in this process then
+        # (the client's calls are made in this process too).
+        self.spinning: list[bool] = []
         self.thaw = threading.Event()
 
     def Get(self, request, context):  # type: ignore[no-untyped-def]
         self.asked += 1
+        self._answer(context)
+        return pb.GetReply(found=True, value=b"v", version=3)
+
+    def Renew(self, request, context):  # type: ignore[no-untyped-def]
+        self.spinning.append(any("channel_spin" in t.name for t in threading.enumerate()))
+        self._answer(context)
+        self.renewed += 1
+        return pb.RenewReply()
+
+    def _answer(self, context) -> None:  # type: ignore[no-untyped-def]
         if self.frozen:
             self.thaw.wait(60)
         if not self.leads:
@@ -38,7 +54,6 @@ class Replica(pb_grpc.LockServiceServicer):
                 metadata += ((rpc.LEADER_KEY, self.hint),)
             context.set_trailing_metadata(metadata)
             context.abort(grpc.StatusCode.UNAVAILABLE, "a follower")
-        return pb.GetReply(found=True, value=b"v", version=3)
 
 
 @pytest.fixture
@@ -70,5 +85,35 @@ def test_a_frozen_leader_costs_one_short_attempt(
         assert [r.asked for r in group] == [1, 1, 1]
         assert client.get("k") == (b"v", 3)  # the leader is known now
         assert [r.asked for r in group] == [1, 1, 2]
+    finally:
+        client.close()
+
+
+def test_a_healthy_leader_renews_without_a_grpc_thread_for_the_call(
+        replicas: tuple[list[Replica], list[str]]) -> None:
+    """Seen failing before the change: the first call was a future, and a future on an idle
+    channel starts a gRPC thread for its answer (a thread per renewal of every lease)."""
+    group, addresses = replicas
+    client = LockClient([addresses[2]], "test")
+    try:
+        for _ in range(3):
+            client._renew(7, 2.0, time.monotonic() + 2.0)
+        assert group[2].renewed == 3
+        assert group[2].spinning == [False, False, False]
+    finally:
+        client.close()
+
+
+def test_a_renewal_leaves_a_frozen_leader_for_the_one_that_answers(
+        replicas: tuple[list[Replica], list[str]]) -> None:
+    """The known leader (the first address) is frozen; a follower names it again; the third
+    renews, well within the lease."""
+    group, addresses = replicas
+    client = LockClient(addresses, "test")
+    try:
+        started = time.monotonic()
+        client._renew(7, 2.0, started + 1.8)
+        assert group[2].renewed == 1
+        assert group[0].renewed == 0
     finally:
         client.close()

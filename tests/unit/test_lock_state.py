@@ -148,6 +148,26 @@ def test_list_by_prefix_in_order_with_limit() -> None:
         c.Keys(("a/1", "a/2")), c.Keys(("b/1",)), c.Keys(("a", "a/1", "a/2", "a/3", "b/1"))]
 
 
+def test_a_list_with_values_carries_each_keys_value_and_version() -> None:
+    s = LockState()
+    applied(s, c.Write(0, "w1", "ps/1", b"one"), c.Write(0, "w2", "ps/2", b"two"),
+            c.Write(0, "w3", "ps/1", b"uno"), c.Write(0, "w4", "q", b"other"))
+    assert applied(s, c.ListKeys("ps/", 10, True)) == [
+        c.Keys(("ps/1", "ps/2"), ((b"uno", 3), (b"two", 2)))]
+
+
+def test_a_list_with_values_stops_adding_values_at_its_byte_budget() -> None:
+    s = LockState()
+    big = b"x" * limits.VALUE_BYTES_MAX
+    fit = limits.LIST_VALUE_BYTES_MAX // limits.VALUE_BYTES_MAX
+    applied(s, *(c.Write(0, f"w{i}", f"k/{i}", big) for i in range(fit + 1)))
+    (result,) = applied(s, c.ListKeys("k/", 100, True))
+    assert isinstance(result, c.Keys)
+    assert result.keys == tuple(f"k/{i}" for i in range(fit + 1))  # every key...
+    assert [value for value, _ in result.values] == [big] * fit  # ...values of those that fit
+
+
+
 @pytest.mark.parametrize("command", [
     c.Acquire(0, "r", "", "h", 1.0), c.Acquire(0, "r", "L", "h", 0.0),
     c.Acquire(0, "r", "L", "h", float("nan")), c.Write(0, "w", "k", "not bytes"),
