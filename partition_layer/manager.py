@@ -81,7 +81,7 @@ SUSPECT_PASS_S = 0.025
 # ...for at most this long past when its session must have ended if it died at its last
 # beat (then it is alive, renewing, and merely not heard from: a busy or cut-off server).
 SUSPECT_MARGIN_S = 1.0
-# The pass lists the registrations (a List, then a Get per server, at the lock service's
+# The pass lists the registrations (one List that carries their values, at the lock service's
 # leader) only when it may find them changed (issue 29: listing every pass was most of an
 # idle stamp's lock-service load): while a live server's heartbeat is QUIET_LATE_INTERVALS
 # intervals late (it may have died: its registration ends with its session, and the pass
@@ -97,12 +97,8 @@ LIVE_REFRESH_S = 0.25
 
 def live_servers(locks: LockClient) -> dict[str, str]:
     """{PS name: address} of every registered (live) partition server."""
-    servers = {}
-    for key in locks.list(SERVER_PREFIX):
-        found = locks.get(key)
-        if found is not None:
-            servers[key[len(SERVER_PREFIX):]] = found[0].decode()
-    return servers
+    return {key[len(SERVER_PREFIX):]: value.decode()
+            for key, (value, _) in locks.list_values(SERVER_PREFIX).items()}
 
 
 class PartitionManager:

@@ -89,6 +89,12 @@ class Registration:
         self.session: Lease | None = None
         self.registered = False  # the key is written under `session`
 
+    def in_place(self) -> bool:
+        """Whether the key is written under a session still valid: `ensure` has nothing to
+        do (any thread: two reads of what `ensure` sets)."""
+        session = self.session
+        return self.registered and session is not None and session.valid()
+
     def ensure(self) -> None:
         """Register (a blocking call: run it on a thread)."""
         if self.session is None or not self.session.valid():
@@ -170,7 +176,8 @@ async def heartbeat_forever(server: PartitionServer, registration: Registration,
     heartbeat = LeaderHeartbeat(read_leader, send)
 
     async def beat() -> None:
-        await loop.run_in_executor(thread, registration.ensure)
+        if not registration.in_place():  # not a thread's round trip every beat (issue 29)
+            await loop.run_in_executor(thread, registration.ensure)
         reply = await heartbeat.beat()
         if reply is not None and reply.not_yours:
             server.drop_not_ours(list(reply.not_yours))

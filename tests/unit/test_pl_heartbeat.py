@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+import types
 
 import pytest
 
@@ -26,6 +27,9 @@ class _FlakyRegistration:
     def __init__(self, failures: list[BaseException]) -> None:
         self.failures = failures
         self.calls = 0
+
+    def in_place(self) -> bool:
+        return False  # every beat registers (and may fail)
 
     def ensure(self) -> None:
         self.calls += 1
@@ -118,3 +122,49 @@ def test_a_manager_that_does_not_lead_refuses_a_heartbeat() -> None:
     with pytest.raises(NotLeader):
         standby.heartbeat(pb.ServerLoad(name="ps-1", address="127.0.0.1:11"))
     assert standby.heartbeats == {}
+
+
+class _Session:
+    def __init__(self, token: int) -> None:
+        self.token = token
+        self.alive = True
+
+    def valid(self) -> bool:
+        return self.alive
+
+
+class _SessionLocks:
+    """Sessions and puts, counted."""
+
+    def __init__(self) -> None:
+        self.sessions: list[_Session] = []
+        self.puts: list[tuple[str, bytes, int]] = []
+
+    def session(self, ttl_s: float, on_lost: object = None) -> _Session:
+        self.sessions.append(_Session(len(self.sessions) + 1))
+        return self.sessions[-1]
+
+    def put(self, key: str, value: bytes, *, lease: _Session) -> int:
+        self.puts.append((key, value, lease.token))
+        return len(self.puts)
+
+
+def test_a_registration_in_place_is_left_alone_and_a_lost_session_registers_again() -> None:
+    """A beat skips `ensure` (a thread's round trip) while the registration is in place; once
+    its session is no longer valid it is not, and `ensure` registers under a new one."""
+    locks = _SessionLocks()
+    server = types.SimpleNamespace(session=None)
+    loop = asyncio.new_event_loop()  # only for losses (none here): never run
+    registration = ps_main.Registration(locks, "ps-1", "127.0.0.1:11",  # type: ignore[arg-type]
+                                        PartitionLimits(), server,  # type: ignore[arg-type]
+                                        loop)
+    loop.close()
+    assert not registration.in_place()
+    registration.ensure()
+    assert registration.in_place()
+    assert locks.puts == [("ps/ps-1", b"127.0.0.1:11", 1)]
+    locks.sessions[0].alive = False  # lost (or past its claim)
+    assert not registration.in_place()
+    registration.ensure()
+    assert registration.in_place() and server.session is locks.sessions[1]
+    assert locks.puts[-1] == ("ps/ps-1", b"127.0.0.1:11", 2)

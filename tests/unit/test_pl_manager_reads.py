@@ -68,6 +68,10 @@ class FakeLocks:
         self.lists += 1
         return sorted(k for k in self.values if k.startswith(prefix))
 
+    def list_values(self, prefix: str) -> dict[str, tuple[bytes, int]]:
+        self.lists += 1
+        return {k: v for k, v in sorted(self.values.items()) if k.startswith(prefix)}
+
     def compare_and_set(self, key: str, expected: int, value: bytes, *,
                         fence: object = None) -> int | None:
         if self.values.get(key, (b"", 0))[1] != expected:
@@ -106,6 +110,8 @@ def test_an_idle_leaders_passes_read_the_map_once_and_list_the_servers_once_a_re
     beat(m, SERVERS)
     asyncio.run(m.run_once())  # a refresh is due
     assert locks.lists == 2 and locks.gets.count(MAP_KEY) == 1
+    # The registrations come with the listing: no Get per server (issue 29).
+    assert not [key for key in locks.gets if key.startswith(SERVER_PREFIX)]
 
 
 def test_a_heartbeat_from_a_server_not_listed_lists_them_again() -> None:
