@@ -29,9 +29,10 @@ class Replica(pb_grpc.LockServiceServicer):
         self.hint = ""
         self.asked = 0
         self.renewed = 0
-        # Per Renew asked: whether a gRPC channel thread was running in this process then
-        # (the client's calls are made in this process too).
-        self.spinning: list[bool] = []
+        # Per Renew asked: the threads of this process (where the client's calls are made
+        # too) started since `known` was taken, but the server's own workers.
+        self.known: set[threading.Thread] = set()
+        self.started: list[list[str]] = []
         self.thaw = threading.Event()
 
     def Get(self, request, context):  # type: ignore[no-untyped-def]
@@ -40,7 +41,8 @@ class Replica(pb_grpc.LockServiceServicer):
         return pb.GetReply(found=True, value=b"v", version=3)
 
     def Renew(self, request, context):  # type: ignore[no-untyped-def]
-        self.spinning.append(any("channel_spin" in t.name for t in threading.enumerate()))
+        self.started.append([t.name for t in threading.enumerate() if t not in self.known
+                             and not t.name.startswith("ThreadPoolExecutor")])
         self._answer(context)
         self.renewed += 1
         return pb.RenewReply()
@@ -97,9 +99,10 @@ def test_a_healthy_leader_renews_without_a_grpc_thread_for_the_call(
     client = LockClient([addresses[2]], "test")
     try:
         for _ in range(3):
+            group[2].known = set(threading.enumerate())
             client._renew(7, 2.0, time.monotonic() + 2.0)
         assert group[2].renewed == 3
-        assert group[2].spinning == [False, False, False]
+        assert group[2].started == [[], [], []]
     finally:
         client.close()
 
