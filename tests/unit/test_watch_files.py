@@ -29,7 +29,7 @@ def test_every_process_gets_its_own_metrics_port_once_and_is_in_the_scrape_confi
         tmp_path: Path) -> None:
     stamp = _stamp(tmp_path)
     addresses = {rec.name: rec.metrics_address for rec in stamp.records.values()}
-    assert len(addresses) == 3 + 3 + 9 + 2 + 2 + 2 and all(addresses.values())
+    assert len(addresses) == 3 + 3 + 9 + 2 + 2 + 2 + 2 and all(addresses.values())  # + jobs
     assert len(set(addresses.values())) == len(addresses)
     for rec in stamp.records.values():
         port = rec.metrics_address.rpartition(":")[2]
