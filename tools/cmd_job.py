@@ -217,5 +217,9 @@ def _print_schedule(view: dict[str, Any]) -> None:
           f"jobs.gc_grace_s = {format_duration(view['gc_grace_s'])})"
           if view["gc_reclaim_within_s"] else "gc: off (trimmed space waits for 'stamp job gc')")
     if view["overrides"]:
-        print("changed from the config: " + ", ".join(
-            f"{name}={value:g}" for name, value in sorted(view["overrides"].items())))
+        from spark.schedule import SETTABLE
+
+        names = {field: name for name, field in SETTABLE.items()}
+        print("set with --set (else the config's): " + ", ".join(
+            f"{names.get(field, field)}={value:g}"
+            for field, value in sorted(view["overrides"].items())))
