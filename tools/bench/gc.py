@@ -39,7 +39,7 @@ def run_gc(progress: Any = lambda _: None) -> list[dict[str, Any]]:
         config_path.write_text(CONFIG)
         config = dataclasses.replace(load_config(config_path).with_ephemeral_ports(),
                                      partition_managers=(), partition_servers=(),
-                                     front_ends=())
+                                     front_ends=(), job_schedulers=())
         progress("starting 3 lock, 3 SM, 9 EN")
         stamp = LocalStamp(Path(tmp) / "stamp", config, str(config_path))
         try:

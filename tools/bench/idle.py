@@ -30,8 +30,9 @@ TARGET_PERCENT = 5.0
 
 def run_idle(seconds: float = IDLE_SECONDS_MIN, progress: Progress = lambda _: None
              ) -> list[dict[str, Any]]:
+    # The job schedulers too: an idle stamp has them, idling (no job is due so soon).
     return with_fresh_stamp("", lambda stamp: _measure(stamp, seconds, progress), progress,
-                            stream_layer_only=False)
+                            stream_layer_only=False, job_schedulers=True)
 
 
 def _measure(stamp: LocalStamp, seconds: float, progress: Progress) -> list[dict[str, Any]]:
