@@ -22,9 +22,8 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from common.errors import InvalidArgument, Unauthenticated
-from frontend import connection_string, sas
-from frontend.client import Client
+from stampsdk import Client, connection_string, sas
+from stampsdk.errors import InvalidArgument, Unauthenticated
 
 # A minted token outlives any batch read and a week of streaming; a query running longer
 # is restarted with a fresh one.

@@ -16,9 +16,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
+from stampsdk.errors import Trimmed
 
 from common.config import PartitionLimits
-from common.errors import Internal, Trimmed
+from common.errors import Internal
 from spark.datasource_access import Access
 from spark.datasource_plan import Bound, EntityPiece, LogSpan
 

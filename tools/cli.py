@@ -70,6 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _sdk_error(exc: BaseException) -> bool:
+    """Whether `exc` is an error of the SDK (stampsdk.errors; the user's commands go through
+    it), without importing the SDK into commands that never used it."""
+    errors = sys.modules.get("stampsdk.errors")
+    return errors is not None and isinstance(exc, errors.StampError)
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["serve"]:
@@ -91,6 +98,11 @@ def main(argv: list[str] | None = None) -> None:
     except json.JSONDecodeError as exc:  # stamp.json damaged by hand or by a full disk
         print(f"stamp: error: {args.data_dir}/stamp.json is not valid JSON: {exc}",
               file=sys.stderr)
+        code = 1
+    except Exception as exc:  # the SDK's errors (the user's commands): one line too
+        if not _sdk_error(exc):
+            raise
+        print(f"stamp: error: {exc}", file=sys.stderr)
         code = 1
     except KeyboardInterrupt:
         print("stamp: interrupted", file=sys.stderr)

@@ -50,9 +50,13 @@ def _permissions(text: str) -> frozenset[str]:
 
 
 def _endpoint(text: str) -> str:
-    from frontend import connection_string
+    from stampsdk import connection_string
+    from stampsdk import errors as sdk_errors
 
-    connection_string.parse_endpoint(text)
+    try:
+        connection_string.parse_endpoint(text)
+    except sdk_errors.InvalidArgument as exc:
+        raise InvalidArgument(str(exc)) from None
     return text
 
 
@@ -164,7 +168,7 @@ def _print_connection_string(endpoints: tuple[list[str], str], name: str, key: b
     """The connection string on stdout (TLS as the stamp's front ends serve it: `CaFile=`
     its CA); the endpoints' note (if any) on stderr, only after success, so an error stays
     one line."""
-    from frontend import connection_string
+    from stampsdk import connection_string
 
     addresses, note = endpoints
     use_tls, ca_file = _transport(data_dir)

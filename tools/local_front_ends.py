@@ -109,9 +109,10 @@ def wait_answering(stamp: LocalStamp, timeout_s: float) -> None:
 def ensure_admin_account(stamp: LocalStamp, name: str, path: Path) -> str:
     """Create account `name` unless it exists (then keep its keys), write its connection
     string naming every front end to `path` (mode 0600, durably), and return it."""
+    from stampsdk import connection_string
+
     from common.clock import SystemClock
     from common.errors import AlreadyExists
-    from frontend import connection_string
     from frontend.accounts import AccountStore
     from lock_service.client import LockClient
 

@@ -22,12 +22,14 @@ import threading
 import time
 from collections.abc import Iterator
 
+from stampsdk import Client, connection_string
+from stampsdk.connection_string import ConnectionString
+from stampsdk.errors import PermissionDenied, PreconditionFailed
+
 from common.clock import SystemClock
-from common.errors import AlreadyExists, PermissionDenied, PreconditionFailed, StampError
-from frontend import connection_string, sas
+from common.errors import AlreadyExists, StampError
+from frontend import sas
 from frontend.accounts import AccountStore
-from frontend.client import Client
-from frontend.connection_string import ConnectionString
 from lock_service.client import LockClient
 from partition_layer import keys
 from partition_layer.client import PartitionClient

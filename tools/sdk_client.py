@@ -1,5 +1,5 @@
 """How a `stamp` command reaches a stamp through its front ends (issue 16): the connection
-string it uses, the SDK client (frontend/client.py) it makes of it, and the argparse types of
+string it uses, the SDK client (stampsdk.Client) it makes of it, and the argparse types of
 what the front end names (logs, partition names, rows).
 
 Where the connection string comes from, the first that is there wins:
@@ -30,8 +30,8 @@ from tools import cli_checks
 from tools.local_stamp import ADMIN_CONNECTION_STRING_FILE, KIND_FRONT_END
 
 if TYPE_CHECKING:
-    from frontend.client import Client
-    from frontend.connection_string import ConnectionString
+    from stampsdk import Client
+    from stampsdk.connection_string import ConnectionString
 
 ENV_VAR = "STAMP_CONNECTION_STRING"
 ADMIN_FILE = ADMIN_CONNECTION_STRING_FILE
@@ -114,7 +114,8 @@ def scan_bound(text: str) -> str | tuple[str, str]:
 def find_connection_string(args: argparse.Namespace) -> ConnectionString:
     """The connection string this command uses (the module's order), parsed and checked;
     an error about it names where it came from."""
-    from frontend import connection_string
+    from stampsdk import connection_string
+    from stampsdk import errors as sdk_errors
 
     if args.connection_string is not None:
         source, text = "--connection-string", args.connection_string
@@ -137,7 +138,7 @@ def find_connection_string(args: argparse.Namespace) -> ConnectionString:
         source = str(path)
     try:
         return connection_string.parse(text)
-    except InvalidArgument as exc:
+    except sdk_errors.InvalidArgument as exc:
         raise InvalidArgument(f"the connection string from {source} is not valid: {exc}"
                               ) from None
 
@@ -147,26 +148,40 @@ def client(args: argparse.Namespace) -> Iterator[Client]:
     """An SDK client for this command's connection string, closed afterwards; the stamp's
     errors leave it named by their kind."""
     cs = find_connection_string(args)
-    from common.stamp_file import read_stamp
-    from frontend.client import Client
+    from stampsdk import Client
 
-    # An operator's tool: to the stamp of its data directory (if any) it talks as its
-    # operator (common/stamp_file.py), so TLS holds even for a connection string without
-    # CaFile that names that stamp's front ends.
-    with contextlib.suppress(StampError):
-        read_stamp(args.data_dir)
+    use_tls, ca_file = transport(args.data_dir, cs)
     with named_errors(), Client(list(cs.endpoints), cs.account, key=cs.key, sas=cs.sas,
-                                timeout_s=args.timeout, tls=cs.tls,
-                                ca_file=cs.ca_file) as sdk:
+                                timeout_s=args.timeout, tls=use_tls,
+                                ca_file=ca_file) as sdk:
         yield sdk
+
+
+def transport(data_dir: str, cs: ConnectionString) -> tuple[bool, str | None]:
+    """(TLS, CA file) for `cs`: as it says, except that an operator's tool trusts the CA of
+    the stamp of its data directory (if any) for that stamp's front ends, so TLS holds even
+    for a connection string without CaFile that names them (common/stamp_file.py)."""
+    from common import tls
+    from common.stamp_file import read_stamp
+
+    if cs.tls:
+        return cs.tls, cs.ca_file
+    with contextlib.suppress(StampError):
+        read_stamp(data_dir)  # this process then knows which addresses speak TLS
+    if any(tls.identity_for(endpoint) is not None for endpoint in cs.endpoints):
+        return True, str(tls.cert_path(tls.dir_in(data_dir), tls.CA))
+    return False, None
 
 
 @contextlib.contextmanager
 def named_errors() -> Iterator[None]:
-    """Re-raise a StampError as the same kind with its kind's name in front of its message."""
+    """Re-raise a StampError (the stamp's, or the SDK's) as the same kind with its kind's name
+    in front of its message."""
+    from stampsdk import errors as sdk_errors  # here: the CLI's other commands never load it
+
     try:
         yield
-    except StampError as exc:
+    except (StampError, sdk_errors.StampError) as exc:
         kind = type(exc).__name__
         if str(exc).startswith(f"{kind}:"):
             raise

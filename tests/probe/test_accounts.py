@@ -12,10 +12,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from stampsdk import connection_string
 
 from common.clock import ManualClock
 from common.errors import PermissionDenied, Unauthenticated
-from frontend import accounts, connection_string, sas, signing
+from frontend import accounts, sas, signing
 from frontend.accounts import AccountStore
 from lock_service.client import LockClient
 from tools.local_stamp import LocalStamp

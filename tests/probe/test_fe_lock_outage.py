@@ -18,11 +18,11 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from stampsdk import Client
+from stampsdk.errors import StampError, Unauthenticated
 
 from common.clock import SystemClock
-from common.errors import StampError, Unauthenticated
 from frontend.accounts import AccountStore
-from frontend.client import Client
 from lock_service.client import LockClient
 from tests.conftest import module_stamp
 from tools.local_stamp import LocalStamp

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from stampsdk import connection_string
 
 from common import process, rpc
 from common.clock import SystemClock
@@ -34,7 +35,7 @@ from common.proto import frontend_v1_pb2_grpc as v1_grpc
 from common.proto import partition_pb2 as pb
 from common.proto import partition_pb2_grpc as pb_grpc
 from common.rpc import from_rpc_error
-from frontend import connection_string, sas, wire
+from frontend import sas, wire
 from frontend.accounts import AccountStore
 from lock_service.client import LockClient
 from partition_layer.client import PartitionClient

@@ -28,6 +28,8 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
+from stampsdk import Client
+from stampsdk import errors as sdk_errors
 
 from common import rpc
 from common.clock import SystemClock
@@ -36,7 +38,6 @@ from common.proto import lock_service_pb2 as lock_pb
 from common.proto import partition_pb2 as pb
 from common.proto import partition_pb2_grpc as pb_grpc
 from frontend.accounts import AccountStore
-from frontend.client import Client
 from lock_service.client import LockClient
 from partition_layer.client import PartitionClient
 from tests.conftest import module_stamp
@@ -97,7 +98,8 @@ def appends_again(append: Callable[[], int], servers: list[str], stamp: LocalSta
         took = time.monotonic() - started
         assert took < RECOVERY_S, (f"no append succeeded within {RECOVERY_S:g} s of {why} "
                                    f"(serving now: {serving})")
-        with contextlib.suppress(StampError, TimeoutError):  # refused, or no answer in time
+        # Refused (by the partition client or the SDK), or no answer in time.
+        with contextlib.suppress(StampError, sdk_errors.StampError, TimeoutError):
             append()
             return took
 

@@ -18,10 +18,8 @@ from typing import Any, TypeVar
 
 import grpc
 import pytest
-
-from common.clock import SystemClock
-from common.config import PartitionLimits
-from common.errors import (
+from stampsdk import Client, aio, connection_string
+from stampsdk.errors import (
     ChecksumError,
     InvalidArgument,
     NotFound,
@@ -29,18 +27,20 @@ from common.errors import (
     PermissionDenied,
     PreconditionFailed,
     Sealed,
-    Throttled,
     Trimmed,
     Unauthenticated,
 )
+
+from common.clock import SystemClock
+from common.config import PartitionLimits
+from common.errors import Throttled
 from common.proto import faults_pb2, faults_pb2_grpc
 from common.proto import frontend_pb2 as fe_pb
 from common.proto import frontend_pb2_grpc as fe_grpc
 from common.proto import partition_pb2 as pb
 from common.rpc import arm_remote, from_rpc_error, sync_channel
-from frontend import aio, connection_string, sas, wire
+from frontend import sas, wire
 from frontend.accounts import Account, AccountStore
-from frontend.client import Client
 from lock_service.client import LockClient
 from partition_layer.client import PartitionClient
 from tests.conftest import config_toml, stamp_config
@@ -107,7 +107,7 @@ def restart_front_ends(stamp: LocalStamp) -> None:
 
 class AioClient:
     """The asyncio client, driven from the test's thread on an event loop of the test's own
-    (not the blocking facade's): the same calls as frontend.client.Client."""
+    (not the blocking facade's): the same calls as stampsdk.Client."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._loop = asyncio.new_event_loop()

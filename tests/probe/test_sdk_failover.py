@@ -11,12 +11,11 @@ import threading
 from collections.abc import Callable
 
 import pytest
+from stampsdk import Client, aio
+from stampsdk.errors import StampError
 
 from common.clock import SystemClock
-from common.errors import StampError
-from frontend import aio
 from frontend.accounts import AccountStore
-from frontend.client import Client
 from lock_service.client import LockClient
 from partition_layer.client import PartitionClient
 from partition_layer.requests import route_key

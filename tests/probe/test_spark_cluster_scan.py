@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from stampsdk import Client
 
-from frontend.client import Client
 from spark.datasource import register
 from spark.session import spark_session
 from tests.conftest import module_stamp

@@ -24,10 +24,9 @@ from typing import Any
 
 import pytest
 from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In, LessThan
+from stampsdk import Client, connection_string, sas
+from stampsdk.errors import PermissionDenied, Unauthenticated
 
-from common.errors import PermissionDenied, Unauthenticated
-from frontend import connection_string, sas
-from frontend.client import Client
 from partition_layer import keys
 from partition_layer.client import PartitionClient
 from spark.datasource import StampReader, register

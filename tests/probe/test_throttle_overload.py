@@ -26,12 +26,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
+import stampsdk as sdk
+from stampsdk.errors import StampError, Throttled
+from stampsdk.retry import RetryPolicy
 
 from common.clock import SystemClock
-from common.errors import StampError, Throttled
-from frontend import client as sdk
 from frontend.accounts import AccountStore
-from frontend.retry import RetryPolicy
 from lock_service.client import LockClient
 from tests.front_end_raw import RawFrontEnd, wait_for
 from tools.local_stamp import LocalStamp
@@ -190,7 +190,8 @@ class _NoThrottledRetries(RetryPolicy):
 
 
 async def _flood(address: str, account: str, key: bytes, data_dir: str) -> FloodResult:
-    from frontend.aio import Client
+    from stampsdk.aio import Client
+
     from partition_layer.client import AsyncPartitionClient
     from tools.local_stamp import LocalStamp
 

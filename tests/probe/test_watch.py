@@ -19,9 +19,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from stampsdk import Client
 
 from common import health
-from frontend.client import Client
 from tests.conftest import module_stamp
 from tools import dashboard
 from tools.cmd_isolate import heal, isolate

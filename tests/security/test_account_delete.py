@@ -20,12 +20,13 @@ from collections.abc import Iterator
 import pytest
 from azure.core.exceptions import HttpResponseError
 from azure.storage.blob import BlobServiceClient
+from stampsdk import Client, connection_string
+from stampsdk.errors import StampError, Unauthenticated
 
 from common.clock import SystemClock
-from common.errors import NotFound, Sealed, StampError, Trimmed, Unauthenticated
-from frontend import connection_string, sas
+from common.errors import NotFound, Sealed, Trimmed
+from frontend import sas
 from frontend.accounts import AccountStore
-from frontend.client import Client
 from lock_service.client import LockClient
 from partition_layer.client import PartitionClient
 from tests.conftest import module_stamp

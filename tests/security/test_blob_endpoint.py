@@ -33,6 +33,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+from stampsdk import Client
 
 from common.clock import SystemClock
 from common.process import LOG_FILE
@@ -40,7 +41,6 @@ from common.proto import partition_pb2 as pb
 from frontend import sas, wire
 from frontend.accounts import Account, AccountStore
 from frontend.blob_model import CONTAINERS_GROUP
-from frontend.client import Client
 from lock_service.client import LockClient
 from tests.conftest import module_stamp
 from tests.front_end_raw import RawFrontEnd, wait_for

@@ -21,20 +21,19 @@ from pathlib import Path
 import grpc
 import pytest
 from azure.storage.blob import BlobServiceClient
+from stampsdk import Client, connection_string
+from stampsdk.errors import DeadlineExceeded, StampError, Unavailable
 
 from common import health, rpc, tls
 from common.clock import SystemClock
 from common.config import SecurityConfig
-from common.errors import DeadlineExceeded, StampError, Unavailable
 from common.proto import frontend_pb2 as fe_pb
 from common.proto import frontend_pb2_grpc as fe_grpc
 from common.proto import lock_service_pb2 as lock_pb
 from common.proto import lock_service_pb2_grpc as lock_grpc
 from common.proto import partition_pb2 as pb
 from common.proto import partition_pb2_grpc as pb_grpc
-from frontend import connection_string
 from frontend.accounts import KEY_PREFIX, AccountStore
-from frontend.client import Client
 from lock_service.client import LockClient
 from tests.conftest import check_raft_logs, config_toml, stamp_config
 from tools.local_front_ends import azure_connection_string

@@ -23,11 +23,13 @@ import grpc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from stampsdk import Client
+from stampsdk import errors as sdk_errors
 
 from common.checksums import crc32c
 from common.clock import SystemClock
 from common.config import PartitionLimits
-from common.errors import ERRORS_BY_NAME, Internal, InvalidArgument, NotFound, StampError
+from common.errors import ERRORS_BY_NAME, Internal, InvalidArgument, StampError
 from common.proto import frontend_pb2 as fe_pb
 from common.proto import frontend_pb2_grpc as fe_grpc
 from common.proto import partition_pb2 as pb
@@ -35,7 +37,6 @@ from common.rpc import from_rpc_error, sync_channel
 from frontend import names, wire
 from frontend.accounts import Account, AccountStore
 from frontend.auth import NAME_CHARS_MAX
-from frontend.client import Client
 from lock_service.client import LockClient
 from tests.conftest import module_stamp
 from tools.local_stamp import LocalStamp
@@ -78,14 +79,15 @@ def stub(fuzz_stamp: LocalStamp) -> Iterator[fe_grpc.FrontEndStub]:
 
 
 def typed(outcome: Callable[[], Any]) -> None:
-    """Run `outcome`: it succeeds or raises a StampError other than Internal."""
+    """Run `outcome`: it succeeds or raises a StampError (the SDK's, or the stamp's for a
+    raw call) other than Internal."""
     try:
         result = outcome()
         if isinstance(result, Iterator):
             for _ in zip(range(100), result, strict=False):
                 pass
-    except StampError as exc:
-        assert not isinstance(exc, Internal), exc
+    except (StampError, sdk_errors.StampError) as exc:
+        assert not isinstance(exc, (Internal, sdk_errors.Internal)), exc
 
 
 def still_answers(stamp: LocalStamp, sdk: Client) -> None:
@@ -410,7 +412,7 @@ def test_fuzz_damaged_bytes_write_nothing(fuzz_stamp: LocalStamp, sdk: Client,
     if not genuine and op == "append":
         assert sdk.peek(name) == (0, 0)
     elif not genuine and op == "put":
-        with pytest.raises(NotFound):
+        with pytest.raises(sdk_errors.NotFound):
             sdk.get(name, b"row")
     still_answers(fuzz_stamp, sdk)
 
@@ -441,6 +443,6 @@ def test_oversized_fields_are_refused_briefly(fuzz_stamp: LocalStamp, sdk: Clien
     assert response.error in ("Unauthenticated", "InvalidArgument", "PermissionDenied"), \
         response
     assert len(response.message) <= REFUSAL_CHARS_MAX, response.message[:500]
-    with pytest.raises(NotFound):
+    with pytest.raises(sdk_errors.NotFound):
         sdk.get("oversized", b"r")
     still_answers(fuzz_stamp, sdk)

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from stampsdk.errors import NotFound, PreconditionFailed, Unavailable
 
-from common.errors import NotFound, PreconditionFailed, Unavailable
 from tools.chaos.check import (
     find_violations,
     follower_violations,

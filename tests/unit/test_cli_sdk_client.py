@@ -9,9 +9,10 @@ import json
 import re
 
 import pytest
+from stampsdk import connection_string
+from stampsdk import errors as sdk_errors
 
 from common.errors import InvalidArgument, NotFound, PermissionDenied, Throttled
-from frontend import connection_string
 from tools import sdk_client
 
 KEY = bytes(range(32))
@@ -61,6 +62,11 @@ def test_errors_of_the_stamp_carry_their_kind() -> None:
     assert str(caught.value) == "Throttled: slow down" and caught.value.retry_after_s == 2.5
     with pytest.raises(NotFound, match=r"^NotFound: x$"), sdk_client.named_errors():
         raise NotFound("NotFound: x")  # named once only
+    # The SDK's errors (what the user's commands get) as well.
+    with pytest.raises(sdk_errors.Throttled) as sdk_caught, sdk_client.named_errors():
+        raise sdk_errors.Throttled("slow down", retry_after_s=2.5)
+    assert str(sdk_caught.value) == "Throttled: slow down"
+    assert sdk_caught.value.retry_after_s == 2.5
 
 
 def test_bytes_are_shown_on_one_line_and_written_exactly_in_json() -> None:

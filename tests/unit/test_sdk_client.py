@@ -1,6 +1,8 @@
-"""The SDK client's call loop (frontend/aio.py) over a scripted in-memory session: signing
-at send time, retries, failover, tokens, read-side checksums, a closed client. The network
-side is covered by tests/probe/test_sdk.py against real front ends."""
+"""The SDK client's call loop (stampsdk/aio.py) over a scripted in-memory session: signing
+at send time (verified as a front end does: the public protocol's bytes read by
+frontend/public_protocol.py, checked by frontend/wire.py), retries, failover, tokens,
+read-side checksums, a closed client. The network side is covered by tests/probe/test_sdk.py
+against real front ends."""
 
 from __future__ import annotations
 
@@ -11,20 +13,22 @@ import time
 from collections.abc import Callable
 
 import pytest
-
-from common.checksums import crc32c
-from common.clock import ManualClock
-from common.config import PartitionLimits
-from common.errors import (
+from stampsdk import aio, client, connection_string
+from stampsdk import requests as sdk_requests
+from stampsdk._proto import frontend_v1_pb2 as pb
+from stampsdk.checksums import crc32c
+from stampsdk.errors import (
     ChecksumError,
     InvalidArgument,
     PreconditionFailed,
     StampError,
     Unavailable,
 )
-from common.proto import partition_pb2 as pb
-from frontend import aio, client, connection_string, sdk_requests, wire
-from frontend.retry import RetryPolicy
+from stampsdk.retry import RetryPolicy
+
+from common.clock import ManualClock
+from common.config import PartitionLimits
+from frontend import public_protocol, wire
 
 KEY = bytes(range(32))
 ENDPOINTS = ["127.0.0.1:1", "127.0.0.1:2"]
@@ -71,7 +75,11 @@ def make(script: Script, step_s: float = 1.0, timeout_s: float = 30.0
 
 
 def verified(request: pb.Request, now_s: float) -> None:
-    wire.authenticate(wire.call_claim(request), keys_of=lambda a: [KEY] if a == "acct"
+    """As a front end's public door takes the request: its bytes read as the internal
+    message, then authenticated."""
+    data = pb.RequestBatch(requests=[request]).SerializeToString()
+    (internal,) = public_protocol.read_request_batch(data).requests
+    wire.authenticate(wire.call_claim(internal), keys_of=lambda a: [KEY] if a == "acct"
                       else None, now_s=now_s)
 
 
@@ -87,8 +95,8 @@ def test_a_retry_goes_to_another_front_end_signed_afresh_with_the_same_token() -
     assert first.auth.timestamp_ms < second.auth.timestamp_ms
     assert first.append.token and first.append.token == second.append.token
     assert list(second.append.crcs) == [crc32c(b"a"), crc32c(b"b")]
-    # Each attempt carries its own wait (common/deadline.py), under the signature: the second
-    # waits at least as long as the first (common/retry.py AttemptTimer).
+    # Each attempt carries its own wait, under the signature: the second waits at least as
+    # long as the first (stampsdk/retry.py AttemptTimer).
     assert 0 < first.timeout_ms <= second.timeout_ms <= 30_000
     for request in (first, second):
         verified(request, clock.wall())
@@ -221,7 +229,8 @@ def test_the_blocking_client_reports_errors_as_the_async_one() -> None:
 
 
 def test_the_blocking_scan_crosses_to_its_loop_once_a_page() -> None:
-    from frontend.sdk_scan import AsyncScanIterator, ScanCursor, ScanRange
+    from stampsdk.scan import AsyncScanIterator, ScanCursor, ScanRange
+
     from tests.unit.test_sdk_scan import ITEMS, KEYS, ReferenceFrontEnd
 
     with client.Client(["127.0.0.1:1"], "acct", key=KEY) as c:

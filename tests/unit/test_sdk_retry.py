@@ -1,14 +1,14 @@
-"""The SDK's retry policy and endpoint rotation (frontend/retry.py), on an injected clock and
-seeded randomness."""
+"""The SDK's retry policy and endpoint rotation (stampsdk/retry.py), on an injected clock and
+seeded randomness; and that it is the policy of the stamp's own clients (common/retry.py:
+one policy, two copies, since the SDK shares no code with the server)."""
 
 from __future__ import annotations
 
 import random
 
 import pytest
-
-from common.clock import ManualClock
-from common.errors import (
+from stampsdk import errors as sdk_errors
+from stampsdk.errors import (
     ChecksumError,
     DeadlineExceeded,
     InvalidArgument,
@@ -23,8 +23,17 @@ from common.errors import (
     Unauthenticated,
     Unavailable,
 )
-from common.retry import AttemptTimer
-from frontend.retry import Endpoints, RetryPolicy, endpoint_failed, retryable
+from stampsdk.retry import (
+    AttemptTimer,
+    Endpoints,
+    RetryPolicy,
+    endpoint_failed,
+    retryable,
+)
+
+from common import errors as server_errors
+from common import retry as server_retry
+from common.clock import ManualClock
 
 
 @pytest.mark.parametrize("error", [Unavailable("x"), NotOwner("x"), Throttled("x", 0.1)])
@@ -133,3 +142,21 @@ def test_a_slow_stamp_lengthens_the_first_attempt_so_retries_do_not_flood_it() -
         timer.observe(0.5)  # calls now take half a second
     assert timer.timeout_s(0) == pytest.approx(1.5)
     assert timer.timeout_s(5) == 10.0
+
+
+@pytest.mark.parametrize("name", ["Unavailable", "NotOwner", "Throttled", "DeadlineExceeded",
+                                  "NotFound", "PreconditionFailed", "InvalidArgument"])
+def test_the_sdk_retries_as_the_stamps_own_clients_do(name: str) -> None:
+    sdk_error = getattr(sdk_errors, name)("x")
+    server_error = getattr(server_errors, name)("x")
+    for attempt in range(8):
+        for idempotent in (True, False):
+            assert RetryPolicy().delay(sdk_error, attempt, idempotent, random.Random(
+                attempt)) == server_retry.RetryPolicy().delay(
+                server_error, attempt, idempotent, random.Random(attempt))
+    sdk_timer, server_timer = AttemptTimer(), server_retry.AttemptTimer()
+    for latency in (0.01, 0.5, 2.0) * 40:
+        sdk_timer.observe(latency)
+        server_timer.observe(latency)
+    assert [sdk_timer.timeout_s(a, 1 << 20) for a in range(6)] == \
+        [server_timer.timeout_s(a, 1 << 20) for a in range(6)]

@@ -1,6 +1,7 @@
-"""The SDK's scan cursor, continuations and iterator (frontend/sdk_scan.py), against a dumb
+"""The SDK's scan cursor, continuations and iterator (stampsdk/scan.py), against a dumb
 reference front end: a sorted list of items served in pages whose continuations are the
-front end's own (frontend/scan.py), which the SDK also makes after an item mid-page."""
+front end's own (frontend/scan.py); after an item mid-page the SDK makes its own, which
+resumes from the page's start and skips what was yielded."""
 
 from __future__ import annotations
 
@@ -10,25 +11,26 @@ from collections.abc import AsyncIterator
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from common.checksums import crc32c
-from common.config import PartitionLimits
-from common.errors import ChecksumError, InvalidArgument
-from common.proto import frontend_pb2 as fe_pb
-from common.proto import partition_pb2 as pb
-from frontend import scan as fe_scan
-from frontend.sdk_scan import (
+from stampsdk._proto import frontend_v1_pb2 as pb
+from stampsdk.checksums import crc32c
+from stampsdk.errors import ChecksumError, InvalidArgument
+from stampsdk.limits import Limits
+from stampsdk.scan import (
     AsyncScanIterator,
     Batches,
     Entity,
+    Resume,
     ScanCursor,
     ScanRange,
     decode_continuation,
+    encode_mid,
     encode_token,
 )
+
+from frontend import scan as fe_scan
 from partition_layer import keys as raw_keys
 
-LIMITS = PartitionLimits()
+LIMITS = Limits()
 
 
 def item(pname: str, row: bytes, value: bytes = b"v") -> pb.ScanItem:
@@ -45,9 +47,9 @@ class ReferenceFrontEnd:
         self.items = sorted(items, key=lambda i: (i.pname, i.row))
         self.page_rows = page_rows
         self.break_after = list(break_after or [])
-        self.requests: list[fe_pb.ScanRequest] = []
+        self.requests: list[pb.ScanRequest] = []
 
-    def pages(self, request: fe_pb.ScanRequest) -> list[fe_pb.ScanPage]:
+    def pages(self, request: pb.ScanRequest) -> list[pb.ScanPage]:
         self.requests.append(request)
         start = (request.start_pname, request.start_row)
         rest = [i for i in self.items if (i.pname, i.row) >= start]
@@ -68,9 +70,9 @@ class ReferenceFrontEnd:
             chunk = rest[at:at + size]
             last = chunk[-1]
             more = at + size < len(rest)
-            pages.append(fe_pb.ScanPage(items=chunk, continuation=fe_scan.continuation_after(
+            pages.append(pb.ScanPage(items=chunk, continuation=fe_scan.continuation_after(
                 request.account, request.mode, last) if more else b""))
-        return pages or [fe_pb.ScanPage()]
+        return pages or [pb.ScanPage()]
 
     def source(self, cursor: ScanCursor) -> Batches:
         """What aio.Client._scan_batches does, minus the network: a broken stream is
@@ -186,25 +188,30 @@ def test_a_corrupted_value_fails_with_a_checksum_error() -> None:
 
 @settings(max_examples=30, deadline=None)
 @given(stop=st.integers(1, len(ITEMS) - 1), page_rows=st.integers(2, 6))
-def test_a_mid_page_continuation_is_the_front_ends_own(stop: int, page_rows: int) -> None:
-    """One form of continuation: stopping after item `stop` inside a page gives the token a
-    front end sends on a page that ends at that item."""
+def test_a_mid_page_continuation_starts_at_the_page_and_skips_what_was_yielded(
+        stop: int, page_rows: int) -> None:
+    """Stopping after item `stop` inside a page gives the front end's token of that page's
+    start and the item's key (never a token of the front end's form made by the SDK)."""
     it = scan(ReferenceFrontEnd(ITEMS, page_rows))
     collect(it, stop)
-    one_a_page = ReferenceFrontEnd(ITEMS, page_rows=1).pages(
-        ScanCursor("acct", ScanRange()).request())
-    assert it.continuation == encode_token(one_a_page[stop - 1].continuation)
+    pages = ReferenceFrontEnd(ITEMS, page_rows).pages(ScanCursor("acct", ScanRange()).request())
+    page = (stop - 1) // page_rows
+    token = pages[page - 1].continuation if page else b""
+    if stop % page_rows == 0:  # the page's last item: the front end's own token
+        assert it.continuation == encode_token(pages[page].continuation)
+    else:
+        assert decode_continuation(it.continuation) == Resume(token, KEYS[stop - 1])
 
 
 def test_a_limit_cut_resumes_with_the_rest_of_the_limit_not_one_more() -> None:
     cursor = ScanCursor("acct", ScanRange(), limit=3)
-    batch, after = cursor.accept(fe_pb.ScanPage(items=ITEMS[:4], continuation=b"t"))
+    batch, after = cursor.accept(pb.ScanPage(items=ITEMS[:4], continuation=b"t"))
     assert keys(batch) == KEYS[:3] and cursor.finished
-    resumed = ScanCursor("acct", ScanRange(), limit=2, continuation=after)
-    request = resumed.request()
-    assert request.limit == 2 and request.start_pname == ""  # the token says where
-    assert fe_scan.decode_continuation(request.continuation) == raw_keys.encode_key(
-        "acct", "aaa", raw_keys.KIND_ENTITY, b"3") + b"\x00"
+    assert decode_continuation(after) == Resume(b"", ("aaa", b"3"))
+    resumed = scan(ReferenceFrontEnd(ITEMS), continuation=after, limit=2)
+    assert keys(collect(resumed)) == KEYS[3:5]
+    assert keys(collect(scan(ReferenceFrontEnd(ITEMS), continuation=resumed.continuation))) \
+        == KEYS[5:]
 
 
 def test_log_names_scan_in_log_name_mode_under_the_prefix() -> None:
@@ -216,9 +223,13 @@ def test_log_names_scan_in_log_name_mode_under_the_prefix() -> None:
 
 
 def test_continuations_round_trip_and_garbage_is_refused() -> None:
-    assert decode_continuation(encode_token(b"\x00\xffabc")) == b"\x00\xffabc"
+    assert decode_continuation(encode_token(b"\x00\xffabc")) == Resume(b"\x00\xffabc")
+    assert decode_continuation(encode_mid(b"\x01t", "abc", b"\x00r")) == Resume(
+        b"\x01t", ("abc", b"\x00r"))
+    assert decode_continuation(encode_mid(b"", "abc", b"")) == Resume(b"", ("abc", b""))
     assert encode_token(b"\xfb\xffxyz").replace("-", "").replace("_", "").isalnum()
-    for bad in ("", "~", "!!", "a=b", "~AAE", "x" * 20000, 5, b"abc", "~" + "_" * 7):
+    for bad in ("", "~", "!!", "a=b", "~AAE", "x" * 20000, 5, b"abc", "~" + "_" * 7,
+                encode_mid(b"", "abc", b"")[:-2], encode_mid(b"t", "a", b"")):
         with pytest.raises(InvalidArgument, match="continuation"):
             decode_continuation(bad)
 
@@ -252,4 +263,5 @@ def test_a_continuation_of_another_range_is_refused() -> None:
 @settings(max_examples=200, deadline=None)
 @given(token=st.binary(min_size=1, max_size=200))
 def test_any_token_survives_its_continuation(token: bytes) -> None:
-    assert decode_continuation(encode_token(token)) == token
+    assert decode_continuation(encode_token(token)) == Resume(token)
+    assert decode_continuation(encode_mid(token, "abc", token)) == Resume(token, ("abc", token))

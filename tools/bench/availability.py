@@ -38,12 +38,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import uvloop
+from stampsdk import errors as sdk_errors
+from stampsdk.aio import Client as AsyncClient
 
 from common import rpc
-from common.errors import DeadlineExceeded, StampError, Throttled, Unavailable
+from common.errors import StampError
 from common.proto import partition_pb2 as pb
 from common.proto import partition_pb2_grpc as pb_grpc
-from frontend.aio import Client as AsyncClient
 from lock_service.client import LockClient
 from partition_layer.client import AsyncPartitionClient
 from partition_layer.partition_streams import stream_name
@@ -96,7 +97,7 @@ class Writer:
             sequence += 1
             try:
                 await self.client.append(self.log, [record])
-            except (Unavailable, DeadlineExceeded, Throttled):
+            except (sdk_errors.Unavailable, sdk_errors.DeadlineExceeded, sdk_errors.Throttled):
                 self.errors += 1  # the SDK gave up: counted, and the writer goes on
                 continue
             self.acks.append(time.monotonic())

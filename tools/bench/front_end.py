@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import uvloop
+from stampsdk.aio import Client as AsyncClient
 
 from common.config import KiB
-from frontend.aio import Client as AsyncClient
 from partition_layer.client import AsyncPartitionClient
 from tools.bench.fresh_stamp import with_fresh_stamp
 from tools.bench.measure import latency_metrics, row

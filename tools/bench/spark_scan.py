@@ -19,7 +19,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from frontend.client import Client
+from stampsdk import Client
+
 from partition_layer.client import AsyncPartitionClient
 from tools.bench.fresh_stamp import with_fresh_stamp
 from tools.bench.front_end import (

@@ -2,7 +2,7 @@
 probe tests.
 
 - `history`: what a writer was acknowledged (and what stayed in doubt), the records it
-  writes, and the client shape the workload speaks (the SDK's, `frontend.client.Client`;
+  writes, and the client shape the workload speaks (the SDK's, `stampsdk.Client`;
   `AccountView` gives a PartitionClient the same shape);
 - `workload`: writers (appends with tokens, puts, ETag CAS, batches), recording every
   acknowledgement and every op's outcome over time, and every op with its real-time bounds

@@ -33,7 +33,8 @@ import dataclasses
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
-from common.errors import NotFound, StampError
+from stampsdk.errors import NotFound, StampError
+
 from tools.chaos.followers import Subscriber
 from tools.chaos.history import (
     ROWS_PER_WRITER,

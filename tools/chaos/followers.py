@@ -22,7 +22,8 @@ import random
 import threading
 from collections.abc import Callable
 
-from common.errors import ChecksumError, InvalidArgument, NotFound, StampError
+from stampsdk.errors import ChecksumError, InvalidArgument, NotFound, StampError
+
 from tools.chaos.history import (
     ROWS_PER_WRITER,
     LogEntityClient,

@@ -11,27 +11,32 @@ show is exactly determined by the writer's history (the contract `tools.chaos.ch
   a broken condition in `violations` as it happens.
 Records are made from (writer, number), so a large one is checked without being kept.
 
-The client shape is the SDK's (`frontend.client.Client`, one account); `AccountView` binds a
-`partition_layer.client.PartitionClient` to an account so the probe tests that write below
-the front ends use the same workload and checker.
+The client shape is the SDK's (`stampsdk.Client`, one account, its errors stampsdk.errors');
+`AccountView` binds a `partition_layer.client.PartitionClient` to an account, its errors
+turned into the SDK's, so the probe tests that write below the front ends use the same
+workload and checker.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import threading
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from stampsdk import errors as sdk_errors
+
+from common.errors import StampError
 from tools.chaos.linearizability import Op
 
 ROWS_PER_WRITER = 8
 
 
 class LogEntityClient(Protocol):
-    """The calls the workload and the checker make (frontend.client.Client's signatures)."""
+    """The calls the workload and the checker make (stampsdk.Client's signatures)."""
 
     def append(self, log: str, records: Sequence[bytes], token: str | None = None) -> int: ...
     def read(self, log: str, from_seq: int = 0, limit: int = 1000
@@ -46,32 +51,49 @@ class LogEntityClient(Protocol):
     def __exit__(self, *exc: object) -> None: ...
 
 
+@contextlib.contextmanager
+def as_sdk_errors() -> Iterator[None]:
+    """The stamp's errors raised inside as the SDK's of the same name."""
+    try:
+        yield
+    except StampError as exc:
+        raise sdk_errors.from_name(type(exc).__name__, str(exc)) from exc
+
+
 class AccountView:
-    """A PartitionClient seen as one account's SDK client (closing it closes the client)."""
+    """A PartitionClient seen as one account's SDK client (closing it closes the client),
+    raising the SDK's errors."""
 
     def __init__(self, client: Any, account: str) -> None:
         self.client = client
         self.account = account
 
     def append(self, log: str, records: Sequence[bytes], token: str | None = None) -> int:
-        return int(self.client.append(self.account, log, records, token))
+        with as_sdk_errors():
+            return int(self.client.append(self.account, log, records, token))
 
     def read(self, log: str, from_seq: int = 0, limit: int = 1000
              ) -> list[tuple[int, bytes]]:
-        return list(self.client.read(self.account, log, from_seq, limit))
+        with as_sdk_errors():
+            return list(self.client.read(self.account, log, from_seq, limit))
 
     def peek(self, log: str) -> tuple[int, int]:
-        return tuple(self.client.peek(self.account, log))  # type: ignore[return-value]
+        with as_sdk_errors():
+            return tuple(self.client.peek(self.account, log))  # type: ignore[return-value]
 
     def put(self, pname: str, row: Any, value: bytes, if_match: str | None = None,
             if_none_match: str | None = None) -> str:
-        return str(self.client.put(self.account, pname, row, value, if_match, if_none_match))
+        with as_sdk_errors():
+            return str(self.client.put(self.account, pname, row, value, if_match,
+                                       if_none_match))
 
     def get(self, pname: str, row: Any) -> tuple[bytes, str]:
-        return tuple(self.client.get(self.account, pname, row))  # type: ignore[return-value]
+        with as_sdk_errors():
+            return tuple(self.client.get(self.account, pname, row))  # type: ignore[return-value]
 
     def batch(self, pname: str, ops: Sequence[tuple[Any, ...]]) -> list[str]:
-        return list(self.client.batch(self.account, pname, ops))
+        with as_sdk_errors():
+            return list(self.client.batch(self.account, pname, ops))
 
     def close(self) -> None:
         self.client.close()

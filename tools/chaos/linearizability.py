@@ -18,7 +18,7 @@ Contract:
   could place), or undecided (the search passed `steps_max`: reported, never taken as a
   pass or a failure).
 
-Models (the SDK's operations, frontend/aio.py):
+Models (the SDK's operations, stampsdk/aio.py):
 - entities, `EntityModel`: the state is ABSENT (no row) or (value, etag), the etag None while
   it is unknown (written by an op whose answer was lost; the next get learns it). Every
   write makes a new etag, so an unknown one is none of those answered writes returned.

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stampsdk import Client
+from stampsdk.errors import StampError
+
 from common.config import load_config
-from common.errors import StampError
-from frontend.client import Client
 from tools import local_front_ends
 from tools.chaos.check import find_violations, linearizability_violations
 from tools.chaos.followers import Reader, Scanner, Subscriber

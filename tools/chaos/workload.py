@@ -19,7 +19,8 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
 
-from common.errors import PreconditionFailed, StampError
+from stampsdk.errors import PreconditionFailed, StampError
+
 from tools.chaos.history import (
     ROWS_PER_WRITER,
     LogEntityClient,

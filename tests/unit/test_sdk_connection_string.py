@@ -1,4 +1,4 @@
-"""frontend/connection_string.py: parse/format round trip, and a clear InvalidArgument for
+"""stampsdk/connection_string.py: parse/format round trip, and a clear InvalidArgument for
 every malformed connection string."""
 
 from __future__ import annotations
@@ -9,10 +9,9 @@ import contextlib
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from common.errors import InvalidArgument
-from frontend import connection_string as cs
-from frontend import sas
+from stampsdk import connection_string as cs
+from stampsdk import sas
+from stampsdk.errors import InvalidArgument
 
 KEY = bytes(range(32))
 KEY_B64 = base64.b64encode(KEY).decode()
