@@ -50,8 +50,8 @@ if _WORKER.startswith("gw") and "PYTEST_XDIST_WORKER_COUNT" in os.environ:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--cuts", type=int, default=12,
-                     help="power cuts the long power-cut test makes (default 12)")
+    parser.addoption("--cuts", type=int, default=8,
+                     help="power cuts the long power-cut test makes (default 8)")
 
 
 CUT_TIMEOUT_S = 30  # the time bound of the power-cut test grows with its cuts

@@ -3,7 +3,7 @@ fsync/fdatasync made durable is thrown away, file bytes and directory entries bo
 FUSE file system of tools/lossyfs under the stamp's data directory). Then the stamp restarts
 and the checker proves that nothing acknowledged was lost, changed or applied twice.
 
-`--cuts N` (default 12, for make test's time; CI's chaos run cuts power too) sets how many
+`--cuts N` (default 8, for make test's time; its chaos run cuts power too) sets how many
 cuts the long test makes; the seed is printed and STAMP_SEED replays a schedule."""
 
 from __future__ import annotations
