@@ -1,7 +1,8 @@
-"""`stamp job scrub|ec|gc [--master URL] [--dry-run] [--json]` and `stamp job ls`: the
-maintenance jobs on Spark (spark/driver.py), with a progress bar fed by Spark's status
-tracker and a summary table; `--json` prints one object for scripts. Past runs are kept in
-the stamp's lock service (spark/job_runs.py)."""
+"""`stamp job scrub|ec|gc [--master URL] [--dry-run] [--json]`, `stamp job ls` and `stamp
+job schedule`: the maintenance jobs on Spark (spark/driver.py), with a progress bar fed by
+Spark's status tracker and a summary table; `--json` prints one object for scripts. Past
+runs are kept in the stamp's lock service (spark/job_runs.py); the job scheduler runs them
+by itself (spark/scheduler.py), on schedules `schedule` shows and changes."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ JOB_HELP = {
 
 
 def register(commands: Any) -> None:
-    job = commands.add_parser("job", help="maintenance jobs on Spark: scrub, ec, gc; ls")
+    job = commands.add_parser("job", help="maintenance jobs on Spark: scrub, ec, gc; ls; "
+                                          "schedule (when they run by themselves)")
     sub = job.add_subparsers(dest="job_command", metavar="JOB", required=True)
     for name, text in JOB_HELP.items():
         run = sub.add_parser(name, help=text)
