@@ -76,6 +76,7 @@ HEAVY_MODULES = (
     "tests/probe/test_spark_cluster.py",
     "tests/probe/test_spark_datasource.py",
     "tests/probe/test_spark_scrub.py",
+    "tests/probe/test_job_scheduler.py",
 )
 LONG_MODULES_FIRST = (
     *HEAVY_MODULES,
