@@ -7,6 +7,9 @@ Contracts:
   manager replica in a Raft group with a leader, a front end or partition manager that can
   reach the lock service). It starts NOT_SERVING, is re-checked every
   `watch.health_check_interval_ms`, and goes NOT_SERVING for good when it begins to stop.
+  A server whose ability cannot change while it runs (an extent node, once recovered) has no
+  check: it is SERVING from `start(None)` until it stops, and nothing wakes it to re-check
+  (issue 29: a wake-up a second in every such process, for a constant).
 - The overall status (service "") is the one answered; each change is logged with the
   check's reason, so a server's log says why it was unhealthy.
 - `check_many` asks many servers at once with a deadline: a dead process (connection
@@ -55,8 +58,12 @@ class Health:
         health_pb2_grpc.add_HealthServicer_to_server(self.servicer, server)
         await self.servicer.set(OVERALL, health_pb2.HealthCheckResponse.NOT_SERVING)
 
-    def start(self, check: Check) -> None:
-        """Re-evaluate `check` every interval and answer accordingly, until `stop`."""
+    def start(self, check: Check | None) -> None:
+        """Re-evaluate `check` every interval and answer accordingly, until `stop`; with
+        no check, answer SERVING until then."""
+        if check is None:
+            self._task = asyncio.get_running_loop().create_task(self._set(SERVING, ""))
+            return
         self._task = asyncio.get_running_loop().create_task(self._run(check))
 
     async def _run(self, check: Check) -> None:

@@ -125,7 +125,8 @@ class Watch:
     async def attach(self, server: aio.Server) -> None:
         await self.health.attach(server)
 
-    def healthy_when(self, check: Check) -> None:
+    def healthy_when(self, check: Check | None) -> None:
+        """`check` as Health.start takes it (None: healthy for as long as it serves)."""
         self.health.start(check)
 
     async def end(self) -> None:

@@ -86,7 +86,7 @@ async def serve(args: argparse.Namespace) -> None:
     await store.start()
     await server.start()
     # Recovered (above) and its journal running: it can take appends and serve reads.
-    watch.healthy_when(lambda: None)
+    watch.healthy_when(None)  # recovered and serving: nothing can make it unable to serve
     write_ready(args.dir, args.name, address)
     log.info("%s serving on %s (fault domain %s)", args.name, address, args.fault_domain)
     heartbeats = None

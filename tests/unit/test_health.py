@@ -72,3 +72,21 @@ def test_a_check_that_raises_is_an_unhealthy_server_not_a_dead_loop() -> None:
             await watched.stop()
             await server.stop(None)
     asyncio.run(scenario())
+
+
+def test_a_server_without_a_check_serves_until_it_stops_with_no_loop() -> None:
+    async def scenario() -> None:
+        server = rpc.aio_server(1 << 20)
+        watched = health.Health(FAST)
+        await watched.attach(server)
+        address = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+        await server.start()
+        try:
+            watched.start(None)
+            await _until(address, health.SERVING)
+            assert watched._task is not None and watched._task.done()  # nothing re-checks
+            await watched.stop()
+            assert await health.check_one(address, 1.0) == health.NOT_SERVING
+        finally:
+            await server.stop(None)
+    asyncio.run(scenario())
