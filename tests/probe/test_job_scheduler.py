@@ -87,7 +87,10 @@ class JobProcesses:
             if "spark.job_process" in cmdline and self.marker in cmdline + "\0" \
                     and process.is_alive(int(entry)):
                 found.append(int(entry))
-        return found
+        # A job process's own child between its fork and its exec (`java -version`, Spark's
+        # launcher) shows the same command line for a moment: it is that run, not another
+        # (make test once saw two "at once" this way, both runs of one scheduler in turn).
+        return [pid for pid in found if _parent_or_none(pid) not in found]
 
     def _sample(self) -> None:
         while not self._stop.wait(0.02):
@@ -113,6 +116,13 @@ def wait_for(check: Callable[[], T], timeout_s: float, what: str) -> T:
 
 def parent_of(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+
+
+def _parent_or_none(pid: int) -> int | None:
+    try:
+        return parent_of(pid)
+    except OSError:  # gone meanwhile
+        return None
 
 
 def write_and_trim(stamp: LocalStamp) -> list[int]:
