@@ -2,8 +2,9 @@
 its session (partition_layer/ownership.py).
 
 1. The owner's session is released through the lock service (its partition lease lives on):
-   the PM moves the partition, and appends routed by the map as it is now (a fresh client,
-   as a front end that starts now) succeed again within RECOVERY_S of the release, and
+   the PM moves the partition (or has its server, registered again under a new session, load
+   it again), and appends routed by the map as it is now (a fresh client, as a front end
+   that starts now) succeed again within RECOVERY_S of the release, and
    through a restarted front end within RECOVERY_S of its start — never two servers serving
    the range meanwhile. Before the fix the old owner kept the lease and served clients with
    an old map, while the new one failed its load every 30 s, for ever.
@@ -115,15 +116,17 @@ def test_a_released_session_does_not_latch_the_partition(stamp: LocalStamp) -> N
         servers = [r.name for r in stamp.partition_servers()]
         end_session_of(locks, old)
         released = time.monotonic()
-        while owner_of(pc) == old:  # the PM moves the partition off a server it thinks dead
-            assert time.monotonic() - released < RECOVERY_S, "the PM did not move it"
-            time.sleep(0.02)
+        # The partition serves again, wherever: the PM moves it off a server whose
+        # registration it saw end, or, when the server registered again under a new session
+        # before a listing saw the gap, has it load the partition again (its heartbeat no
+        # longer lists it). make test once saw the second: the test waited for a move that
+        # never had to come, the partition serving on its old server again within 1 s.
         # Routed by the map as it is now, as a front end that starts now is.
         fresh = PartitionClient.from_stamp(str(stamp.data_dir))
         try:
             appends_again(lambda: fresh.run(asyncio.wait_for(
                 fresh.aio.append(ACCOUNT, "latch-log", [b"after"], "latch-1"),
-                ATTEMPT_TIMEOUT_S)), servers, stamp, f"the PM's move off {old}")
+                ATTEMPT_TIMEOUT_S)), servers, stamp, f"the release of {old}'s session")
             recovered_s = time.monotonic() - released
         finally:
             fresh.close()
