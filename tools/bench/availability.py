@@ -3,10 +3,11 @@
 A stamp of the default shape (with the Faults service: isolation and the slow disk need it)
 gets two range partitions, one on each partition server, and 8 SDK writers (a client each,
 so they spread over both front ends), each appending small records to its own log, 4 logs
-on each partition. For every role and fault asked for, `trials` times: the writers run a
-few seconds, the fault is dealt to the process that plays the role at that moment, and held;
-then it ends (SIGCONT, heal, disarm; a killed process is started again once every writer
-has appended after the kill).
+on each partition (the shape is restored before each trial: a fault of a partition server
+leaves both partitions on the other). For every role and fault asked for, `trials` times:
+the writers run a few seconds, the fault is dealt to the process that plays the role at
+that moment, and held; then it ends (SIGCONT, heal, disarm; a killed process is started
+again once every writer has appended after the kill).
 
 Per role and fault the bench reports the longest stall any writer saw (the longest time
 between two acknowledged appends of one writer, from the last one before the fault to the
@@ -46,7 +47,7 @@ from common.errors import StampError
 from common.proto import partition_pb2 as pb
 from common.proto import partition_pb2_grpc as pb_grpc
 from lock_service.client import LockClient
-from partition_layer.client import AsyncPartitionClient
+from partition_layer.client import AsyncPartitionClient, PartitionClient
 from partition_layer.partition_streams import stream_name
 from partition_layer.requests import route_key
 from stream_layer.sm_client import AsyncStreamManagerClient
@@ -140,6 +141,9 @@ async def _bench(stamp: LocalStamp, roles: tuple[str, ...], faults: tuple[str, .
         todo = cases(roles, faults)
         for trial in range(trials):
             for number, (role, fault) in enumerate(todo, 1):
+                moved = await asyncio.to_thread(_spread_partitions, stamp)
+                if moved:
+                    progress(f"shape restored before {fault} of {role}: {moved}")
                 found = await _trial(stamp, writers, tasks, role, fault)
                 results.setdefault((role, fault), []).append(found)
                 progress(f"trial {trial + 1}/{trials}, {number}/{len(todo)}: {fault} of "
@@ -181,6 +185,20 @@ def _two_partitions(stamp: LocalStamp) -> None:
     partition server: writers 0..3 write to one, 4..7 to the other."""
     partition_op(stamp, "split", ACCOUNT, log_name(WRITERS // 2), 0)
     partition_op(stamp, "move", ACCOUNT, log_name(WRITERS // 2), 0)
+
+
+def _spread_partitions(stamp: LocalStamp) -> str | None:
+    """Give each trial the shape the targets are set for, one partition per partition
+    server: an earlier fault of a partition server moved its partition to the other one,
+    and nothing moves it back while the load is even (the balancer weighs load, not
+    placement). What was moved, or None."""
+    with PartitionClient.from_stamp(str(stamp.data_dir)) as client:
+        current, _ = client.partition_map()
+    low = current.lookup(route_key(ACCOUNT, log_name(0)))
+    high = current.lookup(route_key(ACCOUNT, log_name(WRITERS // 2)))
+    if low.id == high.id or (low.server and high.server and low.server != high.server):
+        return None
+    return partition_op(stamp, "move", ACCOUNT, log_name(WRITERS // 2), 0)
 
 
 async def _trial(stamp: LocalStamp, writers: list[Writer], tasks: list[asyncio.Task[None]],
