@@ -18,9 +18,10 @@ from pathlib import Path
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from common import metrics, rpc, server_main, stamp_secret
-from common.config import HOST, load_config
+from common.config import HOST, StreamManagerLimits, load_config
 from common.process import write_ready
 from common.proto import stream_manager_pb2_grpc
+from common.raft import RaftTuning
 from stream_layer.extent_client import AsyncExtentClient
 from stream_layer.stream_manager import records as s
 from stream_layer.stream_manager.leader import StreamManagerLeader
@@ -97,6 +98,15 @@ def parse_peers(text: str) -> dict[str, str]:
     return peers
 
 
+def raft_tuning(limits: StreamManagerLimits) -> RaftTuning:
+    """The group's Raft timing from the config (CheckQuorum at the longest election
+    timeout: a leader steps down once its followers may have elected another)."""
+    return RaftTuning(election_timeout_min_s=limits.raft_election_timeout_min_ms / 1000,
+                      election_timeout_max_s=limits.raft_election_timeout_max_ms / 1000,
+                      heartbeat_interval_s=limits.raft_heartbeat_interval_ms / 1000,
+                      leader_fallback_s=limits.raft_election_timeout_max_ms / 1000)
+
+
 async def serve(args: argparse.Namespace, secret: bytes) -> None:
     config = load_config(args.config)
     limits = config.stream_manager
@@ -104,7 +114,7 @@ async def serve(args: argparse.Namespace, secret: bytes) -> None:
     raft_address = f"{args.host}:{args.raft_port}"
     peers = parse_peers(args.peers)
     replica = StreamManagerReplica(raft_address, list(peers), args.dir / "raft",
-                                   secret=secret)
+                                   raft_tuning(limits), secret=secret)
     extents = AsyncExtentClient(config.extent_node)
     leader = StreamManagerLeader(replica, limits, extents)
     server = rpc.aio_server(limits.rpc_message_bytes_max)

@@ -58,3 +58,24 @@ def test_bad_partition_manager_section_is_a_clear_error(tmp_path: Path, text: st
     path.write_text(text)
     with pytest.raises(InvalidArgument, match="partition_manager"):
         load_config(path)
+
+
+@pytest.mark.parametrize("text", [
+    "[stream_manager]\nraft_heartbeat_interval_ms = 300\nraft_election_timeout_min_ms = 800\n",
+    "[stream_manager]\nraft_election_timeout_min_ms = 900\nraft_election_timeout_max_ms = 850\n",
+])
+def test_stream_manager_raft_timing_is_checked(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "stamp.toml"
+    path.write_text(text)
+    with pytest.raises(InvalidArgument, match="raft_"):
+        load_config(path)
+
+
+def test_stream_manager_raft_timing_reaches_the_replica() -> None:
+    from common.config import StreamManagerLimits
+    from stream_layer.stream_manager.main import raft_tuning
+    tuning = raft_tuning(StreamManagerLimits(raft_heartbeat_interval_ms=200,
+                                             raft_election_timeout_min_ms=700,
+                                             raft_election_timeout_max_ms=1400))
+    assert (tuning.heartbeat_interval_s, tuning.election_timeout_min_s,
+            tuning.election_timeout_max_s, tuning.leader_fallback_s) == (0.2, 0.7, 1.4, 1.4)
