@@ -16,6 +16,10 @@ from stampsdk.errors import InvalidArgument
 
 
 def channel_options(message_bytes_max: int) -> list[tuple[str, Any]]:
+    """The gRPC options of a channel to a front end: messages up to `message_bytes_max`
+    both ways, keepalives that notice a dead front end within seconds, reconnect backoff of
+    at most 1 s, gRPC's own retries off (the SDK's RetryPolicy decides), and subchannels of
+    its own."""
     return [
         ("grpc.max_send_message_length", message_bytes_max),
         ("grpc.max_receive_message_length", message_bytes_max),
@@ -55,6 +59,9 @@ class ChannelCache:
         self._retired: list[aio.Channel] = []
 
     def get(self, address: str) -> aio.Channel:
+        """The channel to `address`, made on first use and made again when the cached one
+        is in TRANSIENT_FAILURE (module docstring); a replaced one stays open until
+        `close`, for the calls still using it."""
         channel = self._channels.get(address)
         if channel is not None and channel.get_state(
                 try_to_connect=False) == grpc.ChannelConnectivity.TRANSIENT_FAILURE:
@@ -69,6 +76,7 @@ class ChannelCache:
         return channel
 
     async def close(self) -> None:
+        """Close every channel this cache made (calls still on them fail)."""
         for channel in [*self._channels.values(), *self._retired]:
             await channel.close()
         self._channels.clear()

@@ -67,6 +67,7 @@ class Client:
 
     @property
     def account(self) -> str:
+        """The account this client acts as (checked: a valid account name)."""
         return self.aio.account
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -91,65 +92,66 @@ class Client:
     # ---- logs -------------------------------------------------------------------------------
 
     def append(self, log: str, records: Sequence[bytes], token: str | None = None) -> int:
-        """stampsdk.aio.Client.append: the first sequence number of `records`."""
+        """As `stampsdk.aio.Client.append`: the first sequence number of `records`."""
         return self._run(self.aio.append(log, records, token))
 
     def read(self, log: str, from_seq: int = 0, limit: int = 1000) -> list[tuple[int, bytes]]:
-        """stampsdk.aio.Client.read: up to `limit` (seq, data) from `from_seq` on."""
+        """As `stampsdk.aio.Client.read`: up to `limit` (seq, data) from `from_seq` on."""
         return self._run(self.aio.read(log, from_seq, limit))
 
     def subscribe(self, log: str, from_seq: int = 0) -> Iterator[tuple[int, bytes]]:
-        """stampsdk.aio.Client.subscribe: (seq, data) exactly once, in order, across
+        """As `stampsdk.aio.Client.subscribe`: (seq, data) exactly once, in order, across
         failovers, until the log is sealed. Arguments are checked at once."""
         return _flat(self._iterate(self._run(_later(self.aio.subscribe_batches, log,
                                                      from_seq))))
 
     def trim(self, log: str, upto_seq: int) -> None:
-        """stampsdk.aio.Client.trim."""
+        """As `stampsdk.aio.Client.trim`."""
         self._run(self.aio.trim(log, upto_seq))
 
     def seal(self, log: str) -> None:
-        """stampsdk.aio.Client.seal."""
+        """As `stampsdk.aio.Client.seal`."""
         self._run(self.aio.seal(log))
 
     def peek(self, log: str) -> tuple[int, int]:
-        """stampsdk.aio.Client.peek: (first_seq, next_seq)."""
+        """As `stampsdk.aio.Client.peek`: (first_seq, next_seq)."""
         return self._run(self.aio.peek(log))
 
     def list_logs(self, prefix: str = "") -> Iterator[str]:
-        """stampsdk.aio.Client.list_logs: log names starting with `prefix`, in order."""
+        """As `stampsdk.aio.Client.list_logs`: log names starting with `prefix`, in order."""
         return self._iterate(self._run(_later(self.aio.list_logs, prefix)))
 
     # ---- entities ---------------------------------------------------------------------------
 
     def put(self, pname: str, row: Row, value: bytes, if_match: str | None = None,
             if_none_match: str | None = None) -> str:
-        """stampsdk.aio.Client.put: the new ETag."""
+        """As `stampsdk.aio.Client.put`: the new ETag."""
         return self._run(self.aio.put(pname, row, value, if_match, if_none_match))
 
     def get(self, pname: str, row: Row) -> tuple[bytes, str]:
-        """stampsdk.aio.Client.get: (value, etag)."""
+        """As `stampsdk.aio.Client.get`: (value, etag)."""
         return self._run(self.aio.get(pname, row))
 
     def delete(self, pname: str, row: Row, if_match: str | None = None) -> None:
-        """stampsdk.aio.Client.delete."""
+        """As `stampsdk.aio.Client.delete`."""
         self._run(self.aio.delete(pname, row, if_match))
 
     def batch(self, pname: str, ops: Sequence[tuple[Any, ...]]) -> list[str]:
-        """stampsdk.aio.Client.batch: one ETag per op ("" for a delete)."""
+        """As `stampsdk.aio.Client.batch`: one ETag per op ("" for a delete)."""
         return self._run(self.aio.batch(pname, ops))
 
     def scan(self, start: str | tuple[str, Row] | None = None,
              end: str | tuple[str, Row] | None = None, limit: int | None = None,
              continuation: str | None = None, page_rows: int | None = None
              ) -> ScanIterator:
-        """stampsdk.aio.Client.scan, as a blocking iterator of Entity with `.pages()` and
+        """As `stampsdk.aio.Client.scan`, as a blocking iterator of Entity with `.pages()` and
         `.continuation` (stampsdk/scan.py)."""
         it = self._run(_later(self.aio.scan, start, end, limit, continuation, page_rows))
         return ScanIterator(self, it)
 
     def scan_ranges(self) -> list[AccountRange]:
-        """stampsdk.aio.Client.scan_ranges: the account's range partitions as scan bounds."""
+        """As `stampsdk.aio.Client.scan_ranges`: the account's range partitions, each as
+        scan bounds."""
         return self._run(self.aio.scan_ranges())
 
     # ---- the client -------------------------------------------------------------------------
@@ -198,6 +200,9 @@ class ScanIterator:
 
     @property
     def continuation(self) -> str | None:
+        """An opaque string that resumes this scan exactly after the last Entity yielded,
+        passed back as `scan(start, end, continuation=...)` with the same range; None before
+        anything was yielded from a fresh scan, and once the scan is complete."""
         return self._it.continuation
 
     def __iter__(self) -> ScanIterator:
@@ -209,9 +214,14 @@ class ScanIterator:
         return self._it.take()
 
     def pages(self) -> Iterator[Page]:
+        """The rest of the scan as Page(items, continuation), never an empty page: each
+        page's continuation resumes after its last item, None after the scan's last page.
+        After some Entities were taken, the first page is what is left of the current one."""
         return self._client._iterate(self._it.pages())
 
     def close(self) -> None:
+        """Stop the scan and release its stream to the front end (a scan left unfinished
+        otherwise holds it until the client closes). Never raises a StampError."""
         with contextlib.suppress(StampError):
             self._client._run(self._it.aclose())
 

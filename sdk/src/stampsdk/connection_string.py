@@ -39,6 +39,10 @@ CA_FILE_CHARS_MAX = 4096
 
 @dataclass(frozen=True)
 class ConnectionString:
+    """A parsed connection string (module docstring): the front ends as HOST:PORT, the
+    account, exactly one of its key (raw bytes) and a shared access token, and TLS. Made
+    by `parse` or `make`, which check every rule; its repr never shows the credential."""
+
     endpoints: tuple[str, ...]
     account: str
     key: bytes | None = None
@@ -54,6 +58,8 @@ class ConnectionString:
             raise InvalidArgument("a connection string with a CaFile uses TLS")
 
     def format(self) -> str:
+        """The canonical spelling: settings in the order Endpoint, Account, Key or
+        SharedAccessSignature, then CaFile or Tls=true; `parse(c.format()) == c`."""
         credential = (f"Key={base64.b64encode(self.key).decode()}" if self.key is not None
                       else f"SharedAccessSignature={self.sas}")
         transport = (f";CaFile={self.ca_file}" if self.ca_file is not None
@@ -76,6 +82,9 @@ def make(endpoints: list[str] | tuple[str, ...], account: str, *, key: bytes | N
 
 
 def parse(text: str) -> ConnectionString:
+    """The ConnectionString `text` spells; InvalidArgument naming the first rule it breaks
+    (module docstring). A token is checked for form and account only, not signature or
+    expiry: the front end checks those. No file is read (not even the CaFile)."""
     if not isinstance(text, str) or not text.strip():
         raise InvalidArgument("connection string is empty")
     if len(text) > CONNECTION_STRING_CHARS_MAX:
@@ -132,6 +141,8 @@ def parse_transport(settings: dict[str, str]) -> tuple[bool, str | None]:
 
 
 def parse_key(text: str) -> bytes:
+    """The KEY_BYTES bytes of a `Key` setting; InvalidArgument unless `text` is their
+    canonical standard base64 (one spelling per key)."""
     try:
         key = base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
@@ -145,6 +156,8 @@ def parse_key(text: str) -> bytes:
 
 
 def parse_endpoints(text: str) -> tuple[str, ...]:
+    """The endpoints of an `Endpoint` setting, in order: 1 to ENDPOINTS_MAX comma-separated
+    HOST:PORT (`parse_endpoint`), none twice; InvalidArgument otherwise."""
     endpoints = text.split(",")
     if len(endpoints) > ENDPOINTS_MAX:
         raise InvalidArgument(f"connection string has {len(endpoints)} endpoints; at most "

@@ -15,6 +15,9 @@ CLOSE_TIMEOUT_S = 5.0
 
 
 class LoopThread:
+    """An asyncio event loop running on a daemon thread named `name` from construction
+    until `close` (module docstring)."""
+
     def __init__(self, name: str) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name=name, daemon=True)
@@ -53,6 +56,7 @@ class LoopThread:
 
     @property
     def closed(self) -> bool:
+        """Whether `close` has stopped the loop (`run` may no longer be called)."""
         return self._loop.is_closed()
 
     def close(self) -> None:

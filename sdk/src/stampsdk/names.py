@@ -77,14 +77,18 @@ def is_internal(name: str) -> bool:
 
 
 def check_account(name: str) -> str:
+    """`name` if it is a valid account name (module rules); else InvalidArgument."""
     return check_name("account", name)
 
 
 def check_log(name: str) -> str:
+    """`name` if it is a valid log name (module rules); else InvalidArgument."""
     return check_name("log", name)
 
 
 def check_partition(name: str) -> str:
+    """`name` if it is a valid partition name (an entity group's; module rules); else
+    InvalidArgument."""
     return check_name("partition", name)
 
 

@@ -59,6 +59,8 @@ def utf8(what: str, text: str) -> bytes:
 
 
 def row_bytes(row: Any, limits: Limits) -> bytes:
+    """A row key as bytes (a str as UTF-8) of 1 to `limits.row_bytes_max` bytes;
+    InvalidArgument otherwise."""
     if isinstance(row, str):
         data = utf8("a row key", row)
     elif isinstance(row, (bytes, bytearray, memoryview)):
@@ -72,12 +74,16 @@ def row_bytes(row: Any, limits: Limits) -> bytes:
 
 
 def check_seq(what: str, seq: Any) -> int:
+    """`seq` if it is an int (not a bool) from 0 to 2**64 - 1; InvalidArgument naming `what`
+    otherwise."""
     if not isinstance(seq, int) or isinstance(seq, bool) or not 0 <= seq < UINT64_END:
         raise InvalidArgument(f"{what} is a sequence number from 0 to 2**64 - 1, not {seq!r}")
     return seq
 
 
 def check_token(token: Any) -> str:
+    """`token` if it is a non-empty str of at most TOKEN_BYTES_MAX bytes in UTF-8;
+    InvalidArgument otherwise."""
     if not isinstance(token, str) or not token:
         raise InvalidArgument(f"a token is a non-empty string, not {token!r:.80}")
     if len(utf8("a token", token)) > TOKEN_BYTES_MAX:
@@ -86,6 +92,8 @@ def check_token(token: Any) -> str:
 
 
 def check_if_match(if_match: Any) -> str:
+    """The wire form of `if_match`: "" for None (no condition), else the ETag str itself;
+    InvalidArgument for anything else."""
     if if_match is None:
         return ""
     if not isinstance(if_match, str):
@@ -96,6 +104,8 @@ def check_if_match(if_match: Any) -> str:
 
 
 def check_if_none_match(value: Any) -> bool:
+    """The wire form of `if_none_match`: True for "*" (the row must not exist), False for
+    None; InvalidArgument for anything else."""
     if value is None:
         return False
     if value != "*":
@@ -105,6 +115,8 @@ def check_if_none_match(value: Any) -> bool:
 
 
 def value_bytes(value: Any, limits: Limits) -> bytes:
+    """An entity value as bytes (bytes-like, not str) of at most `limits.value_bytes_max`;
+    InvalidArgument otherwise."""
     data = data_bytes("a value", value)
     if len(data) > limits.value_bytes_max:
         raise InvalidArgument(f"a value has at most {limits.value_bytes_max} bytes "
@@ -119,6 +131,8 @@ _BYTES_ONLY = {bytes}
 
 def append_request(account: str, log: str, records: Any, token: str,
                    limits: Limits) -> pb.Request:
+    """An append of `records` (a sequence of bytes-like, within `check_append_sizes`) to
+    `log` with `token`, each record's CRC32C set."""
     names.check_log(log)
     if isinstance(records, (str, bytes, bytearray, memoryview)) or not isinstance(
             records, Sequence):
@@ -133,6 +147,8 @@ def append_request(account: str, log: str, records: Any, token: str,
 
 
 def read_request(account: str, log: str, from_seq: int, limit: int) -> pb.Request:
+    """A read of `log` from `from_seq`, of up to `limit` records (a positive int; more than
+    2**32 - 1 is sent as that)."""
     names.check_log(log)
     if not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0:
         raise InvalidArgument(f"a read's limit is a positive integer, not {limit!r:.80}")
@@ -141,16 +157,19 @@ def read_request(account: str, log: str, from_seq: int, limit: int) -> pb.Reques
 
 
 def trim_request(account: str, log: str, upto_seq: int) -> pb.Request:
+    """A trim of `log` below `upto_seq` (a sequence number, `check_seq`)."""
     names.check_log(log)
     return pb.Request(account=account, pname=log,
                       trim=pb.TrimOp(upto_seq=check_seq("upto_seq", upto_seq)))
 
 
 def seal_request(account: str, log: str) -> pb.Request:
+    """A seal of `log` (InvalidArgument for a malformed name: the only check)."""
     return pb.Request(account=account, pname=names.check_log(log), seal=pb.Empty())
 
 
 def peek_request(account: str, log: str) -> pb.Request:
+    """A peek at `log`: its answer is the log's (first_seq, next_seq)."""
     return pb.Request(account=account, pname=names.check_log(log), peek=pb.Empty())
 
 
@@ -159,6 +178,8 @@ def peek_request(account: str, log: str) -> pb.Request:
 def put_request(account: str, pname: str, row: Row, value: bytes, if_match: str | None,
                 if_none_match: str | None, token: str, limits: Limits
                 ) -> pb.Request:
+    """A put of `value` at (pname, row) with its CRC32C, under at most one of the
+    conditions `if_match` (an ETag) and `if_none_match` ("*"), with `token`."""
     names.check_partition(pname)
     data = value_bytes(value, limits)
     if if_match and if_none_match is not None:
@@ -169,12 +190,14 @@ def put_request(account: str, pname: str, row: Row, value: bytes, if_match: str 
 
 
 def get_request(account: str, pname: str, row: Row, limits: Limits) -> pb.Request:
+    """A get of (pname, row) (`row_bytes`)."""
     names.check_partition(pname)
     return pb.Request(account=account, pname=pname, get=pb.GetOp(row=row_bytes(row, limits)))
 
 
 def delete_request(account: str, pname: str, row: Row, if_match: str | None, token: str,
                    limits: Limits) -> pb.Request:
+    """A delete of (pname, row), only of ETag `if_match` when it is given, with `token`."""
     names.check_partition(pname)
     return pb.Request(account=account, pname=pname, token=check_token(token),
                       delete=pb.DeleteOp(row=row_bytes(row, limits),
@@ -183,6 +206,8 @@ def delete_request(account: str, pname: str, row: Row, if_match: str | None, tok
 
 def batch_request(account: str, pname: str, ops: Any, token: str, limits: Limits
                   ) -> pb.Request:
+    """A batch of 1 to `limits.batch_ops_max` operations (`batch_item`) on rows of `pname`,
+    applied all or none, with `token`."""
     names.check_partition(pname)
     if isinstance(ops, (str, bytes)) or not isinstance(ops, Sequence):
         raise InvalidArgument(f"a batch's operations are a sequence of tuples, not "
@@ -196,6 +221,9 @@ def batch_request(account: str, pname: str, ops: Any, token: str, limits: Limits
 
 
 def batch_item(index: int, op: Any, limits: Limits) -> pb.BatchItem:
+    """Operation number `index` of a batch: `("put", row, value[, if_match])` (with the
+    value's CRC32C) or `("delete", row[, if_match])`, as a tuple or a list; InvalidArgument
+    naming `index` otherwise."""
     shape = ("a batch operation is ('put', row, value[, if_match]) or "
              "('delete', row[, if_match])")
     if not isinstance(op, (tuple, list)) or not op or op[0] not in ("put", "delete"):

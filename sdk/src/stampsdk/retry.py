@@ -133,9 +133,12 @@ class Endpoints:
 
     @property
     def all(self) -> list[str]:
+        """Every endpoint, in the order given (a copy)."""
         return list(self._endpoints)
 
     def pick(self) -> str:
+        """The endpoint the next attempt goes to (module contract): the first of the
+        rotation that is not avoided, else the one whose avoidance ends first."""
         if not self._avoid_until:  # none failed lately: the first of the rotation
             return self._endpoints[self._first]
         now = self._clock.monotonic()

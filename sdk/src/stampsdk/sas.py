@@ -43,6 +43,9 @@ _FIELDS = ("sv", "sa", "sk", "sp", "spfx", "se", "sig")
 
 @dataclass(frozen=True)
 class SasToken:
+    """The fields of a token (module docstring): made by `decode` (checked for form only)
+    or by `mint`. `encode` gives back the one string a decoded token came from."""
+
     account: str
     key_index: int
     permissions: frozenset[str]
@@ -58,6 +61,8 @@ class SasToken:
                           str(self.expiry_s)]).encode()
 
     def encode(self) -> str:
+        """The token's string: its fields in the order of the module docstring, the
+        permissions in the order of PERMISSIONS, the signature unpadded URL-safe base64."""
         sig = base64.urlsafe_b64encode(self.signature).rstrip(b"=").decode()
         return (f"sv={VERSION}&sa={self.account}&sk={self.key_index}"
                 f"&sp={permission_letters(self.permissions)}&spfx={self.prefix}"
@@ -65,6 +70,8 @@ class SasToken:
 
 
 def permission_letters(permissions: Iterable[str]) -> str:
+    """The `sp` letters of `permissions` (names of PERMISSIONS), in PERMISSIONS' order;
+    InvalidArgument naming an unknown one."""
     wanted = set(permissions)
     unknown = wanted - PERMISSIONS.keys()
     if unknown:

@@ -45,6 +45,9 @@ CONTINUATION_CHARS_MAX = 16 * 1024
 
 
 class Entity(NamedTuple):
+    """One entity a scan yields: its partition name, its row key (bytes, also for a row
+    written with a str key), its value (checked against its stored CRC32C) and its ETag."""
+
     pname: str
     row: bytes
     value: bytes
@@ -52,6 +55,10 @@ class Entity(NamedTuple):
 
 
 class Page(NamedTuple):
+    """One page of a scan: its entities in key order (never empty from `pages()`), and the
+    continuation that resumes the scan right after the last of them (None: the scan is
+    done)."""
+
     items: list[Entity]
     continuation: str | None  # resumes after this page's last item; None: the scan is done
 
@@ -126,6 +133,10 @@ def decode_continuation(text: Any) -> Resume:
 
 @dataclass(frozen=True)
 class ScanRange:
+    """The key range of a scan as a front end's ScanRequest carries it (module docstring):
+    from (start_pname, start_row) up to, not including, (end_pname, end_row) when
+    `has_end`; `mode` entities or log names (`prefix`: the log names' prefix)."""
+
     start_pname: str = ""
     start_row: bytes = b""
     has_end: bool = False
@@ -145,6 +156,8 @@ class ScanRange:
 
     @classmethod
     def log_names(cls, prefix: str) -> ScanRange:
+        """The range of `list_logs(prefix)`: the account's log names starting with `prefix`
+        (InvalidArgument if it starts no valid name)."""
         return cls(mode=pb.SCAN_LOG_NAMES, prefix=names.check_prefix(prefix))
 
 
@@ -329,4 +342,6 @@ class AsyncScanIterator:
                 yield Page(items, after_page)
 
     async def aclose(self) -> None:
+        """Stop the scan and release its stream to the front end; `continuation` stays as
+        it was."""
         await self._batches.aclose()  # type: ignore[attr-defined]

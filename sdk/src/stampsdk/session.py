@@ -32,11 +32,18 @@ class Waiter(Protocol):
     """What waits for one request's answer (an asyncio.Future). Once done, neither method is
     called again."""
 
-    def done(self) -> bool: ...
+    def done(self) -> bool:
+        """Whether the answer (or failure) was given, or the waiter cancelled."""
+        ...
 
-    def set_result(self, response: pb.Response, /) -> None: ...
+    def set_result(self, response: pb.Response, /) -> None:
+        """The front end's Response to the request (it may name an error)."""
+        ...
 
-    def set_exception(self, error: BaseException, /) -> None: ...
+    def set_exception(self, error: BaseException, /) -> None:
+        """The request failed without a Response: Unavailable or DeadlineExceeded (module
+        contract)."""
+        ...
 
 
 class CallSession:

@@ -72,6 +72,9 @@ def digest_of(data: bytes) -> bytes:
 
 def canonical_string(account: str, method: str, resource_text: str, timestamp_ms: int,
                      request_sha256: bytes) -> bytes:
+    """The bytes a signature covers (module docstring); InvalidArgument for a field that
+    is empty, longer than FIELD_CHARS_MAX or holds a line break, a digest that is not
+    DIGEST_BYTES long, or a timestamp before the epoch."""
     head = (_cached_head(account, method, resource_text)
             if len(account) + len(method) + len(resource_text) <= HEAD_CACHED_CHARS_MAX
             else _canonical_head(account, method, resource_text))

@@ -95,12 +95,16 @@ def sign_call(request: v1.Request, credentials: Credentials, now_s: float) -> No
 
 def sign_subscribe(request: v1.SubscribeRequest, credentials: Credentials, now_s: float
                    ) -> None:
+    """Sign a Subscribe request in place (its `auth` replaced), as method SUBSCRIBE on
+    /ACCOUNT/LOG."""
     request.ClearField("auth")
     _write_auth(request.auth, SUBSCRIBE, signing.resource(request.account, request.pname),
                 _digest(request), credentials, now_s)
 
 
 def sign_scan(request: v1.ScanRequest, credentials: Credentials, now_s: float) -> None:
+    """Sign a Scan request in place (its `auth` replaced), as method LIST_LOGS for a
+    log-name scan, else SCAN, on /ACCOUNT."""
     request.ClearField("auth")
     method = LIST_LOGS if request.mode == v1.SCAN_LOG_NAMES else SCAN
     _write_auth(request.auth, method, signing.resource(request.account), _digest(request),
@@ -109,6 +113,8 @@ def sign_scan(request: v1.ScanRequest, credentials: Credentials, now_s: float) -
 
 def sign_scan_ranges(request: v1.ScanRangesRequest, credentials: Credentials,
                      now_s: float) -> None:
+    """Sign a ScanRanges request in place (its `auth` replaced), as method SCAN_RANGES on
+    /ACCOUNT."""
     request.ClearField("auth")
     _write_auth(request.auth, SCAN_RANGES, signing.resource(request.account),
                 _digest(request), credentials, now_s)
