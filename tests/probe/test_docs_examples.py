@@ -86,9 +86,17 @@ def connection_string(docs_stamp: LocalStamp, monkeypatch: pytest.MonkeyPatch) -
     return text
 
 
+LINK = re.compile(r"\]\(([^)#\s]+\.md)[^)]*\)|^\[[^\]]+\]:\s*(\S+\.md)", re.MULTILINE)
+
+
 def test_the_guide_has_its_pages_and_examples() -> None:
     pages = {path.name for path in DOCS.glob("*.md")}
     assert "README.md" in pages, "docs/README.md is the guide's index"
+    for page in sorted(pages):
+        targets = {a or b for a, b in LINK.findall((DOCS / page).read_text())}
+        assert targets <= pages, f"{page} links to pages that do not exist: {targets - pages}"
+        if page == "README.md":
+            assert targets == pages - {"README.md"}, "the index links every page"
     assert python_blocks(), "the guide has no ```python example"
     aliases = [b.where for b in all_blocks() if b.language in PYTHON_ALIASES]
     assert not aliases, f"Python fenced as another language (never run): {aliases}"
