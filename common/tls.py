@@ -168,13 +168,6 @@ def trusting(identity: Identity, ca_file: str) -> Identity:
     return Identity(_read(Path(ca_file)) if ca_file else b"", identity.cert, identity.key)
 
 
-def sdk_channel_credentials(ca_file: str | None) -> grpc.ChannelCredentials:
-    """What an SDK client trusts: the CA in `ca_file` (a local stamp's), else the system's
-    roots (gRPC's default store)."""
-    return grpc.ssl_channel_credentials(
-        root_certificates=_read(Path(ca_file)) if ca_file else None)
-
-
 # ---- files ----------------------------------------------------------------------------------
 
 def dir_in(data_dir: str | Path) -> Path:

@@ -58,8 +58,9 @@ def decode_continuation(token: bytes) -> bytes:
 
 def continuation_after(account: str, mode: int, item: pb.ScanItem) -> bytes:
     """The continuation that resumes a scan right after `item`, as a page ending there would
-    carry: the SDK makes it for a caller that stopped in the middle of a page
-    (frontend/sdk_scan.py), so a scan has one form of continuation."""
+    carry. The SDK makes the same for a caller that stopped in the middle of a page
+    (stampsdk/scan.py `continuation_after`, which cannot import this), so a scan has one form
+    of continuation (tests/unit/test_sdk_scan.py pages with this one)."""
     return encode_continuation(scan_client.key_after(account, mode, item))
 
 

@@ -72,7 +72,7 @@ CONCURRENT_STREAMS_MAX = 128
 # What a request may carry besides its records, values and row key: two names (2 x 63), a
 # token (128), credentials (an account, a signature of 64 or a token of 512 characters, a
 # time), an ETag, ids and field tags; and the least the SDK counts for a request when it
-# packs requests into a message (sdk_requests.request_bytes).
+# packs requests into a message (stampsdk/requests.py `request_bytes`).
 REQUEST_FIELDS_BYTES_MAX = 1024
 SDK_REQUEST_ESTIMATE_BYTES_MIN = 256
 
