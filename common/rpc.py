@@ -28,7 +28,7 @@ from typing import Any, TypeVar, cast
 import grpc
 from grpc import aio
 
-from common import errors, faults, isolation, isolation_grpc, metrics, tls
+from common import errors, faults, isolation, isolation_grpc, metrics, tls, tracing
 from common.proto import faults_pb2, faults_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -67,8 +67,10 @@ def aio_channel(address: str, message_bytes_max: int,
     process's identity); calls fail UNAVAILABLE while `address` is cut off."""
     options = channel_options(message_bytes_max)
     found = credentials(address)
-    raw = (aio.insecure_channel(address, options=options) if found is None
-           else aio.secure_channel(address, found, options=options))
+    traced = tracing.aio_client_interceptors()  # None while tracing is off
+    raw = (aio.insecure_channel(address, options=options, interceptors=traced)
+           if found is None
+           else aio.secure_channel(address, found, options=options, interceptors=traced))
     channel = isolation_grpc.GuardedChannel(raw, address, options, "aio")
     return cast(aio.Channel, channel)
 
@@ -81,6 +83,7 @@ def sync_channel(address: str, message_bytes_max: int,
     found = credentials(address)
     raw = (grpc.insecure_channel(address, options=options) if found is None
            else grpc.secure_channel(address, found, options=options))
+    raw = tracing.intercept_sync(raw)  # itself while tracing is off
     channel = isolation_grpc.GuardedChannel(raw, address, options, "sync")
     return cast(grpc.Channel, channel)
 
@@ -142,11 +145,13 @@ def server_options(message_bytes_max: int) -> list[tuple[str, Any]]:
 
 def aio_server(message_bytes_max: int, options: dict[str, Any] | None = None) -> aio.Server:
     """A Stamp server: calls from peers this process is cut off from are refused; while
-    metrics are on, calls are counted and timed per method (common/metrics.py). `options`
+    metrics are on, calls are counted and timed per method (common/metrics.py); while
+    tracing is on, unary calls continue the caller's trace (common/tracing.py). `options`
     (gRPC channel arguments) replace or add to server_options'."""
     merged = dict(server_options(message_bytes_max)) | (options or {})
     return aio.server(options=list(merged.items()),
-                      interceptors=[isolation_grpc.ServerGuard(), *metrics.interceptors()])
+                      interceptors=[isolation_grpc.ServerGuard(), *metrics.interceptors(),
+                                    *tracing.server_interceptors()])
 
 
 def error_name(exc: BaseException) -> str:

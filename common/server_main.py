@@ -1,6 +1,7 @@
 """What every Stamp server process does around its own start-up: log in one format, arm fault
 points and partitions (STAMP_ISOLATE) from the environment, run on uvloop, be watched
-(Prometheus metrics on `--metrics-port`, the gRPC health service: `Watch`), and stop cleanly
+(Prometheus metrics on `--metrics-port`, the gRPC health service: `Watch`), be traced when the
+environment asks for it (common/tracing.py: OTEL_* or STAMP_TRACE_FILE), and stop cleanly
 on SIGTERM or SIGINT (SIGKILL is what tests use, and recovery is built for it).
 
 Contract (DESIGN §9): the Faults service checks no credentials and can crash, freeze, cut
@@ -23,7 +24,7 @@ from typing import Any
 
 from grpc import aio
 
-from common import durable_fs, faults, isolation, metrics, rpc, tls
+from common import durable_fs, faults, isolation, metrics, rpc, tls, tracing
 from common.errors import StampError
 from common.health import Check, Health
 from common.proto import faults_pb2_grpc
@@ -53,6 +54,7 @@ def start_process(name: str, directory: Path, level: str = "INFO",
     logging.basicConfig(level=level.upper(),
                         format=f"%(asctime)s {name} %(levelname)s %(name)s: %(message)s")
     isolation.set_process_name(name)  # before any channel: they name it to their peers
+    tracing.start(name)  # before any server or channel too: they get its interceptors
     use_tls(name, security)
     if security is not None and security.faults_rpc:
         faults.arm_from_env()

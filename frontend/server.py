@@ -40,7 +40,7 @@ from typing import Protocol, cast
 
 from grpc import aio
 
-from common import deadline, rpc
+from common import deadline, rpc, tracing
 from common.config import PartitionLimits
 from common.errors import StampError
 from common.proto import frontend_pb2 as fe_pb
@@ -235,8 +235,12 @@ class FrontEndServicer(fe_grpc.FrontEndServicer):
                 for request in batch.requests:
                     reserved = answer_bytes_max(request, limits)
                     replies.started(reserved)
-                    start(request, lambda response, r=reserved: replies.reply(response, r),
-                          peer, sdk_clock)
+                    if tracing.enabled:
+                        start(request, _traced(request, lambda response, r=reserved:
+                                               replies.reply(response, r)), peer, sdk_clock)
+                    else:
+                        start(request, lambda response, r=reserved: replies.reply(response, r),
+                              peer, sdk_clock)
                     if not replies.room.is_set():
                         await replies.room.wait()
         except BaseException:
@@ -355,3 +359,17 @@ class FrontEndServicer(fe_grpc.FrontEndServicer):
         except StampError as exc:
             self.fe.counters.refused(exc)
             raise
+
+
+def _traced(request: pb.Request, reply: Reply) -> Reply:
+    """`reply`, ending a span "fe.request" from now until the request is answered (tracing
+    on), with the request id the SDK traced it by (common/tracing.request_id)."""
+    span = tracing.begin("fe.request", {
+        tracing.REQUEST_ID: tracing.request_id(request), "stamp.account": request.account,
+        "stamp.name": request.pname, "stamp.op": request.WhichOneof("op") or ""})
+
+    def answered(response: pb.Response) -> None:
+        span.set_attribute("error", response.error)
+        span.end()
+        reply(response)
+    return answered

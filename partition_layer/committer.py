@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from common import faults
+from common import faults, tracing
 from common.config import PartitionLimits
 from common.errors import NotOwner, StampError, Throttled, Unavailable
 from partition_layer.commit_log import CommitBatch, CommitOp, encode_batch
@@ -112,8 +112,13 @@ class Pending:
     started: float
     future: asyncio.Future[Any] | None = None
     done: Done | None = None
+    span: Any = None  # "ps.commit", from queued to answered, while tracing is on
 
     def answer(self, result: Any, error: StampError | None) -> None:
+        if self.span is not None:
+            self.span.set_attribute("error", type(error).__name__ if error else "")
+            self.span.end()
+            self.span = None
         if self.done is not None:
             done, self.done = self.done, None
             try:
@@ -176,6 +181,10 @@ class GroupCommitter:
         if len(self.queue) >= self.limits.pending_ops_max:
             raise Throttled(f"partition {self.p.id} has {len(self.queue)} operations queued",
                             retry_after_s=0.05)
+        if tracing.enabled:
+            pending.span = tracing.begin("ps.commit", {
+                "partition": self.p.id,
+                tracing.REQUEST_ID: getattr(pending.op, "token", "")})
         self.queue.append(pending)
         self._linger.observe(len(self.queue) + self.deciding + self._inflight_ops,
                              pending.started)
@@ -303,6 +312,8 @@ class GroupCommitter:
         overlay = Overlay(found)
         outcomes: list[Outcome] = []
         ops: list[CommitOp] = []
+        if tracing.enabled:
+            _trace_waits(batch)
         for pending in batch:
             try:
                 result, mutations = pending.op.apply(overlay, self.next_lsn)
@@ -323,7 +334,9 @@ class GroupCommitter:
             faults.point("ps.commit.encode")  # a test throws a bug's exception here
             block = encode_batch(CommitBatch(ops, self.p.epoch))
             nbytes = len(block)
-            append = asyncio.get_running_loop().create_task(self._append(block))
+            append = asyncio.get_running_loop().create_task(
+                self._append(block) if not tracing.enabled else
+                self._append_traced(block, batch, len(ops)))
             self._appends.add(append)
         self.inflight += 1
         self._inflight_ops += len(outcomes)
@@ -334,6 +347,16 @@ class GroupCommitter:
         await faults.apoint("ps.commit.before_append")
         (location,) = await self.p.streams["log"].append([block])
         return location
+
+    async def _append_traced(self, block: bytes, batch: list[Pending], ops: int) -> Any:
+        """`_append` in a span under the first operation's "ps.commit" (the stream client's
+        and extent nodes' spans of the block go under it), linked to the others'."""
+        first, *others = [p.span for p in batch if p.span is not None] or [None]
+        with tracing.span("ps.commit_log_append", {"ops": ops, "bytes": len(block),
+                                                   "batch": len(batch)},
+                          parent=tracing.under(first) if first is not None else None,
+                          links=[s.get_span_context() for s in others]):
+            return await self._append(block)
 
     async def _finish(self, previous: asyncio.Task[None] | None, append: asyncio.Task[Any] | None,
                       ops: list[CommitOp], outcomes: list[Outcome], nbytes: int) -> None:
@@ -398,3 +421,13 @@ class GroupCommitter:
             outcome.pending.answer(None, Unavailable(
                 f"partition {self.p.id}: commit failed, it may or may not have happened: "
                 f"{error}"))
+
+
+def _trace_waits(batch: list[Pending]) -> None:
+    """A "ps.group_commit_wait" span under each operation's "ps.commit": from queued until
+    its block is decided (tracing on)."""
+    now = time.time_ns()
+    for pending in batch:
+        if pending.span is not None:
+            tracing.record("ps.group_commit_wait", pending.span.start_time, now,
+                           {"batch": len(batch)}, parent=tracing.under(pending.span))

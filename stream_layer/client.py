@@ -28,6 +28,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TypeVar
 
+from common import tracing
 from common.checksums import crc32c
 from common.config import ExtentNodeLimits, StreamManagerLimits
 from common.errors import (
@@ -192,8 +193,16 @@ class AsyncStream:
             self._inflight[extent_id] = self._inflight.get(extent_id, 0) + 1
             sent = stalled_from = time.monotonic()
             try:
-                locations = await self.client.extents.append(tail.addresses[0], extent_id,
-                                                             blocks, crcs)
+                if tracing.enabled:  # the replicated append, as this writer waits for it
+                    with tracing.span("stream.append", {
+                            "stream": self.name, "extent": extent_id, "blocks": len(blocks),
+                            "bytes": size, "primary": tail.addresses[0],
+                            "replicas": len(tail.addresses)}):
+                        locations = await self.client.extents.append(
+                            tail.addresses[0], extent_id, blocks, crcs)
+                else:
+                    locations = await self.client.extents.append(tail.addresses[0], extent_id,
+                                                                 blocks, crcs)
                 self._note_latency(extent_id, sent, time.monotonic())
                 return locations
             except ROLLOVER_ON as exc:

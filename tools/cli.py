@@ -42,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
         cmd_stamp,
         cmd_stream,
         cmd_top,
+        cmd_trace,
     )
 
     parser = _Parser(
@@ -67,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmd_job.register(commands)
     cmd_bench.register(commands)
     cmd_chaos.register(commands)
+    cmd_trace.register(commands)
     return parser
 
 
@@ -87,6 +89,9 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, _terminate)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    from common import tracing
+
+    tracing.start("stamp-cli")  # the SDK calls of user commands, when OTEL_* asks for it
     try:
         code = args.handler(args)
     except StampError as exc:

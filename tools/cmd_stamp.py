@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+from pathlib import Path
 from typing import Any
 
 from common import rpc
@@ -27,6 +29,10 @@ def register(commands: Any) -> None:
     up.add_argument("--faults", action="store_true",
                     help="its processes serve the Faults service ('stamp fault', 'stamp "
                          "isolate'; for testing: it checks no credentials)")
+    up.add_argument("--trace", nargs="?", const="", metavar="FILE",
+                    help="trace the processes started (OpenTelemetry, common/tracing.py): "
+                         "their spans go to FILE as JSON lines (default: DATA_DIR/"
+                         "traces.jsonl), for 'stamp trace REQUEST_ID'")
     up.set_defaults(handler=cmd_up)
 
     down = commands.add_parser("down", help="stop the stamp (SIGTERM, then SIGKILL)")
@@ -74,6 +80,11 @@ def cmd_up(args: argparse.Namespace) -> int:
         stamp = LocalStamp(args.data_dir, load_config(args.config), args.config)
     if args.faults:
         stamp.faults = True  # for processes planned now; the others keep their command line
+    if args.trace is not None:  # the processes started now inherit it (common/tracing.py)
+        from tools.cmd_trace import TRACE_FILE_NAME
+
+        trace_file = Path(args.trace or stamp.data_dir / TRACE_FILE_NAME).resolve()
+        os.environ["STAMP_TRACE_FILE"] = str(trace_file)
     with Progress("up") as progress:
         started = stamp.up(only=args.only, progress=progress)
     if args.only:
@@ -83,6 +94,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         print(f"stamp up in {stamp.data_dir}: started {len(started)} processes"
               + (f", {running} already running" if running else ""))
     print(f"endpoints: {stamp.stamp_file}")
+    if args.trace is not None:
+        print(f"traces: {trace_file} (of the processes started now; 'stamp trace "
+              f"REQUEST_ID --file {trace_file}')")
     return 0
 
 

@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from common import faults, metrics
+from common import faults, metrics, tracing
 from common.checksums import crc32c
 from common.durable_fs import fsync_dir, make_dirs
 from common.errors import Internal, Unavailable
@@ -257,6 +257,7 @@ class Journal:
                     size += item.size
                 data = b"".join(item.data for item in batch)
                 file_writes = [item.file_write for item in batch if item.file_write is not None]
+                traced_ns = time.time_ns() if tracing.enabled else 0
                 try:
                     if len(batch) <= INLINE_SYNC_RECORDS_MAX and size <= INLINE_SYNC_BYTES_MAX \
                             and not file_writes and self._write_s <= INLINE_SYNC_S_MAX:
@@ -276,6 +277,8 @@ class Journal:
                     log.critical("journal write failed: exiting, recovery will replay the "
                                  "journal", exc_info=True)
                     os._exit(70)
+                if traced_ns:
+                    self._trace(traced_ns, len(batch), size)
                 self.syncs += 1
                 self.records += len(batch)
                 self._sync_seconds.observe(self._sync_s)
@@ -296,6 +299,16 @@ class Journal:
                 self._rotate_requested = False
                 await loop.run_in_executor(self._io, self._open_segment, self._segment + 1)
                 self._rotated.set()
+
+    def _trace(self, started_ns: int, records: int, size: int) -> None:
+        """Spans of one group commit (tracing on): "en.journal" from taking the batch until
+        it is durable, and its "en.journal.fsync". Their own trace: one fsync serves many
+        appends of many requests."""
+        now = time.time_ns()
+        batch = tracing.record("en.journal", started_ns, now,
+                               {"records": records, "bytes": size})
+        tracing.record("en.journal.fsync", now - round(self._sync_s * 1e9), now,
+                       parent=batch)
 
     def _write_and_sync(self, data: bytes, file_writes: list[FileWrite]) -> None:
         begun = time.perf_counter()

@@ -63,7 +63,7 @@ from typing import Any, TypeVar, cast
 
 import grpc
 
-from stampsdk import connection_string, wire
+from stampsdk import connection_string, tracing, wire
 from stampsdk import requests as sdk_requests
 from stampsdk._proto import frontend_v1_pb2 as pb
 from stampsdk._proto import frontend_v1_pb2_grpc as fe_grpc
@@ -422,7 +422,11 @@ class Client:
     async def _call(self, request: pb.Request, idempotent: bool = True,
                     nbytes: int | None = None) -> pb.Response:
         """Send `request` until it is answered or may not be retried (module docstring);
-        `nbytes`: its size if the caller knows it (requests.request_bytes)."""
+        `nbytes`: its size if the caller knows it (requests.request_bytes). Traced as one
+        span while tracing is on (stampsdk/tracing.py)."""
+        if tracing.ENABLED and tracing.outermost():
+            return await tracing.traced(self._call, request, idempotent, nbytes,
+                                        tracing.request_id(request, self._token), self.account)
         if nbytes is None:
             nbytes = sdk_requests.request_bytes(request)
         attempt, deadline = 0, self._clock.monotonic() + self.timeout_s

@@ -12,6 +12,7 @@ from typing import Any
 import grpc
 from grpc import aio
 
+from stampsdk import tracing
 from stampsdk.errors import InvalidArgument
 
 
@@ -69,9 +70,11 @@ class ChannelCache:
             channel = None
         if channel is None:
             options = channel_options(self.message_bytes_max)
-            channel = (aio.insecure_channel(address, options=options)
+            traced = tracing.channel_interceptors()  # None while tracing is off
+            channel = (aio.insecure_channel(address, options=options, interceptors=traced)
                        if self._credentials is None
-                       else aio.secure_channel(address, self._credentials, options=options))
+                       else aio.secure_channel(address, self._credentials, options=options,
+                                               interceptors=traced))
             self._channels[address] = channel
         return channel
 

@@ -1,0 +1,183 @@
+"""common/tracing.py and `stamp trace` without a stamp: when tracing is on, that off imports
+nothing of opentelemetry (servers, channels, the SDK), the JSON-lines exporter's lines, and
+the span trees `stamp trace` prints."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+from common import tracing
+from tools import cli
+from tools.cmd_trace import request_traces, trace_rows
+
+ROOT = Path(__file__).resolve().parents[2]
+OTEL_VARS = ("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT",
+             "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_SDK_DISABLED", tracing.FILE_ENV_VAR)
+
+
+@pytest.mark.parametrize(("environ", "on"), [
+    ({}, False),
+    ({"OTEL_TRACES_EXPORTER": "none"}, False),
+    ({"OTEL_TRACES_EXPORTER": "otlp"}, True),
+    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317"}, True),
+    ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:4317"}, True),
+    ({tracing.FILE_ENV_VAR: "/tmp/t.jsonl"}, True),
+    ({tracing.FILE_ENV_VAR: "/tmp/t.jsonl", "OTEL_SDK_DISABLED": "true"}, False),
+])
+def test_on_only_when_the_environment_asks(environ: dict[str, str], on: bool) -> None:
+    assert tracing.wanted(environ) is on
+
+
+def _clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in OTEL_VARS}
+
+
+OFF_SCRIPT = """
+import asyncio, sys
+from common import rpc, tracing
+assert tracing.start("fe-1") is False
+async def main():
+    server = rpc.aio_server(1 << 20)
+    channel = rpc.aio_channel("127.0.0.1:1", 1 << 20)
+    await channel.close()
+    rpc.sync_channel("127.0.0.1:1", 1 << 20).close()
+    with tracing.span("ps.commit"):
+        pass
+asyncio.run(main())
+import stampsdk, stampsdk.aio, stampsdk.tracing
+assert stampsdk.tracing.ENABLED is False
+loaded = sorted(m for m in sys.modules if m.startswith("opentelemetry"))
+assert not loaded, loaded
+print("clean")
+"""
+
+
+def test_off_imports_nothing_of_opentelemetry() -> None:
+    """Servers, channels, spans and the SDK with tracing off: no opentelemetry module loaded
+    (a fresh interpreter: this one has loaded it for the tests below)."""
+    done = subprocess.run([sys.executable, "-c", OFF_SCRIPT], cwd=ROOT, env=_clean_env(),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "clean"
+
+
+def test_off_is_the_shared_null_context() -> None:
+    assert not tracing.enabled
+    assert tracing.span("x") is tracing.span("y")
+    assert tracing.begin("x") is None and tracing.current() is None
+    assert tracing.server_interceptors() == [] and tracing.aio_client_interceptors() is None
+
+
+def test_the_file_exporter_writes_one_span_a_line(tmp_path: Path) -> None:
+    path = tmp_path / "spans.jsonl"
+    provider = TracerProvider(resource=Resource.create({"service.name": "ps-1"}))
+    exporter = tracing.JsonLinesExporter(str(path))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("test")
+    with (tracer.start_as_current_span("ps.commit", attributes={"stamp.request_id": "t-1"}),
+          tracer.start_as_current_span("stream.append")):
+        pass
+    provider.shutdown()
+    lines = path.read_text().splitlines()
+    assert len(lines) == 2
+    child, parent = (json.loads(line) for line in lines)
+    assert parent["name"] == "ps.commit" and parent["parent_id"] is None
+    assert parent["service"] == "ps-1" and parent["attributes"] == {"stamp.request_id": "t-1"}
+    assert child["parent_id"] == parent["span_id"] and child["trace_id"] == parent["trace_id"]
+    assert len(parent["trace_id"]) == 32 and len(parent["span_id"]) == 16
+    assert parent["start_ns"] <= child["start_ns"] <= child["end_ns"] <= parent["end_ns"]
+    assert parent["status"] == "UNSET" and parent["kind"] == "INTERNAL"
+    assert exporter._fd is None  # closed by shutdown
+
+
+def test_read_spans_skips_a_torn_last_line(tmp_path: Path) -> None:
+    path = tmp_path / "spans.jsonl"
+    whole = {"trace_id": "a" * 32, "span_id": "b" * 16, "name": "x"}
+    path.write_text(json.dumps(whole) + "\n" + '{"trace_id": "a')
+    assert list(tracing.read_spans(str(path))) == [whole]
+
+
+def _span(span_id: str, parent: str | None, name: str, start: int, end: int,
+          trace: str = "t1", service: str = "fe-1", **attributes: str) -> dict[str, object]:
+    return {"trace_id": trace, "span_id": span_id, "parent_id": parent, "name": name,
+            "service": service, "start_ns": start, "end_ns": end, "attributes": attributes}
+
+
+SPANS = [
+    _span("c", "a", "fe.request", 2_000_000, 9_000_000, service="fe-1"),
+    _span("a", None, "stampsdk.append", 1_000_000, 10_000_000, service="sdk",
+          **{"stamp.request_id": "r-1"}),
+    _span("d", "c", "ps.commit", 3_000_000, 8_000_000, service="ps-1"),
+    _span("b", "a", "stampsdk.status", 1_500_000, 1_600_000, service="sdk"),
+    _span("e", "gone", "en.journal", 4_000_000, 5_000_000, service="en-1"),  # parent lost
+    _span("x", None, "stampsdk.read", 0, 1, trace="t2", **{"stamp.request_id": "r-2"}),
+]
+
+
+def test_the_tree_of_a_request() -> None:
+    (trace,) = request_traces(SPANS, "r-1")
+    assert trace.trace_id == "t1" and trace.start_ns == 1_000_000
+    assert [(depth, span["span_id"]) for depth, span in trace.rows()] == [
+        (0, "a"), (1, "b"), (1, "c"), (2, "d"), (0, "e")]
+    assert trace_rows(trace)[:4] == [
+        ("stampsdk.append", "sdk", "0.000", "9.000"),
+        ("  stampsdk.status", "sdk", "0.500", "0.100"),
+        ("  fe.request", "fe-1", "1.000", "7.000"),
+        ("    ps.commit", "ps-1", "2.000", "5.000")]
+
+
+def test_every_trace_with_the_id_in_order_and_none_without() -> None:
+    spans = [*SPANS, _span("y", None, "ps.commit", 500, 600, trace="t0", service="ps-1",
+                           **{"stamp.request_id": "r-1"})]
+    assert [t.trace_id for t in request_traces(spans, "r-1")] == ["t0", "t1"]
+    assert request_traces(SPANS, "r-9") == []
+
+
+def _run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv)
+    out, err = capsys.readouterr()
+    return int(exit_.value.code or 0), out, err
+
+
+def test_stamp_trace_prints_the_tree_or_one_line(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "traces.jsonl"
+    path.write_text("".join(json.dumps(s) + "\n" for s in SPANS))
+    code, out, _ = _run_cli(["--data-dir", str(tmp_path), "trace", "r-1"], capsys)
+    assert code == 0
+    assert "trace t1" in out and "    ps.commit" in out and "ps-1" in out
+    code, _, err = _run_cli(["trace", "r-9", "--file", str(path)], capsys)
+    assert code == 1 and err.count("\n") == 1 and "no span with request id 'r-9'" in err
+    code, _, err = _run_cli(["trace", "r-1", "--file", str(tmp_path / "none")], capsys)
+    assert code == 1 and err.count("\n") == 1 and "no trace file" in err
+
+
+def test_the_instrumentation_wraps_only_handlers_it_fits() -> None:
+    async def agen(request: object, context: object) -> AsyncIterator[object]:
+        yield request
+
+    async def coroutine(request: object, context: object) -> None:
+        return None
+
+    def handler(request_streaming: bool, response_streaming: bool,
+                behavior: object = None) -> SimpleNamespace:
+        return SimpleNamespace(request_streaming=request_streaming,
+                               response_streaming=response_streaming, unary_stream=behavior)
+
+    assert tracing._fits(handler(False, False))
+    assert tracing._fits(handler(False, True, agen))
+    assert not tracing._fits(handler(False, True, coroutine))  # writes with context.write
+    assert not tracing._fits(handler(True, True))  # Call, AppendStream: many requests each
+    assert not tracing._fits(handler(True, False))
