@@ -221,10 +221,9 @@ def intercept_sync(channel: Any) -> Any:
     """A blocking channel with the client instrumentation while on, else `channel` itself."""
     if not enabled:
         return channel
-    import grpc
-    from opentelemetry.instrumentation.grpc import client_interceptor
+    from opentelemetry.instrumentation.grpc import client_interceptor, intercept_channel
 
-    return grpc.intercept_channel(channel, client_interceptor())
+    return intercept_channel(channel, client_interceptor())
 
 
 def _fits(handler: Any) -> bool:

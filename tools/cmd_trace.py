@@ -4,7 +4,7 @@ Reads the spans a traced stamp wrote (`stamp up --trace [FILE]`: common/tracing.
 lines, one span a line, every process appending to one file), finds every trace holding a
 span with that request id (`stamp.request_id`: the SDK's call span, a front end's
 "fe.request", a partition server's "ps.commit"), and prints each trace as a tree: each span's
-process, name, start offset from the trace's first span, and duration.
+process, name, start offset from the request's first span, and duration.
 
 The tree building (`request_traces`) is a plain function of the spans, tested on its own.
 """
@@ -98,10 +98,13 @@ def _ms(ns: int) -> str:
     return f"{ns / 1e6:.3f}"
 
 
-def trace_rows(trace: Trace) -> list[tuple[str, str, str, str]]:
-    """The printed rows of one trace: span (indented by depth), process, start +ms, ms."""
+def trace_rows(trace: Trace, origin_ns: int | None = None
+               ) -> list[tuple[str, str, str, str]]:
+    """The printed rows of one trace: span (indented by depth), process, start in ms after
+    `origin_ns` (default: the trace's first span), duration in ms."""
+    origin = trace.start_ns if origin_ns is None else origin_ns
     return [("  " * depth + span["name"], span.get("service", ""),
-             _ms(span["start_ns"] - trace.start_ns), _ms(span["end_ns"] - span["start_ns"]))
+             _ms(span["start_ns"] - origin), _ms(span["end_ns"] - span["start_ns"]))
             for depth, span in trace.rows()]
 
 
@@ -118,7 +121,10 @@ def cmd_trace(args: argparse.Namespace) -> int:
         raise NotFound(f"no span with request id {args.request_id!r} in {path} (spans are "
                        f"written in batches: a request of the last second may not be there "
                        f"yet)")
+    # One time line for all of them (the processes of a local stamp share one clock): a
+    # request's hops over the multiplexed streams are traces of their own (common/tracing.py).
+    origin = traces[0].start_ns
     for trace in traces:
-        tables.print_table(["span", "process", "start ms", "ms"], trace_rows(trace),
+        tables.print_table(["span", "process", "start ms", "ms"], trace_rows(trace, origin),
                            title=f"trace {trace.trace_id}", right=["start ms", "ms"])
     return 0

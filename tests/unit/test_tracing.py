@@ -135,6 +135,8 @@ def test_the_tree_of_a_request() -> None:
         ("  stampsdk.status", "sdk", "0.500", "0.100"),
         ("  fe.request", "fe-1", "1.000", "7.000"),
         ("    ps.commit", "ps-1", "2.000", "5.000")]
+    # Several traces of one request share one time line: offsets from the first one's start.
+    assert trace_rows(trace, origin_ns=0)[0] == ("stampsdk.append", "sdk", "1.000", "9.000")
 
 
 def test_every_trace_with_the_id_in_order_and_none_without() -> None:

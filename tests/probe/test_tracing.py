@@ -1,0 +1,105 @@
+"""Tracing across a real stamp (issue 31): started with STAMP_TRACE_FILE (what `stamp up
+--trace` sets), one SDK append made by a traced client process leaves spans of the SDK, the
+front end, the partition server (commit, group-commit wait, the commit-log append and the
+stream client's replicated append under it) and the extent nodes' journal, and `stamp trace`
+shows them by the append's request id."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from common import tracing
+from tests.front_end_raw import wait_for
+from tools.local_stamp import LocalStamp
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+REQUEST_ID = "trace-probe-1"
+
+# A client process of its own: its tracer provider is set up once, as an application's.
+CLIENT = """
+import sys
+from common import tracing
+from stampsdk import Client
+assert tracing.start("sdk")
+with Client.from_connection_string(sys.argv[1]) as client:
+    client.append("traced-log", [b"one record"], token=sys.argv[2])
+tracing.flush()
+"""
+
+
+def _spans(path: Path) -> list[dict[str, Any]]:
+    return list(tracing.read_spans(str(path))) if path.exists() else []
+
+
+def _by_id(spans: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {span["span_id"]: span for span in spans}
+
+
+def test_one_append_is_traced_hop_by_hop(stamp_factory: Callable[..., LocalStamp],
+                                         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    trace_file = tmp_path / "traces.jsonl"
+    monkeypatch.setenv(tracing.FILE_ENV_VAR, str(trace_file))  # the processes inherit it
+    stamp = stamp_factory(3, 1, lock_servers=1, partition_managers=1, partition_servers=1,
+                          front_ends=1)
+    done = subprocess.run(
+        [sys.executable, "-c", CLIENT, stamp.admin_connection_string_file.read_text().strip(),
+         REQUEST_ID], cwd=ROOT, env=dict(os.environ), capture_output=True, text=True,
+        timeout=60)
+    assert done.returncode == 0, done.stderr
+
+    def all_there() -> list[dict[str, Any]] | None:
+        spans = _spans(trace_file)
+        names = {(s["service"], s["name"]) for s in spans}
+        wanted = {("sdk", "stampsdk.append"), ("fe-1", "fe.request"), ("ps-1", "ps.commit"),
+                  ("ps-1", "stream.append")}
+        if wanted <= names and any(s["name"] == "en.journal.fsync" for s in spans):
+            return spans
+        return None
+    spans = wait_for(all_there, 15, "spans of the SDK, fe-1, ps-1 and an extent node")
+
+    tagged = {s["service"]: s for s in spans
+              if s["attributes"].get(tracing.REQUEST_ID) == REQUEST_ID}
+    assert set(tagged) == {"sdk", "fe-1", "ps-1"}
+    assert tagged["sdk"]["name"] == "stampsdk.append" and tagged["sdk"]["kind"] == "CLIENT"
+    assert tagged["fe-1"]["attributes"]["stamp.op"] == "append"
+
+    # In the partition server, one trace under the operation's commit: its wait for the
+    # group commit, the block's commit-log append and the stream client's append under that.
+    commit = tagged["ps-1"]
+    same_trace = [s for s in spans if s["trace_id"] == commit["trace_id"]]
+    by_id = _by_id(same_trace)
+    wait = next(s for s in same_trace if s["name"] == "ps.group_commit_wait")
+    log_append = next(s for s in same_trace if s["name"] == "ps.commit_log_append")
+    stream_append = next(s for s in same_trace if s["name"] == "stream.append")
+    assert wait["parent_id"] == log_append["parent_id"] == commit["span_id"]
+    assert by_id[stream_append["parent_id"]] is log_append
+    assert commit["start_ns"] <= wait["end_ns"] <= log_append["start_ns"] \
+        <= stream_append["start_ns"] <= stream_append["end_ns"] <= commit["end_ns"]
+    assert stream_append["attributes"]["replicas"] == 3
+
+    # Every extent node of the extent journalled and synced the block.
+    journals = {s["service"] for s in spans if s["name"] == "en.journal"}
+    assert journals <= {"en-1", "en-2", "en-3"} and journals
+    fsync = next(s for s in spans if s["name"] == "en.journal.fsync")
+    parent = _by_id(spans)[fsync["parent_id"]]
+    assert parent["name"] == "en.journal" and parent["service"] == fsync["service"]
+
+    # `stamp trace` shows each of the request's traces, hop by hop.
+    from tools import cli
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["trace", REQUEST_ID, "--file", str(trace_file)])
+    out = capsys.readouterr().out
+    assert exit_.value.code == 0
+    for line in ("stampsdk.append", "fe.request", "ps.commit", "  ps.group_commit_wait",
+                 "  ps.commit_log_append", "    stream.append"):
+        assert line in out
