@@ -197,9 +197,10 @@ class AsyncStream:
                     with tracing.span("stream.append", {
                             "stream": self.name, "extent": extent_id, "blocks": len(blocks),
                             "bytes": size, "primary": tail.addresses[0],
-                            "replicas": len(tail.addresses)}):
+                            "replicas": len(tail.addresses)}) as span:
                         locations = await self.client.extents.append(
                             tail.addresses[0], extent_id, blocks, crcs)
+                        span.set_attribute("offset", locations[0].offset)  # en.append's
                 else:
                     locations = await self.client.extents.append(tail.addresses[0], extent_id,
                                                                  blocks, crcs)

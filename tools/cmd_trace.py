@@ -3,8 +3,9 @@
 Reads the spans a traced stamp wrote (`stamp up --trace [FILE]`: common/tracing.py's JSON
 lines, one span a line, every process appending to one file), finds every trace holding a
 span with that request id (`stamp.request_id`: the SDK's call span, a front end's
-"fe.request", a partition server's "ps.commit"), and prints each trace as a tree: each span's
-process, name, start offset from the request's first span, and duration.
+"fe.request", a partition server's "ps.commit") and those of the extent nodes' writes of its
+appends (joined by extent and offset), and prints each trace as a tree: each span's process,
+name, start offset from the request's first span, and duration.
 
 The tree building (`request_traces`) is a plain function of the spans, tested on its own.
 """
@@ -69,17 +70,35 @@ class Trace:
 
 
 def request_traces(spans: Iterable[dict[str, Any]], request_id: str) -> list[Trace]:
-    """Every trace with a span whose request id is `request_id`, as a tree (a span whose
-    parent is not in the file, or in another process's lost batch, is a root), in order of
-    start. Empty if no span has that id."""
+    """Every trace with a span whose request id is `request_id`, and every trace of the
+    extent nodes' writes of its appends (`_writes_of`), as a tree (a span whose parent is not
+    in the file, or in another process's lost batch, is a root), in order of start. Empty if
+    no span has that id."""
     by_trace: dict[str, list[dict[str, Any]]] = {}
     wanted: set[str] = set()
     for span in spans:
         by_trace.setdefault(span["trace_id"], []).append(span)
         if (span.get("attributes") or {}).get(REQUEST_ID) == request_id:
             wanted.add(span["trace_id"])
+    appended = [(a["extent"], a["offset"]) for trace_id in wanted
+                for a in (s.get("attributes") or {} for s in by_trace[trace_id])
+                if "extent" in a and "offset" in a]
+    wanted |= {trace_id for trace_id, found in by_trace.items()
+               if any(_writes_of(s, appended) for s in found)}
     traces = [_tree(trace_id, by_trace[trace_id]) for trace_id in wanted]
     return sorted(traces, key=lambda t: t.start_ns)
+
+
+def _writes_of(span: dict[str, Any], appended: list[tuple[int, int]]) -> bool:
+    """Whether `span` is an extent node's write ("en.append" at the primary,
+    "en.replica_write" at a secondary: extent, offset, end) holding one of the appends
+    (extent, offset) of the stream client's "stream.append" spans: the append streams carry
+    no trace context per append, so these are joined by where the bytes went."""
+    found = span.get("attributes") or {}
+    if "end" not in found:
+        return False
+    return any(found.get("extent") == extent and found["offset"] <= offset < found["end"]
+               for extent, offset in appended)
 
 
 def _tree(trace_id: str, spans: list[dict[str, Any]]) -> Trace:

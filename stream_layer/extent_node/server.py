@@ -6,11 +6,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from grpc import aio
 
-from common import faults, rpc
+from common import faults, rpc, tracing
 from common.checksums import crc32c
 from common.errors import InvalidArgument, NotFound, ReplicationFailed, StampError, Unavailable
 from common.proto import extent_node_pb2 as pb
@@ -79,6 +79,8 @@ class ExtentNodeServicer(pb_grpc.ExtentNodeServicer):
             if future is None:
                 slots.release()
             else:
+                if tracing.enabled and placed:
+                    _trace_replicated_write(extent_id, placed[0][1], placed[-1][2], future)
                 future.add_done_callback(lambda f: finish(placed, f))
 
         async def read_requests() -> None:
@@ -114,7 +116,12 @@ class ExtentNodeServicer(pb_grpc.ExtentNodeServicer):
                             # The journal makes entries durable in the order they were taken
                             # and runs this then: the acks go out in order, with no task or
                             # loop turn of their own.
-                            self.node.accept_forward(entry, lambda a=ack: acks.put_nowait(a))
+                            if tracing.enabled:
+                                self.node.accept_forward(
+                                    entry, _traced_ack(entry, ack, acks.put_nowait))
+                            else:
+                                self.node.accept_forward(entry,
+                                                         lambda a=ack: acks.put_nowait(a))
                         except Exception as exc:
                             # Acked at once, maybe before earlier entries' acks: the primary
                             # fails the whole pipeline on it, which is what it must do anyway.
@@ -291,3 +298,27 @@ def _error_forward_ack(extent_id: int, exc: BaseException) -> pb.ForwardAck:
         log.error("forward to extent %d failed unexpectedly", extent_id, exc_info=exc)
     return pb.ForwardAck(extent_id=extent_id, error_kind=rpc.error_name(exc),
                          error_message=str(exc))
+
+
+def _trace_replicated_write(extent_id: int, offset: int, end: int,
+                            future: asyncio.Future[tuple[int, int]]) -> None:
+    """A span "en.append" at the primary (tracing on), from placing a write until every
+    replica has it durable (`future`). `stamp trace` finds it, and the secondaries'
+    "en.replica_write", by extent and offset from the stream client's "stream.append"
+    (tools/cmd_trace.py): the append stream carries no trace context per append."""
+    span = tracing.begin("en.append", {"extent": extent_id, "offset": offset, "end": end})
+    future.add_done_callback(lambda f: span.end())
+
+
+def _traced_ack(entry: pb.ForwardEntry, ack: pb.ForwardAck,
+                send: Callable[[pb.ForwardAck], None]) -> Callable[[], None]:
+    """The ack of a forwarded entry, ending a span "en.replica_write" (tracing on) from now
+    until the entry is durable here."""
+    span = tracing.begin("en.replica_write", {
+        "extent": entry.extent_id, "offset": entry.offset,
+        "end": entry.offset + len(entry.frames)})
+
+    def durable() -> None:
+        span.end()
+        send(ack)
+    return durable

@@ -1,8 +1,9 @@
 """Tracing across a real stamp (issue 31): started with STAMP_TRACE_FILE (what `stamp up
 --trace` sets), one SDK append made by a traced client process leaves spans of the SDK, the
 front end, the partition server (commit, group-commit wait, the commit-log append and the
-stream client's replicated append under it) and the extent nodes' journal, and `stamp trace`
-shows them by the append's request id."""
+stream client's replicated append under it), the extent nodes' journal and their writes of
+the append (primary and secondaries), and `stamp trace` shows them by the append's request
+id."""
 
 from __future__ import annotations
 
@@ -62,7 +63,8 @@ def test_one_append_is_traced_hop_by_hop(stamp_factory: Callable[..., LocalStamp
         names = {(s["service"], s["name"]) for s in spans}
         wanted = {("sdk", "stampsdk.append"), ("fe-1", "fe.request"), ("ps-1", "ps.commit"),
                   ("ps-1", "stream.append")}
-        if wanted <= names and any(s["name"] == "en.journal.fsync" for s in spans):
+        if wanted <= names and {"en.journal.fsync", "en.replica_write"} <= {
+                s["name"] for s in spans}:
             return spans
         return None
     spans = wait_for(all_there, 15, "spans of the SDK, fe-1, ps-1 and an extent node")
@@ -94,6 +96,15 @@ def test_one_append_is_traced_hop_by_hop(stamp_factory: Callable[..., LocalStamp
     parent = _by_id(spans)[fsync["parent_id"]]
     assert parent["name"] == "en.journal" and parent["service"] == fsync["service"]
 
+    # The primary's replicated write of the append and the secondaries' writes of it, found
+    # by extent and offset (the append stream carries no trace context per append).
+    extent, offset = stream_append["attributes"]["extent"], stream_append["attributes"]["offset"]
+    writes = {s["name"]: s for s in spans if s["attributes"].get("extent") == extent
+              and s["attributes"].get("offset", -1) <= offset < s["attributes"].get("end", -1)}
+    assert set(writes) == {"en.append", "en.replica_write"}
+    assert stream_append["start_ns"] <= writes["en.append"]["start_ns"] \
+        <= writes["en.append"]["end_ns"] <= stream_append["end_ns"]
+
     # `stamp trace` shows each of the request's traces, hop by hop.
     from tools import cli
     with pytest.raises(SystemExit) as exit_:
@@ -101,5 +112,6 @@ def test_one_append_is_traced_hop_by_hop(stamp_factory: Callable[..., LocalStamp
     out = capsys.readouterr().out
     assert exit_.value.code == 0
     for line in ("stampsdk.append", "fe.request", "ps.commit", "  ps.group_commit_wait",
-                 "  ps.commit_log_append", "    stream.append"):
+                 "  ps.commit_log_append", "    stream.append", "en.append",
+                 "en.replica_write"):
         assert line in out

@@ -108,10 +108,11 @@ def test_read_spans_skips_a_torn_last_line(tmp_path: Path) -> None:
     assert list(tracing.read_spans(str(path))) == [whole]
 
 
-def _span(span_id: str, parent: str | None, name: str, start: int, end: int,
-          trace: str = "t1", service: str = "fe-1", **attributes: str) -> dict[str, object]:
+def _span(span_id: str, parent: str | None, name: str, start_ns: int, end_ns: int,
+          trace: str = "t1", service: str = "fe-1", **attributes: object) -> dict[str, object]:
     return {"trace_id": trace, "span_id": span_id, "parent_id": parent, "name": name,
-            "service": service, "start_ns": start, "end_ns": end, "attributes": attributes}
+            "service": service, "start_ns": start_ns, "end_ns": end_ns,
+            "attributes": attributes}
 
 
 SPANS = [
@@ -144,6 +145,25 @@ def test_every_trace_with_the_id_in_order_and_none_without() -> None:
                            **{"stamp.request_id": "r-1"})]
     assert [t.trace_id for t in request_traces(spans, "r-1")] == ["t0", "t1"]
     assert request_traces(SPANS, "r-9") == []
+
+
+def test_the_extent_nodes_writes_are_joined_by_extent_and_offset() -> None:
+    """The append streams carry no trace context per append: the primary's and secondaries'
+    writes of the request's appends join its traces by where the bytes went."""
+    appended = _span("s", "d", "stream.append", 3_100_000, 7_000_000, service="ps-1",
+                     extent=7, offset=4096)
+    writes = [
+        _span("p", None, "en.append", 3_200_000, 6_000_000, trace="t3", service="en-1",
+              extent=7, offset=4000, end=5000),  # a write that holds the append
+        _span("q", None, "en.replica_write", 3_300_000, 5_000_000, trace="t4",
+              service="en-2", extent=7, offset=4096, end=4200),
+        _span("r", None, "en.append", 3_200_000, 6_000_000, trace="t5", service="en-1",
+              extent=7, offset=5000, end=6000),  # the next write: not this request's
+        _span("o", None, "en.append", 3_200_000, 6_000_000, trace="t6", service="en-1",
+              extent=8, offset=4000, end=5000),  # another extent
+    ]
+    found = request_traces([*SPANS, appended, *writes], "r-1")
+    assert [t.trace_id for t in found] == ["t1", "t3", "t4"]
 
 
 def _run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
