@@ -44,6 +44,7 @@ TRACER_NAME = "stamp"
 REQUEST_ID = "stamp.request_id"
 
 enabled = False  # the one check of the hot path
+exporters: list[str] = []  # where spans go while on: JsonLinesExporter, OTLPSpanExporter...
 _tracer: Any = None
 _NULL = contextlib.nullcontext()
 
@@ -71,13 +72,15 @@ def start(name: str, environ: Mapping[str, str] = os.environ) -> bool:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     provider = TracerProvider(resource=Resource.create({SERVICE_NAME: name}))
-    for exporter in _exporters(environ):
+    made = _exporters(environ)
+    for exporter in made:
         provider.add_span_processor(BatchSpanProcessor(
             exporter, schedule_delay_millis=BATCH_DELAY_MS, max_queue_size=SPANS_QUEUED_MAX))
     trace.set_tracer_provider(provider)
     _tracer = trace.get_tracer(TRACER_NAME)
+    exporters[:] = [type(exporter).__name__ for exporter in made]
     enabled = True
-    log.info("tracing on: %s", ", ".join(_exporter_kinds(environ)))
+    log.info("tracing on: %s", ", ".join(exporters))
     return True
 
 
@@ -121,6 +124,7 @@ def stop() -> None:
     if hasattr(provider, "shutdown"):
         provider.shutdown()
     enabled, _tracer = False, None
+    exporters.clear()
 
 
 def flush(timeout_ms: int = 5_000) -> None:

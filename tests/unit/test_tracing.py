@@ -72,6 +72,30 @@ def test_off_imports_nothing_of_opentelemetry() -> None:
     assert done.stdout.strip() == "clean"
 
 
+OTLP_SCRIPT = """
+from opentelemetry import trace
+from common import tracing
+assert tracing.start("ps-1")
+print(tracing.exporters)
+print(trace.get_tracer_provider().resource.attributes["service.name"])
+print([type(i).__name__ for i in tracing.server_interceptors()],
+      len(tracing.aio_client_interceptors()))
+tracing.stop()
+"""
+
+
+def test_on_the_otel_variables_choose_the_exporters(tmp_path: Path) -> None:
+    """OTLP when the endpoint is set (nothing is sent: no span is made), the file beside it
+    when STAMP_TRACE_FILE is set too; the process is the resource's service.name."""
+    env = {**_clean_env(), "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",
+           tracing.FILE_ENV_VAR: str(tmp_path / "t.jsonl")}
+    done = subprocess.run([sys.executable, "-c", OTLP_SCRIPT], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["['JsonLinesExporter', 'OTLPSpanExporter']", "ps-1",
+                                        "['TracedWhereItFits'] 2"]
+
+
 def test_off_is_the_shared_null_context() -> None:
     assert not tracing.enabled
     assert tracing.span("x") is tracing.span("y")
