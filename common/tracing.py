@@ -20,6 +20,17 @@ Contracts:
   interceptor can only wrap handlers that are async generators, which those are not.
 - A span made with `span()` is the child of the current context (contextvars); a process
   killed with SIGKILL loses the spans of its last batch (at most BATCH_DELAY_MS old).
+- What links a request's spans: within a process, parent ids (the SDK's "stampsdk.OP"; a
+  partition server's "ps.commit" with its "ps.group_commit_wait" and the block's
+  "ps.commit_log_append", and the stream client's "stream.append" under that; an extent
+  node's "en.journal" with its "en.journal.fsync"). Across the multiplexed streams nothing
+  carries a context per request (that needs a trace-context field in the messages of
+  Call, AppendStream and ForwardStream), so the hops are traces of their own, joined by
+  `stamp trace` (tools/cmd_trace.py): the SDK's, a front end's "fe.request" and a partition
+  server's "ps.commit" by REQUEST_ID, the extent nodes' "en.append" (primary) and
+  "en.replica_write" (secondaries) by the extent and offset "stream.append" records.
+- Sampling is the SDK's standard OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG; each hop
+  then decides alone (its traces are its own), so sample all or nothing to see whole requests.
 """
 
 from __future__ import annotations

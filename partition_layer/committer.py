@@ -350,7 +350,7 @@ class GroupCommitter:
 
     async def _append_traced(self, block: bytes, batch: list[Pending], ops: int) -> Any:
         """`_append` in a span under the first operation's "ps.commit" (the stream client's
-        and extent nodes' spans of the block go under it), linked to the others'."""
+        span of the block goes under it), linked to the other operations' of the block."""
         first, *others = [p.span for p in batch if p.span is not None] or [None]
         with tracing.span("ps.commit_log_append", {"ops": ops, "bytes": len(block),
                                                    "batch": len(batch)},
