@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,6 @@ from typing import Any
 import pytest
 
 from common import tracing
-from tests.front_end_raw import wait_for
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow
@@ -35,6 +35,15 @@ with Client.from_connection_string(sys.argv[1]) as client:
     client.append("traced-log", [b"one record"], token=sys.argv[2])
 tracing.flush()
 """
+
+
+def _wait_until(check: Callable[[], Any], timeout_s: float, what: str) -> Any:
+    """`check()` once it is truthy, within `timeout_s` (spans go out in batches)."""
+    deadline = time.monotonic() + timeout_s
+    while not (found := check()):
+        assert time.monotonic() < deadline, f"not within {timeout_s:g}s: {what}"
+        time.sleep(0.05)
+    return found
 
 
 def _spans(path: Path) -> list[dict[str, Any]]:
@@ -67,7 +76,7 @@ def test_one_append_is_traced_hop_by_hop(stamp_factory: Callable[..., LocalStamp
                 s["name"] for s in spans}:
             return spans
         return None
-    spans = wait_for(all_there, 15, "spans of the SDK, fe-1, ps-1 and an extent node")
+    spans = _wait_until(all_there, 15, "spans of the SDK, fe-1, ps-1 and an extent node")
 
     tagged = {s["service"]: s for s in spans
               if s["attributes"].get(tracing.REQUEST_ID) == REQUEST_ID}
@@ -105,12 +114,14 @@ def test_one_append_is_traced_hop_by_hop(stamp_factory: Callable[..., LocalStamp
     assert stream_append["start_ns"] <= writes["en.append"]["start_ns"] \
         <= writes["en.append"]["end_ns"] <= stream_append["end_ns"]
 
-    # `stamp trace` shows each of the request's traces, hop by hop.
+    # `stamp trace` shows each of the request's traces, hop by hop. (Run here, the CLI would
+    # turn tracing on in this process for the tests after this one, were the variable set.)
+    monkeypatch.delenv(tracing.FILE_ENV_VAR)
     from tools import cli
     with pytest.raises(SystemExit) as exit_:
         cli.main(["trace", REQUEST_ID, "--file", str(trace_file)])
     out = capsys.readouterr().out
-    assert exit_.value.code == 0
+    assert exit_.value.code == 0 and not tracing.enabled
     for line in ("stampsdk.append", "fe.request", "ps.commit", "  ps.group_commit_wait",
                  "  ps.commit_log_append", "    stream.append", "en.append",
                  "en.replica_write"):
