@@ -14,7 +14,8 @@ Contracts:
   span a line, `JsonLinesExporter`, shared by every process of a stamp: each batch is one
   O_APPEND write) and/or over OTLP/gRPC to the OTEL endpoint. The official gRPC
   instrumentation (opentelemetry-instrumentation-grpc) traces unary calls and server-streamed
-  replies of async generators, carrying the context in gRPC metadata. It is not put on
+  replies of async generators made within a trace (a call made outside any span, as the
+  background loops' are, is not traced), carrying the context in gRPC metadata. It is not put on
   request-streamed calls: the data path's streams (Call, AppendStream, ForwardStream) carry
   many requests each, so a span per stream says nothing of one request, and its server
   interceptor can only wrap handlers that are async generators, which those are not.
@@ -218,7 +219,7 @@ def server_interceptors() -> list[Any]:
 
     # grpc takes only its own interceptor type.
     traced = type("TracedWhereItFits", (_TracedWhereItFits, aio.ServerInterceptor), {})
-    return [traced(aio_server_interceptor())]
+    return [traced(aio_server_interceptor(filter_=_continues_a_trace))]
 
 
 def aio_client_interceptors() -> list[Any] | None:
@@ -228,7 +229,7 @@ def aio_client_interceptors() -> list[Any] | None:
         return None
     from opentelemetry.instrumentation.grpc import aio_client_interceptors as made
 
-    unary_unary, unary_stream = made()[:2]
+    unary_unary, unary_stream = made(filter_=_in_a_trace)[:2]
     return [unary_unary, unary_stream]
 
 
@@ -238,7 +239,23 @@ def intercept_sync(channel: Any) -> Any:
         return channel
     from opentelemetry.instrumentation.grpc import client_interceptor, intercept_channel
 
-    return intercept_channel(channel, client_interceptor())
+    return intercept_channel(channel, client_interceptor(filter_=_in_a_trace))
+
+
+def _in_a_trace(_: Any) -> bool:
+    """Whether a call is made within a span (of a request): only then is it traced and the
+    context sent. A stamp's background calls (heartbeats, lease renewals, health checks)
+    are most of its unary calls, and spans of their own would bury the requests' in the
+    file (a small idle stamp made 50 a second)."""
+    from opentelemetry import trace
+
+    return trace.get_current_span().get_span_context().is_valid
+
+
+def _continues_a_trace(handler_call_details: Any) -> bool:
+    """Whether an incoming call carries a trace context (`_in_a_trace` on its caller)."""
+    return any(key == "traceparent"
+               for key, _ in handler_call_details.invocation_metadata or ())
 
 
 def _fits(handler: Any) -> bool:

@@ -28,11 +28,16 @@ REQUEST_ID = "trace-probe-1"
 # A client process of its own: its tracer provider is set up once, as an application's.
 CLIENT = """
 import sys
-from common import tracing
+from common import rpc, tracing
+from common.proto import partition_pb2, partition_pb2_grpc
 from stampsdk import Client
 assert tracing.start("sdk")
 with Client.from_connection_string(sys.argv[1]) as client:
     client.append("traced-log", [b"one record"], token=sys.argv[2])
+# A unary call within a trace: its context goes to the partition server in gRPC metadata.
+with tracing.span("probe.status"), rpc.sync_channel(sys.argv[3], 1 << 20) as channel:
+    partition_pb2_grpc.PartitionServerStub(channel).Status(partition_pb2.ServerStatusRequest(),
+                                                           timeout=5)
 tracing.flush()
 """
 
@@ -63,15 +68,15 @@ def test_one_append_is_traced_hop_by_hop(stamp_factory: Callable[..., LocalStamp
                           front_ends=1)
     done = subprocess.run(
         [sys.executable, "-c", CLIENT, stamp.admin_connection_string_file.read_text().strip(),
-         REQUEST_ID], cwd=ROOT, env=dict(os.environ), capture_output=True, text=True,
-        timeout=60)
+         REQUEST_ID, stamp.address("ps-1")],
+        cwd=ROOT, env=dict(os.environ), capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
 
     def all_there() -> list[dict[str, Any]] | None:
         spans = _spans(trace_file)
         names = {(s["service"], s["name"]) for s in spans}
         wanted = {("sdk", "stampsdk.append"), ("fe-1", "fe.request"), ("ps-1", "ps.commit"),
-                  ("ps-1", "stream.append")}
+                  ("ps-1", "stream.append"), ("ps-1", "/stamp.partition.PartitionServer/Status")}
         if wanted <= names and {"en.journal.fsync", "en.replica_write"} <= {
                 s["name"] for s in spans}:
             return spans
@@ -102,7 +107,8 @@ def test_one_append_is_traced_hop_by_hop(stamp_factory: Callable[..., LocalStamp
     journals = {s["service"] for s in spans if s["name"] == "en.journal"}
     assert journals <= {"en-1", "en-2", "en-3"} and journals
     fsync = next(s for s in spans if s["name"] == "en.journal.fsync")
-    parent = _by_id(spans)[fsync["parent_id"]]
+    by_id_all = _by_id(spans)
+    parent = by_id_all[fsync["parent_id"]]
     assert parent["name"] == "en.journal" and parent["service"] == fsync["service"]
 
     # The primary's replicated write of the append and the secondaries' writes of it, found
@@ -113,6 +119,17 @@ def test_one_append_is_traced_hop_by_hop(stamp_factory: Callable[..., LocalStamp
     assert set(writes) == {"en.append", "en.replica_write"}
     assert stream_append["start_ns"] <= writes["en.append"]["start_ns"] \
         <= writes["en.append"]["end_ns"] <= stream_append["end_ns"]
+
+    # A unary call made within a trace continues it in the server (the official gRPC
+    # instrumentation, context in metadata); calls made outside any span (the background
+    # loops' heartbeats and renewals) are not traced at all.
+    status = "/stamp.partition.PartitionServer/Status"
+    (served,) = [s for s in spans if s["name"] == status and s["service"] == "ps-1"]
+    sent = by_id_all[served["parent_id"]]
+    assert sent["name"] == status and sent["service"] == "sdk" and sent["kind"] == "CLIENT"
+    assert by_id_all[sent["parent_id"]]["name"] == "probe.status"
+    assert served["trace_id"] == sent["trace_id"] and served["kind"] == "SERVER"
+    assert all(s["parent_id"] for s in spans if s["name"].startswith("/stamp."))
 
     # `stamp trace` shows each of the request's traces, hop by hop. (Run here, the CLI would
     # turn tracing on in this process for the tests after this one, were the variable set.)

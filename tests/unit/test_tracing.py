@@ -210,6 +210,21 @@ def test_stamp_trace_prints_the_tree_or_one_line(tmp_path: Path,
     assert code == 1 and err.count("\n") == 1 and "no trace file" in err
 
 
+def test_only_calls_within_a_trace_are_traced() -> None:
+    """A client traces (and sends a context) only within a span; a server only continues a
+    context it was sent: the background loops' calls leave no spans."""
+    assert not tracing._in_a_trace(None)
+    with TracerProvider().get_tracer("test").start_as_current_span("request"):
+        assert tracing._in_a_trace(None)
+    sent = SimpleNamespace(invocation_metadata=(
+        ("user-agent", "stamp-process/fe-1"),
+        ("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")))
+    assert tracing._continues_a_trace(sent)
+    assert not tracing._continues_a_trace(SimpleNamespace(invocation_metadata=(
+        ("user-agent", "stamp-process/fe-1"),)))
+    assert not tracing._continues_a_trace(SimpleNamespace(invocation_metadata=None))
+
+
 def test_the_instrumentation_wraps_only_handlers_it_fits() -> None:
     async def agen(request: object, context: object) -> AsyncIterator[object]:
         yield request
