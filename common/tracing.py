@@ -24,7 +24,9 @@ Contracts:
 - What links a request's spans: within a process, parent ids (the SDK's "stampsdk.OP"; a
   partition server's "ps.commit" with its "ps.group_commit_wait" and the block's
   "ps.commit_log_append", and the stream client's "stream.append" under that; an extent
-  node's "en.journal" with its "en.journal.fsync"). Across the multiplexed streams nothing
+  node's "en.append" (primary) or "en.replica_write" (secondary), with the group commit of
+  its journal record, "en.journal", and its "en.journal.fsync", under it; a group commit of
+  no traced record leaves no span). Across the multiplexed streams nothing
   carries a context per request (that needs a trace-context field in the messages of
   Call, AppendStream and ForwardStream), so the hops are traces of their own, joined by
   `stamp trace` (tools/cmd_trace.py): the SDK's, a front end's "fe.request" and a partition
@@ -155,14 +157,14 @@ def flush(timeout_ms: int = 5_000) -> None:
 def span(name: str, attributes: Mapping[str, Any] | None = None,
          parent: Any = None, links: Sequence[Any] = ()) -> Any:
     """A context manager: a span `name` under the current one (or `parent`, a context from
-    `current()` or `under()`), linked to the span contexts `links`, while tracing is on; the
-    shared null context otherwise."""
+    `current()` or `under()`), linked to the spans `links`, while tracing is on; the shared
+    null context otherwise."""
     if not enabled:
         return _NULL
     made_links = None
     if links:
         from opentelemetry.trace import Link
-        made_links = [Link(link) for link in links]
+        made_links = [Link(link.get_span_context()) for link in links]
     return _tracer.start_as_current_span(name, context=parent, attributes=attributes,
                                          links=made_links)
 
@@ -177,13 +179,17 @@ def current() -> Any:
 
 
 def record(name: str, start_ns: int, end_ns: int, attributes: Mapping[str, Any] | None = None,
-           parent: Any = None) -> Any:
-    """A span that already happened (a wait measured from two clock readings, time.time_ns);
-    its context, to record spans under it (None when off)."""
+           parent: Any = None, links: Sequence[Any] = ()) -> Any:
+    """A span that already happened (a wait measured from two clock readings, time.time_ns),
+    linked to the spans `links`; its context, to record spans under it (None when off)."""
     if not enabled:
         return None
+    made_links = None
+    if links:
+        from opentelemetry.trace import Link
+        made_links = [Link(link.get_span_context()) for link in links]
     done = _tracer.start_span(name, context=parent, attributes=attributes,
-                              start_time=start_ns)
+                              start_time=start_ns, links=made_links)
     done.end(end_time=end_ns)
     return under(done)
 
@@ -194,6 +200,24 @@ def begin(name: str, attributes: Mapping[str, Any] | None = None, parent: Any = 
     if not enabled:
         return None
     return _tracer.start_span(name, context=parent, attributes=attributes)
+
+
+def current_span() -> Any:
+    """The span current here, if there is one (None when off or outside any span): work
+    queued now for later (a journal record) keeps it, to be traced under it when done."""
+    if not enabled:
+        return None
+    from opentelemetry import trace
+
+    found = trace.get_current_span()
+    return found if found.get_span_context().is_valid else None
+
+
+def using(span_: Any) -> Any:
+    """A context manager making `span_` (from `begin`) current without ending it."""
+    from opentelemetry import trace
+
+    return trace.use_span(span_, end_on_exit=False)
 
 
 def under(span_: Any) -> Any:

@@ -355,7 +355,7 @@ class GroupCommitter:
         with tracing.span("ps.commit_log_append", {"ops": ops, "bytes": len(block),
                                                    "batch": len(batch)},
                           parent=tracing.under(first) if first is not None else None,
-                          links=[s.get_span_context() for s in others]):
+                          links=others):
             return await self._append(block)
 
     async def _finish(self, previous: asyncio.Task[None] | None, append: asyncio.Task[Any] | None,

@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from common import faults, metrics, tracing
 from common.checksums import crc32c
@@ -84,6 +85,7 @@ class _Pending:
     future: asyncio.Future[None]
     file_write: FileWrite | None = None
     on_durable: Callable[[], None] | None = None
+    trace: Any = None  # the span the record was written for (tracing on): en.journal's parent
 
     @property
     def size(self) -> int:
@@ -213,6 +215,8 @@ class Journal:
         run first). Callers bound the queue with `wait_for_room` first."""
         item = _Pending(encode_record(body), asyncio.get_running_loop().create_future(),
                         file_write, on_durable)
+        if tracing.enabled:
+            item.trace = tracing.current_span()
         self._queued_bytes += item.size
         future = item.future
         self._queue.append(item)
@@ -278,7 +282,7 @@ class Journal:
                                  "journal", exc_info=True)
                     os._exit(70)
                 if traced_ns:
-                    self._trace(traced_ns, len(batch), size)
+                    self._trace(traced_ns, batch, size)
                 self.syncs += 1
                 self.records += len(batch)
                 self._sync_seconds.observe(self._sync_s)
@@ -300,15 +304,20 @@ class Journal:
                 await loop.run_in_executor(self._io, self._open_segment, self._segment + 1)
                 self._rotated.set()
 
-    def _trace(self, started_ns: int, records: int, size: int) -> None:
-        """Spans of one group commit (tracing on): "en.journal" from taking the batch until
-        it is durable, and its "en.journal.fsync". Their own trace: one fsync serves many
-        appends of many requests."""
+    def _trace(self, started_ns: int, batch: list[_Pending], size: int) -> None:
+        """Spans of one group commit that holds traced writes (tracing on): "en.journal"
+        from taking the batch until it is durable, under the first traced record's span and
+        linked to the others' (one fsync serves many writes), and its "en.journal.fsync".
+        A batch of untraced records (a stamp's own writes) leaves no span."""
+        traced = [item.trace for item in batch if item.trace is not None]
+        if not traced:
+            return
         now = time.time_ns()
-        batch = tracing.record("en.journal", started_ns, now,
-                               {"records": records, "bytes": size})
+        group = tracing.record("en.journal", started_ns, now,
+                               {"records": len(batch), "bytes": size},
+                               parent=tracing.under(traced[0]), links=traced[1:])
         tracing.record("en.journal.fsync", now - round(self._sync_s * 1e9), now,
-                       parent=batch)
+                       parent=group)
 
     def _write_and_sync(self, data: bytes, file_writes: list[FileWrite]) -> None:
         begun = time.perf_counter()

@@ -64,7 +64,10 @@ class ExtentNodeServicer(pb_grpc.ExtentNodeServicer):
             await slots.acquire()
             try:
                 await self.store.wait_for_room(sum(len(a) for a in appends))
-                future, outcomes = self.node.start_appends(extent_id, appends)
+                if tracing.enabled:
+                    future, outcomes = _start_traced(self.node, extent_id, appends)
+                else:
+                    future, outcomes = self.node.start_appends(extent_id, appends)
             except Exception as exc:
                 slots.release()
                 for request_id in ids:
@@ -79,8 +82,6 @@ class ExtentNodeServicer(pb_grpc.ExtentNodeServicer):
             if future is None:
                 slots.release()
             else:
-                if tracing.enabled and placed:
-                    _trace_replicated_write(extent_id, placed[0][1], placed[-1][2], future)
                 future.add_done_callback(lambda f: finish(placed, f))
 
         async def read_requests() -> None:
@@ -117,8 +118,7 @@ class ExtentNodeServicer(pb_grpc.ExtentNodeServicer):
                             # and runs this then: the acks go out in order, with no task or
                             # loop turn of their own.
                             if tracing.enabled:
-                                self.node.accept_forward(
-                                    entry, _traced_ack(entry, ack, acks.put_nowait))
+                                _accept_traced(self.node, entry, ack, acks.put_nowait)
                             else:
                                 self.node.accept_forward(entry,
                                                          lambda a=ack: acks.put_nowait(a))
@@ -300,20 +300,36 @@ def _error_forward_ack(extent_id: int, exc: BaseException) -> pb.ForwardAck:
                          error_message=str(exc))
 
 
-def _trace_replicated_write(extent_id: int, offset: int, end: int,
-                            future: asyncio.Future[tuple[int, int]]) -> None:
-    """A span "en.append" at the primary (tracing on), from placing a write until every
-    replica has it durable (`future`). `stamp trace` finds it, and the secondaries'
-    "en.replica_write", by extent and offset from the stream client's "stream.append"
-    (tools/cmd_trace.py): the append stream carries no trace context per append."""
-    span = tracing.begin("en.append", {"extent": extent_id, "offset": offset, "end": end})
-    future.add_done_callback(lambda f: span.end())
+def _start_traced(node: ExtentNode, extent_id: int, appends: list[bytes]
+                  ) -> tuple[asyncio.Future[tuple[int, int]] | None,
+                             list[tuple[int, int] | StampError]]:
+    """`node.start_appends` in a span "en.append" (tracing on) from placing the write until
+    every replica has it durable; its journal record's span goes under it. `stamp trace`
+    finds it, and the secondaries' "en.replica_write", by extent and offset from the stream
+    client's "stream.append" (tools/cmd_trace.py): the append stream carries no trace
+    context per append."""
+    span = tracing.begin("en.append", {"extent": extent_id, "appends": len(appends)})
+    try:
+        with tracing.using(span):
+            future, outcomes = node.start_appends(extent_id, appends)
+    except BaseException as exc:
+        span.set_attribute("error", type(exc).__name__)
+        span.end()
+        raise
+    placed = [outcome for outcome in outcomes if not isinstance(outcome, StampError)]
+    if placed:
+        span.set_attributes({"offset": placed[0][0], "end": placed[-1][1]})
+    if future is None:
+        span.end()
+    else:
+        future.add_done_callback(lambda _: span.end())
+    return future, outcomes
 
 
-def _traced_ack(entry: pb.ForwardEntry, ack: pb.ForwardAck,
-                send: Callable[[pb.ForwardAck], None]) -> Callable[[], None]:
-    """The ack of a forwarded entry, ending a span "en.replica_write" (tracing on) from now
-    until the entry is durable here."""
+def _accept_traced(node: ExtentNode, entry: pb.ForwardEntry, ack: pb.ForwardAck,
+                   send: Callable[[pb.ForwardAck], None]) -> None:
+    """`node.accept_forward` in a span "en.replica_write" (tracing on) until the entry is
+    durable here and its ack goes; its journal record's span goes under it."""
     span = tracing.begin("en.replica_write", {
         "extent": entry.extent_id, "offset": entry.offset,
         "end": entry.offset + len(entry.frames)})
@@ -321,4 +337,10 @@ def _traced_ack(entry: pb.ForwardEntry, ack: pb.ForwardAck,
     def durable() -> None:
         span.end()
         send(ack)
-    return durable
+    try:
+        with tracing.using(span):
+            node.accept_forward(entry, durable)
+    except BaseException as exc:
+        span.set_attribute("error", type(exc).__name__)
+        span.end()
+        raise

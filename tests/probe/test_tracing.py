@@ -77,8 +77,8 @@ def test_one_append_is_traced_hop_by_hop(stamp_factory: Callable[..., LocalStamp
         names = {(s["service"], s["name"]) for s in spans}
         wanted = {("sdk", "stampsdk.append"), ("fe-1", "fe.request"), ("ps-1", "ps.commit"),
                   ("ps-1", "stream.append"), ("ps-1", "/stamp.partition.PartitionServer/Status")}
-        if wanted <= names and {"en.journal.fsync", "en.replica_write"} <= {
-                s["name"] for s in spans}:
+        if wanted <= names and len([s for s in spans
+                                    if s["name"] == "en.journal.fsync"]) == 3:
             return spans
         return None
     spans = _wait_until(all_there, 15, "spans of the SDK, fe-1, ps-1 and an extent node")
@@ -103,22 +103,29 @@ def test_one_append_is_traced_hop_by_hop(stamp_factory: Callable[..., LocalStamp
         <= stream_append["start_ns"] <= stream_append["end_ns"] <= commit["end_ns"]
     assert stream_append["attributes"]["replicas"] == 3
 
-    # Every extent node of the extent journalled and synced the block.
-    journals = {s["service"] for s in spans if s["name"] == "en.journal"}
-    assert journals <= {"en-1", "en-2", "en-3"} and journals
-    fsync = next(s for s in spans if s["name"] == "en.journal.fsync")
-    by_id_all = _by_id(spans)
-    parent = by_id_all[fsync["parent_id"]]
-    assert parent["name"] == "en.journal" and parent["service"] == fsync["service"]
-
     # The primary's replicated write of the append and the secondaries' writes of it, found
-    # by extent and offset (the append stream carries no trace context per append).
+    # by extent and offset (the append stream carries no trace context per append), each
+    # with its journal record's group commit and fsync under it.
+    by_id_all = _by_id(spans)
     extent, offset = stream_append["attributes"]["extent"], stream_append["attributes"]["offset"]
-    writes = {s["name"]: s for s in spans if s["attributes"].get("extent") == extent
-              and s["attributes"].get("offset", -1) <= offset < s["attributes"].get("end", -1)}
-    assert set(writes) == {"en.append", "en.replica_write"}
-    assert stream_append["start_ns"] <= writes["en.append"]["start_ns"] \
-        <= writes["en.append"]["end_ns"] <= stream_append["end_ns"]
+    writes = [s for s in spans if s["name"] in ("en.append", "en.replica_write")
+              and s["attributes"]["extent"] == extent
+              and s["attributes"]["offset"] <= offset < s["attributes"]["end"]]
+    assert sorted(s["name"] for s in writes) == ["en.append", "en.replica_write",
+                                                 "en.replica_write"]
+    assert {s["service"] for s in writes} == {"en-1", "en-2", "en-3"}
+    primary = next(s for s in writes if s["name"] == "en.append")
+    assert stream_append["start_ns"] <= primary["start_ns"] <= primary["end_ns"] \
+        <= stream_append["end_ns"]
+    for write in writes:
+        (journal,) = [s for s in spans if s["parent_id"] == write["span_id"]]
+        (fsync,) = [s for s in spans if s["parent_id"] == journal["span_id"]]
+        assert (journal["name"], fsync["name"]) == ("en.journal", "en.journal.fsync")
+        assert journal["service"] == fsync["service"] == write["service"]
+        assert write["start_ns"] <= journal["start_ns"] <= fsync["start_ns"] \
+            <= fsync["end_ns"] == journal["end_ns"] <= write["end_ns"]
+    # Only traced writes leave journal spans (not the stamp's own, e.g. partition loads').
+    assert len([s for s in spans if s["name"] == "en.journal"]) == 3
 
     # A unary call made within a trace continues it in the server (the official gRPC
     # instrumentation, context in metadata); calls made outside any span (the background
@@ -141,5 +148,5 @@ def test_one_append_is_traced_hop_by_hop(stamp_factory: Callable[..., LocalStamp
     assert exit_.value.code == 0 and not tracing.enabled
     for line in ("stampsdk.append", "fe.request", "ps.commit", "  ps.group_commit_wait",
                  "  ps.commit_log_append", "    stream.append", "en.append",
-                 "en.replica_write"):
+                 "en.replica_write", "  en.journal", "    en.journal.fsync"):
         assert line in out
