@@ -190,6 +190,13 @@ def test_the_extent_nodes_writes_are_joined_by_extent_and_offset() -> None:
     assert [t.trace_id for t in found] == ["t1", "t3", "t4"]
 
 
+def test_stamp_up_trace_takes_a_file_or_none() -> None:
+    parser = cli.build_parser()
+    assert parser.parse_args(["up"]).trace is None  # off
+    assert parser.parse_args(["up", "--trace"]).trace == ""  # DATA_DIR/traces.jsonl
+    assert parser.parse_args(["up", "--trace", "t.jsonl"]).trace == "t.jsonl"
+
+
 def _run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
     with pytest.raises(SystemExit) as exit_:
         cli.main(argv)
