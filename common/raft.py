@@ -15,7 +15,8 @@
 The Raft port (§9) listens on the replica's own address only, never 0.0.0.0, and speaks only
 to peers that hold the stamp secret (common/stamp_secret.py; pysyncobj's `password`): the
 transport is built on `AuthenticatedTransport` (common/raft_auth.py), which refuses to run
-without one, since pysyncobj unpickles every message it reads.
+without one, since pysyncobj unpickles every message it reads, and seals every message with
+the secret (common/raft_seal.py: AES-GCM, in place of pysyncobj's Fernet).
 
 Together with the journal's contract this gives: a command's callback reports success only
 after its entry is on the disks of a majority (the leader syncs before it counts itself,
