@@ -54,7 +54,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from common.errors import Unauthenticated
+from common.errors import InvalidArgument, Unauthenticated
 
 VERSION = 1
 SALT_BYTES = 16
@@ -93,7 +93,7 @@ class RaftSeal:
                  messages_per_salt: int = MESSAGES_PER_SALT_MAX) -> None:
         self._secret = _as_bytes(secret)
         if not self._secret:
-            raise Unauthenticated("a Raft seal needs the stamp secret")
+            raise InvalidArgument("a Raft seal needs the stamp secret")
         assert 0 < messages_per_salt <= 2 ** (8 * NONCE_BYTES)
         self._random_bytes = random_bytes
         self._messages_per_salt = messages_per_salt

@@ -23,7 +23,7 @@ from pysyncobj.tcp_connection import CONNECTION_STATE, TcpConnection
 from pysyncobj.tcp_server import TcpServer
 
 from common import raft_seal
-from common.errors import Unauthenticated
+from common.errors import InvalidArgument, Unauthenticated
 from common.process import free_port
 from common.raft import DurableReplica
 from common.raft_seal import HEADER, KEYS_CACHED_MAX, SALT_BYTES, RaftSeal
@@ -63,6 +63,12 @@ def test_a_sealed_message_opens_with_its_timestamp(size: int) -> None:
         assert receiver.extract_timestamp(token) == timestamp
         assert receiver.decrypt(token) == data
         assert RaftSeal(SECRET).decrypt(token) == data  # decrypt alone authenticates too
+
+
+def test_an_empty_secret_is_refused() -> None:
+    for secret in (b"", ""):
+        with pytest.raises(InvalidArgument, match="needs the stamp secret"):
+            RaftSeal(secret)
 
 
 def test_a_str_secret_seals_as_its_encoding() -> None:
