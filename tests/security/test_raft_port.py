@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import os
 import pickle
+import secrets
 import socket
 import stat
 import struct
@@ -25,9 +26,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cryptography.fernet import Fernet
 
 from common import process, raft_auth, stamp_secret
+from common.raft_seal import RaftSeal
 from lock_service import main as lock_main
 from lock_service.client import LockClient
 from stream_layer.sm_client import AsyncStreamManagerClient
@@ -125,7 +126,7 @@ def _stream_managers_serve(stamp: LocalStamp, pattern: str) -> None:
 def test_a_crafted_pickle_sent_to_a_raft_port_runs_nothing(raft_stamp: LocalStamp,
                                                            tmp_path: Path) -> None:
     markers, accepted = [], []
-    wrong_secret = Fernet(Fernet.generate_key())
+    wrong_secret = RaftSeal(secrets.token_hex(32))
     for name, host, port in _raft_addresses(raft_stamp):
         # From the configured address, plain (as pysyncobj frames it without a password).
         marker = tmp_path / f"{name}-plain"
@@ -135,7 +136,7 @@ def test_a_crafted_pickle_sent_to_a_raft_port_runs_nothing(raft_stamp: LocalStam
         marker = tmp_path / f"{name}-from-other-source"
         _send_until_closed(host, port, _crafted(marker), source=OTHER_LOCAL_HOST)
         markers.append(marker)
-        # Sealed as pysyncobj seals with a password, but with a secret not the stamp's.
+        # Sealed as the replicas seal (common/raft_seal.py), but with a secret not the stamp's.
         marker = tmp_path / f"{name}-wrong-secret"
         _send_until_closed(host, port, wrong_secret.encrypt_at_time(
             _crafted(marker), int(time.monotonic())))
