@@ -28,7 +28,9 @@ from common.config import (
 )
 from common.process import PORT_RANGE_ENV_VAR
 from common.process import port_range as process_port_range
+from lock_service.client import LockClient
 from lock_service.group import LocalLockGroup
+from tests.support.locks import CALL_TIMEOUT_S
 from tools.local_stamp import FAULTS_ENV_VAR, LocalStamp
 from tools.lossyfs.mount import LossyMount
 
@@ -290,6 +292,20 @@ def lock_group(tmp_path: Path) -> Iterator[LocalLockGroup]:
                     os.kill(replica.pid, signal.SIGCONT)
         group.stop()
         print(group.log_tails())
+
+
+@pytest.fixture
+def make_client(lock_group: LocalLockGroup) -> Iterator[Callable[[str], LockClient]]:
+    """make(holder) -> a LockClient of lock_group for that holder, closed at the end."""
+    clients: list[LockClient] = []
+
+    def make(holder: str) -> LockClient:
+        clients.append(lock_group.client(holder, call_timeout_s=CALL_TIMEOUT_S))
+        return clients[-1]
+
+    yield make
+    for client in clients:  # before the lock_group's finalizer kills the replicas
+        client.close()
 
 
 @pytest.fixture

@@ -12,8 +12,7 @@ import asyncio
 import itertools
 import threading
 import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from common import rpc
 from common.errors import StampError, Unavailable
@@ -23,7 +22,6 @@ from partition_layer import keys
 from partition_layer.partition_map import PartitionMap
 from tools.local_stamp import LocalStamp
 
-T = TypeVar("T")
 POLL_S = 0.05
 
 
@@ -68,20 +66,6 @@ def pm_call_retrying(stamp: LocalStamp, method: str, request: Any, timeout_s: fl
 
 def current_map(stamp: LocalStamp) -> PartitionMap:
     return PartitionMap.from_pb(pm_call_retrying(stamp, "GetMap", pb.GetMapRequest(), 30))[0]
-
-
-def wait_until(check: Callable[[], T | None], timeout_s: float, what: str) -> T:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            result = check()
-            if result:
-                return result
-        except StampError:
-            pass
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(POLL_S)
 
 
 async def served_ranges(stamp: LocalStamp) -> dict[str, list[tuple[int, bytes, bytes | None]]]:

@@ -15,8 +15,8 @@ import pytest
 
 from common.rpc import arm_remote
 from tests.conftest import module_stamp
-from tests.probe.test_fault_points_services import log_of
-from tests.probe.test_stream_manager import client_for
+from tests.support.stamps import log_of
+from tests.support.streams import client_for
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow

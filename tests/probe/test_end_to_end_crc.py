@@ -17,7 +17,7 @@ from common.rpc import arm_remote
 from partition_layer.client import PartitionClient
 from partition_layer.client_requests import batch_request, put_request
 from tests.conftest import module_stamp
-from tests.probe.test_partition_failover import owner_of
+from tests.support.stamps import owner_of
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow

@@ -11,79 +11,26 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
 from common.checksums import crc32c
 from common.proto import stream_manager_pb2 as sm_pb
 from common.rpc import arm_remote
-from stream_layer import framing
-from stream_layer.client import AsyncStream, AsyncStreamClient
+from stream_layer.client import AsyncStreamClient
 from stream_layer.ec.convert import convert_extent
 from stream_layer.ec.reader import CodedExtent
-from stream_layer.extent_node.fragments import fragment_name
 from stream_layer.framing import Location
 from tests.conftest import module_stamp
-from tests.probe.test_stream_manager import client_for, wait_for
+from tests.support.erasure import check_reads, extent_bytes, fragment_file, sealed_extent
+from tests.support.streams import client_for
+from tests.support.waiting import wait_for
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow
 
 StampFactory = Callable[..., LocalStamp]
 FAST_DEATH = {"heartbeat_interval_ms": 200, "suspect_after_ms": 1000, "dead_after_ms": 2500}
-
-
-async def sealed_extent(client: AsyncStreamClient, rng: random.Random, blocks: int = 150,
-                        name: str = "log") -> tuple[AsyncStream, list[tuple[Location, bytes]]]:
-    """A stream whose first extent is sealed with `blocks` blocks of random sizes."""
-    stream = await client.create_stream(name)
-    acked = []
-    for n in range(blocks):
-        block = rng.randbytes(rng.choice([1, 100, 4000, 20_000, 70_000]))
-        acked.append(((await stream.append([block]))[0], block))
-        del n
-    await stream.seal_last()
-    assert {loc.extent_id for loc, _ in acked} == {stream.extents[0].extent_id}
-    return stream, acked
-
-
-def extent_bytes(acked: list[tuple[Location, bytes]]) -> bytes:
-    return b"".join(framing.frame(data) for _, data in acked)
-
-
-def reference_frames(extent: bytes, offset: int, length: int) -> bytes:
-    """What an extent node's Read returns: whole frames from offset within length, >= 1."""
-    end, pos = offset, offset
-    while pos < len(extent):
-        size = framing.frame_bytes(framing.HEADER.unpack_from(extent, pos)[0])
-        if pos + size > offset + length and pos > offset:
-            break
-        end = pos = pos + size
-        if end >= offset + length:
-            break
-    return extent[offset:end]
-
-
-async def check_reads(stream: AsyncStream, acked: list[tuple[Location, bytes]],
-                      rng: random.Random) -> None:
-    """Block by block, the whole stream, arbitrary byte ranges and frame reads."""
-    for loc, data in acked:
-        assert await stream.read(loc) == data, loc
-    assert [(loc, data) async for loc, data in stream.blocks()] == acked
-    info = (await stream.refresh()).extents[0]
-    coded = CodedExtent.from_info(info)
-    extent = extent_bytes(acked)
-    for _ in range(40):
-        offset = rng.randrange(len(extent))
-        length = rng.randrange(len(extent) - offset + 1)
-        assert await stream.client.coded.read_range(coded, offset, length) == \
-            extent[offset:offset + length]
-    for _ in range(20):
-        loc, _ = rng.choice(acked)
-        length = rng.choice([1, 5000, 100_000, 1 << 20])
-        assert await stream.client.coded.read_frames(coded, loc.offset, length) == \
-            reference_frames(extent, loc.offset, length)
 
 
 async def replicas_held(stamp: LocalStamp, client: AsyncStreamClient, extent_id: int
@@ -166,10 +113,6 @@ def test_slow_data_fragment_is_hedged(stamp_factory: StampFactory, rng: random.R
         assert took < 5 * hedge_s + 1.0, f"5 hedged reads took {took:.2f}s"
         await client.close()
     asyncio.run(scenario())
-
-
-def fragment_file(stamp: LocalStamp, node: str, extent_id: int, index: int) -> Path:
-    return Path(stamp.record(node).dir) / "fragments" / fragment_name(extent_id, index)
 
 
 def test_flipped_byte_in_a_fragment_is_detected_rebuilt_and_repaired(

@@ -11,13 +11,14 @@ import pytest
 
 from common.checksums import crc32c
 from common.errors import ChecksumError, DeadlineExceeded, ReplicationFailed, WrongOffset
-from common.ids import extent_file_stem, random_extent_id
+from common.ids import extent_file_stem
 from common.proto import extent_node_pb2 as pb
 from common.rpc import arm_remote
 from stream_layer import framing
 from stream_layer.extent_client import AsyncExtentClient
 from stream_layer.seal import seal_extent
 from tests.conftest import module_stamp
+from tests.support.extent_nodes import addresses, new_extent, rejoin_sealed
 from tools.chaos.extents import (
     AppendHistory,
     acknowledged,
@@ -30,26 +31,6 @@ from tools.local_stamp import LocalStamp
 pytestmark = pytest.mark.slow
 
 StampFactory = Callable[..., LocalStamp]
-
-
-def addresses(stamp: LocalStamp) -> list[str]:
-    return [n.address for n in stamp.extent_nodes()]
-
-
-async def new_extent(client: AsyncExtentClient, replicas: list[str]) -> int:
-    extent_id = random_extent_id()
-    await client.create_replicated(extent_id, replicas)
-    return extent_id
-
-
-async def rejoin_sealed(client: AsyncExtentClient, address: str, extent_id: int, length: int,
-                        sealed_on: list[str], image: bytes) -> None:
-    """A replica back after its extent was sealed without it: sealed at the same length, it
-    holds the same bytes (invariant 2)."""
-    await client.wait_serving(address)
-    assert await client.seal(address, extent_id, length, sealed_on) == length
-    assert await client.commit_length(address, extent_id) == (length, True)
-    assert await read_image(client, address, extent_id, length) == image
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,8 @@ from stream_layer import framing
 from stream_layer.client import AsyncStreamClient
 from stream_layer.extent_client import AsyncExtentClient
 from stream_layer.seal import seal_extent
-from tests.probe.test_stream_manager import start_load, wait_for
+from tests.support.streams import start_load
+from tests.support.waiting import wait_for
 from tools.chaos.extents import AppendHistory, acknowledged, check_extent_image, read_image
 from tools.local_stamp import LocalStamp
 

@@ -19,8 +19,8 @@ from common.process import LOG_FILE
 from common.rpc import arm_remote
 from stream_layer.extent_client import AsyncExtentClient
 from stream_layer.seal import seal_extent
-from tests.probe.test_extent_node import addresses, new_extent, rejoin_sealed
-from tests.probe.test_stream_manager import wait_for
+from tests.support.extent_nodes import addresses, new_extent, rejoin_sealed
+from tests.support.waiting import wait_for
 from tools.chaos.extents import (
     AppendHistory,
     acknowledged,

@@ -19,31 +19,26 @@ import random
 import re
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
 from common import process
-from common.process import LOG_FILE
 from common.rpc import arm_remote
 from lock_service.client import LockClient
 from lock_service.group import LocalLockGroup
 from partition_layer.client import AsyncPartitionClient, PartitionClient
 from stream_layer.ec.convert import convert_extent
-from tests.probe.test_erasure_coding import check_reads, sealed_extent
-from tests.probe.test_lock_service import CasWorkload, converged, make_client, wait_for
-from tests.probe.test_partition_failover import check_logs, owner_of, partition_stamp
-from tests.probe.test_stream_manager import client_for
+from tests.support.erasure import check_reads, sealed_extent
+from tests.support.locks import PROGRESS_TIMEOUT_S, CasWorkload, converged
+from tests.support.stamps import log_of, owner_of, partition_stamp
+from tests.support.streams import client_for
+from tests.support.waiting import wait_until
+from tools.chaos.extents import check_logs
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow
 
 StampFactory = Callable[..., LocalStamp]
-__all__ = ["make_client"]  # the lock service's fixture (lock_group: tests/conftest.py)
-
-
-def log_of(record_dir: str | Path) -> str:
-    return (Path(record_dir) / LOG_FILE).read_text(errors="replace")
 
 
 async def padded_append_load(client: AsyncPartitionClient, writers: int, stop: asyncio.Event,
@@ -112,7 +107,8 @@ def test_lock_leader_crash_before_proposing_keeps_the_history_linearizable(
         workload.wait_for_more(50, "operations before the fault")
         leader = lock_group.replicas[lock_group.leader(probe)]
         arm_remote(leader.address, f"{point}=crash,after=10")
-        wait_for(lambda: not process.is_alive(leader.pid or 0), "the leader to crash there")
+        wait_until(lambda: not process.is_alive(leader.pid or 0), PROGRESS_TIMEOUT_S,
+                   "the leader to crash there")
         lock_group.kill(leader.name)  # reap it
         workload.wait_for_more(50, "operations under the new leader")
         lock_group.start(leader.name)
@@ -121,7 +117,8 @@ def test_lock_leader_crash_before_proposing_keeps_the_history_linearizable(
         writes = workload.stop_and_check()
     assert writes >= 20
     assert f"fault point {point}: crashing" in log_of(leader.dir), "it died of something else"
-    wait_for(lambda: converged(lock_group, probe), "the three replicas to apply the same log")
+    wait_until(lambda: converged(lock_group, probe), PROGRESS_TIMEOUT_S,
+               "the three replicas to apply the same log")
 
 
 def test_failed_fragment_write_fails_the_conversion_and_leaves_no_fragment(

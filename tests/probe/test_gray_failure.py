@@ -19,7 +19,6 @@ marked slow never fill a fault domain: placement then never needs one of them.""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import os
 import signal
 import time
@@ -34,9 +33,10 @@ from partition_layer.client import AsyncPartitionClient
 from partition_layer.partition_streams import stream_name
 from partition_layer.requests import route_key
 from stream_layer.client import AsyncStream, AsyncStreamClient
-from stream_layer.framing import Location
 from tests.conftest import module_stamp
-from tests.probe.test_stream_manager import assert_all_readable, client_for, wait_for
+from tests.support.steady_appends import GAP_BOUND_S, SLOW_DISK, start_steady
+from tests.support.streams import assert_all_readable, client_for
+from tests.support.waiting import wait_for
 from tools.chaos.extents import acknowledged
 from tools.local_stamp import LocalStamp
 
@@ -44,14 +44,6 @@ from tools.local_stamp import LocalStamp
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 FREEZE_S = 5.0
-# The longest a writer may wait between acknowledged appends while one node is frozen or
-# slow (the issue: about a second; generous for a loaded 2-core machine). Before the fix the
-# writers waited out the whole freeze, or the 10 s append deadline.
-GAP_BOUND_S = 1.5
-APPENDERS = 2
-PACE_S = 0.005  # between one appender's appends: steady, not a flood of the 2 cores
-WARM_APPENDS = 150  # enough for every adaptive timeout to have learned the healthy latency
-SLOW_DISK = "journal.before_fsync=delay:200"
 ROLLOVERS_AFTER_SLOW = 4
 # Nodes found slow by earlier tests of the module (the stream manager avoids them for 30 s).
 _victims: list[str] = []
@@ -62,46 +54,6 @@ def stamp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStamp]:
     with module_stamp(tmp_path_factory, "gray", extent_nodes=9, stream_managers=1,
                       lock_servers=3, partition_managers=1, partition_servers=1) as local:
         yield local
-
-
-@dataclass
-class Acks:
-    """What steady appenders got acknowledged, and when (monotonic seconds)."""
-
-    acked: list[tuple[Location, bytes]] = field(default_factory=list)
-    at: list[float] = field(default_factory=list)
-    errors: list[StampError] = field(default_factory=list)
-
-    def longest_gap(self, start: float, end: float) -> float:
-        """The longest wait between acknowledgements in [start, end] (its ends included)."""
-        marks = [start, *sorted(t for t in self.at if start < t < end), end]
-        return max(b - a for a, b in itertools.pairwise(marks))
-
-
-async def _steady(stream: AsyncStream, stop: asyncio.Event, acks: Acks) -> None:
-    async def appender(index: int) -> None:
-        n = 0
-        while not stop.is_set():
-            block = f"gray-{stream.name}-{index}-{n}|".encode().ljust(600, b".")
-            n += 1
-            try:
-                [location] = await stream.append([block])
-            except StampError as exc:  # the stream layer must hide the failure: a test failure
-                acks.errors.append(exc)
-                return
-            acks.acked.append((location, block))
-            acks.at.append(time.monotonic())
-            await asyncio.sleep(PACE_S)
-    await asyncio.gather(*(appender(i) for i in range(APPENDERS)))
-
-
-async def _start(client: AsyncStreamClient, name: str
-                 ) -> tuple[AsyncStream, asyncio.Event, Acks, asyncio.Future[None]]:
-    stream = await client.create_stream(name)
-    stop, acks = asyncio.Event(), Acks()
-    load = asyncio.ensure_future(_steady(stream, stop, acks))
-    await acknowledged(acks.acked, WARM_APPENDS)
-    return stream, stop, acks, load
 
 
 async def _sealed_everywhere_at_length(client: AsyncStreamClient, stream: AsyncStream,
@@ -128,7 +80,7 @@ def _least_hit_replica(stamp: LocalStamp, addresses: list[str]) -> str:
 def test_a_slow_disk_is_sealed_away_and_avoided(stamp: LocalStamp, replica: int) -> None:
     async def scenario() -> None:
         client = client_for(stamp)
-        stream, stop, acks, load = await _start(client, f"slow-disk-{replica}")
+        stream, stop, acks, load = await start_steady(client, f"slow-disk-{replica}")
         addresses = list(stream.extents[-1].addresses)
         slow = (addresses[replica] if replica == 0
                 else _least_hit_replica(stamp, addresses[1:]))
@@ -171,7 +123,7 @@ def test_a_frozen_replica_stalls_writers_at_most_a_second(stamp: LocalStamp,
                                                           replica: int) -> None:
     async def scenario() -> None:
         client = client_for(stamp)
-        stream, stop, acks, load = await _start(client, f"frozen-{replica}")
+        stream, stop, acks, load = await start_steady(client, f"frozen-{replica}")
         frozen = stream.extents[-1].addresses[replica]
         pid = stamp.record(stamp.name_of(frozen)).pid
         _victims.append(stamp.name_of(frozen))

@@ -17,8 +17,9 @@ from collections.abc import Callable
 import pytest
 
 from common.rpc import arm_remote, disarm_remote
-from tests.probe.test_gray_failure import GAP_BOUND_S, SLOW_DISK, _start
-from tests.probe.test_stream_manager import assert_all_readable, client_for, wait_for
+from tests.support.steady_appends import GAP_BOUND_S, SLOW_DISK, start_steady
+from tests.support.streams import assert_all_readable, client_for
+from tests.support.waiting import wait_for
 from tools.chaos.extents import acknowledged
 from tools.local_stamp import LocalStamp
 
@@ -40,7 +41,7 @@ def test_a_slow_disk_under_the_timeout_is_sealed_away_for_its_lag(
 
     async def scenario() -> None:
         client = client_for(stamp)
-        stream, stop, acks, load = await _start(client, f"lagging-{replica}")
+        stream, stop, acks, load = await start_steady(client, f"lagging-{replica}")
         slow = stream.extents[-1].addresses[replica]
         known = {e.extent_id for e in stream.extents}
         arm_remote(slow, SLOW_DISK)

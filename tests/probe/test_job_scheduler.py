@@ -14,9 +14,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TypeVar
 
 import pytest
 
@@ -27,11 +26,11 @@ from spark.job_process import descendants
 from spark.job_runs import JobRun
 from tests.conftest import config_toml, stamp_config
 from tests.probe.ps_direct import DirectPS, append_request
-from tests.probe.test_stream_manager import client_for
+from tests.support.streams import client_for
+from tests.support.waiting import wait_until
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow
-T = TypeVar("T")
 
 KiB = 1024
 EXTENTS = {"extent_bytes_max": 256 * KiB}
@@ -104,16 +103,6 @@ class JobProcesses:
         self._thread.join()
 
 
-def wait_for(check: Callable[[], T], timeout_s: float, what: str) -> T:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        found = check()
-        if found:
-            return found
-        assert time.monotonic() < deadline, f"not within {timeout_s:g} s: {what}"
-        time.sleep(0.05)
-
-
 def parent_of(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
 
@@ -179,22 +168,22 @@ def test_jobs_run_by_themselves_and_a_killed_scheduler_hands_over_without_overla
         assert released, "the log's blob data sealed no extent below the trim"
         # The first run of the active scheduler (whichever job is due first): kill its
         # scheduler while it runs.
-        first = wait_for(jobs.alive, 60, "a scheduled run starting")[0]
+        first = wait_until(jobs.alive, 60, "a scheduled run starting")[0]
         scheduler = next(r.name for r in stamp.job_schedulers() if r.pid == parent_of(first))
         tree = [first, *descendants(first)]
         stamp.kill(scheduler)
         # Its run dies with it (the claim pipe closed): job process, JVM, Python workers.
-        wait_for(lambda: not any(process.is_alive(p) for p in tree), 10,
-                 f"the killed {scheduler}'s run {tree} ending")
+        wait_until(lambda: not any(process.is_alive(p) for p in tree), 10,
+                   f"the killed {scheduler}'s run {tree} ending")
         gone_at = time.monotonic()
         # The standby runs the schedule from here: ec codes the policy's stream, gc
         # reclaims the trimmed log's extents.
-        wait_for(lambda: all(s == "erasure_coded" for s in
-                             list(extent_states(stamp, COLD).values())[:-1]),
-                 DONE_S, "the policy's sealed extents erasure-coded")
-        wait_for(lambda: all(extent_states(stamp).get(e, "deleted") == "deleted"
-                             for e in released),
-                 DONE_S, f"the trimmed log's extents {released} deleted")
+        wait_until(lambda: all(s == "erasure_coded" for s in
+                               list(extent_states(stamp, COLD).values())[:-1]),
+                   DONE_S, "the policy's sealed extents erasure-coded")
+        wait_until(lambda: all(extent_states(stamp).get(e, "deleted") == "deleted"
+                               for e in released),
+                   DONE_S, f"the trimmed log's extents {released} deleted")
     finally:
         jobs.stop()
     later = [pid for pid, at in jobs.seen.items() if pid != first]
@@ -205,7 +194,7 @@ def test_jobs_run_by_themselves_and_a_killed_scheduler_hands_over_without_overla
         runs = past_runs(str(stamp.data_dir))
         return runs if all(any(r.job == job and r.result == "ok" and r.totals.get("done")
                                for r in runs) for job in ("ec", "gc")) else []
-    runs = wait_for(recorded, DONE_S, "an ok ec and gc run recorded, each with work done")
+    runs = wait_until(recorded, DONE_S, "an ok ec and gc run recorded, each with work done")
     assert any(r.result.startswith("failed: abandoned") for r in runs), [
         (r.job, r.result) for r in runs]
     # `stamp job schedule` names the standby as active now, with each job's record.

@@ -15,7 +15,7 @@ from common.proto import partition_pb2_grpc as pb_grpc
 from partition_layer.balance_policy import DefaultPolicy, PartitionSnapshot
 from partition_layer.client import PartitionClient
 from partition_layer.requests import route_key
-from tests.probe.test_partition_failover import StampFactory, owner_of, partition_stamp
+from tests.support.stamps import StampFactory, owner_of, partition_stamp
 
 pytestmark = pytest.mark.slow
 

@@ -24,7 +24,8 @@ from common.proto import lock_service_pb2_grpc as pb_grpc
 from lock_service import client as client_module
 from lock_service.client import Lease, LockClient
 from lock_service.group import LocalLockGroup
-from tests.probe.test_lock_service import wait_for
+from tests.support.locks import PROGRESS_TIMEOUT_S
+from tests.support.waiting import wait_until
 
 # serial: its bounds are timings (or it freezes processes); `make test` runs it alone.
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
@@ -115,22 +116,23 @@ def test_leases_ride_out_a_frozen_leader(lock_group: LocalLockGroup) -> None:
                                  daemon=True)
         thief.start()
         started = time.monotonic()
-        wait_for(lambda: len(renewals.since(started)) >= 2 * len(leases),
-                 "every lease to be renewed twice")
+        wait_until(lambda: len(renewals.since(started)) >= 2 * len(leases), PROGRESS_TIMEOUT_S,
+                   "every lease to be renewed twice")
 
         leader = lock_group.replicas[lock_group.leader(probe)]
         assert leader.pid is not None
         os.kill(leader.pid, signal.SIGSTOP)
         frozen_at = time.monotonic()
         try:
-            wait_for(lambda: time.monotonic() - frozen_at >= FROZEN_S
-                     and len(renewals.since(frozen_at + 1.0)) >= 2 * len(leases),
-                     f"{FROZEN_S}s frozen, and every lease renewed at the new leader")
+            wait_until(lambda: time.monotonic() - frozen_at >= FROZEN_S
+                       and len(renewals.since(frozen_at + 1.0)) >= 2 * len(leases),
+                       PROGRESS_TIMEOUT_S,
+                       f"{FROZEN_S}s frozen, and every lease renewed at the new leader")
         finally:
             os.kill(leader.pid, signal.SIGCONT)
         thawed_at = time.monotonic()
-        wait_for(lambda: len(renewals.since(thawed_at)) >= 2 * len(leases),
-                 "renewals after the thaw")
+        wait_until(lambda: len(renewals.since(thawed_at)) >= 2 * len(leases), PROGRESS_TIMEOUT_S,
+                   "renewals after the thaw")
         stop.set()
         thief.join(10.0)
 
@@ -183,8 +185,8 @@ def test_a_leader_frozen_while_others_took_over_renews_and_grants_nothing_stale(
             daemon=True)
         stall.start()
         with LockClient(others, "successor", call_timeout_s=8.0) as successor:
-            wait_for(lambda: any(_leads(successor, a) for a in others),
-                     "the other two to elect a leader")
+            wait_until(lambda: any(_leads(successor, a) for a in others), PROGRESS_TIMEOUT_S,
+                       "the other two to elect a leader")
             # The holder gives both up at the new leader; another takes the lock.
             lease.release()
             session.release()

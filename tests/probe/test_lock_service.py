@@ -9,8 +9,7 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from random import Random
 
@@ -21,30 +20,15 @@ from common.errors import StampError
 from common.rpc import arm_remote
 from lock_service.client import LockClient
 from lock_service.group import LocalLockGroup
-
-CALL_TIMEOUT_S = 8.0
-PROGRESS_TIMEOUT_S = 20.0
-
-
-@pytest.fixture
-def make_client(lock_group: LocalLockGroup) -> Iterator[Callable[[str], LockClient]]:
-    clients: list[LockClient] = []
-
-    def make(holder: str) -> LockClient:
-        clients.append(lock_group.client(holder, call_timeout_s=CALL_TIMEOUT_S))
-        return clients[-1]
-
-    yield make
-    for client in clients:  # before the lock_group's finalizer kills the replicas
-        client.close()
-
-
-def wait_for(condition: Callable[[], bool], what: str,
-             timeout_s: float = PROGRESS_TIMEOUT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
+from tests.support.locks import (
+    CALL_TIMEOUT_S,
+    PROGRESS_TIMEOUT_S,
+    CasWorkload,
+    Op,
+    check_linearizable,
+    converged,
+)
+from tests.support.waiting import wait_until
 
 
 def restart_leader(lock_group: LocalLockGroup, probe: LockClient) -> str:
@@ -52,18 +36,6 @@ def restart_leader(lock_group: LocalLockGroup, probe: LockClient) -> str:
     lock_group.kill(leader)
     lock_group.start(leader)
     return leader
-
-
-def converged(lock_group: LocalLockGroup, probe: LockClient) -> bool:
-    """True when all replicas answer and have applied the same commands; any two that have
-    applied as many must hold the same state (asserted on every look)."""
-    statuses = list(lock_group.statuses(probe, with_digest=True).values())
-    by_applied: dict[int, set[str]] = {}
-    for status in statuses:
-        by_applied.setdefault(status.applied, set()).add(status.digest)
-    for applied, digests in by_applied.items():
-        assert len(digests) == 1, f"replicas diverged at {applied} commands applied"
-    return len(statuses) == len(lock_group.replicas) and len(by_applied) == 1
 
 
 # --- mutual exclusion under leader failover ------------------------------------------------------
@@ -103,10 +75,12 @@ def test_mutual_exclusion_holds_while_the_leader_is_killed_repeatedly(
     try:
         for _ in range(3):
             seen = len(claims)
-            wait_for(lambda seen=seen: len(claims) >= seen + 3, "grants before a kill")
+            wait_until(lambda seen=seen: len(claims) >= seen + 3, PROGRESS_TIMEOUT_S,
+                       "grants before a kill")
             restart_leader(lock_group, probe)
         seen = len(claims)
-        wait_for(lambda: len(claims) >= seen + 3, "grants after the last kill")
+        wait_until(lambda: len(claims) >= seen + 3, PROGRESS_TIMEOUT_S,
+                   "grants after the last kill")
     finally:
         stop.set()
         for thread in threads:
@@ -159,56 +133,10 @@ def test_killed_holder_loses_its_lock_after_the_ttl_and_the_next_token_is_larger
     # scheduling); the service counts ttl from there.
     assert waited_s >= ttl_s / 2, f"freed {waited_s:.2f}s after the kill"
     assert waited_s <= ttl_s + 2.0, f"freed only {waited_s:.2f}s after the kill"
-    wait_for(lambda: client.list("members/") == [], "the victim's session keys to vanish",
-             timeout_s=3.0)
+    wait_until(lambda: client.list("members/") == [], 3.0, "the victim's session keys to vanish")
 
 
 # --- linearizable compare-and-set ----------------------------------------------------------------
-
-
-@dataclass
-class Op:
-    kind: str  # "read" | "cas"
-    invoked: float
-    returned: float
-    version: int  # read: the version seen; cas: the expected version
-    value: bytes
-    new_version: int | None = None  # cas: the version it wrote, None if refused
-
-
-def check_linearizable(history: list[Op]) -> int:
-    """Check a history of reads and compare-and-sets of one register whose every write is a
-    CAS of a unique value. Versions fix the order of the writes; check that this order is a
-    chain, respects real time, and that every read and refused CAS fits in it. Returns the
-    number of successful writes."""
-    writes = sorted((op for op in history if op.kind == "cas" and op.new_version is not None),
-                    key=lambda op: op.new_version or 0)
-    assert len({w.new_version for w in writes}) == len(writes), "two writes, one version"
-    by_version: dict[int, Op] = {w.new_version or 0: w for w in writes}
-    replaced_by: dict[int, Op] = {}
-    previous = 0
-    latest_invocation = 0.0
-    for w in writes:
-        assert w.version == previous, f"lost update: {w} expected {w.version}, not {previous}"
-        replaced_by[previous] = w
-        assert w.returned > latest_invocation, f"{w} is ordered after a write started later"
-        latest_invocation = max(latest_invocation, w.invoked)
-        previous = w.new_version or 0
-    for op in history:
-        if op.kind == "read":
-            writer = by_version.get(op.version)
-            assert op.version == 0 or writer is not None, f"{op} read a version never written"
-            assert writer is None or writer.value == op.value, f"{op} read the wrong value"
-            assert writer is None or op.returned > writer.invoked, f"{op} read the future"
-        elif op.new_version is None:  # refused: its expected version was not current
-            writer = by_version.get(op.version)
-            could_precede = writer is not None and op.invoked < writer.returned
-            successor = replaced_by.get(op.version)
-            could_follow = successor is not None and op.returned > successor.invoked
-            assert could_precede or could_follow, f"{op} was refused while its version held"
-        successor = replaced_by.get(op.version) if op.kind == "read" else None
-        assert successor is None or op.invoked < successor.returned, f"{op} read a stale value"
-    return len(writes)
 
 
 def test_the_checker_catches_what_it_should() -> None:
@@ -225,51 +153,6 @@ def test_the_checker_catches_what_it_should() -> None:
         with pytest.raises(AssertionError):
             check_linearizable(history)
             pytest.fail(f"missed: {name}")
-
-
-class CasWorkload:
-    """Clients that read a register and compare-and-set it, recording every operation."""
-
-    def __init__(self, make_client: Callable[[str], LockClient], clients: int = 4,
-                 key: str = "counter") -> None:
-        self.history: list[Op] = []
-        self.failures: list[BaseException] = []
-        self._key, self._mutex, self._stop = key, threading.Lock(), threading.Event()
-        self._threads = [threading.Thread(target=self._run, args=(make_client(f"w{i}"), i))
-                         for i in range(clients)]
-        for thread in self._threads:
-            thread.start()
-
-    def _run(self, client: LockClient, index: int) -> None:
-        n = 0
-        try:
-            while not self._stop.is_set():
-                invoked = time.monotonic()
-                seen = client.get(self._key)
-                value, version = seen if seen is not None else (b"", 0)
-                read = Op("read", invoked, time.monotonic(), version, value)
-                new_value = f"w{index}-{n}".encode()
-                n += 1
-                invoked = time.monotonic()
-                written = client.compare_and_set(self._key, version, new_value)
-                cas = Op("cas", invoked, time.monotonic(), version, new_value, written)
-                with self._mutex:
-                    self.history.extend([read, cas])
-        except BaseException as exc:  # an unknown outcome would make the history unusable
-            self.failures.append(exc)
-
-    def wait_for_more(self, count: int, what: str) -> None:
-        seen = len(self.history)
-        wait_for(lambda: len(self.history) >= seen + count or bool(self.failures), what)
-
-    def stop_and_check(self) -> int:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(CALL_TIMEOUT_S * 2)
-        assert not self.failures, f"a worker failed: {self.failures!r}"
-        writes = check_linearizable(self.history)
-        print(f"{len(self.history)} operations, {writes} successful writes")
-        return writes
 
 
 @pytest.mark.slow
@@ -296,7 +179,8 @@ def test_leader_torn_mid_journal_write_recovers_and_agrees(
         # Its next journal sync writes half a batch, then the process SIGKILLs itself.
         arm_remote(leader.address, "raft_journal.sync=torn,after=5")
         assert leader.pid is not None
-        wait_for(lambda: not process.is_alive(leader.pid or 0), "the torn write to crash it")
+        wait_until(lambda: not process.is_alive(leader.pid or 0), PROGRESS_TIMEOUT_S,
+                   "the torn write to crash it")
         lock_group.kill(leader.name)  # reap it
         workload.wait_for_more(50, "operations without it")
         lock_group.start(leader.name)
@@ -305,7 +189,8 @@ def test_leader_torn_mid_journal_write_recovers_and_agrees(
         workload.stop_and_check()
     log_text = (leader.dir / process.LOG_FILE).read_text()
     assert "fault point raft_journal.sync: crashing" in log_text, "it died of something else"
-    wait_for(lambda: converged(lock_group, probe), "the three replicas to apply the same log")
+    wait_until(lambda: converged(lock_group, probe), PROGRESS_TIMEOUT_S,
+               "the three replicas to apply the same log")
 
 
 # --- durability across a full restart -------------------------------------------------------------
@@ -328,7 +213,8 @@ def test_restart_of_all_replicas_keeps_locks_and_keys(
     assert other.acquire("keep", ttl_s=1.0) is None, "the lock survived the restart"
     assert owner.list("members/") == ["members/owner"]
     before = lease.remaining_s()
-    wait_for(lambda: lease.remaining_s() > before, "a renewal after the restart")
+    wait_until(lambda: lease.remaining_s() > before, PROGRESS_TIMEOUT_S,
+               "a renewal after the restart")
     assert lease.valid() and not lease.lost.is_set()
     lease.release()
     after = other.acquire("keep", ttl_s=1.0)
@@ -378,7 +264,8 @@ def test_replica_states_are_equal_after_a_failover_storm(
     try:
         for _ in range(8):
             seen = done[0]
-            wait_for(lambda seen=seen: done[0] >= seen + 20, "progress between kills")
+            wait_until(lambda seen=seen: done[0] >= seen + 20, PROGRESS_TIMEOUT_S,
+                       "progress between kills")
             victims = [lock_group.leader(probe) if rng.random() < 0.7
                        else rng.choice(lock_group.running())]
             if rng.random() < 0.25:  # and sometimes a second one: no quorum for a moment
@@ -392,4 +279,5 @@ def test_replica_states_are_equal_after_a_failover_storm(
         for thread in threads:
             thread.join(CALL_TIMEOUT_S * 2)
 
-    wait_for(lambda: converged(lock_group, probe), "the three replicas to apply the same log")
+    wait_until(lambda: converged(lock_group, probe), PROGRESS_TIMEOUT_S,
+               "the three replicas to apply the same log")

@@ -17,7 +17,8 @@ from common.proto import lock_service_pb2 as pb
 from common.proto import lock_service_pb2_grpc as pb_grpc
 from lock_service.client import LockClient
 from lock_service.group import LocalLockGroup
-from tests.probe.test_lock_service import wait_for
+from tests.support.locks import PROGRESS_TIMEOUT_S
+from tests.support.waiting import wait_until
 
 # serial: its bounds are timings (or it freezes processes); `make test` runs it alone.
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
@@ -60,7 +61,7 @@ def test_a_frozen_leader_does_not_answer_from_stale_state(lock_group: LocalLockG
                 except StampError:
                     continue
             return False
-        wait_for(new_leader, "the other two to elect a leader")
+        wait_until(new_leader, PROGRESS_TIMEOUT_S, "the other two to elect a leader")
         assert probe.status(old.address, timeout_s=2.0).role == "leader", \
             "the frozen leader must still believe it leads for this test to mean anything"
         with LockClient([r.address for r in others], "new-holder",

@@ -7,66 +7,28 @@ import asyncio
 import os
 import signal
 import time
-from collections.abc import Callable
-from pathlib import Path
-from typing import TypeVar
 
 import pytest
 
 from common import rpc
-from common.errors import NotOwner, StampError
-from common.process import LOG_FILE
+from common.errors import NotOwner
 from common.proto import partition_pb2 as pb
 from common.proto import partition_pb2_grpc as pb_grpc
 from partition_layer.client import PartitionClient
 from partition_layer.payload_crc import payload_crcs
 from partition_layer.session import CallSession
+from tests.support.partitions import aserving
+from tests.support.stamps import StampFactory, log_says, owner_of, partition_stamp
+from tests.support.waiting import wait_until
 from tools.chaos.extents import append_load, check_logs
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow
 
-StampFactory = Callable[..., LocalStamp]
-T = TypeVar("T")
-
-
-def wait_for(check: Callable[[], T | None], timeout_s: float, what: str) -> T:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            result = check()
-            if result:
-                return result
-        except StampError:
-            pass
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(0.05)
-
-
-def partition_stamp(factory: StampFactory, **partition: int) -> LocalStamp:
-    return factory(3, 3, lock_servers=3, partition_managers=2, partition_servers=2,
-                   partition=partition or None)
-
-
-def owner_of(stamp: LocalStamp, pc: PartitionClient, partition_id: int = 1) -> str:
-    current, _ = pc.partition_map()
-    return current.get(partition_id).server
-
-
-async def aserving(stamp: LocalStamp, name: str, partition_id: int = 1) -> bool:
-    async with rpc.aio_channel(stamp.address(name), 16 << 20) as channel:
-        load = await rpc.call(pb_grpc.PartitionServerStub(channel).Status(
-            pb.ServerStatusRequest(), timeout=2))
-    return any(p.partition_id == partition_id and p.state == "serving" for p in load.partitions)
 
 
 def serving(stamp: LocalStamp, name: str, partition_id: int = 1) -> bool:
     return asyncio.run(aserving(stamp, name, partition_id))
-
-
-def log_says(stamp: LocalStamp, name: str, text: str) -> bool:
-    return text in (Path(stamp.record(name).dir) / LOG_FILE).read_text(errors="replace")
 
 
 def test_kill_ps_during_append_load(stamp_factory: StampFactory) -> None:
@@ -111,14 +73,14 @@ def test_kill_pm_leader_then_a_ps(stamp_factory: StampFactory) -> None:
 
     with PartitionClient.from_stamp(str(stamp.data_dir)) as pc:
         pc.append("acct", "log", [b"before"])
-        old_leader = wait_for(leader, 10, "a PM leader")
+        old_leader = wait_until(leader, 10, "a PM leader")
         stamp.kill(old_leader)
-        new_leader = wait_for(leader, 15, "the standby PM to lead")
+        new_leader = wait_until(leader, 15, "the standby PM to lead")
         assert new_leader != old_leader
         # The new leader does the PM's work: a dead PS's partitions move.
         victim = owner_of(stamp, pc)
         stamp.kill(victim)
-        wait_for(lambda: owner_of(stamp, pc) != victim, 15, "the partition to be reassigned")
+        wait_until(lambda: owner_of(stamp, pc) != victim, 15, "the partition to be reassigned")
         assert pc.append("acct", "log", [b"after"]) == 1
         assert pc.read("acct", "log", 0, 10) == [(0, b"before"), (1, b"after")]
 
@@ -172,8 +134,8 @@ def test_deposed_owner_cannot_make_a_write_visible(stamp_factory: StampFactory) 
         answer = pc.run(scenario())
         # ...and the old owner's commit, resumed after the takeover, failed.
         assert isinstance(answer, Exception) or answer.error, f"stale append acked: {answer}"
-        wait_for(lambda: log_says(stamp, old, "partition 1 stops serving"), 10,
-                 "the old owner to stop serving")
+        wait_until(lambda: log_says(stamp, old, "partition 1 stops serving"), 10,
+                   "the old owner to stop serving")
         assert log_says(stamp, old, "commit-log append failed: Fenced"), \
             "the stale commit was not refused by the fence"
         assert pc.read("acct", "log", 0, 10) == [(0, b"r0")]
@@ -205,9 +167,9 @@ def test_load_cost_does_not_grow_with_checkpointed_data(stamp_factory: StampFact
         pc.append("acct", "tail-log", [b"after the checkpoints"])
         old = owner_of(stamp, pc)
         stamp.kill(old)
-        new = wait_for(lambda: owner_of(stamp, pc) != old and owner_of(stamp, pc), 20,
-                       "the partition to move")
-        wait_for(lambda: serving(stamp, new), 20, "the new owner to serve")
+        new = wait_until(lambda: owner_of(stamp, pc) != old and owner_of(stamp, pc), 20,
+                         "the partition to move")
+        wait_until(lambda: serving(stamp, new), 20, "the new owner to serve")
 
         async def load_report() -> pb.LoadReply:
             stub = pb_grpc.PartitionServerStub(rpc.aio_channel(stamp.address(new), 16 << 20))

@@ -20,13 +20,8 @@ from common.proto import partition_pb2_grpc as pb_grpc
 from partition_layer.client import PartitionClient
 from partition_layer.payload_crc import payload_crcs
 from partition_layer.session import CallSession
-from tests.probe.test_partition_failover import (
-    StampFactory,
-    aserving,
-    log_says,
-    owner_of,
-    partition_stamp,
-)
+from tests.support.partitions import aserving
+from tests.support.stamps import StampFactory, log_says, owner_of, partition_stamp
 from tools.chaos.extents import acknowledged, append_load, check_logs
 from tools.local_stamp import LocalStamp
 

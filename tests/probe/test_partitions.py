@@ -28,23 +28,17 @@ from partition_layer.payload_crc import payload_crcs
 from partition_layer.session import CallSession
 from stream_layer.client import AsyncStream, AsyncStreamClient
 from stream_layer.extent_client import AsyncExtentClient
-from tests.probe.test_partition_failover import (
-    append_load,
-    aserving,
-    check_logs,
-    log_says,
-    owner_of,
-    partition_stamp,
-)
-from tests.probe.test_stream_manager import (
+from tests.support.partitions import aserving
+from tests.support.stamps import log_says, owner_of, partition_stamp
+from tests.support.streams import (
     assert_all_readable,
     client_for,
     converged_digests,
     leader_name,
     start_load,
-    wait_for,
 )
-from tools.chaos.extents import acknowledged
+from tests.support.waiting import wait_for, wait_until
+from tools.chaos.extents import acknowledged, append_load, check_logs
 from tools.cmd_isolate import heal, isolate
 from tools.local_stamp import LocalStamp
 
@@ -249,7 +243,6 @@ async def _until(check: Callable[[], bool], timeout_s: float, what: str) -> None
         await asyncio.sleep(0.05)
 
 
-
 def _cli(stamp: LocalStamp, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "tools.cli", "--data-dir", str(stamp.data_dir),
                            *args], capture_output=True, text=True, timeout=120)
@@ -271,8 +264,9 @@ def test_stamp_isolate_and_heal_a_lock_service_leader(stamp_factory: StampFactor
 
     def new_leader() -> bool:
         return any(client.status(r.address).role == "leader" for r in others)
-    _wait(lambda: client.status(old.address).role != "leader", 15, "the old leader to step down")
-    _wait(new_leader, 15, "a leader among the others")
+    wait_until(lambda: client.status(old.address).role != "leader", 15,
+               "the old leader to step down")
+    wait_until(new_leader, 15, "a leader among the others")
     applied = client.status(old.address).applied
     client.put("during", b"2")  # the stamp goes on
     assert client.status(old.address).applied == applied, "a Raft entry crossed the cut"
@@ -282,7 +276,7 @@ def test_stamp_isolate_and_heal_a_lock_service_leader(stamp_factory: StampFactor
     def converged() -> bool:
         replies = [client.status(r.address, with_digest=True) for r in stamp.lock_servers()]
         return len({(r.applied, r.digest) for r in replies}) == 1
-    _wait(converged, 15, "the lock replicas to converge after the heal")
+    wait_until(converged, 15, "the lock replicas to converge after the heal")
     got = client.get("during")
     assert got is not None and got[0] == b"2"
 
@@ -294,13 +288,3 @@ def test_stamp_isolate_and_heal_a_lock_service_leader(stamp_factory: StampFactor
     client.close()
 
 
-def _wait(check: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            if check():
-                return
-        except StampError:
-            pass
-        assert time.monotonic() < deadline, f"timed out after {timeout_s}s waiting for {what}"
-        time.sleep(0.05)

@@ -35,7 +35,7 @@ from partition_layer import keys
 from partition_layer.client import PartitionClient
 from partition_layer.partition_map import PartitionMap
 from tests.conftest import config_toml, stamp_config
-from tests.probe.test_partition_failover import log_says
+from tests.support.stamps import log_says
 from tools.chaos.extents import append_load, check_logs
 from tools.local_stamp import LocalStamp
 

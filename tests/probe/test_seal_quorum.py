@@ -17,7 +17,8 @@ import pytest
 from common.errors import StampError, Unavailable
 from stream_layer.client import AsyncStreamClient
 from stream_layer.framing import Location
-from tests.probe.test_stream_manager import assert_all_readable, client_for, wait_for
+from tests.support.streams import assert_all_readable, client_for
+from tests.support.waiting import wait_for
 from tools.local_stamp import LocalStamp
 
 # serial: its bounds are timings (or it freezes processes); `make test` runs it alone.

@@ -18,13 +18,9 @@ import pytest
 from common.errors import Fenced, NotFound, PreconditionFailed
 from stream_layer.client import AsyncStreamClient
 from stream_layer.stream_ops import create_from_op, fence_op, retire_op
-from tests.probe.test_stream_manager import (
-    StampFactory,
-    client_for,
-    converged_digests,
-    leader_name,
-    wait_for,
-)
+from tests.support.stamps import StampFactory
+from tests.support.streams import client_for, converged_digests, leader_name
+from tests.support.waiting import wait_for
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow

@@ -16,7 +16,8 @@ from common.errors import NotFound, NotLeader, StampError, Unavailable
 from common.proto import stream_manager_pb2 as pb
 from common.proto import stream_manager_pb2_grpc as pb_grpc
 from stream_layer.sm_client import AsyncStreamManagerClient
-from tests.probe.test_stream_manager import client_for, leader_name, wait_for
+from tests.support.streams import client_for, leader_name
+from tests.support.waiting import wait_for
 from tools.local_stamp import LocalStamp
 
 # serial: its bounds are timings (or it freezes processes); `make test` runs it alone.

@@ -16,9 +16,9 @@ import pytest
 
 from spark.driver import run_job
 from tests.conftest import config_toml, stamp_config
-from tests.probe.test_spark_gc import holdings, write
-from tests.probe.test_stream_manager import client_for
 from tests.spark_cluster import standalone_cluster
+from tests.support.extent_nodes import holdings
+from tests.support.streams import client_for, write
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow

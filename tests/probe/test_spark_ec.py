@@ -21,7 +21,7 @@ from spark.driver import job_session, past_runs, run_job
 from spark.job_result import DONE
 from stream_layer.client import AsyncStreamClient
 from stream_layer.framing import Location
-from tests.probe.test_stream_manager import client_for
+from tests.support.streams import client_for
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow

@@ -23,10 +23,10 @@ from common.rpc import arm_remote, disarm_remote
 from spark.driver import job_session, run_job
 from spark.job_result import DONE
 from stream_layer import stream_ops
-from stream_layer.client import AsyncStreamClient
-from stream_layer.framing import Location
 from tests.conftest import config_toml, stamp_config
-from tests.probe.test_stream_manager import client_for, leader_name, wait_for
+from tests.support.extent_nodes import holdings
+from tests.support.streams import Acked, client_for, leader_name, write
+from tests.support.waiting import wait_for
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow
@@ -34,7 +34,6 @@ pytestmark = pytest.mark.slow
 FAST_DEATH = {"heartbeat_interval_ms": 200, "suspect_after_ms": 1000, "dead_after_ms": 2500}
 SMALL_EXTENTS = {"extent_bytes_max": 100_000}
 GRACE_S = 3.0
-Acked = list[tuple[Location, bytes]]
 
 
 @pytest.fixture(scope="module")
@@ -58,19 +57,6 @@ def stamp(tmp_path: Path) -> Iterator[LocalStamp]:
         yield local
     finally:
         local.kill_all()
-
-
-async def write(client: AsyncStreamClient, name: str, rng: random.Random, blocks: int
-                ) -> Acked:
-    stream = await client.create_stream(name)
-    return [((await stream.append([b]))[0], b)
-            for b in (rng.randbytes(rng.choice([100, 9000])) for _ in range(blocks))]
-
-
-async def holdings(stamp: LocalStamp, client: AsyncStreamClient) -> dict[str, set[int]]:
-    """Replicas each live extent node holds."""
-    return {n.name: {e.extent_id for e in await client.extents.list_extents(n.address)}
-            for n in stamp.extent_nodes() if stamp.alive(n.name)}
 
 
 def test_gc_sweeps_orphans_after_the_grace_and_never_live_or_shared_extents(

@@ -19,8 +19,9 @@ from spark.job_result import DAMAGED, OK, REPAIRED
 from stream_layer.client import AsyncStreamClient
 from stream_layer.ec.convert import convert_extent
 from stream_layer.extent_node.replica import replica_paths
-from tests.probe.test_erasure_coding import fragment_file, sealed_extent
-from tests.probe.test_stream_manager import client_for, wait_for
+from tests.support.erasure import fragment_file, sealed_extent
+from tests.support.streams import client_for
+from tests.support.waiting import wait_for
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow

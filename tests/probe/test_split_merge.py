@@ -32,8 +32,8 @@ from tests.split_merge_probe import (
     current_map,
     name_key,
     pm_call,
-    wait_until,
 )
+from tests.support.waiting import wait_until
 from tools.chaos.check import check
 from tools.chaos.history import AccountView
 from tools.chaos.workload import ACCOUNT, MixedWorkload

@@ -5,89 +5,27 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
 
 import pytest
 
-from common.errors import AlreadyExists, Fenced, StampError
+from common.errors import AlreadyExists, Fenced
 from common.proto import stream_manager_pb2 as pb
 from stream_layer.client import AsyncStream, AsyncStreamClient
 from stream_layer.framing import Location
+from tests.support.stamps import StampFactory
+from tests.support.streams import (
+    append_load,
+    assert_all_readable,
+    client_for,
+    converged_digests,
+    leader_name,
+    start_load,
+)
+from tests.support.waiting import wait_for
 from tools.chaos.extents import acknowledged
-from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow
 
-StampFactory = Callable[..., LocalStamp]
-T = TypeVar("T")
-
-
-def client_for(stamp: LocalStamp) -> AsyncStreamClient:
-    return AsyncStreamClient([r.address for r in stamp.stream_managers()],
-                             stamp.config.extent_node, stamp.config.stream_manager)
-
-
-async def wait_for(check: Callable[[], Awaitable[T | None]], timeout_s: float, what: str) -> T:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            result = await check()
-            if result:
-                return result
-        except StampError:
-            pass
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        await asyncio.sleep(0.05)
-
-
-async def leader_name(stamp: LocalStamp, client: AsyncStreamClient) -> str:
-    async def find() -> str | None:
-        for rec in stamp.stream_managers():
-            if stamp.alive(rec.name) and (await client.sm.status(rec.address)).leader:
-                return rec.name
-        return None
-    return await wait_for(find, 15, "a stream manager leader")
-
-
-async def converged_digests(stamp: LocalStamp, client: AsyncStreamClient) -> set[str]:
-    """Wait until every replica has applied the same log; return their state digests."""
-    async def same_index() -> set[str] | None:
-        replies = [await client.sm.status(r.address) for r in stamp.stream_managers()]
-        if len({r.applied_index for r in replies}) == 1:
-            return {r.state_digest for r in replies}
-        return None
-    return await wait_for(same_index, 15, "the stream managers to converge")
-
-
-async def append_load(stream: AsyncStream, appenders: int, stop: asyncio.Event,
-                      acked: list[tuple[Location, bytes]]) -> list[tuple[Location, bytes]]:
-    """Appenders until `stop`; what they got acknowledged grows in `acked` meanwhile."""
-
-    async def appender(index: int) -> None:
-        n = 0
-        while not stop.is_set():
-            block = f"w{index}-{n}|".encode().ljust(1000, b"-")
-            acked.append(((await stream.append([block]))[0], block))
-            n += 1
-    await asyncio.gather(*(appender(i) for i in range(appenders)))
-    return acked
-
-
-def start_load(stream: AsyncStream, appenders: int
-               ) -> tuple[asyncio.Event, list[tuple[Location, bytes]], asyncio.Future[Any]]:
-    """`append_load` in the background: (stop, what is acknowledged so far, the load)."""
-    stop = asyncio.Event()
-    acked: list[tuple[Location, bytes]] = []
-    return stop, acked, asyncio.ensure_future(append_load(stream, appenders, stop, acked))
-
-
-async def assert_all_readable(stream: AsyncStream, acked: list[tuple[Location, bytes]]) -> None:
-    found = {loc: data async for loc, data in stream.blocks()}
-    missing = [loc for loc, data in acked if found.get(loc) != data]
-    assert not missing, f"{len(missing)} acknowledged blocks lost or changed: {missing[:3]}"
 
 
 def test_full_extents_roll_over_without_failing_appends_in_flight(

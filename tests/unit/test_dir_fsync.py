@@ -14,7 +14,7 @@ import pytest
 
 from common.config import load_config
 from stream_layer.extent_node.store import ExtentStore
-from tests.unit.test_store import LIMITS, append, open_store
+from tests.support.extent_store import LIMITS, append, open_store
 from tools.local_stamp import LocalStamp
 
 Event = tuple[str, Path]

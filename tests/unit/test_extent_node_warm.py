@@ -14,7 +14,7 @@ from stream_layer import framing
 from stream_layer.extent_node.node import ExtentNode
 from stream_layer.extent_node.replica_state import Write
 from stream_layer.extent_node.server import ExtentNodeServicer
-from tests.unit.test_store import LIMITS, open_store
+from tests.support.extent_store import LIMITS, open_store
 
 PRIMARY = "127.0.0.1:1"
 SECONDARIES = ["127.0.0.1:2", "127.0.0.1:3"]

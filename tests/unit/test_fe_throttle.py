@@ -9,29 +9,20 @@ is in each test's id, so a failure replays)."""
 from __future__ import annotations
 
 import dataclasses
-import random
 from collections import defaultdict
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.clock import ManualClock
 from common.config import FrontEndLimits
 from common.errors import InvalidArgument, Throttled
-from frontend.throttle import AccountThrottle, Decision, Reason, refusal_probability
+from frontend.throttle import Decision, Reason, refusal_probability
+from tests.support.throttle import UNLIMITED, make, run_load
 
 # Rates small enough to count by hand; the overload machinery as configured by default.
 SMALL = FrontEndLimits(account_requests_per_s_max=10.0, account_burst_requests_max=20,
                        account_bytes_per_s_max=1000, account_burst_bytes_max=2000)
-# Rates so high that only overload refuses anything.
-UNLIMITED = FrontEndLimits(account_requests_per_s_max=1e9, account_burst_requests_max=10**9,
-                           account_bytes_per_s_max=10**12, account_burst_bytes_max=10**12)
-
-
-def make(limits: FrontEndLimits, seed: int = 1) -> tuple[AccountThrottle, ManualClock]:
-    clock = ManualClock()
-    return AccountThrottle(limits, clock, random.Random(seed)), clock
 
 
 def test_a_new_account_gets_its_burst_then_the_rate() -> None:
@@ -93,28 +84,6 @@ def test_a_refusal_raises_throttled_with_its_retry_after() -> None:
     with pytest.raises(Throttled, match="byte rate") as info:
         Decision(False, 0.25, Reason.ACCOUNT_BYTES).raise_if_refused()
     assert info.value.retry_after_s == 0.25
-
-
-def run_load(throttle: AccountThrottle, clock: ManualClock, steps: int,
-             per_step: dict[str, int], server: str = "ps-1",
-             report: tuple[int, float] | None = None) -> dict[str, tuple[int, int]]:
-    """Each step (10 ms) every account sends its requests, interleaved; a report, if given,
-    is repeated every 100 steps. Returns (offered, refused) per account."""
-    counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    order = [a for a, n in per_step.items() for _ in range(n)]
-    rng = random.Random(7)
-    for step in range(steps):
-        if report is not None and step % 100 == 0:
-            throttle.observe_server(server, *report)
-        rng.shuffle(order)
-        for account in order:
-            decision = throttle.admit(account, server, 100)
-            counts[account][0] += 1
-            if not decision.admitted:
-                assert decision.reason is Reason.SERVER_OVERLOAD
-                counts[account][1] += 1
-        clock.advance(0.01)
-    return {a: (c[0], c[1]) for a, c in counts.items()}
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

@@ -6,7 +6,7 @@ random sources."""
 
 from __future__ import annotations
 
-from tests.unit.test_fe_throttle import UNLIMITED, make, run_load
+from tests.support.throttle import UNLIMITED, make, run_load
 
 SLOW = (0, 10_000.0)  # a report: nothing queued, p99 far past the threshold
 QUEUEING = (UNLIMITED.overload_queue_ops_min, 1.0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +16,7 @@ from lock_service import commands as c
 from lock_service import limits
 from lock_service.replica import LockReplica
 from lock_service.server import EXPIRY_CHECK_MAX_S, EXPIRY_CHECK_MIN_S, expiry_wait
+from tests.support.waiting import wait_until
 
 
 def test_sleeps_until_the_next_expiry() -> None:
@@ -44,7 +45,7 @@ def replica(tmp_path: Path) -> Iterator[LockReplica]:
     address = f"127.0.0.1:{free_port()}"
     replica = LockReplica(address, [address], tmp_path / "raft", secret=b"s" * 32)
     try:
-        wait_for(replica.is_leader, "the replica leads")
+        wait_until(replica.is_leader, 30.0, "the replica leads")
         yield replica
     finally:
         replica.close()
@@ -94,8 +95,3 @@ def test_a_role_change_wakes_the_expiry_pass(tmp_path: Path) -> None:
     assert roles[-1] is True  # heard when it took office
 
 
-def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {timeout_s}s: {what}"
-        time.sleep(0.01)

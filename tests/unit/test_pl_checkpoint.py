@@ -23,7 +23,7 @@ from partition_layer.rows import Row, decode_row, encode_row
 from partition_layer.run_cache import IndexCache, Run
 from partition_layer.runs import RunIndex, RunInfo, RunReader, block_cache
 from stream_layer.framing import Location
-from tests.unit.test_pl_runs import FakeStream
+from tests.support.streams import FakeStream
 
 
 def test_a_run_write_lets_other_tasks_run_between_rows() -> None:

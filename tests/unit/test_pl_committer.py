@@ -21,29 +21,12 @@ from partition_layer import keys
 from partition_layer import partition as partition_module
 from partition_layer.commit_log import CommitOp
 from partition_layer.committer import GroupCommitter
-from partition_layer.keys import KeyRange
 from partition_layer.operations import LogAppend
-from partition_layer.partition_meta import PartitionMeta
 from partition_layer.rows import Row, decode_row
-from partition_layer.run_cache import IndexCache
 from partition_layer.stats import LoadStats
 from stream_layer.framing import Location
-from tests.unit.test_pl_operations import log_append
-from tests.unit.test_pl_runs import FakeStream
-
-
-def serving_partition(limits: PartitionLimits) -> partition_module.RangePartition:
-    """A partition as `load` leaves a new one, on in-memory streams."""
-    p = partition_module.RangePartition(1, KeyRange(b"", None), None,  # type: ignore[arg-type]
-                                        limits, epoch=1, lease_valid=lambda: True)
-    p.streams = {kind: FakeStream() for kind in ("log", "row", "meta", "blob")}  # type: ignore[misc]
-    p.meta = PartitionMeta(partition_id=1, key_range=p.range, runs=[], replay_from=None,
-                           applied_lsn=0, next_run_id=1, intents=[])
-    p.indexes = IndexCache(limits.index_cache_bytes_max, p.streams["row"].read,
-                           p.block_cache)
-    p._move(partition_module.SERVING)  # as `load` does
-    p.committer.start()
-    return p
+from tests.support.partitions import log_append, serving_partition
+from tests.support.streams import FakeStream
 
 
 def test_committed_appends_leave_no_row_cache_entries() -> None:

@@ -12,8 +12,7 @@ import pytest
 
 from common.config import PartitionLimits
 from partition_layer.linger import Linger
-from tests.unit.test_pl_committer import serving_partition
-from tests.unit.test_pl_operations import log_append
+from tests.support.partitions import log_append, serving_partition
 
 CAP = 32
 

@@ -15,7 +15,7 @@ from partition_layer.merge import aiter_sync, merge
 from partition_layer.operations import EntityWrite, LogTrim, Write, record_key
 from partition_layer.record_batch import decode_records
 from partition_layer.rows import decode_row, encode_row
-from tests.unit.test_pl_operations import Table, log_append, with_crcs
+from tests.support.partitions import Table, log_append, with_crcs
 
 
 def test_an_entity_put_cannot_overwrite_a_log_append() -> None:

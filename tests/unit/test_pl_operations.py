@@ -16,60 +16,18 @@ from common.errors import (
 from partition_layer import keys
 from partition_layer.operations import (
     EntityWrite,
-    LogAppend,
     LogSeal,
     LogTrim,
-    Operation,
     Overlay,
     Write,
-    log_meta,
     meta_key,
     validate_writes,
 )
 from partition_layer.payload_crc import payload_crcs
 from partition_layer.record_batch import decode_records, encode_records
-from partition_layer.rows import BlobRef, LogMeta, Row, etag_of
+from partition_layer.rows import BlobRef, LogMeta, etag_of
 from stream_layer.framing import Location
-
-
-def log_append(account: str, log: str, records: tuple[bytes, ...], **fields: object
-               ) -> LogAppend:
-    """A LogAppend of `records` with their CRC32Cs, as the partition server makes one from
-    a verified request."""
-    return LogAppend(account, log, records, crcs=tuple(payload_crcs(records)),
-                     **fields)  # type: ignore[arg-type]
-
-
-def with_crcs(first: int, records: tuple[bytes, ...] | list[bytes]
-              ) -> list[tuple[int, bytes, int]]:
-    """[(seq, record, crc)] as decode_records gives them back."""
-    return [(first + i, r, c) for i, (r, c) in enumerate(zip(records, payload_crcs(records),
-                                                             strict=True))]
-
-
-class Table:
-    """Rows as the committer would see them, applying each op's mutations in turn."""
-
-    def __init__(self) -> None:
-        self.rows: dict[bytes, Row] = {}
-        self.lsn = 0
-
-    def run(self, op: Operation) -> object:
-        overlay = Overlay({k: self.rows.get(k) for k in op.reads()})
-        result, mutations = op.apply(overlay, self.lsn + 1)
-        if mutations:
-            self.lsn += 1
-            for key, row in mutations:
-                assert row.version == self.lsn
-                if row.tombstone:
-                    self.rows.pop(key, None)
-                else:
-                    self.rows[key] = row
-        return result
-
-    def meta(self, log: str) -> LogMeta:
-        key = meta_key("a", log)
-        return log_meta(Overlay({key: self.rows.get(key)}), key)
+from tests.support.partitions import Table, log_append, with_crcs
 
 
 def test_appends_are_consecutive_and_tokens_answer_retries() -> None:

@@ -31,7 +31,7 @@ from partition_layer.ownership import (
 from partition_layer.partition_map import PartitionMap, assigned_elsewhere
 from partition_layer.payload_crc import payload_crcs
 from partition_layer.server import PartitionServer, _Load
-from tests.unit.test_pl_committer import serving_partition
+from tests.support.partitions import serving_partition
 
 DEADLINE_S = 5.0
 

@@ -11,7 +11,7 @@ import pytest
 from common.config import PartitionLimits
 from common.errors import PreconditionFailed
 from partition_layer import partition_states as pm
-from tests.unit.test_pl_committer import serving_partition
+from tests.support.partitions import serving_partition
 
 
 def test_the_table_names_every_state_and_gone_is_final() -> None:

@@ -7,7 +7,8 @@ import asyncio
 
 from partition_layer.run_cache import IndexCache, Run
 from partition_layer.runs import block_cache
-from tests.unit.test_pl_runs import FakeStream, collect, row, write_run
+from tests.support.runs import collect, row, write_run
+from tests.support.streams import FakeStream
 
 
 def test_indexes_load_on_first_use_once_and_again_after_eviction() -> None:

@@ -14,8 +14,9 @@ from partition_layer.rows import Row, encode_row
 from partition_layer.run_cache import IndexCache, Run
 from partition_layer.runs import block_cache
 from partition_layer.scan_snapshot import Snapshot
-from tests.unit.test_pl_committer import serving_partition
-from tests.unit.test_pl_runs import FakeStream, collect, row, write_run
+from tests.support.partitions import serving_partition
+from tests.support.runs import collect, row, write_run
+from tests.support.streams import FakeStream
 
 ITEMS = [(b"k%04d" % i, row(i)) for i in range(500)]
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator
 
 import pytest
 from hypothesis import given, settings
@@ -14,64 +13,13 @@ from common.errors import ChecksumError, Internal, InvalidArgument
 from partition_layer import run_blocks
 from partition_layer.rows import Row, encode_row
 from partition_layer.runs import RunIndex, RunInfo, RunReader, RunWriter, block_cache
-from stream_layer.framing import Location, frame_bytes
-
-
-class FakeStream:
-    """Blocks end to end in one extent; appends checked against the writer's limits."""
-
-    def __init__(self, append_bytes_max: int = 8 << 20, append_blocks_max: int = 128) -> None:
-        self.blocks: dict[Location, bytes] = {}
-        self.end = 0
-        self.appends: list[int] = []
-        self.reads = 0
-        self.append_bytes_max = append_bytes_max
-        self.append_blocks_max = append_blocks_max
-
-    async def append(self, blocks: list[bytes]) -> list[Location]:
-        assert blocks and len(blocks) <= self.append_blocks_max
-        # A block bigger than the limit goes alone.
-        assert (len(blocks) == 1
-                or sum(frame_bytes(len(b)) for b in blocks) <= self.append_bytes_max)
-        self.appends.append(len(blocks))
-        locations = []
-        for block in blocks:
-            loc = Location(1, self.end, frame_bytes(len(block)))
-            self.blocks[loc] = bytes(block)
-            self.end = loc.end
-            locations.append(loc)
-        return locations
-
-    def stalled_s(self, start: float, end: float) -> float:
-        return 0.0  # in memory: no extent ever fails
-
-    async def read(self, loc: Location) -> bytes:
-        self.reads += 1
-        return self.blocks[loc]
-
-    @property
-    def last_extent_id(self) -> int:
-        return 1
+from stream_layer.framing import frame_bytes
+from tests.support.runs import collect, row, write_run
+from tests.support.streams import FakeStream
 
 
 def run(coro):  # type: ignore[no-untyped-def]
     return asyncio.run(coro)
-
-
-async def collect(it: AsyncIterator[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    return [item async for item in it]
-
-
-async def write_run(stream: FakeStream, items: list[tuple[bytes, bytes]], **kw: int
-                    ) -> RunInfo:
-    writer = RunWriter(stream.append, **kw)
-    for key, value in items:
-        await writer.add(key, value)
-    return await writer.finish()
-
-
-def row(i: int, size: int = 8) -> bytes:
-    return encode_row(Row(i, value=bytes([i % 251]) * size))
 
 
 keys_st = st.lists(st.binary(min_size=0, max_size=6), min_size=1, max_size=300, unique=True)

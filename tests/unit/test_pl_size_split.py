@@ -13,8 +13,9 @@ from partition_layer.memtable import Memtable
 from partition_layer.run_cache import IndexCache, Run
 from partition_layer.runs import RunIndex, RunInfo, block_cache
 from partition_layer.size_split import run_bytes_in_view, size_split_key
-from tests.unit.test_pl_committer import serving_partition
-from tests.unit.test_pl_runs import FakeStream, row, write_run
+from tests.support.partitions import serving_partition
+from tests.support.runs import row, write_run
+from tests.support.streams import FakeStream
 
 ITEMS = [(b"k%04d" % i, row(i, 40)) for i in range(1000)]
 

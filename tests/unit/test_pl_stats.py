@@ -59,7 +59,7 @@ def test_the_finder_reports_on_the_stats_clock_and_a_reading_changes_nothing() -
 
 def test_a_status_read_leaves_the_heartbeat_its_figures() -> None:
     """`stamp partition ls` (the Status RPC) and the heartbeat both call load_report."""
-    from tests.unit.test_pl_committer import serving_partition
+    from tests.support.partitions import serving_partition
 
     async def scenario() -> None:
         p = serving_partition(dataclasses.replace(PartitionLimits()))
@@ -111,7 +111,7 @@ def test_requests_routed_to_a_partition_feed_its_finder_and_the_heartbeat() -> N
     from common.proto import partition_pb2 as pb
     from partition_layer.requests import handle, route_key
     from partition_layer.server import PartitionServer
-    from tests.unit.test_pl_committer import serving_partition
+    from tests.support.partitions import serving_partition
 
     async def scenario() -> None:
         limits = PartitionLimits()

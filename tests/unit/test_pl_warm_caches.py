@@ -16,8 +16,7 @@ from partition_layer import partition as partition_module
 from partition_layer.keys import KeyRange
 from partition_layer.run_cache import IndexCache
 from partition_layer.warm_start import inherit_caches
-from tests.unit.test_pl_committer import serving_partition
-from tests.unit.test_pl_operations import log_append
+from tests.support.partitions import log_append, serving_partition
 
 LOGS = [f"log-{i}" for i in range(8)]
 LIMITS = dataclasses.replace(PartitionLimits(), memtable_bytes_max=64 << 20)

@@ -7,13 +7,11 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import threading
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from tests.support.waiting import wait_until
 from tools import cmd_bench, progress
 from tools.progress import SILENT, Progress
 
@@ -108,20 +106,13 @@ def test_nothing_is_shown_before_show_after_s() -> None:
     assert out.getvalue() == ""
 
 
-def wait_until(condition: Callable[[], bool], timeout_s: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not condition() and time.monotonic() < deadline:
-        threading.Event().wait(0.01)
-    return condition()
-
-
 def test_after_show_after_s_the_current_step_then_every_change() -> None:
     out, clock = io.StringIO(), FakeClock()
     shown = Progress("split", file=out, show_after_s=0.05, clock=clock)
     shown.status("the partition manager is splitting partition 1")
     with shown:
         clock.now += 2.0
-        assert wait_until(lambda: out.getvalue() != "")
+        wait_until(lambda: out.getvalue() != "", 5.0, "the current step to be shown")
         shown.status("still")
     assert out.getvalue().splitlines() == [
         "[split] the partition manager is splitting partition 1 (2.0 s)",

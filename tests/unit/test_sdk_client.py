@@ -231,7 +231,7 @@ def test_the_blocking_client_reports_errors_as_the_async_one() -> None:
 def test_the_blocking_scan_crosses_to_its_loop_once_a_page() -> None:
     from stampsdk.scan import AsyncScanIterator, ScanCursor, ScanRange
 
-    from tests.unit.test_sdk_scan import ITEMS, KEYS, ReferenceFrontEnd
+    from tests.support.scan_reference import ITEMS, KEYS, ReferenceFrontEnd
 
     with client.Client(["127.0.0.1:1"], "acct", key=KEY) as c:
         runs = []

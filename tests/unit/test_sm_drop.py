@@ -9,8 +9,7 @@ import pytest
 
 from common.errors import Fenced, InvalidArgument, NotFound, PreconditionFailed
 from stream_layer.stream_manager import state as s
-from tests.unit.test_sm_split import sealed_stream
-from tests.unit.test_sm_state import add, fresh
+from tests.support.stream_manager import add, fresh, sealed_stream
 
 
 def test_drop_takes_the_named_sealed_extents_out_of_the_stream() -> None:

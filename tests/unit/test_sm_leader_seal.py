@@ -17,7 +17,7 @@ from stream_layer.extent_client import AsyncExtentClient
 from stream_layer.stream_manager import state as s
 from stream_layer.stream_manager.leader import StreamManagerLeader
 from stream_layer.stream_manager.replica import StreamManagerReplica
-from tests.unit.test_sm_leader_time import LIMITS, NODES, InMemoryGroup, heartbeat
+from tests.support.stream_manager import LIMITS, NODES, InMemoryGroup, heartbeat
 
 
 class ExtentNodes:

@@ -6,13 +6,11 @@ are a recorder of the calls a copy makes."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import cast
 
 import pytest
 
 from common.clock import ManualClock
-from common.config import StreamManagerLimits
 from common.errors import InvalidArgument
 from stream_layer.extent_client import AsyncExtentClient
 from stream_layer.stream_manager import state as s
@@ -20,30 +18,7 @@ from stream_layer.stream_manager.leader import StreamManagerLeader
 from stream_layer.stream_manager.liveness import NodeLiveness
 from stream_layer.stream_manager.repair_budget import RepairBudget
 from stream_layer.stream_manager.replica import StreamManagerReplica
-
-T = TypeVar("T")
-LIMITS = StreamManagerLimits(suspect_after_ms=3000, dead_after_ms=30_000)
-NODES = [(f"en-{i}", f"fd-{(i - 1) % 3 + 1}") for i in range(1, 7)]
-
-
-class InMemoryGroup:
-    """A leader's view of its Raft group: commands apply at once, in order."""
-
-    def __init__(self) -> None:
-        self.state = s.StreamManagerState()
-        self.leading = True
-
-    def is_leader(self) -> bool:
-        return self.leading
-
-    def raft_status(self) -> dict[str, Any]:
-        return {"term": 1}
-
-    def read(self, look: Callable[[s.StreamManagerState], T]) -> T:
-        return look(self.state)
-
-    async def propose(self, command: Any) -> Any:
-        return self.state.apply(command)
+from tests.support.stream_manager import LIMITS, NODES, InMemoryGroup, heartbeat
 
 
 class CopyRecorder:
@@ -67,12 +42,6 @@ def make_leader(clock: ManualClock) -> tuple[StreamManagerLeader, InMemoryGroup,
     leader = StreamManagerLeader(cast(StreamManagerReplica, group), LIMITS,
                                  cast(AsyncExtentClient, extents), clock=clock)
     return leader, group, extents
-
-
-async def heartbeat(leader: StreamManagerLeader, name: str) -> None:
-    domain = dict(NODES)[name]
-    await leader.heartbeat(name, f"127.0.0.1:{7000 + int(name[3:])}", domain, "ud", 1 << 30,
-                           0, 0)
 
 
 def test_suspect_and_overdue_follow_the_clock() -> None:

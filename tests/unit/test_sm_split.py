@@ -11,22 +11,9 @@ from common.proto import stream_manager_pb2 as pb
 from stream_layer import stream_ops
 from stream_layer.stream_manager import state as s
 from stream_layer.stream_manager.server import _stream_op
-from tests.unit.test_sm_state import add, fresh
+from tests.support.stream_manager import add, fresh, sealed_stream
 
 KINDS = ("log", "row", "meta", "blob")
-
-
-def sealed_stream(state: s.StreamManagerState, name: str, first_extent: int, count: int = 2,
-                  epoch: int = 0) -> None:
-    """Stream `name` with `count` sealed extents numbered from `first_extent`."""
-    state.apply(s.CreateStream(name))
-    if epoch:
-        state.apply(s.FenceStream(name, epoch))
-    for extent_id in range(first_extent, first_extent + count):
-        last = state.stream(name).extents[-1] if state.stream(name).extents else 0
-        state.apply(s.AddExtent(name, extent_id, ("en-1", "en-2", "en-3"), expect_last=last,
-                                epoch=epoch))
-        state.apply(s.SealExtent(extent_id, 100 * extent_id))
 
 
 def test_create_stream_from_holds_exactly_the_extents_in_order() -> None:

@@ -19,22 +19,7 @@ from common.errors import (
 )
 from stream_layer.stream_manager import state as s
 from stream_layer.stream_manager.placement import Candidate, place_extent, place_replacement
-
-NODES = [(f"en-{i}", f"fd-{(i - 1) % 3 + 1}") for i in range(1, 7)]
-
-
-def fresh() -> s.StreamManagerState:
-    state = s.StreamManagerState()
-    for name, domain in NODES:
-        state.apply(s.RegisterNode(name, f"127.0.0.1:{7100 + int(name[3:])}", domain, "ud", 0))
-    state.apply(s.ReserveExtentIds(1000))
-    return state
-
-
-def add(state: s.StreamManagerState, stream: str, extent_id: int,
-        replicas: tuple[str, ...] = ("en-1", "en-2", "en-3")) -> None:
-    last = state.stream(stream).extents[-1] if state.stream(stream).extents else 0
-    state.apply(s.AddExtent(stream, extent_id, replicas, expect_last=last))
+from tests.support.stream_manager import NODES, add, fresh
 
 
 def test_stream_life() -> None:

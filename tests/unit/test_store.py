@@ -4,13 +4,11 @@ checkpoints, seals and their survival across a crash (the store is abandoned, no
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import itertools
 from pathlib import Path
 
 import pytest
 
-from common.config import ExtentNodeLimits
 from common.errors import (
     ChecksumError,
     ExtentFull,
@@ -22,24 +20,7 @@ from common.errors import (
 )
 from stream_layer import framing
 from stream_layer.extent_node import writeback
-from stream_layer.extent_node.store import ExtentStore
-
-LIMITS = dataclasses.replace(ExtentNodeLimits(), checkpoint_interval_ms=3_600_000,
-                             extent_bytes_max=1 << 20)
-
-
-def open_store(root: Path) -> ExtentStore:
-    store = ExtentStore(root / "data", root / "journal", LIMITS)
-    store.recover()
-    return store
-
-
-async def append(store: ExtentStore, extent_id: int, payloads: list[bytes]) -> int:
-    replica = store.get(extent_id)
-    frames = b"".join(framing.frame(p) for p in payloads)
-    offset = replica.accepted_end
-    await store.accept_append(extent_id, offset, frames)
-    return offset + len(frames)
+from tests.support.extent_store import LIMITS, append, open_store
 
 
 async def no_peers(replica: object, target: int) -> None:
