@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
 
 from common.clock import SystemClock
 from common.errors import StampError
@@ -20,20 +19,8 @@ from lock_service.client import LockClient
 from partition_layer.payload_crc import payload_crcs
 from tools.local_stamp import LocalStamp
 
-T = TypeVar("T")
 StampFactory = Callable[..., LocalStamp]
 MESSAGE_BYTES_MAX = 64 * 1024 * 1024
-
-
-def wait_for(check: Callable[[], T | None], timeout_s: float, what: str) -> T:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s:g}s: {what}")
-        time.sleep(0.05)
 
 
 class RawFrontEnd:
@@ -81,7 +68,6 @@ def refused(response: pb.Response, error: type[StampError], *words: str) -> None
     assert response.error == error.__name__, (response.error, response.message)
     for word in words:
         assert word in response.message, (word, response.message)
-
 
 
 def account_store(stamp: LocalStamp) -> Iterator[AccountStore]:

@@ -57,7 +57,7 @@ from lock_service.client import LockClient
 from partition_layer.client import PartitionClient
 from partition_layer.requests import route_key
 from tests.conftest import module_stamp
-from tests.front_end_raw import wait_for
+from tests.support.waiting import wait_until
 from tools import local_tls
 from tools.local_front_ends import azure_connection_string, blob_endpoint, http_scheme
 from tools.local_stamp import LocalStamp
@@ -238,14 +238,14 @@ def test_deleted_and_replaced_blobs_and_containers_leave_no_records(
         assert all(records_of(name) for name in ("deleted", "replaced", "kept"))
         container.get_blob_client("deleted").delete_blob()
         container.get_blob_client("replaced").create_append_blob()  # a new, empty one
-        wait_for(lambda: not records_of("deleted") and not records_of("replaced"), 30,
-                 "the records of the deleted and the replaced blob swept")
+        wait_until(lambda: not records_of("deleted") and not records_of("replaced"), 30,
+                   "the records of the deleted and the replaced blob swept")
         assert records_of("kept")
         assert container.get_blob_client("kept").download_blob().readall() == b"kept" * 1000
         assert container.get_blob_client("replaced").get_blob_properties().size == 0
         container.delete_container()
-        wait_for(lambda: not pc.scan(account.name, (group, b"\x00"), (group, b"\xff")), 30,
-                 "the deleted container's rows swept")
+        wait_until(lambda: not pc.scan(account.name, (group, b"\x00"), (group, b"\xff")), 30,
+                   "the deleted container's rows swept")
 
 
 def test_append_conditions(service: BlobServiceClient) -> None:
@@ -566,7 +566,7 @@ def test_an_sdk_upload_survives_sigkill_of_its_partition_server_and_front_end(
     arm_remote(blob_stamp.address("fe-1"), "fe.blob.append.before_answer=crash,after=8")
     thread = threading.Thread(target=upload)
     thread.start()
-    wait_for(lambda: not blob_stamp.alive("fe-1"), 60, "fe-1 crashing after an append")
+    wait_until(lambda: not blob_stamp.alive("fe-1"), 60, "fe-1 crashing after an append")
     watched = watcher.get_blob_client("survivor", "s")
     at_crash = _size(watched)
     with PartitionClient.from_stamp(str(blob_stamp.data_dir)) as pc:

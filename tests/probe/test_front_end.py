@@ -50,8 +50,8 @@ from tests.front_end_raw import (
     raw_front_end,
     refused,
     signed,
-    wait_for,
 )
+from tests.support.waiting import wait_until
 from tools.chaos.extents import check_logs
 from tools.local_stamp import LocalStamp
 
@@ -210,7 +210,7 @@ def test_a_rotated_key_stops_working_within_10_s(
         response = fe.call(signed(append_request("acme", "orders", [b"old"]), old))
         return response.error == "Unauthenticated"
 
-    wait_for(old_key_refused, 15, "the rotated key refused")
+    wait_until(old_key_refused, 15, "the rotated key refused")
     assert time.monotonic() - rotated_at < 10 + 1  # 1 s for the request's own round trip
     assert not fe.call(signed(append_request("acme", "orders", [b"new"]), new)).error
     data = [d for _, d in pc.read("acme", "orders", 0, 1000)]
@@ -317,7 +317,7 @@ def test_killing_a_front_end_loses_nothing(front_end_stamp: LocalStamp, accounts
         assert [d for _, d in pc.read("acme", "orders", 0, 10)] == [b"a", b"b", b"c"]
         pid = front_end_stamp.record("fe-2").pid
         front_end_stamp.kill("fe-2", signal.SIGTERM)  # a clean stop: it ends itself, says so
-        wait_for(lambda: not process.is_alive(pid), 30, "fe-2 stopped on SIGTERM")
+        wait_until(lambda: not process.is_alive(pid), 30, "fe-2 stopped on SIGTERM")
         log = (Path(front_end_stamp.record("fe-2").dir) / LOG_FILE).read_text()
         assert "fe-2 stopping" in log and "Traceback" not in log
     finally:
@@ -347,7 +347,7 @@ def test_a_subscription_through_a_front_end_survives_a_partition_server_kill(
 
     follower = threading.Thread(target=follow, daemon=True)
     follower.start()
-    wait_for(lambda: len(seen) == 2, 30, "the first records through the front end")
+    wait_until(lambda: len(seen) == 2, 30, "the first records through the front end")
     owner = pc.partition_map()[0].lookup(route_key("acme", "events")).server
     front_end_stamp.kill(owner)
     pc.append("acme", "events", [b"e2", b"e3"])  # the partition client waits for the move

@@ -44,7 +44,8 @@ from frontend.accounts import Account, AccountStore
 from lock_service.client import LockClient
 from partition_layer.client import PartitionClient
 from tests.conftest import config_toml, stamp_config
-from tests.front_end_raw import RawFrontEnd, signed, wait_for
+from tests.front_end_raw import RawFrontEnd, signed
+from tests.support.waiting import wait_until
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow
@@ -514,11 +515,11 @@ def test_subscribe_survives_killing_its_front_end(
 
     thread = threading.Thread(target=follow, daemon=True)
     thread.start()
-    wait_for(lambda: received, 60, "the subscriber's first record")
+    wait_until(lambda: received, 60, "the subscriber's first record")
     victim = next(n for n in FRONT_ENDS if sdk_stamp.address(n) == connected[0])
     for i in range(1, 20):
         writer.append("events", [f"e-{i}".encode()])
-    wait_for(lambda: len(received) >= 20, 60, "records before the kill")
+    wait_until(lambda: len(received) >= 20, 60, "records before the kill")
     sdk_stamp.kill(victim)
     for i in range(20, 60):
         writer.append("events", [f"e-{i}".encode(), f"e-{i}b".encode()])
@@ -549,9 +550,9 @@ def test_an_append_retried_after_its_front_end_died_is_applied_once(
     thread = threading.Thread(target=lambda: result.append(c.append("orders", [b"once"])),
                               daemon=True)
     thread.start()
-    held = wait_for(lambda: [a for a in servers
-                             if "ps.commit.before_append" not in armed(a)], 30,
-                    "the append held at the partition server")
+    held = wait_until(lambda: [a for a in servers
+                               if "ps.commit.before_append" not in armed(a)], 30,
+                      "the append held at the partition server")
     sdk_stamp.kill(victim)
     thread.join(timeout=60)
     assert result == [1]
@@ -693,7 +694,7 @@ def test_closing_a_client_ends_its_subscribers_with_a_clear_error(
 
     thread = threading.Thread(target=follow, daemon=True)
     thread.start()
-    wait_for(lambda: received, 60, "the subscriber's first record")
+    wait_until(lambda: received, 60, "the subscriber's first record")
     blocking.close()
     thread.join(timeout=60)
     assert received == [(0, b"e-0")]

@@ -19,7 +19,7 @@ from frontend.accounts import AccountStore
 from lock_service.client import LockClient
 from partition_layer.client import PartitionClient
 from partition_layer.requests import route_key
-from tests.front_end_raw import wait_for
+from tests.support.waiting import wait_until
 from tools.chaos.extents import read_whole_log
 from tools.local_stamp import LocalStamp
 
@@ -83,15 +83,15 @@ def test_writers_and_a_subscriber_across_front_end_and_partition_server_kills(
     writers.start()
     follower.start()
     try:
-        wait_for(lambda: len(acked) >= PHASE_APPENDS, 120, "appends before the kills")
+        wait_until(lambda: len(acked) >= PHASE_APPENDS, 120, "appends before the kills")
         stamp.kill("fe-1")
         mark = len(acked)
-        wait_for(lambda: len(acked) >= mark + PHASE_APPENDS, 120, "appends after fe-1 died")
+        wait_until(lambda: len(acked) >= mark + PHASE_APPENDS, 120, "appends after fe-1 died")
         owner = partition_server_of(stamp, FOLLOWED)
         stamp.kill(owner)
         mark = len(acked)
-        wait_for(lambda: len(acked) >= mark + PHASE_APPENDS, 180, f"appends after {owner} "
-                 f"died")
+        wait_until(lambda: len(acked) >= mark + PHASE_APPENDS, 180, f"appends after {owner} "
+                   f"died")
         assert partition_server_of(stamp, FOLLOWED) != owner  # the partition moved
     finally:
         stop.set()

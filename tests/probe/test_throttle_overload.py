@@ -33,7 +33,8 @@ from stampsdk.retry import RetryPolicy
 from common.clock import SystemClock
 from frontend.accounts import AccountStore
 from lock_service.client import LockClient
-from tests.front_end_raw import RawFrontEnd, wait_for
+from tests.front_end_raw import RawFrontEnd
+from tests.support.waiting import wait_until
 from tools.local_stamp import LocalStamp
 
 # serial: its bounds are timings (or it freezes processes); `make test` runs it alone.
@@ -154,8 +155,8 @@ def test_a_noisy_account_is_throttled_while_a_quiet_one_keeps_its_p99(
                 unloaded += _quiet_latencies(quiet)
                 refusals = fe.status().throttled
                 flood.go()
-                wait_for(lambda: fe.status().throttled > refusals, 60,  # noqa: B023
-                         "the flood is throttled")
+                wait_until(lambda: fe.status().throttled > refusals, 60,  # noqa: B023
+                           "the flood is throttled")
                 flooded += _quiet_latencies(quiet)
                 flood.pause()
             result = flood.stop()

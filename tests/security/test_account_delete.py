@@ -30,7 +30,7 @@ from frontend.accounts import AccountStore
 from lock_service.client import LockClient
 from partition_layer.client import PartitionClient
 from tests.conftest import module_stamp
-from tests.front_end_raw import wait_for
+from tests.support.waiting import wait_until
 from tools import account_purge
 from tools.local_stamp import LocalStamp
 
@@ -126,8 +126,8 @@ def test_a_deleted_account_leaves_nothing_to_the_next_owner_of_its_name(
 
     # The old keys are refused on both endpoints (within the front ends' key cache TTL).
     for client in (old, with_token):
-        wait_for(functools.partial(refused_by_sdk, client), KEYS_GONE_S,
-                 "the old key and token refused by the SDK path")
+        wait_until(functools.partial(refused_by_sdk, client), KEYS_GONE_S,
+                   "the old key and token refused by the SDK path")
         client.close()
     with pytest.raises(HttpResponseError) as refused:
         list(old_blobs.list_containers())

@@ -43,9 +43,10 @@ from frontend.accounts import Account, AccountStore
 from frontend.blob_model import CONTAINERS_GROUP
 from lock_service.client import LockClient
 from tests.conftest import module_stamp
-from tests.front_end_raw import RawFrontEnd, wait_for
+from tests.front_end_raw import RawFrontEnd
 from tests.front_end_raw import signed as signed_call
 from tests.security.blob_raw import Answer, Endpoint, signed
+from tests.support.waiting import wait_until
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow  # one whole stamp for the module
@@ -270,8 +271,8 @@ def test_the_documented_limits_fit_and_more_is_refused(account: Account,
     many = [*put, *((f"x-ms-meta-m{n}", "v") for n in range(HEADERS_TOO_MANY))]
     answer = endpoint.send("PUT", blob, signed(account.name, key, "PUT", blob, many))
     assert answer[0] in (400, 431), answer
-    wait_for(lambda: endpoint.send("GET", blob, signed(account.name, key, "GET", blob))[0]
-             == 200, 10, "the endpoint answers after the refusals")
+    wait_until(lambda: endpoint.send("GET", blob, signed(account.name, key, "GET", blob))[0]
+               == 200, 10, "the endpoint answers after the refusals")
 
 
 def test_malformed_requests_are_logged_in_one_line_not_a_traceback(
@@ -289,9 +290,9 @@ def test_malformed_requests_are_logged_in_one_line_not_a_traceback(
 
     assert all(malformed() == 400 for _ in range(30))
     # The next second's first refusal is logged (the 30 may all fall in one already logged).
-    wait_for(lambda: malformed() == 400 and ("malformed HTTP request" in added()
-                                             or "Traceback" in added()), 10,
-             "a refusal logged")
+    wait_until(lambda: malformed() == 400 and ("malformed HTTP request" in added()
+                                               or "Traceback" in added()), 10,
+               "a refusal logged")
     assert "Traceback" not in added(), added()[-2000:]
     assert added().count("malformed HTTP request") < 10
 

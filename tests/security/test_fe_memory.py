@@ -29,14 +29,8 @@ from common.proto import partition_pb2 as pb
 from frontend import wire
 from frontend.accounts import Account, AccountStore
 from tests.conftest import module_stamp
-from tests.front_end_raw import (
-    RawFrontEnd,
-    account_store,
-    append_request,
-    rss_bytes,
-    signed,
-    wait_for,
-)
+from tests.front_end_raw import RawFrontEnd, account_store, append_request, rss_bytes, signed
+from tests.support.waiting import wait_until
 from tools.local_stamp import LocalStamp
 
 # serial: its bounds are timings (or it freezes processes); `make test` runs it alone.
@@ -152,7 +146,7 @@ def test_a_client_that_never_reads_its_answers_holds_bounded_memory(
             seen.append((fe.status().requests, fe_rss(stamp)))
             return len(seen) > 20 and seen[-1][0] == seen[-21][0] and (
                 seen[-1][1] - seen[-21][1] < LOG_BYTES)
-        wait_for(settled, 60, "the front end to stop taking the stream's requests")
+        wait_until(settled, 60, "the front end to stop taking the stream's requests")
         took, grown = seen[-1][0] - taken, seen[-1][1] - before
         print(f"took {took} of the stream's {len(requests)} reads; its resident set grew by "
               f"{grown / MiB:.1f} MiB")
@@ -237,7 +231,7 @@ def test_a_flood_of_made_up_accounts_does_not_hold_up_another_connection(
     cached = fe.status().accounts_cached
     flood = Flood(stamp.address("fe-1"))
     try:
-        wait_for(lambda: flood.answers > 5000, 30, "the flood to run")
+        wait_until(lambda: flood.answers > 5000, 30, "the flood to run")
         latencies = queue.SimpleQueue[float]()
         for account in fresh:
             began = time.monotonic()
