@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from common.errors import InvalidArgument
 from common.process import free_port
 from common.raft import DurableReplica, DurableTransport
 from common.raft_journal import MAGIC, DurableJournal, JournalCorrupt
+from tests.support.waiting import wait_until
 
 
 def command(idx: int) -> bytes:
@@ -190,7 +190,7 @@ WRITER = textwrap.dedent("""
     import sys
     from common import faults
     from common.raft_journal import DurableJournal
-    from tests.unit.test_raft_journal import command
+    from tests.unit.test_raft_journal import command  # this module, in the writer process
     faults.arm_from_env()
     journal = DurableJournal(sys.argv[1])
     idx = len(journal) and journal[-1][1]
@@ -287,37 +287,31 @@ class Counter(DurableReplica):
         self.value = pickle.loads(blob)
 
 
-def wait_until(condition: Any, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
-
-
 @pytest.mark.slow
 def test_durable_group_commits_compacts_and_restarts(tmp_path: Path) -> None:
     addresses = [f"127.0.0.1:{free_port()}" for _ in range(3)]
     group = [Counter(a, addresses, tmp_path / str(i)) for i, a in enumerate(addresses)]
     try:
-        wait_until(lambda: any(r.is_leader() for r in group))
+        wait_until(lambda: any(r.is_leader() for r in group), 10.0, "a leader")
         leader = next(r for r in group if r.is_leader())
         for _ in range(50):
             leader.add(1, sync=True, timeout=5)
-        wait_until(lambda: [r.value for r in group] == [50] * 3)
+        wait_until(lambda: [r.value for r in group] == [50] * 3, 10.0, "50 on every replica")
         for replica in group:
             replica.forceLogCompaction()
-        wait_until(lambda: all(r._getRaftLogSize() < 10 for r in group))  # compacted
+        wait_until(lambda: all(r._getRaftLogSize() < 10 for r in group), 10.0,
+                   "every log compacted")  # compacted
         assert all((tmp_path / str(i) / "raft.snapshot").exists() for i in range(3))
         for _ in range(10):
             leader.add(2, sync=True, timeout=5)
-        wait_until(lambda: [r.value for r in group] == [70] * 3)
+        wait_until(lambda: [r.value for r in group] == [70] * 3, 10.0, "70 on every replica")
     finally:
         for replica in group:
             replica.close()
     shutil.rmtree(tmp_path / "2")  # one replica lost its disk: it must catch up from peers
     group = [Counter(a, addresses, tmp_path / str(i)) for i, a in enumerate(addresses)]
     try:
-        wait_until(lambda: [r.value for r in group] == [70] * 3)
+        wait_until(lambda: [r.value for r in group] == [70] * 3, 10.0, "70 on every replica")
     finally:
         for replica in group:
             replica.close()
@@ -339,11 +333,12 @@ def test_a_replica_with_another_secret_takes_no_part_in_the_group(tmp_path: Path
     group = [Counter(a, addresses, tmp_path / str(i), secret=s)
              for i, (a, s) in enumerate(zip(addresses, secrets, strict=True))]
     try:
-        wait_until(lambda: group[0].is_leader() or group[1].is_leader())
+        wait_until(lambda: group[0].is_leader() or group[1].is_leader(), 10.0,
+                   "a leader of the two")
         leader = group[0] if group[0].is_leader() else group[1]
         for _ in range(5):
             leader.add(1, sync=True, timeout=5)
-        wait_until(lambda: [r.value for r in group[:2]] == [5, 5])
+        wait_until(lambda: [r.value for r in group[:2]] == [5, 5], 10.0, "5 on the two")
         assert group[2].value == 0 and not group[2].is_leader()
         assert group[2].leader_address() is None
     finally:
