@@ -7,10 +7,12 @@ against real front ends."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import random
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 from stampsdk import aio, client, connection_string
@@ -24,6 +26,7 @@ from stampsdk.errors import (
     StampError,
     Unavailable,
 )
+from stampsdk.limits import Limits as SdkLimits
 from stampsdk.retry import RetryPolicy
 
 from common.clock import ManualClock
@@ -339,3 +342,18 @@ def test_a_str_that_is_not_unicode_text_is_an_invalid_argument() -> None:
         await c.close()
     asyncio.run(calls())
     assert sent == []
+
+
+def test_both_clients_take_limits_and_a_policy_from_a_connection_string() -> None:
+    text = "Endpoint=127.0.0.1:1;Account=acct;Key=" + base64.b64encode(bytes(32)).decode()
+    small, patient = replace(SdkLimits(), record_bytes_max=10), RetryPolicy(backoff_max_s=7.0)
+    with client.Client.from_connection_string(text, limits=small, policy=patient) as blocking:
+        assert (blocking.aio.limits, blocking.aio._policy) == (small, patient)
+        with pytest.raises(InvalidArgument, match="record_bytes_max"):
+            blocking.append("log", [b"x" * 11])
+
+    async def made() -> None:
+        async with aio.Client.from_connection_string(text, limits=small,
+                                                     policy=patient) as asynchronous:
+            assert (asynchronous.limits, asynchronous._policy) == (small, patient)
+    asyncio.run(made())

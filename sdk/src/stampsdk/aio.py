@@ -132,12 +132,16 @@ class Client:
         self._closed = False
 
     @classmethod
-    def from_connection_string(cls, text: str, timeout_s: float = 30.0) -> Client:
+    def from_connection_string(cls, text: str, timeout_s: float = 30.0, *,
+                               limits: Limits | None = None,
+                               policy: RetryPolicy | None = None) -> Client:
         """A client from `Endpoint=...;Account=...;Key=...` (or `SharedAccessSignature=...`),
-        stampsdk/connection_string.py; InvalidArgument if it is malformed."""
+        stampsdk/connection_string.py, with the constructor's `limits` and `policy`;
+        InvalidArgument if it is malformed."""
         parsed = connection_string.parse(text)
         return cls(parsed.endpoints, parsed.account, key=parsed.key, sas=parsed.sas,
-                   timeout_s=timeout_s, tls=parsed.tls, ca_file=parsed.ca_file)
+                   timeout_s=timeout_s, limits=limits, policy=policy, tls=parsed.tls,
+                   ca_file=parsed.ca_file)
 
     @property
     def endpoints(self) -> list[str]:

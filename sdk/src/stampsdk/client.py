@@ -25,6 +25,7 @@ from stampsdk.errors import InvalidArgument, StampError
 from stampsdk.limits import Limits
 from stampsdk.loop_thread import LoopThread
 from stampsdk.requests import Row
+from stampsdk.retry import RetryPolicy
 from stampsdk.scan import AsyncScanIterator, Entity, Page
 
 __all__ = ["Client", "Entity", "Page", "ScanIterator"]
@@ -40,12 +41,13 @@ class Client:
 
     def __init__(self, endpoints: Sequence[str], account: str, *, key: bytes | None = None,
                  sas: str | None = None, timeout_s: float = 30.0,
-                 limits: Limits | None = None, tls: bool = False,
-                 ca_file: str | None = None) -> None:
+                 limits: Limits | None = None, policy: RetryPolicy | None = None,
+                 tls: bool = False, ca_file: str | None = None) -> None:
         """As stampsdk.aio.Client: front-end endpoints HOST:PORT, the account, exactly one of
         `key` and `sas`, how long one call may take (retries included), the limits
-        arguments are checked against (stampsdk.Limits' defaults unless given), and
-        TLS to the front ends (`tls`, `ca_file`).
+        arguments are checked against (stampsdk.Limits' defaults unless given), how calls
+        are retried (`policy`: stampsdk.RetryPolicy's defaults unless given), and TLS to
+        the front ends (`tls`, `ca_file`).
         InvalidArgument if any of them is malformed."""
         self._lock = threading.Condition()
         self._closing = False
@@ -53,17 +55,22 @@ class Client:
         self._loop = LoopThread("stamp-sdk")
         try:
             self.aio: aio.Client = self._loop.run(_make(endpoints, account, key, sas,
-                                                        timeout_s, limits, tls, ca_file))
+                                                        timeout_s, limits, policy, tls,
+                                                        ca_file))
         except BaseException:
             self._loop.close()
             raise
 
     @classmethod
-    def from_connection_string(cls, text: str, timeout_s: float = 30.0) -> Client:
-        """A client from a connection string (stampsdk/connection_string.py)."""
+    def from_connection_string(cls, text: str, timeout_s: float = 30.0, *,
+                               limits: Limits | None = None,
+                               policy: RetryPolicy | None = None) -> Client:
+        """A client from a connection string (stampsdk/connection_string.py), with the
+        constructor's `limits` and `policy`."""
         parsed = connection_string.parse(text)
         return cls(parsed.endpoints, parsed.account, key=parsed.key, sas=parsed.sas,
-                   timeout_s=timeout_s, tls=parsed.tls, ca_file=parsed.ca_file)
+                   timeout_s=timeout_s, limits=limits, policy=policy, tls=parsed.tls,
+                   ca_file=parsed.ca_file)
 
     @property
     def account(self) -> str:
@@ -244,7 +251,7 @@ async def _later(function: Any, *args: Any) -> Any:
 
 
 async def _make(endpoints: Sequence[str], account: str, key: bytes | None, sas: str | None,
-                timeout_s: float, limits: Limits | None, tls: bool,
-                ca_file: str | None) -> aio.Client:
+                timeout_s: float, limits: Limits | None, policy: RetryPolicy | None,
+                tls: bool, ca_file: str | None) -> aio.Client:
     return aio.Client(endpoints, account, key=key, sas=sas, timeout_s=timeout_s,
-                      limits=limits, tls=tls, ca_file=ca_file)
+                      limits=limits, policy=policy, tls=tls, ca_file=ca_file)
