@@ -257,6 +257,26 @@ def test_the_blocking_scan_crosses_to_its_loop_once_a_page() -> None:
         assert [(e.pname, e.row) for e in resumed] == KEYS[5:]
 
 
+def test_a_scan_left_by_its_with_block_is_closed() -> None:
+    from stampsdk.scan import AsyncScanIterator, ScanCursor, ScanRange
+
+    from tests.support.scan_reference import ITEMS, ReferenceFrontEnd
+
+    source = ReferenceFrontEnd(ITEMS, page_rows=4).source
+    with client.Client(["127.0.0.1:1"], "acct", key=KEY) as c:
+        with client.ScanIterator(c, AsyncScanIterator(ScanCursor("acct", ScanRange()), source,
+                                                      None)) as it:
+            next(it)
+            assert it._it._batches.ag_frame is not None  # the stream is open mid-scan
+        assert it._it._batches.ag_frame is None
+
+    async def scanned() -> None:
+        async with AsyncScanIterator(ScanCursor("acct", ScanRange()), source, None) as scan:
+            await scan.__anext__()
+        assert scan._batches.ag_frame is None
+    asyncio.run(scanned())
+
+
 def test_closing_while_other_threads_call_ends_every_call_with_a_stamp_error() -> None:
     """Calls in flight on other threads (retrying an unreachable front end) when the client
     is closed end at once, each with InvalidArgument('... closed'): none hangs on the stopped

@@ -232,6 +232,13 @@ class ScanIterator:
         with contextlib.suppress(StampError):
             self._client._run(self._it.aclose())
 
+    def __enter__(self) -> ScanIterator:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        """`with client.scan(...) as scan:` closes the scan however the block ends."""
+        self.close()
+
 
 def _flat(batches: Generator[list[T], None, None]) -> Iterator[T]:
     try:

@@ -345,3 +345,10 @@ class AsyncScanIterator:
         """Stop the scan and release its stream to the front end; `continuation` stays as
         it was."""
         await self._batches.aclose()  # type: ignore[attr-defined]
+
+    async def __aenter__(self) -> AsyncScanIterator:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        """`async with client.scan(...) as scan:` closes the scan however the block ends."""
+        await self.aclose()
