@@ -97,14 +97,16 @@ class CreateExtentReply(_message.Message):
     def __init__(self) -> None: ...
 
 class AppendRequest(_message.Message):
-    __slots__ = ("request_id", "extent_id", "blocks")
+    __slots__ = ("request_id", "extent_id", "blocks", "traceparent")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     EXTENT_ID_FIELD_NUMBER: _ClassVar[int]
     BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     extent_id: int
     blocks: _containers.RepeatedCompositeFieldContainer[Block]
-    def __init__(self, request_id: _Optional[int] = ..., extent_id: _Optional[int] = ..., blocks: _Optional[_Iterable[_Union[Block, _Mapping]]] = ...) -> None: ...
+    traceparent: str
+    def __init__(self, request_id: _Optional[int] = ..., extent_id: _Optional[int] = ..., blocks: _Optional[_Iterable[_Union[Block, _Mapping]]] = ..., traceparent: _Optional[str] = ...) -> None: ...
 
 class AppendBatch(_message.Message):
     __slots__ = ("appends",)
@@ -135,14 +137,16 @@ class AppendAcks(_message.Message):
     def __init__(self, acks: _Optional[_Iterable[_Union[AppendAck, _Mapping]]] = ...) -> None: ...
 
 class ForwardEntry(_message.Message):
-    __slots__ = ("extent_id", "offset", "frames")
+    __slots__ = ("extent_id", "offset", "frames", "traceparent")
     EXTENT_ID_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     FRAMES_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
     extent_id: int
     offset: int
     frames: bytes
-    def __init__(self, extent_id: _Optional[int] = ..., offset: _Optional[int] = ..., frames: _Optional[bytes] = ...) -> None: ...
+    traceparent: str
+    def __init__(self, extent_id: _Optional[int] = ..., offset: _Optional[int] = ..., frames: _Optional[bytes] = ..., traceparent: _Optional[str] = ...) -> None: ...
 
 class ForwardBatch(_message.Message):
     __slots__ = ("entries",)
