@@ -21,19 +21,25 @@ Contracts:
   interceptor can only wrap handlers that are async generators, which those are not.
 - A span made with `span()` is the child of the current context (contextvars); a process
   killed with SIGKILL loses the spans of its last batch (at most BATCH_DELAY_MS old).
-- What links a request's spans: within a process, parent ids (the SDK's "stampsdk.OP"; a
-  partition server's "ps.commit" with its "ps.group_commit_wait" and the block's
+- One trace per request, from the SDK's call span to the extent nodes' fsyncs, linked by
+  parent ids. Within a process, by the current context (the SDK's "stampsdk.OP"; a partition
+  server's "ps.commit" with its "ps.group_commit_wait" and the block's
   "ps.commit_log_append", and the stream client's "stream.append" under that; an extent
   node's "en.append" (primary) or "en.replica_write" (secondary), with the group commit of
   its journal record, "en.journal", and its "en.journal.fsync", under it; a group commit of
-  no traced record leaves no span). Across the multiplexed streams nothing
-  carries a context per request (that needs a trace-context field in the messages of
-  Call, AppendStream and ForwardStream), so the hops are traces of their own, joined by
-  `stamp trace` (tools/cmd_trace.py): the SDK's, a front end's "fe.request" and a partition
-  server's "ps.commit" by REQUEST_ID, the extent nodes' "en.append" (primary) and
-  "en.replica_write" (secondaries) by the extent and offset "stream.append" records.
-- Sampling is the SDK's standard OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG; each hop
-  then decides alone (its traces are its own), so sample all or nothing to see whole requests.
+  no traced record leaves no span). Across the multiplexed streams (Call, AppendStream,
+  ForwardStream), whose gRPC metadata is one per stream, by the `traceparent` field of each
+  request (W3C trace context; `traceparent()` writes it, `parent_of()` reads it): the SDK's
+  call span in the front end's Request, "fe.request" in the partition server's, the stream
+  client's "stream.append" in the primary's AppendRequest, the primary's "en.append" in
+  each secondary's ForwardEntry. The field is empty unless the sender traces; a hop that
+  does not trace pays one boolean test per request and makes no context of its own (a front
+  end forwards the SDK's as it came).
+- Where one piece of work serves many requests (a commit-log block, one placed write of a
+  message's appends, one journal group commit), its span is the child of the first traced
+  request's and linked to the others'.
+- Sampling is the SDK's standard OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG: the parent-
+  based default follows the SDK's decision down the hops.
 """
 
 from __future__ import annotations
@@ -56,6 +62,9 @@ TRACER_NAME = "stamp"
 # The attribute a request's spans carry its id in (the SDK's, stampsdk/tracing.py): the token
 # of an append or a write, which travels with the request to the partition server.
 REQUEST_ID = "stamp.request_id"
+# A request's trace context as W3C writes it ("00-TRACE-SPAN-FLAGS", 55 characters for
+# version 00); a longer field is not a context this build made, and is ignored.
+TRACEPARENT_BYTES_MAX = 128
 
 enabled = False  # the one check of the hot path
 exporters: list[str] = []  # where spans go while on: JsonLinesExporter, OTLPSpanExporter...
@@ -161,12 +170,16 @@ def span(name: str, attributes: Mapping[str, Any] | None = None,
     null context otherwise."""
     if not enabled:
         return _NULL
-    made_links = None
-    if links:
-        from opentelemetry.trace import Link
-        made_links = [Link(link.get_span_context()) for link in links]
     return _tracer.start_as_current_span(name, context=parent, attributes=attributes,
-                                         links=made_links)
+                                         links=_links(links))
+
+
+def _links(spans: Sequence[Any]) -> list[Any] | None:
+    if not spans:
+        return None
+    from opentelemetry.trace import Link
+
+    return [Link(span_.get_span_context()) for span_ in spans]
 
 
 def current() -> Any:
@@ -184,22 +197,21 @@ def record(name: str, start_ns: int, end_ns: int, attributes: Mapping[str, Any] 
     linked to the spans `links`; its context, to record spans under it (None when off)."""
     if not enabled:
         return None
-    made_links = None
-    if links:
-        from opentelemetry.trace import Link
-        made_links = [Link(link.get_span_context()) for link in links]
     done = _tracer.start_span(name, context=parent, attributes=attributes,
-                              start_time=start_ns, links=made_links)
+                              start_time=start_ns, links=_links(links))
     done.end(end_time=end_ns)
     return under(done)
 
 
-def begin(name: str, attributes: Mapping[str, Any] | None = None, parent: Any = None) -> Any:
+def begin(name: str, attributes: Mapping[str, Any] | None = None, parent: Any = None,
+          links: Sequence[Any] = ()) -> Any:
     """A span started now and ended by its holder (`.end()`), for work that outlives one
-    block of code (an operation queued for group commit); None when off."""
+    block of code (an operation queued for group commit), linked to the spans `links`; None
+    when off."""
     if not enabled:
         return None
-    return _tracer.start_span(name, context=parent, attributes=attributes)
+    return _tracer.start_span(name, context=parent, attributes=attributes,
+                              links=_links(links))
 
 
 def current_span() -> Any:
@@ -225,6 +237,77 @@ def under(span_: Any) -> Any:
     from opentelemetry import trace
 
     return trace.set_span_in_context(span_)
+
+
+def traceparent(span_: Any = None) -> str:
+    """The W3C traceparent of `span_` (default: the current span), for the trace-context
+    field of a request sent on a stream (module contract); "" when off or when there is no
+    span."""
+    if not enabled:
+        return ""
+    carrier: dict[str, str] = {}
+    _propagator().inject(carrier, context=under(span_) if span_ is not None else None)
+    return carrier.get("traceparent", "")
+
+
+def parent_of(traceparent_: str) -> Any:
+    """The context to make a span continuing `traceparent_` in (`parent` of `span`, `begin`,
+    `record`); None, the current context, when off or when it is empty, too long or not a
+    valid trace context."""
+    if not enabled or not traceparent_ or len(traceparent_) > TRACEPARENT_BYTES_MAX:
+        return None
+    from opentelemetry import context, trace
+
+    found = _propagator().extract({"traceparent": traceparent_}, context=context.Context())
+    return found if trace.get_current_span(found).get_span_context().is_valid else None
+
+
+def parent_and_links(traceparents: Sequence[str]) -> tuple[Any, list[Any]]:
+    """For one span serving several requests (module contract): the context of the first
+    valid one of `traceparents` as its parent (None: the current context) and the remote
+    spans of the others, to link."""
+    if not enabled:
+        return None, []
+    from opentelemetry import trace
+
+    parents = [found for found in map(parent_of, traceparents) if found is not None]
+    if not parents:
+        return None, []
+    return parents[0], [trace.get_current_span(found) for found in parents[1:]]
+
+
+def continued(traceparent_: str) -> Any:
+    """A context manager making `traceparent_`'s context current (for code that makes its
+    spans in the current one, as the partition server's committer); the shared null context
+    when off or when there is none to continue."""
+    found = parent_of(traceparent_)
+    return _NULL if found is None else _attached(found)
+
+
+@contextlib.contextmanager
+def _attached(found: Any) -> Iterator[None]:
+    from opentelemetry import context
+
+    token = context.attach(found)
+    try:
+        yield
+    finally:
+        context.detach(token)
+
+
+_PROPAGATOR: Any = None
+
+
+def _propagator() -> Any:
+    """W3C trace context only (not the global propagator an application may set): the
+    field carries a traceparent, nothing else."""
+    global _PROPAGATOR
+    if _PROPAGATOR is None:
+        from opentelemetry.trace.propagation.tracecontext import (
+            TraceContextTextMapPropagator,
+        )
+        _PROPAGATOR = TraceContextTextMapPropagator()
+    return _PROPAGATOR
 
 
 def request_id(request: Any) -> str:

@@ -36,7 +36,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 
 from grpc import aio
 
@@ -236,8 +236,12 @@ class FrontEndServicer(fe_grpc.FrontEndServicer):
                     reserved = answer_bytes_max(request, limits)
                     replies.started(reserved)
                     if tracing.enabled:
-                        start(request, _traced(request, lambda response, r=reserved:
+                        span = _request_span(request)
+                        start(request, _ending(span, lambda response, r=reserved:
                                                replies.reply(response, r)), peer, sdk_clock)
+                        # Only now: `start` has hashed the request as the SDK signed it
+                        # (with the SDK's traceparent) before anything sent it on.
+                        request.traceparent = tracing.traceparent(span)
                     else:
                         start(request, lambda response, r=reserved: replies.reply(response, r),
                               peer, sdk_clock)
@@ -361,13 +365,19 @@ class FrontEndServicer(fe_grpc.FrontEndServicer):
             raise
 
 
-def _traced(request: pb.Request, reply: Reply) -> Reply:
-    """`reply`, ending a span "fe.request" from now until the request is answered (tracing
-    on), with the request id the SDK traced it by (common/tracing.request_id)."""
-    span = tracing.begin("fe.request", {
+def _request_span(request: pb.Request) -> Any:
+    """A span "fe.request" begun now (tracing on), the child of the SDK's call span that
+    the request carries (its `traceparent`), with the request id the SDK traced it by
+    (common/tracing.request_id). The partition server's spans of the request go under it:
+    the caller puts its context in the request forwarded (common/tracing.py contract)."""
+    return tracing.begin("fe.request", {
         tracing.REQUEST_ID: tracing.request_id(request), "stamp.account": request.account,
-        "stamp.name": request.pname, "stamp.op": request.WhichOneof("op") or ""})
+        "stamp.name": request.pname, "stamp.op": request.WhichOneof("op") or ""},
+        parent=tracing.parent_of(request.traceparent))
 
+
+def _ending(span: Any, reply: Reply) -> Reply:
+    """`reply`, ending `span` when the request is answered."""
     def answered(response: pb.Response) -> None:
         span.set_attribute("error", response.error)
         span.end()

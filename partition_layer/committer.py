@@ -182,6 +182,8 @@ class GroupCommitter:
             raise Throttled(f"partition {self.p.id} has {len(self.queue)} operations queued",
                             retry_after_s=0.05)
         if tracing.enabled:
+            # In the current context: the request's trace, which ps_servicer.py continues
+            # from the request's traceparent (the front end's "fe.request").
             pending.span = tracing.begin("ps.commit", {
                 "partition": self.p.id,
                 tracing.REQUEST_ID: getattr(pending.op, "token", "")})
@@ -428,6 +430,7 @@ def _trace_waits(batch: list[Pending]) -> None:
     its block is decided (tracing on)."""
     now = time.time_ns()
     for pending in batch:
-        if pending.span is not None:
+        # Not recording: its request's trace was sampled out upstream (no start time).
+        if pending.span is not None and pending.span.is_recording():
             tracing.record("ps.group_commit_wait", pending.span.start_time, now,
                            {"batch": len(batch)}, parent=tracing.under(pending.span))

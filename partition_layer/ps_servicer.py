@@ -13,7 +13,7 @@ from functools import partial
 
 from grpc import aio
 
-from common import deadline, metrics, rpc
+from common import deadline, metrics, rpc, tracing
 from common.errors import NotOwner, StampError
 from common.proto import partition_pb2 as pb
 from common.proto import partition_pb2_grpc as pb_grpc
@@ -27,6 +27,7 @@ from partition_layer.server import PartitionServer
 
 SUBSCRIBE_RECHECK_S = 1.0
 RESPONSES_PER_MESSAGE_MAX = 4096
+_UNTRACED = contextlib.nullcontext()
 
 
 class PartitionServicer(pb_grpc.PartitionServerServicer):
@@ -91,27 +92,31 @@ class PartitionServicer(pb_grpc.PartitionServerServicer):
                 async for batch in request_iterator:
                     pressure.open_ops += len(batch.requests)
                     for request in batch.requests:
-                        # Small appends, the bulk of the traffic, need no task of their own.
-                        try:
-                            # Taken up after its caller gave up (this server was frozen,
-                            # say): dropped, not done (common/deadline.py).
-                            sender.check(request, time.time())
-                            if start_small_append(request, self.server.find, limits,
-                                                  partial(appended, request.id, clock())):
-                                appends_open += 1
-                                appends_answered.clear()
-                                continue
-                        except StampError as exc:
-                            if not (isinstance(exc, NotOwner) and self.server.held(request)):
-                                self.ops.labels(request.WhichOneof("op") or "none",
-                                                type(exc).__name__).inc()
-                                responses.put_nowait(error_response(request.id, exc))
-                                pressure.open_ops -= 1
-                                continue
-                            # Its range is being split or merged here: a task waits for it.
-                        task = asyncio.get_running_loop().create_task(run(request))
-                        tasks.add(task)
-                        task.add_done_callback(ran)
+                        # Tracing on: the committer's "ps.commit" (begun in the current
+                        # context) continues the request's trace (common/tracing.py).
+                        with (tracing.continued(request.traceparent) if tracing.enabled
+                              else _UNTRACED):
+                            # Small appends, the bulk of the traffic, need no task of their own.
+                            try:
+                                # Taken up after its caller gave up (this server was frozen,
+                                # say): dropped, not done (common/deadline.py).
+                                sender.check(request, time.time())
+                                if start_small_append(request, self.server.find, limits,
+                                                      partial(appended, request.id, clock())):
+                                    appends_open += 1
+                                    appends_answered.clear()
+                                    continue
+                            except StampError as exc:
+                                if not (isinstance(exc, NotOwner) and self.server.held(request)):
+                                    self.ops.labels(request.WhichOneof("op") or "none",
+                                                    type(exc).__name__).inc()
+                                    responses.put_nowait(error_response(request.id, exc))
+                                    pressure.open_ops -= 1
+                                    continue
+                                # Its range is being split or merged here: a task waits for it.
+                            task = asyncio.get_running_loop().create_task(run(request))
+                            tasks.add(task)
+                            task.add_done_callback(ran)
             finally:
                 # Every request is answered before the stream ends.
                 if tasks:

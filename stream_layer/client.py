@@ -193,7 +193,10 @@ class AsyncStream:
             self._inflight[extent_id] = self._inflight.get(extent_id, 0) + 1
             sent = stalled_from = time.monotonic()
             try:
-                if tracing.enabled:  # the replicated append, as this writer waits for it
+                # Tracing on: the replicated append, as this writer waits for it, under the
+                # current span (the commit's); the AppendRequest carries its context to the
+                # primary (extent_client.py), whose "en.append" goes under it.
+                if tracing.enabled:
                     with tracing.span("stream.append", {
                             "stream": self.name, "extent": extent_id, "blocks": len(blocks),
                             "bytes": size, "primary": tail.addresses[0],

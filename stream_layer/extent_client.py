@@ -25,7 +25,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import grpc
 
-from common import rpc
+from common import rpc, tracing
 from common.checksums import crc32c, verify
 from common.config import ExtentNodeLimits
 from common.errors import (
@@ -70,6 +70,7 @@ class _QueuedAppend(NamedTuple):
     blocks: Sequence[bytes]
     crcs: Sequence[int]
     nbytes: int
+    traceparent: str  # the caller's span ("stream.append"), tracing on (common/tracing.py)
 
 
 class _AppendSession:
@@ -104,7 +105,8 @@ class _AppendSession:
         self._waiting[request_id] = future
         self._extent_of[request_id] = extent_id
         self._queue.append(_QueuedAppend(request_id, extent_id, blocks, crcs,
-                                         sum(len(b) + 16 for b in blocks) + 32))
+                                         sum(len(b) + 16 for b in blocks) + 32,
+                                         tracing.traceparent() if tracing.enabled else ""))
         self._wake.set()
         self.warm()
         sent = time.monotonic()
@@ -192,6 +194,8 @@ class _AppendSession:
                                                     extent_id=queued.extent_id)
                         for data, crc in zip(queued.blocks, queued.crcs, strict=True):
                             request.blocks.add(data=data, crc=crc)  # one copy, in place
+                        if queued.traceparent:
+                            request.traceparent = queued.traceparent
                     sent_any = True
                     await call.write(batch)
         except asyncio.CancelledError:

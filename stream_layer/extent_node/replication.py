@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from common import faults, rpc
+from common import faults, rpc, tracing
 from common.config import ExtentNodeLimits
 from common.errors import ReplicationFailed, StampError, Unavailable
 from common.proto import extent_node_pb2 as pb
@@ -243,9 +243,10 @@ class Forwarder:
         self._channels = channels
         self._on_ack = on_ack
         self._on_broken = on_broken
-        # (extent id, offset, frames) not yet sent, as plain tuples: each entry is built once,
-        # in place in the batch message (appending a built entry would copy its frames again).
-        self._queue: deque[tuple[int, int, bytes]] = deque()
+        # (extent id, offset, frames, traceparent) not yet sent, as plain tuples: each entry
+        # is built once, in place in the batch message (appending a built entry would copy
+        # its frames again). The traceparent is the primary's "en.append" (tracing on).
+        self._queue: deque[tuple[int, int, bytes, str]] = deque()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._rewarm = rpc.Rewarm(self.warm)
@@ -253,7 +254,10 @@ class Forwarder:
         self._before_send = f"en.forward.before_send@{address}"
 
     def send(self, extent_id: int, offset: int, frames: bytes) -> None:
-        self._queue.append((extent_id, offset, frames))
+        """Queue an entry; tracing on, it carries the current span's context (the primary's
+        "en.append": the secondary's "en.replica_write" goes under it, common/tracing.py)."""
+        self._queue.append((extent_id, offset, frames,
+                            tracing.traceparent() if tracing.enabled else ""))
         self._wake.set()
         self.warm()
 
@@ -295,9 +299,12 @@ class Forwarder:
                     size = 0
                     while self._queue and (size == 0 or size + len(self._queue[0][2])
                                            <= self.limits.forward_batch_bytes_max):
-                        extent_id, offset, frames = self._queue.popleft()
+                        extent_id, offset, frames, traceparent = self._queue.popleft()
                         size += len(frames)
-                        batch.entries.add(extent_id=extent_id, offset=offset, frames=frames)
+                        entry = batch.entries.add(extent_id=extent_id, offset=offset,
+                                                  frames=frames)
+                        if traceparent:
+                            entry.traceparent = traceparent
                     await faults.apoint(self._before_send)
                     await call.write(batch)
                     await faults.apoint("en.forward.after_send")

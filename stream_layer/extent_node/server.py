@@ -65,7 +65,10 @@ class ExtentNodeServicer(pb_grpc.ExtentNodeServicer):
             try:
                 await self.store.wait_for_room(sum(len(a) for a in appends))
                 if tracing.enabled:
-                    future, outcomes = _start_traced(self.node, extent_id, appends)
+                    taken = set(ids)
+                    future, outcomes = _start_traced(
+                        self.node, extent_id, appends,
+                        [r.traceparent for r in requests if r.request_id in taken])
                 else:
                     future, outcomes = self.node.start_appends(extent_id, appends)
             except Exception as exc:
@@ -300,15 +303,18 @@ def _error_forward_ack(extent_id: int, exc: BaseException) -> pb.ForwardAck:
                          error_message=str(exc))
 
 
-def _start_traced(node: ExtentNode, extent_id: int, appends: list[bytes]
+def _start_traced(node: ExtentNode, extent_id: int, appends: list[bytes],
+                  traceparents: list[str]
                   ) -> tuple[asyncio.Future[tuple[int, int]] | None,
                              list[tuple[int, int] | StampError]]:
     """`node.start_appends` in a span "en.append" (tracing on) from placing the write until
-    every replica has it durable; its journal record's span goes under it. `stamp trace`
-    finds it, and the secondaries' "en.replica_write", by extent and offset from the stream
-    client's "stream.append" (tools/cmd_trace.py): the append stream carries no trace
-    context per append."""
-    span = tracing.begin("en.append", {"extent": extent_id, "appends": len(appends)})
+    every replica has it durable: the child of the first traced append's "stream.append"
+    (its request's `traceparent`), linked to the others' (one write serves them all). Its
+    journal record's span goes under it, and the entries forwarded carry its context (the
+    secondaries' "en.replica_write" go under it: common/tracing.py)."""
+    parent, links = tracing.parent_and_links(traceparents)
+    span = tracing.begin("en.append", {"extent": extent_id, "appends": len(appends)},
+                         parent=parent, links=links)
     try:
         with tracing.using(span):
             future, outcomes = node.start_appends(extent_id, appends)
@@ -329,10 +335,11 @@ def _start_traced(node: ExtentNode, extent_id: int, appends: list[bytes]
 def _accept_traced(node: ExtentNode, entry: pb.ForwardEntry, ack: pb.ForwardAck,
                    send: Callable[[pb.ForwardAck], None]) -> None:
     """`node.accept_forward` in a span "en.replica_write" (tracing on) until the entry is
-    durable here and its ack goes; its journal record's span goes under it."""
+    durable here and its ack goes: the child of the primary's "en.append" (the entry's
+    `traceparent`); its journal record's span goes under it."""
     span = tracing.begin("en.replica_write", {
         "extent": entry.extent_id, "offset": entry.offset,
-        "end": entry.offset + len(entry.frames)})
+        "end": entry.offset + len(entry.frames)}, parent=tracing.parent_of(entry.traceparent))
 
     def durable() -> None:
         span.end()

@@ -1,9 +1,11 @@
 """Tracing across a real stamp (issue 31): started with STAMP_TRACE_FILE (what `stamp up
---trace` sets), one SDK append made by a traced client process leaves spans of the SDK, the
-front end, the partition server (commit, group-commit wait, the commit-log append and the
-stream client's replicated append under it), the extent nodes' journal and their writes of
-the append (primary and secondaries), and `stamp trace` shows them by the append's request
-id."""
+--trace` sets), one SDK append made by a traced client process is ONE trace, one tree by
+parent ids whose only root is the SDK's call span: the front end's request under it, the
+partition server's commit under that (its group-commit wait, the commit-log append and the
+stream client's replicated append under it), the primary extent node's write under that, the
+secondaries' writes under the primary's, and each one's journal group commit and fsync under
+it. The trace context crosses the multiplexed streams in each request's `traceparent`;
+`stamp trace` shows the tree by the append's request id."""
 
 from __future__ import annotations
 
@@ -86,51 +88,65 @@ def test_one_append_is_traced_hop_by_hop(stamp_factory: Callable[..., LocalStamp
     tagged = {s["service"]: s for s in spans
               if s["attributes"].get(tracing.REQUEST_ID) == REQUEST_ID}
     assert set(tagged) == {"sdk", "fe-1", "ps-1"}
-    assert tagged["sdk"]["name"] == "stampsdk.append" and tagged["sdk"]["kind"] == "CLIENT"
+    sdk = tagged["sdk"]
+    assert sdk["name"] == "stampsdk.append" and sdk["kind"] == "CLIENT"
     assert tagged["fe-1"]["attributes"]["stamp.op"] == "append"
 
-    # In the partition server, one trace under the operation's commit: its wait for the
-    # group commit, the block's commit-log append and the stream client's append under that.
-    commit = tagged["ps-1"]
-    same_trace = [s for s in spans if s["trace_id"] == commit["trace_id"]]
-    by_id = _by_id(same_trace)
-    wait = next(s for s in same_trace if s["name"] == "ps.group_commit_wait")
-    log_append = next(s for s in same_trace if s["name"] == "ps.commit_log_append")
-    stream_append = next(s for s in same_trace if s["name"] == "stream.append")
-    assert wait["parent_id"] == log_append["parent_id"] == commit["span_id"]
-    assert by_id[stream_append["parent_id"]] is log_append
-    assert commit["start_ns"] <= wait["end_ns"] <= log_append["start_ns"] \
-        <= stream_append["start_ns"] <= stream_append["end_ns"] <= commit["end_ns"]
+    # ONE trace, ONE tree by parent ids, and its only root is the SDK's call span.
+    trace = [s for s in spans if s["trace_id"] == sdk["trace_id"]]
+    by_id = _by_id(trace)
+    assert [s for s in trace if s["parent_id"] not in by_id] == [sdk]
+    assert {s["span_id"] for s in tagged.values()} <= set(by_id)
+
+    def child(parent: dict[str, Any], name: str) -> dict[str, Any]:
+        (found,) = [s for s in trace if s["parent_id"] == parent["span_id"]
+                    and s["name"] == name]
+        return found
+
+    # SDK -> front end -> partition server, over the Call streams.
+    front_end = child(sdk, "fe.request")
+    commit = child(front_end, "ps.commit")
+    assert (front_end["service"], commit["service"]) == ("fe-1", "ps-1")
+    assert commit is tagged["ps-1"] and front_end is tagged["fe-1"]
+    # In the partition server: its wait for the group commit, the block's commit-log append
+    # and the stream client's append under that.
+    wait = child(commit, "ps.group_commit_wait")
+    log_append = child(commit, "ps.commit_log_append")
+    stream_append = child(log_append, "stream.append")
+    assert sdk["start_ns"] <= front_end["start_ns"] <= commit["start_ns"] <= wait["end_ns"] \
+        <= log_append["start_ns"] <= stream_append["start_ns"] <= stream_append["end_ns"] \
+        <= commit["end_ns"] <= front_end["end_ns"] <= sdk["end_ns"]
     assert stream_append["attributes"]["replicas"] == 3
 
-    # The primary's replicated write of the append and the secondaries' writes of it, found
-    # by extent and offset (the append stream carries no trace context per append), each
-    # with its journal record's group commit and fsync under it.
-    by_id_all = _by_id(spans)
-    extent, offset = stream_append["attributes"]["extent"], stream_append["attributes"]["offset"]
-    writes = [s for s in spans if s["name"] in ("en.append", "en.replica_write")
-              and s["attributes"]["extent"] == extent
-              and s["attributes"]["offset"] <= offset < s["attributes"]["end"]]
-    assert sorted(s["name"] for s in writes) == ["en.append", "en.replica_write",
-                                                 "en.replica_write"]
+    # Over the append stream to the primary, and its forward streams to the secondaries.
+    primary = child(stream_append, "en.append")
+    secondaries = [s for s in trace if s["parent_id"] == primary["span_id"]
+                   and s["name"] == "en.replica_write"]
+    writes = [primary, *secondaries]
     assert {s["service"] for s in writes} == {"en-1", "en-2", "en-3"}
-    primary = next(s for s in writes if s["name"] == "en.append")
+    extent, offset = stream_append["attributes"]["extent"], stream_append["attributes"]["offset"]
+    for write in writes:
+        assert write["attributes"]["extent"] == extent
+        assert write["attributes"]["offset"] <= offset < write["attributes"]["end"]
     assert stream_append["start_ns"] <= primary["start_ns"] <= primary["end_ns"] \
         <= stream_append["end_ns"]
+    # Each write's journal group commit and its fsync under it, down to every extent node.
     for write in writes:
-        (journal,) = [s for s in spans if s["parent_id"] == write["span_id"]]
-        (fsync,) = [s for s in spans if s["parent_id"] == journal["span_id"]]
-        assert (journal["name"], fsync["name"]) == ("en.journal", "en.journal.fsync")
+        journal = child(write, "en.journal")
+        fsync = child(journal, "en.journal.fsync")
         assert journal["service"] == fsync["service"] == write["service"]
         assert write["start_ns"] <= journal["start_ns"] <= fsync["start_ns"] \
             <= fsync["end_ns"] == journal["end_ns"] <= write["end_ns"]
-    # Only traced writes leave journal spans (not the stamp's own, e.g. partition loads').
+    # Only traced writes leave journal spans (not the stamp's own, e.g. partition loads'),
+    # and all of them are this request's.
     assert len([s for s in spans if s["name"] == "en.journal"]) == 3
+    assert len([s for s in trace if s["name"] == "en.journal.fsync"]) == 3
 
     # A unary call made within a trace continues it in the server (the official gRPC
     # instrumentation, context in metadata); calls made outside any span (the background
     # loops' heartbeats and renewals) are not traced at all.
     status = "/stamp.partition.PartitionServer/Status"
+    by_id_all = _by_id(spans)
     (served,) = [s for s in spans if s["name"] == status and s["service"] == "ps-1"]
     sent = by_id_all[served["parent_id"]]
     assert sent["name"] == status and sent["service"] == "sdk" and sent["kind"] == "CLIENT"
@@ -138,7 +154,7 @@ def test_one_append_is_traced_hop_by_hop(stamp_factory: Callable[..., LocalStamp
     assert served["trace_id"] == sent["trace_id"] and served["kind"] == "SERVER"
     assert all(s["parent_id"] for s in spans if s["name"].startswith("/stamp."))
 
-    # `stamp trace` shows each of the request's traces, hop by hop. (Run here, the CLI would
+    # `stamp trace` shows the request's one trace, hop by hop. (Run here, the CLI would
     # turn tracing on in this process for the tests after this one, were the variable set.)
     monkeypatch.delenv(tracing.FILE_ENV_VAR)
     from tools import cli
@@ -146,6 +162,7 @@ def test_one_append_is_traced_hop_by_hop(stamp_factory: Callable[..., LocalStamp
         cli.main(["trace", REQUEST_ID, "--file", str(trace_file)])
     out = capsys.readouterr().out
     assert exit_.value.code == 0 and not tracing.enabled
+    assert out.count("trace ") == 1 and f"trace {sdk['trace_id']}" in out
     for line in ("stampsdk.append", "fe.request", "ps.commit", "  ps.group_commit_wait",
                  "  ps.commit_log_append", "    stream.append", "en.append",
                  "en.replica_write", "  en.journal", "    en.journal.fsync"):

@@ -1,6 +1,7 @@
 """common/tracing.py and `stamp trace` without a stamp: when tracing is on, that off imports
-nothing of opentelemetry (servers, channels, the SDK), the JSON-lines exporter's lines, and
-the span trees `stamp trace` prints."""
+nothing of opentelemetry (servers, channels, the SDK), the trace context a request carries
+over a stream (written and read, the SDK's too), the JSON-lines exporter's lines, and the
+span trees `stamp trace` prints."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ import pytest
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from stampsdk import tracing as sdk_tracing
 
 from common import tracing
 from tools import cli
@@ -101,6 +104,82 @@ def test_off_is_the_shared_null_context() -> None:
     assert tracing.span("x") is tracing.span("y")
     assert tracing.begin("x") is None and tracing.current() is None
     assert tracing.server_interceptors() == [] and tracing.aio_client_interceptors() is None
+
+
+VALID = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def test_off_a_request_carries_no_trace_context() -> None:
+    assert not tracing.enabled and not sdk_tracing.ENABLED
+    assert tracing.traceparent() == "" and sdk_tracing.traceparent() == ""
+    assert tracing.parent_of(VALID) is None
+    assert tracing.continued(VALID) is tracing.span("x")  # the shared null context
+
+
+@pytest.fixture
+def spans(monkeypatch: pytest.MonkeyPatch) -> InMemorySpanExporter:
+    """Tracing on in this process (common/tracing.py's and the SDK's), its spans kept."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(tracing, "enabled", True)
+    monkeypatch.setattr(tracing, "_tracer", provider.get_tracer("test"))
+    monkeypatch.setattr(sdk_tracing, "ENABLED", True)
+    return exporter
+
+
+def _traceparent_of(span: object) -> str:
+    context = span.get_span_context()  # type: ignore[attr-defined]
+    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+
+
+def test_the_current_span_goes_into_a_request(spans: InMemorySpanExporter) -> None:
+    """What the sender puts in a request's traceparent: the current span's context, or ""
+    when no span is current (the SDK's helper writes the same)."""
+    assert tracing.traceparent() == "" and sdk_tracing.traceparent() == ""
+    with tracing.span("stream.append") as span:
+        assert tracing.traceparent() == _traceparent_of(span)
+        assert sdk_tracing.traceparent() == _traceparent_of(span)
+        began = tracing.begin("en.append")
+    assert tracing.traceparent() == ""
+    assert tracing.traceparent(began) == _traceparent_of(began)  # a span not current
+    began.end()
+
+
+def test_a_request_s_trace_context_is_continued(spans: InMemorySpanExporter) -> None:
+    """The receiver's span is the child of the one the request names, in the same trace;
+    nothing to continue (empty, malformed, invalid, too long) leaves the current context."""
+    with tracing.span("stream.append") as sender:
+        sent = tracing.traceparent()
+    child = tracing.begin("en.append", parent=tracing.parent_of(sent))
+    child.end()
+    assert child.parent.span_id == sender.get_span_context().span_id
+    assert child.get_span_context().trace_id == sender.get_span_context().trace_id
+    for nothing in ("", "garbage", "00-" + "0" * 32 + "-" + "0" * 16 + "-01",
+                    VALID + "-" + "x" * tracing.TRACEPARENT_BYTES_MAX):
+        assert tracing.parent_of(nothing) is None, nothing
+        assert tracing.continued(nothing) is tracing._NULL
+    # Made current for code that makes its spans in the current context (the committer).
+    with tracing.continued(sent):
+        commit = tracing.begin("ps.commit")
+    commit.end()
+    assert commit.parent.span_id == sender.get_span_context().span_id
+    assert tracing.traceparent() == ""  # and no longer after
+
+
+def test_one_span_for_many_requests_is_the_first_s_child(spans: InMemorySpanExporter) -> None:
+    """One write serving many requests: the child of the first traced one, linked to the
+    others (the untraced ones count for nothing)."""
+    senders = [tracing.begin(f"stream.append.{n}") for n in range(3)]
+    parent, links = tracing.parent_and_links(
+        ["", tracing.traceparent(senders[0]), "garbage", tracing.traceparent(senders[1]),
+         tracing.traceparent(senders[2])])
+    write = tracing.begin("en.append", parent=parent, links=links)
+    write.end()
+    assert write.parent.span_id == senders[0].get_span_context().span_id
+    assert [link.context.span_id for link in write.links] == [
+        s.get_span_context().span_id for s in senders[1:]]
+    assert tracing.parent_and_links(["", "garbage"]) == (None, [])
 
 
 def test_the_file_exporter_writes_one_span_a_line(tmp_path: Path) -> None:

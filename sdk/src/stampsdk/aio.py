@@ -428,9 +428,14 @@ class Client:
         """Send `request` until it is answered or may not be retried (module docstring);
         `nbytes`: its size if the caller knows it (requests.request_bytes). Traced as one
         span while tracing is on (stampsdk/tracing.py)."""
-        if tracing.ENABLED and tracing.outermost():
-            return await tracing.traced(self._call, request, idempotent, nbytes,
-                                        tracing.request_id(request, self._token), self.account)
+        if tracing.ENABLED:
+            if tracing.outermost():
+                return await tracing.traced(self._call, request, idempotent, nbytes,
+                                            tracing.request_id(request, self._token),
+                                            self.account)
+            # Inside the call's span: the stream carries no context per call, the request
+            # does (signed with it; the front end continues the trace).
+            request.traceparent = tracing.traceparent()
         if nbytes is None:
             nbytes = sdk_requests.request_bytes(request)
         attempt, deadline = 0, self._clock.monotonic() + self.timeout_s

@@ -10,7 +10,11 @@ Contracts:
   attempts and retries, with the attribute `stamp.request_id` (the call's token: what
   `stamp trace REQUEST_ID` looks up), and the channels to front ends carry the official gRPC
   client instrumentation (opentelemetry-instrumentation-grpc) on their unary and
-  server-streamed calls, which puts the trace context in gRPC metadata.
+  server-streamed calls, which puts the trace context in gRPC metadata. The Call stream
+  carries many calls, so each request carries its call span's context itself, in its
+  `traceparent` field (W3C trace context, signed with the rest of the request): the front
+  end, the partition server and the extent nodes continue that trace, so one call is one
+  trace down to the extent nodes' fsyncs.
 - Like any library, the SDK only uses the OpenTelemetry API: the application chooses where
   spans go (a TracerProvider it sets up, or `opentelemetry-instrument`). With none set up,
   the spans are no-ops.
@@ -76,6 +80,18 @@ def call_span(op: str, request_id: str, account: str, name: str) -> Any:
     return trace.get_tracer(TRACER_NAME).start_as_current_span(
         f"stampsdk.{op}", kind=trace.SpanKind.CLIENT,
         attributes={REQUEST_ID: request_id, "stamp.account": account, "stamp.name": name})
+
+
+def traceparent() -> str:
+    """The W3C traceparent of the current span (the call's, inside `traced`), for the
+    request's `traceparent` field; "" while off or when no span is current."""
+    if not ENABLED:
+        return ""
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    carrier: dict[str, str] = {}
+    TraceContextTextMapPropagator().inject(carrier)
+    return carrier.get("traceparent", "")
 
 
 # Set while a call's span is open: the call it wraps runs untraced inside it.
