@@ -1,11 +1,18 @@
 """`stamp trace REQUEST_ID`: where one request's time went, hop by hop (issue 31).
 
 Reads the spans a traced stamp wrote (`stamp up --trace [FILE]`: common/tracing.py's JSON
-lines, one span a line, every process appending to one file), finds every trace holding a
-span with that request id (`stamp.request_id`: the SDK's call span, a front end's
-"fe.request", a partition server's "ps.commit") and those of the extent nodes' writes of its
-appends (joined by extent and offset), and prints each trace as a tree: each span's process,
-name, start offset from the request's first span, and duration.
+lines, one span a line, every process appending to one file), groups them by trace id, and
+prints each trace holding a span with that request id (`stamp.request_id`: the SDK's call
+span, a front end's "fe.request", a partition server's "ps.commit") as a tree built from
+parent ids: each span's process, name, start offset from the request's first span, and
+duration. Each request carries its trace context down every hop (common/tracing.py), so a
+request traced end to end is ONE trace whose root is the SDK's call span.
+
+Fallback, for spans whose parent is not in the file (a hop of a build that carried no
+trace context, or a process whose last batch of spans was lost): such a span is the root of
+a trace of its own, shown when it carries the request id (a front end's or partition
+server's span) or when it is an extent node's write ("en.append", "en.replica_write") of
+bytes the request's "stream.append" placed (joined by extent and offset).
 
 The tree building (`request_traces`) is a plain function of the spans, tested on its own.
 """
@@ -70,21 +77,26 @@ class Trace:
 
 
 def request_traces(spans: Iterable[dict[str, Any]], request_id: str) -> list[Trace]:
-    """Every trace with a span whose request id is `request_id`, and every trace of the
-    extent nodes' writes of its appends (`_writes_of`), as a tree (a span whose parent is not
-    in the file, or in another process's lost batch, is a root), in order of start. Empty if
-    no span has that id."""
+    """Every trace with a span whose request id is `request_id`, and every trace rooted in
+    an extent node's write of its appends without a parent in the file (module docstring),
+    each as a tree by parent ids (a span whose parent is not in the file is a root), in
+    order of start. Empty if no span has that id."""
     by_trace: dict[str, list[dict[str, Any]]] = {}
+    span_ids: set[str] = set()
     wanted: set[str] = set()
     for span in spans:
         by_trace.setdefault(span["trace_id"], []).append(span)
+        span_ids.add(span["span_id"])
         if (span.get("attributes") or {}).get(REQUEST_ID) == request_id:
             wanted.add(span["trace_id"])
     appended = [(a["extent"], a["offset"]) for trace_id in wanted
                 for a in (s.get("attributes") or {} for s in by_trace[trace_id])
                 if "extent" in a and "offset" in a]
-    wanted |= {trace_id for trace_id, found in by_trace.items()
-               if any(_writes_of(s, appended) for s in found)}
+    if appended:  # the fallback join (module docstring)
+        wanted |= {trace_id for trace_id, found in by_trace.items()
+                   if trace_id not in wanted and any(
+                       s.get("parent_id") not in span_ids and _writes_of(s, appended)
+                       for s in found)}
     traces = [_tree(trace_id, by_trace[trace_id]) for trace_id in wanted]
     return sorted(traces, key=lambda t: t.start_ns)
 
@@ -92,8 +104,7 @@ def request_traces(spans: Iterable[dict[str, Any]], request_id: str) -> list[Tra
 def _writes_of(span: dict[str, Any], appended: list[tuple[int, int]]) -> bool:
     """Whether `span` is an extent node's write ("en.append" at the primary,
     "en.replica_write" at a secondary: extent, offset, end) holding one of the appends
-    (extent, offset) of the stream client's "stream.append" spans: the append streams carry
-    no trace context per append, so these are joined by where the bytes went."""
+    (extent, offset) of the stream client's "stream.append" spans."""
     found = span.get("attributes") or {}
     if "end" not in found:
         return False
@@ -141,7 +152,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
                        f"written in batches: a request of the last second may not be there "
                        f"yet)")
     # One time line for all of them (the processes of a local stamp share one clock): a
-    # request's hops over the multiplexed streams are traces of their own (common/tracing.py).
+    # request whose hops did not all carry its context is several traces (module docstring).
     origin = traces[0].start_ns
     for trace in traces:
         tables.print_table(["span", "process", "start ms", "ms"], trace_rows(trace, origin),

@@ -269,6 +269,33 @@ def test_the_extent_nodes_writes_are_joined_by_extent_and_offset() -> None:
     assert [t.trace_id for t in found] == ["t1", "t3", "t4"]
 
 
+def test_one_request_is_one_tree_by_parent_ids() -> None:
+    """A request that carried its context down every hop is one trace: its extent nodes'
+    writes are found by parent ids, and another request's write of the same bytes' range
+    (its parent in the file) is not joined by extent and offset."""
+    hops = [
+        _span("a", None, "stampsdk.append", 0, 100, trace="t7", service="sdk",
+              **{"stamp.request_id": "r-7"}),
+        _span("b", "a", "fe.request", 1, 99, trace="t7"),
+        _span("c", "b", "ps.commit", 2, 98, trace="t7", service="ps-1",
+              **{"stamp.request_id": "r-7"}),
+        _span("d", "c", "stream.append", 3, 97, trace="t7", service="ps-1", extent=7,
+              offset=0),
+        _span("e", "d", "en.append", 4, 96, trace="t7", service="en-1", extent=7, offset=0,
+              end=50),
+        _span("f", "e", "en.replica_write", 5, 95, trace="t7", service="en-2", extent=7,
+              offset=0, end=50),
+        # Another request's write over the same range, under its own stream.append.
+        _span("g", None, "stream.append", 3, 90, trace="t8", service="ps-1", extent=7,
+              offset=0),
+        _span("h", "g", "en.append", 4, 89, trace="t8", service="en-1", extent=7, offset=0,
+              end=50),
+    ]
+    (trace,) = request_traces(hops, "r-7")
+    assert [(depth, span["span_id"]) for depth, span in trace.rows()] == [
+        (0, "a"), (1, "b"), (2, "c"), (3, "d"), (4, "e"), (5, "f")]
+
+
 def test_stamp_up_trace_takes_a_file_or_none() -> None:
     parser = cli.build_parser()
     assert parser.parse_args(["up"]).trace is None  # off
