@@ -43,6 +43,7 @@ from typing import Any, Protocol
 from common import faults, tracing
 from common.config import PartitionLimits
 from common.errors import NotOwner, StampError, Throttled, Unavailable
+from partition_layer import commit_spans
 from partition_layer.commit_log import CommitBatch, CommitOp, encode_batch
 from partition_layer.linger import Linger
 from partition_layer.operations import Operation, Overlay
@@ -116,8 +117,7 @@ class Pending:
 
     def answer(self, result: Any, error: StampError | None) -> None:
         if self.span is not None:
-            self.span.set_attribute("error", type(error).__name__ if error else "")
-            self.span.end()
+            commit_spans.end(self.span, error)
             self.span = None
         if self.done is not None:
             done, self.done = self.done, None
@@ -182,11 +182,7 @@ class GroupCommitter:
             raise Throttled(f"partition {self.p.id} has {len(self.queue)} operations queued",
                             retry_after_s=0.05)
         if tracing.enabled:
-            # In the current context: the request's trace, which ps_servicer.py continues
-            # from the request's traceparent (the front end's "fe.request").
-            pending.span = tracing.begin("ps.commit", {
-                "partition": self.p.id,
-                tracing.REQUEST_ID: getattr(pending.op, "token", "")})
+            pending.span = commit_spans.begin(self.p.id, pending.op)
         self.queue.append(pending)
         self._linger.observe(len(self.queue) + self.deciding + self._inflight_ops,
                              pending.started)
@@ -315,7 +311,7 @@ class GroupCommitter:
         outcomes: list[Outcome] = []
         ops: list[CommitOp] = []
         if tracing.enabled:
-            _trace_waits(batch)
+            commit_spans.waits([p.span for p in batch])
         for pending in batch:
             try:
                 result, mutations = pending.op.apply(overlay, self.next_lsn)
@@ -338,7 +334,8 @@ class GroupCommitter:
             nbytes = len(block)
             append = asyncio.get_running_loop().create_task(
                 self._append(block) if not tracing.enabled else
-                self._append_traced(block, batch, len(ops)))
+                commit_spans.appending(self._append(block), [p.span for p in batch],
+                                       len(block), len(ops)))
             self._appends.add(append)
         self.inflight += 1
         self._inflight_ops += len(outcomes)
@@ -349,16 +346,6 @@ class GroupCommitter:
         await faults.apoint("ps.commit.before_append")
         (location,) = await self.p.streams["log"].append([block])
         return location
-
-    async def _append_traced(self, block: bytes, batch: list[Pending], ops: int) -> Any:
-        """`_append` in a span under the first operation's "ps.commit" (the stream client's
-        span of the block goes under it), linked to the other operations' of the block."""
-        first, *others = [p.span for p in batch if p.span is not None] or [None]
-        with tracing.span("ps.commit_log_append", {"ops": ops, "bytes": len(block),
-                                                   "batch": len(batch)},
-                          parent=tracing.under(first) if first is not None else None,
-                          links=others):
-            return await self._append(block)
 
     async def _finish(self, previous: asyncio.Task[None] | None, append: asyncio.Task[Any] | None,
                       ops: list[CommitOp], outcomes: list[Outcome], nbytes: int) -> None:
@@ -423,14 +410,3 @@ class GroupCommitter:
             outcome.pending.answer(None, Unavailable(
                 f"partition {self.p.id}: commit failed, it may or may not have happened: "
                 f"{error}"))
-
-
-def _trace_waits(batch: list[Pending]) -> None:
-    """A "ps.group_commit_wait" span under each operation's "ps.commit": from queued until
-    its block is decided (tracing on)."""
-    now = time.time_ns()
-    for pending in batch:
-        # Not recording: its request's trace was sampled out upstream (no start time).
-        if pending.span is not None and pending.span.is_recording():
-            tracing.record("ps.group_commit_wait", pending.span.start_time, now,
-                           {"batch": len(batch)}, parent=tracing.under(pending.span))
