@@ -196,8 +196,8 @@ def _spread_partitions(stamp: LocalStamp) -> str | None:
         current, _ = client.partition_map()
     low = current.lookup(route_key(ACCOUNT, log_name(0)))
     high = current.lookup(route_key(ACCOUNT, log_name(WRITERS // 2)))
-    if low.id == high.id or (low.server and high.server and low.server != high.server):
-        return None
+    if low.id == high.id or not low.server or low.server != high.server:
+        return None  # spread already, or a partition between servers: nothing to restore
     return partition_op(stamp, "move", ACCOUNT, log_name(WRITERS // 2), 0)
 
 
