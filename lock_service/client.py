@@ -154,10 +154,15 @@ class LockClient:
             remaining = wait_until - self.clock.monotonic()
             if remaining <= 0:
                 return None
+            free = False
             with contextlib.suppress(*RETRYABLE):  # long-poll until free, then race again
-                self._call("WaitFree", pb.WaitFreeRequest(name=name, timeout_s=remaining),
-                           deadline=wait_until + ATTEMPT_TIMEOUT_S,
-                           attempt_timeout_s=remaining + ATTEMPT_TIMEOUT_S)
+                free = self._call("WaitFree", pb.WaitFreeRequest(name=name, timeout_s=remaining),
+                                  deadline=wait_until + ATTEMPT_TIMEOUT_S,
+                                  attempt_timeout_s=remaining + ATTEMPT_TIMEOUT_S).free
+            # Still held when the wait ran out: no second Acquire, a Raft read at the leader
+            # that could only say "held" again (issue 29: a standby's every try cost two).
+            if not free and self.clock.monotonic() >= wait_until:
+                return None
 
     def session(self, ttl_s: float = 5.0,
                 on_lost: Callable[[Lease], None] | None = None) -> Lease:

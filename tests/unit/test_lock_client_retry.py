@@ -29,6 +29,7 @@ class Replica(pb_grpc.LockServiceServicer):
         self.hint = ""
         self.asked = 0
         self.renewed = 0
+        self.acquires = 0
         # Per Renew asked: the threads of this process (where the client's calls are made
         # too) started since `known` was taken, but the server's own workers.
         self.known: set[threading.Thread] = set()
@@ -39,6 +40,16 @@ class Replica(pb_grpc.LockServiceServicer):
         self.asked += 1
         self._answer(context)
         return pb.GetReply(found=True, value=b"v", version=3)
+
+    def Acquire(self, request, context):  # type: ignore[no-untyped-def]
+        self.acquires += 1
+        self._answer(context)
+        return pb.AcquireReply(granted=False, holder="other", holder_token=5)
+
+    def WaitFree(self, request, context):  # type: ignore[no-untyped-def]
+        self._answer(context)
+        time.sleep(request.timeout_s)  # held all along
+        return pb.WaitFreeReply(free=False)
 
     def Renew(self, request, context):  # type: ignore[no-untyped-def]
         self.started.append([t.name for t in threading.enumerate() if t not in self.known
@@ -118,5 +129,19 @@ def test_a_renewal_leaves_a_frozen_leader_for_the_one_that_answers(
         client._renew(7, 2.0, started + 1.8)
         assert group[2].renewed == 1
         assert group[0].renewed == 0
+    finally:
+        client.close()
+
+
+def test_a_standby_that_waited_in_vain_does_not_acquire_again(
+        replicas: tuple[list[Replica], list[str]]) -> None:
+    """One Acquire, one long-poll, then None: seen failing before the change (a second
+    Acquire after the long-poll ran out, which could only say "held" again: a standby
+    partition manager's every try cost the lock service's leader two)."""
+    group, addresses = replicas
+    client = LockClient([addresses[2]], "test")
+    try:
+        assert client.acquire("pm/leader", ttl_s=2.0, wait_s=0.2) is None
+        assert group[2].acquires == 1
     finally:
         client.close()
