@@ -86,19 +86,26 @@ SUSPECT_MARGIN_S = 1.0
 # idle stamp's lock-service load): while a live server's heartbeat is QUIET_LATE_INTERVALS
 # intervals late (it may have died: its registration ends with its session, and the pass
 # must see that at once — a failover waits for it), when a server it does not list (or at
-# another address) heartbeats, and at least every LIVE_REFRESH_S: a server that stopped
-# cleanly, or lost its session yet beats on — its partitions ended with that session, and it
-# registers again under a new one within moments, so a pass must see the gap (at 5 s the
-# manager never did, and the partition stayed assigned to a server that no longer served it:
-# test_ownership_latch).
+# another address) heartbeats, when a heartbeat says its registration is not the one listed
+# (the server lost its session, 0, or registered again under a new one: its partitions ended
+# with the old session, and the pass must see that — test_ownership_latch), and at least
+# every LIVE_REFRESH_S: a server that stopped cleanly, or beats without saying (an older
+# build). At 0.25 s this refresh was the one List of an idle stamp 4 times a second, before
+# heartbeats said which registration they beat under.
 QUIET_LATE_INTERVALS = 1.1
-LIVE_REFRESH_S = 0.25
+LIVE_REFRESH_S = 1.0
+
+
+def registrations(locks: LockClient) -> dict[str, tuple[str, int]]:
+    """{PS name: (address, version of its registration key)} of every registered (live)
+    partition server."""
+    return {key[len(SERVER_PREFIX):]: (value.decode(), version)
+            for key, (value, version) in locks.list_values(SERVER_PREFIX).items()}
 
 
 def live_servers(locks: LockClient) -> dict[str, str]:
     """{PS name: address} of every registered (live) partition server."""
-    return {key[len(SERVER_PREFIX):]: value.decode()
-            for key, (value, _) in locks.list_values(SERVER_PREFIX).items()}
+    return {name: address for name, (address, _) in registrations(locks).items()}
 
 
 class PartitionManager:
@@ -129,6 +136,7 @@ class PartitionManager:
         # manager leads: a server it has not heard from since is late from then on
         # (`next_pass_in`, `_must_list`).
         self._live: dict[str, str] = {}
+        self._registered: dict[str, int] = {}  # name -> registration version, as last listed
         self._listed_at = float("-inf")
         self._heard_unlisted = False
         self._leading_since = 0.0
@@ -274,7 +282,11 @@ class PartitionManager:
                     map_version=after.version, server=server))
 
     async def live(self) -> dict[str, str]:
-        return await asyncio.to_thread(live_servers, self.locks)
+        """{name: address} of the registered servers; their registrations' versions are
+        noted for the heartbeats (`_registration_changed`)."""
+        found = await asyncio.to_thread(registrations, self.locks)
+        self._registered = {name: version for name, (_, version) in found.items()}
+        return {name: address for name, (address, _) in found.items()}
 
     @property
     def last_map(self) -> PartitionMap | None:
@@ -364,8 +376,8 @@ class PartitionManager:
         if not self.is_leader():
             raise NotLeader(f"{self.name} is not the leading partition manager")
         self.heartbeats[load.name] = (self.clock.monotonic(), load)
-        if self._live.get(load.name) != load.address:
-            self._heard_unlisted = True  # a new server, or restarted elsewhere: list again
+        if self._live.get(load.name) != load.address or self._registration_changed(load):
+            self._heard_unlisted = True  # new, restarted elsewhere, or re-registered: list
         listed = {p.partition_id for p in load.partitions}
         for partition_id, server in list(self.confirmed.items()):
             if server == load.name and partition_id not in listed \
@@ -379,6 +391,13 @@ class PartitionManager:
                 log.warning("%s: %s serves %s, assigned elsewhere: it is told to let go",
                             self.name, load.name, list(reply.not_yours))
         return reply
+
+    def _registration_changed(self, load: pb.ServerLoad) -> bool:
+        """Whether `load` says its server is not registered under the key this manager
+        listed: it lost its session (0) or registered again under a new one. A server that
+        does not say (an older build) is caught by the LIVE_REFRESH_S listing."""
+        return (load.HasField("registration")
+                and load.registration != self._registered.get(load.name))
 
     def partition_loads(self) -> dict[int, pb.PartitionLoad]:
         """The latest heartbeat's load of every partition a server reported serving."""

@@ -88,6 +88,7 @@ class Registration:
         self.server, self.loop = server, loop
         self.session: Lease | None = None
         self.registered = False  # the key is written under `session`
+        self.version = 0  # the key's version as written (heartbeats say it: manager.py)
 
     def in_place(self) -> bool:
         """Whether the key is written under a session still valid: `ensure` has nothing to
@@ -103,11 +104,16 @@ class Registration:
             self.server.session = session  # one reference assignment: safe from a thread
             self.session, self.registered = session, False
         if not self.registered:
-            self.locks.put(SERVER_PREFIX + self.name, self.address.encode(),
-                           lease=self.session)
+            self.version = self.locks.put(SERVER_PREFIX + self.name, self.address.encode(),
+                                          lease=self.session)
             self.registered = True
             log.info("%s registered at %s (session %d)", self.name, self.address,
                      self.session.token)
+
+    def current(self) -> int:
+        """The version of the key as written under a session still valid, else 0."""
+        version = self.version
+        return version if self.in_place() else 0
 
     def _lost(self, session: Lease) -> None:  # on the session's renewal thread
         # The same fault point as a partition lease's loss (server.py): a test that delays
@@ -171,7 +177,9 @@ async def heartbeat_forever(server: PartitionServer, registration: Registration,
         if channel is None:
             channel = channels[leader] = rpc.aio_channel(leader, limits.rpc_message_bytes_max)
         stub = partition_pb2_grpc.PartitionManagerStub(channel)
-        return await rpc.call(stub.Heartbeat(server.load_pb(address), timeout=1.0))
+        load = server.load_pb(address)
+        load.registration = registration.current()
+        return await rpc.call(stub.Heartbeat(load, timeout=1.0))
 
     heartbeat = LeaderHeartbeat(read_leader, send)
 

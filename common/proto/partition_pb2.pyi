@@ -471,14 +471,16 @@ class ServerStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ServerLoad(_message.Message):
-    __slots__ = ("name", "address", "partitions")
+    __slots__ = ("name", "address", "partitions", "registration")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    REGISTRATION_FIELD_NUMBER: _ClassVar[int]
     name: str
     address: str
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionLoad]
-    def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionLoad, _Mapping]]] = ...) -> None: ...
+    registration: int
+    def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionLoad, _Mapping]]] = ..., registration: _Optional[int] = ...) -> None: ...
 
 class HeartbeatReply(_message.Message):
     __slots__ = ("not_yours",)

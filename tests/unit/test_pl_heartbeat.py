@@ -159,12 +159,16 @@ def test_a_registration_in_place_is_left_alone_and_a_lost_session_registers_agai
                                         PartitionLimits(), server,  # type: ignore[arg-type]
                                         loop)
     loop.close()
-    assert not registration.in_place()
+    assert not registration.in_place() and registration.current() == 0
     registration.ensure()
     assert registration.in_place()
     assert locks.puts == [("ps/ps-1", b"127.0.0.1:11", 1)]
+    # Heartbeats say the version written (the PM lists again when it is not the one it
+    # listed: manager.py `_registration_changed`), 0 while the session is not valid.
+    assert registration.current() == 1
     locks.sessions[0].alive = False  # lost (or past its claim)
-    assert not registration.in_place()
+    assert not registration.in_place() and registration.current() == 0
     registration.ensure()
     assert registration.in_place() and server.session is locks.sessions[1]
     assert locks.puts[-1] == ("ps/ps-1", b"127.0.0.1:11", 2)
+    assert registration.current() == 2

@@ -89,9 +89,15 @@ def leading(servers: dict[str, str]) -> tuple[PartitionManager, FakeLocks, Manua
     return m, locks, clock
 
 
-def beat(m: PartitionManager, servers: dict[str, str]) -> None:
+def beat(m: PartitionManager, servers: dict[str, str],
+         registration: int | None = None) -> None:
+    """A beat from each server; `registration`: the version it says it is registered
+    under (None: says nothing, as an older build)."""
     for name, address in servers.items():
-        m.heartbeat(pb.ServerLoad(name=name, address=address))
+        load = pb.ServerLoad(name=name, address=address)
+        if registration is not None:
+            load.registration = registration
+        m.heartbeat(load)
 
 
 SERVERS = {"ps-1": "127.0.0.1:11", "ps-2": "127.0.0.1:12"}
@@ -112,6 +118,26 @@ def test_an_idle_leaders_passes_read_the_map_once_and_list_the_servers_once_a_re
     assert locks.lists == 2 and locks.gets.count(MAP_KEY) == 1
     # The registrations come with the listing: no Get per server (issue 29).
     assert not [key for key in locks.gets if key.startswith(SERVER_PREFIX)]
+
+
+@pytest.mark.parametrize(("registration", "lists"), [
+    (1, False),  # as listed (FakeLocks' first version): nothing to look at
+    (0, True),   # it lost its session: its registration is gone or going
+    (2, True),   # it registered again under a new session: its partitions ended
+])
+def test_a_heartbeat_saying_another_registration_lists_them_again(
+        registration: int, lists: bool) -> None:
+    """Seen failing before the change (the 0 and 2 cases: no listing until the refresh,
+    which came every 0.25 s and so listed 4 times a second on an idle stamp)."""
+    m, locks, clock = leading(SERVERS)
+    beat(m, SERVERS, registration=1)
+    asyncio.run(m.run_once())
+    assert locks.lists == 1
+    clock.advance(0.1 * LIVE_REFRESH_S)
+    beat(m, {"ps-1": SERVERS["ps-1"]}, registration=registration)
+    beat(m, {"ps-2": SERVERS["ps-2"]}, registration=1)
+    asyncio.run(m.run_once())
+    assert locks.lists == (2 if lists else 1)
 
 
 def test_a_heartbeat_from_a_server_not_listed_lists_them_again() -> None:
