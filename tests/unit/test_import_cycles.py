@@ -9,8 +9,8 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("common", "erasure", "frontend", "lock_service", "partition_layer", "spark",
-            "stream_layer", "tools")
+PACKAGES = ("common", "erasure", "frontend", "location", "lock_service", "partition_layer",
+            "spark", "stream_layer", "tools")
 
 
 def module_name(path: Path) -> str:

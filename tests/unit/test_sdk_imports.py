@@ -19,7 +19,7 @@ from common.proto import frontend_v1_pb2 as server_v1
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER_PACKAGES = ("common", "frontend", "partition_layer", "stream_layer", "extent_node",
-                   "lock_service", "erasure")
+                   "lock_service", "erasure", "location")
 CLIENT_PACKAGES = ("spark", "tools", "tests")
 
 
