@@ -142,6 +142,19 @@ class AccountStore:
         self._remember(name, account)
         return account
 
+    def adopt(self, account: Account) -> Account:
+        """Hold `account` as it is (its keys, made by another stamp: a geo secondary holds
+        its primary's, issue 30): written if the name is free, returned if this very account
+        is here already (a retried adoption), else AlreadyExists."""
+        names.check_account(account.name)
+        if self._kv.compare_and_set(KEY_PREFIX + account.name, 0, account.encode()) is None:
+            found = self._entry(account.name)
+            if found is None or found[0] != account:
+                raise AlreadyExists(f"account {account.name!r} already exists here, not "
+                                    "as the one adopted (other keys, or retired)")
+        self._remember(account.name, account)
+        return account
+
     def get(self, name: str) -> Account:
         """The account as stored now (not cached); NotFound if there is none."""
         return self._read(names.check_account(name))[0]

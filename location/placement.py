@@ -6,9 +6,10 @@ which the primary replicates to asynchronously. `choose_stamps` picks both for a
 account: the primary by load, the secondary by load among the stamps of other regions, so
 that losing a region never loses both copies.
 
-Load is the share of a stamp's capacity in use; between stamps equally used (a fresh
-location: none reports use yet), the one with fewer accounts; then by name, so the choice is
-deterministic (tests, and two locations computing the same answer)."""
+Load is the share of a stamp's capacity in use, in whole percent (a few megabytes more on a
+fresh stamp say nothing of its load); between stamps equally used, the one primary for fewer
+accounts; then by name, so the choice is deterministic (tests, and two locations computing
+the same answer)."""
 
 from __future__ import annotations
 
@@ -54,8 +55,9 @@ class StampInfo:
         if self.capacity_bytes < 0 or self.used_bytes < 0:
             raise InvalidArgument("capacity and use are not negative")
 
-    def used_share(self) -> float:
-        return self.used_bytes / self.capacity_bytes if self.capacity_bytes else 0.0
+    def used_percent(self) -> int:
+        """The share of its capacity in use, in whole percent (0 when not reported)."""
+        return 100 * self.used_bytes // self.capacity_bytes if self.capacity_bytes else 0
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()
@@ -103,7 +105,7 @@ def choose_stamps(stamps: Iterable[StampInfo], accounts: Mapping[str, int]
     accounts each is primary for. Raises Unavailable when the location has no stamp, or
     none in a region other than the primary's: an account is never placed without a copy
     in another region."""
-    ranked = sorted(stamps, key=lambda s: (s.used_share(), accounts.get(s.name, 0), s.name))
+    ranked = sorted(stamps, key=lambda s: (s.used_percent(), accounts.get(s.name, 0), s.name))
     if not ranked:
         raise Unavailable("the location has no stamp: register one first")
     primary = ranked[0]

@@ -86,7 +86,11 @@ class LocationStore:
             raise PreconditionFailed(f"account {new.account}'s placement changed meanwhile")
         return new
 
+    def placements(self) -> list[AccountPlacement]:
+        """Every account's placement (at most LIST_KEYS_MAX: module docstring)."""
+        return [AccountPlacement.from_json(value)
+                for value, _ in self.locks.list_values(ACCOUNT_PREFIX).values()]
+
     def primaries(self) -> Counter[str]:
         """How many accounts each stamp is primary for."""
-        return Counter(AccountPlacement.from_json(value).primary
-                       for value, _ in self.locks.list_values(ACCOUNT_PREFIX).values())
+        return Counter(placement.primary for placement in self.placements())

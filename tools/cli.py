@@ -36,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
         cmd_entity,
         cmd_extent,
         cmd_job,
+        cmd_location,
         cmd_lock,
         cmd_partition,
         cmd_scan,
@@ -66,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmd_scan.register(commands)
     tools.cmd_account.register(commands)
     cmd_job.register(commands)
+    cmd_location.register(commands)
     cmd_bench.register(commands)
     cmd_chaos.register(commands)
     cmd_trace.register(commands)

@@ -267,3 +267,20 @@ def test_a_purge_deletes_in_batches_of_one_entity_group() -> None:
     assert batches == [("a", [b"1", b"2"]), ("a", [b"3"]), ("c", [b"1"])]
     assert deletes == [("b", b"2")]
     assert (deleter.deleted, deleter.groups) == (5, 3)
+
+
+def test_a_secondary_adopts_its_primarys_account_once_and_again(kv: VersionedDict) -> None:
+    """A geo secondary holds the account its primary created, with the same keys (issue 30);
+    adopting it again (a retried `stamp location create-account`) is a no-op; another
+    account of that name, or a retired name, is refused."""
+    primary = AccountStore(VersionedDict(), ManualClock()).create("acme")
+    store = AccountStore(kv, ManualClock())
+    assert store.adopt(primary) == primary
+    assert store.adopt(primary) == primary
+    assert store.get("acme").keys == primary.keys
+    other = AccountStore(VersionedDict(), ManualClock()).create("acme")
+    with pytest.raises(AlreadyExists, match="not as the one adopted"):
+        store.adopt(other)
+    store.delete("acme")
+    with pytest.raises(AlreadyExists):
+        store.adopt(primary)

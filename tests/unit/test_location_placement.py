@@ -21,7 +21,9 @@ def test_the_least_used_stamp_is_primary_and_the_least_used_elsewhere_secondary(
 
 
 def test_equally_used_stamps_are_told_apart_by_accounts_then_name() -> None:
-    stamps = [stamp("b", "west"), stamp("a", "west"), stamp("c", "east")]
+    """Equally: in whole percent (a fresh stamp's few megabytes more say nothing)."""
+    stamps = [stamp("b", "west", used=999, capacity=100_000), stamp("a", "west"),
+              stamp("c", "east", used=500, capacity=100_000)]
     assert [s.name for s in choose_stamps(stamps, {})] == ["a", "c"]
     assert [s.name for s in choose_stamps(stamps, {"a": 2, "c": 1})] == ["b", "c"]
     assert [s.name for s in choose_stamps(stamps, {"a": 2, "b": 2})] == ["c", "a"]

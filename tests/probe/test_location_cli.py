@@ -1,0 +1,75 @@
+"""`stamp location` (issue 30): a location service and two small stamps in two regions, each
+on its own loopback address; accounts placed across regions, created on the primary and held
+with the same keys by the secondary, so the account's key works at both; a create run again
+changes nothing."""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from stampsdk import Client
+
+from tools.local_location import LocalLocation
+
+pytestmark = pytest.mark.slow
+
+
+def location_cli(directory: Path, *args: str, code: int = 0) -> str:
+    done = subprocess.run([sys.executable, "-m", "tools.cli", "location", "--dir",
+                           str(directory), *args], capture_output=True, text=True,
+                          timeout=180)
+    assert done.returncode == code, done.stderr
+    return done.stdout if code == 0 else done.stderr
+
+
+def primary_of(placed: str) -> str:
+    """From "account NAME: primary STAMP, secondary STAMP (STATE)"."""
+    return placed.split()[3].rstrip(",")
+
+
+def secondary_of(placed: str) -> str:
+    return placed.split()[5]
+
+
+@pytest.fixture
+def location(tmp_path: Path) -> Iterator[Path]:
+    directory = tmp_path / "location"
+    try:
+        yield directory
+    finally:
+        # Stopped by PID (the records), whatever the test left running.
+        local = LocalLocation(directory)
+        for part in [local.service(), *(stamp for _, stamp in local.stamps())]:
+            if part.stamp_file.exists():
+                part.kill_all()
+
+
+def test_two_stamps_in_two_regions_and_an_account_placed_across_them(location: Path) -> None:
+    assert "is not running" in location_cli(location, "status", code=1)
+    out = location_cli(location, "up")
+    assert "west-1 (west)" in out and "east-1 (east)" in out
+    assert "127.0.0.2:" in out and "127.0.0.3:" in out
+    first = location_cli(location, "create-account", "alpha").splitlines()
+    assert first[0].startswith("account alpha: primary ")
+    assert location_cli(location, "create-account", "alpha").splitlines() == first
+    second = location_cli(location, "create-account", "beta").splitlines()
+    # Equally used fresh stamps: the second account goes to the stamp with fewer accounts.
+    assert primary_of(first[0]) != primary_of(second[0]), (first, second)
+    assert {primary_of(first[0]), secondary_of(first[0])} == {"east-1", "west-1"}
+    rows = {line.split()[0]: line.split() for line in location_cli(location, "status")
+            .splitlines()[1:]}
+    assert {name: (row[2], row[3]) for name, row in rows.items()} == {
+        "east-1": ("1", "1"), "west-1": ("1", "1")}
+    # The key works at the primary (an append) and at the secondary (the same account).
+    with Client.from_connection_string(first[1], timeout_s=30) as primary:
+        assert primary.append("log", [b"r0"]) == 0
+    endpoint = rows[secondary_of(first[0])][-1]
+    key = base64.b64decode(first[1].split("Key=")[1])
+    with Client([endpoint], "alpha", key=key, timeout_s=30) as at_secondary:
+        assert at_secondary.read("other-log", 0, 1) == []
+    assert "stopped" in location_cli(location, "down")

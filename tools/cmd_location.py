@@ -1,0 +1,150 @@
+"""`stamp location up | down | status | create-account` (issue 30): a location of two stamps on
+this machine (tools/local_location.py), and accounts placed in it by load across regions
+(location/placement.py).
+
+`create-account NAME` places the account (its primary stamp by load, its secondary in the
+other region), creates it on the primary (two fresh keys) and has the secondary hold the same
+keys; run again after a crash, it finishes what is missing and changes nothing that is done.
+It prints the placement, then the connection string of the account at its primary stamp's
+front ends."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from tools.cli_checks import checked
+
+DEFAULT_LOCATION_DIR = "location-data"
+
+
+def register(commands: Any) -> None:
+    location = commands.add_parser(
+        "location", help="a location of two stamps in two regions on this machine (issue 30)")
+    location.add_argument("--dir", default=DEFAULT_LOCATION_DIR,
+                          help=f"the location's directory (default: ./{DEFAULT_LOCATION_DIR})")
+    actions = location.add_subparsers(dest="action", metavar="ACTION", required=True)
+    up = actions.add_parser("up", help="start the location service and its two stamps "
+                                       "(west-1 on 127.0.0.2, east-1 on 127.0.0.3)")
+    up.set_defaults(handler=cmd_up)
+    down = actions.add_parser("down", help="stop both stamps and the location service")
+    down.set_defaults(handler=cmd_down)
+    status = actions.add_parser("status", help="the stamps and how many accounts each is "
+                                               "primary and secondary for")
+    status.set_defaults(handler=cmd_status)
+    create = actions.add_parser("create-account",
+                                help="place a new account (primary by load, secondary in "
+                                     "the other region) and create it on both stamps")
+    create.add_argument("name", type=checked(_account_name, "an account name"),
+                        help="the account's name")
+    create.set_defaults(handler=cmd_create_account)
+
+
+def _account_name(text: str) -> str:
+    from frontend import names
+
+    return names.check_account(text)
+
+
+def _location(args: argparse.Namespace) -> Any:
+    from tools.local_location import LocalLocation
+
+    return LocalLocation(args.dir)
+
+
+def _running_service(args: argparse.Namespace) -> Any:
+    from common.errors import Unavailable
+
+    location = _location(args)
+    service = location.service()
+    if not service.stamp_file.exists() or not all(
+            service.alive(r.name) for r in service.lock_servers()):
+        raise Unavailable(f"the location in {location.directory} is not running: "
+                          f"'stamp location --dir {args.dir} up' starts it")
+    return location
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from tools.progress import Progress
+
+    location = _location(args)
+    with Progress("location up") as progress:
+        started = location.up(progress=progress)
+    print(f"location up in {location.directory}: started {len(started)} processes")
+    for site, stamp in location.stamps():
+        fronts = ", ".join(r.address for r in stamp.front_ends())
+        print(f"  {site.name} ({site.region}): {stamp.data_dir}, front ends {fronts}")
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    from tools.progress import Progress
+
+    with Progress("location down") as progress:
+        stopped = _location(args).down(progress=progress)
+    print(f"stopped {len(stopped)} processes" if stopped else "nothing was running")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from collections import Counter
+
+    location = _running_service(args)
+    with location.store_client() as store:
+        stamps = store.stamps()
+        placements = store.placements()
+    primary = Counter(p.primary for p in placements)
+    secondary = Counter(p.secondary for p in placements)
+    print(f"{'stamp':10} {'region':8} {'primary':>8} {'secondary':>10} {'used':>12}  front ends")
+    for name, info in sorted(stamps.items()):
+        print(f"{name:10} {info.region:8} {primary[name]:8d} {secondary[name]:10d} "
+              f"{info.used_bytes:12,d}  {', '.join(info.front_ends)}")
+    return 0
+
+
+def cmd_create_account(args: argparse.Namespace) -> int:
+    from stampsdk import connection_string
+
+    location = _running_service(args)
+    placement, account = create_account(location, args.name)
+    print(f"account {args.name}: primary {placement.primary}, secondary "
+          f"{placement.secondary} ({placement.secondary_state})")
+    with location.store_client() as store:
+        fronts = list(store.stamp(placement.primary).front_ends)
+    print(connection_string.make(fronts, args.name, key=account.keys[0]).format())
+    return 0
+
+
+def create_account(location: Any, name: str) -> tuple[Any, Any]:
+    """Place `name` (or find its placement: a retried create), create it on its primary
+    stamp (or find it there) and have its secondary hold the same account. Returns
+    (placement, account)."""
+    from common.errors import AlreadyExists
+
+    with location.store_client() as store:
+        try:
+            placement = store.create_account(name)
+        except AlreadyExists:
+            placement, _ = store.resolve(name)
+    stamps = {site.name: stamp for site, stamp in location.stamps()}
+    with _accounts(stamps[placement.primary]) as primary:
+        try:
+            account = primary.create(name)
+        except AlreadyExists:
+            account = primary.get(name)
+    with _accounts(stamps[placement.secondary]) as secondary:
+        secondary.adopt(account)
+    return placement, account
+
+
+@contextlib.contextmanager
+def _accounts(stamp: Any) -> Iterator[Any]:
+    """The account store of a local stamp, its lock client closed afterwards."""
+    from common.clock import SystemClock
+    from frontend.accounts import AccountStore
+    from lock_service.client import LockClient
+
+    with LockClient([r.address for r in stamp.lock_servers()], holder="location-cli") as locks:
+        yield AccountStore(locks, SystemClock())

@@ -1,0 +1,141 @@
+"""A location on this machine (issue 30): the location service and two small stamps in two
+regions, each on an address of its own in 127.0.0.0/8, as `stamp location up` starts them.
+
+Layout of the location's directory (default ./location-data):
+- `service/`: the location service, a lock-service group of three (location/store.py keeps
+  the stamps and the accounts' placements there), on 127.0.0.1;
+- `stamps/<name>/`: each stamp's data directory (its own `stamp.json`), `west-1` on
+  127.0.0.2 in region `west` and `east-1` on 127.0.0.3 in region `east`: 3 lock replicas,
+  3 stream managers, 3 extent nodes in 3 fault domains, 1 partition manager, 1 partition
+  server, 1 front end each.
+Each stamp is registered in the location service (its front ends, its disk's capacity and the
+bytes under its data directory) whenever `up` runs, so a restarted stamp's new endpoints are
+what clients resolve."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from common.config import StampConfig, default_config
+from common.errors import NotFound
+from location.placement import StampInfo
+from location.store import LocationStore
+from lock_service.client import LockClient
+from tools.local_stamp import LocalStamp
+from tools.progress import SILENT, Progress
+
+SERVICE_DIR = "service"
+STAMPS_DIR = "stamps"
+SERVICE_HOST = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class StampSite:
+    name: str
+    region: str
+    host: str
+
+
+SITES = (StampSite("west-1", "west", "127.0.0.2"), StampSite("east-1", "east", "127.0.0.3"))
+
+
+def service_config() -> StampConfig:
+    """Three lock replicas and nothing else, on free ports."""
+    default = default_config().with_ephemeral_ports()
+    return dataclasses.replace(default, host=SERVICE_HOST, extent_nodes=(),
+                               stream_managers=(), partition_managers=(),
+                               partition_servers=(), front_ends=(), job_schedulers=())
+
+
+def small_stamp_config(host: str) -> StampConfig:
+    """A stamp of the smallest shape that keeps its guarantees (issue 30): 3 lock, 3 SM,
+    3 EN in 3 fault domains, 1 PM, 1 PS, 1 FE, on free ports of `host`."""
+    default = default_config().with_ephemeral_ports()
+    nodes = tuple(dataclasses.replace(spec, name=f"en-{i + 1}")
+                  for i, spec in enumerate(default.extent_nodes[::3]))
+    assert len({n.fault_domain for n in nodes}) == len(nodes) == 3, nodes
+    return dataclasses.replace(default, host=host, extent_nodes=nodes,
+                               partition_managers=default.partition_managers[:1],
+                               partition_servers=default.partition_servers[:1],
+                               front_ends=default.front_ends[:1], job_schedulers=())
+
+
+class LocalLocation:
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory).resolve()
+
+    def service(self) -> LocalStamp:
+        """The location service's processes (as recorded, or planned anew)."""
+        path = self.directory / SERVICE_DIR
+        try:
+            return LocalStamp.load(path)
+        except NotFound:
+            return LocalStamp(path, service_config())
+
+    def stamps(self) -> Iterator[tuple[StampSite, LocalStamp]]:
+        for site in SITES:
+            path = self.directory / STAMPS_DIR / site.name
+            try:
+                yield site, LocalStamp.load(path)
+            except NotFound:
+                yield site, LocalStamp(path, small_stamp_config(site.host))
+
+    def up(self, progress: Progress = SILENT) -> list[str]:
+        """Start what is not running (the service, then each stamp) and register the
+        stamps; the names started, each as `<part>/<process>`."""
+        started = [f"{SERVICE_DIR}/{name}" for name in self.service().up(progress=progress)]
+        with self.store_client() as store:
+            for site, stamp in self.stamps():
+                progress.phase(f"starting stamp {site.name} on {site.host}")
+                started += [f"{site.name}/{name}" for name in stamp.up(progress=progress)]
+                store.register_stamp(stamp_info(site, stamp))
+        return started
+
+    def down(self, progress: Progress = SILENT) -> list[str]:
+        """Stop every stamp, then the service; the names stopped."""
+        stopped: list[str] = []
+        for site, stamp in self.stamps():
+            if stamp.stamp_file.exists():
+                stopped += [f"{site.name}/{name}" for name in stamp.down(progress=progress)]
+        service = self.service()
+        if service.stamp_file.exists():
+            stopped += [f"{SERVICE_DIR}/{name}" for name in service.down(progress=progress)]
+        return stopped
+
+    def store_client(self) -> _StoreClient:
+        """A LocationStore on the service's lock group (a context manager)."""
+        return _StoreClient(self.service())
+
+
+class _StoreClient:
+    def __init__(self, service: LocalStamp) -> None:
+        self._locks = LockClient([r.address for r in service.lock_servers()],
+                                 holder="location-cli")
+
+    def __enter__(self) -> LocationStore:
+        return LocationStore(self._locks)
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._locks.close()
+
+
+def stamp_info(site: StampSite, stamp: LocalStamp) -> StampInfo:
+    """`stamp` as the location knows it: its front ends, its disk's capacity and the bytes
+    under its data directory."""
+    return StampInfo(site.name, site.region,
+                     tuple(record.address for record in stamp.front_ends()),
+                     shutil.disk_usage(stamp.data_dir).total, _bytes_under(stamp.data_dir))
+
+
+def _bytes_under(path: Path) -> int:
+    total = 0
+    for found in path.rglob("*"):
+        with contextlib.suppress(FileNotFoundError):  # a file the stamp removed meanwhile
+            if found.is_file():
+                total += found.stat().st_size
+    return total
