@@ -21,6 +21,8 @@ Contract:
 - Renewals are answered from the leader's memory (lock_service/lessor.py, which argues why
   a holder can rely on them), without a Raft write, while the leader holds its leader lease
   (`LockReplica.leader_lease_holds`); otherwise, or to change a lease's TTL, through the log.
+  RenewMany renews many leases in one call, each exactly as Renew would alone, all at one
+  leader time and with no await between the leader-lease check and their outcomes.
   A new leader promotes its lessor right after its Barrier, before it answers anything:
   every lease then has at least ttl + PROMOTE_EXTEND_S to go.
 - While leader, the servicer logs an Expire whenever a lease's time is up in its lessor, so
@@ -361,6 +363,36 @@ class LockServicer(pb_grpc.LockServiceServicer):
         return pb.RenewReply()
 
     @rpc_errors
+    async def RenewMany(self, request: pb.RenewManyRequest,
+                        context: aio.ServicerContext) -> pb.RenewManyReply:
+        """Every entry exactly as Renew alone would answer it (NotFound: in `ended`), at one
+        leader time: the same `at` a Renew of that token would be stamped with, checked and
+        answered from memory in one go, so lessor.py's argument holds entry by entry."""
+        leases = _checked_renewals(request)
+        at = await self._leader_now()  # a new leader anchors (and promotes) first
+        term = self._leader_time.term
+        assert term is not None
+        # No await from here to the outcomes: the leader lease is checked at each renewal.
+        outcomes = [self._replica.renew_in_memory(term, lease.token, lease.ttl_s, at)
+                    for lease in leases]
+        ended = [lease.token for lease, outcome in zip(leases, outcomes, strict=True)
+                 if outcome is RenewOutcome.ENDED]
+        for lease, outcome in zip(leases, outcomes, strict=True):
+            if outcome is RenewOutcome.THROUGH_LOG and not await self._renew_in_log(lease):
+                ended.append(lease.token)
+        return pb.RenewManyReply(ended=ended)
+
+    async def _renew_in_log(self, lease: pb.RenewRequest) -> bool:
+        """Renew one lease through the log, as Renew does when memory cannot answer: False
+        if the service had ended it (NotFound); any other failure fails the whole call."""
+        try:
+            result = await self._propose(lambda at: c.Renew(at, lease.token, lease.ttl_s))
+        except NotFound:
+            return False
+        assert isinstance(result, c.Renewed), result
+        return True
+
+    @rpc_errors
     async def Release(self, request: pb.ReleaseRequest,
                       context: aio.ServicerContext) -> pb.ReleaseReply:
         result = await self._propose(lambda at: c.Release(at, request.token))
@@ -447,6 +479,18 @@ def expiry_wait(now: float, next_expiry: float | None) -> float:
     if next_expiry is None:
         return EXPIRY_CHECK_MAX_S
     return min(EXPIRY_CHECK_MAX_S, max(EXPIRY_CHECK_MIN_S, next_expiry - now))
+
+
+def _checked_renewals(request: pb.RenewManyRequest) -> list[pb.RenewRequest]:
+    """RenewMany's entries, each valid as a Renew, at most LEASES_MAX of them (a client
+    holds no more leases than the service grants); InvalidArgument otherwise."""
+    if len(request.leases) > limits.LEASES_MAX:
+        raise InvalidArgument(f"{len(request.leases)} leases: at most {limits.LEASES_MAX}")
+    for lease in request.leases:
+        problem = problem_with(c.Renew(0.0, lease.token, lease.ttl_s))
+        if problem:
+            raise InvalidArgument(f"lease {lease.token}: {problem}")
+    return list(request.leases)
 
 
 def _settle(future: asyncio.Future[tuple[c.Result, int]], result: c.Result, error: int) -> None:

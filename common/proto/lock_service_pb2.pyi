@@ -66,6 +66,18 @@ class RenewReply(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class RenewManyRequest(_message.Message):
+    __slots__ = ("leases",)
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    leases: _containers.RepeatedCompositeFieldContainer[RenewRequest]
+    def __init__(self, leases: _Optional[_Iterable[_Union[RenewRequest, _Mapping]]] = ...) -> None: ...
+
+class RenewManyReply(_message.Message):
+    __slots__ = ("ended",)
+    ENDED_FIELD_NUMBER: _ClassVar[int]
+    ended: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, ended: _Optional[_Iterable[int]] = ...) -> None: ...
+
 class ReleaseRequest(_message.Message):
     __slots__ = ("token",)
     TOKEN_FIELD_NUMBER: _ClassVar[int]

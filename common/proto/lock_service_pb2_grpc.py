@@ -54,6 +54,11 @@ class LockServiceStub:
                 request_serializer=common_dot_proto_dot_lock__service__pb2.RenewRequest.SerializeToString,
                 response_deserializer=common_dot_proto_dot_lock__service__pb2.RenewReply.FromString,
                 _registered_method=True)
+        self.RenewMany = channel.unary_unary(
+                '/stamp.lock.LockService/RenewMany',
+                request_serializer=common_dot_proto_dot_lock__service__pb2.RenewManyRequest.SerializeToString,
+                response_deserializer=common_dot_proto_dot_lock__service__pb2.RenewManyReply.FromString,
+                _registered_method=True)
         self.Release = channel.unary_unary(
                 '/stamp.lock.LockService/Release',
                 request_serializer=common_dot_proto_dot_lock__service__pb2.ReleaseRequest.SerializeToString,
@@ -119,6 +124,16 @@ class LockServiceServicer:
 
     def Renew(self, request, context):
         """NotFound when the lease has already ended.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RenewMany(self, request, context):
+        """Renew many leases in one call (issue 29: a client's leases, not a call each), each
+        exactly as Renew would alone; the tokens Renew would answer NotFound come back in
+        `ended`. A method of its own, not a repeated field of Renew: a server that predates it
+        answers UNIMPLEMENTED rather than renewing the first token only.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -190,6 +205,11 @@ def add_LockServiceServicer_to_server(servicer, server):
                     servicer.Renew,
                     request_deserializer=common_dot_proto_dot_lock__service__pb2.RenewRequest.FromString,
                     response_serializer=common_dot_proto_dot_lock__service__pb2.RenewReply.SerializeToString,
+            ),
+            'RenewMany': grpc.unary_unary_rpc_method_handler(
+                    servicer.RenewMany,
+                    request_deserializer=common_dot_proto_dot_lock__service__pb2.RenewManyRequest.FromString,
+                    response_serializer=common_dot_proto_dot_lock__service__pb2.RenewManyReply.SerializeToString,
             ),
             'Release': grpc.unary_unary_rpc_method_handler(
                     servicer.Release,
@@ -335,6 +355,33 @@ class LockService:
             '/stamp.lock.LockService/Renew',
             common_dot_proto_dot_lock__service__pb2.RenewRequest.SerializeToString,
             common_dot_proto_dot_lock__service__pb2.RenewReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RenewMany(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stamp.lock.LockService/RenewMany',
+            common_dot_proto_dot_lock__service__pb2.RenewManyRequest.SerializeToString,
+            common_dot_proto_dot_lock__service__pb2.RenewManyReply.FromString,
             options,
             channel_credentials,
             insecure,

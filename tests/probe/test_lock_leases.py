@@ -22,6 +22,7 @@ from common.errors import NotFound, NotLeader, StampError, Unavailable
 from common.proto import lock_service_pb2 as pb
 from common.proto import lock_service_pb2_grpc as pb_grpc
 from lock_service import client as client_module
+from lock_service import limits
 from lock_service.client import Lease, LockClient
 from lock_service.group import LocalLockGroup
 from tests.support.locks import PROGRESS_TIMEOUT_S
@@ -214,3 +215,45 @@ def _leads(client: LockClient, address: str) -> bool:
         return client.status(address, 0.5).role == "leader"
     except StampError:
         return False
+
+
+def test_renew_many_renews_each_lease_as_renew_would(lock_group: LocalLockGroup) -> None:
+    """RenewMany at the leader (issue 29): live leases renewed from memory (their expiry
+    pushed back), a released lease and one never granted in `ended`, a new TTL through the
+    log; a bad entry or too many refuse the call; a follower names the leader."""
+    probe = lock_group.client("probe", call_timeout_s=8.0)
+    try:
+        leader_name = lock_group.leader(probe)
+        leader = lock_group.replicas[leader_name]
+        follower = next(r for name, r in lock_group.replicas.items() if name != leader_name)
+        stub = pb_grpc.LockServiceStub(rpc.sync_channel(leader.address, 1 << 20))
+        live, retimed, released = (stub.OpenSession(pb.OpenSessionRequest(
+            holder="raw", ttl_s=10.0, request_id=f"renew-many-{i}"), timeout=5.0).token
+            for i in range(3))
+        stub.Release(pb.ReleaseRequest(token=released), timeout=5.0)
+        time.sleep(0.5)  # (time passing, for the expiry to move; not a condition)
+        before = {lease.token: lease for lease in probe.list_leases()}
+
+        reply = stub.RenewMany(pb.RenewManyRequest(leases=[
+            pb.RenewRequest(token=live, ttl_s=10.0),
+            pb.RenewRequest(token=released, ttl_s=10.0),
+            pb.RenewRequest(token=retimed, ttl_s=12.0),
+            pb.RenewRequest(token=max(live, retimed) + 1000, ttl_s=10.0)]), timeout=5.0)
+        after = {lease.token: lease for lease in probe.list_leases()}
+        assert sorted(reply.ended) == [released, max(live, retimed) + 1000]
+        assert after[live].expires_in_s - before[live].expires_in_s > 0.3
+        assert after[retimed].ttl_s == 12.0 and before[retimed].ttl_s == 10.0
+        assert released not in after
+
+        for bad in ([pb.RenewRequest(token=live, ttl_s=0.0)],
+                    [pb.RenewRequest(token=live, ttl_s=10.0)] * (limits.LEASES_MAX + 1)):
+            with pytest.raises(grpc.RpcError) as refused:
+                stub.RenewMany(pb.RenewManyRequest(leases=bad), timeout=5.0)
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        follower_stub = pb_grpc.LockServiceStub(rpc.sync_channel(follower.address, 1 << 20))
+        with pytest.raises(grpc.RpcError) as not_leader:
+            follower_stub.RenewMany(pb.RenewManyRequest(leases=[
+                pb.RenewRequest(token=live, ttl_s=10.0)]), timeout=5.0)
+        assert isinstance(rpc.from_rpc_error(not_leader.value), NotLeader)
+    finally:
+        probe.close()
