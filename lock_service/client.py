@@ -15,10 +15,21 @@ Leases:
   request that granted or last renewed it was first sent. The service cannot expire it
   before `sent + ttl` in real time (lock_service/leader_time.py), so its holder always stops
   claiming first. The margin covers clock-rate differences between hosts.
-- A thread per lease renews it every ttl/4 and retries failures until the claim deadline.
+- One thread per client (`_Renewer`, a daemon while the client holds a lease) renews each
+  lease every ttl/4 and retries failures until the claim deadline. When the first lease is
+  due, every lease of the client that would fall due within that lease's renew period goes
+  with it, early (never later than its own schedule), in one RenewMany (issue 29: a Renew
+  per lease made the leader's load grow with the partitions a server holds); a lone lease,
+  or every lease of a client whose service predates RenewMany (UNIMPLEMENTED), by Renew.
   When the claim ends other than by `release()`, `lease.lost` is set and `on_lost(lease)`
-  runs at once, on that thread.
-- A renewal goes to the leader this client knows; with no answer within
+  runs at once: on a thread of its own when the renewer found out (a slow callback holds
+  up no other lease's renewal), on the caller's when `lease.renew()` did.
+- Batching keeps the claim rule above: every lease of a RenewMany claims from that call's
+  send time, and the service renews each of its tokens at the one leader time a Renew of
+  that token alone would get there, from memory under the same leader-lease check or
+  through the log as Renew would (lock_service/server.py). So lessor.py's argument holds
+  token by token: a batched renewal is, for each lease, a renewal sent at `sent`.
+- A renewal (Renew or RenewMany) goes to the leader this client knows; with no answer within
   RENEW_LEADER_TIMEOUT_S (a frozen or cut-off leader) or a refusal, to every replica at once,
   asking again each that refuses (`_Renewal`), so it lands on a new leader as soon as one
   answers. The service answers
@@ -59,6 +70,7 @@ from common.errors import (
     FaultInjected,
     InvalidArgument,
     NotFound,
+    PreconditionFailed,
     StampError,
     Unavailable,
 )
@@ -116,6 +128,7 @@ class LockClient:
         self._channels: dict[str, grpc.Channel] = {}
         self._stubs: dict[str, pb_grpc.LockServiceStub] = {}
         self._leases: set[Lease] = set()
+        self._renewer = _Renewer(self)
 
     @classmethod
     def from_stamp(cls, data_dir: str | Path, holder: str, **kwargs: Any) -> LockClient:
@@ -123,10 +136,9 @@ class LockClient:
         return cls(addresses_of(data_dir, "lock"), holder, **kwargs)
 
     def close(self) -> None:
-        """Release every lease still held (best effort) and close the channels."""
-        with self._mutex:
-            leases = list(self._leases)
-        for lease in leases:
+        """Release every lease still held (best effort) and close the channels; the renewer
+        thread ends, holding no lease."""
+        for lease in self._held():
             lease.release()
         with self._mutex:
             channels, self._channels, self._stubs = list(self._channels.values()), {}, {}
@@ -189,6 +201,11 @@ class LockClient:
     def _forget(self, lease: Lease) -> None:
         with self._mutex:
             self._leases.discard(lease)
+        self._renewer.wake()  # its last lease gone, the renewer ends now
+
+    def _held(self) -> list[Lease]:
+        with self._mutex:
+            return list(self._leases)
 
     # --- key/value store ---------------------------------------------------------------------
 
@@ -275,14 +292,31 @@ class LockClient:
         Returns when the request that succeeded was sent: the holder's claim counts from it.
         Raises NotFound if the service has ended the lease, DeadlineExceeded at the
         deadline, and any other error that retrying cannot help."""
-        renewal = _Renewal(self, pb.RenewRequest(token=token, ttl_s=ttl_s), deadline)
+        _, sent = self._renewal("Renew", pb.RenewRequest(token=token, ttl_s=ttl_s), deadline,
+                                f"lease {token}")
+        return sent
+
+    def _renew_many(self, leases: Sequence[Lease], deadline: float) -> tuple[float, set[int]]:
+        """Renew `leases` in one RenewMany as `_renew` renews one, until `deadline`: when
+        the request that succeeded was sent, and the tokens the service had ended. Raises
+        `_NotServed` if the service predates RenewMany."""
+        request = pb.RenewManyRequest(leases=[pb.RenewRequest(token=lease.token,
+                                                              ttl_s=lease.ttl_s)
+                                              for lease in leases])
+        reply, sent = self._renewal("RenewMany", request, deadline, f"{len(leases)} leases")
+        return sent, set(reply.ended)
+
+    def _renewal(self, method: str, request: Any, deadline: float, what: str
+                 ) -> tuple[Any, float]:
+        """(reply, when its request was sent) of a renewal call (`_Renewal`)."""
+        renewal = _Renewal(self, method, request, deadline, what)
         try:
-            address, sent = renewal.run()
+            address, sent, reply = renewal.run()
         finally:
             renewal.cancel()
         with self._guess_mutex:
             self._leader.answered(address)
-        return sent
+        return reply, sent
 
     def _call(self, method: str, request: Any, *, deadline: float | None = None,
               attempt_timeout_s: float | None = None) -> Any:
@@ -331,32 +365,41 @@ class LockClient:
             time.sleep(max(0.0, min(delay, deadline - self.clock.monotonic())))
 
 
-class _Renewal:
-    """One renewal's calls: first to the leader the client knows; once that has not answered
-    within RENEW_LEADER_TIMEOUT_S, or refused, to every replica at once. A replica that
-    refuses is asked again RENEW_RETRY_S later, one that does not answer once its call times
-    out, so a frozen leader never holds up asking the others."""
+class _NotServed(PreconditionFailed):
+    """A replica answered a renewal method UNIMPLEMENTED: a lock server that predates it
+    (client-internal: the renewer then renews lease by lease)."""
 
-    def __init__(self, client: LockClient, request: pb.RenewRequest, deadline: float) -> None:
+
+class _Renewal:
+    """One renewal's calls (`method`: Renew or RenewMany, with `request`): first to the
+    leader the client knows; once that has not answered within RENEW_LEADER_TIMEOUT_S, or
+    refused, to every replica at once. A replica that refuses is asked again RENEW_RETRY_S
+    later, one that does not answer once its call times out, so a frozen leader never holds
+    up asking the others."""
+
+    def __init__(self, client: LockClient, method: str, request: Any, deadline: float,
+                 what: str) -> None:
         self._client = client
         self._clock = client.clock
+        self._method = method
         self._request = request
+        self._what = what  # what is renewed, for errors
         self._deadline = deadline
         self._answered: queue.Queue[Any] = queue.Queue()
         self._inflight: dict[Any, tuple[str, float]] = {}  # call -> (address, sent)
         self._due: dict[str, float] = {}  # address -> when to ask it (again)
         self._fan_out_at = self._clock.monotonic() + RENEW_LEADER_TIMEOUT_S
 
-    def run(self) -> tuple[str, float]:
-        """The address that renewed the lease and when its request was sent."""
+    def run(self) -> tuple[str, float, Any]:
+        """The address that renewed, when its request was sent, and its reply."""
         answered = self._ask_leader()
         if answered is not None:
             return answered
         while True:
             now = self._clock.monotonic()
             if now >= self._deadline:
-                raise DeadlineExceeded(f"lease {self._request.token}: no renewal before its "
-                                       "claim deadline")
+                raise DeadlineExceeded(f"{self._what}: no renewal before the claim "
+                                       "deadline")
             if now >= self._fan_out_at:
                 self._fan_out_at = float("inf")
                 for address in self._client._leader.addresses:
@@ -377,9 +420,9 @@ class _Renewal:
             if won is not None:
                 return won
 
-    def _ask_leader(self) -> tuple[str, float] | None:
+    def _ask_leader(self) -> tuple[str, float, Any] | None:
         """The first call, to the leader the client knows, blocking for at most
-        RENEW_LEADER_TIMEOUT_S: (address, sent) if it renewed, else None, and everyone is
+        RENEW_LEADER_TIMEOUT_S: (address, sent, reply) if it renewed, else None, and everyone is
         asked at once (`_refused`). Blocking, not a future: a future's call on an idle
         channel starts a gRPC thread for it (issue 29: every renewal of every lease did),
         and a healthy leader answers from memory in milliseconds."""
@@ -387,24 +430,27 @@ class _Renewal:
         sent = self._clock.monotonic()
         timeout_s = min(RENEW_LEADER_TIMEOUT_S, max(0.0, self._deadline - sent))
         try:
-            self._client._stub(address).Renew(self._request, timeout=timeout_s)
+            reply = getattr(self._client._stub(address), self._method)(self._request,
+                                                                        timeout=timeout_s)
         except grpc.RpcError as exc:
             self._refused(address, exc)
             return None
-        return address, sent
+        return address, sent, reply
 
-    def _settle(self, call: Any) -> tuple[str, float] | None:
+    def _settle(self, call: Any) -> tuple[str, float, Any] | None:
         address, sent = self._inflight.pop(call)
         try:
-            call.result()
+            reply = call.result()
         except grpc.RpcError as exc:
             self._refused(address, exc)
             return None
-        return address, sent
+        return address, sent, reply
 
     def _refused(self, address: str, exc: grpc.RpcError) -> None:
         """`address` did not renew: ask every replica now, the one it names as leader and
         (again) itself among them; raise what retrying cannot help."""
+        if getattr(exc, "code", lambda: None)() == grpc.StatusCode.UNIMPLEMENTED:
+            raise _NotServed(f"{address} does not serve {self._method}") from None
         error = rpc.from_rpc_error(exc)
         if not isinstance(error, RETRYABLE):
             raise error from None
@@ -422,7 +468,8 @@ class _Renewal:
     def _send(self, address: str, timeout_s: float) -> None:
         sent = self._clock.monotonic()
         timeout_s = min(timeout_s, max(0.0, self._deadline - sent))
-        call = self._client._stub(address).Renew.future(self._request, timeout=timeout_s)
+        call = getattr(self._client._stub(address), self._method).future(self._request,
+                                                                        timeout=timeout_s)
         self._inflight[call] = (address, sent)
         call.add_done_callback(self._answered.put)
 
@@ -444,12 +491,11 @@ class Lease:
         self._clock = client.clock
         self._margin_s = lease_margin_s(ttl_s)
         self._deadline = sent + ttl_s - self._margin_s
-        self._last_sent = sent
+        self._renew_every_s = ttl_s * RENEW_FRACTION
+        self._next_renew = sent + self._renew_every_s  # the renewer's schedule (its own)
         self._on_lost = on_lost
         self._ended = threading.Event()
         self._mutex = threading.Lock()
-        self._thread = threading.Thread(target=self._renew_loop, daemon=True,
-                                        name=f"lease-{token}")
 
     def __repr__(self) -> str:
         return f"Lease({self.name!r}, token={self.token}, valid={self.valid()})"
@@ -474,7 +520,7 @@ class Lease:
             log.warning("release of lease %d failed (%s); it will expire", self.token, exc)
 
     def renew(self) -> None:
-        """Renew at once (the background thread also renews on its own schedule). Raises
+        """Renew at once (the client's renewer also renews on its own schedule). Raises
         NotFound, and the lease is lost, if the service has already ended it."""
         if self._ended.is_set():
             raise NotFound(f"lease {self.token} has ended here")
@@ -498,9 +544,11 @@ class Lease:
         if self._clock.monotonic() >= self._deadline:
             self._lose("granted too late to claim")
             return
-        self._thread.start()
+        self._client._renewer.wake()
 
-    def _lose(self, reason: str) -> None:
+    def _lose(self, reason: str, *, notify_apart: bool = False) -> None:
+        """Stop claiming, then run on_lost: here, or with `notify_apart` (the renewer) on a
+        thread of its own, so that a slow callback holds up no other lease's renewal."""
         with self._mutex:
             if self._ended.is_set():
                 return
@@ -508,35 +556,140 @@ class Lease:
             self.lost.set()
         self._client._forget(self)
         log.warning("lease %d (%s) lost: %s", self.token, self.name, reason)
-        if self._on_lost is not None:
-            try:
-                self._on_lost(self)
-            except Exception:
-                log.exception("on_lost callback of lease %d failed", self.token)
+        if self._on_lost is None:
+            return
+        if notify_apart:
+            threading.Thread(target=self._notify_lost, daemon=True,
+                             name=f"lease-lost-{self.token}").start()
+        else:
+            self._notify_lost()
 
-    def _renew_loop(self) -> None:
-        renew_every_s = self.ttl_s * RENEW_FRACTION
-        next_renew = self._last_sent + renew_every_s
+    def _notify_lost(self) -> None:
+        assert self._on_lost is not None
+        try:
+            self._on_lost(self)
+        except Exception:
+            log.exception("on_lost callback of lease %d failed", self.token)
+
+    def _due_at(self) -> float:
+        """When the renewer must look at this lease next: its renewal, or its deadline."""
+        return min(self._next_renew, self._deadline)
+
+
+def renewal_batch(leases: Sequence[Lease], now: float) -> list[Lease]:
+    """The leases to renew together at `now`: none before the first is due; then it and
+    every lease that would fall due within its renew period, early (module docstring), at
+    most LEASES_MAX (a RenewMany's bound)."""
+    first = min(leases, key=lambda lease: lease._next_renew)
+    if first._next_renew > now:
+        return []
+    horizon = now + first._renew_every_s
+    due = sorted((lease for lease in leases if lease._next_renew <= horizon),
+                 key=lambda lease: lease._next_renew)
+    return due[:limits.LEASES_MAX]
+
+
+class _Renewer:
+    """A client's one renewal thread (module docstring): a daemon while the client holds a
+    lease, ended when it holds none and started again by the next. It waits on an Event for
+    the next due time, woken early when a lease is added or ended."""
+
+    def __init__(self, client: LockClient) -> None:
+        self._client = client
+        self._clock = client.clock
+        self._mutex = threading.Lock()  # for _thread; taken before the client's
+        self._thread: threading.Thread | None = None
+        self._wake = threading.Event()
+        self._batched = True  # False once the service answered RenewMany UNIMPLEMENTED
+
+    def wake(self) -> None:
+        """A lease was added or ended: look again, starting the thread if it had ended."""
+        with self._mutex:
+            if self._thread is None and self._client._held():
+                self._thread = threading.Thread(target=self._run, daemon=True,
+                                                name=f"lease-renewer-{self._client.holder}")
+                self._thread.start()
+        self._wake.set()
+
+    def _leases(self) -> list[Lease]:
+        """The client's leases; none: the thread ends (`wake` starts another)."""
+        with self._mutex:
+            leases = self._client._held()
+            if not leases:
+                self._thread = None
+            return leases
+
+    def _run(self) -> None:
         while True:
-            now = self._clock.monotonic()
-            if now >= self._deadline:
-                self._lose("not renewed before its claim deadline")
+            self._wake.clear()  # before looking: a wake from now on is not missed
+            leases = self._leases()
+            if not leases:
                 return
-            if now < next_renew:
-                if self._ended.wait(min(next_renew, self._deadline) - now):
-                    return
-                continue
             try:
-                sent = self._client._renew(self.token, self.ttl_s, self._deadline)
-            except NotFound:
-                self._lose("the service has ended it")
-                return
-            except StampError as exc:
-                log.info("renewal of lease %d failed: %s; retrying", self.token, exc)
-                next_renew = self._clock.monotonic() + RENEW_RETRY_S
-                continue
-            self._renewed(sent)
-            next_renew = sent + renew_every_s
+                self._look(leases)
+            except Exception:  # the leases must not go unrenewed for a bug's sake
+                log.exception("lease renewer failed; going on")
+                self._wake.wait(RENEW_RETRY_S)
+
+    def _look(self, leases: list[Lease]) -> None:
+        """Lose what is past its claim deadline; renew what is due, or wait until it is."""
+        now = self._clock.monotonic()
+        live = [lease for lease in leases if not self._lapsed(lease, now)]
+        if not live:
+            return
+        batch = renewal_batch(live, now)
+        if not batch:
+            self._wake.wait(min(lease._due_at() for lease in live) - now)
+        elif len(batch) == 1 or not self._batched:
+            for lease in batch:
+                self._round([lease])
+        else:
+            self._round(batch)
+
+    @staticmethod
+    def _lapsed(lease: Lease, now: float) -> bool:
+        if lease._ended.is_set():
+            return True
+        if now >= lease._deadline:
+            lease._lose("not renewed before its claim deadline", notify_apart=True)
+            return True
+        return False
+
+    def _round(self, batch: list[Lease]) -> None:
+        """Renew `batch` in one call and schedule each lease's next renewal."""
+        try:
+            sent, ended = self._send(batch)
+        except _NotServed as exc:  # still due: renewed lease by lease at the next look
+            log.info("%s; renewing lease by lease", exc)
+            self._batched = False
+            return
+        except DeadlineExceeded:  # the next look loses those past their deadline; the
+            return                # others, still due, are asked again at once
+        except StampError as exc:
+            log.info("renewal of leases %s failed: %s; retrying",
+                     [lease.token for lease in batch], exc)
+            retry_at = self._clock.monotonic() + RENEW_RETRY_S
+            for lease in batch:
+                lease._next_renew = max(lease._next_renew, retry_at)
+            return
+        for lease in batch:
+            if lease.token in ended:
+                lease._lose("the service has ended it", notify_apart=True)
+            else:
+                lease._renewed(sent)
+                lease._next_renew = sent + lease._renew_every_s
+
+    def _send(self, batch: list[Lease]) -> tuple[float, set[int]]:
+        """(when the renewing request was sent, tokens the service had ended), by Renew for
+        one lease, else RenewMany; until the earliest claim deadline among them."""
+        deadline = min(lease._deadline for lease in batch)
+        if len(batch) > 1:
+            return self._client._renew_many(batch, deadline)
+        lease = batch[0]
+        try:
+            return self._client._renew(lease.token, lease.ttl_s, deadline), set()
+        except NotFound:
+            return 0.0, {lease.token}
 
 
 def _token(lease: Lease | None) -> int:
