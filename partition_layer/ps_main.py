@@ -115,7 +115,7 @@ class Registration:
         version = self.version
         return version if self.in_place() else 0
 
-    def _lost(self, session: Lease) -> None:  # on the session's renewal thread
+    def _lost(self, session: Lease) -> None:  # on a thread of the lock client's (on_lost)
         # The same fault point as a partition lease's loss (server.py): a test that delays
         # noticing a lost ownership, to attack the fence, delays this too.
         faults.point("ps.lease_lost")

@@ -203,10 +203,10 @@ class PartitionServer:
             raise Unavailable(f"{self.name} has no session: it loads nothing until it is "
                               f"registered again")
         loop = asyncio.get_running_loop()
-        # The ownership, once made: set on the loop, read on the lease's renewal thread.
+        # The ownership, once made: set on the loop, read on the thread on_lost runs on.
         box: list[Ownership] = []
 
-        def lost(_: Lease) -> None:  # on the lease's renewal thread
+        def lost(_: Lease) -> None:  # on a thread of the lock client's (on_lost)
             faults.point("ps.lease_lost")  # a test delays noticing, to attack the fence
             partition = box[0].partition if box else None
             if partition is not None:
