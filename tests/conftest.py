@@ -74,7 +74,6 @@ HEAVY_MODULES = (
     "tests/probe/test_gc_disk.py",
     "tests/probe/test_spark_gc.py",
     "tests/probe/test_spark_ec.py",
-    "tests/probe/test_spark_cluster_scan.py",
     "tests/probe/test_spark_cluster.py",
     "tests/probe/test_spark_datasource.py",
     "tests/probe/test_spark_scrub.py",
