@@ -349,26 +349,21 @@ class LockServicer(pb_grpc.LockServiceServicer):
         problem = problem_with(c.Renew(0.0, request.token, request.ttl_s))
         if problem:
             raise InvalidArgument(problem)
-        at = await self._leader_now()  # a new leader anchors (and promotes) first
-        term = self._leader_time.term
-        assert term is not None
-        # No await from here to the answer: the leader lease is checked at the renewal.
-        outcome = self._replica.renew_in_memory(term, request.token, request.ttl_s, at)
-        if outcome is RenewOutcome.RENEWED:
-            return pb.RenewReply()
-        if outcome is RenewOutcome.ENDED:
+        if await self._renew_all([request]):
             raise NotFound(f"lease {request.token} has ended")
-        result = await self._propose(lambda at: c.Renew(at, request.token, request.ttl_s))
-        assert isinstance(result, c.Renewed), result
         return pb.RenewReply()
 
     @rpc_errors
     async def RenewMany(self, request: pb.RenewManyRequest,
                         context: aio.ServicerContext) -> pb.RenewManyReply:
-        """Every entry exactly as Renew alone would answer it (NotFound: in `ended`), at one
-        leader time: the same `at` a Renew of that token would be stamped with, checked and
-        answered from memory in one go, so lessor.py's argument holds entry by entry."""
-        leases = _checked_renewals(request)
+        """Every entry exactly as Renew alone would answer it (NotFound: in `ended`)."""
+        return pb.RenewManyReply(ended=await self._renew_all(_checked_renewals(request)))
+
+    async def _renew_all(self, leases: list[pb.RenewRequest]) -> list[int]:
+        """Renew `leases` (checked), all at one leader time: the same `at` a Renew of each
+        token alone would be stamped with, checked and answered from memory in one go, so
+        lessor.py's argument holds entry by entry; those memory cannot answer go through
+        the log one by one. Returns the tokens the service had ended."""
         at = await self._leader_now()  # a new leader anchors (and promotes) first
         term = self._leader_time.term
         assert term is not None
@@ -380,11 +375,11 @@ class LockServicer(pb_grpc.LockServiceServicer):
         for lease, outcome in zip(leases, outcomes, strict=True):
             if outcome is RenewOutcome.THROUGH_LOG and not await self._renew_in_log(lease):
                 ended.append(lease.token)
-        return pb.RenewManyReply(ended=ended)
+        return ended
 
     async def _renew_in_log(self, lease: pb.RenewRequest) -> bool:
-        """Renew one lease through the log, as Renew does when memory cannot answer: False
-        if the service had ended it (NotFound); any other failure fails the whole call."""
+        """Renew one lease through the log (memory could not answer): False if the service
+        had ended it (NotFound); any other failure fails the whole call."""
         try:
             result = await self._propose(lambda at: c.Renew(at, lease.token, lease.ttl_s))
         except NotFound:

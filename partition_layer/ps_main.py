@@ -152,6 +152,15 @@ class LeaderHeartbeat:
         return None if self.leader is None else await self.send(self.leader)
 
 
+def beat_load(server: PartitionServer, registration: Registration, address: str
+              ) -> pb.ServerLoad:
+    """What a beat says: the server's load and the registration it beats under (the PM lists
+    the registrations again when that is not the one it listed: manager.py)."""
+    load = server.load_pb(address)
+    load.registration = registration.current()
+    return load
+
+
 async def heartbeat_forever(server: PartitionServer, registration: Registration,
                             locks: LockClient, address: str, limits: PartitionLimits) -> None:
     """Keep the registration and report this server's load to the leading PM, every
@@ -177,9 +186,8 @@ async def heartbeat_forever(server: PartitionServer, registration: Registration,
         if channel is None:
             channel = channels[leader] = rpc.aio_channel(leader, limits.rpc_message_bytes_max)
         stub = partition_pb2_grpc.PartitionManagerStub(channel)
-        load = server.load_pb(address)
-        load.registration = registration.current()
-        return await rpc.call(stub.Heartbeat(load, timeout=1.0))
+        return await rpc.call(stub.Heartbeat(beat_load(server, registration, address),
+                                             timeout=1.0))
 
     heartbeat = LeaderHeartbeat(read_leader, send)
 

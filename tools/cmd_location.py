@@ -146,5 +146,5 @@ def _accounts(stamp: Any) -> Iterator[Any]:
     from frontend.accounts import AccountStore
     from lock_service.client import LockClient
 
-    with LockClient([r.address for r in stamp.lock_servers()], holder="location-cli") as locks:
+    with LockClient.from_stamp(stamp.data_dir, holder="location-cli") as locks:
         yield AccountStore(locks, SystemClock())

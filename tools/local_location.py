@@ -107,21 +107,11 @@ class LocalLocation:
             stopped += [f"{SERVICE_DIR}/{name}" for name in service.down(progress=progress)]
         return stopped
 
-    def store_client(self) -> _StoreClient:
-        """A LocationStore on the service's lock group (a context manager)."""
-        return _StoreClient(self.service())
-
-
-class _StoreClient:
-    def __init__(self, service: LocalStamp) -> None:
-        self._locks = LockClient([r.address for r in service.lock_servers()],
-                                 holder="location-cli")
-
-    def __enter__(self) -> LocationStore:
-        return LocationStore(self._locks)
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._locks.close()
+    @contextlib.contextmanager
+    def store_client(self) -> Iterator[LocationStore]:
+        """A LocationStore on the service's lock group, its client closed afterwards."""
+        with LockClient.from_stamp(self.service().data_dir, holder="location-cli") as locks:
+            yield LocationStore(locks)
 
 
 def stamp_info(site: StampSite, stamp: LocalStamp) -> StampInfo:

@@ -172,3 +172,21 @@ def test_a_registration_in_place_is_left_alone_and_a_lost_session_registers_agai
     assert registration.in_place() and server.session is locks.sessions[1]
     assert locks.puts[-1] == ("ps/ps-1", b"127.0.0.1:11", 2)
     assert registration.current() == 2
+
+
+def test_a_beat_says_the_registration_it_beats_under() -> None:
+    """Without it the PM falls back to listing every LIVE_REFRESH_S: a server that lost its
+    session would be seen up to a second later, and nothing else would fail."""
+    locks = _SessionLocks()
+    server = types.SimpleNamespace(
+        session=None, load_pb=lambda address: pb.ServerLoad(name="ps-1", address=address))
+    loop = asyncio.new_event_loop()  # only for losses (none here): never run
+    registration = ps_main.Registration(locks, "ps-1", "127.0.0.1:11",  # type: ignore[arg-type]
+                                        PartitionLimits(), server,  # type: ignore[arg-type]
+                                        loop)
+    loop.close()
+    load = ps_main.beat_load(server, registration, "127.0.0.1:11")  # type: ignore[arg-type]
+    assert load.HasField("registration") and load.registration == 0
+    registration.ensure()
+    assert ps_main.beat_load(server, registration,  # type: ignore[arg-type]
+                             "127.0.0.1:11").registration == 1
