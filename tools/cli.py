@@ -129,6 +129,7 @@ SERVERS = {
     "partition-server": "partition_layer.ps_main",
     "front-end": "frontend.fe_main",
     "job-scheduler": "spark.scheduler_main",
+    "location": "location.server_main",
 }
 
 

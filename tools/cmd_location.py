@@ -5,8 +5,8 @@ this machine (tools/local_location.py), and accounts placed in it by load across
 `create-account NAME` places the account (its primary stamp by load, its secondary in the
 other region), creates it on the primary (two fresh keys) and has the secondary hold the same
 keys; run again after a crash, it finishes what is missing and changes nothing that is done.
-It prints the placement, then the connection string of the account at its primary stamp's
-front ends."""
+It prints the placement, then the account's connection string, which names the location's
+servers (`Location=...`): the SDK asks them where the account's primary is (issue 30)."""
 
 from __future__ import annotations
 
@@ -73,6 +73,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     with Progress("location up") as progress:
         started = location.up(progress=progress)
     print(f"location up in {location.directory}: started {len(started)} processes")
+    print(f"  location servers: {', '.join(location.location_endpoints())}")
     for site, stamp in location.stamps():
         fronts = ", ".join(r.address for r in stamp.front_ends())
         print(f"  {site.name} ({site.region}): {stamp.data_dir}, front ends {fronts}")
@@ -97,6 +98,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         placements = store.placements()
     primary = Counter(p.primary for p in placements)
     secondary = Counter(p.secondary for p in placements)
+    print(f"location servers: {', '.join(location.location_endpoints()) or 'none yet'}")
     print(f"{'stamp':10} {'region':8} {'primary':>8} {'secondary':>10} {'used':>12}  front ends")
     for name, info in sorted(stamps.items()):
         print(f"{name:10} {info.region:8} {primary[name]:8d} {secondary[name]:10d} "
@@ -111,9 +113,8 @@ def cmd_create_account(args: argparse.Namespace) -> int:
     placement, account = create_account(location, args.name)
     print(f"account {args.name}: primary {placement.primary}, secondary "
           f"{placement.secondary} ({placement.secondary_state})")
-    with location.store_client() as store:
-        fronts = list(store.stamp(placement.primary).front_ends)
-    print(connection_string.make(fronts, args.name, key=account.keys[0]).format())
+    print(connection_string.make([], args.name, key=account.keys[0],
+                                 location=location.location_endpoints()).format())
     return 0
 
 

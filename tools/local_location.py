@@ -3,7 +3,8 @@ regions, each on an address of its own in 127.0.0.0/8, as `stamp location up` st
 
 Layout of the location's directory (default ./location-data):
 - `service/`: the location service, a lock-service group of three (location/store.py keeps
-  the stamps and the accounts' placements there), on 127.0.0.1;
+  the stamps and the accounts' placements there) and a location server `loc-1` answering
+  SDKs' Resolve calls from it (location/server_main.py), on 127.0.0.1;
 - `stamps/<name>/`: each stamp's data directory (its own `stamp.json`), `west-1` on
   127.0.0.2 in region `west` and `east-1` on 127.0.0.3 in region `east`: 3 lock replicas,
   3 stream managers, 3 extent nodes in 3 fault domains, 1 partition manager, 1 partition
@@ -21,17 +22,21 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from common import process
 from common.config import StampConfig, default_config
 from common.errors import NotFound
 from location.placement import StampInfo
 from location.store import LocationStore
 from lock_service.client import LockClient
 from tools.local_stamp import LocalStamp
+from tools.process_record import ProcessRecord
 from tools.progress import SILENT, Progress
 
 SERVICE_DIR = "service"
 STAMPS_DIR = "stamps"
 SERVICE_HOST = "127.0.0.1"
+LOCATION_SERVER = "loc-1"
+KIND_LOCATION = "location"
 
 
 @dataclass(frozen=True)
@@ -73,9 +78,11 @@ class LocalLocation:
         """The location service's processes (as recorded, or planned anew)."""
         path = self.directory / SERVICE_DIR
         try:
-            return LocalStamp.load(path)
+            service = LocalStamp.load(path)
         except NotFound:
-            return LocalStamp(path, service_config())
+            service = LocalStamp(path, service_config())
+        plan_location_server(service)
+        return service
 
     def stamps(self) -> Iterator[tuple[StampSite, LocalStamp]]:
         for site in SITES:
@@ -107,11 +114,32 @@ class LocalLocation:
             stopped += [f"{SERVICE_DIR}/{name}" for name in service.down(progress=progress)]
         return stopped
 
+    def location_endpoints(self) -> list[str]:
+        """HOST:PORT of the location servers, as a connection string's `Location` names
+        them (empty until they ran once: a port picked at first start)."""
+        return [record.address for record in self.service().records.values()
+                if record.kind == KIND_LOCATION and not record.address.endswith(":0")]
+
     @contextlib.contextmanager
     def store_client(self) -> Iterator[LocationStore]:
         """A LocationStore on the service's lock group, its client closed afterwards."""
         with LockClient.from_stamp(self.service().data_dir, holder="location-cli") as locks:
             yield LocationStore(locks)
+
+
+def plan_location_server(service: LocalStamp) -> None:
+    """Add the location server to the service's processes (once: its record, with the port
+    it picked at first start, is kept in the service's stamp.json like the others')."""
+    if LOCATION_SERVER in service.records:
+        return
+    service.plan()  # the lock replicas' addresses, which it is given
+    locks = ",".join(record.address for record in service.lock_servers())
+    directory = service.data_dir / LOCATION_SERVER
+    argv = process.stamp_command(
+        "serve", KIND_LOCATION, "--name", LOCATION_SERVER, "--dir", str(directory),
+        "--host", SERVICE_HOST, "--port", "0", "--lock", locks, *service.server_flags())
+    service.records[LOCATION_SERVER] = ProcessRecord(
+        LOCATION_SERVER, KIND_LOCATION, str(directory), argv, address=f"{SERVICE_HOST}:0")
 
 
 def stamp_info(site: StampSite, stamp: LocalStamp) -> StampInfo:

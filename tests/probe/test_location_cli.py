@@ -61,13 +61,18 @@ def test_two_stamps_in_two_regions_and_an_account_placed_across_them(location: P
     # Equally used fresh stamps: the second account goes to the stamp with fewer accounts.
     assert primary_of(first[0]) != primary_of(second[0]), (first, second)
     assert {primary_of(first[0]), secondary_of(first[0])} == {"east-1", "west-1"}
-    rows = {line.split()[0]: line.split() for line in location_cli(location, "status")
-            .splitlines()[1:]}
+    status = location_cli(location, "status").splitlines()
+    assert status[0].startswith("location servers: 127.0.0.1:")
+    rows = {line.split()[0]: line.split() for line in status[2:]}
     assert {name: (row[2], row[3]) for name, row in rows.items()} == {
         "east-1": ("1", "1"), "west-1": ("1", "1")}
-    # The key works at the primary (an append) and at the secondary (the same account).
+    # The connection string names the location, which says where the primary is; the key
+    # works there (an append) and at the secondary (the same account).
+    assert first[1].startswith("Location=127.0.0.1:")
     with Client.from_connection_string(first[1], timeout_s=30) as primary:
         assert primary.append("log", [b"r0"]) == 0
+        assert primary.aio.location_answer.primary.name == primary_of(first[0])
+        assert primary.aio.endpoints == [rows[primary_of(first[0])][-1]]
     endpoint = rows[secondary_of(first[0])][-1]
     key = base64.b64decode(first[1].split("Key=")[1])
     with Client([endpoint], "alpha", key=key, timeout_s=30) as at_secondary:

@@ -54,7 +54,10 @@ def test_tls_settings_round_trip_and_are_checked() -> None:
     ("   ", "is empty"),
     ("Endpoint=h:1;Account=acme", "exactly one of Key"),
     (f"Endpoint=h:1;Account=acme;Key={KEY_B64};SharedAccessSignature=x", "exactly one of"),
-    (f"Account=acme;Key={KEY_B64}", "no Endpoint"),
+    (f"Account=acme;Key={KEY_B64}", "exactly one of Endpoint"),
+    (f"Endpoint=h:1;Location=l:1;Account=acme;Key={KEY_B64}", "exactly one of Endpoint"),
+    (f"Location=l:1,l:1;Account=acme;Key={KEY_B64}", "endpoint twice"),
+    (f"Location=l;Account=acme;Key={KEY_B64}", "is not HOST:PORT"),
     (f"Endpoint=h:1;Key={KEY_B64}", "no Account"),
     (f"Endpoint=h:1;Account=acme;Key={KEY_B64};Account=acme", "Account twice"),
     (f"Endpoint=h:1;account=acme;Key={KEY_B64}", "unknown setting 'account'"),
@@ -98,6 +101,14 @@ def test_key_round_trip(endpoints: list[str], account: str, key: bytes) -> None:
     made = cs.make(endpoints, account, key=key)
     assert cs.parse(made.format()) == made
     assert made.endpoints == tuple(endpoints) and made.account == account and made.key == key
+
+
+@given(endpoint_lists, accounts, st.binary(min_size=32, max_size=32))
+def test_location_round_trip(servers: list[str], account: str, key: bytes) -> None:
+    made = cs.make([], account, key=key, location=servers)
+    assert made.format().startswith(f"Location={','.join(servers)};Account={account};")
+    assert cs.parse(made.format()) == made
+    assert made.location == tuple(servers) and made.endpoints == ()
 
 
 @given(endpoint_lists, accounts, st.sets(st.sampled_from(list(sas.PERMISSIONS)), min_size=1),

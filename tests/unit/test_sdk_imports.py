@@ -14,8 +14,10 @@ from pathlib import Path
 
 import stampsdk
 from stampsdk._proto import frontend_v1_pb2 as sdk_v1
+from stampsdk._proto import location_v1_pb2 as sdk_location
 
 from common.proto import frontend_v1_pb2 as server_v1
+from common.proto import location_v1_pb2 as server_location
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER_PACKAGES = ("common", "frontend", "partition_layer", "stream_layer", "extent_node",
@@ -59,11 +61,14 @@ def test_no_server_package_imports_the_sdk() -> None:
 
 
 def test_the_sdk_protocol_code_is_the_servers_and_both_load_in_one_process() -> None:
-    """One .proto (protocol/frontend_v1.proto), generated twice (the SDK's with older
-    grpcio-tools): the same file descriptor, so the default pool takes both; a stale SDK
-    copy (`make sdk-proto`) fails here."""
+    """Each .proto of protocol/ (frontend_v1, location_v1), generated twice (the SDK's with
+    older grpcio-tools): the same file descriptor, so the default pool takes both; a stale
+    SDK copy (`make sdk-proto`) fails here."""
     assert sdk_v1.DESCRIPTOR.name == server_v1.DESCRIPTOR.name == "frontend_v1.proto"
     assert sdk_v1.DESCRIPTOR.serialized_pb == server_v1.DESCRIPTOR.serialized_pb
+    assert sdk_location.DESCRIPTOR.name == server_location.DESCRIPTOR.name \
+        == "location_v1.proto"
+    assert sdk_location.DESCRIPTOR.serialized_pb == server_location.DESCRIPTOR.serialized_pb
     request = sdk_v1.Request(account="acct", pname="log", append=sdk_v1.AppendOp(
         records=[b"r"], crcs=[1]))
     assert server_v1.Request.FromString(request.SerializeToString()) == \

@@ -73,12 +73,15 @@ from stampsdk.clock import Clock, SystemClock
 from stampsdk.errors import (
     DeadlineExceeded,
     InvalidArgument,
+    Moved,
     StampError,
     Throttled,
+    Unavailable,
     from_name,
     from_rpc_error,
 )
 from stampsdk.limits import Limits
+from stampsdk.location import Resolver
 from stampsdk.requests import Row
 from stampsdk.retry import AttemptTimer, Endpoints, RetryPolicy, endpoint_failed
 from stampsdk.scan import AsyncScanIterator, Batches, Entity, Page, ScanCursor, ScanRange
@@ -98,8 +101,12 @@ class Client:
                  sas: str | None = None, timeout_s: float = 30.0,
                  limits: Limits | None = None, policy: RetryPolicy | None = None,
                  clock: Clock | None = None, rng: random.Random | None = None,
-                 tls: bool = False, ca_file: str | None = None) -> None:
-        """`endpoints`: front ends as HOST:PORT; exactly one of `key` (an account key) and
+                 tls: bool = False, ca_file: str | None = None,
+                 location: Sequence[str] = ()) -> None:
+        """`endpoints`: front ends as HOST:PORT, or none and `location`: the servers of a
+        location service, which say where the account's primary stamp is (issue 30:
+        stampsdk/location.py; a stamp that answers Moved sends the client back to ask
+        again, and the call goes on at the new primary); exactly one of `key` (an account key) and
         `sas` (a shared access token of `account`); `timeout_s`: how long one call may take,
         retries included; `tls` (implied by `ca_file`): TLS to the front ends, trusting the
         CA in `ca_file` or else the system's roots; without either, a plain connection;
@@ -108,7 +115,7 @@ class Client:
         if isinstance(endpoints, str):
             raise InvalidArgument("endpoints are a sequence of HOST:PORT strings, not a str")
         checked = connection_string.make(list(endpoints), account, key=key, sas_token=sas,
-                                         tls=tls, ca_file=ca_file)
+                                         tls=tls, ca_file=ca_file, location=list(location))
         if not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool) \
                 or not 0 < timeout_s < float("inf"):
             raise InvalidArgument(f"timeout_s is a positive number of seconds, not "
@@ -120,11 +127,17 @@ class Client:
         self._policy = policy or RetryPolicy()
         self._clock: Clock = clock or SystemClock()
         self._rng = rng or random.Random()
-        self._endpoints = Endpoints(checked.endpoints, self._clock, self._rng)
         self._attempts = AttemptTimer()
         self._channels = ChannelCache(
             getattr(self.limits, "rpc_message_bytes_max", Limits.rpc_message_bytes_max),
             tls_credentials(checked.ca_file) if checked.tls else None)
+        # Fixed front ends, or those the location names (None until it first answered).
+        self._endpoints: Endpoints | None = (
+            Endpoints(checked.endpoints, self._clock, self._rng) if checked.endpoints
+            else None)
+        self._resolver = (Resolver(checked.location, checked.account, self._channels,
+                                   self._clock, self._rng) if checked.location else None)
+        self._resolved: tuple[str, ...] = ()
         self._sessions: dict[str, CallSession] = {}
         # Mutation tokens: a random prefix and a counter (unique without a urandom per call).
         self._token_prefix = os.urandom(TOKEN_PREFIX_BYTES).hex()
@@ -141,18 +154,26 @@ class Client:
         parsed = connection_string.parse(text)
         return cls(parsed.endpoints, parsed.account, key=parsed.key, sas=parsed.sas,
                    timeout_s=timeout_s, limits=limits, policy=policy, tls=parsed.tls,
-                   ca_file=parsed.ca_file)
+                   ca_file=parsed.ca_file, location=parsed.location)
 
     @property
     def endpoints(self) -> list[str]:
-        """The front ends of this client, as given."""
-        return self._endpoints.all
+        """The front ends of this client, as given or as the location last named them
+        (none before a client with a location made its first call)."""
+        return self._endpoints.all if self._endpoints is not None else []
 
     @property
     def next_endpoint(self) -> str:
         """The front end the next call goes to (the last one that answered, unless it
-        failed since)."""
-        return self._endpoints.pick()
+        failed since); "" before a client with a location made its first call."""
+        return self._endpoints.pick() if self._endpoints is not None else ""
+
+    @property
+    def location_answer(self) -> Any:
+        """What the location last said of the account (stampsdk/location.py Resolution:
+        its primary and secondary stamps, the placement's epoch), or None: a client of
+        fixed front ends, or none asked yet."""
+        return self._resolver.answer if self._resolver is not None else None
 
     # ---- logs -------------------------------------------------------------------------------
 
@@ -206,7 +227,8 @@ class Client:
         attempt, deadline = 0, None
         while True:
             self._check_open()
-            endpoint = self._endpoints.pick()
+            endpoint = await self._pick(deadline if deadline is not None
+                                        else self._clock.monotonic() + self.timeout_s)
             request = pb.SubscribeRequest(account=self.account, pname=log, from_seq=next_seq)
             wire.sign_subscribe(request, self._credentials, self._clock.wall())
             stream = fe_grpc.FrontEndStub(self._channels.get(endpoint)).Subscribe(request)
@@ -320,7 +342,7 @@ class Client:
         attempt, deadline = 0, self._clock.monotonic() + self.timeout_s
         while not cursor.finished:
             self._check_open()
-            endpoint = self._endpoints.pick()
+            endpoint = await self._pick(deadline)
             request = cursor.request()
             wire.sign_scan(request, self._credentials, self._clock.wall())
             stream = fe_grpc.FrontEndStub(self._channels.get(endpoint)).Scan(request)
@@ -357,7 +379,7 @@ class Client:
         attempt, deadline = 0, self._clock.monotonic() + self.timeout_s
         while True:
             self._check_open()
-            endpoint = self._endpoints.pick()
+            endpoint = await self._pick(deadline)
             request = pb.ScanRangesRequest(account=self.account)
             wire.sign_scan_ranges(request, self._credentials, self._clock.wall())
             stub = fe_grpc.FrontEndStub(self._channels.get(endpoint))
@@ -415,6 +437,18 @@ class Client:
         server a while to fill, and a scan started again costs the pages before it)."""
         return max(0.05, min(self._attempts.max_s, deadline - self._clock.monotonic()))
 
+    async def _pick(self, deadline: float) -> str:
+        """The front end the next attempt goes to: of the connection string, or of the
+        account's primary as the location says (asked when its answer is older than its
+        TTL; stampsdk/location.py)."""
+        if self._resolver is None:
+            return cast(Endpoints, self._endpoints).pick()
+        front_ends = await self._resolver.front_ends(deadline)
+        if self._endpoints is None or front_ends is not self._resolved:
+            self._endpoints = Endpoints(front_ends, self._clock, self._rng)
+            self._resolved = front_ends
+        return self._endpoints.pick()
+
     def _session(self, endpoint: str) -> CallSession:
         session = self._sessions.get(endpoint)
         if session is None:
@@ -441,7 +475,7 @@ class Client:
         attempt, deadline = 0, self._clock.monotonic() + self.timeout_s
         while True:
             self._check_open()
-            endpoint = self._endpoints.pick()
+            endpoint = await self._pick(deadline)
             wait_s = self._attempt_s(deadline, attempt, nbytes)
             # The attempt's wait travels with it: a front end (or a partition server behind
             # it) that takes it up after that drops it instead of doing it.
@@ -468,9 +502,28 @@ class Client:
                              deadline: float, idempotent: bool) -> None:
         """Wait before the next attempt, or raise `error` if there is none to make."""
         self._check_open()  # closed under the call: say so, not what closing broke
-        if endpoint_failed(error):
+        if isinstance(error, Moved) and self._resolver is not None:
+            await self._after_moved(error, attempt, deadline)
+            return
+        if endpoint_failed(error) and self._endpoints is not None:
             self._endpoints.failed(endpoint)
         delay = self._policy.delay(error, attempt, idempotent, self._rng)
+        if delay is None or self._closed or self._clock.monotonic() + delay > deadline:
+            raise error
+        await asyncio.sleep(delay)
+
+
+    async def _after_moved(self, error: Moved, attempt: int, deadline: float) -> None:
+        """A stamp refused the request (not executed: any call may be sent again) because
+        it is not the account's primary: ask the location again; go on at once if it names
+        another primary, else wait a backoff step (the location has not caught up with the
+        move yet) and try again, until the call's deadline, when `error` is raised."""
+        try:
+            if await self._resolver.moved(deadline):  # type: ignore[union-attr]
+                return
+        except StampError as exc:  # the location unreachable: wait as for an unchanged one
+            error = Moved(f"{error}; asking the location again failed: {exc}")
+        delay = self._policy.delay(Unavailable(str(error)), attempt, True, self._rng)
         if delay is None or self._closed or self._clock.monotonic() + delay > deadline:
             raise error
         await asyncio.sleep(delay)

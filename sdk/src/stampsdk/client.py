@@ -42,8 +42,10 @@ class Client:
     def __init__(self, endpoints: Sequence[str], account: str, *, key: bytes | None = None,
                  sas: str | None = None, timeout_s: float = 30.0,
                  limits: Limits | None = None, policy: RetryPolicy | None = None,
-                 tls: bool = False, ca_file: str | None = None) -> None:
-        """As stampsdk.aio.Client: front-end endpoints HOST:PORT, the account, exactly one of
+                 tls: bool = False, ca_file: str | None = None,
+                 location: Sequence[str] = ()) -> None:
+        """As stampsdk.aio.Client: front-end endpoints HOST:PORT (or none, and a location's
+        servers in `location`), the account, exactly one of
         `key` and `sas`, how long one call may take (retries included), the limits
         arguments are checked against (stampsdk.Limits' defaults unless given), how calls
         are retried (`policy`: stampsdk.RetryPolicy's defaults unless given), and TLS to
@@ -56,7 +58,7 @@ class Client:
         try:
             self.aio: aio.Client = self._loop.run(_make(endpoints, account, key, sas,
                                                         timeout_s, limits, policy, tls,
-                                                        ca_file))
+                                                        ca_file, location))
         except BaseException:
             self._loop.close()
             raise
@@ -70,7 +72,7 @@ class Client:
         parsed = connection_string.parse(text)
         return cls(parsed.endpoints, parsed.account, key=parsed.key, sas=parsed.sas,
                    timeout_s=timeout_s, limits=limits, policy=policy, tls=parsed.tls,
-                   ca_file=parsed.ca_file)
+                   ca_file=parsed.ca_file, location=parsed.location)
 
     @property
     def account(self) -> str:
@@ -259,6 +261,7 @@ async def _later(function: Any, *args: Any) -> Any:
 
 async def _make(endpoints: Sequence[str], account: str, key: bytes | None, sas: str | None,
                 timeout_s: float, limits: Limits | None, policy: RetryPolicy | None,
-                tls: bool, ca_file: str | None) -> aio.Client:
+                tls: bool, ca_file: str | None, location: Sequence[str]) -> aio.Client:
     return aio.Client(endpoints, account, key=key, sas=sas, timeout_s=timeout_s,
-                      limits=limits, policy=policy, tls=tls, ca_file=ca_file)
+                      limits=limits, policy=policy, tls=tls, ca_file=ca_file,
+                      location=location)

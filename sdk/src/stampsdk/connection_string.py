@@ -2,18 +2,22 @@
 
     Endpoint=HOST:PORT[,HOST:PORT...];Account=NAME;Key=BASE64[;CaFile=PATH | ;Tls=true]
     Endpoint=HOST:PORT[,HOST:PORT...];Account=NAME;SharedAccessSignature=TOKEN[;...]
+    Location=HOST:PORT[,HOST:PORT...];Account=NAME;Key=BASE64[;...]
 
 Rules (each broken one is an InvalidArgument naming it):
 - `;`-separated `Name=Value` settings (one trailing `;` allowed), each name once, names as
   written above (case matters), no other names;
-- `Endpoint`: 1 to ENDPOINTS_MAX comma-separated `HOST:PORT`, PORT 1..65535, an IPv6 host in
+- exactly one of `Endpoint` (the front ends of one stamp) and `Location` (the servers of a
+  location service, issue 30, which tell the account's primary stamp: stampsdk/location.py),
+  each 1 to ENDPOINTS_MAX comma-separated `HOST:PORT`, PORT 1..65535, an IPv6 host in
   brackets (`[::1]:7000`), no duplicates;
 - `Account`: an account name (stampsdk/names.py);
 - exactly one of `Key` (standard base64 of KEY_BYTES bytes: a 256-bit account key) and
   `SharedAccessSignature` (a token in stampsdk/sas.py's form, of the same account);
 - TLS (the front ends' doors, DESIGN §9): `CaFile` (a PEM file of the CA that issued the front
   ends' certificates: a local stamp's `<data dir>/tls/ca.crt`) or `Tls=true` (the system's
-  trusted roots); without either the connection is plain (a stamp with `tls = false`).
+  trusted roots); without either the connection is plain (a stamp with `tls = false`). With a
+  `Location`, both the location's servers and the stamps' front ends are reached so.
   `Tls=false` with a `CaFile` is refused.
 
 `format` writes the one canonical spelling; `parse(format(c)) == c`.
@@ -33,15 +37,16 @@ KEY_BYTES = 32  # an account key: 256 bits
 ENDPOINTS_MAX = 64
 HOST_CHARS_MAX = 253
 CONNECTION_STRING_CHARS_MAX = 8192
-SETTINGS = ("Endpoint", "Account", "Key", "SharedAccessSignature", "CaFile", "Tls")
+SETTINGS = ("Endpoint", "Location", "Account", "Key", "SharedAccessSignature", "CaFile", "Tls")
 CA_FILE_CHARS_MAX = 4096
 
 
 @dataclass(frozen=True)
 class ConnectionString:
-    """A parsed connection string (module docstring): the front ends as HOST:PORT, the
-    account, exactly one of its key (raw bytes) and a shared access token, and TLS. Made
-    by `parse` or `make`, which check every rule; its repr never shows the credential."""
+    """A parsed connection string (module docstring): the front ends as HOST:PORT (or none,
+    and the location's servers in `location`), the account, exactly one of its key (raw
+    bytes) and a shared access token, and TLS. Made by `parse` or `make`, which check every
+    rule; its repr never shows the credential."""
 
     endpoints: tuple[str, ...]
     account: str
@@ -49,8 +54,12 @@ class ConnectionString:
     sas: str | None = None
     tls: bool = False  # TLS to the front ends (implied by `ca_file`)
     ca_file: str | None = None  # the CA to trust (None: the system's roots, with `tls`)
+    location: tuple[str, ...] = ()  # a location's servers, instead of `endpoints`
 
     def __post_init__(self) -> None:
+        if bool(self.endpoints) == bool(self.location):
+            raise InvalidArgument("a connection string has exactly one of Endpoint and "
+                                  "Location")
         if (self.key is None) == (self.sas is None):
             raise InvalidArgument("a connection string has exactly one of Key and "
                                   "SharedAccessSignature")
@@ -58,27 +67,31 @@ class ConnectionString:
             raise InvalidArgument("a connection string with a CaFile uses TLS")
 
     def format(self) -> str:
-        """The canonical spelling: settings in the order Endpoint, Account, Key or
-        SharedAccessSignature, then CaFile or Tls=true; `parse(c.format()) == c`."""
+        """The canonical spelling: settings in the order Endpoint or Location, Account, Key
+        or SharedAccessSignature, then CaFile or Tls=true; `parse(c.format()) == c`."""
         credential = (f"Key={base64.b64encode(self.key).decode()}" if self.key is not None
                       else f"SharedAccessSignature={self.sas}")
         transport = (f";CaFile={self.ca_file}" if self.ca_file is not None
                      else ";Tls=true" if self.tls else "")
-        return (f"Endpoint={','.join(self.endpoints)};Account={self.account};{credential}"
-                f"{transport}")
+        where = (f"Endpoint={','.join(self.endpoints)}" if self.endpoints
+                 else f"Location={','.join(self.location)}")
+        return f"{where};Account={self.account};{credential}{transport}"
 
     def __repr__(self) -> str:  # never print a secret into a log by accident
-        return (f"ConnectionString(endpoints={self.endpoints!r}, account={self.account!r}, "
+        return (f"ConnectionString(endpoints={self.endpoints!r}, location={self.location!r}, "
+                f"account={self.account!r}, "
                 f"{'key=<secret>' if self.key is not None else 'sas=<secret>'}, "
                 f"tls={self.tls!r}, ca_file={self.ca_file!r})")
 
 
 def make(endpoints: list[str] | tuple[str, ...], account: str, *, key: bytes | None = None,
          sas_token: str | None = None, tls: bool = False,
-         ca_file: str | None = None) -> ConnectionString:
-    """A checked ConnectionString (the same checks as `parse`); `ca_file` implies `tls`."""
+         ca_file: str | None = None,
+         location: list[str] | tuple[str, ...] = ()) -> ConnectionString:
+    """A checked ConnectionString (the same checks as `parse`); `ca_file` implies `tls`;
+    `location` instead of `endpoints` (pass `[]` for those) names a location's servers."""
     return parse(ConnectionString(tuple(endpoints), account, key, sas_token,
-                                  tls or ca_file is not None, ca_file).format())
+                                  tls or ca_file is not None, ca_file, tuple(location)).format())
 
 
 def parse(text: str) -> ConnectionString:
@@ -106,24 +119,28 @@ def parse(text: str) -> ConnectionString:
         if not value:
             raise InvalidArgument(f"connection string's {name} is empty")
         settings[name] = value
-    for required in ("Endpoint", "Account"):
-        if required not in settings:
-            raise InvalidArgument(f"connection string has no {required}=...")
+    if ("Endpoint" in settings) == ("Location" in settings):
+        raise InvalidArgument("connection string needs exactly one of Endpoint=... (a "
+                              "stamp's front ends) and Location=... (a location service)")
+    if "Account" not in settings:
+        raise InvalidArgument("connection string has no Account=...")
     if ("Key" in settings) == ("SharedAccessSignature" in settings):
         raise InvalidArgument("connection string needs exactly one of Key=... and "
                               "SharedAccessSignature=...")
-    endpoints = parse_endpoints(settings["Endpoint"])
+    endpoints = parse_endpoints(settings["Endpoint"]) if "Endpoint" in settings else ()
+    location = parse_endpoints(settings["Location"]) if "Location" in settings else ()
     account = names.check_account(settings["Account"])
     use_tls, ca_file = parse_transport(settings)
     if "Key" in settings:
         return ConnectionString(endpoints, account, key=parse_key(settings["Key"]),
-                                tls=use_tls, ca_file=ca_file)
+                                tls=use_tls, ca_file=ca_file, location=location)
     token = settings["SharedAccessSignature"]
     decoded = sas.decode(token)
     if decoded.account != account:
         raise InvalidArgument(f"connection string's SharedAccessSignature is for account "
                               f"{decoded.account!r}, not {account!r}")
-    return ConnectionString(endpoints, account, sas=token, tls=use_tls, ca_file=ca_file)
+    return ConnectionString(endpoints, account, sas=token, tls=use_tls, ca_file=ca_file,
+                            location=location)
 
 
 def parse_transport(settings: dict[str, str]) -> tuple[bool, str | None]:

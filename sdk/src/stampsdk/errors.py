@@ -86,6 +86,13 @@ class PermissionDenied(StampError):
     """Valid credentials, but not for this (a token's permission or name prefix)."""
 
 
+class Moved(StampError):
+    """The stamp asked is not the account's primary (issue 30: the account failed over or
+    migrated, or this is its secondary): its message names the primary. A client whose
+    connection string names a `Location` asks the location again and goes on there; one
+    with fixed `Endpoint`s raises this."""
+
+
 class Internal(StampError):
     """The stamp failed in a way it did not mean to (a bug), or named an unknown error."""
 
@@ -94,7 +101,7 @@ ERRORS_BY_NAME: dict[str, type[StampError]] = {
     cls.__name__: cls for cls in (
         StampError, InvalidArgument, NotFound, AlreadyExists, PreconditionFailed, Sealed,
         Trimmed, OutOfRange, Throttled, Unavailable, NotOwner, DeadlineExceeded,
-        ChecksumError, Unauthenticated, PermissionDenied, Internal)
+        ChecksumError, Unauthenticated, PermissionDenied, Moved, Internal)
 }
 # The server's own refinements, as the public class a caller handles them by.
 ALIASES: dict[str, type[StampError]] = {

@@ -1,0 +1,81 @@
+"""The location server process: `stamp serve location --name loc-1 --dir DIR --port P --lock
+ADDRS` (issue 30). It answers `stamp.location.v1.Location/Resolve` (location/service.py)
+from the location's own lock-service group (location/store.py), which it reaches at
+`--lock`. Stateless: its directory holds only its log and `ready.json`; any number may run
+beside each other, and a client's connection string may name them all
+(`Location=A,B,...`). SIGTERM stops it cleanly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+from pathlib import Path
+
+from common import rpc, server_main, tls
+from common.config import HOST
+from common.process import write_ready
+from common.proto import location_v1_pb2_grpc as location_grpc
+from location.service import CACHE_TTL_S, LocationServicer, PlacementCache
+from location.store import LocationStore
+from lock_service.client import LockClient
+from lock_service.probe import LockServiceProbe
+
+log = logging.getLogger("stamp.location")
+MESSAGE_BYTES_MAX = 1024 * 1024  # a Resolve is tiny either way
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="stamp serve location",
+                                description="Run one location server: it tells SDKs which "
+                                            "stamp's front ends serve an account.")
+    p.add_argument("--name", required=True, help="process name, e.g. loc-1")
+    p.add_argument("--dir", required=True, type=Path, help="its directory (log, ready file)")
+    p.add_argument("--host", default=HOST)
+    p.add_argument("--port", type=int, default=0, help="gRPC port (0: pick a free one)")
+    p.add_argument("--lock", required=True,
+                   help="the location service's lock replicas, comma-separated HOST:PORT")
+    p.add_argument("--cache-ttl-ms", type=int, default=round(CACHE_TTL_S * 1000),
+                   help="how stale an answer may be, in ms (default %(default)s)")
+    server_main.add_watch_args(p)
+    server_main.add_security_args(p)
+    return p
+
+
+async def serve(args: argparse.Namespace) -> None:
+    watch = await server_main.Watch.begin(args)
+    lock_addresses = [a for a in args.lock.split(",") if a]
+    locks = LockClient(lock_addresses, holder=args.name)
+    cache = PlacementCache(LocationStore(locks), ttl_s=args.cache_ttl_ms / 1000)
+    server = rpc.aio_server(MESSAGE_BYTES_MAX)
+    # A public door, as a front end's: server-only TLS (clients show no certificate).
+    public = None if args.tls_dir is None else tls.public_server_credentials(
+        tls.cert_path(args.tls_dir, args.name), tls.key_path(args.tls_dir, args.name))
+    port = rpc.add_port(server, f"{args.host}:{args.port}", public)
+    address = f"{args.host}:{port}"
+    location_grpc.add_LocationServicer_to_server(LocationServicer(cache), server)
+    server_main.serve_faults(server, args)
+    await watch.attach(server)
+    probe = LockServiceProbe(lock_addresses, args.name)
+    await server.start()
+    watch.healthy_when(probe.check)  # it answers while it reaches the location's store
+    write_ready(args.dir, args.name, address)
+    log.info("%s serving on %s", args.name, address)
+
+    await server_main.until_stopped()
+    log.info("%s stopping", args.name)
+    await watch.end()
+    await server.stop(grace=1.0)
+    await asyncio.to_thread(probe.close)
+    await asyncio.to_thread(locks.close)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    server_main.start_process(args.name, args.dir, security=args)
+    server_main.run(serve(args))
+
+
+if __name__ == "__main__":
+    main()
