@@ -353,6 +353,33 @@ class EntityWrite(Operation):
         return [etag_of(entry.version) if put else "" for put in entry.puts]
 
 
+# ---- inter-stamp replication (issue 30) -------------------------------------------------------
+
+@dataclass(frozen=True)
+class Replicated(Operation):
+    """Rows one operation of the primary stamp committed for this partition name, applied at
+    the secondary as they are: their versions are the primary's (so ETags, and the append
+    and entity tokens among the rows, mean at the secondary what they meant there), not
+    this partition's LSN: the one exception to the module contract's `version=lsn`.
+
+    It reads nothing and decides nothing: the primary decided. Applying it again writes the
+    same rows (idempotent), and the shipper sends a name's operations in the primary's
+    commit order and the next only after this one is durable here (location/shipping rules),
+    so the secondary passes through the primary's states of the name, in order."""
+
+    rows: tuple[Mutation, ...] = ()
+
+    def reads(self) -> list[bytes]:
+        return []
+
+    @property
+    def log(self) -> bool:
+        return True  # a subscriber at the secondary (read access) sees the records come
+
+    def apply(self, view: RowView, lsn: int) -> tuple[None, list[Mutation]]:
+        return None, list(self.rows)
+
+
 def validate_writes(writes: Iterable[Write]) -> None:
     """Refuse what no state could make right (before anything is queued)."""
     for write in writes:

@@ -26,6 +26,7 @@ from partition_layer.operations import (
     LogAppend,
     LogSeal,
     LogTrim,
+    Replicated,
     Write,
     check_entity_group,
     entity_key,
@@ -36,7 +37,7 @@ from partition_layer.partition import RangePartition
 from partition_layer.payload_crc import check_append_sizes, verify_append, verify_payload
 from partition_layer.read_replies import records_reply, value_and_crc
 from partition_layer.record_batch import encode_records, encoded_bytes
-from partition_layer.rows import etag_of
+from partition_layer.rows import Row, decode_row, etag_of
 
 NAME_BYTES_MAX = 1024
 TOKEN_BYTES_MAX = 128
@@ -165,6 +166,11 @@ async def _dispatch(request: pb.Request, response: pb.Response, find: Finder,
         partition.check_serving()
         meta = await partition.log_state(account, pname)
         response.first_seq, response.next_seq = meta.first_seq, meta.next_seq
+    elif op == "replicate":
+        with _pinning_blobs(partition):  # large values go to blob data here too
+            rows = await _replicated_rows(request, partition, limits)
+            nbytes = sum(map(len, request.replicate.keys)) + sum(map(len, request.replicate.rows))
+            await partition.submit(Replicated(account, pname, tuple(rows)), nbytes)
     elif op == "get":
         partition.check_serving()
         _check_row(request.get.row, limits)
@@ -246,6 +252,41 @@ async def _writes(request: pb.Request, op: str, partition: RangePartition,
             write = Write(write.kind, write.row, None, await partition.write_blob(write.value),
                           write.if_match, write.if_none_match, write.value_crc)
         stored.append(write)
+    return stored
+
+
+def replicate_rows_max(limits: PartitionLimits) -> int:
+    """The most rows one operation writes: a batch's entities, its name's mark and token."""
+    return limits.batch_ops_max + 2
+
+
+async def _replicated_rows(request: pb.Request, partition: RangePartition,
+                           limits: PartitionLimits) -> list[tuple[bytes, Row]]:
+    """The rows of a ReplicateOp, checked (every key of the request's name, every row
+    well-formed and inline) and with large values written to this stamp's blob data first,
+    as a write here would (the row keeps its version and CRC32C)."""
+    replicate = request.replicate
+    if not 1 <= len(replicate.keys) <= replicate_rows_max(limits) \
+            or len(replicate.rows) != len(replicate.keys):
+        raise InvalidArgument(f"a replicated operation has 1..{replicate_rows_max(limits)} "
+                              "keys, and one row per key")
+    prefix = keys.pname_prefix(request.account, request.pname)
+    rows = []
+    for key, encoded in zip(replicate.keys, replicate.rows, strict=True):
+        if not key.startswith(prefix):
+            raise InvalidArgument("a replicated row's key is not of the request's name")
+        row = decode_row(encoded)
+        if row.blob is not None:
+            raise InvalidArgument("a replicated row carries its value inline, not a pointer "
+                                  "into another stamp's blob data")
+        rows.append((bytes(key), row))
+    partition.check_serving()
+    stored = []
+    for key, row in rows:
+        if row.value is not None and len(row.value) >= limits.blob_value_bytes_min:
+            row = Row(row.version, blob=await partition.write_blob(row.value),
+                      value_crc=row.value_crc)
+        stored.append((key, row))
     return stored
 
 

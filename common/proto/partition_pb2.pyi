@@ -132,8 +132,16 @@ class ScanItem(_message.Message):
     crc: int
     def __init__(self, pname: _Optional[str] = ..., row: _Optional[bytes] = ..., value: _Optional[bytes] = ..., etag: _Optional[str] = ..., crc: _Optional[int] = ...) -> None: ...
 
+class ReplicateOp(_message.Message):
+    __slots__ = ("keys", "rows")
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    keys: _containers.RepeatedScalarFieldContainer[bytes]
+    rows: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, keys: _Optional[_Iterable[bytes]] = ..., rows: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
 class Request(_message.Message):
-    __slots__ = ("id", "account", "pname", "token", "auth", "timeout_ms", "deadline_ms", "traceparent", "append", "read", "trim", "seal", "peek", "put", "get", "delete", "batch", "scan")
+    __slots__ = ("id", "account", "pname", "token", "auth", "timeout_ms", "deadline_ms", "traceparent", "append", "read", "trim", "seal", "peek", "put", "get", "delete", "batch", "scan", "replicate")
     ID_FIELD_NUMBER: _ClassVar[int]
     ACCOUNT_FIELD_NUMBER: _ClassVar[int]
     PNAME_FIELD_NUMBER: _ClassVar[int]
@@ -152,6 +160,7 @@ class Request(_message.Message):
     DELETE_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
     SCAN_FIELD_NUMBER: _ClassVar[int]
+    REPLICATE_FIELD_NUMBER: _ClassVar[int]
     id: int
     account: str
     pname: str
@@ -170,7 +179,8 @@ class Request(_message.Message):
     delete: DeleteOp
     batch: BatchOp
     scan: ScanOp
-    def __init__(self, id: _Optional[int] = ..., account: _Optional[str] = ..., pname: _Optional[str] = ..., token: _Optional[str] = ..., auth: _Optional[_Union[Auth, _Mapping]] = ..., timeout_ms: _Optional[int] = ..., deadline_ms: _Optional[int] = ..., traceparent: _Optional[str] = ..., append: _Optional[_Union[AppendOp, _Mapping]] = ..., read: _Optional[_Union[ReadOp, _Mapping]] = ..., trim: _Optional[_Union[TrimOp, _Mapping]] = ..., seal: _Optional[_Union[Empty, _Mapping]] = ..., peek: _Optional[_Union[Empty, _Mapping]] = ..., put: _Optional[_Union[PutOp, _Mapping]] = ..., get: _Optional[_Union[GetOp, _Mapping]] = ..., delete: _Optional[_Union[DeleteOp, _Mapping]] = ..., batch: _Optional[_Union[BatchOp, _Mapping]] = ..., scan: _Optional[_Union[ScanOp, _Mapping]] = ...) -> None: ...
+    replicate: ReplicateOp
+    def __init__(self, id: _Optional[int] = ..., account: _Optional[str] = ..., pname: _Optional[str] = ..., token: _Optional[str] = ..., auth: _Optional[_Union[Auth, _Mapping]] = ..., timeout_ms: _Optional[int] = ..., deadline_ms: _Optional[int] = ..., traceparent: _Optional[str] = ..., append: _Optional[_Union[AppendOp, _Mapping]] = ..., read: _Optional[_Union[ReadOp, _Mapping]] = ..., trim: _Optional[_Union[TrimOp, _Mapping]] = ..., seal: _Optional[_Union[Empty, _Mapping]] = ..., peek: _Optional[_Union[Empty, _Mapping]] = ..., put: _Optional[_Union[PutOp, _Mapping]] = ..., get: _Optional[_Union[GetOp, _Mapping]] = ..., delete: _Optional[_Union[DeleteOp, _Mapping]] = ..., batch: _Optional[_Union[BatchOp, _Mapping]] = ..., scan: _Optional[_Union[ScanOp, _Mapping]] = ..., replicate: _Optional[_Union[ReplicateOp, _Mapping]] = ...) -> None: ...
 
 class Response(_message.Message):
     __slots__ = ("id", "error", "message", "first_seq", "next_seq", "records", "value", "etag", "etags", "items", "more", "retry_after_s", "value_crc")

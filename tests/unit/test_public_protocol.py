@@ -29,7 +29,7 @@ def test_only_requests_top_level_fields_and_never_set_answers_are_internal() -> 
     internal = {m.name: public_protocol.internal_only(m)
                 for m in v1.DESCRIPTOR.message_types_by_name.values()}
     assert {name: fields for name, fields in internal.items() if fields} == {
-        "Request": ["deadline_ms", "scan"], "ResponseBatch": ["pressure"]}
+        "Request": ["deadline_ms", "replicate", "scan"], "ResponseBatch": ["pressure"]}
     never_set = public_protocol.INTERNAL_ANSWER_FIELDS
     assert never_set == {"stamp.partition.ResponseBatch": {"pressure"}}
     assert all(not internal[name] for name in REQUESTS if name != "Request")
@@ -40,10 +40,15 @@ def test_a_public_request_is_read_as_the_internal_one_without_internal_fields() 
     request = pb.Request(id=7, account="acme", pname="orders", token="t", timeout_ms=900,
                          deadline_ms=123, append=pb.AppendOp(records=records, crcs=[1, 2]))
     scan = pb.Request(account="acme", scan=pb.ScanOp(start_pname="a"))
-    data = pb.RequestBatch(requests=[request, scan]).SerializeToString()
+    # Inter-stamp replication's op (issue 30) is internal too: rows as they are, versions
+    # and tokens included, are never the caller's to send.
+    replicate = pb.Request(account="acme", pname="orders", replicate=pb.ReplicateOp(
+        keys=[b"k"], rows=[b"r"]))
+    data = pb.RequestBatch(requests=[request, scan, replicate]).SerializeToString()
     batch = public_protocol.read_request_batch(data)
-    first, second = batch.requests
+    first, second, third = batch.requests
     assert first.deadline_ms == 0 and second.WhichOneof("op") is None
+    assert third.WhichOneof("op") is None
     expected = pb.Request()
     expected.CopyFrom(request)
     expected.ClearField("deadline_ms")

@@ -1,0 +1,55 @@
+"""What a primary partition ships to its account's secondary stamp (issue 30, DESIGN §10):
+each committed operation of its commit log, as ReplicateOp requests.
+
+The plan of inter-stamp replication, of which this module is the first step:
+- **Unit and order.** A partition name (a log or an entity group) lives in one range
+  partition at a time (requests.route_key), and its rows' versions grow with every write
+  across splits and merges (a child starts at its parent's LSN, a merge at the larger of
+  its parents'). The primary ships each name's operations in commit order, one at a time
+  per name: the next only once the secondary made the previous one durable. So the
+  secondary passes through the primary's states of each name, in order, and applying an
+  operation again (a retry after a lost answer, a new owner re-shipping what was not
+  acknowledged) writes rows the name already has (operations.Replicated: idempotent).
+- **What travels.** The rows themselves (operations.Replicated): versions, hence ETags,
+  and the append and entity tokens among them, so exactly-once appends and conditional
+  writes keep their meaning after a failover. Values travel inline: a row pointing into
+  the primary's blob data is read and sent with its value (`replicate_requests`); the
+  secondary writes large ones to its own blob data.
+- **Where it goes.** To the secondary stamp's front ends (the location service names
+  them), signed with the account's geo key, which routes each request to the partition
+  that holds its name there: the two stamps partition the key space independently.
+- **Not yet built:** the shipper that tails each partition's commit log, the watermark of
+  acknowledged positions that a new owner resumes from (the commit log is kept until it is
+  shipped), last sync times and lag, and the front end's geo door.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from common.proto import partition_pb2 as pb
+from partition_layer import keys
+from partition_layer.commit_log import CommitOp
+from partition_layer.rows import Row, decode_row, encode_row
+
+BlobReader = Callable[[Row], Awaitable[bytes]]
+
+
+async def replicate_requests(op: CommitOp, read_blob: BlobReader) -> list[pb.Request]:
+    """The ReplicateOp requests that apply `op` at the secondary: one per partition name it
+    wrote (an operation writes one name's rows today), each row as committed but with a
+    blob pointer replaced by its value (`read_blob` reads it from this stamp)."""
+    by_name: dict[tuple[str, str], pb.Request] = {}
+    for key, encoded in op.mutations:
+        account, pname, _kind, _row = keys.decode_key(key)
+        request = by_name.get((account, pname))
+        if request is None:
+            request = by_name[(account, pname)] = pb.Request(
+                account=account, pname=pname, replicate=pb.ReplicateOp())
+        row = decode_row(encoded)
+        if row.blob is not None:
+            row = Row(row.version, value=await read_blob(row), value_crc=row.value_crc)
+            encoded = encode_row(row)
+        request.replicate.keys.append(key)
+        request.replicate.rows.append(encoded)
+    return list(by_name.values())
