@@ -70,6 +70,7 @@ class CommitSite(Protocol):
     last_commit: Location | None  # set to each durable block: a checkpoint's replay point
     log_bytes: int  # grown by each durable block: what a reload would replay
     stats: LoadStats
+    shipper: Any  # a GeoShipper told each durable block's operations, or None (issue 30)
 
     def committing(self) -> bool:
         """Serving or unloading: the loop goes on taking operations."""
@@ -382,6 +383,8 @@ class GroupCommitter:
             if location is not None:
                 self.p.last_commit = location
                 self.p.log_bytes += nbytes
+            if self.p.shipper is not None:  # inter-stamp replication (geo_shipper.py)
+                self.p.shipper.committed(ops, location, nbytes)
             now = time.monotonic()
             log_stream = self.p.streams["log"]
             for outcome in outcomes:

@@ -38,6 +38,7 @@ from partition_layer.checkpoint import Checkpointer
 from partition_layer.commit_log import CommitOp, Replayer, decode_batch, within
 from partition_layer.committer import GroupCommitter
 from partition_layer.extent_needs import WritePins
+from partition_layer.geo_shipper import GeoShipper
 from partition_layer.memtable import Memtable
 from partition_layer.merge import aiter_sync, merge
 from partition_layer.operations import Operation, log_meta_of, meta_key
@@ -89,6 +90,8 @@ class RangePartition(States):
         self.block_cache = block_cache(limits.block_cache_bytes_max)
         self.blob_cache = LruCache(limits.blob_cache_bytes_max)
         self.blob_pins = WritePins()  # blob values not committed yet: gc keeps their extents
+        # Inter-stamp replication (issue 30): ships what commits to secondary stamps.
+        self.shipper: GeoShipper | None = None
         self.indexes: IndexCache | None = None
         self.writes = 0  # bumped by every memtable write: guards the row cache
         self.stats = LoadStats()

@@ -171,6 +171,7 @@ class MemorySite:
         self.streams = {"log": log_stream or FakeStream()}
         self.applied_lsn, self.last_commit, self.log_bytes = 0, None, 0
         self.stats = LoadStats()
+        self.shipper = None  # no inter-stamp replication here
         self.rows: dict[bytes, Row] = {}
         self.stopped_for: list[str] = []
         self.committer = GroupCommitter(self)

@@ -1,0 +1,271 @@
+"""A primary partition's shipper (issue 30): its committed operations, in commit order, to
+the secondary stamps of their accounts (partition_layer/geo_ship.py has the plan).
+
+Contracts:
+- **Only what is acknowledged.** An operation is shipped once the partition applied it
+  (`applied_lsn`): durable, and after every operation before it. A block the commit log
+  holds past that (in flight, or junk a failed owner left) is never shipped, so the
+  secondary never holds a write the primary may still lose.
+- **In order, one batch at a time.** The operations since the last shipped one are taken
+  in LSN order, up to SHIP_OPS_MAX of them and SHIP_BYTES_MAX of rows, and squashed per
+  partition name: one ReplicateOp per name with each key's last row (the name goes from one
+  of the primary's states to a later one, atomically). The batch goes to each secondary
+  stamp concerned; the next batch only once every request of this one was applied (the
+  sender returned). A failed send is retried with backoff, for ever: the lag grows, nothing
+  is skipped. Applying a batch again is harmless (operations.Replicated), so a retry after a
+  lost answer and a new owner re-shipping from an older position both converge.
+- **Where operations come from.** The committer hands each durable block's operations over
+  (`committed`, no I/O, on the commit path); the shipper reads the commit log instead
+  (`blocks` from its position) when it is behind what it was handed: after a load, or when
+  the hand-off queue passed QUEUE_BYTES_MAX while the secondary was slow (the queue is then
+  dropped: memory stays bounded, the log holds everything).
+- **Which accounts.** `targets(account)` names the stamp to ship to, or None (the account
+  has no secondary, or this stamp is not its primary): its operations count as shipped.
+- **Last sync time** (`last_sync_s`): every write this partition acknowledged before it is
+  on the secondary. From samples (wall time t, LSN a: every write acknowledged before t has
+  an LSN at most a) taken as each block is handed over, before its writes are answered
+  (a = its first LSN - 1): the latest t whose a was shipped; now, when nothing waits; the
+  previous owner's figure (`synced_s`) until the first sample is shipped.
+- **Position** (`position`): the last shipped LSN, and a commit-log block from which reading
+  on finds every operation past it: a replay point the partition checkpointed (`checkpointed`:
+  every block holding an operation past a replay point's LSN lands after it, checkpoint.py)
+  at or below the shipped LSN, or the position the shipper started from. What the
+  partition's metadata records, so a new owner resumes there; it reads a little of the log
+  again, skipping what was shipped. The shipper's own fall-back reads start there too: a
+  block's position in the stream is no guide, as the commit log may hold blocks out of LSN
+  order (re-sent across a rollover)."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from common.errors import StampError
+from common.proto import partition_pb2 as pb
+from partition_layer import keys
+from partition_layer.commit_log import CommitOp, Replayer, decode_batch
+from partition_layer.rows import Row, decode_row, encode_row
+from stream_layer.framing import Location
+
+log = logging.getLogger(__name__)
+
+SHIP_OPS_MAX = 4096
+SHIP_BYTES_MAX = 4 * 1024 * 1024
+QUEUE_BYTES_MAX = 64 * 1024 * 1024
+SYNC_SAMPLES_MAX = 4096
+RETRY_MIN_S = 0.05
+RETRY_MAX_S = 2.0
+
+Targets = Callable[[str], Awaitable[str | None]]
+Sender = Callable[[str, list[pb.Request]], Awaitable[None]]
+
+
+class ShipSite(Protocol):
+    """What the shipper needs of its partition (RangePartition is one)."""
+
+    id: int
+    applied_lsn: int
+    streams: Mapping[str, Any]  # "log": the commit log, read with `blocks(start)`
+
+    async def read_blob(self, row: Row) -> bytes: ...
+
+
+@dataclass(frozen=True)
+class Position:
+    """Shipped up to `lsn`; reading the commit log from block `resume_from` (inclusive;
+    None: its start) finds every operation past it."""
+
+    lsn: int
+    resume_from: Location | None
+
+
+@dataclass
+class _Handed:
+    ops: list[CommitOp]
+    location: Location | None
+    nbytes: int
+
+
+@dataclass
+class _Batch:
+    """Operations squashed per name: (account, pname) -> {key: encoded row}."""
+
+    rows: dict[tuple[str, str], dict[bytes, bytes]] = field(default_factory=dict)
+    last_lsn: int = 0
+    ops: int = 0
+    nbytes: int = 0
+
+    def add(self, op: CommitOp) -> None:
+        for key, encoded in op.mutations:
+            account, pname, _kind, _row = keys.decode_key(key)
+            self.rows.setdefault((account, pname), {})[key] = encoded
+            self.nbytes += len(key) + len(encoded)
+        self.last_lsn = op.lsn
+        self.ops += 1
+
+    def full(self) -> bool:
+        return self.ops >= SHIP_OPS_MAX or self.nbytes >= SHIP_BYTES_MAX
+
+
+class GeoShipper:
+    """One partition's shipping to secondary stamps (module contract)."""
+
+    def __init__(self, site: ShipSite, targets: Targets, send: Sender, start: Position,
+                 wall: Callable[[], float] = time.time, synced_s: float = 0.0,
+                 rng: random.Random | None = None) -> None:
+        """`start`: where the previous owner's metadata says shipping stood (Position(0,
+        None) for a partition never shipped); `synced_s`: the last sync time it recorded."""
+        self.site = site
+        self._targets = targets
+        self._send = send
+        self._wall = wall
+        self._rng = rng or random.Random()
+        self.shipped_lsn = start.lsn
+        # Safe places to read the log from, (block, LSN), oldest first (module contract).
+        self._safe: collections.deque[tuple[Location | None, int]] = collections.deque(
+            [(start.resume_from, start.lsn)])
+        self._handed: collections.deque[_Handed] = collections.deque()
+        self._handed_bytes = 0
+        self._wake = asyncio.Event()
+        # (t, a) as the module contract says: the last sync time while anything waits.
+        self._samples: collections.deque[tuple[float, int]] = collections.deque(
+            maxlen=SYNC_SAMPLES_MAX)
+        self._samples.append((wall(), site.applied_lsn))
+        self._synced_s = synced_s
+        self.batches = 0  # batches shipped (metrics, tests)
+        self.failures = 0
+
+    # ---- the commit path --------------------------------------------------------------------
+
+    def committed(self, ops: list[CommitOp], location: Location | None, nbytes: int) -> None:
+        """A durable block's operations, applied in order (the committer, after `apply`)."""
+        if ops:
+            self._samples.append((self._wall(), ops[0].lsn - 1))
+            if self._handed_bytes + nbytes <= QUEUE_BYTES_MAX:
+                self._handed.append(_Handed(ops, location, nbytes))
+                self._handed_bytes += nbytes
+            else:  # the secondary is slow: the log holds it all, memory stays bounded
+                self._handed.clear()
+                self._handed_bytes = 0
+        self._wake.set()
+
+    def checkpointed(self, replay_from: Location | None, applied_lsn: int) -> None:
+        """The partition recorded a replay point (checkpoint.py): a safe place to read from
+        for what lies past `applied_lsn`."""
+        if applied_lsn > self._safe[-1][1]:
+            self._safe.append((replay_from, applied_lsn))
+
+    # ---- what a reader is told --------------------------------------------------------------
+
+    @property
+    def position(self) -> Position:
+        """Where shipping stands (module contract): what the partition's metadata keeps."""
+        while len(self._safe) > 1 and self._safe[1][1] <= self.shipped_lsn:
+            self._safe.popleft()
+        return Position(self.shipped_lsn, self._safe[0][0])
+
+    def lag_ops(self) -> int:
+        return max(0, self.site.applied_lsn - self.shipped_lsn)
+
+    def last_sync_s(self) -> float:
+        """Every write acknowledged here before this wall time is on the secondary."""
+        if self.shipped_lsn >= self.site.applied_lsn:
+            return self._wall()
+        while len(self._samples) > 1 and self._samples[1][1] <= self.shipped_lsn:
+            self._samples.popleft()
+        at, lsn = self._samples[0]
+        if lsn <= self.shipped_lsn:
+            self._synced_s = max(self._synced_s, at)
+        return self._synced_s
+
+    # ---- the loop ---------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Ship until cancelled (the partition stops serving)."""
+        while True:
+            if self.shipped_lsn >= self.site.applied_lsn:
+                self._wake.clear()
+                if self.shipped_lsn >= self.site.applied_lsn:
+                    await self._wake.wait()
+                continue
+            batch = await self._next_batch()
+            if batch.ops:
+                await self._ship(batch)
+
+    async def _next_batch(self) -> _Batch:
+        batch = _Batch()
+        self._drop_handed_upto(self.shipped_lsn)
+        if self._handed and self._handed[0].ops[0].lsn <= self.shipped_lsn + 1:
+            while self._handed and not batch.full():
+                handed = self._handed.popleft()
+                self._handed_bytes -= handed.nbytes
+                for op in handed.ops:
+                    if op.lsn > max(self.shipped_lsn, batch.last_lsn):
+                        batch.add(op)
+            return batch
+        async for ops in self._from_log():
+            for op in ops:
+                batch.add(op)
+            if batch.full():
+                break
+        return batch
+
+    def _drop_handed_upto(self, lsn: int) -> None:
+        while self._handed and self._handed[0].ops[-1].lsn <= lsn:
+            self._handed_bytes -= self._handed.popleft().nbytes
+
+    async def _from_log(self) -> AsyncIterator[list[CommitOp]]:
+        """Operations past the shipped LSN, up to the applied LSN, in LSN order, read from
+        the safe place (module contract)."""
+        upto = self.site.applied_lsn
+        replayer = Replayer(self.shipped_lsn)
+        async for _, block in self.site.streams["log"].blocks(self.position.resume_from):
+            ready = [op for op in replayer.feed(decode_batch(block)) if op.lsn <= upto]
+            if ready:
+                yield ready
+            if replayer.applied_lsn >= upto:
+                return
+
+    async def _ship(self, batch: _Batch) -> None:
+        by_target = await self._requests(batch)
+        attempt = 0
+        pending = dict(by_target)
+        while pending:
+            for target, requests in list(pending.items()):
+                try:
+                    await self._send(target, requests)
+                except StampError as exc:
+                    self.failures += 1
+                    delay = min(RETRY_MAX_S, RETRY_MIN_S * 2 ** min(attempt, 16))
+                    log.warning("partition %d: shipping to %s failed (%s); again in %.2f s",
+                                self.site.id, target, exc, delay)
+                    await asyncio.sleep(self._rng.uniform(delay / 2, delay))
+                    attempt += 1
+                    break
+                del pending[target]
+        self.shipped_lsn = batch.last_lsn
+        self.batches += 1
+
+    async def _requests(self, batch: _Batch) -> dict[str, list[pb.Request]]:
+        by_target: dict[str, list[pb.Request]] = {}
+        for (account, pname), rows in batch.rows.items():
+            target = await self._targets(account)
+            if target is None:
+                continue
+            request = pb.Request(account=account, pname=pname, replicate=pb.ReplicateOp())
+            for key, encoded in rows.items():
+                row = decode_row(encoded)
+                if row.blob is not None:  # values travel inline (geo_ship.py)
+                    encoded = encode_row(Row(row.version, value=await self.site.read_blob(row),
+                                             value_crc=row.value_crc))
+                request.replicate.keys.append(key)
+                request.replicate.rows.append(encoded)
+            by_target.setdefault(target, []).append(request)
+        return by_target
+

@@ -1,0 +1,276 @@
+"""A primary partition's shipper (partition_layer/geo_shipper.py, issue 30), on in-memory
+partitions: what commits reaches the secondary, in order, handed over by the committer or read
+back from the commit log (after a start, or when the hand-off queue overflowed); only the
+accounts with a secondary; failed sends retried until they land; nothing past the applied LSN;
+its position and last sync time as the contract says."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from common.checksums import crc32c
+from common.errors import Unavailable
+from common.proto import partition_pb2 as pb
+from partition_layer import geo_shipper
+from partition_layer.geo_shipper import GeoShipper, Position
+from partition_layer.partition import RangePartition
+from partition_layer.requests import handle
+from partition_layer.rows import Row
+from stream_layer.framing import Location
+from tests.unit.test_geo_apply import LIMITS, Side, append, put
+
+DEADLINE_S = 10.0
+
+
+class Site:
+    """A RangePartition as the shipper's ShipSite, its FakeStream log read with `blocks`."""
+
+    def __init__(self, partition: RangePartition) -> None:
+        self.partition = partition
+        self.id = partition.id
+        self.streams = {"log": self}
+        self.hold_back = 0  # report this many operations fewer as applied
+
+    @property
+    def applied_lsn(self) -> int:
+        return self.partition.applied_lsn - self.hold_back
+
+    async def read_blob(self, row: Row) -> bytes:
+        return await self.partition.read_blob(row)
+
+    async def blocks(self, start: Location | None = None
+                     ) -> AsyncIterator[tuple[Location, bytes]]:
+        fake = self.partition.streams["log"]
+        for location in sorted(fake.blocks, key=lambda loc: loc.offset):  # type: ignore[attr-defined]
+            if start is None or location.offset >= start.offset:
+                yield location, fake.blocks[location]  # type: ignore[attr-defined]
+
+
+class Secondary(Side):
+    """The secondary stamp's partition, as the sender reaches it; sends counted, and made to
+    fail while `failing` is positive."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sends: list[tuple[str, list[pb.Request]]] = []
+        self.failing = 0
+
+    async def send(self, target: str, requests: list[pb.Request]) -> None:
+        if self.failing > 0:
+            self.failing -= 1
+            raise Unavailable("the secondary is down")
+        self.sends.append((target, requests))
+        for request in requests:
+            request.id = next(self.ids)
+            response = await handle(request, self.server.find, LIMITS)
+            assert not response.error, (response.error, response.message)
+
+
+async def targets(account: str) -> str | None:
+    return "east-1" if account == "acct" else None  # "solo" has no secondary
+
+
+async def until(check: Callable[[], bool], what: str) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + DEADLINE_S
+    while not check():
+        assert loop.time() < deadline, f"not within {DEADLINE_S} s: {what}"
+        await asyncio.sleep(0.005)
+
+
+async def writes(primary: Side, n: int, tag: str = "") -> None:
+    for i in range(n):
+        await primary.ok("orders", append=append(f"o{tag}{i}".encode()))
+        await primary.ok("users", put=put(f"u{i % 3}".encode(), f"v{tag}{i}".encode()))
+        solo = pb.Request(id=next(primary.ids), account="solo", pname="notes",
+                          append=pb.AppendOp(records=[b"s"], crcs=[crc32c(b"s")]))
+        assert not (await handle(solo, primary.server.find, LIMITS)).error
+
+
+async def view(side: Side) -> Any:
+    peek = await side.ok("orders", peek=pb.Empty())
+    read = await side.ok("orders", read=pb.ReadOp(from_seq=0, limit=1000))
+    users = [await side.ask("users", get=pb.GetOp(row=f"u{i}".encode())) for i in range(3)]
+    return (peek.next_seq, [r.data for r in read.records],
+            [(u.error, u.value, u.etag) for u in users])
+
+
+async def running(primary: Side, secondary: Secondary, **kwargs: Any
+                  ) -> tuple[GeoShipper, asyncio.Task[None]]:
+    """A shipper from the start of the commit log, told of each block as it commits."""
+    shipper = GeoShipper(Site(primary.partition), targets, secondary.send, Position(0, None),
+                         **kwargs)
+    primary.partition.shipper = shipper
+    return shipper, asyncio.get_running_loop().create_task(shipper.run())
+
+
+async def stopped(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+def run(scenario: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(scenario())
+
+
+def test_what_commits_reaches_the_secondary_for_accounts_with_one_only() -> None:
+    async def scenario() -> None:
+        primary, secondary = Side(), Secondary()
+        shipper, task = await running(primary, secondary)
+        await writes(primary, 30)
+        await until(lambda: shipper.lag_ops() == 0, "caught up")
+        assert await view(secondary) == await view(primary)
+        assert {target for target, _ in secondary.sends} == {"east-1"}
+        assert all(r.account == "acct" for _, rs in secondary.sends for r in rs)
+        solo = pb.Request(id=1, account="solo", pname="notes", peek=pb.Empty())
+        assert (await handle(solo, secondary.server.find, LIMITS)).next_seq == 0
+        # Batches, not a send per operation: each name squashed to one request per batch.
+        assert shipper.batches <= 90 and all(
+            len({(r.account, r.pname) for r in rs}) == len(rs) for _, rs in secondary.sends)
+        await stopped(task)
+
+    run(scenario)
+
+
+def test_a_failed_send_is_retried_until_it_lands_and_nothing_is_skipped(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(geo_shipper, "RETRY_MAX_S", 0.01)
+
+    async def scenario() -> None:
+        primary, secondary = Side(), Secondary()
+        secondary.failing = 5
+        shipper, task = await running(primary, secondary)
+        await writes(primary, 20)
+        await until(lambda: shipper.lag_ops() == 0, "caught up")
+        assert shipper.failures == 5
+        assert await view(secondary) == await view(primary)
+        await stopped(task)
+
+    run(scenario)
+
+
+def test_a_shipper_started_behind_reads_the_commit_log() -> None:
+    async def scenario() -> None:
+        primary, secondary = Side(), Secondary()
+        await writes(primary, 25)  # before any shipper: nothing handed over
+        shipper, task = await running(primary, secondary)
+        await until(lambda: shipper.lag_ops() == 0, "caught up from the log")
+        await writes(primary, 5, tag="x")  # then from the hand-off
+        await until(lambda: shipper.lag_ops() == 0, "caught up")
+        assert await view(secondary) == await view(primary)
+        await stopped(task)
+
+    run(scenario)
+
+
+def test_an_overflowing_hand_off_falls_back_to_the_log(monkeypatch: pytest.MonkeyPatch
+                                                       ) -> None:
+    monkeypatch.setattr(geo_shipper, "QUEUE_BYTES_MAX", 2_000)
+    monkeypatch.setattr(geo_shipper, "RETRY_MAX_S", 0.01)
+
+    async def scenario() -> None:
+        primary, secondary = Side(), Secondary()
+        secondary.failing = 1_000_000  # down while the queue overflows
+        shipper, task = await running(primary, secondary)
+        await writes(primary, 40)
+        assert shipper._handed_bytes <= 2_000
+        secondary.failing = 0
+        await until(lambda: shipper.lag_ops() == 0, "caught up")
+        assert await view(secondary) == await view(primary)
+        await stopped(task)
+
+    run(scenario)
+
+
+def test_nothing_past_the_applied_lsn_is_shipped() -> None:
+    """A block in the commit log past what the partition applied (in flight, or junk a
+    failed owner left) stays at the primary."""
+    async def scenario() -> None:
+        primary, secondary = Side(), Secondary()
+        await writes(primary, 3)
+        await primary.ok("users", put=put(b"late", b"in flight"))
+        site = Site(primary.partition)
+        site.hold_back = 1  # the last block: durable in the log, not applied yet
+        shipper = GeoShipper(site, targets, secondary.send, Position(0, None))
+        task = asyncio.get_running_loop().create_task(shipper.run())
+        await until(lambda: shipper.lag_ops() == 0, "caught up")
+        assert shipper.shipped_lsn == primary.partition.applied_lsn - 1
+        assert (await secondary.ask("users", get=pb.GetOp(row=b"late"))).error == "NotFound"
+        await stopped(task)
+
+    run(scenario)
+
+
+def test_position_and_last_sync_time() -> None:
+    async def scenario() -> None:
+        clock = [1_000.0]
+        primary, secondary = Side(), Secondary()
+        gate = asyncio.Event()
+        send = secondary.send
+
+        async def held(target: str, requests: list[pb.Request]) -> None:
+            await gate.wait()
+            await send(target, requests)
+
+        secondary.send = held  # type: ignore[method-assign]
+        shipper, task = await running(primary, secondary, wall=lambda: clock[0])
+        assert shipper.last_sync_s() == 1_000.0  # nothing waiting: now
+        clock[0] = 1_010.0
+        await writes(primary, 1)  # committed at 1010, held at the gate
+        clock[0] = 1_020.0
+        # Every write acknowledged before the first one waiting was shipped.
+        assert shipper.lag_ops() > 0 and shipper.last_sync_s() == 1_010.0
+        safe = Location(1, 0, 10)
+        shipper.checkpointed(safe, primary.partition.applied_lsn)
+        assert shipper.position == Position(0, None)  # not shipped that far yet
+        gate.set()
+        await until(lambda: shipper.lag_ops() == 0, "caught up")
+        assert shipper.last_sync_s() == 1_020.0  # nothing waiting: now
+        assert shipper.position == Position(primary.partition.applied_lsn, safe)
+        # Held again: the last sync time stays at the last write shipped.
+        gate.clear()
+        clock[0] = 1_030.0
+        await writes(primary, 1)
+        clock[0] = 1_040.0
+        assert shipper.lag_ops() > 0 and shipper.last_sync_s() == 1_030.0
+        gate.set()
+        await until(lambda: shipper.lag_ops() == 0, "caught up")
+        await stopped(task)
+
+    run(scenario)
+
+
+def test_a_new_owner_resumes_from_the_recorded_position() -> None:
+    """What a partition's metadata keeps (`position`) lets a new owner go on where the
+    last one stood: it reads the log from the recorded block and ships only what follows."""
+    async def scenario() -> None:
+        primary, secondary = Side(), Secondary()
+        first, task = await running(primary, secondary)
+        await writes(primary, 10)
+        await until(lambda: first.lag_ops() == 0, "caught up")
+        blocks = sorted(primary.partition.streams["log"].blocks,  # type: ignore[attr-defined]
+                        key=lambda loc: loc.offset)
+        first.checkpointed(blocks[-1], primary.partition.applied_lsn)
+        recorded = first.position
+        assert recorded == Position(primary.partition.applied_lsn, blocks[-1])
+        await stopped(task)
+        primary.partition.shipper = None  # the owner is gone; writes go on meanwhile
+        await writes(primary, 5, tag="y")
+        sent_before = len(secondary.sends)
+        second = GeoShipper(Site(primary.partition), targets, secondary.send, recorded,
+                            synced_s=123.0)
+        assert second.last_sync_s() == 123.0  # the previous owner's figure, until it ships
+        task = asyncio.get_running_loop().create_task(second.run())
+        await until(lambda: second.lag_ops() == 0, "caught up")
+        assert await view(secondary) == await view(primary)
+        shipped = [r for _, rs in secondary.sends[sent_before:] for r in rs]
+        orders = [r for r in shipped if r.pname == "orders"]
+        # Only the five appends made since: their records rows (and the log's meta row).
+        assert orders and sum(len(r.replicate.keys) for r in orders) == 5 + len(orders)
+        await stopped(task)
+
+    run(scenario)
