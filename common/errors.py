@@ -102,6 +102,29 @@ class NotLeader(Unavailable):
         self.leader = leader
 
 
+class Moved(StampError):
+    """This stamp does not take the account's writes: it is the account's geo secondary
+    here (issue 30; after a failover or a migration, its old primary). Reads may still be
+    answered here; a write must go to the primary stamp, which the location service names
+    (the SDK asks it again on this error).
+
+    Not Unavailable, on purpose: the same request at the same stamp fails the same way until
+    the account's role changes, so nothing may retry it here blindly. Clients react to the
+    class name only (trailing metadata `stamp-error` / `Response.error` "Moved"); the
+    message is for people, and its format is kept stable (`of` makes it):
+
+        account NAME is not written at this stamp: its primary is stamp PRIMARY (epoch N)
+
+    PRIMARY is "(unknown)" when this stamp was not told the primary's name."""
+
+    grpc_code = grpc.StatusCode.FAILED_PRECONDITION
+
+    @classmethod
+    def of(cls, account: str, primary: str, epoch: int) -> Moved:
+        return cls(f"account {account} is not written at this stamp: its primary is stamp "
+                   f"{primary or '(unknown)'} (epoch {epoch})")
+
+
 class DeadlineExceeded(StampError):
     grpc_code = grpc.StatusCode.DEADLINE_EXCEEDED
 

@@ -3,8 +3,16 @@
 local file; and the read-through cache the front ends check signatures against.
 
 Each account is one KV entry, `accounts/NAME` -> JSON `{"name", "keys": [key1, key2] as
-base64, "created_s"}`. Every change is a compare-and-set on the version read, so two
-operators rotating at once cannot lose one rotation (the loser retries on the new version).
+base64, "created_s"}`, plus, for an account placed by a location (issue 30, geo-replication),
+its role at this stamp: `"role"` ("primary": this stamp takes its writes; "secondary": this
+stamp holds a copy and refuses its writes with Moved), `"primary"` (the name of its primary
+stamp) and `"epoch"` (the location placement's epoch, which grows with every change of
+roles). A record without them — every account made before, and every one made by plain
+`stamp account create` — is a stand-alone primary (`GeoRole()`: "primary", "", 0), and a
+stand-alone account is written without them, so its record is byte for byte what it was.
+Every change is a compare-and-set on the version read, so two operators rotating at once
+cannot lose one rotation (the loser retries on the new version); a role changes only to an
+epoch at least the stored one (`set_role`), so a late, older placement cannot undo a newer.
 
 Deleting an account (issue 28, item 6) replaces its entry by a tombstone, JSON `{"name",
 "retired": true, "deleted_s", "purged_s"}`, in one compare-and-set: the keys are gone from
@@ -17,9 +25,10 @@ typed); names are data too. `purged_s` is None while the purge of the account's 
 pending (a purge cut short is resumed by deleting again: `delete` of a tombstoned name
 returns its tombstone) and the time of the last complete purge after.
 
-The cache (`keys_of`) holds the keys of accounts it found, for at most `cache_ttl_s`
-(<= CACHE_TTL_MAX_S = 10 s) of the injected clock's monotonic time. So a key rotated or an
-account deleted anywhere stops working at every front end within 10 s, and a flood of
+The cache (`lookup`, and `keys_of` over it) holds the accounts it found — keys and role
+together, one read for both — for at most `cache_ttl_s` (<= CACHE_TTL_MAX_S = 10 s) of the
+injected clock's monotonic time. So a key rotated, an account deleted or a role changed
+anywhere is seen by every front end within 10 s, and a flood of
 requests of one account costs the lock service one read per TTL. A failed lookup (no such
 account, or a name no account can have) is never cached: made-up names must not occupy
 memory (issue 28); bounding the lookups they cause is the caller's (frontend/auth.py). A
@@ -36,7 +45,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from common.clock import Clock
-from common.errors import AlreadyExists, InvalidArgument, NotFound, PreconditionFailed
+from common.errors import AlreadyExists, InvalidArgument, Moved, NotFound, PreconditionFailed
 from frontend import names
 
 KEY_PREFIX = "accounts/"
@@ -45,6 +54,10 @@ CACHE_TTL_MAX_S = 10.0
 CACHE_TTL_S = 5.0
 CACHE_ENTRIES_MAX = 100_000
 CAS_ATTEMPTS_MAX = 16
+PRIMARY = "primary"
+SECONDARY = "secondary"
+ROLES = (PRIMARY, SECONDARY)
+STAMP_NAME_CHARS_MAX = 63  # location/placement.py's stamp names
 
 
 class KeyValue(Protocol):
@@ -81,24 +94,66 @@ class Tombstone:
 
 
 @dataclass(frozen=True)
+class GeoRole:
+    """An account's role at this stamp (module docstring); the default is a stand-alone
+    primary. `primary` names the account's primary stamp ("": stand-alone, or not told)."""
+
+    role: str = PRIMARY
+    primary: str = ""
+    epoch: int = 0
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise InvalidArgument(f"an account's role is {' or '.join(ROLES)}, not "
+                                  f"{self.role!r}")
+        if not isinstance(self.epoch, int) or self.epoch < 0:
+            raise InvalidArgument(f"a placement's epoch is a whole number >= 0, not "
+                                  f"{self.epoch!r}")
+        if len(self.primary) > STAMP_NAME_CHARS_MAX:
+            raise InvalidArgument(f"a stamp name has at most {STAMP_NAME_CHARS_MAX} "
+                                  f"characters")
+
+    @property
+    def stand_alone(self) -> bool:
+        return self == STAND_ALONE
+
+    def check_writable(self, account: str) -> None:
+        """Moved (naming the primary) if this stamp must not take `account`'s writes: it
+        is the account's secondary here."""
+        if self.role == SECONDARY:
+            raise Moved.of(account, self.primary, self.epoch)
+
+
+STAND_ALONE = GeoRole()
+
+
+@dataclass(frozen=True)
 class Account:
     name: str
     keys: tuple[bytes, bytes]
     created_s: float
+    geo: GeoRole = STAND_ALONE
 
     def encode(self) -> bytes:
-        return json.dumps({"name": self.name,
-                           "keys": [base64.b64encode(k).decode() for k in self.keys],
-                           "created_s": self.created_s}, sort_keys=True).encode()
+        record: dict[str, object] = {
+            "name": self.name, "keys": [base64.b64encode(k).decode() for k in self.keys],
+            "created_s": self.created_s}
+        if not self.geo.stand_alone:  # a stand-alone record stays as it always was
+            record.update(role=self.geo.role, primary=self.geo.primary, epoch=self.geo.epoch)
+        return json.dumps(record, sort_keys=True).encode()
 
     @classmethod
     def decode(cls, data: bytes) -> Account:
+        """A record of any age: one without a role is a stand-alone primary."""
         record = json.loads(data)
         key1, key2 = (base64.b64decode(k, validate=True) for k in record["keys"])
-        return cls(record["name"], (key1, key2), float(record["created_s"]))
+        geo = GeoRole(record.get("role", PRIMARY), record.get("primary", ""),
+                      int(record.get("epoch", 0)))
+        return cls(record["name"], (key1, key2), float(record["created_s"]), geo)
 
     def __repr__(self) -> str:
-        return f"Account(name={self.name!r}, keys=<2 secret>, created_s={self.created_s})"
+        return (f"Account(name={self.name!r}, keys=<2 secret>, created_s={self.created_s}, "
+                f"geo={self.geo!r})")
 
 
 def new_key() -> bytes:
@@ -129,11 +184,15 @@ class AccountStore:
 
     # --- administration (always read through to the replicated store) ----------------------
 
-    def create(self, name: str) -> Account:
+    def create(self, name: str, *, primary_stamp: str = "", epoch: int = 0) -> Account:
         """A new account with two fresh random keys; AlreadyExists if the name is taken,
-        by an account or by a deleted one's tombstone (retired for ever: module docstring)."""
+        by an account or by a deleted one's tombstone (retired for ever: module docstring).
+        By default a stand-alone account; a location creating an account's primary names
+        this stamp (`primary_stamp`) and its placement's `epoch`: the record then says this
+        stamp is the primary, and a secondary adopting it learns where writes go."""
         names.check_account(name)
-        account = Account(name, (new_key(), new_key()), self._clock.wall())
+        geo = GeoRole(PRIMARY, primary_stamp, epoch)
+        account = Account(name, (new_key(), new_key()), self._clock.wall(), geo)
         if self._kv.compare_and_set(KEY_PREFIX + name, 0, account.encode()) is None:
             found = self._entry(name)
             if found is not None and isinstance(found[0], Tombstone):
@@ -142,18 +201,51 @@ class AccountStore:
         self._remember(name, account)
         return account
 
-    def adopt(self, account: Account) -> Account:
-        """Hold `account` as it is (its keys, made by another stamp: a geo secondary holds
-        its primary's, issue 30): written if the name is free, returned if this very account
-        is here already (a retried adoption), else AlreadyExists."""
+    def adopt(self, account: Account, *, primary: str | None = None,
+              epoch: int | None = None) -> Account:
+        """Hold `account` (made by another stamp, its primary) as its geo **secondary**
+        (issue 30): the same keys and creation time, role "secondary", naming the primary
+        stamp `primary` at placement `epoch` — by default those `account`'s own record
+        names (`create`'s `primary_stamp` and `epoch`). Written if the name is free;
+        returned if this very secondary is here already (a retried adoption, idempotent);
+        else AlreadyExists (another account of the name, another role, or retired: a role
+        changes by `set_role` only). This stamp then refuses the account's writes (Moved)."""
         names.check_account(account.name)
-        if self._kv.compare_and_set(KEY_PREFIX + account.name, 0, account.encode()) is None:
-            found = self._entry(account.name)
-            if found is None or found[0] != account:
-                raise AlreadyExists(f"account {account.name!r} already exists here, not "
-                                    "as the one adopted (other keys, or retired)")
-        self._remember(account.name, account)
-        return account
+        geo = GeoRole(SECONDARY, account.geo.primary if primary is None else primary,
+                      account.geo.epoch if epoch is None else epoch)
+        held = Account(account.name, account.keys, account.created_s, geo)
+        if self._kv.compare_and_set(KEY_PREFIX + held.name, 0, held.encode()) is None:
+            found = self._entry(held.name)
+            if found is None or found[0] != held:
+                raise AlreadyExists(f"account {held.name!r} already exists here, not "
+                                    "as the one adopted (other keys or role, or retired)")
+        self._remember(held.name, held)
+        return held
+
+    def set_role(self, name: str, role: str, primary: str, epoch: int) -> Account:
+        """Make this stamp `name`'s `role` ("primary" or "secondary") with primary stamp
+        `primary` at placement `epoch` (a failover or a migration), by compare-and-set.
+        Idempotent: the same (role, primary, epoch) again returns the account unchanged.
+        PreconditionFailed for an epoch lower than the stored one (an older placement must
+        not undo a newer), or for the stored epoch with another role or primary (one epoch
+        has one placement); NotFound for no account."""
+        names.check_account(name)
+        geo = GeoRole(role, primary, epoch)
+        for _ in range(CAS_ATTEMPTS_MAX):
+            current, version = self._read(name)
+            if current.geo == geo:
+                return current
+            if epoch <= current.geo.epoch:
+                raise PreconditionFailed(
+                    f"account {name!r} is {current.geo.role} at epoch {current.geo.epoch} "
+                    f"here (primary {current.geo.primary or 'none'}); role {role} at epoch "
+                    f"{epoch} is not newer")
+            changed = Account(name, current.keys, current.created_s, geo)
+            if self._kv.compare_and_set(KEY_PREFIX + name, version, changed.encode()):
+                self._remember(name, changed)
+                return changed
+        raise PreconditionFailed(f"account {name!r} kept changing; role not set after "
+                                 f"{CAS_ATTEMPTS_MAX} attempts")
 
     def get(self, name: str) -> Account:
         """The account as stored now (not cached); NotFound if there is none."""
@@ -169,7 +261,7 @@ class AccountStore:
             current, version = self._read(name)
             keys = list(current.keys)
             keys[key_number - 1] = new_key()
-            rotated = Account(name, (keys[0], keys[1]), current.created_s)
+            rotated = Account(name, (keys[0], keys[1]), current.created_s, current.geo)
             if self._kv.compare_and_set(KEY_PREFIX + name, version, rotated.encode()):
                 self._remember(name, rotated)
                 return rotated
@@ -229,16 +321,22 @@ class AccountStore:
     def keys_of(self, name: str) -> Sequence[bytes] | None:
         """The account's current keys, or None if it does not exist, as read at most
         `cache_ttl_s` ago (frontend/signing.verify's and sas.check's `keys_of`)."""
+        account = self.lookup(name)
+        return account.keys if account is not None else None
+
+    def lookup(self, name: str) -> Account | None:
+        """The account — keys and role, one read — or None if it does not exist, as read
+        at most `cache_ttl_s` ago (frontend/auth.py's reader)."""
         cached = self._cache.get(name)
         if cached is not None and self._clock.monotonic() < cached[0]:
-            return cached[1].keys
+            return cached[1]
         try:
             names.check_account(name)
             account: Account | None = self._read(name)[0]
         except (NotFound, InvalidArgument):
             account = None
         self._remember(name, account)
-        return account.keys if account is not None else None
+        return account
 
     def _read(self, name: str) -> tuple[Account, int]:
         """The live account and its version; NotFound for none and for a deleted one."""

@@ -27,11 +27,22 @@ cache until it expired); and the store reads not yet answered are bounded, in al
 connection: `context.peer()`), so one peer's flood of made-up names neither starves the
 others' lookups nor hammers the lock service.
 
+Geo roles (issue 30): the reader returns the account with its role at this stamp
+(frontend/accounts.py: one read gives keys and role), and the role is cached with the keys,
+under the same TTL, stale-if-error and memory rules: a role changed in the store is seen
+within the TTL like a rotated key, and checking it costs no read. A **write** (a method whose
+shared-access permission is not a read's: `WRITE_METHODS`, from wire.PERMISSION_OF) of an
+account that is secondary here is refused with Moved, naming its primary stamp, once its
+credentials hold (a stranger learns nothing of the account); reads stay allowed (read access
+to the secondary). A reader may return bare keys instead of an account (test fakes): a
+stand-alone primary.
+
 Contract: `check_cached` authenticates without awaiting when every key it needs is cached and
 returns MISS otherwise (nothing decided); `check` always decides, reading what it lacks.
 Both raise only what `wire.authenticate` raises (Unauthenticated, PermissionDenied) — plus
-InvalidArgument for a field over its size (`check_field_sizes`), Unavailable when the account
-store cannot be read, and Throttled when LOOKUPS_IN_FLIGHT_MAX other accounts are being read
+InvalidArgument for a field over its size (`check_field_sizes`), Moved for a write of an
+account that is secondary here, Unavailable when the account store cannot be read, and
+Throttled when LOOKUPS_IN_FLIGHT_MAX other accounts are being read
 already, or LOOKUPS_PER_PEER_MAX for the same peer, which a client retries.
 """
 
@@ -40,18 +51,42 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from typing import Final
+from typing import Final, NamedTuple
 
 from common.background import FailureLog
 from common.clock import Clock
 from common.errors import InvalidArgument, Throttled, Unauthenticated, Unavailable
 from common.proto import partition_pb2 as pb
 from frontend import names, sas, wire
-from frontend.accounts import CACHE_ENTRIES_MAX, CACHE_TTL_MAX_S
+from frontend.accounts import CACHE_ENTRIES_MAX, CACHE_TTL_MAX_S, STAND_ALONE, Account, GeoRole
 
 Keys = Sequence[bytes] | None
-# Reads the keys of an account from the replicated store (blocking; None: no such account).
-KeyReader = Callable[[str], Keys]
+
+
+class Held(NamedTuple):
+    """What the cache holds of an account: its keys and its role here."""
+
+    keys: Sequence[bytes]
+    geo: GeoRole
+
+
+# Reads an account from the replicated store (blocking; None: no such account): keys and
+# role (AccountStore.lookup), or bare keys (a stand-alone primary).
+KeyReader = Callable[[str], Account | Sequence[bytes] | None]
+# The shared-access permissions that only read; a method needing any other writes, and is
+# refused at a secondary (a new permission is a write until said otherwise: fail safe).
+READ_PERMISSIONS = frozenset({"read", "scan"})
+WRITE_METHODS = frozenset(method for method, permission in wire.PERMISSION_OF.items()
+                          if permission not in READ_PERMISSIONS)
+
+
+def held_of(found: Account | Sequence[bytes] | None) -> Held | None:
+    """A reader's answer as the cache holds it."""
+    if found is None:
+        return None
+    if isinstance(found, Account):
+        return Held(found.keys, found.geo)
+    return Held(found, STAND_ALONE)
 
 log = logging.getLogger(__name__)
 
@@ -126,16 +161,16 @@ def check_field_sizes(account: str, name: str | None, auth: pb.Auth) -> None:
 
 
 class _Entry:
-    """An account's keys as read at `read_at` (monotonic): refreshed from `refresh_at`,
-    served until `expires_at` — and, while its reads fail (`failing`), until `stale_until`,
-    with a read tried again from `retry_at`."""
+    """An account's keys and role as read at `read_at` (monotonic): refreshed from
+    `refresh_at`, served until `expires_at` — and, while its reads fail (`failing`), until
+    `stale_until`, with a read tried again from `retry_at`."""
 
-    __slots__ = ("expires_at", "failing", "keys", "read_at", "refresh_at", "retry_at",
+    __slots__ = ("expires_at", "failing", "geo", "keys", "read_at", "refresh_at", "retry_at",
                  "stale_until")
 
-    def __init__(self, keys: Sequence[bytes], read_at: float, ttl_s: float,
-                 stale_max_s: float) -> None:
-        self.keys = keys
+    def __init__(self, held: Held, read_at: float, ttl_s: float, stale_max_s: float) -> None:
+        self.keys = held.keys
+        self.geo = held.geo
         self.read_at = read_at
         self.refresh_at = read_at + ttl_s * REFRESH_AFTER_TTL_FRACTION
         self.expires_at = read_at + ttl_s
@@ -157,7 +192,7 @@ class Authenticator:
         self._stale_max_s = stale_max_s
         self._stale_wait_s = stale_wait_s
         self._cache: dict[str, _Entry] = {}
-        self._reading: dict[str, asyncio.Future[Keys]] = {}
+        self._reading: dict[str, asyncio.Future[Held | None]] = {}
         self._peer_reads: dict[str, int] = {}  # reads started per peer, not yet answered
         self._refreshing: set[str] = set()  # accounts whose read in flight is a refresh
         self._reads: set[asyncio.Task[None]] = set()
@@ -175,9 +210,12 @@ class Authenticator:
         """Decide `claim` from the cache alone, or MISS."""
         check_field_sizes(claim.account, claim.name, claim.auth)
         try:
-            return wire.authenticate(claim, keys_of=self._cached_keys, now_s=self._clock.wall())
+            token = wire.authenticate(claim, keys_of=self._cached_keys,
+                                      now_s=self._clock.wall())
         except _Miss:
             return MISS
+        self._check_writable(claim, None)
+        return token
 
     async def check(self, claim: wire.Claim, now_s: float | None = None, peer: str = ""
                     ) -> sas.SasToken | None:
@@ -189,16 +227,37 @@ class Authenticator:
             now_s = self._clock.wall()
         # What this check read: an account that does not exist is not cached, nor are keys
         # with a TTL of 0, and each is read once per check all the same.
-        loaded: dict[str, Keys] = {}
+        loaded: dict[str, Held | None] = {}
 
         def keys_of(account: str) -> Keys:
-            return loaded[account] if account in loaded else self._cached_keys(account)
+            if account not in loaded:
+                return self._cached_keys(account)
+            held = loaded[account]
+            return held.keys if held is not None else None
         for _ in range(LOOKUPS_PER_CHECK_MAX):
             try:
-                return wire.authenticate(claim, keys_of=keys_of, now_s=now_s)
+                token = wire.authenticate(claim, keys_of=keys_of, now_s=now_s)
             except _Miss as miss:
                 loaded[miss.account] = await self._load(miss.account, peer)
+                continue
+            self._check_writable(claim, loaded)
+            return token
         raise Unauthenticated("the credentials name more accounts than a request can")
+
+    def _check_writable(self, claim: wire.Claim, loaded: dict[str, Held | None] | None
+                        ) -> None:
+        """Moved if `claim` (authenticated) is a write of an account secondary here. Its
+        role is the one authentication just read its keys with: this check's `loaded`, or
+        the cache (no await since: the entry is still there)."""
+        if claim.method not in WRITE_METHODS:
+            return
+        held = loaded.get(claim.account) if loaded else None
+        if held is not None:
+            held.geo.check_writable(claim.account)
+            return
+        entry = self._cache.get(claim.account)
+        assert entry is not None, "authenticated with keys neither loaded nor cached"
+        entry.geo.check_writable(claim.account)
 
     async def recheck(self, claim: wire.Claim) -> None:
         """Raise as `check` does if the credentials of a stream admitted on `claim` no
@@ -218,25 +277,35 @@ class Authenticator:
     async def keys(self, account: str, peer: str = "") -> Keys:
         """`account`'s keys (None: no such account), from the cache or read through it: for
         credentials verified elsewhere than `wire` (the Azure Blob endpoint, blob_auth.py)."""
+        held = await self.account(account, peer)
+        return held.keys if held is not None else None
+
+    async def account(self, account: str, peer: str = "") -> Held | None:
+        """`account`'s keys and role (None: no such account), as `keys` reads them: the
+        Azure Blob endpoint checks the role of a write itself (blob_server.py)."""
         try:
-            return self._cached_keys(account)
+            entry = self._cached_entry(account)
         except _Miss:
             return await self._load(account, peer)
+        return Held(entry.keys, entry.geo)
 
     def _cached_keys(self, account: str) -> Keys:
+        return self._cached_entry(account).keys
+
+    def _cached_entry(self, account: str) -> _Entry:
         entry = self._cache.get(account)
         if entry is None:
             raise _Miss(account)
         now = self._clock.monotonic()
         if now < entry.refresh_at:
-            return entry.keys
+            return entry
         if now < entry.expires_at or (entry.failing and now < entry.stale_until):
             # Past the TTL only while reads fail: the store is unreachable (module docstring).
             self._refresh_behind(account)
-            return entry.keys
+            return entry
         raise _Miss(account)
 
-    def _refresh_behind(self, account: str) -> asyncio.Future[Keys] | None:
+    def _refresh_behind(self, account: str) -> asyncio.Future[Held | None] | None:
         """The read of `account` in flight, or one started now in the background; None if
         none may start: REFRESHES_IN_FLIGHT_MAX run, its last read failed less than
         REFRESH_RETRY_S ago, or there is no event loop (the entry simply expires)."""
@@ -253,8 +322,8 @@ class Authenticator:
             return None
         return self._start_read(account, "", refresh=True)
 
-    async def _load(self, account: str, peer: str) -> Keys:
-        """`account`'s keys as read now; concurrent readers of one account share the read.
+    async def _load(self, account: str, peer: str) -> Held | None:
+        """`account`'s keys and role as read now; concurrent readers of one account share the read.
         An account whose keys are held past their TTL (a stale entry within `stale_max_s`)
         waits for the read at most `stale_wait_s`, then goes on with them if it failed or
         has not answered (module docstring)."""
@@ -270,23 +339,25 @@ class Authenticator:
         future = self._reading.get(account) or self._start_read(account, peer, refresh=False)
         return await asyncio.shield(future)
 
-    async def _fresh_or_stale(self, future: asyncio.Future[Keys], entry: _Entry) -> Keys:
+    async def _fresh_or_stale(self, future: asyncio.Future[Held | None], entry: _Entry
+                              ) -> Held | None:
         try:
             return await asyncio.wait_for(asyncio.shield(future), self._stale_wait_s)
         except (TimeoutError, Unavailable):
             # The read goes on (and updates the cache if it answers); until it does, every
-            # request of the account is served the keys held, without waiting.
+            # request of the account is served the keys (and role) held, without waiting.
             entry.failing = True
-            return entry.keys
+            return Held(entry.keys, entry.geo)
 
-    def _start_read(self, account: str, peer: str, refresh: bool) -> asyncio.Future[Keys]:
+    def _start_read(self, account: str, peer: str, refresh: bool
+                    ) -> asyncio.Future[Held | None]:
         """Start reading `account`'s keys on a thread; its future is the answer (Unavailable
         if the store could not be read). A `refresh` is bounded by REFRESHES_IN_FLIGHT_MAX
         (its caller's), a lookup by the lookups' bounds (Throttled here)."""
         if not refresh:
             self._admit_lookup(peer)
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[Keys] = loop.create_future()
+        future: asyncio.Future[Held | None] = loop.create_future()
         self._reading[account] = future
         if refresh:
             self._refreshing.add(account)
@@ -299,12 +370,12 @@ class Authenticator:
         task.add_done_callback(self._reads.discard)
         return future
 
-    async def _read(self, account: str, peer: str, future: asyncio.Future[Keys],
+    async def _read(self, account: str, peer: str, future: asyncio.Future[Held | None],
                     read_at: float) -> None:
         """The read `_start_read` started, in a task of its own: it outlives the request
         that started it (a request that gives up on it leaves it to update the cache)."""
         try:
-            keys = await asyncio.to_thread(self._read_keys, account)
+            held = held_of(await asyncio.to_thread(self._read_keys, account))
         except BaseException as exc:  # waiters must not hang on a reader that failed
             self._read_failed(account, exc)
             future.set_exception(Unavailable(f"the account store could not be read: {exc!r}"))
@@ -317,8 +388,8 @@ class Authenticator:
             self._refreshing.discard(account)
             self._lookup_done(peer)
         self._failures.succeeded()
-        self._remember(account, keys, read_at)
-        future.set_result(keys)
+        self._remember(account, held, read_at)
+        future.set_result(held)
 
     def _read_failed(self, account: str, exc: BaseException) -> None:
         if isinstance(exc, Exception):
@@ -347,10 +418,10 @@ class Authenticator:
         else:
             self._peer_reads.pop(peer, None)
 
-    def _remember(self, account: str, keys: Keys, read_at: float) -> None:
-        """Cache keys found; a failed lookup (no such account) is not cached, and drops
-        what was (a deleted account)."""
-        if keys is None:
+    def _remember(self, account: str, held: Held | None, read_at: float) -> None:
+        """Cache keys (and role) found; a failed lookup (no such account) is not cached,
+        and drops what was (a deleted account)."""
+        if held is None:
             self._cache.pop(account, None)
             return
         if self._ttl_s <= 0:
@@ -360,4 +431,4 @@ class Authenticator:
             self._cache = {k: v for k, v in self._cache.items() if v.stale_until > now}
             if len(self._cache) >= CACHE_ENTRIES_MAX:
                 self._cache.clear()  # many accounts: start over, stay bounded
-        self._cache[account] = _Entry(keys, read_at, self._ttl_s, self._stale_max_s)
+        self._cache[account] = _Entry(held, read_at, self._ttl_s, self._stale_max_s)

@@ -10,6 +10,11 @@ answered by frontend/blob_handlers.py through frontend/blob_store.py. Every answ
 accepted) and `Date`; every refusal the service's status, `x-ms-error-code` and XML body, so
 the SDK raises its usual exceptions.
 
+At an account's geo secondary (issue 30) every write — any method but GET and HEAD, HTTP's
+safe methods, which are all the reads `route` serves — is refused once its credentials
+hold, with blob_store.MOVED_STATUS (421) and MOVED_CODE ("AccountMoved"), the message naming
+the primary stamp; reads are answered (read access to the secondary).
+
 Before any account is looked up: a request without credentials (no Authorization header, no
 SAS `sig`) is refused 401, and one whose URL names an account no account can have is
 refused as a bad signature without asking (frontend/names.py; blob_auth.py says why a
@@ -50,6 +55,7 @@ from common import durable_fs
 from common.config import FrontEndLimits
 from common.errors import InvalidArgument, StampError
 from frontend import blob_auth, blob_xml, names
+from frontend.auth import Held
 from frontend.blob_handlers import route
 from frontend.blob_model import BLOB_NAME_BYTES_MAX, METADATA_BYTES_MAX, BlobError
 from frontend.blob_request import (
@@ -70,6 +76,9 @@ HTTP_READY_FILE = "http.json"
 BODY_SLACK_BYTES = 64 * 1024
 # Blob operations a service SAS with `r` admits: every read blob_handlers.route serves.
 SAS_READS = {("GET", ""), ("HEAD", ""), ("GET", "metadata"), ("HEAD", "metadata")}
+# The methods of every read blob_handlers.route serves (HTTP's safe methods): any other
+# method writes, and is refused at an account's secondary (module docstring).
+READ_METHODS = frozenset({"GET", "HEAD"})
 # On SIGTERM, requests under way get this long (as gRPC's streams do), then are cut.
 SHUTDOWN_GRACE_S = 1.0
 # The URL: an account and a container (63 characters each), a blob name and a List prefix or
@@ -166,7 +175,8 @@ def _check_signed_headers_once(http: web.Request) -> None:
 
 async def authorize(request: BlobRequest, front_end: FrontEnd, skew_s: float) -> None:
     """Shared Key for everything, a service SAS for reads (Get Blob, its properties and
-    metadata; List Blobs with `l`); refusals as the service's 401/403."""
+    metadata; List Blobs with `l`); refusals as the service's 401/403 — and, once the
+    credentials hold, Moved for a write of an account secondary here (module docstring)."""
     http = request.http
     front_end.counters.requests += 1
     authorization = http.headers.get("Authorization")
@@ -180,11 +190,11 @@ async def authorize(request: BlobRequest, front_end: FrontEnd, skew_s: float) ->
             raise BlobError(403, "AuthorizationPermissionMismatch",
                             "This request is not authorized to perform this operation using "
                             "this permission: a SAS grants reads here.")
-        keys = await _keys(front_end, request.account, _peer(http))
-        blob_auth.check_sas(request.query, keys, request.account, request.container,
-                            request.blob, permission, datetime.now(UTC), http.remote or "",
-                            secure=False)
-        return
+        held = await _account(front_end, request.account, _peer(http))
+        blob_auth.check_sas(request.query, held.keys if held else None, request.account,
+                            request.container, request.blob, permission, datetime.now(UTC),
+                            http.remote or "", secure=False)
+        return  # reads only: allowed at a secondary too
     if authorization is None:
         raise BlobError(401, "NoAuthenticationInformation",
                         "Server failed to authenticate the request. Please refer to the "
@@ -193,10 +203,12 @@ async def authorize(request: BlobRequest, front_end: FrontEnd, skew_s: float) ->
     for name, value in http.headers.items():
         lower = name.lower()
         headers[lower] = f"{headers[lower]},{value}" if lower in headers else value
-    keys = await _keys(front_end, request.account, _peer(http))
-    blob_auth.check_shared_key(authorization, keys, request.account, http.method, headers,
-                               http.raw_path.partition("?")[0], list(http.query.items()),
-                               datetime.now(UTC), skew_s)
+    held = await _account(front_end, request.account, _peer(http))
+    blob_auth.check_shared_key(authorization, held.keys if held else None, request.account,
+                               http.method, headers, http.raw_path.partition("?")[0],
+                               list(http.query.items()), datetime.now(UTC), skew_s)
+    if held is not None and http.method not in READ_METHODS:
+        held.geo.check_writable(request.account)
 
 
 def _peer(http: web.Request) -> str:
@@ -209,15 +221,15 @@ def _peer(http: web.Request) -> str:
     return f"http:{peername[0]}:{peername[1]}"
 
 
-async def _keys(front_end: FrontEnd, account: str, peer: str) -> blob_auth.Keys | None:
-    """The account's keys; None for no such account — and, without asking the account
-    cache, for a name no account can have (it would only fill the cache). The lookup counts
-    against `peer`."""
+async def _account(front_end: FrontEnd, account: str, peer: str) -> Held | None:
+    """The account's keys and role; None for no such account — and, without asking the
+    account cache, for a name no account can have (it would only fill the cache). The
+    lookup counts against `peer`."""
     try:
         names.check_account(account)
     except InvalidArgument:
         return None
-    return await front_end.auth.keys(account, peer)
+    return await front_end.auth.account(account, peer)
 
 
 async def _answer(http: web.Request, response: web.StreamResponse,

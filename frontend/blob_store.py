@@ -31,6 +31,7 @@ from common.config import FrontEndLimits
 from common.errors import (
     DeadlineExceeded,
     InvalidArgument,
+    Moved,
     NotFound,
     PreconditionFailed,
     StampError,
@@ -51,8 +52,19 @@ OFFSET_END = (1 << 64) - 1
 Listed = tuple[str, Props, str] | str
 
 
+# A write of an account this stamp is the geo secondary of (issue 30): 421 Misdirected
+# Request, "this server does not answer this request; ask another", with this code. Not 409
+# (Azure's SDKs make a 409 a ResourceExistsError) nor a 5xx (their retry policies repeat
+# those here, where it cannot succeed); the message names the primary stamp (Moved's).
+MOVED_STATUS = 421
+MOVED_CODE = "AccountMoved"
+
+
 def service_error(exc: StampError) -> BlobError:
-    """The service's answer for an error of the partition layer."""
+    """The service's answer for an error of the partition layer, or of the front end's own
+    checks (Moved: MOVED_STATUS, MOVED_CODE)."""
+    if isinstance(exc, Moved):
+        return BlobError(MOVED_STATUS, MOVED_CODE, str(exc))
     if isinstance(exc, Throttled):
         retry_s = max(1, math.ceil(exc.retry_after_s or 1))
         return BlobError(503, "ServerBusy", f"Ingress is over the account limit: {exc}",

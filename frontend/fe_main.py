@@ -95,9 +95,10 @@ async def serve(args: argparse.Namespace) -> None:
     watch = await server_main.Watch.begin(args)
     clock = SystemClock()
     locks = LockClient([a for a in args.lock.split(",") if a], holder=args.name)
-    # The store's own cache is off (TTL 0): Authenticator caches, off the event loop.
+    # The store's own cache is off (TTL 0): Authenticator caches, off the event loop, each
+    # account's keys with its geo role (one read for both: frontend/auth.py).
     store = AccountStore(locks, clock, cache_ttl_s=0)
-    auth = Authenticator(store.keys_of, clock, config.front_end.account_cache_ttl_ms / 1000,
+    auth = Authenticator(store.lookup, clock, config.front_end.account_cache_ttl_ms / 1000,
                          stale_max_s=config.front_end.account_keys_stale_max_ms / 1000,
                          stale_wait_s=config.front_end.account_keys_stale_wait_ms / 1000)
     throttle = AccountThrottle(config.front_end, clock, random.Random())

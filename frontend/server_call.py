@@ -1,4 +1,5 @@
-"""One Call request at a front end (§6), in this order: authenticate (frontend/auth.py),
+"""One Call request at a front end (§6), in this order: authenticate (frontend/auth.py; a
+write of an account this stamp is the geo secondary of is refused there with Moved, issue 30),
 check names, limits and payload CRC32Cs (server_checks.py), admit through the account
 throttle (frontend/throttle.py) for the partition server its key routes to, clear `auth`,
 forward to that server, and answer with the SDK's request id.

@@ -26,7 +26,7 @@ def _peers_asked(peername: tuple[str, int]) -> list[str]:
                            remote=peername[0], transport=transport, raw_path="/made-up/c/b",
                            query={})
     front_end = SimpleNamespace(counters=SimpleNamespace(requests=0),
-                                auth=SimpleNamespace(keys=keys))
+                                auth=SimpleNamespace(account=keys))
     request = blob_request.BlobRequest(http, "id", "made-up", "c", "b", {})  # type: ignore[arg-type]
     with pytest.raises(BlobError):
         asyncio.run(blob_server.authorize(request, front_end, 900.0))  # type: ignore[arg-type]

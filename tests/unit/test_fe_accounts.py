@@ -4,10 +4,19 @@ delete, and the read-through cache that lets a rotated key work at most `cache_t
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 
 from common.clock import ManualClock
-from common.errors import AlreadyExists, InvalidArgument, NotFound, Unauthenticated
+from common.errors import (
+    AlreadyExists,
+    InvalidArgument,
+    Moved,
+    NotFound,
+    PreconditionFailed,
+    Unauthenticated,
+)
 from frontend import accounts, signing
 from frontend.accounts import AccountStore
 
@@ -270,17 +279,96 @@ def test_a_purge_deletes_in_batches_of_one_entity_group() -> None:
 
 
 def test_a_secondary_adopts_its_primarys_account_once_and_again(kv: VersionedDict) -> None:
-    """A geo secondary holds the account its primary created, with the same keys (issue 30);
-    adopting it again (a retried `stamp location create-account`) is a no-op; another
-    account of that name, or a retired name, is refused."""
-    primary = AccountStore(VersionedDict(), ManualClock()).create("acme")
+    """A geo secondary holds the account its primary created, with the same keys, as its
+    secondary naming the primary stamp (issue 30); adopting it again (a retried `stamp
+    location create-account`) is a no-op; another account of that name, or a retired name,
+    is refused."""
+    primary = AccountStore(VersionedDict(), ManualClock()).create(
+        "acme", primary_stamp="east-1", epoch=3)
+    assert primary.geo == accounts.GeoRole("primary", "east-1", 3)
     store = AccountStore(kv, ManualClock())
-    assert store.adopt(primary) == primary
-    assert store.adopt(primary) == primary
-    assert store.get("acme").keys == primary.keys
+    held = store.adopt(primary)
+    assert held.geo == accounts.GeoRole("secondary", "east-1", 3)  # from the primary's record
+    assert (held.name, held.keys, held.created_s) == (
+        primary.name, primary.keys, primary.created_s)
+    assert store.adopt(primary) == held
+    assert store.get("acme") == held
+    with pytest.raises(AlreadyExists, match="not as the one adopted"):
+        store.adopt(primary, epoch=4)  # another role: set_role's, not adopt's
     other = AccountStore(VersionedDict(), ManualClock()).create("acme")
     with pytest.raises(AlreadyExists, match="not as the one adopted"):
         store.adopt(other)
     store.delete("acme")
     with pytest.raises(AlreadyExists):
         store.adopt(primary)
+
+
+def test_an_old_record_is_a_stand_alone_primary_and_stays_as_it_was(kv: VersionedDict) -> None:
+    """Issue 30: every record written before geo roles (no role, primary, epoch) decodes as
+    a stand-alone primary, and a stand-alone account is written byte for byte as before."""
+    old = (b'{"created_s": 5.0, "keys": ["' + base64.b64encode(b"a" * 32) + b'", "'
+           + base64.b64encode(b"b" * 32) + b'"], "name": "acme"}')
+    account = accounts.Account.decode(old)
+    assert account.geo == accounts.STAND_ALONE == accounts.GeoRole("primary", "", 0)
+    assert account.encode() == old
+    kv.entries["accounts/acme"] = (old, 1)
+    assert AccountStore(kv, ManualClock()).lookup("acme") == account
+    assert AccountStore(kv, ManualClock()).create("zeta").geo == accounts.STAND_ALONE
+
+
+@pytest.mark.parametrize("geo", [accounts.GeoRole(), accounts.GeoRole("primary", "east-1", 1),
+                                 accounts.GeoRole("secondary", "east-1", 7),
+                                 accounts.GeoRole("secondary", "", 2)])
+def test_a_record_with_its_role_round_trips(geo: accounts.GeoRole) -> None:
+    account = accounts.Account("acme", (b"a" * 32, b"b" * 32), 5.0, geo)
+    assert accounts.Account.decode(account.encode()) == account
+    assert accounts.decode_entry(account.encode()) == account
+
+
+def test_a_role_is_one_of_two_and_an_epoch_not_negative() -> None:
+    with pytest.raises(InvalidArgument, match="role"):
+        accounts.GeoRole("tertiary", "east-1", 1)
+    with pytest.raises(InvalidArgument, match="epoch"):
+        accounts.GeoRole("secondary", "east-1", -1)
+
+
+def test_set_role_moves_forward_by_epoch_only(kv: VersionedDict) -> None:
+    """`set_role` (a failover's step): idempotent for the same role, primary and epoch;
+    refused for an older epoch, or another role at the stored epoch; keys kept."""
+    store = AccountStore(kv, ManualClock())
+    created = store.create("acme", primary_stamp="east-1", epoch=3)
+    demoted = store.set_role("acme", "secondary", "west-1", 4)
+    assert demoted.geo == accounts.GeoRole("secondary", "west-1", 4)
+    assert demoted.keys == created.keys and store.get("acme") == demoted
+    version = kv.entries["accounts/acme"][1]
+    assert store.set_role("acme", "secondary", "west-1", 4) == demoted  # again: nothing
+    assert kv.entries["accounts/acme"][1] == version
+    with pytest.raises(PreconditionFailed, match="not newer"):
+        store.set_role("acme", "primary", "east-1", 3)  # an older placement
+    with pytest.raises(PreconditionFailed, match="not newer"):
+        store.set_role("acme", "primary", "east-1", 4)  # the same epoch, another role
+    assert store.get("acme") == demoted
+    rotated = store.rotate("acme", 1)
+    assert rotated.geo == demoted.geo  # a rotation keeps the role
+    with pytest.raises(NotFound):
+        store.set_role("nobody", "primary", "east-1", 1)
+
+
+def test_a_role_changed_elsewhere_is_seen_within_the_ttl(kv: VersionedDict) -> None:
+    """The cache holds keys and role together: one read, one TTL."""
+    clock = ManualClock()
+    front_end = AccountStore(kv, clock, cache_ttl_s=accounts.CACHE_TTL_MAX_S)
+    operator = AccountStore(kv, clock)
+    operator.create("acme", primary_stamp="east-1", epoch=1)
+    found = front_end.lookup("acme")
+    assert found is not None and found.geo.role == "primary"
+    reads = kv.reads
+    operator.set_role("acme", "secondary", "west-1", 2)
+    clock.advance(accounts.CACHE_TTL_MAX_S - 0.001)
+    assert front_end.lookup("acme") == found and front_end.keys_of("acme") == found.keys
+    assert kv.reads == reads + 1  # set_role's own read; the front end read nothing
+    clock.advance(0.001)
+    moved = front_end.lookup("acme")
+    assert moved is not None and moved.geo == accounts.GeoRole("secondary", "west-1", 2)
+    with pytest.raises(Moved, match="its primary is stamp west-1 \\(epoch 2\\)"):
+        moved.geo.check_writable("acme")

@@ -20,6 +20,8 @@ from common.errors import PermissionDenied
 from common.proto import frontend_pb2 as fe_pb
 from common.proto import partition_pb2 as pb
 from frontend import blob_auth, blob_request, blob_server, sas, wire
+from frontend.accounts import STAND_ALONE
+from frontend.auth import Held
 from frontend.blob_model import BlobError
 from partition_layer.payload_crc import payload_crcs
 
@@ -136,10 +138,10 @@ def _authorize(method: str, comp: str, level: str, letter: str) -> bool:
         query["restype"] = "container"
     http = SimpleNamespace(method=method, headers={}, remote="127.0.0.1", transport=None)
 
-    async def keys(account: str, peer: str = "") -> tuple[bytes, bytes] | None:
-        return KEYS if account == ACCOUNT else None
+    async def held(account: str, peer: str = "") -> Held | None:
+        return Held(KEYS, STAND_ALONE) if account == ACCOUNT else None
     front_end = SimpleNamespace(counters=SimpleNamespace(requests=0),
-                                auth=SimpleNamespace(keys=keys))
+                                auth=SimpleNamespace(account=held))
     request = blob_request.BlobRequest(http, "id", ACCOUNT, container, blob,  # type: ignore[arg-type]
                                        query)
     try:
