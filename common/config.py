@@ -208,6 +208,11 @@ class PartitionLimits:
     # After a failed load the PM sends that partition's next Load no sooner than this (a
     # load refused because a live server still holds the lease is not hammered).
     load_retry_ms: int = 500
+    # A pending split or merge whose PS call failed is tried again no sooner than this times
+    # its attempts (manager_ops.py): a PS that waits for a dead owner's lease is not
+    # hammered, and the roll-back bound (5 failed calls) is not used up within one lease
+    # TTL. Tests that roll a split back on purpose shorten it.
+    split_retry_backoff_ms: int = 1000
     # An unload (settle, checkpoint) that takes longer stops the partition anyway: its lease
     # is released, never renewed for ever by a partition half unloaded.
     unload_timeout_ms: int = 10_000
@@ -289,6 +294,8 @@ class PartitionLimits:
             raise InvalidArgument("partition.blob_value_bytes_min exceeds value_bytes_max")
         if self.partition_lease_ttl_ms < 3 * 100:
             raise InvalidArgument("partition.partition_lease_ttl_ms is at least 300")
+        if self.split_retry_backoff_ms <= 0:
+            raise InvalidArgument("partition.split_retry_backoff_ms must be positive")
         # TOML gives a list: keep the limits hashable and immutable.
         object.__setattr__(self, "bootstrap_split_keys", tuple(self.bootstrap_split_keys))
         for name in self.bootstrap_split_keys:

@@ -55,10 +55,6 @@ log = logging.getLogger(__name__)
 
 OP_TIMEOUT_S = 120.0  # one PS Split / Merge: checkpoint, seal, one multi-modify, two loads
 PS_ATTEMPTS_MAX = 5   # failed PS calls without a commit before a pending op is rolled back
-# A pending op is looked at again this long after a failed try, times its attempts: a PS
-# that waits for a dead owner's lease is not hammered, and the roll-back bound is not
-# used up within one lease TTL.
-RETRY_BACKOFF_S = 1.0
 # An operator's split or merge whose first call failed waits this long for the pass to
 # finish it (or roll it back) before answering that it is still pending.
 OUTCOME_WAIT_S = 60.0
@@ -340,7 +336,7 @@ class SplitMergeCoordinator:
                 # Nothing to do until the stream manager or a server answers: look again in
                 # a while, not every pass.
                 log.debug("%s: pending %s of %s: %s", m.name, op.op, _sources(op), decision.why)
-                self._not_before[op.sources] = self.clock.monotonic() + RETRY_BACKOFF_S
+                self._not_before[op.sources] = self.clock.monotonic() + self._backoff_s()
                 return
             log.info("%s: pending %s of %s: %s (%s)", m.name, op.op, _sources(op),
                      decision.action, decision.why)
@@ -358,9 +354,14 @@ class SplitMergeCoordinator:
             log.warning("%s: resolving the pending %s of %s: %s", m.name, op.op,
                         _sources(op), exc)
             self._not_before[op.sources] = (self.clock.monotonic()
-                                            + RETRY_BACKOFF_S * (op.attempts + 1))
+                                            + self._backoff_s() * (op.attempts + 1))
         finally:
             self.busy.difference_update(op.sources)
+
+    def _backoff_s(self) -> float:
+        """Seconds before a pending op is looked at again, per failed attempt
+        (`partition.split_retry_backoff_ms`: common/config.py says why)."""
+        return self.manager.limits.split_retry_backoff_ms / 1000
 
     async def committed(self, op: PendingOp) -> bool | None:
         """Whether the op's multi-modify committed (its first new meta stream exists); None

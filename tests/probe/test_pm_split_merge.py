@@ -49,13 +49,14 @@ OP_WAIT_S = 90.0
 
 
 @contextlib.contextmanager
-def started_stamp(root: Path, manager: dict[str, float | str]) -> Iterator[LocalStamp]:
+def started_stamp(root: Path, manager: dict[str, float | str],
+                  partition: dict[str, int] = PARTITION) -> Iterator[LocalStamp]:
     """3 ENs, 1 SM, 3 lock replicas, 2 PMs, 2 PSs, with `manager` as its partition_manager
-    config section."""
+    config section and `partition` as its partition section."""
     config = stamp_config(3, 1, lock_servers=3, partition_managers=2, partition_servers=2,
-                          partition=PARTITION)
+                          partition=partition)
     config_file = root / "stamp.toml"
-    config_file.write_text(config_toml(partition=PARTITION,
+    config_file.write_text(config_toml(partition=partition,
                                        partition_manager=manager))  # type: ignore[arg-type]
     stamp = LocalStamp(root / "stamp", config, str(config_file))
     try:
@@ -289,11 +290,21 @@ def test_pm_leader_killed_mid_operation(pm_stamp: LocalStamp, point: str) -> Non
     assert ops[-1] == ("merge" if point.startswith("pm.merge") else "split", "ok"), ops
 
 
-def test_split_that_never_commits_is_rolled_back(pm_stamp: LocalStamp) -> None:
+@pytest.fixture
+def quick_retry_stamp(tmp_path: Path) -> Iterator[LocalStamp]:
+    """As `pm_stamp`, with a pending split tried again 0.2 s (not 1 s) times its attempts
+    after a failed call: the 5 attempts before a roll-back take 2 s of backoff, not 10 s
+    (still longer than the 1 s partition lease the backoff must outlast)."""
+    with started_stamp(tmp_path, MANAGER,
+                       {**PARTITION, "split_retry_backoff_ms": 200}) as stamp:
+        yield stamp
+
+
+def test_split_that_never_commits_is_rolled_back(quick_retry_stamp: LocalStamp) -> None:
     """The PS fails every Split after writing its intent (ps.split.intent_written=fail): the
     PM counts the failed calls, rolls the split back after its bound, and the parent serves
     again (its loader drops the intent); the history says so; no write is lost."""
-    stamp = pm_stamp
+    stamp = quick_retry_stamp
     acked: list[tuple[str, int, bytes]] = []
     with PartitionClient.from_stamp(str(stamp.data_dir)) as pc:
         pc.wait_served()
