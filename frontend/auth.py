@@ -274,15 +274,10 @@ class Authenticator:
         except _Miss:
             await self.check(claim, now_s)
 
-    async def keys(self, account: str, peer: str = "") -> Keys:
-        """`account`'s keys (None: no such account), from the cache or read through it: for
-        credentials verified elsewhere than `wire` (the Azure Blob endpoint, blob_auth.py)."""
-        held = await self.account(account, peer)
-        return held.keys if held is not None else None
-
     async def account(self, account: str, peer: str = "") -> Held | None:
-        """`account`'s keys and role (None: no such account), as `keys` reads them: the
-        Azure Blob endpoint checks the role of a write itself (blob_server.py)."""
+        """`account`'s keys and role (None: no such account), from the cache or read through
+        it: for credentials verified elsewhere than `wire` (the Azure Blob endpoint,
+        blob_auth.py), which checks the role of a write itself (blob_server.py)."""
         try:
             entry = self._cached_entry(account)
         except _Miss:
