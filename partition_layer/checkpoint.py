@@ -32,7 +32,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 from common import faults
 from common.config import PartitionLimits
@@ -43,7 +43,7 @@ from partition_layer.keys import KeyRange
 from partition_layer.memtable import Memtable
 from partition_layer.merge import aiter_sync, merge
 from partition_layer.operations import ENTITY_TOKEN_TTL_MS
-from partition_layer.partition_meta import PartitionMeta, encode_meta
+from partition_layer.partition_meta import GeoMark, PartitionMeta, encode_meta
 from partition_layer.run_cache import IndexCache, Run
 from partition_layer.runs import RunInfo, RunWriter
 from partition_layer.size_split import run_bytes_in_view
@@ -105,6 +105,7 @@ class CheckpointSite(Protocol):
     applied_lsn: int
     last_commit: Location | None  # with applied_lsn: the replay point a checkpoint records
     log_bytes: int  # lowered by what a checkpoint made replay skip
+    shipper: Any  # inter-stamp replication's GeoShipper (issue 30), or None: no shipping
 
     async def drain_commits(self) -> None:
         """Hold new commit-log blocks back until those in flight have finished."""
@@ -328,7 +329,8 @@ class Checkpointer:
         readers = {r.info: r for r in p.readers}
         fresh = [readers.get(info) or Run(info, p.indexes) for info in runs]
         meta = dataclasses.replace(p.meta, runs=runs, replay_from=replay_from,
-                                   applied_lsn=applied_lsn)
+                                   applied_lsn=applied_lsn, geo=self._geo_mark(replay_from,
+                                                                               applied_lsn))
         await p.streams["meta"].append([encode_meta(meta)])
         # A run id handed out meanwhile (a checkpoint's run while a merge publishes) stays
         # handed out: the next run must not take it again.
@@ -336,6 +338,18 @@ class Checkpointer:
                                                            p.meta.next_run_id))
         p.readers = fresh
         p.row_cache.clear()
+
+    def _geo_mark(self, replay_from: Location | None, applied_lsn: int) -> GeoMark | None:
+        """Where inter-stamp replication stands, for the record (partition_meta.py): the
+        shipper's position, told first of this replay point (a safe place to read from for
+        what lies past `applied_lsn`); the record in force's mark when nothing ships."""
+        shipper = self.p.shipper
+        assert self.p.meta is not None
+        if shipper is None:
+            return self.p.meta.geo
+        shipper.checkpointed(replay_from, applied_lsn)
+        position = shipper.position
+        return GeoMark(position.lsn, position.resume_from, shipper.last_sync_s())
 
     async def _run_merge(self) -> None:
         try:

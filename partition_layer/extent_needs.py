@@ -7,6 +7,8 @@ stream, the runs that record names, and the commit log from its replay point on.
   intent is read back from there).
 - commit log: the extents before the one holding the replay point, in stream order, are
   replayed by nobody (`log_unneeded`). No replay point (never checkpointed): all are needed.
+  Nor those from where inter-stamp replication reads on (issue 30: a partition's `geo`
+  mark): what is not shipped to the secondary stamp yet stays.
   A split child's or merged partition's meta has one replay point too (meta_derive.py: the
   parent's, or the right side's), inside its own log stream; a replay point whose extent the
   stream does not hold (never expected) keeps everything.
@@ -32,6 +34,7 @@ from collections.abc import AsyncIterator, Collection, Iterable, Iterator, Seque
 from dataclasses import dataclass
 
 from partition_layer.merge import merge
+from partition_layer.partition_meta import GeoMark
 from partition_layer.rows import decode_row
 from partition_layer.runs import RunInfo
 from stream_layer.framing import Location
@@ -70,11 +73,18 @@ def first_pinned(listed: Sequence[Listed], pinned: Collection[int]) -> int | Non
     return min(pinned, key=ids.index)
 
 
-def log_unneeded(listed: Sequence[Listed], replay_from: Location | None) -> list[int]:
-    """Commit-log extents wholly below the replay point."""
-    if replay_from is None:
+def log_unneeded(listed: Sequence[Listed], replay_from: Location | None,
+                 geo: GeoMark | None = None) -> list[int]:
+    """Commit-log extents wholly below the replay point, and below where inter-stamp
+    replication reads on (`geo`, issue 30: what is not shipped yet stays)."""
+    if replay_from is None or (geo is not None and geo.read_from is None):
         return []
-    return _droppable(listed, kept_from(listed, replay_from.extent_id))
+    below = kept_from(listed, replay_from.extent_id)
+    if geo is not None:
+        assert geo.read_from is not None
+        shipping = set(kept_from(listed, geo.read_from.extent_id))
+        below = [e for e in below if e in shipping]
+    return _droppable(listed, below)
 
 
 def data_unneeded(listed: Sequence[Listed], referenced: Collection[int],

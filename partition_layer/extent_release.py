@@ -138,7 +138,7 @@ async def release_unneeded(p: RangePartition, dry_run: bool = False) -> ReleaseR
             index = (await p.indexes.reader(run.info)).index
             runs |= extent_needs.run_extents(run.info, index.locations)
         decided = {
-            "log": extent_needs.log_unneeded(listed["log"], meta.replay_from),
+            "log": extent_needs.log_unneeded(listed["log"], meta.replay_from, meta.geo),
             "row": extent_needs.data_unneeded(listed["row"], runs, row_pinned),
             "blob": extent_needs.data_unneeded(listed["blob"], live, blob_pinned),
         }

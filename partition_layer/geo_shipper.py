@@ -133,6 +133,7 @@ class GeoShipper:
         self._handed: collections.deque[_Handed] = collections.deque()
         self._handed_bytes = 0
         self._wake = asyncio.Event()
+        self._shipped = asyncio.Event()  # set after each batch: `drained` waits on it
         # (t, a) as the module contract says: the last sync time while anything waits.
         self._samples: collections.deque[tuple[float, int]] = collections.deque(
             maxlen=SYNC_SAMPLES_MAX)
@@ -251,6 +252,14 @@ class GeoShipper:
                 del pending[target]
         self.shipped_lsn = batch.last_lsn
         self.batches += 1
+        self._shipped.set()
+
+    async def drained(self) -> None:
+        """Return once everything applied when called (and since) is shipped: a merge
+        waits for it, as the merged partition does not read its parents' logs on."""
+        while self.shipped_lsn < self.site.applied_lsn:
+            self._shipped.clear()
+            await self._shipped.wait()
 
     async def _requests(self, batch: _Batch) -> dict[str, list[pb.Request]]:
         by_target: dict[str, list[pb.Request]] = {}

@@ -11,9 +11,12 @@ is D's intent record.
 
 Whoever loads partition P reads the newest record and `resolve`s it:
 - a record of another partition whose intent names P as a split child: P's meta is the
-  parent's, cut to P's side of the key (run views narrowed; replay point and LSN unchanged);
+  parent's, cut to P's side of the key (run views narrowed; replay point, LSN and geo mark
+  unchanged: the child's commit log is its parent's);
 - a record of another partition whose merge intent names P as the merged one: P's meta holds
-  both sides' runs, renumbered;
+  both sides' runs, renumbered; its geo mark (issue 30) says everything up to its LSN was
+  shipped, from its replay point on: a merge begins only once both sides shipped all they
+  committed (split_merge.py), as the merged partition reads neither side's log on;
 - P's own record carrying an intent: the operation never committed (P's streams still exist,
   and the new owner's fence makes a late multi-modify fail): roll back, i.e. the same meta
   without the intent;
@@ -29,7 +32,7 @@ from typing import Any
 
 from common.errors import Internal
 from partition_layer.keys import KeyRange
-from partition_layer.partition_meta import PartitionMeta
+from partition_layer.partition_meta import GeoMark, PartitionMeta
 from partition_layer.run_cache import physical_run
 from partition_layer.runs import RunInfo
 
@@ -85,7 +88,7 @@ def derive_split_child(parent: PartitionMeta, child_id: int) -> PartitionMeta:
     runs = [r for r in (narrow_view(run, key_range) for run in parent.runs) if r is not None]
     return PartitionMeta(partition_id=child_id, key_range=key_range, runs=runs,
                          replay_from=parent.replay_from, applied_lsn=parent.applied_lsn,
-                         next_run_id=parent.next_run_id, intents=[])
+                         next_run_id=parent.next_run_id, intents=[], geo=parent.geo)
 
 
 def derive_merged(record: PartitionMeta, merged_id: int) -> PartitionMeta:
@@ -103,11 +106,14 @@ def derive_merged(record: PartitionMeta, merged_id: int) -> PartitionMeta:
     runs = [dataclasses.replace(run, run_id=n)
             for n, run in enumerate(merged_runs(left.runs, right.runs), start=1)]
     replay_from = right.replay_from if right.replay_from is not None else left.replay_from
+    applied_lsn = max(left.applied_lsn, right.applied_lsn)
+    marks = [m for m in (left.geo, right.geo) if m is not None]
+    geo = (GeoMark(applied_lsn, replay_from, min(m.synced_s for m in marks)) if marks
+           else None)
     return PartitionMeta(partition_id=merged_id,
                          key_range=KeyRange(left.key_range.low, right.key_range.high),
-                         runs=runs, replay_from=replay_from,
-                         applied_lsn=max(left.applied_lsn, right.applied_lsn),
-                         next_run_id=len(runs) + 1, intents=[])
+                         runs=runs, replay_from=replay_from, applied_lsn=applied_lsn,
+                         next_run_id=len(runs) + 1, intents=[], geo=geo)
 
 
 def resolve(newest: PartitionMeta | None, own_id: int) -> tuple[PartitionMeta | None, bool]:

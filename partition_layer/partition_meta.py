@@ -10,6 +10,11 @@ damaged or foreign record raises ChecksumError or Internal.
 
 Load replays from `replay_from` (inclusive; ops at or below `applied_lsn` are skipped, so a
 block holding both old and new ops is safe); None means from the start of the commit log.
+
+`geo` (issue 30; None on a stamp that ships nothing, and in every record before it): where
+inter-stamp replication stood when the record was written (geo_shipper.Position: the shipped
+LSN, the commit-log block to read from, and the last sync time), so a new owner resumes
+there; the commit log is kept from that block on (extent_needs.log_unneeded).
 """
 
 from __future__ import annotations
@@ -31,6 +36,28 @@ _HEADER = struct.Struct("<2sBI")
 
 
 @dataclass(frozen=True)
+class GeoMark:
+    """Where shipping to secondary stamps stood (module docstring): every operation up to
+    `lsn` shipped, the rest found by reading the commit log from `read_from` (None: its
+    start), every write acknowledged before `synced_s` (wall time) on the secondary."""
+
+    lsn: int
+    read_from: Location | None
+    synced_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        loc = self.read_from
+        return {"lsn": self.lsn, "synced_s": self.synced_s,
+                "read_from": None if loc is None else [loc.extent_id, loc.offset, loc.length]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> GeoMark:
+        loc = d["read_from"]
+        return cls(int(d["lsn"]), None if loc is None else Location(*loc),
+                   float(d["synced_s"]))
+
+
+@dataclass(frozen=True)
 class PartitionMeta:
     partition_id: int
     key_range: KeyRange
@@ -39,6 +66,7 @@ class PartitionMeta:
     applied_lsn: int = 0
     next_run_id: int = 1
     intents: list[dict[str, Any]] = field(default_factory=list)
+    geo: GeoMark | None = None
 
     def __post_init__(self) -> None:
         ids = [r.run_id for r in self.runs]
@@ -52,7 +80,8 @@ class PartitionMeta:
                 "replay_from": None if loc is None else [loc.extent_id, loc.offset,
                                                          loc.length],
                 "applied_lsn": self.applied_lsn, "next_run_id": self.next_run_id,
-                "intents": self.intents}
+                "intents": self.intents,
+                **({} if self.geo is None else {"geo": self.geo.to_dict()})}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PartitionMeta:
@@ -61,7 +90,8 @@ class PartitionMeta:
                    runs=[RunInfo.from_dict(r) for r in d["runs"]],
                    replay_from=None if loc is None else Location(*loc),
                    applied_lsn=d["applied_lsn"], next_run_id=d["next_run_id"],
-                   intents=list(d["intents"]))
+                   intents=list(d["intents"]),
+                   geo=GeoMark.from_dict(d["geo"]) if d.get("geo") is not None else None)
 
 
 def encode_meta(meta: PartitionMeta) -> bytes:

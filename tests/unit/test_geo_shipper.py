@@ -274,3 +274,28 @@ def test_a_new_owner_resumes_from_the_recorded_position() -> None:
         await stopped(task)
 
     run(scenario)
+
+
+def test_drained_waits_until_everything_applied_is_shipped() -> None:
+    """What a merge waits for (split_merge._shipped_all): not before the secondary has it."""
+    async def scenario() -> None:
+        primary, secondary = Side(), Secondary()
+        gate = asyncio.Event()
+        send = secondary.send
+
+        async def held(target: str, requests: list[pb.Request]) -> None:
+            await gate.wait()
+            await send(target, requests)
+
+        secondary.send = held  # type: ignore[method-assign]
+        shipper, task = await running(primary, secondary)
+        await shipper.drained()  # nothing committed: at once
+        await writes(primary, 3)
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(shipper.drained(), 0.2)
+        gate.set()
+        await asyncio.wait_for(shipper.drained(), DEADLINE_S)
+        assert shipper.lag_ops() == 0 and await view(secondary) == await view(primary)
+        await stopped(task)
+
+    run(scenario)

@@ -78,6 +78,7 @@ class MemorySite:
         self.row_cache = LruCache(1 << 20)
         self.indexes = IndexCache(1 << 20, self.streams["row"].read, block_cache(1 << 20))
         self.applied_lsn, self.last_commit, self.log_bytes = 0, None, 0
+        self.shipper = None  # no inter-stamp replication here
         self.commits: list[str] = []
         self.stopped_for: list[str] = []
 
