@@ -28,6 +28,7 @@ from frontend.accounts import AccountStore
 from frontend.auth import Authenticator
 from frontend.blob_store import BlobStore
 from frontend.forward import ForwardingClient
+from frontend.geo_door import CachedSettings, GeoDoor
 from frontend.server import (
     CONCURRENT_STREAMS_MAX,
     FrontEndServicer,
@@ -35,6 +36,7 @@ from frontend.server import (
 )
 from frontend.server_call import FrontEnd
 from frontend.throttle import AccountThrottle
+from location.geo_auth import read_settings
 from lock_service.client import LockClient
 from lock_service.probe import LockServiceProbe
 
@@ -115,7 +117,12 @@ async def serve(args: argparse.Namespace) -> None:
     port = rpc.add_port(server, f"{args.host}:{args.port}",
                         tls.public_server_credentials(*public_tls) if public_tls else None)
     address = f"{args.host}:{port}"
-    servicer = FrontEndServicer(front_end, args.name, address)
+    # Inter-stamp replication's door (issue 30): this stamp's place in its location is read
+    # from the lock service, so a stamp that joins a location later needs no restart.
+    settings = CachedSettings(lambda: read_settings(locks), clock)
+    geo_door = GeoDoor(settings, auth, lambda request: client.call(
+        request, idempotent=True, nbytes=request.ByteSize()))
+    servicer = FrontEndServicer(front_end, args.name, address, geo_door)
     fe_grpc.add_FrontEndServicer_to_server(servicer, server)
     public_protocol.add_public_servicer(servicer, server)  # the SDK's protocol (issue 31)
     server_main.serve_faults(server, args)

@@ -42,12 +42,13 @@ from grpc import aio
 
 from common import deadline, rpc, tracing
 from common.config import PartitionLimits
-from common.errors import StampError
+from common.errors import StampError, Unavailable
 from common.proto import frontend_pb2 as fe_pb
 from common.proto import frontend_pb2_grpc as fe_grpc
 from common.proto import partition_pb2 as pb
 from frontend import names, sas, wire
 from frontend.auth import MISS
+from frontend.geo_door import GeoDoor
 from frontend.scan_ranges import account_ranges
 from frontend.server_call import UNROUTED, FrontEnd, Reply
 from partition_layer.session import BATCH_BYTES_MAX as SDK_BATCH_BYTES_MAX
@@ -205,10 +206,12 @@ class _Replies:
 
 
 class FrontEndServicer(fe_grpc.FrontEndServicer):
-    def __init__(self, front_end: FrontEnd, name: str, address: str) -> None:
+    def __init__(self, front_end: FrontEnd, name: str, address: str,
+                 geo_door: GeoDoor | None = None) -> None:
         self.fe = front_end
         self.name = name
         self.address = address
+        self.geo_door = geo_door  # inter-stamp replication's door (issue 30), if any
         self._held_bytes_max = front_end.fe_limits.call_held_bytes_max
 
     async def Call(self, request_iterator: AsyncIterator[pb.RequestBatch],
@@ -295,6 +298,14 @@ class FrontEndServicer(fe_grpc.FrontEndServicer):
         return fe_pb.ScanRangesReply(
             ranges=account_ranges(current, request.account, wire.sas_prefix(token), loads),
             map_version=current.version)
+
+    @rpc.rpc_errors
+    async def Replicate(self, request: fe_pb.ReplicateCall, context: aio.ServicerContext
+                        ) -> fe_pb.ReplicateAnswer:
+        """Inter-stamp replication's door (frontend/geo_door.py)."""
+        if self.geo_door is None:
+            raise Unavailable("this front end takes no replicated writes")
+        return await self.geo_door.replicate(request, context.peer())
 
     @rpc.rpc_errors
     async def Status(self, request: fe_pb.FrontEndStatusRequest,

@@ -25,27 +25,31 @@ _sym_db = _symbol_database.Default()
 from common.proto import partition_pb2 as common_dot_proto_dot_partition__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x63ommon/proto/frontend.proto\x12\x0estamp.frontend\x1a\x1c\x63ommon/proto/partition.proto\"\x91\x02\n\x0bScanRequest\x12#\n\x04\x61uth\x18\x01 \x01(\x0b\x32\x15.stamp.partition.Auth\x12\x0f\n\x07\x61\x63\x63ount\x18\x02 \x01(\t\x12\x13\n\x0bstart_pname\x18\x03 \x01(\t\x12\x11\n\tstart_row\x18\x04 \x01(\x0c\x12\x0f\n\x07has_end\x18\x05 \x01(\x08\x12\x11\n\tend_pname\x18\x06 \x01(\t\x12\x0f\n\x07\x65nd_row\x18\x07 \x01(\x0c\x12\'\n\x04mode\x18\x08 \x01(\x0e\x32\x19.stamp.partition.ScanMode\x12\x0e\n\x06prefix\x18\t \x01(\t\x12\r\n\x05limit\x18\n \x01(\x04\x12\x11\n\tpage_rows\x18\x0b \x01(\r\x12\x14\n\x0c\x63ontinuation\x18\x0c \x01(\x0c\"J\n\x08ScanPage\x12(\n\x05items\x18\x01 \x03(\x0b\x32\x19.stamp.partition.ScanItem\x12\x14\n\x0c\x63ontinuation\x18\x02 \x01(\x0c\"\x17\n\x15\x46rontEndStatusRequest\"\xd8\x01\n\x0e\x46rontEndStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x10\n\x08requests\x18\x03 \x01(\x04\x12\x1f\n\x17refused_unauthenticated\x18\x04 \x01(\x04\x12\x1a\n\x12refused_permission\x18\x05 \x01(\x04\x12\x17\n\x0frefused_invalid\x18\x06 \x01(\x04\x12\x11\n\tthrottled\x18\x07 \x01(\x04\x12\x17\n\x0f\x61\x63\x63ounts_cached\x18\x08 \x01(\r\x12\x13\n\x0bmap_version\x18\t \x01(\x04\"I\n\x11ScanRangesRequest\x12#\n\x04\x61uth\x18\x01 \x01(\x0b\x32\x15.stamp.partition.Auth\x12\x0f\n\x07\x61\x63\x63ount\x18\x02 \x01(\t\"\xab\x01\n\x0c\x41\x63\x63ountRange\x12\x14\n\x0cpartition_id\x18\x01 \x01(\x04\x12\x13\n\x0bstart_pname\x18\x02 \x01(\t\x12\x11\n\tstart_row\x18\x03 \x01(\x0c\x12\x0f\n\x07has_end\x18\x04 \x01(\x08\x12\x11\n\tend_pname\x18\x05 \x01(\t\x12\x0f\n\x07\x65nd_row\x18\x06 \x01(\x0c\x12\x12\n\nsize_bytes\x18\x07 \x01(\x04\x12\x14\n\x0cmiddle_pname\x18\x08 \x01(\t\"T\n\x0fScanRangesReply\x12,\n\x06ranges\x18\x01 \x03(\x0b\x32\x1c.stamp.frontend.AccountRange\x12\x13\n\x0bmap_version\x18\x02 \x01(\x04\x32\x8c\x03\n\x08\x46rontEnd\x12I\n\x04\x43\x61ll\x12\x1d.stamp.partition.RequestBatch\x1a\x1e.stamp.partition.ResponseBatch(\x01\x30\x01\x12Q\n\tSubscribe\x12!.stamp.partition.SubscribeRequest\x1a\x1f.stamp.partition.SubscribeReply0\x01\x12?\n\x04Scan\x12\x1b.stamp.frontend.ScanRequest\x1a\x18.stamp.frontend.ScanPage0\x01\x12O\n\x06Status\x12%.stamp.frontend.FrontEndStatusRequest\x1a\x1e.stamp.frontend.FrontEndStatus\x12P\n\nScanRanges\x12!.stamp.frontend.ScanRangesRequest\x1a\x1f.stamp.frontend.ScanRangesReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x63ommon/proto/frontend.proto\x12\x0estamp.frontend\x1a\x1c\x63ommon/proto/partition.proto\"\xb0\x01\n\rReplicateCall\x12\x14\n\x0csource_stamp\x18\x01 \x01(\t\x12\x14\n\x0ctarget_stamp\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x63\x63ount\x18\x03 \x01(\t\x12\r\n\x05\x65poch\x18\x04 \x01(\x04\x12*\n\x08requests\x18\x05 \x03(\x0b\x32\x18.stamp.partition.Request\x12\x14\n\x0ctimestamp_ms\x18\x06 \x01(\x04\x12\x11\n\tsignature\x18\x07 \x01(\x0c\"\"\n\x0fReplicateAnswer\x12\x0f\n\x07\x61pplied\x18\x01 \x01(\r\"\x91\x02\n\x0bScanRequest\x12#\n\x04\x61uth\x18\x01 \x01(\x0b\x32\x15.stamp.partition.Auth\x12\x0f\n\x07\x61\x63\x63ount\x18\x02 \x01(\t\x12\x13\n\x0bstart_pname\x18\x03 \x01(\t\x12\x11\n\tstart_row\x18\x04 \x01(\x0c\x12\x0f\n\x07has_end\x18\x05 \x01(\x08\x12\x11\n\tend_pname\x18\x06 \x01(\t\x12\x0f\n\x07\x65nd_row\x18\x07 \x01(\x0c\x12\'\n\x04mode\x18\x08 \x01(\x0e\x32\x19.stamp.partition.ScanMode\x12\x0e\n\x06prefix\x18\t \x01(\t\x12\r\n\x05limit\x18\n \x01(\x04\x12\x11\n\tpage_rows\x18\x0b \x01(\r\x12\x14\n\x0c\x63ontinuation\x18\x0c \x01(\x0c\"J\n\x08ScanPage\x12(\n\x05items\x18\x01 \x03(\x0b\x32\x19.stamp.partition.ScanItem\x12\x14\n\x0c\x63ontinuation\x18\x02 \x01(\x0c\"\x17\n\x15\x46rontEndStatusRequest\"\xd8\x01\n\x0e\x46rontEndStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x10\n\x08requests\x18\x03 \x01(\x04\x12\x1f\n\x17refused_unauthenticated\x18\x04 \x01(\x04\x12\x1a\n\x12refused_permission\x18\x05 \x01(\x04\x12\x17\n\x0frefused_invalid\x18\x06 \x01(\x04\x12\x11\n\tthrottled\x18\x07 \x01(\x04\x12\x17\n\x0f\x61\x63\x63ounts_cached\x18\x08 \x01(\r\x12\x13\n\x0bmap_version\x18\t \x01(\x04\"I\n\x11ScanRangesRequest\x12#\n\x04\x61uth\x18\x01 \x01(\x0b\x32\x15.stamp.partition.Auth\x12\x0f\n\x07\x61\x63\x63ount\x18\x02 \x01(\t\"\xab\x01\n\x0c\x41\x63\x63ountRange\x12\x14\n\x0cpartition_id\x18\x01 \x01(\x04\x12\x13\n\x0bstart_pname\x18\x02 \x01(\t\x12\x11\n\tstart_row\x18\x03 \x01(\x0c\x12\x0f\n\x07has_end\x18\x04 \x01(\x08\x12\x11\n\tend_pname\x18\x05 \x01(\t\x12\x0f\n\x07\x65nd_row\x18\x06 \x01(\x0c\x12\x12\n\nsize_bytes\x18\x07 \x01(\x04\x12\x14\n\x0cmiddle_pname\x18\x08 \x01(\t\"T\n\x0fScanRangesReply\x12,\n\x06ranges\x18\x01 \x03(\x0b\x32\x1c.stamp.frontend.AccountRange\x12\x13\n\x0bmap_version\x18\x02 \x01(\x04\x32\xd9\x03\n\x08\x46rontEnd\x12I\n\x04\x43\x61ll\x12\x1d.stamp.partition.RequestBatch\x1a\x1e.stamp.partition.ResponseBatch(\x01\x30\x01\x12Q\n\tSubscribe\x12!.stamp.partition.SubscribeRequest\x1a\x1f.stamp.partition.SubscribeReply0\x01\x12?\n\x04Scan\x12\x1b.stamp.frontend.ScanRequest\x1a\x18.stamp.frontend.ScanPage0\x01\x12O\n\x06Status\x12%.stamp.frontend.FrontEndStatusRequest\x1a\x1e.stamp.frontend.FrontEndStatus\x12P\n\nScanRanges\x12!.stamp.frontend.ScanRangesRequest\x1a\x1f.stamp.frontend.ScanRangesReply\x12K\n\tReplicate\x12\x1d.stamp.frontend.ReplicateCall\x1a\x1f.stamp.frontend.ReplicateAnswerb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'common.proto.frontend_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_SCANREQUEST']._serialized_start=78
-  _globals['_SCANREQUEST']._serialized_end=351
-  _globals['_SCANPAGE']._serialized_start=353
-  _globals['_SCANPAGE']._serialized_end=427
-  _globals['_FRONTENDSTATUSREQUEST']._serialized_start=429
-  _globals['_FRONTENDSTATUSREQUEST']._serialized_end=452
-  _globals['_FRONTENDSTATUS']._serialized_start=455
-  _globals['_FRONTENDSTATUS']._serialized_end=671
-  _globals['_SCANRANGESREQUEST']._serialized_start=673
-  _globals['_SCANRANGESREQUEST']._serialized_end=746
-  _globals['_ACCOUNTRANGE']._serialized_start=749
-  _globals['_ACCOUNTRANGE']._serialized_end=920
-  _globals['_SCANRANGESREPLY']._serialized_start=922
-  _globals['_SCANRANGESREPLY']._serialized_end=1006
-  _globals['_FRONTEND']._serialized_start=1009
-  _globals['_FRONTEND']._serialized_end=1405
+  _globals['_REPLICATECALL']._serialized_start=78
+  _globals['_REPLICATECALL']._serialized_end=254
+  _globals['_REPLICATEANSWER']._serialized_start=256
+  _globals['_REPLICATEANSWER']._serialized_end=290
+  _globals['_SCANREQUEST']._serialized_start=293
+  _globals['_SCANREQUEST']._serialized_end=566
+  _globals['_SCANPAGE']._serialized_start=568
+  _globals['_SCANPAGE']._serialized_end=642
+  _globals['_FRONTENDSTATUSREQUEST']._serialized_start=644
+  _globals['_FRONTENDSTATUSREQUEST']._serialized_end=667
+  _globals['_FRONTENDSTATUS']._serialized_start=670
+  _globals['_FRONTENDSTATUS']._serialized_end=886
+  _globals['_SCANRANGESREQUEST']._serialized_start=888
+  _globals['_SCANRANGESREQUEST']._serialized_end=961
+  _globals['_ACCOUNTRANGE']._serialized_start=964
+  _globals['_ACCOUNTRANGE']._serialized_end=1135
+  _globals['_SCANRANGESREPLY']._serialized_start=1137
+  _globals['_SCANRANGESREPLY']._serialized_end=1221
+  _globals['_FRONTEND']._serialized_start=1224
+  _globals['_FRONTEND']._serialized_end=1697
 # @@protoc_insertion_point(module_scope)

@@ -7,6 +7,30 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class ReplicateCall(_message.Message):
+    __slots__ = ("source_stamp", "target_stamp", "account", "epoch", "requests", "timestamp_ms", "signature")
+    SOURCE_STAMP_FIELD_NUMBER: _ClassVar[int]
+    TARGET_STAMP_FIELD_NUMBER: _ClassVar[int]
+    ACCOUNT_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    source_stamp: str
+    target_stamp: str
+    account: str
+    epoch: int
+    requests: _containers.RepeatedCompositeFieldContainer[_partition_pb2.Request]
+    timestamp_ms: int
+    signature: bytes
+    def __init__(self, source_stamp: _Optional[str] = ..., target_stamp: _Optional[str] = ..., account: _Optional[str] = ..., epoch: _Optional[int] = ..., requests: _Optional[_Iterable[_Union[_partition_pb2.Request, _Mapping]]] = ..., timestamp_ms: _Optional[int] = ..., signature: _Optional[bytes] = ...) -> None: ...
+
+class ReplicateAnswer(_message.Message):
+    __slots__ = ("applied",)
+    APPLIED_FIELD_NUMBER: _ClassVar[int]
+    applied: int
+    def __init__(self, applied: _Optional[int] = ...) -> None: ...
+
 class ScanRequest(_message.Message):
     __slots__ = ("auth", "account", "start_pname", "start_row", "has_end", "end_pname", "end_row", "mode", "prefix", "limit", "page_rows", "continuation")
     AUTH_FIELD_NUMBER: _ClassVar[int]

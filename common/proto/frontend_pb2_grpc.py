@@ -60,6 +60,11 @@ class FrontEndStub:
                 request_serializer=common_dot_proto_dot_frontend__pb2.ScanRangesRequest.SerializeToString,
                 response_deserializer=common_dot_proto_dot_frontend__pb2.ScanRangesReply.FromString,
                 _registered_method=True)
+        self.Replicate = channel.unary_unary(
+                '/stamp.frontend.FrontEnd/Replicate',
+                request_serializer=common_dot_proto_dot_frontend__pb2.ReplicateCall.SerializeToString,
+                response_deserializer=common_dot_proto_dot_frontend__pb2.ReplicateAnswer.FromString,
+                _registered_method=True)
 
 
 class FrontEndServicer:
@@ -104,6 +109,16 @@ class FrontEndServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Replicate(self, request, context):
+        """Inter-stamp replication's door (issue 30; frontend/geo_door.py): one account's operations
+        as its primary stamp committed them, applied here, its secondary. Signed with the
+        location's replication secret (location/geo_auth.py), not an account key; answered once
+        every request was applied (durable here), else failed whole: the sender tries it again.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FrontEndServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -131,6 +146,11 @@ def add_FrontEndServicer_to_server(servicer, server):
                     servicer.ScanRanges,
                     request_deserializer=common_dot_proto_dot_frontend__pb2.ScanRangesRequest.FromString,
                     response_serializer=common_dot_proto_dot_frontend__pb2.ScanRangesReply.SerializeToString,
+            ),
+            'Replicate': grpc.unary_unary_rpc_method_handler(
+                    servicer.Replicate,
+                    request_deserializer=common_dot_proto_dot_frontend__pb2.ReplicateCall.FromString,
+                    response_serializer=common_dot_proto_dot_frontend__pb2.ReplicateAnswer.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -268,6 +288,33 @@ class FrontEnd:
             '/stamp.frontend.FrontEnd/ScanRanges',
             common_dot_proto_dot_frontend__pb2.ScanRangesRequest.SerializeToString,
             common_dot_proto_dot_frontend__pb2.ScanRangesReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Replicate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stamp.frontend.FrontEnd/Replicate',
+            common_dot_proto_dot_frontend__pb2.ReplicateCall.SerializeToString,
+            common_dot_proto_dot_frontend__pb2.ReplicateAnswer.FromString,
             options,
             channel_credentials,
             insecure,

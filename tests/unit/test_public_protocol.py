@@ -19,7 +19,8 @@ def test_every_public_message_mirrors_its_internal_namesake() -> None:
 def test_the_public_service_has_the_internal_services_methods() -> None:
     public = {m.name for m in v1.DESCRIPTOR.services_by_name["FrontEnd"].methods}
     internal = {m.name for m in fe_pb.DESCRIPTOR.services_by_name["FrontEnd"].methods}
-    assert public == internal
+    # Replicate is between stamps (issue 30: signed with the location's secret), no SDK's.
+    assert public == internal - {"Replicate"}
 
 
 def test_only_requests_top_level_fields_and_never_set_answers_are_internal() -> None:
