@@ -45,10 +45,10 @@ StampFactory = Callable[..., LocalStamp]
 WRITERS = 32
 
 
-def split_stamp(factory: StampFactory) -> LocalStamp:
+def split_stamp(factory: StampFactory, partition: dict[str, int] | None = None) -> LocalStamp:
     # Balancing stays off: these tests split and merge by hand.
     return factory(3, 1, lock_servers=3, partition_managers=2, partition_servers=2,
-                   partition_manager={"balance_interval_s": 0})
+                   partition_manager={"balance_interval_s": 0}, partition=partition)
 
 
 def account_client(stamp: LocalStamp) -> AccountView:
@@ -164,12 +164,19 @@ PM_STEPS = ["pm.split.pending_written", "pm.split.before_publish",
             "pm.merge.pending_written", "pm.merge.before_publish"]
 
 
+# Leases and the pending-op backoff as tests/probe/test_pm_split_merge.py has them: each of
+# the eight crashes below waits out a dead process's leases and the PM's retries of the
+# interrupted op, and these are timers, not work (66 s with the defaults, 2 s and 1 s).
+QUICK_RECOVERY = {"partition_lease_ttl_ms": 1000, "server_session_ttl_ms": 1000,
+                  "manager_lease_ttl_ms": 1000, "split_retry_backoff_ms": 200}
+
+
 def test_sigkill_at_each_step_of_a_split_and_a_merge(stamp_factory: StampFactory) -> None:
     """For each step: arm `crash` there on the process that runs it, ask for the operation,
     restart what died, and wait until the PM has finished or rolled it back. One stamp and
     one workload go through all of them; the checks run at the end (and the watcher
     throughout)."""
-    stamp = split_stamp(stamp_factory)
+    stamp = split_stamp(stamp_factory, QUICK_RECOVERY)
     load = workload(stamp, seed=19)
     cut = iter(f"log-{n}" for n in range(2, 30))
     with MapWatcher(stamp) as watcher:
