@@ -46,7 +46,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from common.errors import StampError
+from common.errors import StampError, Unavailable
 from common.proto import partition_pb2 as pb
 from partition_layer import keys
 from partition_layer.commit_log import CommitOp, Replayer, decode_batch
@@ -74,6 +74,10 @@ class ShipSite(Protocol):
     streams: Mapping[str, Any]  # "log": the commit log, read with `blocks(start)`
 
     async def read_blob(self, row: Row) -> bytes: ...
+
+    def lease_valid(self) -> bool:
+        """Whether this server still owns the partition: a deposed owner ships nothing
+        (its successor ships the same operations, in order, from the same log)."""
 
 
 @dataclass(frozen=True)
@@ -198,6 +202,8 @@ class GeoShipper:
             batch = await self._next_batch()
             if batch.ops:
                 await self._ship(batch)
+            else:  # behind, yet nothing readable past the position: not there yet
+                await asyncio.sleep(RETRY_MIN_S)
 
     async def _next_batch(self) -> _Batch:
         batch = _Batch()
@@ -240,6 +246,8 @@ class GeoShipper:
         while pending:
             for target, requests in list(pending.items()):
                 try:
+                    if not self.site.lease_valid():
+                        raise Unavailable(f"partition {self.site.id}'s lease ran out here")
                     await self._send(target, requests)
                 except StampError as exc:
                     self.failures += 1

@@ -24,7 +24,10 @@ from common.errors import StampError
 from common.process import write_ready
 from common.proto import partition_pb2 as pb
 from common.proto import partition_pb2_grpc as pb_grpc
+from location.geo_auth import read_settings
 from lock_service.client import Lease, LockClient
+from partition_layer.geo_link import GeoLink
+from partition_layer.geo_shipping import Shipping
 from partition_layer.manager import LEADER_ADDRESS_KEY, SERVER_PREFIX
 from partition_layer.ps_servicer import PartitionServicer
 from partition_layer.server import PartitionServer
@@ -214,6 +217,9 @@ async def serve(args: argparse.Namespace) -> None:
                                 config.stream_manager)
     locks = LockClient([a for a in args.lock.split(",") if a], holder=args.name)
     ps = PartitionServer(args.name, streams, locks, limits)
+    # Inter-stamp replication (issue 30): shippers while this stamp is in a location.
+    shipping = Shipping(GeoLink(lambda: read_settings(locks)), lambda: ps.partitions.values())
+    ps.on_loaded = shipping.loaded
     server = rpc.aio_server(limits.rpc_message_bytes_max)
     port = rpc.add_port(server, f"{args.host}:{args.port}")
     address = f"{args.host}:{port}"
@@ -222,6 +228,7 @@ async def serve(args: argparse.Namespace) -> None:
     await watch.attach(server)
     metrics.on_scrape(lambda: watch_server(ps.load_pb(address)))
     await server.start()
+    shipping.start()
     registration = Registration(locks, args.name, address, limits, ps,
                                 asyncio.get_running_loop())
     try:
@@ -246,6 +253,7 @@ async def serve(args: argparse.Namespace) -> None:
     with contextlib.suppress(asyncio.CancelledError):
         await beats
     await ps.close()  # every partition stops, answers what it holds, releases its lease
+    await shipping.close()
     await server.stop(grace=1.0)
     with contextlib.suppress(StampError):
         await asyncio.to_thread(registration.close)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, NamedTuple
 
 from common import faults
@@ -74,6 +74,9 @@ class PartitionServer:
         self.session: Lease | None = None
         self.lock_calls = LockCalls(limits.lock_threads_max, name)
         self.reports: dict[int, LoadReport] = {}
+        # Told of each partition once it serves here (inter-stamp replication's shippers,
+        # partition_layer/geo_shipping.py); None: nobody is.
+        self.on_loaded: Callable[[RangePartition], None] | None = None
         self._loading: dict[int, _Load] = {}
         self._unloading: dict[RangePartition, asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()  # session ends, heartbeat drops
@@ -278,6 +281,8 @@ class PartitionServer:
         self.partitions[partition_id] = partition
         self.leases[partition_id] = own
         self.reports[partition_id] = report
+        if self.on_loaded is not None:
+            self.on_loaded(partition)
         watcher = loop.create_task(self._forget_when_stopped(partition))
         self._watchers[partition] = watcher
         watcher.add_done_callback(lambda _: self._watchers.pop(partition, None))

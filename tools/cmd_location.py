@@ -132,11 +132,12 @@ def create_account(location: Any, name: str) -> tuple[Any, Any]:
     stamps = {site.name: stamp for site, stamp in location.stamps()}
     with _accounts(stamps[placement.primary]) as primary:
         try:
-            account = primary.create(name)
+            account = primary.create(name, primary_stamp=placement.primary,
+                                     epoch=placement.epoch)
         except AlreadyExists:
             account = primary.get(name)
     with _accounts(stamps[placement.secondary]) as secondary:
-        secondary.adopt(account)
+        secondary.adopt(account, primary=placement.primary, epoch=placement.epoch)
     return placement, account
 
 

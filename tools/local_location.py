@@ -11,7 +11,10 @@ Layout of the location's directory (default ./location-data):
   server, 1 front end each.
 Each stamp is registered in the location service (its front ends, its disk's capacity and the
 bytes under its data directory) whenever `up` runs, so a restarted stamp's new endpoints are
-what clients resolve."""
+what clients resolve; and each stamp is told its place in the location (`geo/stamp` in its
+lock service, location/geo_auth.py: its name, the location servers, and the replication
+secret kept in `service/replication.secret`), from which its partition servers ship to
+secondary stamps and its front ends take replicated writes."""
 
 from __future__ import annotations
 
@@ -22,9 +25,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from common import process
+from common import durable_fs, process
 from common.config import StampConfig, default_config
 from common.errors import NotFound
+from location.geo_auth import GeoSettings, new_secret, write_settings
 from location.placement import StampInfo
 from location.store import LocationStore
 from lock_service.client import LockClient
@@ -35,6 +39,7 @@ from tools.progress import SILENT, Progress
 SERVICE_DIR = "service"
 STAMPS_DIR = "stamps"
 SERVICE_HOST = "127.0.0.1"
+SECRET_FILE = "replication.secret"
 LOCATION_SERVER = "loc-1"
 KIND_LOCATION = "location"
 
@@ -96,12 +101,25 @@ class LocalLocation:
         """Start what is not running (the service, then each stamp) and register the
         stamps; the names started, each as `<part>/<process>`."""
         started = [f"{SERVICE_DIR}/{name}" for name in self.service().up(progress=progress)]
+        servers = tuple(self.location_endpoints())
+        secret = self.secret()
         with self.store_client() as store:
             for site, stamp in self.stamps():
                 progress.phase(f"starting stamp {site.name} on {site.host}")
                 started += [f"{site.name}/{name}" for name in stamp.up(progress=progress)]
                 store.register_stamp(stamp_info(site, stamp))
+                with LockClient.from_stamp(stamp.data_dir, holder="location-cli") as locks:
+                    write_settings(locks, GeoSettings(site.name, servers, secret))
         return started
+
+    def secret(self) -> bytes:
+        """The location's replication secret (made once, mode 0600, durable)."""
+        path = self.directory / SERVICE_DIR / SECRET_FILE
+        if not path.exists():
+            durable_fs.make_dirs(path.parent)
+            durable_fs.replace_file(path, new_secret())
+            path.chmod(0o600)
+        return path.read_bytes()
 
     def down(self, progress: Progress = SILENT) -> list[str]:
         """Stop every stamp, then the service; the names stopped."""

@@ -8,11 +8,13 @@ from __future__ import annotations
 import base64
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from stampsdk import Client
+from stampsdk.errors import Moved
 
 from tools.local_location import LocalLocation
 
@@ -25,6 +27,13 @@ def location_cli(directory: Path, *args: str, code: int = 0) -> str:
                           timeout=180)
     assert done.returncode == code, done.stderr
     return done.stdout if code == 0 else done.stderr
+
+
+def until(check: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
+        time.sleep(0.05)
 
 
 def primary_of(placed: str) -> str:
@@ -66,15 +75,30 @@ def test_two_stamps_in_two_regions_and_an_account_placed_across_them(location: P
     rows = {line.split()[0]: line.split() for line in status[2:]}
     assert {name: (row[2], row[3]) for name, row in rows.items()} == {
         "east-1": ("1", "1"), "west-1": ("1", "1")}
-    # The connection string names the location, which says where the primary is; the key
-    # works there (an append) and at the secondary (the same account).
+    # The connection string names the location, which says where the primary is: writes go
+    # there, and reach the secondary (inter-stamp replication) with their ETags; the
+    # secondary refuses writes, naming the primary; a SIGKILLed partition server at the
+    # primary loses the secondary nothing (its successor ships from the recorded position).
     assert first[1].startswith("Location=127.0.0.1:")
-    with Client.from_connection_string(first[1], timeout_s=30) as primary:
+    endpoint = rows[secondary_of(first[0])][-1]
+    key = base64.b64decode(first[1].split("Key=")[1])
+    stamps = {site.name: stamp for site, stamp in LocalLocation(location).stamps()}
+    with Client.from_connection_string(first[1], timeout_s=30) as primary, \
+            Client([endpoint], "alpha", key=key, timeout_s=30) as at_secondary:
         assert primary.append("log", [b"r0"]) == 0
         assert primary.aio.location_answer.primary.name == primary_of(first[0])
         assert primary.aio.endpoints == [rows[primary_of(first[0])][-1]]
-    endpoint = rows[secondary_of(first[0])][-1]
-    key = base64.b64decode(first[1].split("Key=")[1])
-    with Client([endpoint], "alpha", key=key, timeout_s=30) as at_secondary:
-        assert at_secondary.read("other-log", 0, 1) == []
+        etag = primary.put("users", "alice", b"Oslo")
+        for i in range(1, 20):
+            primary.append("log", [f"r{i}".encode()])
+        stamps[primary_of(first[0])].kill("ps-1")
+        stamps[primary_of(first[0])].start("ps-1")
+        for i in range(20, 40):
+            primary.append("log", [f"r{i}".encode()])
+        until(lambda: at_secondary.peek("log") == (0, 40), "the secondary has every record")
+        assert [r for _, r in at_secondary.read("log", 0, 100)] == [
+            f"r{i}".encode() for i in range(40)]
+        assert at_secondary.get("users", "alice") == (b"Oslo", etag)
+        with pytest.raises(Moved, match=f"its primary is stamp {primary_of(first[0])}"):
+            at_secondary.append("log", [b"not here"])
     assert "stopped" in location_cli(location, "down")

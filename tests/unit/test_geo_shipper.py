@@ -42,6 +42,9 @@ class Site:
     async def read_blob(self, row: Row) -> bytes:
         return await self.partition.read_blob(row)
 
+    def lease_valid(self) -> bool:
+        return self.partition.lease_valid()
+
     async def blocks(self, start: Location | None = None
                      ) -> AsyncIterator[tuple[Location, bytes]]:
         fake = self.partition.streams["log"]

@@ -1,0 +1,172 @@
+"""What a partition server's shippers share (issue 30): this stamp's place in its location,
+the location's answers about accounts, and the calls to other stamps' front ends.
+
+Contracts:
+- `targets(account)`: the stamp to ship the account's operations to — its secondary, when
+  the location says this stamp is its primary — or None (this stamp is stand-alone, the
+  account is in no location, or this stamp is not its primary). Answers are kept for
+  RESOLVE_TTL_S (a failover reaches shippers within that, and the secondary's door refuses
+  an old primary's calls at once: frontend/geo_door.py), at most RESOLVED_MAX accounts.
+  While the location cannot be reached, the last answer stands; with none, the account is
+  not shipped yet (its operations wait: `send` is not reached, the lag grows) — Unavailable.
+- `send(target, requests)`: one ReplicateCall per account, signed with the location's
+  secret (location/geo_auth.py), to one of the target's front ends (the next one after a
+  failure); returns once all were applied there, else raises the error.
+- Settings are read from the lock service at most SETTINGS_TTL_S ago, so a stamp that joins
+  a location starts shipping without a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from common import rpc
+from common.errors import NotFound, StampError, Unavailable
+from common.proto import frontend_pb2 as fe_pb
+from common.proto import frontend_pb2_grpc as fe_grpc
+from common.proto import location_v1_pb2 as location_pb
+from common.proto import location_v1_pb2_grpc as location_grpc
+from common.proto import partition_pb2 as pb
+from location import geo_auth
+from location.geo_auth import GeoSettings
+
+log = logging.getLogger(__name__)
+
+RESOLVE_TTL_S = 5.0
+RESOLVED_MAX = 10_000
+SETTINGS_TTL_S = 5.0
+RESOLVE_TIMEOUT_S = 2.0
+SEND_TIMEOUT_S = 30.0
+MESSAGE_BYTES_MAX = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Placement:
+    """An account as the location says it is placed."""
+
+    primary: str
+    secondary: str
+    secondary_front_ends: tuple[str, ...]
+    epoch: int
+
+
+class GeoLink:
+    """A partition server's way to its location and the other stamps (module contract)."""
+
+    def __init__(self, read_settings: Callable[[], GeoSettings | None],
+                 now: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time) -> None:
+        self._read_settings = read_settings
+        self._now = now
+        self._wall = wall
+        self._settings: GeoSettings | None = None
+        self._settings_at = -float("inf")
+        self._placements: OrderedDict[str, tuple[float, Placement | None]] = OrderedDict()
+        self._channels: dict[str, object] = {}
+        self._next_front_end = 0
+
+    async def settings(self) -> GeoSettings | None:
+        if self._now() - self._settings_at > SETTINGS_TTL_S:
+            try:
+                self._settings = await asyncio.to_thread(self._read_settings)
+                self._settings_at = self._now()
+            except StampError as exc:
+                log.warning("reading this stamp's location settings: %s", exc)
+        return self._settings
+
+    async def targets(self, account: str) -> str | None:
+        settings = await self.settings()
+        if settings is None:
+            return None
+        placement = await self._placement(settings, account)
+        if placement is None or placement.primary != settings.stamp:
+            return None
+        return placement.secondary
+
+    async def send(self, target: str, requests: list[pb.Request]) -> None:
+        settings = await self.settings()
+        if settings is None:
+            raise Unavailable("this stamp left its location")
+        by_account: dict[str, list[pb.Request]] = {}
+        for request in requests:
+            by_account.setdefault(request.account, []).append(request)
+        for account, theirs in by_account.items():
+            placement = await self._placement(settings, account)
+            if placement is None or placement.secondary != target:
+                raise Unavailable(f"account {account}'s secondary is no longer {target}")
+            await self._call(settings, placement, account, theirs)
+
+    async def close(self) -> None:
+        for channel in self._channels.values():
+            await channel.close()  # type: ignore[attr-defined]
+        self._channels.clear()
+
+    # ---- the location -----------------------------------------------------------------------
+
+    async def _placement(self, settings: GeoSettings, account: str) -> Placement | None:
+        cached = self._placements.get(account)
+        if cached is not None and self._now() - cached[0] <= RESOLVE_TTL_S:
+            return cached[1]
+        try:
+            placement = await self._resolve(settings, account)
+        except StampError as exc:
+            if cached is not None:  # the location is down: the last answer stands
+                return cached[1]
+            raise Unavailable(f"the location did not say where account {account} is: "
+                              f"{exc}") from None
+        self._placements[account] = (self._now(), placement)
+        self._placements.move_to_end(account)
+        while len(self._placements) > RESOLVED_MAX:
+            self._placements.popitem(last=False)
+        return placement
+
+    async def _resolve(self, settings: GeoSettings, account: str) -> Placement | None:
+        error: StampError = Unavailable("no location server")
+        for address in settings.location:
+            stub = location_grpc.LocationStub(self._channel(address))
+            try:
+                reply = await rpc.call(stub.Resolve(location_pb.ResolveRequest(account=account),
+                                                    timeout=RESOLVE_TIMEOUT_S))
+            except NotFound:
+                return None  # not an account of the location: nothing to ship
+            except StampError as exc:
+                error = exc
+                continue
+            return Placement(reply.primary.name, reply.secondary.name,
+                             tuple(reply.secondary.front_ends), reply.epoch)
+        raise error
+
+    # ---- the other stamp --------------------------------------------------------------------
+
+    async def _call(self, settings: GeoSettings, placement: Placement, account: str,
+                    requests: list[pb.Request]) -> None:
+        if not placement.secondary_front_ends:
+            raise Unavailable(f"stamp {placement.secondary} has no front end")
+        timestamp_ms = int(self._wall() * 1000)
+        digest = geo_auth.requests_digest(r.SerializeToString() for r in requests)
+        call = fe_pb.ReplicateCall(
+            source_stamp=settings.stamp, target_stamp=placement.secondary, account=account,
+            epoch=placement.epoch, requests=requests, timestamp_ms=timestamp_ms,
+            signature=geo_auth.sign(settings.secret, settings.stamp, placement.secondary,
+                                    account, placement.epoch, timestamp_ms, digest))
+        fronts = placement.secondary_front_ends
+        address = fronts[self._next_front_end % len(fronts)]
+        try:
+            await rpc.call(fe_grpc.FrontEndStub(self._channel(address)).Replicate(
+                call, timeout=SEND_TIMEOUT_S))
+        except StampError:
+            self._next_front_end += 1  # the next attempt goes to another front end
+            raise
+
+    def _channel(self, address: str) -> object:
+        channel = self._channels.get(address)
+        if channel is None:
+            # Plain, or this process's stamp identity: a location's stamps share no CA yet,
+            # so replication between stamps with TLS on is not supported (issue 30 notes).
+            channel = self._channels[address] = rpc.aio_channel(address, MESSAGE_BYTES_MAX)
+        return channel
