@@ -311,14 +311,15 @@ def make_client(lock_group: LocalLockGroup) -> Iterator[Callable[[str], LockClie
 def lossy_stamp_factory(tmp_path: Path
                         ) -> Iterator[Callable[..., tuple[LocalStamp, LossyMount]]]:
     """A stamp whose data directory is a lossy mount (tools/lossyfs), for power cuts:
-    factory(config, extent_node={limits}) -> (LocalStamp started, LossyMount). Process logs
-    survive cuts (a failed test can be read); the config file lies outside the mount."""
+    factory(config, extent_node={limits}, partition={limits}) -> (LocalStamp started,
+    LossyMount); the limits go to the config file the servers read. Process logs survive
+    cuts (a failed test can be read); the config file lies outside the mount."""
     made: list[tuple[LocalStamp, LossyMount]] = []
 
-    def make(config: StampConfig, extent_node: dict[str, int] | None = None
-             ) -> tuple[LocalStamp, LossyMount]:
+    def make(config: StampConfig, extent_node: dict[str, int] | None = None,
+             partition: dict[str, int] | None = None) -> tuple[LocalStamp, LossyMount]:
         config_path = tmp_path / f"lossy-{len(made)}.toml"
-        config_path.write_text(config_toml(extent_node=extent_node))
+        config_path.write_text(config_toml(extent_node=extent_node, partition=partition))
         mount = LossyMount(tmp_path / f"backing-{len(made)}", tmp_path / f"lossy-{len(made)}",
                            always_durable=("server.log",))
         mount.start()

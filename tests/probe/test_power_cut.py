@@ -30,14 +30,21 @@ log = logging.getLogger(__name__)
 WHY_NOT = available()
 needs_fuse = pytest.mark.skipif(WHY_NOT is not None, reason=f"no FUSE here: {WHY_NOT}")
 LOAD_S = (0.3, 2.5)  # how long the load runs before each cut (seeded)
+# Every cut ends every process, and the restart waits out the leases the lock service kept
+# from before it (the PM's, the PS's session and partition lease): 1 s instead of 2 s and
+# 1.5 s, as tests/probe/test_pm_split_merge.py runs them. Timers, not what the cut checks.
+QUICK_RESTART = {"partition_lease_ttl_ms": 1000, "server_session_ttl_ms": 1000,
+                 "manager_lease_ttl_ms": 1000}
 
 
 @pytest.fixture
 def lossy_stamp(lossy_stamp_factory: Callable[..., tuple[LocalStamp, LossyMount]]
                 ) -> tuple[LocalStamp, LossyMount]:
-    """A stamp (3 lock, 3 SM, 4 EN, 1 PM, 1 PS) whose data directory is a lossy mount."""
+    """A stamp (3 lock, 3 SM, 4 EN, 1 PM, 1 PS) whose data directory is a lossy mount, with
+    QUICK_RESTART's leases."""
     return lossy_stamp_factory(stamp_config(4, 3, lock_servers=3, partition_managers=1,
-                                            partition_servers=1))
+                                            partition_servers=1, partition=QUICK_RESTART),
+                               partition=QUICK_RESTART)
 
 
 def cut_and_restart(stamp: LocalStamp, mount: LossyMount) -> dict[str, object]:
