@@ -36,10 +36,12 @@ KiB = 1024
 EXTENTS = {"extent_bytes_max": 256 * KiB}
 # Short schedules: ec looks every 2 s, gc every 6 s (its grace, 1 s, waited out within the
 # run); scrub off (its slices are unit-tested). A lease of 2 s: a takeover within seconds.
+# The schedules re-read every 0.5 s and a takeover wait of 0.5 s: the first run and the
+# standby's start sooner (timers the test only waits out).
 JOBS = {"gc_grace_s": 1.0, "gc_wait_grace_max_s": 5.0, "ec_default_patterns": [],
         "schedule_gc_interval_s": 6.0, "schedule_ec_interval_s": 2.0,
         "schedule_scrub_interval_s": 0.0, "scheduler_lease_ttl_s": 2.0,
-        "scheduler_poll_s": 2.0, "scheduler_takeover_wait_s": 1.0, "spark_master": "local[2]"}
+        "scheduler_poll_s": 0.5, "scheduler_takeover_wait_s": 0.5, "spark_master": "local[2]"}
 PNAME = "trimmed"
 RECORD_BYTES = 80 * KiB  # above partition.blob_value_bytes_min: each value in blob data
 RECORDS = 24
