@@ -106,6 +106,7 @@ class CheckpointSite(Protocol):
     last_commit: Location | None  # with applied_lsn: the replay point a checkpoint records
     log_bytes: int  # lowered by what a checkpoint made replay skip
     shipper: Any  # inter-stamp replication's GeoShipper (issue 30), or None: no shipping
+    version_floor: int  # the highest row version applied (partition_meta.py)
 
     async def drain_commits(self) -> None:
         """Hold new commit-log blocks back until those in flight have finished."""
@@ -329,8 +330,9 @@ class Checkpointer:
         readers = {r.info: r for r in p.readers}
         fresh = [readers.get(info) or Run(info, p.indexes) for info in runs]
         meta = dataclasses.replace(p.meta, runs=runs, replay_from=replay_from,
-                                   applied_lsn=applied_lsn, geo=self._geo_mark(replay_from,
-                                                                               applied_lsn))
+                                   applied_lsn=applied_lsn,
+                                   geo=self._geo_mark(replay_from, applied_lsn),
+                                   version_floor=p.version_floor)
         await p.streams["meta"].append([encode_meta(meta)])
         # A run id handed out meanwhile (a checkpoint's run while a merge publishes) stays
         # handed out: the next run must not take it again.

@@ -67,6 +67,7 @@ class CommitSite(Protocol):
     limits: PartitionLimits
     streams: Mapping[str, AsyncStream]  # "log": the commit log it appends to
     applied_lsn: int  # read at start: the first block takes the next LSN
+    version_floor: int  # read at start: the highest row version applied (`_version`)
     last_commit: Location | None  # set to each durable block: a checkpoint's replay point
     log_bytes: int  # grown by each durable block: what a reload would replay
     stats: LoadStats
@@ -155,13 +156,14 @@ class GroupCommitter:
         # rows from the checkpoints): neither queued nor in flight, but not settled either.
         self.deciding = 0
         self.next_lsn = 0
+        self._floor = 0  # the highest row version decided so far (`_version`)
         self._tail: asyncio.Task[None] | None = None
         self._paused = False
         self._task: asyncio.Task[None] | None = None
         self._appends: set[asyncio.Task[Any]] = set()  # sent, not yet finished: abort() ends them
 
     def start(self) -> None:
-        self.next_lsn = self.p.applied_lsn + 1
+        self.next_lsn, self._floor = self.p.applied_lsn + 1, self.p.version_floor
         self._task = asyncio.get_running_loop().create_task(self._loop())
 
     async def submit(self, op: Operation, nbytes: int) -> Any:
@@ -284,6 +286,11 @@ class GroupCommitter:
             # then overlaps with this process's work on the operations still queued.
             await asyncio.sleep(0)
 
+    def _version(self) -> int:
+        """The next operation's rows' version: its LSN, or above every version rows
+        replicated from another stamp brought (issue 30): ETags never repeat."""
+        return max(self.next_lsn, self._floor + 1)
+
     def _take_batch(self) -> list[Pending]:
         batch: list[Pending] = []
         size = 0
@@ -315,7 +322,7 @@ class GroupCommitter:
             commit_spans.waits([p.span for p in batch])
         for pending in batch:
             try:
-                result, mutations = pending.op.apply(overlay, self.next_lsn)
+                result, mutations = pending.op.apply(overlay, self._version())
             except StampError as exc:
                 outcomes.append(Outcome(pending, error=exc))
                 continue
@@ -326,6 +333,7 @@ class GroupCommitter:
                                                 None if row.tombstone else row)
                 ops.append(CommitOp(self.next_lsn, [(k, encode_row(r)) for k, r in mutations]))
                 self.next_lsn += 1
+                self._floor = max(self._floor, *(row.version for _, row in mutations))
             outcomes.append(Outcome(pending, result))
         append: asyncio.Task[Any] | None = None
         nbytes = 0
@@ -390,10 +398,7 @@ class GroupCommitter:
             for outcome in outcomes:
                 outcome.pending.answer(outcome.result, outcome.error)
                 started = outcome.pending.started
-                # Load figures leave out the time the commit log spent sealing a failed
-                # extent away: that is a failure over, not load. Counted, it read as an
-                # overload at the front ends (p99 past 500 ms), which then refused this
-                # partition's writers for seconds after the stream had moved on (issue 29).
+                # Not load: the log sealing a failed extent away (module docstring).
                 self.p.stats.record(outcome.pending.nbytes,
                                     now - started - log_stream.stalled_s(started, now))
             self.p.wake_logs(o.pending.op for o in outcomes)

@@ -88,7 +88,8 @@ def derive_split_child(parent: PartitionMeta, child_id: int) -> PartitionMeta:
     runs = [r for r in (narrow_view(run, key_range) for run in parent.runs) if r is not None]
     return PartitionMeta(partition_id=child_id, key_range=key_range, runs=runs,
                          replay_from=parent.replay_from, applied_lsn=parent.applied_lsn,
-                         next_run_id=parent.next_run_id, intents=[], geo=parent.geo)
+                         next_run_id=parent.next_run_id, intents=[], geo=parent.geo,
+                         version_floor=parent.version_floor)
 
 
 def derive_merged(record: PartitionMeta, merged_id: int) -> PartitionMeta:
@@ -113,7 +114,8 @@ def derive_merged(record: PartitionMeta, merged_id: int) -> PartitionMeta:
     return PartitionMeta(partition_id=merged_id,
                          key_range=KeyRange(left.key_range.low, right.key_range.high),
                          runs=runs, replay_from=replay_from, applied_lsn=applied_lsn,
-                         next_run_id=len(runs) + 1, intents=[], geo=geo)
+                         next_run_id=len(runs) + 1, intents=[], geo=geo,
+                         version_floor=max(left.version_floor, right.version_floor))
 
 
 def resolve(newest: PartitionMeta | None, own_id: int) -> tuple[PartitionMeta | None, bool]:

@@ -3,9 +3,11 @@ it answers and which rows it writes. No I/O, no clock: the partition's committer
 rows first (memtable, checkpoints), then applies a whole group commit here in order, each
 operation seeing the writes of the ones before it (`Overlay`).
 
-Contract: `apply(view, lsn)` either raises a StampError and writes nothing, or returns
-(result, mutations) where every mutated row carries `version=lsn` — so an ETag changes with
-every write of its row, and replaying the commit log rebuilds exactly the same rows.
+Contract: `apply(view, version)` either raises a StampError and writes nothing, or returns
+(result, mutations) where every mutated row carries `version` — the operation's LSN, or
+above every version a replicated row brought (committer._version) — so an ETag changes with
+every write of its row, and replaying the commit log (which holds the rows as written)
+rebuilds exactly the same rows.
 A name is a log or an entity group, never both (§5), fixed by its first write: its
 KIND_META row holds LogMeta or the ENTITY_GROUP mark, and an operation of the other kind is
 refused with InvalidArgument, writing nothing. A log's rows: its KIND_META row (first_seq,

@@ -54,7 +54,7 @@ from partition_layer.partition_states import (
 )
 from partition_layer.partition_streams import LoadReport, newest_meta, open_fenced
 from partition_layer.record_batch import Record
-from partition_layer.rows import BlobRef, LogMeta, Row, decode_row
+from partition_layer.rows import BlobRef, LogMeta, Row, decode_row, row_version
 from partition_layer.run_cache import IndexCache, Run
 from partition_layer.runs import block_cache
 from partition_layer.stats import LoadStats
@@ -83,6 +83,8 @@ class RangePartition(States):
         self.readers: list[Run] = []  # newest first, as meta.runs
         self.meta: PartitionMeta | None = None
         self.applied_lsn = 0
+        # The highest version of any row applied (committer._version; kept in the metadata).
+        self.version_floor = 0
         self.last_commit: Location | None = None
         self.log_bytes = 0  # commit log written since the replay point
         self.row_cache = LruCache(limits.row_cache_bytes_max)
@@ -129,6 +131,7 @@ class RangePartition(States):
             await self.streams["meta"].append([encode_meta(self.meta)])
         self.range = self.meta.key_range
         self.applied_lsn = self.meta.applied_lsn
+        self.version_floor = max(self.meta.version_floor, self.meta.applied_lsn)
         self.last_commit = self.meta.replay_from
         self.indexes = IndexCache(self.limits.index_cache_bytes_max, self.streams["row"].read,
                                   self.block_cache)
@@ -198,6 +201,7 @@ class RangePartition(States):
         for key, row in op.mutations:
             self.memtable.put(key, row)
             self.row_cache.pop(key)
+            self.version_floor = max(self.version_floor, row_version(row))
         self.writes += 1
         self.applied_lsn = op.lsn
 

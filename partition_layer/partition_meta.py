@@ -11,6 +11,10 @@ damaged or foreign record raises ChecksumError or Internal.
 Load replays from `replay_from` (inclusive; ops at or below `applied_lsn` are skipped, so a
 block holding both old and new ops is safe); None means from the start of the commit log.
 
+`version_floor` (issue 30): the highest version of any row the partition holds, when rows
+replicated from another stamp brought versions above its LSN (0 otherwise, and then not in
+the record): a write's version is above it (committer._version).
+
 `geo` (issue 30; None on a stamp that ships nothing, and in every record before it): where
 inter-stamp replication stood when the record was written (geo_shipper.Position: the shipped
 LSN, the commit-log block to read from, and the last sync time), so a new owner resumes
@@ -67,6 +71,7 @@ class PartitionMeta:
     next_run_id: int = 1
     intents: list[dict[str, Any]] = field(default_factory=list)
     geo: GeoMark | None = None
+    version_floor: int = 0
 
     def __post_init__(self) -> None:
         ids = [r.run_id for r in self.runs]
@@ -81,7 +86,9 @@ class PartitionMeta:
                                                          loc.length],
                 "applied_lsn": self.applied_lsn, "next_run_id": self.next_run_id,
                 "intents": self.intents,
-                **({} if self.geo is None else {"geo": self.geo.to_dict()})}
+                **({} if self.geo is None else {"geo": self.geo.to_dict()}),
+                **({"version_floor": self.version_floor}
+                   if self.version_floor > self.applied_lsn else {})}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PartitionMeta:
@@ -91,7 +98,8 @@ class PartitionMeta:
                    replay_from=None if loc is None else Location(*loc),
                    applied_lsn=d["applied_lsn"], next_run_id=d["next_run_id"],
                    intents=list(d["intents"]),
-                   geo=GeoMark.from_dict(d["geo"]) if d.get("geo") is not None else None)
+                   geo=GeoMark.from_dict(d["geo"]) if d.get("geo") is not None else None,
+                   version_floor=int(d.get("version_floor", 0)))
 
 
 def encode_meta(meta: PartitionMeta) -> bytes:

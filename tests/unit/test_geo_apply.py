@@ -12,7 +12,6 @@ import asyncio
 import pytest
 
 from common.checksums import crc32c
-from common.config import PartitionLimits
 from common.proto import partition_pb2 as pb
 from partition_layer import keys
 from partition_layer.commit_log import decode_batch
@@ -20,38 +19,7 @@ from partition_layer.geo_ship import replicate_requests
 from partition_layer.partition import RangePartition
 from partition_layer.requests import handle
 from partition_layer.rows import Row, decode_row, encode_row
-from partition_layer.server import PartitionServer
-from tests.support.partitions import serving_partition
-
-LIMITS = PartitionLimits()
-BIG = b"x" * LIMITS.blob_value_bytes_min  # goes to blob data at either stamp
-
-
-class Side:
-    """One stamp's partition, asked through requests.handle as a partition server would."""
-
-    def __init__(self) -> None:
-        self.partition = serving_partition(LIMITS)
-        self.server = PartitionServer("ps-1", None, None, LIMITS)  # type: ignore[arg-type]
-        self.server.partitions[self.partition.id] = self.partition
-        self.ids = iter(range(1, 1 << 30))
-
-    async def ask(self, pname: str, **op: object) -> pb.Response:
-        request = pb.Request(id=next(self.ids), account="acct", pname=pname, **op)
-        return await handle(request, self.server.find, LIMITS)
-
-    async def ok(self, pname: str, **op: object) -> pb.Response:
-        response = await self.ask(pname, **op)
-        assert not response.error, (response.error, response.message)
-        return response
-
-
-def append(*records: bytes, token: str = "") -> pb.AppendOp:
-    return pb.AppendOp(records=list(records), crcs=[crc32c(r) for r in records], token=token)
-
-
-def put(row: bytes, value: bytes, **conditions: object) -> pb.PutOp:
-    return pb.PutOp(row=row, value=value, value_crc=crc32c(value), **conditions)
+from tests.support.geo import BIG, LIMITS, Side, append, put
 
 
 async def workload(primary: Side) -> dict[str, object]:
@@ -184,3 +152,56 @@ def test_a_malformed_replicated_operation_is_refused_whole(case: str, message: s
         assert (await side.ask("users", get=pb.GetOp(row=b"zed"))).error == "NotFound"
 
     asyncio.run(scenario())
+
+
+def test_writes_after_replicated_rows_get_versions_above_theirs() -> None:
+    """A secondary that becomes primary (a failover) writes rows whose versions, hence
+    ETags, are above every version the primary's rows brought: an ETag a client holds from
+    the old primary never comes back for another write (committer._version)."""
+    async def scenario() -> None:
+        primary, secondary = Side(), Side()
+        for i in range(50):  # the primary's LSNs run ahead (a name never shipped)
+            await primary.ok("other", put=put(b"r", str(i).encode()))
+        old = (await primary.ok("users", put=put(b"alice", b"Oslo"))).etag
+        log = primary.partition.streams["log"]
+        for location in sorted(log.blocks, key=lambda loc: loc.offset):  # type: ignore[attr-defined]
+            for op in decode_batch(await log.read(location)).ops:
+                for request in await replicate_requests(op, primary.partition.read_blob):
+                    if request.pname == "users":
+                        request.id = next(secondary.ids)
+                        assert not (await handle(request, secondary.server.find,
+                                                 LIMITS)).error
+        assert secondary.partition.applied_lsn < 50 < secondary.partition.version_floor
+        fresh = (await secondary.ok("users", put=put(b"bob", b"Rome"))).etag
+        assert int(fresh.strip('"')) > int(old.strip('"'))
+        moved = (await secondary.ok("users", put=put(b"alice", b"Bergen", if_match=old))).etag
+        assert int(moved.strip('"')) > int(fresh.strip('"'))
+        stale = await secondary.ask("users", put=put(b"alice", b"Oslo", if_match=old))
+        assert stale.error == "PreconditionFailed"
+
+    asyncio.run(scenario())
+
+
+def test_the_version_floor_is_kept_and_rebuilt() -> None:
+    """Applying an operation (a commit, or a replay at load) raises the floor to its rows'
+    versions; the metadata record keeps it when it is above the LSN, and derived partitions
+    inherit it."""
+    from partition_layer import meta_derive
+    from partition_layer.commit_log import CommitOp
+    from partition_layer.keys import KeyRange
+    from partition_layer.partition_meta import PartitionMeta, decode_meta, encode_meta
+
+    async def applied() -> int:
+        side = Side()
+        side.partition.apply(CommitOp(side.partition.applied_lsn + 1, [
+            (keys.encode_key("acct", "users", keys.KIND_ENTITY, b"a"),
+             encode_row(Row(977, value=b"v")))]))
+        return side.partition.version_floor
+
+    assert asyncio.run(applied()) == 977
+    meta = PartitionMeta(1, KeyRange(b"", None), applied_lsn=5, version_floor=977,
+                         intents=[meta_derive.split_intent(b"m", 2, 3)])
+    assert decode_meta(encode_meta(meta)).version_floor == 977
+    assert meta_derive.derive_split_child(meta, 2).version_floor == 977
+    plain = PartitionMeta(1, KeyRange(b"", None), applied_lsn=5, version_floor=5)
+    assert b"version_floor" not in encode_meta(plain)  # at the LSN: the old record

@@ -27,7 +27,7 @@ from location.geo_auth import GeoSettings
 from partition_layer import keys
 from partition_layer.requests import handle
 from partition_layer.rows import Row, encode_row
-from tests.unit.test_geo_apply import LIMITS, Side
+from tests.support.geo import LIMITS, Side
 
 SECRET = bytes(range(32))
 NOW_S = 1_800_000_000.0

@@ -18,7 +18,7 @@ from partition_layer.operations import record_key
 from partition_layer.partition_meta import GeoMark, PartitionMeta, decode_meta, encode_meta
 from partition_layer.rows import Row, encode_row
 from stream_layer.framing import Location
-from tests.unit.test_pl_checkpoint import MemorySite
+from tests.support.checkpoint_site import MemorySite
 
 EVERYTHING = KeyRange(b"", None)
 

@@ -21,7 +21,7 @@ from partition_layer.partition import RangePartition
 from partition_layer.requests import handle
 from partition_layer.rows import Row
 from stream_layer.framing import Location
-from tests.unit.test_geo_apply import LIMITS, Side, append, put
+from tests.support.geo import LIMITS, Side, append, put
 
 DEADLINE_S = 10.0
 

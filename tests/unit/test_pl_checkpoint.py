@@ -12,7 +12,6 @@ import pytest
 
 from common.config import PartitionLimits
 from partition_layer import checkpoint
-from partition_layer.cache import LruCache
 from partition_layer.checkpoint import MERGE_SIZE_RATIO, ROWS_PER_YIELD, Checkpointer
 from partition_layer.keys import KIND_ENTITY, KIND_META, KeyRange, encode_key
 from partition_layer.memtable import Memtable
@@ -23,6 +22,7 @@ from partition_layer.rows import Row, decode_row, encode_row
 from partition_layer.run_cache import IndexCache, Run
 from partition_layer.runs import RunIndex, RunInfo, RunReader, block_cache
 from stream_layer.framing import Location
+from tests.support.checkpoint_site import MemorySite
 from tests.support.streams import FakeStream
 
 
@@ -62,34 +62,6 @@ def test_a_run_write_lets_other_tasks_run_between_rows() -> None:
 
 
 EVERYTHING = KeyRange(b"", None)
-
-
-class MemorySite:
-    """A CheckpointSite on in-memory streams: the fields the checkpointer swaps and
-    publishes, and a record of how it held the commits back."""
-
-    def __init__(self, limits: PartitionLimits, key_range: KeyRange = EVERYTHING,
-                 streams: dict[str, FakeStream] | None = None) -> None:
-        self.id, self.limits, self.range = 7, limits, key_range
-        self.streams = streams or {"row": FakeStream(), "meta": FakeStream()}
-        self.memtable, self.frozen = Memtable(), None
-        self.meta: PartitionMeta | None = PartitionMeta(7, key_range)
-        self.readers: list[Run] = []
-        self.row_cache = LruCache(1 << 20)
-        self.indexes = IndexCache(1 << 20, self.streams["row"].read, block_cache(1 << 20))
-        self.applied_lsn, self.last_commit, self.log_bytes = 0, None, 0
-        self.shipper = None  # no inter-stamp replication here
-        self.commits: list[str] = []
-        self.stopped_for: list[str] = []
-
-    async def drain_commits(self) -> None:
-        self.commits.append("drain")
-
-    def resume_commits(self) -> None:
-        self.commits.append("resume")
-
-    async def stop(self, reason: str) -> None:
-        self.stopped_for.append(reason)
 
 
 def test_a_checkpoint_publishes_a_run_and_the_replay_point_through_its_site() -> None:

@@ -172,6 +172,7 @@ class MemorySite:
         self.applied_lsn, self.last_commit, self.log_bytes = 0, None, 0
         self.stats = LoadStats()
         self.shipper = None  # no inter-stamp replication here
+        self.version_floor = 0
         self.rows: dict[bytes, Row] = {}
         self.stopped_for: list[str] = []
         self.committer = GroupCommitter(self)
