@@ -39,6 +39,14 @@ from tools.lossyfs.mount import LossyMount
 # CLI, which inherits this) serves it unless the test says otherwise.
 os.environ.setdefault(FAULTS_ENV_VAR, "1")
 
+# Spark drivers the tests start (a test's session, `stamp job` and `stamp demo`, the job
+# scheduler's runs: all inherit this) run their JVM with the C1 compiler only: it starts in
+# 4-5 s instead of 6.5-9 s on this 2-core machine, and a test's jobs are too short for C2's
+# faster code to pay that back. Nothing checks how the JVM compiles; pyspark passes these
+# arguments to spark-submit ("pyspark-shell" is its default).
+os.environ.setdefault("PYSPARK_SUBMIT_ARGS",
+                      "--driver-java-options=-XX:TieredStopAtLevel=1 pyspark-shell")
+
 
 # Parallel runs (`make test`: pytest-xdist): each worker's stamps pick their Raft and metrics
 # ports from a slice of common.process's range of their own, so two workers never pick the
