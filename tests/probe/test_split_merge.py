@@ -45,6 +45,14 @@ StampFactory = Callable[..., LocalStamp]
 WRITERS = 32
 
 
+# Leases and the pending-op backoff as tests/probe/test_pm_split_merge.py has them, for the
+# tests that kill processes: a failover waits out the dead process's leases, and a split or
+# merge it interrupted waits for the PM's retries; timers, not work (2 s and 1.5 s leases,
+# 1 s backoff by default).
+QUICK_RECOVERY = {"partition_lease_ttl_ms": 1000, "server_session_ttl_ms": 1000,
+                  "manager_lease_ttl_ms": 1000, "split_retry_backoff_ms": 200}
+
+
 def split_stamp(factory: StampFactory, partition: dict[str, int] | None = None) -> LocalStamp:
     # Balancing stays off: these tests split and merge by hand.
     return factory(3, 1, lock_servers=3, partition_managers=2, partition_servers=2,
@@ -126,7 +134,7 @@ def test_split_move_and_merge_by_hand_under_load(stamp_factory: StampFactory) ->
 
 def test_a_split_child_serves_after_its_server_dies(stamp_factory: StampFactory) -> None:
     """Children are ordinary partitions once published: SIGKILL their PS and both move."""
-    stamp = split_stamp(stamp_factory)
+    stamp = split_stamp(stamp_factory, QUICK_RECOVERY)
     load = workload(stamp, seed=18)
     with MapWatcher(stamp) as watcher:
         load.start()
@@ -162,13 +170,6 @@ SPLIT_STEPS = ["ps.split.sealed", "ps.split.committed"]
 MERGE_STEPS = ["ps.merge.sealed", "ps.merge.committed"]
 PM_STEPS = ["pm.split.pending_written", "pm.split.before_publish",
             "pm.merge.pending_written", "pm.merge.before_publish"]
-
-
-# Leases and the pending-op backoff as tests/probe/test_pm_split_merge.py has them: each of
-# the eight crashes below waits out a dead process's leases and the PM's retries of the
-# interrupted op, and these are timers, not work (66 s with the defaults, 2 s and 1 s).
-QUICK_RECOVERY = {"partition_lease_ttl_ms": 1000, "server_session_ttl_ms": 1000,
-                  "manager_lease_ttl_ms": 1000, "split_retry_backoff_ms": 200}
 
 
 def test_sigkill_at_each_step_of_a_split_and_a_merge(stamp_factory: StampFactory) -> None:
