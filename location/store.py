@@ -60,7 +60,8 @@ class LocationStore:
         if self.locks.get(ACCOUNT_PREFIX + account) is not None:
             raise AlreadyExists(f"account {account} exists in this location")
         primary, secondary = choose_stamps(self.stamps().values(), self.primaries())
-        placement = AccountPlacement(account, primary.name, secondary.name)
+        # A new account has no data to copy first: its secondary is live from the start.
+        placement = AccountPlacement(account, primary.name, secondary.name, "live")
         if self.locks.compare_and_set(ACCOUNT_PREFIX + account, 0, placement.to_json()) is None:
             raise AlreadyExists(f"account {account} exists in this location")
         return placement

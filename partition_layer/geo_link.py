@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from common import rpc
-from common.errors import NotFound, StampError, Unavailable
+from common.errors import NotFound, PreconditionFailed, StampError, Unavailable
 from common.proto import frontend_pb2 as fe_pb
 from common.proto import frontend_pb2_grpc as fe_grpc
 from common.proto import location_v1_pb2 as location_pb
@@ -99,7 +99,13 @@ class GeoLink:
             placement = await self._placement(settings, account)
             if placement is None or placement.secondary != target:
                 raise Unavailable(f"account {account}'s secondary is no longer {target}")
-            await self._call(settings, placement, account, theirs)
+            try:
+                await self._call(settings, placement, account, theirs)
+            except PreconditionFailed:
+                # Not held there as this stamp's secondary (a failover moved the roles):
+                # ask the location again at the next attempt, not after RESOLVE_TTL_S.
+                self._placements.pop(account, None)
+                raise
 
     async def close(self) -> None:
         for channel in self._channels.values():

@@ -242,9 +242,9 @@ class GeoShipper:
     async def _ship(self, batch: _Batch) -> None:
         by_target = await self._requests(batch)
         attempt = 0
-        pending = dict(by_target)
-        while pending:
-            for target, requests in list(pending.items()):
+        done: set[str] = set()
+        while pending := {t: r for t, r in by_target.items() if t not in done}:
+            for target, requests in pending.items():
                 try:
                     if not self.site.lease_valid():
                         raise Unavailable(f"partition {self.site.id}'s lease ran out here")
@@ -256,8 +256,11 @@ class GeoShipper:
                                 self.site.id, target, exc, delay)
                     await asyncio.sleep(self._rng.uniform(delay / 2, delay))
                     attempt += 1
+                    # Asked again: an account whose roles moved meanwhile (a failover) goes
+                    # elsewhere now, or nowhere (this stamp is no longer its primary).
+                    by_target = await self._requests(batch)
                     break
-                del pending[target]
+                done.add(target)
         self.shipped_lsn = batch.last_lsn
         self.batches += 1
         self._shipped.set()

@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -75,6 +76,19 @@ def watch_server(load: pb.ServerLoad) -> Iterable[Metric]:
         for partition in serving:
             family.add_metric([str(partition.partition_id)], getattr(partition, field) * scale)
         yield family
+    shipping = [p for p in serving if p.geo]
+    if shipping:  # inter-stamp replication (issue 30): the lag, per partition
+        lag = GaugeMetricFamily("stamp_geo_lag_ops", "operations not yet on the secondary "
+                                "stamp", labels=["partition"])
+        behind = GaugeMetricFamily("stamp_geo_lag_seconds", "how far the last sync time is "
+                                   "behind now", labels=["partition"])
+        now = time.time()
+        for partition in shipping:
+            lag.add_metric([str(partition.partition_id)], partition.geo_lag_ops)
+            behind.add_metric([str(partition.partition_id)],
+                              max(0.0, now - partition.geo_synced_s))
+        yield lag
+        yield behind
 
 
 class Registration:

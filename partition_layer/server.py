@@ -381,9 +381,19 @@ class PartitionServer:
                          for key, left, right, contained in report.get("samples", ())],
                 size_split_key=report.get("size_split_key") or b"",
                 requests_sampled=report.get("requests_sampled", 0),
+                **geo_figures(partition),
                 **{k: report[k] for k in ("ops_per_s", "bytes_per_s", "p50_ms", "p99_ms",
                                           "size_bytes", "memtable_bytes", "runs")}))
         for partition_id in self._loading:
             reply.partitions.append(pb.PartitionLoad(partition_id=partition_id,
                                                      state="loading"))
         return reply
+
+
+def geo_figures(partition: RangePartition) -> dict[str, Any]:
+    """PartitionLoad's inter-stamp replication fields (none when nothing ships)."""
+    shipper = partition.shipper
+    if shipper is None:
+        return {}
+    return {"geo": True, "geo_lag_ops": shipper.lag_ops(),
+            "geo_synced_s": shipper.last_sync_s()}

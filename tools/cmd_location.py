@@ -1,6 +1,7 @@
-"""`stamp location up | down | status | create-account` (issue 30): a location of two stamps on
-this machine (tools/local_location.py), and accounts placed in it by load across regions
-(location/placement.py).
+"""`stamp location up | down | status | create-account | geo | failover` (issue 30): a
+location of two stamps on this machine (tools/local_location.py), accounts placed in it by
+load across regions (location/placement.py), their replication and planned failovers
+(tools/geo_account.py).
 
 `create-account NAME` places the account (its primary stamp by load, its secondary in the
 other region), creates it on the primary (two fresh keys) and has the secondary hold the same
@@ -40,6 +41,23 @@ def register(commands: Any) -> None:
     create.add_argument("name", type=checked(_account_name, "an account name"),
                         help="the account's name")
     create.set_defaults(handler=cmd_create_account)
+    geo = actions.add_parser("geo", help="an account's placement and replication: what is "
+                                         "not yet on its secondary, its last sync time")
+    geo.add_argument("name", type=checked(_account_name, "an account name"),
+                     help="the account's name")
+    geo.set_defaults(handler=cmd_geo)
+    failover = actions.add_parser(
+        "failover", help="make an account's secondary its primary",
+        description="--planned: the primary stops taking the account's writes, everything "
+                    "it acknowledged is shipped, then the roles swap: nothing is lost, the "
+                    "account stays geo-replicated the other way round, and SDK writers see a "
+                    "pause, not an error. (A failover when the primary stamp is gone is not "
+                    "built yet.)")
+    failover.add_argument("name", type=checked(_account_name, "an account name"),
+                          help="the account's name")
+    failover.add_argument("--planned", action="store_true",
+                          help="both stamps are up: swap the roles with nothing lost")
+    failover.set_defaults(handler=cmd_failover)
 
 
 def _account_name(text: str) -> str:
@@ -115,6 +133,33 @@ def cmd_create_account(args: argparse.Namespace) -> int:
           f"{placement.secondary} ({placement.secondary_state})")
     print(connection_string.make([], args.name, key=account.keys[0],
                                  location=location.location_endpoints()).format())
+    return 0
+
+
+def cmd_geo(args: argparse.Namespace) -> int:
+    import time
+
+    from tools import geo_account
+
+    for line in geo_account.status(_running_service(args), args.name).lines(time.time()):
+        print(line)
+    return 0
+
+
+def cmd_failover(args: argparse.Namespace) -> int:
+    from common.errors import InvalidArgument
+    from tools import geo_account
+    from tools.progress import Progress
+
+    if not args.planned:
+        raise InvalidArgument("only a planned failover (--planned: both stamps up, nothing "
+                              "lost) is built so far")
+    location = _running_service(args)
+    with Progress("failover") as progress:
+        report = geo_account.planned_failover(location, args.name, progress)
+    print(f"account {args.name}: primary {report.new_primary} (was {report.old_primary}), "
+          f"epoch {report.epoch}; {report.total_s:.1f} s (front-end caches "
+          f"{report.fenced_wait_s:.1f} s, drain {report.drain_s:.1f} s)")
     return 0
 
 

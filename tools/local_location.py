@@ -83,7 +83,7 @@ class LocalLocation:
         """The location service's processes (as recorded, or planned anew)."""
         path = self.directory / SERVICE_DIR
         try:
-            service = LocalStamp.load(path)
+            service = _loaded(path, service_config())
         except NotFound:
             service = LocalStamp(path, service_config())
         plan_location_server(service)
@@ -93,7 +93,7 @@ class LocalLocation:
         for site in SITES:
             path = self.directory / STAMPS_DIR / site.name
             try:
-                yield site, LocalStamp.load(path)
+                yield site, _loaded(path, small_stamp_config(site.host))
             except NotFound:
                 yield site, LocalStamp(path, small_stamp_config(site.host))
 
@@ -143,6 +143,16 @@ class LocalLocation:
         """A LocationStore on the service's lock group, its client closed afterwards."""
         with LockClient.from_stamp(self.service().data_dir, holder="location-cli") as locks:
             yield LocationStore(locks)
+
+
+def _loaded(path: Path, config: StampConfig) -> LocalStamp:
+    """The stamp recorded at `path`, with the shape it was made with: its record names no
+    config file (the shape is this module's), and the default one would plan a whole stamp
+    into it at the next `up` (its processes keep their recorded ports: only what is missing
+    is planned from `config`)."""
+    stamp = LocalStamp.load(path)
+    stamp.config = config
+    return stamp
 
 
 def plan_location_server(service: LocalStamp) -> None:

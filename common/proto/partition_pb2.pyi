@@ -343,7 +343,7 @@ class UnloadReply(_message.Message):
     def __init__(self) -> None: ...
 
 class PartitionLoad(_message.Message):
-    __slots__ = ("partition_id", "state", "ops_per_s", "bytes_per_s", "p50_ms", "p99_ms", "size_bytes", "memtable_bytes", "runs", "epoch", "range", "queue_ops", "samples", "size_split_key", "requests_sampled")
+    __slots__ = ("partition_id", "state", "ops_per_s", "bytes_per_s", "p50_ms", "p99_ms", "size_bytes", "memtable_bytes", "runs", "epoch", "range", "queue_ops", "samples", "size_split_key", "requests_sampled", "geo", "geo_lag_ops", "geo_synced_s")
     PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     OPS_PER_S_FIELD_NUMBER: _ClassVar[int]
@@ -359,6 +359,9 @@ class PartitionLoad(_message.Message):
     SAMPLES_FIELD_NUMBER: _ClassVar[int]
     SIZE_SPLIT_KEY_FIELD_NUMBER: _ClassVar[int]
     REQUESTS_SAMPLED_FIELD_NUMBER: _ClassVar[int]
+    GEO_FIELD_NUMBER: _ClassVar[int]
+    GEO_LAG_OPS_FIELD_NUMBER: _ClassVar[int]
+    GEO_SYNCED_S_FIELD_NUMBER: _ClassVar[int]
     partition_id: int
     state: str
     ops_per_s: float
@@ -374,7 +377,10 @@ class PartitionLoad(_message.Message):
     samples: _containers.RepeatedCompositeFieldContainer[LoadSample]
     size_split_key: bytes
     requests_sampled: int
-    def __init__(self, partition_id: _Optional[int] = ..., state: _Optional[str] = ..., ops_per_s: _Optional[float] = ..., bytes_per_s: _Optional[float] = ..., p50_ms: _Optional[float] = ..., p99_ms: _Optional[float] = ..., size_bytes: _Optional[int] = ..., memtable_bytes: _Optional[int] = ..., runs: _Optional[int] = ..., epoch: _Optional[int] = ..., range: _Optional[_Union[KeyRange, _Mapping]] = ..., queue_ops: _Optional[int] = ..., samples: _Optional[_Iterable[_Union[LoadSample, _Mapping]]] = ..., size_split_key: _Optional[bytes] = ..., requests_sampled: _Optional[int] = ...) -> None: ...
+    geo: bool
+    geo_lag_ops: int
+    geo_synced_s: float
+    def __init__(self, partition_id: _Optional[int] = ..., state: _Optional[str] = ..., ops_per_s: _Optional[float] = ..., bytes_per_s: _Optional[float] = ..., p50_ms: _Optional[float] = ..., p99_ms: _Optional[float] = ..., size_bytes: _Optional[int] = ..., memtable_bytes: _Optional[int] = ..., runs: _Optional[int] = ..., epoch: _Optional[int] = ..., range: _Optional[_Union[KeyRange, _Mapping]] = ..., queue_ops: _Optional[int] = ..., samples: _Optional[_Iterable[_Union[LoadSample, _Mapping]]] = ..., size_split_key: _Optional[bytes] = ..., requests_sampled: _Optional[int] = ..., geo: _Optional[bool] = ..., geo_lag_ops: _Optional[int] = ..., geo_synced_s: _Optional[float] = ...) -> None: ...
 
 class LoadSample(_message.Message):
     __slots__ = ("key", "left", "right", "contained")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from stampsdk import Client
 from stampsdk.errors import Moved
 
 from tools.local_location import LocalLocation
+from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow
 
@@ -45,9 +47,11 @@ def secondary_of(placed: str) -> str:
     return placed.split()[5]
 
 
-@pytest.fixture
-def location(tmp_path: Path) -> Iterator[Path]:
-    directory = tmp_path / "location"
+@pytest.fixture(scope="module")
+def location(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One location for the module's tests (each runs `up`, which starts what is not
+    running): a location's start is most of their time."""
+    directory = tmp_path_factory.mktemp("geo") / "location"
     try:
         yield directory
     finally:
@@ -101,4 +105,81 @@ def test_two_stamps_in_two_regions_and_an_account_placed_across_them(location: P
         assert at_secondary.get("users", "alice") == (b"Oslo", etag)
         with pytest.raises(Moved, match=f"its primary is stamp {primary_of(first[0])}"):
             at_secondary.append("log", [b"not here"])
+
+
+def test_a_planned_failover_under_load_loses_nothing_and_writers_go_on(location: Path
+                                                                        ) -> None:
+    """Writers through the SDK and a subscriber, then `stamp location failover --planned`:
+    every acknowledged append is at the new primary once, in order; writers saw a pause, not
+    an error, and went on there; the subscriber saw every record once; the old primary is
+    the secondary now and receives what the new one takes."""
+    location_cli(location, "up")
+    placed, text = location_cli(location, "create-account", "gamma").splitlines()
+    old, new = primary_of(placed), secondary_of(placed)
+    stop = threading.Event()
+    acked: dict[str, list[bytes]] = {f"writer-{i}": [] for i in range(4)}
+    errors: list[BaseException] = []
+    pauses: list[float] = []
+
+    def write(log: str) -> None:
+        with Client.from_connection_string(text, timeout_s=60) as client:
+            n, last = 0, time.monotonic()
+            while not stop.is_set():
+                record = f"{log}-{n}".encode()
+                try:
+                    client.append(log, [record])
+                except Exception as exc:  # what the writer would see: none expected
+                    errors.append(exc)
+                    return
+                acked[log].append(record)
+                now = time.monotonic()
+                pauses.append(now - last)
+                last, n = now, n + 1
+
+    seen: list[bytes] = []
+
+    def subscribe() -> None:
+        with Client.from_connection_string(text, timeout_s=60) as client:
+            for _, record in client.subscribe("writer-0"):
+                seen.append(record)
+                if stop.is_set() and len(seen) >= len(acked["writer-0"]):
+                    return
+
+    threads = [threading.Thread(target=write, args=(log,)) for log in acked]
+    threads.append(threading.Thread(target=subscribe, daemon=True))
+    for thread in threads:
+        thread.start()
+    until(lambda: all(len(records) >= 20 for records in acked.values()), "writes flow")
+    out = location_cli(location, "failover", "gamma", "--planned")
+    assert f"primary {new} (was {old})" in out, out
+    print(out.strip())
+    count = sum(map(len, acked.values()))
+    until(lambda: sum(map(len, acked.values())) >= count + 40, "writes go on at " + new)
+    stop.set()
+    for thread in threads[:-1]:
+        thread.join(timeout=90)
+    assert errors == []
+    with Client.from_connection_string(text, timeout_s=30) as client:
+        for log, records in acked.items():
+            assert [r for _, r in client.read(log, 0, 10_000)] == records, log
+        assert client.aio.location_answer.primary.name == new
+    first = acked["writer-0"]
+    until(lambda: seen[:len(first)] == first, "the subscriber saw every record")
+    assert seen == first[:len(seen)]  # once each, in order
+    # The old primary is the secondary now: what the new one took reaches it.
+    assert f"primary {new}, secondary {old}" in location_cli(location, "geo", "gamma")
+    endpoint = LocalLocation(location)
+    old_fronts = [r.address for r in stamps_of(endpoint)[old].front_ends()]
+    key = base64.b64decode(text.split("Key=")[1])
+    with Client(old_fronts, "gamma", key=key, timeout_s=30) as at_old:
+        for log, records in acked.items():
+            until(lambda log=log, records=records: at_old.peek(log) == (0, len(records)),
+                  f"{old} has {log}")
+        with pytest.raises(Moved, match=f"its primary is stamp {new}"):
+            at_old.append("writer-0", [b"not here"])
+    print(f"longest pause a writer saw: {max(pauses):.2f} s")
     assert "stopped" in location_cli(location, "down")
+
+
+def stamps_of(location: LocalLocation) -> dict[str, LocalStamp]:
+    return {site.name: stamp for site, stamp in location.stamps()}

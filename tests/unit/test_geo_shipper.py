@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from common.checksums import crc32c
-from common.errors import Unavailable
+from common.errors import PreconditionFailed, Unavailable
 from common.proto import partition_pb2 as pb
 from partition_layer import geo_shipper
 from partition_layer.geo_shipper import GeoShipper, Position
@@ -299,6 +299,32 @@ def test_drained_waits_until_everything_applied_is_shipped() -> None:
         gate.set()
         await asyncio.wait_for(shipper.drained(), DEADLINE_S)
         assert shipper.lag_ops() == 0 and await view(secondary) == await view(primary)
+        await stopped(task)
+
+    run(scenario)
+
+
+def test_a_batch_refused_after_the_roles_moved_goes_where_the_location_now_says() -> None:
+    """A failover moved the account's roles while a batch was in flight: the secondary
+    refuses it (no longer this stamp's secondary), and asked again, the location says this
+    stamp ships the account nowhere: the batch is done, nothing is retried for ever."""
+    async def scenario() -> None:
+        primary = Side()
+        moved = {"yes": False}
+
+        async def refusing(target: str, requests: list[pb.Request]) -> None:
+            moved["yes"] = True
+            raise PreconditionFailed("held here as primary")
+
+        async def placed(account: str) -> str | None:
+            return None if moved["yes"] else await targets(account)
+
+        shipper = GeoShipper(Site(primary.partition), placed, refusing, Position(0, None))
+        primary.partition.shipper = shipper
+        task = asyncio.get_running_loop().create_task(shipper.run())
+        await writes(primary, 3)
+        await until(lambda: shipper.lag_ops() == 0, "done without the secondary")
+        assert shipper.failures == 1
         await stopped(task)
 
     run(scenario)

@@ -1,0 +1,188 @@
+"""An account's geo-replication, operated on a location of this machine (issue 30;
+tools/local_location.py): where it stands (`status`) and a planned failover (`planned_failover`).
+
+Status: the placement (primary, secondary, the secondary's state, epoch) and, from the
+primary stamp's partition servers, the partitions that hold the account's keys and ship:
+the operations not yet on the secondary and the last sync time (every write acknowledged
+before it is on the secondary: the oldest of those partitions').
+
+A planned failover swaps the roles with nothing acknowledged lost:
+1. the primary is told it is now the secondary of the other stamp at the next epoch: its
+   front ends refuse the account's writes with Moved (within their account cache's TTL,
+   which the failover then waits out: from then on no write is taken there);
+2. the primary's shippers drain: its last sync time passes that moment, so every write it
+   acknowledged is on the secondary (else, after `drain_timeout_s`, the old roles are put
+   back at the epoch after: the failover did not happen, and it says so);
+3. the secondary is told it is the primary at that epoch (it takes writes; the old
+   primary's shippers are refused there from now on: frontend/geo_door.py);
+4. the location names the new primary and secondary (the placement's epoch moves to the same
+   one): clients that were told Moved ask again and go on there. The new primary ships to
+   the old one, now its secondary, from then on.
+Writers through the SDK see a pause (Moved, asked again, retried within their call's time),
+not an error: about the two front ends' cache TTLs plus the drain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from common import rpc
+from common.clock import SystemClock
+from common.errors import StampError, Unavailable
+from common.proto import partition_pb2 as pb
+from common.proto import partition_pb2_grpc as pb_grpc
+from frontend.accounts import PRIMARY, SECONDARY, AccountStore
+from location.placement import AccountPlacement
+from lock_service.client import LockClient
+from partition_layer import keys
+from tools.local_location import LocalLocation
+from tools.local_stamp import LocalStamp
+from tools.progress import SILENT, Progress
+
+DRAIN_TIMEOUT_S = 60.0
+POLL_S = 0.1
+STATUS_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class Shipping:
+    """What the primary stamp's shippers say of an account's partitions."""
+
+    partitions: int  # partitions holding its keys that ship
+    lag_ops: int
+    synced_s: float  # the oldest last sync time among them
+
+
+@dataclass(frozen=True)
+class GeoStatus:
+    placement: AccountPlacement
+    shipping: Shipping | None  # None: no partition of the primary ships it (yet)
+    error: str = ""  # why the primary's figures could not be read
+
+    def lines(self, now_s: float) -> list[str]:
+        p = self.placement
+        out = [f"account {p.account}: primary {p.primary}, secondary {p.secondary} "
+               f"({p.secondary_state}), epoch {p.epoch}"]
+        if self.error:
+            out.append(f"replication: unknown ({self.error})")
+        elif self.shipping is None:
+            out.append("replication: not shipping yet (its partitions start within 5 s)")
+        else:
+            s = self.shipping
+            out.append(f"replication: {s.partitions} partitions, {s.lag_ops} operations not "
+                       f"yet on {p.secondary}, last sync "
+                       f"{time.strftime('%H:%M:%S', time.localtime(s.synced_s))} "
+                       f"(lag {max(0.0, now_s - s.synced_s):.1f} s)")
+        return out
+
+
+@dataclass(frozen=True)
+class FailoverReport:
+    old_primary: str
+    new_primary: str
+    epoch: int
+    fenced_wait_s: float  # waiting out the old primary's front-end caches
+    drain_s: float  # then, until its last sync time passed the fence
+    total_s: float
+
+
+def stamps_of(location: LocalLocation) -> dict[str, LocalStamp]:
+    return {site.name: stamp for site, stamp in location.stamps()}
+
+
+@contextlib.contextmanager
+def accounts_at(stamp: LocalStamp) -> Iterator[AccountStore]:
+    """The account store of a local stamp (no cache), its lock client closed afterwards."""
+    with LockClient.from_stamp(stamp.data_dir, holder="location-cli") as locks:
+        yield AccountStore(locks, SystemClock(), cache_ttl_s=0)
+
+
+def status(location: LocalLocation, account: str) -> GeoStatus:
+    with location.store_client() as store:
+        placement, _ = store.resolve(account)
+    stamp = stamps_of(location)[placement.primary]
+    try:
+        shipping = asyncio.run(shipping_of(stamp, account))
+    except StampError as exc:
+        return GeoStatus(placement, None, str(exc))
+    return GeoStatus(placement, shipping)
+
+
+async def shipping_of(stamp: LocalStamp, account: str) -> Shipping | None:
+    """The shipping figures of the partitions of `stamp` that hold `account`'s keys."""
+    low = keys.account_prefix(account)
+    high = keys.prefix_end(low)
+    found: list[pb.PartitionLoad] = []
+    for record in stamp.partition_servers():
+        async with rpc.aio_channel(record.address, 16 << 20) as channel:
+            load = await rpc.call(pb_grpc.PartitionServerStub(channel).Status(
+                pb.ServerStatusRequest(), timeout=STATUS_TIMEOUT_S))
+        found += [p for p in load.partitions if p.geo and _overlaps(p.range, low, high)]
+    if not found:
+        return None
+    return Shipping(len(found), sum(p.geo_lag_ops for p in found),
+                    min(p.geo_synced_s for p in found))
+
+
+def _overlaps(key_range: pb.KeyRange, low: bytes, high: bytes | None) -> bool:
+    below_high = high is None or key_range.low < high
+    above_low = not key_range.has_high or key_range.high > low
+    return below_high and above_low
+
+
+def planned_failover(location: LocalLocation, account: str, progress: Progress = SILENT,
+                     drain_timeout_s: float = DRAIN_TIMEOUT_S) -> FailoverReport:
+    """Swap the account's roles with nothing acknowledged lost (module docstring)."""
+    started = time.monotonic()
+    with location.store_client() as store:
+        placement, version = store.resolve(account)
+    old, new = placement.primary, placement.secondary
+    epoch = placement.epoch + 1
+    stamps = stamps_of(location)
+    ttl_s = stamps[old].config.front_end.account_cache_ttl_ms / 1000
+    progress.phase(f"{old} stops taking {account}'s writes (epoch {epoch})")
+    with accounts_at(stamps[old]) as at_old:
+        at_old.set_role(account, SECONDARY, new, epoch)
+    fenced_s = time.time() + ttl_s
+    progress.phase(f"waiting {ttl_s:.1f} s for {old}'s front ends to see it")
+    time.sleep(ttl_s)
+    fenced_wait_s = time.monotonic() - started
+    progress.phase(f"waiting until every write {old} took is on {new}")
+    try:
+        _drain(stamps[old], account, fenced_s, drain_timeout_s)
+    except Unavailable:
+        with accounts_at(stamps[old]) as at_old:
+            at_old.set_role(account, PRIMARY, old, epoch + 1)
+        raise
+    drain_s = time.monotonic() - started - fenced_wait_s
+    progress.phase(f"{new} takes {account}'s writes; the location names it")
+    with accounts_at(stamps[new]) as at_new:
+        at_new.set_role(account, PRIMARY, new, epoch)
+    with location.store_client() as store:
+        moved = store.replace(placement, version, primary=new, secondary=old)
+    assert moved.epoch == epoch, (moved, epoch)
+    return FailoverReport(old, new, epoch, fenced_wait_s, drain_s,
+                          time.monotonic() - started)
+
+
+def _drain(stamp: LocalStamp, account: str, fenced_s: float, timeout_s: float) -> None:
+    """Until the account's last sync time at `stamp` passed `fenced_s`; Unavailable after
+    `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = asyncio.run(shipping_of(stamp, account))
+        except StampError as exc:
+            last = exc
+        if isinstance(last, Shipping) and last.synced_s >= fenced_s:
+            return
+        time.sleep(POLL_S)
+    raise Unavailable(f"{stamp.data_dir.name} did not ship {account}'s writes within "
+                      f"{timeout_s:.0f} s ({last}); the failover did not happen: it stays the "
+                      "primary")
