@@ -40,12 +40,15 @@ from tools.lossyfs.mount import LossyMount
 os.environ.setdefault(FAULTS_ENV_VAR, "1")
 
 # Spark drivers the tests start (a test's session, `stamp job` and `stamp demo`, the job
-# scheduler's runs: all inherit this) run their JVM with the C1 compiler only: it starts in
-# 4-5 s instead of 6.5-9 s on this 2-core machine, and a test's jobs are too short for C2's
+# scheduler's runs: all inherit this) run their JVM with the C1 compiler only, and so do
+# their executors on a standalone cluster (tests/spark_cluster.py): it starts in 4-5 s
+# instead of 6.5-9 s on this 2-core machine, and a test's jobs are too short for C2's
 # faster code to pay that back. Nothing checks how the JVM compiles; pyspark passes these
 # arguments to spark-submit ("pyspark-shell" is its default).
 os.environ.setdefault("PYSPARK_SUBMIT_ARGS",
-                      "--driver-java-options=-XX:TieredStopAtLevel=1 pyspark-shell")
+                      "--driver-java-options=-XX:TieredStopAtLevel=1 "
+                      "--conf spark.executor.extraJavaOptions=-XX:TieredStopAtLevel=1 "
+                      "pyspark-shell")
 
 
 # Parallel runs (`make test`: pytest-xdist): each worker's stamps pick their Raft and metrics

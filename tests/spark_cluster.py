@@ -55,7 +55,10 @@ def _start(root: Path, name: str, args: list[str]) -> tuple[subprocess.Popen[byt
     home = root / name
     home.mkdir(parents=True, exist_ok=True)
     log = home / "out.log"
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOG_DIR": str(home),
+    # The master and worker JVMs with the C1 compiler only unless the environment says
+    # otherwise, as the tests' drivers (tests/conftest.py): they start about 1 s sooner.
+    env = {"SPARK_DAEMON_JAVA_OPTS": "-XX:TieredStopAtLevel=1",
+           **os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOG_DIR": str(home),
            "SPARK_WORKER_DIR": str(home / "work"), "SPARK_NO_DAEMONIZE": "1"}
     with log.open("wb") as out:
         popen = subprocess.Popen([str(_spark_class()), *args], cwd=home, env=env, stdout=out,
