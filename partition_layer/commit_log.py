@@ -4,8 +4,14 @@ A CommitBatch holds the operations of one group commit, in LSN order; each Commi
 mutations (key, encoded row) one operation made. Encoding (little-endian):
 
     magic "CL", u8 format, u64 writer epoch, u32 op count,
-    per op: u64 lsn, u32 mutation count, per mutation: u32 key_len, u32 row_len, key, row,
+    per op: u64 lsn, u32 mutation count (its top bit: REPLICATED), per mutation: u32 key_len,
+    u32 row_len, key, row,
     u32 crc32c of everything before it.
+
+An op applied from another stamp (operations.Replicated, issue 30) is marked REPLICATED: its
+stamp does not ship it on (geo_shipper.py ships what was written here only). Blocks written
+before the mark have it clear; a build without it refuses a marked block (Internal: a count
+too large), it never misreads one.
 
 Contracts: `decode_batch(encode_batch(b)) == b`; LSNs strictly increase within a batch
 (asserted on both sides) and across batches of one partition (the committer's job). Replay
@@ -30,6 +36,7 @@ _HEADER = struct.Struct("<2sBQI")
 _OP = struct.Struct("<QI")
 _MUTATION = struct.Struct("<II")
 _CRC = struct.Struct("<I")
+REPLICATED = 1 << 31  # in an op's mutation count
 
 Mutation = tuple[bytes, bytes]
 
@@ -38,6 +45,7 @@ Mutation = tuple[bytes, bytes]
 class CommitOp:
     lsn: int
     mutations: list[Mutation] = field(default_factory=list)
+    replicated: bool = False  # applied from another stamp (module docstring)
 
 
 @dataclass(frozen=True)
@@ -64,7 +72,7 @@ def encode_batch(batch: CommitBatch) -> bytes:
     _check_order(batch.ops)
     parts = [_HEADER.pack(MAGIC, FORMAT, batch.epoch, len(batch.ops))]
     for op in batch.ops:
-        parts.append(_OP.pack(op.lsn, len(op.mutations)))
+        parts.append(_OP.pack(op.lsn, len(op.mutations) | (REPLICATED if op.replicated else 0)))
         for key, row in op.mutations:
             parts += (_MUTATION.pack(len(key), len(row)), key, row)
     body = b"".join(parts)
@@ -87,6 +95,8 @@ def decode_batch(b: bytes) -> CommitBatch:
         for _ in range(count):
             lsn, n = _OP.unpack_from(b, pos)
             pos += _OP.size
+            replicated = bool(n & REPLICATED)
+            n &= ~REPLICATED
             mutations: list[Mutation] = []
             for _ in range(n):
                 key_len, row_len = _MUTATION.unpack_from(b, pos)
@@ -97,7 +107,7 @@ def decode_batch(b: bytes) -> CommitBatch:
                     raise Internal("commit batch mutation overruns the block")
                 mutations.append((b[pos:key_end], b[key_end:row_end]))
                 pos = row_end
-            ops.append(CommitOp(lsn, mutations))
+            ops.append(CommitOp(lsn, mutations, replicated))
     except struct.error as exc:
         raise Internal(f"truncated commit batch: {exc}") from exc
     if pos != end:
@@ -111,7 +121,8 @@ def within(op: CommitOp, key_range: KeyRange) -> CommitOp:
     with its parent's, whose operations may touch the other child's keys."""
     if all(key_range.contains(key) for key, _ in op.mutations):
         return op
-    return CommitOp(op.lsn, [(k, row) for k, row in op.mutations if key_range.contains(k)])
+    return CommitOp(op.lsn, [(k, row) for k, row in op.mutations if key_range.contains(k)],
+                    op.replicated)
 
 
 def ops_after(batch: CommitBatch, applied_lsn: int) -> list[CommitOp]:

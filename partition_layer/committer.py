@@ -46,7 +46,7 @@ from common.errors import NotOwner, StampError, Throttled, Unavailable
 from partition_layer import commit_spans
 from partition_layer.commit_log import CommitBatch, CommitOp, encode_batch
 from partition_layer.linger import Linger
-from partition_layer.operations import Operation, Overlay
+from partition_layer.operations import Operation, Overlay, Replicated
 from partition_layer.rows import Row, encode_row
 from partition_layer.stats import LoadStats
 from stream_layer.client import AsyncStream
@@ -287,8 +287,7 @@ class GroupCommitter:
             await asyncio.sleep(0)
 
     def _version(self) -> int:
-        """The next operation's rows' version: its LSN, or above every version rows
-        replicated from another stamp brought (issue 30): ETags never repeat."""
+        """Its LSN, or above every version replicated rows brought: ETags never repeat."""
         return max(self.next_lsn, self._floor + 1)
 
     def _take_batch(self) -> list[Pending]:
@@ -331,7 +330,8 @@ class GroupCommitter:
                 for key, row in mutations:
                     self._inflight_rows[key] = (self.next_lsn,
                                                 None if row.tombstone else row)
-                ops.append(CommitOp(self.next_lsn, [(k, encode_row(r)) for k, r in mutations]))
+                ops.append(CommitOp(self.next_lsn, [(k, encode_row(r)) for k, r in mutations],
+                                    isinstance(pending.op, Replicated)))
                 self.next_lsn += 1
                 self._floor = max(self._floor, *(row.version for _, row in mutations))
             outcomes.append(Outcome(pending, result))

@@ -2,13 +2,13 @@
 the location's answers about accounts, and the calls to other stamps' front ends.
 
 Contracts:
-- `targets(account)`: the stamp to ship the account's operations to — its secondary, when
-  the location says this stamp is its primary — or None (this stamp is stand-alone, the
-  account is in no location, or this stamp is not its primary). Answers are kept for
-  RESOLVE_TTL_S (a failover reaches shippers within that, and the secondary's door refuses
-  an old primary's calls at once: frontend/geo_door.py), at most RESOLVED_MAX accounts.
-  While the location cannot be reached, the last answer stands; with none, the account is
-  not shipped yet (its operations wait: `send` is not reached, the lag grows) — Unavailable.
+- `targets(account)`, asked of operations written at this stamp: the stamp to ship them to,
+  the account's secondary, when the location says this stamp is its primary; None when
+  this stamp is stand-alone or the account is in no location. When the location names
+  another primary (this stamp took the writes, so a failover it has not heard of yet moved
+  the roles one way or the other), Unavailable after dropping the answer: the shipper asks
+  again, never skips. Answers are kept for RESOLVE_TTL_S, at most RESOLVED_MAX accounts;
+  while the location cannot be reached the last answer stands; with none, Unavailable.
 - `send(target, requests)`: one ReplicateCall per account, signed with the location's
   secret (location/geo_auth.py), to one of the target's front ends (the next one after a
   failure); returns once all were applied there, else raises the error.
@@ -84,8 +84,12 @@ class GeoLink:
         if settings is None:
             return None
         placement = await self._placement(settings, account)
-        if placement is None or placement.primary != settings.stamp:
+        if placement is None:
             return None
+        if placement.primary != settings.stamp:
+            self._placements.pop(account, None)
+            raise Unavailable(f"the location names {placement.primary} the primary of "
+                              f"{account}, whose writes {settings.stamp} took: asking again")
         return placement.secondary
 
     async def send(self, target: str, requests: list[pb.Request]) -> None:

@@ -19,8 +19,13 @@ Contracts:
   (`blocks` from its position) when it is behind what it was handed: after a load, or when
   the hand-off queue passed QUEUE_BYTES_MAX while the secondary was slow (the queue is then
   dropped: memory stays bounded, the log holds everything).
-- **Which accounts.** `targets(account)` names the stamp to ship to, or None (the account
-  has no secondary, or this stamp is not its primary): its operations count as shipped.
+- **Which operations.** Those written here: an operation applied from another stamp
+  (commit_log.CommitOp.replicated: this stamp is that account's secondary) is never shipped
+  on. For the others `targets(account)` names the stamp to ship to, or None (the account is
+  in no location, or this stamp is stand-alone): its operations count as shipped; it raises
+  when it cannot say yet (the location is unreachable, or still names another primary for
+  an account whose writes this stamp took: a failover it has not heard of), and the batch
+  waits and asks again: an operation written here is never skipped.
 - **Last sync time** (`last_sync_s`): every write this partition acknowledged before it is
   on the secondary. From samples (wall time t, LSN a: every write acknowledged before t has
   an LSN at most a) taken as each block is handed over, before its writes are answered
@@ -39,26 +44,34 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from common.errors import StampError, Unavailable
 from common.proto import partition_pb2 as pb
 from partition_layer import keys
-from partition_layer.commit_log import CommitOp, Replayer, decode_batch
-from partition_layer.rows import Row, decode_row, encode_row
+from partition_layer.commit_log import CommitOp, Replayer, decode_batch, within
+from partition_layer.keys import KeyRange
+from partition_layer.rows import TAG_BLOB, TAG_BLOB_CRC, Row, decode_row, encode_row
 from stream_layer.framing import Location
 
 log = logging.getLogger(__name__)
 
 SHIP_OPS_MAX = 4096
-SHIP_BYTES_MAX = 4 * 1024 * 1024
+# A batch's rows, at most (one operation alone may have more: the largest legal one). Well
+# under a front end's receive limit (frontend/server.request_message_bytes_max), which a
+# batch that grew with a lag once passed: refused, retried for ever.
+SHIP_BYTES_MAX = 1024 * 1024
 QUEUE_BYTES_MAX = 64 * 1024 * 1024
-SYNC_SAMPLES_MAX = 4096
+ROW_OVERHEAD_BYTES = 16  # a row's header and CRC, inline
+_BLOB_TAGS = (bytes((TAG_BLOB,)), bytes((TAG_BLOB_CRC,)))
+SYNC_SAMPLES_MAX = 8192
+SYNC_SAMPLE_S = 0.01  # at most one sample this often: 80 s of lag at full precision
 RETRY_MIN_S = 0.05
 RETRY_MAX_S = 2.0
 
@@ -71,6 +84,7 @@ class ShipSite(Protocol):
 
     id: int
     applied_lsn: int
+    range: KeyRange  # its keys: a split child's log begins with its parent's, both halves
     streams: Mapping[str, Any]  # "log": the commit log, read with `blocks(start)`
 
     async def read_blob(self, row: Row) -> bytes: ...
@@ -105,16 +119,30 @@ class _Batch:
     ops: int = 0
     nbytes: int = 0
 
+    def takes(self, op: CommitOp) -> bool:
+        """Whether `op` goes into this batch (else it starts the next one)."""
+        if not self.ops:
+            return True
+        size = sum(shipped_bytes(key, row) for key, row in op.mutations)
+        return self.ops < SHIP_OPS_MAX and self.nbytes + size <= SHIP_BYTES_MAX
+
     def add(self, op: CommitOp) -> None:
-        for key, encoded in op.mutations:
+        for key, encoded in () if op.replicated else op.mutations:
             account, pname, _kind, _row = keys.decode_key(key)
             self.rows.setdefault((account, pname), {})[key] = encoded
-            self.nbytes += len(key) + len(encoded)
+            self.nbytes += shipped_bytes(key, encoded)
         self.last_lsn = op.lsn
         self.ops += 1
 
-    def full(self) -> bool:
-        return self.ops >= SHIP_OPS_MAX or self.nbytes >= SHIP_BYTES_MAX
+
+
+def shipped_bytes(key: bytes, encoded: bytes) -> int:
+    """What a row weighs when shipped: a pointer into blob data travels as its value."""
+    if encoded[:1] in _BLOB_TAGS:
+        blob = decode_row(encoded).blob
+        assert blob is not None
+        return len(key) + blob.value_bytes + ROW_OVERHEAD_BYTES
+    return len(key) + len(encoded)
 
 
 class GeoShipper:
@@ -138,9 +166,14 @@ class GeoShipper:
         self._handed_bytes = 0
         self._wake = asyncio.Event()
         self._shipped = asyncio.Event()  # set after each batch: `drained` waits on it
+        # Reading the commit log (module contract): the replayer, the block reached, the
+        # stream's iterator, and operations read but not yet shipped, in LSN order.
+        self._replayer: Replayer | None = None
+        self._cursor: Location | None = None
+        self._blocks: Any = None
+        self._carried: collections.deque[CommitOp] = collections.deque()
         # (t, a) as the module contract says: the last sync time while anything waits.
-        self._samples: collections.deque[tuple[float, int]] = collections.deque(
-            maxlen=SYNC_SAMPLES_MAX)
+        self._samples: collections.deque[tuple[float, int]] = collections.deque()
         self._samples.append((wall(), site.applied_lsn))
         self._synced_s = synced_s
         self.batches = 0  # batches shipped (metrics, tests)
@@ -151,7 +184,7 @@ class GeoShipper:
     def committed(self, ops: list[CommitOp], location: Location | None, nbytes: int) -> None:
         """A durable block's operations, applied in order (the committer, after `apply`)."""
         if ops:
-            self._samples.append((self._wall(), ops[0].lsn - 1))
+            self._sample(ops[0].lsn - 1)
             if self._handed_bytes + nbytes <= QUEUE_BYTES_MAX:
                 self._handed.append(_Handed(ops, location, nbytes))
                 self._handed_bytes += nbytes
@@ -159,6 +192,20 @@ class GeoShipper:
                 self._handed.clear()
                 self._handed_bytes = 0
         self._wake.set()
+
+    def _sample(self, lsn: int) -> None:
+        """Every write acknowledged before now has an LSN at most `lsn`. Kept only when the
+        last sample is SYNC_SAMPLE_S old (the older one stays true, if less precise); when
+        the deque is full, the oldest goes, its time kept if it was shipped already (else
+        the last sync time reported is older than it could be, never newer)."""
+        now = self._wall()
+        if now - self._samples[-1][0] < SYNC_SAMPLE_S:
+            return
+        if len(self._samples) == SYNC_SAMPLES_MAX:
+            at, oldest = self._samples.popleft()
+            if oldest <= self.shipped_lsn:
+                self._synced_s = max(self._synced_s, at)
+        self._samples.append((now, lsn))
 
     def checkpointed(self, replay_from: Location | None, applied_lsn: int) -> None:
         """The partition recorded a replay point (checkpoint.py): a safe place to read from
@@ -181,7 +228,8 @@ class GeoShipper:
     def last_sync_s(self) -> float:
         """Every write acknowledged here before this wall time is on the secondary."""
         if self.shipped_lsn >= self.site.applied_lsn:
-            return self._wall()
+            self._synced_s = self._wall()  # caught up now: every write up to now is there
+            return self._synced_s
         while len(self._samples) > 1 and self._samples[1][1] <= self.shipped_lsn:
             self._samples.popleft()
         at, lsn = self._samples[0]
@@ -208,40 +256,70 @@ class GeoShipper:
     async def _next_batch(self) -> _Batch:
         batch = _Batch()
         self._drop_handed_upto(self.shipped_lsn)
-        if self._handed and self._handed[0].ops[0].lsn <= self.shipped_lsn + 1:
-            while self._handed and not batch.full():
-                handed = self._handed.popleft()
-                self._handed_bytes -= handed.nbytes
+        while self._carried and self._carried[0].lsn <= self.shipped_lsn:
+            self._carried.popleft()
+        if not self._carried and self._handed \
+                and self._handed[0].ops[0].lsn <= self.shipped_lsn + 1:
+            self._stop_reading()  # caught up with the hand-off: the log is not read on
+            # Whole blocks while they fit; a block cut short stays queued, its operations
+            # up to the batch's last skipped next time.
+            for handed in self._handed:
                 for op in handed.ops:
-                    if op.lsn > max(self.shipped_lsn, batch.last_lsn):
-                        batch.add(op)
+                    if op.lsn <= max(self.shipped_lsn, batch.last_lsn):
+                        continue
+                    if not batch.takes(op):
+                        return batch
+                    batch.add(op)
             return batch
-        async for ops in self._from_log():
-            for op in ops:
-                batch.add(op)
-            if batch.full():
-                break
-        return batch
+        while True:
+            while self._carried and self._carried[0].lsn <= self.site.applied_lsn:
+                if not batch.takes(self._carried[0]):
+                    return batch
+                batch.add(self._carried.popleft())
+            if self._carried or not await self._read_block():
+                return batch  # what was read waits to be applied, or nothing more to read
 
     def _drop_handed_upto(self, lsn: int) -> None:
         while self._handed and self._handed[0].ops[-1].lsn <= lsn:
             self._handed_bytes -= self._handed.popleft().nbytes
 
-    async def _from_log(self) -> AsyncIterator[list[CommitOp]]:
-        """Operations past the shipped LSN, up to the applied LSN, in LSN order, read from
-        the safe place (module contract)."""
-        upto = self.site.applied_lsn
-        replayer = Replayer(self.shipped_lsn)
-        async for _, block in self.site.streams["log"].blocks(self.position.resume_from):
-            ready = [op for op in replayer.feed(decode_batch(block)) if op.lsn <= upto]
-            if ready:
-                yield ready
-            if replayer.applied_lsn >= upto:
-                return
+    async def _read_block(self) -> bool:
+        """Read the commit log's next block, its operations that became applicable (LSN
+        order, this partition's keys: a split parent's other half is its sibling's to ship)
+        carried for shipping once applied here. One reading goes on from block to block
+        (a Replayer keeps what waits for a gap); it starts at the safe place (module
+        contract). False at the end of what the log holds now."""
+        if self._replayer is None:
+            self._replayer = Replayer(self.shipped_lsn)
+            self._cursor = self.position.resume_from
+        if self._blocks is None:
+            self._blocks = self.site.streams["log"].blocks(self._cursor)
+        try:
+            location, block = await anext(self._blocks)
+        except StopAsyncIteration:
+            self._blocks = None  # read again from the last block, which it yields again
+            return False
+        self._cursor = location
+        self._carried.extend(within(op, self.site.range)
+                             for op in self._replayer.feed(decode_batch(block)))
+        return True
+
+    def _stop_reading(self) -> None:
+        if self._blocks is not None:
+            asyncio.get_running_loop().create_task(self._blocks.aclose())
+        self._replayer, self._blocks, self._cursor = None, None, None
+        self._carried.clear()
 
     async def _ship(self, batch: _Batch) -> None:
-        by_target = await self._requests(batch)
         attempt = 0
+        while True:  # where each account goes: asked until it is known (module contract)
+            try:
+                by_target = await self._requests(batch)
+                break
+            except StampError as exc:
+                self.failures += 1
+                await self._back_off(attempt, f"where to ship: {exc}")
+                attempt += 1
         done: set[str] = set()
         while pending := {t: r for t, r in by_target.items() if t not in done}:
             for target, requests in pending.items():
@@ -251,19 +329,22 @@ class GeoShipper:
                     await self._send(target, requests)
                 except StampError as exc:
                     self.failures += 1
-                    delay = min(RETRY_MAX_S, RETRY_MIN_S * 2 ** min(attempt, 16))
-                    log.warning("partition %d: shipping to %s failed (%s); again in %.2f s",
-                                self.site.id, target, exc, delay)
-                    await asyncio.sleep(self._rng.uniform(delay / 2, delay))
+                    await self._back_off(attempt, f"shipping to {target} failed: {exc}")
                     attempt += 1
                     # Asked again: an account whose roles moved meanwhile (a failover) goes
-                    # elsewhere now, or nowhere (this stamp is no longer its primary).
-                    by_target = await self._requests(batch)
+                    # elsewhere now.
+                    with contextlib.suppress(StampError):
+                        by_target = await self._requests(batch)
                     break
                 done.add(target)
         self.shipped_lsn = batch.last_lsn
         self.batches += 1
         self._shipped.set()
+
+    async def _back_off(self, attempt: int, why: str) -> None:
+        delay = min(RETRY_MAX_S, RETRY_MIN_S * 2 ** min(attempt, 16))
+        log.warning("partition %d: %s; again in %.2f s", self.site.id, why, delay)
+        await asyncio.sleep(self._rng.uniform(delay / 2, delay))
 
     async def drained(self) -> None:
         """Return once everything applied when called (and since) is shipped: a merge

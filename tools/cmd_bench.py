@@ -92,6 +92,12 @@ def _fe_append(args: argparse.Namespace, progress: Progress) -> Rows:
     return run_fe_append(seconds=args.seconds, progress=progress)
 
 
+def _geo(args: argparse.Namespace, progress: Progress) -> Rows:
+    from tools.bench.geo import run_geo
+
+    return run_geo(seconds=args.seconds, progress=progress)
+
+
 def _fe_tls(args: argparse.Namespace, progress: Progress) -> Rows:
     from tools.bench.front_end_tls import run_fe_tls
 
@@ -195,6 +201,11 @@ BENCHES: dict[str, tuple[str, Callable[[argparse.Namespace, Progress], Rows]]] =
     "fe-tls": ("the fe-append loads through the SDK to a stamp with TLS and to one without, "
                "side by side, taking turns (targets: ratio >= 0.9 at 32x100, added p50 <= "
                "0.2 ms for 1x1)", _fe_tls),
+    "geo": ("inter-stamp replication on a location of two small stamps: the log-append "
+            "loads 32x1 and 32x100 through the SDK for a replicated account and a "
+            "stand-alone one taking turns, with the replication lag p50/p99 (targets: "
+            "ratio >= 0.85, lag p99 <= 1 s at 32x1); a planned failover under 8 writers: "
+            "the longest pause (target <= 2 s)", _geo),
     "scan": ("rows/s scanning --rows entities of 100 bytes over 4 range partitions through "
              "the SDK (--trials scans, at most 5; target >= 100,000 rows/s)", _scan),
     "spark-scan": ("entities/s and log records/s read through the Spark data source on "

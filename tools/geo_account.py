@@ -74,10 +74,11 @@ class GeoStatus:
             out.append("replication: not shipping yet (its partitions start within 5 s)")
         else:
             s = self.shipping
+            synced = ("unknown (not caught up since its shipping started)" if not s.synced_s
+                      else f"{time.strftime('%H:%M:%S', time.localtime(s.synced_s))} "
+                           f"(lag {max(0.0, now_s - s.synced_s):.1f} s)")
             out.append(f"replication: {s.partitions} partitions, {s.lag_ops} operations not "
-                       f"yet on {p.secondary}, last sync "
-                       f"{time.strftime('%H:%M:%S', time.localtime(s.synced_s))} "
-                       f"(lag {max(0.0, now_s - s.synced_s):.1f} s)")
+                       f"yet on {p.secondary}, last sync {synced}")
         return out
 
 
@@ -122,14 +123,15 @@ async def shipping_of(stamp: LocalStamp, account: str) -> Shipping | None:
         async with rpc.aio_channel(record.address, 16 << 20) as channel:
             load = await rpc.call(pb_grpc.PartitionServerStub(channel).Status(
                 pb.ServerStatusRequest(), timeout=STATUS_TIMEOUT_S))
-        found += [p for p in load.partitions if p.geo and _overlaps(p.range, low, high)]
+        found += [p for p in load.partitions if p.geo and overlaps(p.range, low, high)]
     if not found:
         return None
     return Shipping(len(found), sum(p.geo_lag_ops for p in found),
                     min(p.geo_synced_s for p in found))
 
 
-def _overlaps(key_range: pb.KeyRange, low: bytes, high: bytes | None) -> bool:
+def overlaps(key_range: pb.KeyRange, low: bytes, high: bytes | None) -> bool:
+    """Whether a partition's range holds keys of [low, high)."""
     below_high = high is None or key_range.low < high
     above_low = not key_range.has_high or key_range.high > low
     return below_high and above_low

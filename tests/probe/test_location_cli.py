@@ -31,10 +31,12 @@ def location_cli(directory: Path, *args: str, code: int = 0) -> str:
     return done.stdout if code == 0 else done.stderr
 
 
-def until(check: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+def until(check: Callable[[], bool], what: str | Callable[[], str],
+          timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not check():
-        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
+        assert time.monotonic() < deadline, \
+            f"not within {timeout_s} s: {what() if callable(what) else what}"
         time.sleep(0.05)
 
 
@@ -140,10 +142,13 @@ def test_a_planned_failover_under_load_loses_nothing_and_writers_go_on(location:
 
     def subscribe() -> None:
         with Client.from_connection_string(text, timeout_s=60) as client:
-            for _, record in client.subscribe("writer-0"):
-                seen.append(record)
-                if stop.is_set() and len(seen) >= len(acked["writer-0"]):
-                    return
+            try:
+                for _, record in client.subscribe("writer-0"):
+                    seen.append(record)
+                    if stop.is_set() and len(seen) >= len(acked["writer-0"]):
+                        return
+            except Exception as exc:  # what the subscriber would see: none expected
+                errors.append(exc)
 
     threads = [threading.Thread(target=write, args=(log,)) for log in acked]
     threads.append(threading.Thread(target=subscribe, daemon=True))
@@ -164,7 +169,10 @@ def test_a_planned_failover_under_load_loses_nothing_and_writers_go_on(location:
             assert [r for _, r in client.read(log, 0, 10_000)] == records, log
         assert client.aio.location_answer.primary.name == new
     first = acked["writer-0"]
-    until(lambda: seen[:len(first)] == first, "the subscriber saw every record")
+    until(lambda: seen[:len(first)] == first or bool(errors),
+          lambda: f"the subscriber saw every record: {len(seen)} of {len(first)}, first "
+                  f"difference at {first_difference(seen, first)}")
+    assert errors == []
     assert seen == first[:len(seen)]  # once each, in order
     # The old primary is the secondary now: what the new one took reaches it.
     assert f"primary {new}, secondary {old}" in location_cli(location, "geo", "gamma")
@@ -179,6 +187,11 @@ def test_a_planned_failover_under_load_loses_nothing_and_writers_go_on(location:
             at_old.append("writer-0", [b"not here"])
     print(f"longest pause a writer saw: {max(pauses):.2f} s")
     assert "stopped" in location_cli(location, "down")
+
+
+def first_difference(seen: list[bytes], expected: list[bytes]) -> int | None:
+    return next((i for i, (a, b) in enumerate(zip(seen, expected, strict=False)) if a != b),
+                None)
 
 
 def stamps_of(location: LocalLocation) -> dict[str, LocalStamp]:

@@ -21,7 +21,7 @@ from partition_layer.partition import RangePartition
 from partition_layer.requests import handle
 from partition_layer.rows import Row
 from stream_layer.framing import Location
-from tests.support.geo import LIMITS, Side, append, put
+from tests.support.geo import BIG, LIMITS, Side, append, put
 
 DEADLINE_S = 10.0
 
@@ -32,6 +32,7 @@ class Site:
     def __init__(self, partition: RangePartition) -> None:
         self.partition = partition
         self.id = partition.id
+        self.range = partition.range
         self.streams = {"log": self}
         self.hold_back = 0  # report this many operations fewer as applied
 
@@ -325,6 +326,143 @@ def test_a_batch_refused_after_the_roles_moved_goes_where_the_location_now_says(
         await writes(primary, 3)
         await until(lambda: shipper.lag_ops() == 0, "done without the secondary")
         assert shipper.failures == 1
+        await stopped(task)
+
+    run(scenario)
+
+
+def test_batches_stay_under_their_bound_however_far_behind(monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """A lag (the secondary was down) does not grow a batch past SHIP_BYTES_MAX: a front
+    end refuses a message over its receive limit, and a batch refused that way would be
+    sent again for ever. One operation larger than the bound goes alone."""
+    monkeypatch.setattr(geo_shipper, "SHIP_BYTES_MAX", 3_000)
+    monkeypatch.setattr(geo_shipper, "RETRY_MAX_S", 0.01)
+
+    async def scenario() -> None:
+        primary, secondary = Side(), Secondary()
+        secondary.failing = 3
+        shipper, task = await running(primary, secondary)
+        await writes(primary, 60)
+        await primary.ok("orders", append=append(b"z" * 5_000))  # larger than the bound
+        for _ in range(3):  # values in blob data: pointers here, shipped with their bytes
+            await primary.ok("orders", append=append(BIG))
+        await until(lambda: shipper.lag_ops() == 0, "caught up")
+        sizes = [sum(len(k) + len(r) for q in requests
+                     for k, r in zip(q.replicate.keys, q.replicate.rows, strict=True))
+                 for _, requests in secondary.sends]
+        assert len(sizes) > 3 and max(sizes) > 3_000
+        # The large appends, each alone.
+        assert sum(1 for size in sizes if size > 3_000) == 4, sizes
+        assert await view(secondary) == await view(primary)
+        await stopped(task)
+
+    run(scenario)
+
+
+def test_a_long_lag_never_loses_the_last_sync_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """More blocks wait than samples are kept: the last sync time may be reported older than
+    it is, never newer, and never lost (it once fell back to 0 under a long 32x100 lag)."""
+    monkeypatch.setattr(geo_shipper, "SYNC_SAMPLES_MAX", 4)
+
+    async def scenario() -> None:
+        clock = [1_000.0]
+        primary, secondary = Side(), Secondary()
+        gate = asyncio.Event()
+        send = secondary.send
+
+        async def held(target: str, requests: list[pb.Request]) -> None:
+            await gate.wait()
+            await send(target, requests)
+
+        secondary.send = held  # type: ignore[method-assign]
+        shipper, task = await running(primary, secondary, wall=lambda: clock[0])
+        await writes(primary, 1)
+        gate.set()
+        await until(lambda: shipper.lag_ops() == 0, "caught up")
+        clock[0] = 1_100.0
+        assert shipper.last_sync_s() == 1_100.0
+        gate.clear()
+        for _ in range(20):  # 60 blocks, a second apart, none shipped
+            clock[0] += 1.0
+            await writes(primary, 1)
+        synced = shipper.last_sync_s()
+        assert 1_100.0 <= synced <= 1_101.0, synced
+        gate.set()
+        await until(lambda: shipper.lag_ops() == 0, "caught up")
+        assert shipper.last_sync_s() == clock[0]
+        await stopped(task)
+
+    run(scenario)
+
+
+def test_a_split_child_ships_its_own_half_of_its_parents_log() -> None:
+    """A split child's commit log begins with its parent's, whose operations touch both
+    halves: it ships only the keys of its own range (its sibling ships the rest, in order
+    with its own operations)."""
+    from partition_layer.keys import KeyRange
+    from partition_layer.operations import meta_key
+
+    async def scenario() -> None:
+        primary, secondary = Side(), Secondary()
+        await writes(primary, 5)  # "orders" and "users" of acct (and "notes" of solo)
+        site = Site(primary.partition)
+        site.range = KeyRange(b"", meta_key("acct", "p"))  # "orders" here, "users" not
+        shipper = GeoShipper(site, targets, secondary.send, Position(0, None))
+        task = asyncio.get_running_loop().create_task(shipper.run())
+        await until(lambda: shipper.lag_ops() == 0, "caught up")
+        names = {r.pname for _, rs in secondary.sends for r in rs}
+        assert names == {"orders"}
+        await stopped(task)
+
+    run(scenario)
+
+
+def test_what_came_from_another_stamp_is_never_shipped_on() -> None:
+    """Operations applied from the account's primary (operations.Replicated, marked in the
+    commit log) are not shipped back or on: only what was written here is."""
+    from partition_layer import keys
+    from partition_layer.rows import encode_row
+
+    async def scenario() -> None:
+        primary, secondary = Side(), Secondary()
+        shipper, task = await running(primary, secondary)
+        key = keys.encode_key("acct", "users", keys.KIND_ENTITY, b"from-afar")
+        await primary.ok("users", replicate=pb.ReplicateOp(
+            keys=[key], rows=[encode_row(Row(7, value=b"v"))]))
+        await writes(primary, 2)
+        await until(lambda: shipper.lag_ops() == 0, "caught up")
+        shipped = {k for _, rs in secondary.sends for r in rs for k in r.replicate.keys}
+        assert key not in shipped and shipped
+        await stopped(task)
+
+    run(scenario)
+
+
+def test_an_account_whose_target_is_not_known_yet_waits_and_is_never_skipped(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The location still names another primary for an account whose writes this stamp
+    took (a failover it has not heard of yet): the batch waits and asks again."""
+    monkeypatch.setattr(geo_shipper, "RETRY_MAX_S", 0.01)
+
+    async def scenario() -> None:
+        primary, secondary = Side(), Secondary()
+        unsure = {"left": 4}
+
+        async def placed(account: str) -> str | None:
+            if account == "acct" and unsure["left"] > 0:
+                unsure["left"] -= 1
+                raise Unavailable("the location names another primary: asking again")
+            return await targets(account)
+
+        shipper = GeoShipper(Site(primary.partition), placed, secondary.send,
+                             Position(0, None))
+        primary.partition.shipper = shipper
+        task = asyncio.get_running_loop().create_task(shipper.run())
+        await writes(primary, 10)
+        await until(lambda: shipper.lag_ops() == 0, "caught up")
+        assert shipper.failures >= 4
+        assert await view(secondary) == await view(primary)
         await stopped(task)
 
     run(scenario)

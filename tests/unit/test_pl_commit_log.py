@@ -134,3 +134,17 @@ def test_replayer_drops_an_old_owners_junk_when_a_new_owner_writes() -> None:
 
 def test_epoch_round_trips() -> None:
     assert decode_batch(encode_batch(_batch(77, 1, 2))).epoch == 77
+
+
+def test_an_op_applied_from_another_stamp_keeps_its_mark() -> None:
+    """commit_log.REPLICATED (issue 30): round-trips, survives `within`, and a block
+    written before the mark existed decodes unmarked (the top bit of its counts is clear)."""
+    from partition_layer.commit_log import CommitBatch, CommitOp, decode_batch, encode_batch
+    from partition_layer.commit_log import within as within_range
+    from partition_layer.keys import KeyRange
+
+    ops = [CommitOp(1, [(b"a", b"1")]), CommitOp(2, [(b"b", b"2"), (b"z", b"3")], True)]
+    decoded = decode_batch(encode_batch(CommitBatch(ops, 4)))
+    assert decoded.ops == ops and [op.replicated for op in decoded.ops] == [False, True]
+    assert within_range(decoded.ops[1], KeyRange(b"", b"c")) == CommitOp(2, [(b"b", b"2")],
+                                                                         True)

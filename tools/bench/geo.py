@@ -1,0 +1,190 @@
+"""`stamp bench geo` (issue 30): inter-stamp replication on a location of two small stamps of
+its own (tools/local_location.py), through the SDK.
+
+- For the `log-append` loads 32x1 and 32x100 (1 KiB records): the primary's records/s for an
+  account replicated to its secondary against an account of the same stamp that is in no
+  location (nothing shipped), the two taking turns (this machine's speed drifts); on the
+  replicated turns, the replication lag sampled every LAG_SAMPLE_S: how far the account's
+  last sync time (the oldest of its partitions' at the primary) is behind now, p50 and p99.
+  Targets: p99 <= 1 s at 32x1; ratio replicated / not >= 0.85.
+- A planned failover under FAILOVER_WRITERS single-record SDK writers: the longest pause a
+  writer saw (between two acknowledged appends), and the failover's own time. Target: pause
+  <= 2 s.
+(An unplanned failover and a migration are not built yet: no rows for them.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from stampsdk.aio import Client as AsyncClient
+
+from common import rpc
+from common.errors import Unavailable
+from common.proto import partition_pb2 as pb
+from common.proto import partition_pb2_grpc as pb_grpc
+from partition_layer import keys
+from tools.bench.front_end import RECORD_BYTES, Append, Phase, phase, turns_for
+from tools.bench.measure import latency_metrics, percentile, row
+from tools.geo_account import accounts_at, overlaps, planned_failover, shipping_of, stamps_of
+from tools.local_location import LocalLocation
+
+Progress = Callable[[str], None]
+LOADS = ((32, 1), (32, 100))
+LAG_SAMPLE_S = 0.05
+FAILOVER_WRITERS = 8
+REPLICATED, ALONE = "replicated", "not replicated"
+
+
+def run_geo(seconds: float = 5.0, progress: Progress = lambda _: None) -> list[dict[str, Any]]:
+    directory = Path(tempfile.mkdtemp(prefix="stamp-bench-geo-"))
+    location = LocalLocation(directory / "location")
+    try:
+        progress("starting a location of two stamps")
+        location.up()
+        return asyncio.run(_geo(location, seconds, progress))
+    finally:
+        location.down()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+async def _geo(location: LocalLocation, seconds: float, progress: Progress
+               ) -> list[dict[str, Any]]:
+    from tools.cmd_location import create_account
+
+    placement, account = create_account(location, "geo-bench")
+    primary = stamps_of(location)[placement.primary]
+    with accounts_at(primary) as accounts:
+        alone = accounts.create("solo-bench")  # a stand-alone account: nothing ships
+    progress("waiting until the primary's partitions ship")
+    await _shipping(primary)
+    fronts = [r.address for r in primary.front_ends()]
+    text = (f"Location={','.join(location.location_endpoints())};Account=geo-bench;"
+            f"Key={base64.b64encode(account.keys[0]).decode()}")
+    rows: list[dict[str, Any]] = []
+    async with AsyncClient.from_connection_string(text) as replicated, \
+            AsyncClient(fronts, "solo-bench", key=alone.keys[0]) as solo:
+        paths: dict[str, Append] = {REPLICATED: replicated.append, ALONE: solo.append}
+        for name, append in paths.items():
+            await append(f"warm-{name.replace(' ', '-')}", [b"x"])
+        for clients, batch in LOADS:
+            rows += await _load(primary, paths, clients, batch, seconds, progress)
+        rows.append(await _failover(location, text, progress))
+    return rows
+
+
+async def _load(primary: Any, paths: dict[str, Append], clients: int, batch: int,
+                seconds: float, progress: Progress) -> list[dict[str, Any]]:
+    found: dict[str, list[Phase]] = {p: [] for p in paths}
+    lags: list[float] = []
+    turns = turns_for(seconds)
+    for turn in range(turns):
+        order = list(paths.items())
+        for name, append in order if turn % 2 == 0 else reversed(order):
+            progress(f"{clients}x{batch}, {name}, turn {turn + 1}/{turns}")
+            sampler = (asyncio.get_running_loop().create_task(_sample_lag(primary, lags))
+                       if name == REPLICATED else None)
+            found[name].append(await phase(append, name.replace(" ", "-"), clients, batch,
+                                           seconds / turns))
+            if sampler is not None:
+                sampler.cancel()
+                await asyncio.gather(sampler, return_exceptions=True)
+    figures = {name: _figures(phases) for name, phases in found.items()}
+    ordered = sorted(lags)
+    rows = [row({"path": name, "clients": clients, "batch": batch,
+                 "record_bytes": RECORD_BYTES, "turns": turns}, figures[name])
+            for name in paths]
+    rows.append(row({"compare": f"{REPLICATED} vs {ALONE}, {clients}x{batch}"}, {
+        "ratio": round(figures[REPLICATED]["records_per_s"]
+                       / max(figures[ALONE]["records_per_s"], 1e-9), 3),
+        "lag_p50_s": round(percentile(ordered, 0.5), 3),
+        "lag_p99_s": round(percentile(ordered, 0.99), 3),
+        "lag_max_s": round(ordered[-1], 3) if ordered else 0.0,
+        "lag_samples": len(ordered)}))
+    return rows
+
+
+def _figures(phases: Sequence[Phase]) -> dict[str, Any]:
+    total = sum(p[0] for p in phases)
+    elapsed = sum(p[2] for p in phases)
+    return {"records_per_s": round(total / elapsed, 1),
+            **latency_metrics([latency for p in phases for latency in p[1]])}
+
+
+async def _shipping(primary: Any, timeout_s: float = 30.0) -> None:
+    """Until the account's partitions at the primary ship, caught up (they attach within
+    5 s of the stamp joining its location)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        shipping = await shipping_of(primary, "geo-bench")
+        if shipping is not None and shipping.lag_ops == 0:
+            return
+        if time.monotonic() > deadline:
+            raise Unavailable(f"the primary's partitions do not ship ({shipping})")
+        await asyncio.sleep(0.2)
+
+
+async def _sample_lag(primary: Any, lags: list[float]) -> None:
+    """How far the account's last sync time is behind now, every LAG_SAMPLE_S (from the
+    primary's partition servers, over channels kept open)."""
+    low = keys.account_prefix("geo-bench")
+    high = keys.prefix_end(low)
+    channels = [rpc.aio_channel(r.address, 16 << 20) for r in primary.partition_servers()]
+    try:
+        stubs = [pb_grpc.PartitionServerStub(channel) for channel in channels]
+        while True:
+            synced = []
+            for stub in stubs:
+                load = await rpc.call(stub.Status(pb.ServerStatusRequest(), timeout=5))
+                synced += [p.geo_synced_s for p in load.partitions
+                           if p.geo and overlaps(p.range, low, high)]
+            if synced:
+                lags.append(max(0.0, time.time() - min(synced)))
+            await asyncio.sleep(LAG_SAMPLE_S)
+    finally:
+        for channel in channels:
+            await channel.close()
+
+
+async def _failover(location: LocalLocation, text: str, progress: Progress) -> dict[str, Any]:
+    """FAILOVER_WRITERS writers; a planned failover among them: the longest pause."""
+    stop = asyncio.Event()
+    gaps: list[float] = []
+    errors: list[str] = []
+
+    async def writer(index: int) -> None:
+        async with AsyncClient.from_connection_string(text, timeout_s=60) as client:
+            last = time.monotonic()
+            while not stop.is_set():
+                try:
+                    await client.append(f"failover-{index}", [b"r" * RECORD_BYTES])
+                except Exception as exc:  # a writer's error is a result to report
+                    errors.append(repr(exc))
+                    return
+                now = time.monotonic()
+                gaps.append(now - last)
+                last = now
+
+    writers = [asyncio.get_running_loop().create_task(writer(i))
+               for i in range(FAILOVER_WRITERS)]
+    await asyncio.sleep(1.0)
+    progress("planned failover under load")
+    report = await asyncio.to_thread(planned_failover, location, "geo-bench")
+    await asyncio.sleep(2.0)  # writers go on at the new primary
+    stop.set()
+    await asyncio.gather(*writers)
+    return row({"failover": "planned", "writers": FAILOVER_WRITERS}, {
+        "pause_max_s": round(max(gaps), 3) if gaps else 0.0,
+        "pause_p50_ms": round(statistics.median(gaps) * 1000, 3) if gaps else 0.0,
+        "failover_s": round(report.total_s, 3),
+        "front_end_cache_wait_s": round(report.fenced_wait_s, 3),
+        "drain_s": round(report.drain_s, 3),
+        "writer_errors": len(errors)})
