@@ -40,6 +40,8 @@ SERVICE_DIR = "service"
 STAMPS_DIR = "stamps"
 SERVICE_HOST = "127.0.0.1"
 SECRET_FILE = "replication.secret"
+SETTINGS_FILE = "location-stamp.toml"
+LOCATION_CACHE_MS = 1000  # a location's front ends' account cache TTL (small_stamp_config)
 LOCATION_SERVER = "loc-1"
 KIND_LOCATION = "location"
 
@@ -69,10 +71,15 @@ def small_stamp_config(host: str) -> StampConfig:
     nodes = tuple(dataclasses.replace(spec, name=f"en-{i + 1}")
                   for i, spec in enumerate(default.extent_nodes[::3]))
     assert len({n.fault_domain for n in nodes}) == len(nodes) == 3, nodes
+    # Front ends see an account's role move (a failover) within 1 s, not 5: a failover
+    # waits that out at the old primary, and writers wait for the new one's (issue 30: a
+    # pause of at most 2 s). The cost: a lock-service read per account per second each.
+    front_end = dataclasses.replace(default.front_end, account_cache_ttl_ms=LOCATION_CACHE_MS)
     return dataclasses.replace(default, host=host, extent_nodes=nodes,
                                partition_managers=default.partition_managers[:1],
                                partition_servers=default.partition_servers[:1],
-                               front_ends=default.front_ends[:1], job_schedulers=())
+                               front_ends=default.front_ends[:1], job_schedulers=(),
+                               front_end=front_end)
 
 
 class LocalLocation:
@@ -95,7 +102,8 @@ class LocalLocation:
             try:
                 yield site, _loaded(path, small_stamp_config(site.host))
             except NotFound:
-                yield site, LocalStamp(path, small_stamp_config(site.host))
+                yield site, LocalStamp(path, small_stamp_config(site.host),
+                                       config_path=str(write_stamp_settings(path)))
 
     def up(self, progress: Progress = SILENT) -> list[str]:
         """Start what is not running (the service, then each stamp) and register the
@@ -143,6 +151,18 @@ class LocalLocation:
         """A LocationStore on the service's lock group, its client closed afterwards."""
         with LockClient.from_stamp(self.service().data_dir, holder="location-cli") as locks:
             yield LocationStore(locks)
+
+
+def write_stamp_settings(data_dir: Path) -> Path:
+    """The config file a location's stamp's processes read (`--config`): the settings in
+    which small_stamp_config differs from the default inside processes (its shape, the
+    processes it has, is the plan's and needs no file)."""
+    path = data_dir / SETTINGS_FILE
+    if not path.exists():
+        durable_fs.make_dirs(data_dir)
+        durable_fs.replace_file(path, f"[front_end]\naccount_cache_ttl_ms = "
+                                      f"{LOCATION_CACHE_MS}\n".encode())
+    return path
 
 
 def _loaded(path: Path, config: StampConfig) -> LocalStamp:

@@ -118,7 +118,7 @@ def test_a_planned_failover_under_load_loses_nothing_and_writers_go_on(location:
     location_cli(location, "up")
     placed, text = location_cli(location, "create-account", "gamma").splitlines()
     old, new = primary_of(placed), secondary_of(placed)
-    stop = threading.Event()
+    stop, written = threading.Event(), threading.Event()
     acked: dict[str, list[bytes]] = {f"writer-{i}": [] for i in range(4)}
     errors: list[BaseException] = []
     pauses: list[float] = []
@@ -145,7 +145,8 @@ def test_a_planned_failover_under_load_loses_nothing_and_writers_go_on(location:
             try:
                 for _, record in client.subscribe("writer-0"):
                     seen.append(record)
-                    if stop.is_set() and len(seen) >= len(acked["writer-0"]):
+                    # Done once every writer stopped and every record it got was seen.
+                    if written.is_set() and len(seen) >= len(acked["writer-0"]):
                         return
             except Exception as exc:  # what the subscriber would see: none expected
                 errors.append(exc)
@@ -163,6 +164,7 @@ def test_a_planned_failover_under_load_loses_nothing_and_writers_go_on(location:
     stop.set()
     for thread in threads[:-1]:
         thread.join(timeout=90)
+    written.set()
     assert errors == []
     with Client.from_connection_string(text, timeout_s=30) as client:
         for log, records in acked.items():
