@@ -63,6 +63,18 @@ class Secondary(Side):
         self.sends: list[tuple[str, list[pb.Request]]] = []
         self.failing = 0
 
+    def hold(self) -> asyncio.Event:
+        """Sends wait for the event returned (set: they go through)."""
+        gate = asyncio.Event()
+        send = self.send
+
+        async def held(target: str, requests: list[pb.Request]) -> None:
+            await gate.wait()
+            await send(target, requests)
+
+        self.send = held  # type: ignore[method-assign]
+        return gate
+
     async def send(self, target: str, requests: list[pb.Request]) -> None:
         if self.failing > 0:
             self.failing -= 1
@@ -213,14 +225,7 @@ def test_position_and_last_sync_time() -> None:
     async def scenario() -> None:
         clock = [1_000.0]
         primary, secondary = Side(), Secondary()
-        gate = asyncio.Event()
-        send = secondary.send
-
-        async def held(target: str, requests: list[pb.Request]) -> None:
-            await gate.wait()
-            await send(target, requests)
-
-        secondary.send = held  # type: ignore[method-assign]
+        gate = secondary.hold()
         shipper, task = await running(primary, secondary, wall=lambda: clock[0])
         assert shipper.last_sync_s() == 1_000.0  # nothing waiting: now
         clock[0] = 1_010.0
@@ -284,14 +289,7 @@ def test_drained_waits_until_everything_applied_is_shipped() -> None:
     """What a merge waits for (split_merge._shipped_all): not before the secondary has it."""
     async def scenario() -> None:
         primary, secondary = Side(), Secondary()
-        gate = asyncio.Event()
-        send = secondary.send
-
-        async def held(target: str, requests: list[pb.Request]) -> None:
-            await gate.wait()
-            await send(target, requests)
-
-        secondary.send = held  # type: ignore[method-assign]
+        gate = secondary.hold()
         shipper, task = await running(primary, secondary)
         await shipper.drained()  # nothing committed: at once
         await writes(primary, 3)
@@ -368,14 +366,7 @@ def test_a_long_lag_never_loses_the_last_sync_time(monkeypatch: pytest.MonkeyPat
     async def scenario() -> None:
         clock = [1_000.0]
         primary, secondary = Side(), Secondary()
-        gate = asyncio.Event()
-        send = secondary.send
-
-        async def held(target: str, requests: list[pb.Request]) -> None:
-            await gate.wait()
-            await send(target, requests)
-
-        secondary.send = held  # type: ignore[method-assign]
+        gate = secondary.hold()
         shipper, task = await running(primary, secondary, wall=lambda: clock[0])
         await writes(primary, 1)
         gate.set()
