@@ -6,7 +6,8 @@ its own (tools/local_location.py), through the SDK.
   location (nothing shipped), the two taking turns (this machine's speed drifts); on the
   replicated turns, the replication lag sampled every LAG_SAMPLE_S: how far the account's
   last sync time (the oldest of its partitions' at the primary) is behind now, p50 and p99.
-  Targets: p99 <= 1 s at 32x1; ratio replicated / not >= 0.85.
+  Targets: p99 <= 1 s at 32x1; ratio replicated / not >= 0.85. Then how long after the
+  writers stop the secondary has every write (`catch_up_s`).
 - A planned failover under FAILOVER_WRITERS single-record SDK writers: the longest pause a
   writer saw (between two acknowledged appends), and the failover's own time. Target: pause
   <= 2 s.
@@ -42,6 +43,7 @@ LOADS = ((32, 1), (32, 100))
 LAG_SAMPLE_S = 0.05
 FAILOVER_WRITERS = 8
 REPLICATED, ALONE = "replicated", "not replicated"
+CATCH_UP_TIMEOUT_S = 600.0
 
 
 def run_geo(seconds: float = 5.0, progress: Progress = lambda _: None) -> list[dict[str, Any]]:
@@ -77,6 +79,12 @@ async def _geo(location: LocalLocation, seconds: float, progress: Progress
             await append(f"warm-{name.replace(' ', '-')}", [b"x"])
         for clients, batch in LOADS:
             rows += await _load(primary, paths, clients, batch, seconds, progress)
+            # What is left to ship once the writers stop: how long the secondary takes to
+            # have it all (and the next load, or the failover, starts from no lag).
+            progress(f"{clients}x{batch}: waiting until the secondary has every write")
+            started = time.monotonic()
+            await _shipping(primary, timeout_s=CATCH_UP_TIMEOUT_S)
+            rows[-1]["metrics"]["catch_up_s"] = round(time.monotonic() - started, 3)
         rows.append(await _failover(location, text, progress))
     return rows
 
