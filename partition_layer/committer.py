@@ -67,7 +67,7 @@ class CommitSite(Protocol):
     limits: PartitionLimits
     streams: Mapping[str, AsyncStream]  # "log": the commit log it appends to
     applied_lsn: int  # read at start: the first block takes the next LSN
-    version_floor: int  # read at start: the highest row version applied (`_version`)
+    version_floor: int  # read at start: the highest row version applied (`_floor`)
     last_commit: Location | None  # set to each durable block: a checkpoint's replay point
     log_bytes: int  # grown by each durable block: what a reload would replay
     stats: LoadStats
@@ -156,7 +156,7 @@ class GroupCommitter:
         # rows from the checkpoints): neither queued nor in flight, but not settled either.
         self.deciding = 0
         self.next_lsn = 0
-        self._floor = 0  # the highest row version decided so far (`_version`)
+        self._floor = 0  # the highest row version decided (`_start`: ETags never repeat)
         self._tail: asyncio.Task[None] | None = None
         self._paused = False
         self._task: asyncio.Task[None] | None = None
@@ -286,10 +286,6 @@ class GroupCommitter:
             # then overlaps with this process's work on the operations still queued.
             await asyncio.sleep(0)
 
-    def _version(self) -> int:
-        """Its LSN, or above every version replicated rows brought: ETags never repeat."""
-        return max(self.next_lsn, self._floor + 1)
-
     def _take_batch(self) -> list[Pending]:
         batch: list[Pending] = []
         size = 0
@@ -320,8 +316,10 @@ class GroupCommitter:
         if tracing.enabled:
             commit_spans.waits([p.span for p in batch])
         for pending in batch:
+            # Its LSN, or above the versions rows replicated from another stamp brought.
+            version = max(self.next_lsn, self._floor + 1)
             try:
-                result, mutations = pending.op.apply(overlay, self._version())
+                result, mutations = pending.op.apply(overlay, version)
             except StampError as exc:
                 outcomes.append(Outcome(pending, error=exc))
                 continue
@@ -330,10 +328,12 @@ class GroupCommitter:
                 for key, row in mutations:
                     self._inflight_rows[key] = (self.next_lsn,
                                                 None if row.tombstone else row)
+                replicated = isinstance(pending.op, Replicated)  # rows of their own versions
                 ops.append(CommitOp(self.next_lsn, [(k, encode_row(r)) for k, r in mutations],
-                                    isinstance(pending.op, Replicated)))
+                                    replicated))
                 self.next_lsn += 1
-                self._floor = max(self._floor, *(row.version for _, row in mutations))
+                self._floor = max(self._floor, version, *(
+                    row.version for _, row in mutations) if replicated else ())
             outcomes.append(Outcome(pending, result))
         append: asyncio.Task[Any] | None = None
         nbytes = 0

@@ -201,7 +201,9 @@ class RangePartition(States):
         for key, row in op.mutations:
             self.memtable.put(key, row)
             self.row_cache.pop(key)
-            self.version_floor = max(self.version_floor, row_version(row))
+        if op.mutations:  # one version for an op's rows, unless they were replicated
+            rows = op.mutations if op.replicated else op.mutations[:1]
+            self.version_floor = max(self.version_floor, *(row_version(r) for _, r in rows))
         self.writes += 1
         self.applied_lsn = op.lsn
 
