@@ -33,6 +33,9 @@ from partition_layer.commit_log import CommitOp
 from partition_layer.rows import Row, decode_row, encode_row
 
 BlobReader = Callable[[Row], Awaitable[bytes]]
+# The most rows one ReplicateOp carries: a shipper squashes a name's operations into one
+# (geo_shipper.py) up to this, and a partition server takes up to this (requests.py).
+REPLICATE_ROWS_MAX = 4096
 
 
 async def replicate_requests(op: CommitOp, read_blob: BlobReader) -> list[pb.Request]:

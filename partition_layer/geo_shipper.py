@@ -56,6 +56,7 @@ from common.errors import StampError, Unavailable
 from common.proto import partition_pb2 as pb
 from partition_layer import keys
 from partition_layer.commit_log import CommitOp, Replayer, decode_batch, within
+from partition_layer.geo_ship import REPLICATE_ROWS_MAX
 from partition_layer.keys import KeyRange
 from partition_layer.rows import TAG_BLOB, TAG_BLOB_CRC, Row, decode_row, encode_row
 from stream_layer.framing import Location
@@ -120,11 +121,19 @@ class _Batch:
     nbytes: int = 0
 
     def takes(self, op: CommitOp) -> bool:
-        """Whether `op` goes into this batch (else it starts the next one)."""
+        """Whether `op` goes into this batch (else it starts the next one): the batch's
+        bounds, and a name's rows at most REPLICATE_ROWS_MAX (a partition server refuses
+        a ReplicateOp with more: a squash of many appends to one log had passed it)."""
         if not self.ops:
             return True
         size = sum(shipped_bytes(key, row) for key, row in op.mutations)
-        return self.ops < SHIP_OPS_MAX and self.nbytes + size <= SHIP_BYTES_MAX
+        if self.ops >= SHIP_OPS_MAX or self.nbytes + size > SHIP_BYTES_MAX:
+            return False
+        if op.replicated or not op.mutations:
+            return True
+        account, pname, _kind, _row = keys.decode_key(op.mutations[0][0])
+        held = self.rows.get((account, pname), {})
+        return len(held) + len(op.mutations) <= REPLICATE_ROWS_MAX
 
     def add(self, op: CommitOp) -> None:
         for key, encoded in () if op.replicated else op.mutations:

@@ -21,6 +21,7 @@ from common.errors import InvalidArgument, NotFound, StampError, Throttled
 from common.proto import partition_pb2 as pb
 from partition_layer import keys
 from partition_layer.committer import Done
+from partition_layer.geo_ship import REPLICATE_ROWS_MAX
 from partition_layer.operations import (
     EntityWrite,
     LogAppend,
@@ -256,8 +257,10 @@ async def _writes(request: pb.Request, op: str, partition: RangePartition,
 
 
 def replicate_rows_max(limits: PartitionLimits) -> int:
-    """The most rows one operation writes: a batch's entities, its name's mark and token."""
-    return limits.batch_ops_max + 2
+    """The most rows a ReplicateOp carries: a shipper's squash of a name's operations
+    (geo_ship.REPLICATE_ROWS_MAX), or one operation's (a batch's entities, its name's mark
+    and token), whichever is more."""
+    return max(REPLICATE_ROWS_MAX, limits.batch_ops_max + 2)
 
 
 async def _replicated_rows(request: pb.Request, partition: RangePartition,

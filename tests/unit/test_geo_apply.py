@@ -123,7 +123,7 @@ def request_of(pname: str, pairs: list[tuple[bytes, bytes]]) -> pb.Request:
 
 
 @pytest.mark.parametrize("case,message", [
-    ("empty", "1..102 keys"),
+    ("empty", "1..4096 keys"),
     ("other name", "not of the request's name"),
     ("other account", "not of the request's name"),
     ("pointer", "inline"),

@@ -457,3 +457,25 @@ def test_an_account_whose_target_is_not_known_yet_waits_and_is_never_skipped(
         await stopped(task)
 
     run(scenario)
+
+
+def test_a_names_squashed_rows_stay_under_what_a_partition_server_takes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Many appends to one log while the secondary lags: the batch stops before a name's
+    ReplicateOp would pass REPLICATE_ROWS_MAX (a partition server refuses more, and the
+    batch was sent again for ever: a stall found under a 32x100 burst)."""
+    monkeypatch.setattr(geo_shipper, "REPLICATE_ROWS_MAX", 10)
+    monkeypatch.setattr(geo_shipper, "RETRY_MAX_S", 0.01)
+
+    async def scenario() -> None:
+        primary, secondary = Side(), Secondary()
+        secondary.failing = 2
+        shipper, task = await running(primary, secondary)
+        for i in range(20):
+            await primary.ok("orders", append=append(f"o{i}".encode()))
+        await until(lambda: shipper.lag_ops() == 0, "caught up")
+        assert max(len(r.replicate.keys) for _, rs in secondary.sends for r in rs) <= 10
+        assert await view(secondary) == await view(primary)
+        await stopped(task)
+
+    run(scenario)
