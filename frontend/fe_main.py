@@ -28,7 +28,7 @@ from frontend.accounts import AccountStore
 from frontend.auth import Authenticator
 from frontend.blob_store import BlobStore
 from frontend.forward import ForwardingClient
-from frontend.geo_door import CachedSettings, GeoDoor
+from frontend.geo_door import GeoDoor
 from frontend.server import (
     CONCURRENT_STREAMS_MAX,
     FrontEndServicer,
@@ -36,7 +36,7 @@ from frontend.server import (
 )
 from frontend.server_call import FrontEnd
 from frontend.throttle import AccountThrottle
-from location.geo_auth import read_settings
+from location.geo_auth import SettingsCache, read_settings
 from lock_service.client import LockClient
 from lock_service.probe import LockServiceProbe
 
@@ -119,7 +119,7 @@ async def serve(args: argparse.Namespace) -> None:
     address = f"{args.host}:{port}"
     # Inter-stamp replication's door (issue 30): this stamp's place in its location is read
     # from the lock service, so a stamp that joins a location later needs no restart.
-    settings = CachedSettings(lambda: read_settings(locks), clock)
+    settings = SettingsCache(lambda: read_settings(locks))
     geo_door = GeoDoor(settings, auth, lambda request: client.call(
         request, idempotent=True, nbytes=request.ByteSize()))
     servicer = FrontEndServicer(front_end, args.name, address, geo_door)

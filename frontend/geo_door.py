@@ -4,9 +4,9 @@ and applies them here, at its secondary, through this stamp's partition layer (e
 partition that holds its name here: the two stamps partition the key space independently).
 
 Contract of `replicate`, in this order:
-1. this stamp is in a location (`geo/stamp` in its lock service, location/geo_auth.py, read
-   at most SETTINGS_TTL_S ago), else Unavailable (a stamp that just joined its location is
-   told within that);
+1. this stamp is in a location (`geo/stamp` in its lock service, read at most
+   geo_auth.SETTINGS_TTL_S ago: geo_auth.SettingsCache), else Unavailable (a stamp that
+   just joined its location is told within that);
 2. the call names this stamp as its target and is signed with the location's replication
    secret within the clock skew allowed, else Unauthenticated;
 3. the account is held here as the secondary of the calling stamp at the call's epoch (as
@@ -27,11 +27,9 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from common.clock import Clock
 from common.errors import (
     InvalidArgument,
     PreconditionFailed,
-    StampError,
     Unauthenticated,
     Unavailable,
 )
@@ -44,36 +42,12 @@ from location.geo_auth import GeoSettings
 
 log = logging.getLogger(__name__)
 
-SETTINGS_TTL_S = 5.0
 REQUESTS_MAX = 4096
 
 SettingsReader = Callable[[], Awaitable[GeoSettings | None]]
 # Applies one request on this stamp's partition layer (ForwardingClient.call): its response,
 # or the StampError it was refused with.
 Forward = Callable[[pb.Request], Awaitable[pb.Response]]
-
-
-class CachedSettings:
-    """This stamp's GeoSettings, read through `read` at most `ttl_s` ago (a failed read
-    keeps the last answer)."""
-
-    def __init__(self, read: Callable[[], GeoSettings | None], clock: Clock,
-                 ttl_s: float = SETTINGS_TTL_S) -> None:
-        self._read = read
-        self._clock = clock
-        self._ttl_s = ttl_s
-        self._value: GeoSettings | None = None
-        self._read_at = -float("inf")
-
-    async def __call__(self) -> GeoSettings | None:
-        if self._clock.monotonic() - self._read_at > self._ttl_s:
-            try:
-                self._value = await asyncio.to_thread(self._read)
-            except StampError as exc:
-                log.warning("reading this stamp's location settings: %s", exc)
-                return self._value
-            self._read_at = self._clock.monotonic()
-        return self._value
 
 
 class GeoDoor:

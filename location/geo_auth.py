@@ -28,18 +28,24 @@ SECURITY.md's threat model as the geo door's limit).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
 import json
+import logging
 import secrets
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from common.errors import InvalidArgument, Unauthenticated
+from common.errors import InvalidArgument, StampError, Unauthenticated
+
+log = logging.getLogger(__name__)
 
 LOCK_KEY = "geo/stamp"
+SETTINGS_TTL_S = 5.0
 SECRET_BYTES = 32
 CLOCK_SKEW_MAX_S = 300.0
 
@@ -89,6 +95,30 @@ def read_settings(locks: SettingsStore) -> GeoSettings | None:
 
 def write_settings(locks: SettingsStore, settings: GeoSettings) -> None:
     locks.put(LOCK_KEY, settings.encode())
+
+
+class SettingsCache:
+    """This stamp's GeoSettings as `read` (blocking: `read_settings` on a lock client) gave
+    them at most `ttl_s` ago, read on a thread; a failed read keeps the last answer. What a
+    front end's geo door and a partition server's shippers ask, so that a stamp that joins a
+    location needs no restart."""
+
+    def __init__(self, read: Callable[[], GeoSettings | None], ttl_s: float = SETTINGS_TTL_S,
+                 now: Callable[[], float] = time.monotonic) -> None:
+        self._read = read
+        self._ttl_s = ttl_s
+        self._now = now
+        self._value: GeoSettings | None = None
+        self._read_at = -float("inf")
+
+    async def __call__(self) -> GeoSettings | None:
+        if self._now() - self._read_at > self._ttl_s:
+            try:
+                self._value = await asyncio.to_thread(self._read)
+                self._read_at = self._now()
+            except StampError as exc:
+                log.warning("reading this stamp's location settings: %s", exc)
+        return self._value
 
 
 def new_secret() -> bytes:

@@ -18,7 +18,6 @@ Contracts:
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections import OrderedDict
@@ -33,13 +32,12 @@ from common.proto import location_v1_pb2 as location_pb
 from common.proto import location_v1_pb2_grpc as location_grpc
 from common.proto import partition_pb2 as pb
 from location import geo_auth
-from location.geo_auth import GeoSettings
+from location.geo_auth import SETTINGS_TTL_S, GeoSettings, SettingsCache
 
 log = logging.getLogger(__name__)
 
 RESOLVE_TTL_S = 5.0
 RESOLVED_MAX = 10_000
-SETTINGS_TTL_S = 5.0
 RESOLVE_TIMEOUT_S = 2.0
 SEND_TIMEOUT_S = 30.0
 MESSAGE_BYTES_MAX = 64 * 1024 * 1024
@@ -61,23 +59,12 @@ class GeoLink:
     def __init__(self, read_settings: Callable[[], GeoSettings | None],
                  now: Callable[[], float] = time.monotonic,
                  wall: Callable[[], float] = time.time) -> None:
-        self._read_settings = read_settings
+        self.settings = SettingsCache(read_settings, SETTINGS_TTL_S, now)
         self._now = now
         self._wall = wall
-        self._settings: GeoSettings | None = None
-        self._settings_at = -float("inf")
         self._placements: OrderedDict[str, tuple[float, Placement | None]] = OrderedDict()
         self._channels: dict[str, object] = {}
         self._next_front_end = 0
-
-    async def settings(self) -> GeoSettings | None:
-        if self._now() - self._settings_at > SETTINGS_TTL_S:
-            try:
-                self._settings = await asyncio.to_thread(self._read_settings)
-                self._settings_at = self._now()
-            except StampError as exc:
-                log.warning("reading this stamp's location settings: %s", exc)
-        return self._settings
 
     async def targets(self, account: str) -> str | None:
         settings = await self.settings()

@@ -25,7 +25,7 @@ The plan of inter-stamp replication, of which this module is the first step:
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 
 from common.proto import partition_pb2 as pb
 from partition_layer import keys
@@ -38,21 +38,28 @@ BlobReader = Callable[[Row], Awaitable[bytes]]
 REPLICATE_ROWS_MAX = 4096
 
 
-async def replicate_requests(op: CommitOp, read_blob: BlobReader) -> list[pb.Request]:
-    """The ReplicateOp requests that apply `op` at the secondary: one per partition name it
-    wrote (an operation writes one name's rows today), each row as committed but with a
-    blob pointer replaced by its value (`read_blob` reads it from this stamp)."""
-    by_name: dict[tuple[str, str], pb.Request] = {}
-    for key, encoded in op.mutations:
-        account, pname, _kind, _row = keys.decode_key(key)
-        request = by_name.get((account, pname))
-        if request is None:
-            request = by_name[(account, pname)] = pb.Request(
-                account=account, pname=pname, replicate=pb.ReplicateOp())
+async def replicate_request(account: str, pname: str, rows: Iterable[tuple[bytes, bytes]],
+                            read_blob: BlobReader) -> pb.Request:
+    """The ReplicateOp request that writes `rows` (key, encoded row) of one partition name at
+    the secondary: each row as committed, but a blob pointer replaced by its value
+    (`read_blob` reads it from this stamp)."""
+    request = pb.Request(account=account, pname=pname, replicate=pb.ReplicateOp())
+    for key, encoded in rows:
         row = decode_row(encoded)
         if row.blob is not None:
-            row = Row(row.version, value=await read_blob(row), value_crc=row.value_crc)
-            encoded = encode_row(row)
+            encoded = encode_row(Row(row.version, value=await read_blob(row),
+                                     value_crc=row.value_crc))
         request.replicate.keys.append(key)
         request.replicate.rows.append(encoded)
-    return list(by_name.values())
+    return request
+
+
+async def replicate_requests(op: CommitOp, read_blob: BlobReader) -> list[pb.Request]:
+    """The ReplicateOp requests that apply `op` at the secondary: one per partition name it
+    wrote (an operation writes one name's rows today)."""
+    by_name: dict[tuple[str, str], list[tuple[bytes, bytes]]] = {}
+    for key, encoded in op.mutations:
+        account, pname, _kind, _row = keys.decode_key(key)
+        by_name.setdefault((account, pname), []).append((key, encoded))
+    return [await replicate_request(account, pname, rows, read_blob)
+            for (account, pname), rows in by_name.items()]

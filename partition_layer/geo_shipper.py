@@ -56,9 +56,9 @@ from common.errors import StampError, Unavailable
 from common.proto import partition_pb2 as pb
 from partition_layer import keys
 from partition_layer.commit_log import CommitOp, Replayer, decode_batch, within
-from partition_layer.geo_ship import REPLICATE_ROWS_MAX
+from partition_layer.geo_ship import REPLICATE_ROWS_MAX, replicate_request
 from partition_layer.keys import KeyRange
-from partition_layer.rows import TAG_BLOB, TAG_BLOB_CRC, Row, decode_row, encode_row
+from partition_layer.rows import TAG_BLOB, TAG_BLOB_CRC, Row, decode_row
 from stream_layer.framing import Location
 
 log = logging.getLogger(__name__)
@@ -120,28 +120,24 @@ class _Batch:
     ops: int = 0
     nbytes: int = 0
 
-    def takes(self, op: CommitOp) -> bool:
-        """Whether `op` goes into this batch (else it starts the next one): the batch's
-        bounds, and a name's rows at most REPLICATE_ROWS_MAX (a partition server refuses
-        a ReplicateOp with more: a squash of many appends to one log had passed it)."""
-        if not self.ops:
-            return True
-        size = sum(shipped_bytes(key, row) for key, row in op.mutations)
-        if self.ops >= SHIP_OPS_MAX or self.nbytes + size > SHIP_BYTES_MAX:
+    def add(self, op: CommitOp) -> bool:
+        """Add `op` unless it would pass the batch's bounds or take a name's rows past
+        REPLICATE_ROWS_MAX (a partition server refuses a ReplicateOp with more: a squash of
+        many appends to one log had passed it); the first always goes in. Whether it did.
+        An operation writes one name's rows; one applied from another stamp, none to ship."""
+        rows = () if op.replicated else op.mutations
+        size = sum(shipped_bytes(key, row) for key, row in rows)
+        name = keys.decode_key(rows[0][0])[:2] if rows else None
+        held = self.rows.get(name, {}) if name is not None else {}
+        if self.ops and (self.ops >= SHIP_OPS_MAX or self.nbytes + size > SHIP_BYTES_MAX
+                         or len(held) + len(rows) > REPLICATE_ROWS_MAX):
             return False
-        if op.replicated or not op.mutations:
-            return True
-        account, pname, _kind, _row = keys.decode_key(op.mutations[0][0])
-        held = self.rows.get((account, pname), {})
-        return len(held) + len(op.mutations) <= REPLICATE_ROWS_MAX
-
-    def add(self, op: CommitOp) -> None:
-        for key, encoded in () if op.replicated else op.mutations:
-            account, pname, _kind, _row = keys.decode_key(key)
-            self.rows.setdefault((account, pname), {})[key] = encoded
-            self.nbytes += shipped_bytes(key, encoded)
+        if name is not None:
+            self.rows.setdefault(name, {}).update(rows)
+        self.nbytes += size
         self.last_lsn = op.lsn
         self.ops += 1
+        return True
 
 
 
@@ -276,15 +272,14 @@ class GeoShipper:
                 for op in handed.ops:
                     if op.lsn <= max(self.shipped_lsn, batch.last_lsn):
                         continue
-                    if not batch.takes(op):
+                    if not batch.add(op):
                         return batch
-                    batch.add(op)
             return batch
         while True:
             while self._carried and self._carried[0].lsn <= self.site.applied_lsn:
-                if not batch.takes(self._carried[0]):
+                if not batch.add(self._carried[0]):
                     return batch
-                batch.add(self._carried.popleft())
+                self._carried.popleft()
             if self._carried or not await self._read_block():
                 return batch  # what was read waits to be applied, or nothing more to read
 
@@ -368,14 +363,7 @@ class GeoShipper:
             target = await self._targets(account)
             if target is None:
                 continue
-            request = pb.Request(account=account, pname=pname, replicate=pb.ReplicateOp())
-            for key, encoded in rows.items():
-                row = decode_row(encoded)
-                if row.blob is not None:  # values travel inline (geo_ship.py)
-                    encoded = encode_row(Row(row.version, value=await self.site.read_blob(row),
-                                             value_crc=row.value_crc))
-                request.replicate.keys.append(key)
-                request.replicate.rows.append(encoded)
-            by_target.setdefault(target, []).append(request)
+            by_target.setdefault(target, []).append(
+                await replicate_request(account, pname, rows.items(), self.site.read_blob))
         return by_target
 

@@ -12,8 +12,6 @@ servers (`Location=...`): the SDK asks them where the account's primary is (issu
 from __future__ import annotations
 
 import argparse
-import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 from tools.cli_checks import checked
@@ -168,30 +166,20 @@ def create_account(location: Any, name: str) -> tuple[Any, Any]:
     stamp (or find it there) and have its secondary hold the same account. Returns
     (placement, account)."""
     from common.errors import AlreadyExists
+    from tools.geo_account import accounts_at, stamps_of
 
     with location.store_client() as store:
         try:
             placement = store.create_account(name)
         except AlreadyExists:
             placement, _ = store.resolve(name)
-    stamps = {site.name: stamp for site, stamp in location.stamps()}
-    with _accounts(stamps[placement.primary]) as primary:
+    stamps = stamps_of(location)
+    with accounts_at(stamps[placement.primary]) as primary:
         try:
             account = primary.create(name, primary_stamp=placement.primary,
                                      epoch=placement.epoch)
         except AlreadyExists:
             account = primary.get(name)
-    with _accounts(stamps[placement.secondary]) as secondary:
+    with accounts_at(stamps[placement.secondary]) as secondary:
         secondary.adopt(account, primary=placement.primary, epoch=placement.epoch)
     return placement, account
-
-
-@contextlib.contextmanager
-def _accounts(stamp: Any) -> Iterator[Any]:
-    """The account store of a local stamp, its lock client closed afterwards."""
-    from common.clock import SystemClock
-    from frontend.accounts import AccountStore
-    from lock_service.client import LockClient
-
-    with LockClient.from_stamp(stamp.data_dir, holder="location-cli") as locks:
-        yield AccountStore(locks, SystemClock())

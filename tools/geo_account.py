@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,14 +121,21 @@ def status(location: LocalLocation, account: str) -> GeoStatus:
 
 async def shipping_of(stamp: LocalStamp, account: str) -> Shipping | None:
     """The shipping figures of the partitions of `stamp` that hold `account`'s keys."""
-    low = keys.account_prefix(account)
-    high = keys.prefix_end(low)
-    found: list[pb.PartitionLoad] = []
+    loads = []
     for record in stamp.partition_servers():
         async with rpc.aio_channel(record.address, 16 << 20) as channel:
-            load = await rpc.call(pb_grpc.PartitionServerStub(channel).Status(
-                pb.ServerStatusRequest(), timeout=STATUS_TIMEOUT_S))
-        found += [p for p in load.partitions if p.geo and overlaps(p.range, low, high)]
+            loads.append(await rpc.call(pb_grpc.PartitionServerStub(channel).Status(
+                pb.ServerStatusRequest(), timeout=STATUS_TIMEOUT_S)))
+    return shipping_in(loads, account)
+
+
+def shipping_in(loads: Iterable[pb.ServerLoad], account: str) -> Shipping | None:
+    """The shipping figures of the partitions in `loads` (partition servers' Status) that
+    hold `account`'s keys and ship; None when none does."""
+    low = keys.account_prefix(account)
+    high = keys.prefix_end(low)
+    found = [p for load in loads for p in load.partitions
+             if p.geo and overlaps(p.range, low, high)]
     if not found:
         return None
     return Shipping(len(found), sum(p.geo_lag_ops for p in found),

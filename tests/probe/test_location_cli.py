@@ -17,8 +17,8 @@ import pytest
 from stampsdk import Client
 from stampsdk.errors import Moved
 
+from tools.geo_account import stamps_of
 from tools.local_location import LocalLocation
-from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow
 
@@ -88,7 +88,7 @@ def test_two_stamps_in_two_regions_and_an_account_placed_across_them(location: P
     assert first[1].startswith("Location=127.0.0.1:")
     endpoint = rows[secondary_of(first[0])][-1]
     key = base64.b64decode(first[1].split("Key=")[1])
-    stamps = {site.name: stamp for site, stamp in LocalLocation(location).stamps()}
+    stamps = stamps_of(LocalLocation(location))
     with Client.from_connection_string(first[1], timeout_s=30) as primary, \
             Client([endpoint], "alpha", key=key, timeout_s=30) as at_secondary:
         assert primary.append("log", [b"r0"]) == 0
@@ -194,7 +194,3 @@ def test_a_planned_failover_under_load_loses_nothing_and_writers_go_on(location:
 def first_difference(seen: list[bytes], expected: list[bytes]) -> int | None:
     return next((i for i, (a, b) in enumerate(zip(seen, expected, strict=False)) if a != b),
                 None)
-
-
-def stamps_of(location: LocalLocation) -> dict[str, LocalStamp]:
-    return {site.name: stamp for site, stamp in location.stamps()}

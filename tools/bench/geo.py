@@ -32,10 +32,15 @@ from common import rpc
 from common.errors import Unavailable
 from common.proto import partition_pb2 as pb
 from common.proto import partition_pb2_grpc as pb_grpc
-from partition_layer import keys
 from tools.bench.front_end import RECORD_BYTES, Append, Phase, phase, turns_for
 from tools.bench.measure import latency_metrics, percentile, row
-from tools.geo_account import accounts_at, overlaps, planned_failover, shipping_of, stamps_of
+from tools.geo_account import (
+    accounts_at,
+    planned_failover,
+    shipping_in,
+    shipping_of,
+    stamps_of,
+)
 from tools.local_location import LocalLocation
 
 Progress = Callable[[str], None]
@@ -143,19 +148,15 @@ async def _shipping(primary: Any, timeout_s: float = 30.0) -> None:
 async def _sample_lag(primary: Any, lags: list[float]) -> None:
     """How far the account's last sync time is behind now, every LAG_SAMPLE_S (from the
     primary's partition servers, over channels kept open)."""
-    low = keys.account_prefix("geo-bench")
-    high = keys.prefix_end(low)
     channels = [rpc.aio_channel(r.address, 16 << 20) for r in primary.partition_servers()]
     try:
         stubs = [pb_grpc.PartitionServerStub(channel) for channel in channels]
         while True:
-            synced = []
-            for stub in stubs:
-                load = await rpc.call(stub.Status(pb.ServerStatusRequest(), timeout=5))
-                synced += [p.geo_synced_s for p in load.partitions
-                           if p.geo and overlaps(p.range, low, high)]
-            if synced:
-                lags.append(max(0.0, time.time() - min(synced)))
+            loads = [await rpc.call(stub.Status(pb.ServerStatusRequest(), timeout=5))
+                     for stub in stubs]
+            shipping = shipping_in(loads, "geo-bench")
+            if shipping is not None:
+                lags.append(max(0.0, time.time() - shipping.synced_s))
             await asyncio.sleep(LAG_SAMPLE_S)
     finally:
         for channel in channels:
