@@ -44,6 +44,8 @@ class StampInfo:
     front_ends: tuple[str, ...]
     capacity_bytes: int = 0
     used_bytes: int = 0
+    # Its front ends' Azure Blob REST doors, each "SCHEME://HOST:PORT" (none: not reported)
+    blob_endpoints: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check_stamp_name(self.name)
@@ -51,6 +53,9 @@ class StampInfo:
             raise InvalidArgument(f"bad region name {self.region!r}")
         if not 0 < len(self.front_ends) <= ENDPOINTS_MAX:
             raise InvalidArgument(f"stamp {self.name} needs 1 to {ENDPOINTS_MAX} front-end "
+                                  "endpoints")
+        if len(self.blob_endpoints) > ENDPOINTS_MAX:
+            raise InvalidArgument(f"stamp {self.name} has at most {ENDPOINTS_MAX} blob "
                                   "endpoints")
         if self.capacity_bytes < 0 or self.used_bytes < 0:
             raise InvalidArgument("capacity and use are not negative")
@@ -68,7 +73,8 @@ class StampInfo:
         return cls(name=data["name"], region=data["region"],
                    front_ends=tuple(data["front_ends"]),
                    capacity_bytes=int(data.get("capacity_bytes", 0)),
-                   used_bytes=int(data.get("used_bytes", 0)))
+                   used_bytes=int(data.get("used_bytes", 0)),
+                   blob_endpoints=tuple(data.get("blob_endpoints", ())))
 
 
 @dataclass(frozen=True)

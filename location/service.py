@@ -105,7 +105,8 @@ class PlacementCache:
 
 def stamp_endpoints(stamp: StampInfo) -> pb.StampEndpoints:
     return pb.StampEndpoints(name=stamp.name, region=stamp.region,
-                             front_ends=list(stamp.front_ends))
+                             front_ends=list(stamp.front_ends),
+                             blob_endpoints=list(stamp.blob_endpoints))
 
 
 class LocationServicer:

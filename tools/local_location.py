@@ -32,6 +32,7 @@ from location.geo_auth import GeoSettings, new_secret, write_settings
 from location.placement import StampInfo
 from location.store import LocationStore
 from lock_service.client import LockClient
+from tools.local_front_ends import http_scheme
 from tools.local_stamp import LocalStamp
 from tools.process_record import ProcessRecord
 from tools.progress import SILENT, Progress
@@ -191,11 +192,14 @@ def plan_location_server(service: LocalStamp) -> None:
 
 
 def stamp_info(site: StampSite, stamp: LocalStamp) -> StampInfo:
-    """`stamp` as the location knows it: its front ends, its disk's capacity and the bytes
-    under its data directory."""
+    """`stamp` as the location knows it: its front ends (gRPC and blob doors), its disk's
+    capacity and the bytes under its data directory."""
+    blob = tuple(f"{http_scheme(record)}://{record.extra['http_address']}"
+                 for record in stamp.front_ends() if record.extra.get("http_address"))
     return StampInfo(site.name, site.region,
                      tuple(record.address for record in stamp.front_ends()),
-                     shutil.disk_usage(stamp.data_dir).total, _bytes_under(stamp.data_dir))
+                     shutil.disk_usage(stamp.data_dir).total, _bytes_under(stamp.data_dir),
+                     blob_endpoints=blob)
 
 
 def _bytes_under(path: Path) -> int:

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x11location_v1.proto\x12\x11stamp.location.v1\"!\n\x0eResolveRequest\x12\x0f\n\x07\x61\x63\x63ount\x18\x01 \x01(\t\"B\n\x0eStampEndpoints\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06region\x18\x02 \x01(\t\x12\x12\n\nfront_ends\x18\x03 \x03(\t\"\xc1\x01\n\x0cResolveReply\x12\x0f\n\x07\x61\x63\x63ount\x18\x01 \x01(\t\x12\x32\n\x07primary\x18\x02 \x01(\x0b\x32!.stamp.location.v1.StampEndpoints\x12\x34\n\tsecondary\x18\x03 \x01(\x0b\x32!.stamp.location.v1.StampEndpoints\x12\x17\n\x0fsecondary_state\x18\x04 \x01(\t\x12\r\n\x05\x65poch\x18\x05 \x01(\x04\x12\x0e\n\x06ttl_ms\x18\x06 \x01(\r2Y\n\x08Location\x12M\n\x07Resolve\x12!.stamp.location.v1.ResolveRequest\x1a\x1f.stamp.location.v1.ResolveReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x11location_v1.proto\x12\x11stamp.location.v1\"!\n\x0eResolveRequest\x12\x0f\n\x07\x61\x63\x63ount\x18\x01 \x01(\t\"Z\n\x0eStampEndpoints\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06region\x18\x02 \x01(\t\x12\x12\n\nfront_ends\x18\x03 \x03(\t\x12\x16\n\x0e\x62lob_endpoints\x18\x04 \x03(\t\"\xd7\x01\n\x0cResolveReply\x12\x0f\n\x07\x61\x63\x63ount\x18\x01 \x01(\t\x12\x32\n\x07primary\x18\x02 \x01(\x0b\x32!.stamp.location.v1.StampEndpoints\x12\x34\n\tsecondary\x18\x03 \x01(\x0b\x32!.stamp.location.v1.StampEndpoints\x12\x17\n\x0fsecondary_state\x18\x04 \x01(\t\x12\r\n\x05\x65poch\x18\x05 \x01(\x04\x12\x0e\n\x06ttl_ms\x18\x06 \x01(\r\x12\x14\n\x0clast_sync_ms\x18\x07 \x01(\x04\x32Y\n\x08Location\x12M\n\x07Resolve\x12!.stamp.location.v1.ResolveRequest\x1a\x1f.stamp.location.v1.ResolveReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,9 +34,9 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RESOLVEREQUEST']._serialized_start=40
   _globals['_RESOLVEREQUEST']._serialized_end=73
   _globals['_STAMPENDPOINTS']._serialized_start=75
-  _globals['_STAMPENDPOINTS']._serialized_end=141
-  _globals['_RESOLVEREPLY']._serialized_start=144
-  _globals['_RESOLVEREPLY']._serialized_end=337
-  _globals['_LOCATION']._serialized_start=339
-  _globals['_LOCATION']._serialized_end=428
+  _globals['_STAMPENDPOINTS']._serialized_end=165
+  _globals['_RESOLVEREPLY']._serialized_start=168
+  _globals['_RESOLVEREPLY']._serialized_end=383
+  _globals['_LOCATION']._serialized_start=385
+  _globals['_LOCATION']._serialized_end=474
 # @@protoc_insertion_point(module_scope)
