@@ -18,7 +18,9 @@ primary stamp to its secondary) is signed with HMAC-SHA256 under that secret ove
     TIMESTAMP           whole milliseconds since the epoch
     SHA-256             of the call's requests, serialized one after the other
 
-(no field holds a newline: stamp and account names cannot). `verify` refuses a bad signature
+(no field holds a newline: stamp and account names cannot). A stamp's SyncReport to the
+location (location/sync_report.py) is signed the same way, its target LOCATION, its account
+and epoch empty and 0, its digest over its ranges. `verify` refuses a bad signature
 and a timestamp more than CLOCK_SKEW_MAX_S off with Unauthenticated. A captured call replayed
 within that window re-applies operations the secondary had: the shipper sends a name's next
 operations only after these were applied, so a replay can set names back to a state they had
@@ -41,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from common.errors import InvalidArgument, StampError, Unauthenticated
+from common.proto import location_internal_pb2 as internal_pb
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +136,24 @@ def requests_digest(serialized: Iterable[bytes]) -> bytes:
     return digest.digest()
 
 
+REPORT_TARGET = "location"
+
+
+def sign_report(secret: bytes, report: internal_pb.SyncReport) -> bytes:
+    return sign(secret, report.stamp, REPORT_TARGET, "", 0, report.timestamp_ms,
+                _ranges_digest(report))
+
+
+def verify_report(secret: bytes, report: internal_pb.SyncReport, now_s: float) -> None:
+    """Unauthenticated unless `report` is signed with the location's secret, in time."""
+    verify(secret, report.signature, report.stamp, REPORT_TARGET, "", 0, report.timestamp_ms,
+           _ranges_digest(report), now_s)
+
+
+def _ranges_digest(report: internal_pb.SyncReport) -> bytes:
+    return requests_digest(r.SerializeToString() for r in report.ranges)
+
+
 def _canonical(source: str, target: str, account: str, epoch: int, timestamp_ms: int,
                digest: bytes) -> bytes:
     fields = ("stamp-geo-v1", source, target, account, str(epoch), str(timestamp_ms),
@@ -154,8 +175,8 @@ def verify(secret: bytes, signature: bytes, source: str, target: str, account: s
     timestamp is within CLOCK_SKEW_MAX_S of `now_s`."""
     expected = sign(secret, source, target, account, epoch, timestamp_ms, digest)
     if not hmac.compare_digest(expected, signature):
-        raise Unauthenticated("a replicated call's signature is not the location's")
+        raise Unauthenticated("a signed call's signature is not the location's")
     off_s = timestamp_ms / 1000 - now_s
     if abs(off_s) > CLOCK_SKEW_MAX_S:
-        raise Unauthenticated(f"a replicated call's timestamp is {off_s:+.0f} s off (at most "
+        raise Unauthenticated(f"a signed call's timestamp is {off_s:+.0f} s off (at most "
                               f"{CLOCK_SKEW_MAX_S:.0f} s either way)")

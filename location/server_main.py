@@ -1,9 +1,10 @@
 """The location server process: `stamp serve location --name loc-1 --dir DIR --port P --lock
 ADDRS` (issue 30). It answers `stamp.location.v1.Location/Resolve` (location/service.py)
 from the location's own lock-service group (location/store.py), which it reaches at
-`--lock`. Stateless: its directory holds only its log and `ready.json`; any number may run
-beside each other, and a client's connection string may name them all
-(`Location=A,B,...`). SIGTERM stops it cleanly.
+`--lock`; with `--secret-file`, it also takes the stamps' signed sync reports
+(location/sync_report.py) into that store. Stateless: its directory holds only its log and
+`ready.json`; any number may run beside each other, and a client's connection string may
+name them all (`Location=A,B,...`). SIGTERM stops it cleanly.
 """
 
 from __future__ import annotations
@@ -16,8 +17,14 @@ from pathlib import Path
 from common import rpc, server_main, tls
 from common.config import HOST
 from common.process import write_ready
+from common.proto import location_internal_pb2_grpc as internal_grpc
 from common.proto import location_v1_pb2_grpc as location_grpc
-from location.service import CACHE_TTL_S, LocationServicer, PlacementCache
+from location.service import (
+    CACHE_TTL_S,
+    LocationInternalServicer,
+    LocationServicer,
+    PlacementCache,
+)
 from location.store import LocationStore
 from lock_service.client import LockClient
 from lock_service.probe import LockServiceProbe
@@ -36,6 +43,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=0, help="gRPC port (0: pick a free one)")
     p.add_argument("--lock", required=True,
                    help="the location service's lock replicas, comma-separated HOST:PORT")
+    p.add_argument("--secret-file", type=Path,
+                   help="the location's replication secret (32 bytes): with it, the server "
+                        "takes the stamps' signed sync reports")
     p.add_argument("--cache-ttl-ms", type=int, default=round(CACHE_TTL_S * 1000),
                    help="how stale an answer may be, in ms (default %(default)s)")
     server_main.add_watch_args(p)
@@ -55,6 +65,9 @@ async def serve(args: argparse.Namespace) -> None:
     port = rpc.add_port(server, f"{args.host}:{args.port}", public)
     address = f"{args.host}:{port}"
     location_grpc.add_LocationServicer_to_server(LocationServicer(cache), server)
+    secret = None if args.secret_file is None else args.secret_file.read_bytes()
+    internal_grpc.add_LocationInternalServicer_to_server(
+        LocationInternalServicer(cache, secret), server)
     server_main.serve_faults(server, args)
     await watch.attach(server)
     probe = LockServiceProbe(lock_addresses, args.name)

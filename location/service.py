@@ -14,7 +14,12 @@ Contracts:
   (they run on threads: the lock client blocks), the rest wait their turn within their
   call's deadline.
 - Resolve checks no credentials (it says where front ends are, as DNS would; the front
-  ends check every request)."""
+  ends check every request). Its `last_sync_ms` comes from the primary stamp's latest sync
+  report (location/sync_report.py), read at most `cache_ttl_s` ago.
+- ReportSync (common/proto/location_internal.proto) takes a stamp's sync report signed with
+  the location's replication secret (geo_auth.verify_report), from a stamp the location
+  knows, at most REPORT_BYTES_MAX, and keeps it in the store, replacing the stamp's last one;
+  a location server given no secret refuses every report (Unavailable)."""
 
 from __future__ import annotations
 
@@ -26,9 +31,11 @@ from collections.abc import Callable
 from grpc import aio
 
 from common import rpc
-from common.errors import InvalidArgument, NotFound
+from common.errors import InvalidArgument, NotFound, Unavailable
+from common.proto import location_internal_pb2 as internal_pb
 from common.proto import location_v1_pb2 as pb
 from frontend.names import check_account
+from location import geo_auth, sync_report
 from location.placement import AccountPlacement, StampInfo
 from location.store import LocationStore
 
@@ -56,6 +63,7 @@ class PlacementCache:
         self._now = now
         self._placements: OrderedDict[str, tuple[float, AccountPlacement]] = OrderedDict()
         self._stamps: tuple[float, dict[str, StampInfo]] | None = None
+        self._reports: dict[str, tuple[float, internal_pb.SyncReport | None]] = {}
         self._lookups = asyncio.Semaphore(LOOKUPS_MAX)
 
     def __len__(self) -> int:
@@ -103,6 +111,26 @@ class PlacementCache:
         return stamps
 
 
+    async def synced_ms(self, account: str, stamp: str) -> int:
+        """`account`'s last sync time by `stamp`'s latest report (0: unknown)."""
+        cached = self._reports.get(stamp)
+        if cached is None or self._now() - cached[0] > self._ttl_s:
+            async with self._lookups:
+                report = await asyncio.to_thread(self._store.sync_report, stamp)
+            cached = (self._now(), report)
+            self._reports[stamp] = cached  # one entry a stamp: bounded by the stamps
+        report = cached[1]
+        return 0 if report is None else sync_report.account_synced_ms(report.ranges, account)
+
+    async def known_stamp(self, stamp: str) -> bool:
+        return stamp in await self._current_stamps(refresh=False)
+
+    async def keep_report(self, report: internal_pb.SyncReport) -> None:
+        async with self._lookups:
+            await asyncio.to_thread(self._store.put_sync_report, report)
+        self._reports[report.stamp] = (self._now(), report)
+
+
 def stamp_endpoints(stamp: StampInfo) -> pb.StampEndpoints:
     return pb.StampEndpoints(name=stamp.name, region=stamp.region,
                              front_ends=list(stamp.front_ends),
@@ -120,7 +148,35 @@ class LocationServicer:
                       ) -> pb.ResolveReply:
         fresh = any(key == FRESH_KEY for key, _ in (context.invocation_metadata() or ()))
         placement, primary, secondary = await self.cache.resolve(request.account, fresh)
+        synced_ms = await self.cache.synced_ms(placement.account, placement.primary)
         return pb.ResolveReply(account=placement.account, primary=stamp_endpoints(primary),
                                secondary=stamp_endpoints(secondary),
                                secondary_state=placement.secondary_state,
-                               epoch=placement.epoch, ttl_ms=CLIENT_TTL_MS)
+                               epoch=placement.epoch, ttl_ms=CLIENT_TTL_MS,
+                               last_sync_ms=synced_ms)
+
+
+class LocationInternalServicer:
+    """stamp.location.internal.LocationInternal (module contract). `secret` None: this
+    location server was given none."""
+
+    def __init__(self, cache: PlacementCache, secret: bytes | None,
+                 wall: Callable[[], float] = time.time) -> None:
+        self.cache = cache
+        self._secret = secret
+        self._wall = wall
+
+    @rpc.rpc_errors
+    async def ReportSync(self, request: internal_pb.SyncReport,
+                         context: aio.ServicerContext) -> internal_pb.SyncReportReply:
+        if self._secret is None:
+            raise Unavailable("this location server has no replication secret: it takes no "
+                              "sync reports")
+        geo_auth.verify_report(self._secret, request, self._wall())
+        if request.ByteSize() > sync_report.REPORT_BYTES_MAX:
+            raise InvalidArgument(f"a sync report is at most {sync_report.REPORT_BYTES_MAX} "
+                                  f"bytes, not {request.ByteSize()}")
+        if not await self.cache.known_stamp(request.stamp):
+            raise NotFound(f"stamp {request.stamp} is not in this location")
+        await self.cache.keep_report(request)
+        return internal_pb.SyncReportReply()

@@ -11,7 +11,10 @@ Contracts:
   compare-and-set on the version read; moving a role bumps its epoch.
 - Placement counts the accounts each stamp is primary for from one listing of `accounts/`
   (at most lock_service.limits.LIST_KEYS_MAX of them are counted: a larger location needs
-  counts kept per stamp, which the stamps' reports of their use will give)."""
+  counts kept per stamp, which the stamps' reports of their use will give).
+- A stamp's latest sync report (location/sync_report.py) is `sync/<name>`, replaced by each
+  new one (plain writes: only that stamp's partition manager, through a location server,
+  writes it)."""
 
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ import dataclasses
 from collections import Counter
 
 from common.errors import AlreadyExists, NotFound, PreconditionFailed
+from common.proto import location_internal_pb2 as internal_pb
 from frontend.names import check_account
 from location.placement import (
     AccountPlacement,
@@ -30,6 +34,7 @@ from lock_service.client import LockClient
 
 STAMP_PREFIX = "stamps/"
 ACCOUNT_PREFIX = "accounts/"
+SYNC_PREFIX = "sync/"
 
 
 class LocationStore:
@@ -95,3 +100,14 @@ class LocationStore:
     def primaries(self) -> Counter[str]:
         """How many accounts each stamp is primary for."""
         return Counter(placement.primary for placement in self.placements())
+
+    # ---- sync reports -----------------------------------------------------------------------
+
+    def put_sync_report(self, report: internal_pb.SyncReport) -> None:
+        self.locks.put(SYNC_PREFIX + check_stamp_name(report.stamp),
+                       report.SerializeToString())
+
+    def sync_report(self, stamp: str) -> internal_pb.SyncReport | None:
+        """The stamp's latest sync report (None: it never reported)."""
+        found = self.locks.get(SYNC_PREFIX + check_stamp_name(stamp))
+        return None if found is None else internal_pb.SyncReport.FromString(found[0])

@@ -2,7 +2,9 @@
 --port P --lock ADDRS [--sm ADDRS] [--config FILE]`. Run two or more; the one holding the
 leader lock acts (partition_layer/manager.py), the others stand by and answer map lookups.
 With the stream managers' addresses it can tell whether a split or merge it left pending
-committed (manager_ops.py); without them it asks the partition server again instead."""
+committed (manager_ops.py); without them it asks the partition server again instead. While
+its stamp is in a location, the leader reports its partitions' last sync times there
+(partition_layer/geo_report.py)."""
 
 from __future__ import annotations
 
@@ -20,8 +22,10 @@ from common.config import HOST, load_config
 from common.errors import StampError
 from common.process import write_ready
 from common.proto import partition_pb2_grpc as pb_grpc
+from location.geo_auth import SettingsCache, read_settings
 from lock_service.client import LockClient
 from lock_service.probe import LockServiceProbe
+from partition_layer.geo_report import SyncReporter
 from partition_layer.manager import PartitionManager
 from partition_layer.manager_servicer import ManagerServicer
 from stream_layer.sm_client import AsyncStreamManagerClient
@@ -77,6 +81,8 @@ async def serve(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     assigner = loop.create_task(manager.run_forever())
     balancer = loop.create_task(manager.balancer.run_forever())
+    reporter = SyncReporter(manager, SettingsCache(lambda: read_settings(locks)))
+    reporting = loop.create_task(reporter.run_forever())
     write_ready(args.dir, args.name, address)
     log.info("%s serving on %s", args.name, address)
 
@@ -84,8 +90,9 @@ async def serve(args: argparse.Namespace) -> None:
     log.info("%s stopping", args.name)
     await watch.end()
     await asyncio.to_thread(probe.close)
-    assigner.cancel()
-    balancer.cancel()
+    for task in (assigner, balancer, reporting):
+        task.cancel()
+    await reporter.close()
     await server.stop(grace=1.0)
     with contextlib.suppress(StampError):
         await manager.close()

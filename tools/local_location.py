@@ -109,9 +109,9 @@ class LocalLocation:
     def up(self, progress: Progress = SILENT) -> list[str]:
         """Start what is not running (the service, then each stamp) and register the
         stamps; the names started, each as `<part>/<process>`."""
+        secret = self.secret()  # before the location server, which reads it
         started = [f"{SERVICE_DIR}/{name}" for name in self.service().up(progress=progress)]
         servers = tuple(self.location_endpoints())
-        secret = self.secret()
         with self.store_client() as store:
             for site, stamp in self.stamps():
                 progress.phase(f"starting stamp {site.name} on {site.host}")
@@ -186,7 +186,8 @@ def plan_location_server(service: LocalStamp) -> None:
     directory = service.data_dir / LOCATION_SERVER
     argv = process.stamp_command(
         "serve", KIND_LOCATION, "--name", LOCATION_SERVER, "--dir", str(directory),
-        "--host", SERVICE_HOST, "--port", "0", "--lock", locks, *service.server_flags())
+        "--host", SERVICE_HOST, "--port", "0", "--lock", locks,
+        "--secret-file", str(service.data_dir / SECRET_FILE), *service.server_flags())
     service.records[LOCATION_SERVER] = ProcessRecord(
         LOCATION_SERVER, KIND_LOCATION, str(directory), argv, address=f"{SERVICE_HOST}:0")
 
