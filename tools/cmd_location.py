@@ -49,12 +49,18 @@ def register(commands: Any) -> None:
         description="--planned: the primary stops taking the account's writes, everything "
                     "it acknowledged is shipped, then the roles swap: nothing is lost, the "
                     "account stays geo-replicated the other way round, and SDK writers see a "
-                    "pause, not an error. (A failover when the primary stamp is gone is not "
-                    "built yet.)")
+                    "pause, not an error. Without --planned (the primary stamp is gone): the "
+                    "secondary becomes the primary at once; the writes the primary "
+                    "acknowledged after the account's last sync time may be lost, and the "
+                    "command says how many seconds of writes that is and asks before it acts "
+                    "(--yes: do not ask). The old primary, when it comes back, is the "
+                    "account's secondary, marked unavailable.")
     failover.add_argument("name", type=checked(_account_name, "an account name"),
                           help="the account's name")
     failover.add_argument("--planned", action="store_true",
                           help="both stamps are up: swap the roles with nothing lost")
+    failover.add_argument("--yes", action="store_true",
+                          help="an unplanned failover: do not ask before acting")
     failover.set_defaults(handler=cmd_failover)
 
 
@@ -145,19 +151,46 @@ def cmd_geo(args: argparse.Namespace) -> int:
 
 
 def cmd_failover(args: argparse.Namespace) -> int:
-    from common.errors import InvalidArgument
-    from tools import geo_account
     from tools.progress import Progress
 
-    if not args.planned:
-        raise InvalidArgument("only a planned failover (--planned: both stamps up, nothing "
-                              "lost) is built so far")
     location = _running_service(args)
+    if not args.planned:
+        return _unplanned_failover(location, args)
+    from tools import geo_account
+
     with Progress("failover") as progress:
         report = geo_account.planned_failover(location, args.name, progress)
     print(f"account {args.name}: primary {report.new_primary} (was {report.old_primary}), "
           f"epoch {report.epoch}; {report.total_s:.1f} s (front-end caches "
           f"{report.fenced_wait_s:.1f} s, drain {report.drain_s:.1f} s)")
+    return 0
+
+
+def _unplanned_failover(location: Any, args: argparse.Namespace) -> int:
+    import sys
+    import time
+
+    from common.errors import InvalidArgument
+    from tools import geo_account
+    from tools.progress import Progress
+
+    risk = geo_account.unplanned_risk(location, args.name)
+    for line in risk.lines(time.time()):
+        print(line)
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise InvalidArgument("an unplanned failover asks before it acts: run it at a "
+                                  "terminal, or add --yes")
+        p = risk.placement
+        answer = input(f"make {p.secondary} the primary of {p.account} now? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            print("nothing changed")
+            return 1
+    with Progress("failover") as progress:
+        report = geo_account.unplanned_failover(location, args.name, risk, progress)
+    print(f"account {args.name}: primary {report.new_primary} (was {report.old_primary}, "
+          f"{report.fenced}), epoch {report.epoch}, in {report.total_s:.1f} s; "
+          f"{report.old_primary} is its secondary, unavailable")
     return 0
 
 

@@ -23,12 +23,24 @@ A planned failover swaps the roles with nothing acknowledged lost:
    the old one, now its secondary, from then on.
 Writers through the SDK see a pause (Moved, asked again, retried within their call's time),
 not an error: about the two front ends' cache TTLs plus the drain.
+
+An unplanned failover (`unplanned_failover`: the primary stamp is gone) makes the secondary
+the primary at once. What that puts at risk (`unplanned_risk`, said before it acts): the
+writes the primary acknowledged after the account's last sync time as it last reported it
+to the location (location/sync_report.py; 0, unknown, if it never did). Then:
+1. the old primary is told it is the secondary at the next epoch, if it answers within
+   FENCE_TIMEOUT_S (an operator may fail over from a stamp that is only partly gone: it must
+   not go on taking writes); a stamp that is gone is told when it comes back (geo_shipper);
+2. the secondary is told it is the primary at that epoch;
+3. the location names it, the old primary its secondary, "unavailable" (until a bootstrap
+   copies the account to it anew: its own copy may hold writes the new primary never saw).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -36,7 +48,7 @@ from typing import Any
 
 from common import rpc
 from common.clock import SystemClock
-from common.errors import StampError, Unavailable
+from common.errors import PreconditionFailed, StampError, Unavailable
 from common.proto import partition_pb2 as pb
 from common.proto import partition_pb2_grpc as pb_grpc
 from frontend.accounts import PRIMARY, SECONDARY, AccountStore
@@ -48,6 +60,7 @@ from tools.local_stamp import LocalStamp
 from tools.progress import SILENT, Progress
 
 DRAIN_TIMEOUT_S = 60.0
+FENCE_TIMEOUT_S = 2.0
 CATCH_UP_S = 60.0
 CAUGHT_UP_LAG_S = 0.5
 POLL_S = 0.1
@@ -102,9 +115,10 @@ def stamps_of(location: LocalLocation) -> dict[str, LocalStamp]:
 
 
 @contextlib.contextmanager
-def accounts_at(stamp: LocalStamp) -> Iterator[AccountStore]:
-    """The account store of a local stamp (no cache), its lock client closed afterwards."""
-    with LockClient.from_stamp(stamp.data_dir, holder="location-cli") as locks:
+def accounts_at(stamp: LocalStamp, **client: Any) -> Iterator[AccountStore]:
+    """The account store of a local stamp (no cache), its lock client (LockClient's keyword
+    arguments `client`) closed afterwards."""
+    with LockClient.from_stamp(stamp.data_dir, holder="location-cli", **client) as locks:
         yield AccountStore(locks, SystemClock(), cache_ttl_s=0)
 
 
@@ -203,3 +217,91 @@ def _drain(stamp: LocalStamp, account: str, fenced_s: float, timeout_s: float) -
     raise Unavailable(f"{stamp.data_dir.name} did not ship {account}'s writes within "
                       f"{timeout_s:.0f} s ({last}); the failover did not happen: it stays the "
                       "primary")
+
+
+@dataclass(frozen=True)
+class Risk:
+    """What an unplanned failover of an account puts at risk (module docstring)."""
+
+    placement: AccountPlacement
+    synced_s: float  # the account's last sync time as the primary last reported it; 0: unknown
+    reported_s: float  # when it last reported (0: never)
+
+    def lines(self, now_s: float) -> list[str]:
+        p = self.placement
+        if not self.synced_s:
+            return [f"{p.primary} never said which of {p.account}'s writes are on {p.secondary}:"
+                    f" any write it acknowledged may be lost"]
+        return [f"writes {p.primary} acknowledged after {_clock(self.synced_s)} may be lost: "
+                f"{max(0.0, now_s - self.synced_s):.1f} s of writes at risk (its last report "
+                f"was at {_clock(self.reported_s)})"]
+
+
+@dataclass(frozen=True)
+class UnplannedReport:
+    old_primary: str
+    new_primary: str
+    epoch: int
+    risk: Risk
+    fenced: str  # whether the old primary was told: "fenced" or why not
+    total_s: float
+
+
+def _clock(wall_s: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(wall_s)) + f".{int(wall_s * 10) % 10}"
+
+
+def unplanned_risk(location: LocalLocation, account: str) -> Risk:
+    """What failing `account` over now would put at risk (from the location alone: the
+    primary stamp need not answer)."""
+    from location.sync_report import account_synced_ms
+
+    with location.store_client() as store:
+        placement, _ = store.resolve(account)
+        report = store.sync_report(placement.primary)
+    if report is None:
+        return Risk(placement, 0.0, 0.0)
+    return Risk(placement, account_synced_ms(report.ranges, account) / 1000,
+                report.timestamp_ms / 1000)
+
+
+def unplanned_failover(location: LocalLocation, account: str, risk: Risk,
+                       progress: Progress = SILENT) -> UnplannedReport:
+    """Make the secondary the primary at once (module docstring), `risk` (unplanned_risk)
+    accepted; PreconditionFailed, nothing changed, if the placement moved since."""
+    started = time.monotonic()
+    with location.store_client() as store:
+        placement, version = store.resolve(account)
+    if placement != risk.placement:
+        raise PreconditionFailed(f"account {account}'s placement changed meanwhile: ask again")
+    old, new, epoch = placement.primary, placement.secondary, placement.epoch + 1
+    stamps = stamps_of(location)
+    progress.phase(f"telling {old} it no longer takes {account}'s writes (if it answers)")
+    fenced = _fence(stamps[old], account, new, epoch)
+    progress.phase(f"{new} takes {account}'s writes (epoch {epoch}); the location names it")
+    with accounts_at(stamps[new]) as at_new:
+        at_new.set_role(account, PRIMARY, new, epoch)
+    with location.store_client() as store:
+        moved = store.replace(placement, version, primary=new, secondary=old,
+                              secondary_state="unavailable")
+    assert moved.epoch == epoch, (moved, epoch)
+    return UnplannedReport(old, new, epoch, risk, fenced, time.monotonic() - started)
+
+
+def _fence(stamp: LocalStamp, account: str, new: str, epoch: int) -> str:
+    """Tell `stamp` it is `account`'s secondary at `epoch`, within FENCE_TIMEOUT_S: "fenced",
+    or why not (a stamp that is gone does not answer)."""
+    outcome: list[str] = []
+
+    def fence() -> None:
+        try:
+            with accounts_at(stamp, call_timeout_s=FENCE_TIMEOUT_S / 2) as at_old:
+                at_old.set_role(account, SECONDARY, new, epoch)
+            outcome.append("fenced")
+        except StampError as exc:
+            outcome.append(f"not reached ({type(exc).__name__})")
+
+    worker = threading.Thread(target=fence, name="fence", daemon=True)
+    worker.start()
+    worker.join(FENCE_TIMEOUT_S)
+    return outcome[0] if outcome else f"not reached within {FENCE_TIMEOUT_S:.0f} s"
