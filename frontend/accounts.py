@@ -44,7 +44,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from common.clock import Clock
+from common.clock import Clock, SystemClock
 from common.errors import AlreadyExists, InvalidArgument, Moved, NotFound, PreconditionFailed
 from frontend import names
 
@@ -366,3 +366,19 @@ class AccountStore:
             if len(self._cache) >= CACHE_ENTRIES_MAX:
                 self._cache.clear()  # a flood of distinct names: start over, stay bounded
         self._cache[name] = (self._clock.monotonic() + self._ttl_s, account)
+
+
+class HeldRoles:
+    """Accounts' roles as this stamp's records hold them, read through (no cache), for its
+    partition servers' shippers (partition_layer/geo_link.Roles): what decides whether an
+    unplanned failover deposed this stamp, and makes it the secondary then."""
+
+    def __init__(self, kv: KeyValue, clock: Clock | None = None) -> None:
+        self._store = AccountStore(kv, clock or SystemClock(), cache_ttl_s=0)
+
+    def held(self, account: str) -> tuple[str, int]:
+        geo = self._store.get(account).geo
+        return geo.role, geo.epoch
+
+    def demote(self, account: str, primary: str, epoch: int) -> None:
+        self._store.set_role(account, SECONDARY, primary, epoch)

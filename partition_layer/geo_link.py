@@ -6,9 +6,17 @@ Contracts:
   the account's secondary, when the location says this stamp is its primary; None when
   this stamp is stand-alone or the account is in no location. When the location names
   another primary (this stamp took the writes, so a failover it has not heard of yet moved
-  the roles one way or the other), Unavailable after dropping the answer: the shipper asks
-  again, never skips. Answers are kept for RESOLVE_TTL_S, at most RESOLVED_MAX accounts;
-  while the location cannot be reached the last answer stands; with none, Unavailable.
+  the roles one way or the other), the account as this stamp holds it decides (`roles`):
+  - held here as the primary at the location's epoch or later: the location has not caught
+    up with a failover to this stamp: Unavailable after dropping the answer (the shipper
+    asks again, never skips);
+  - held here as the primary at an earlier epoch (an unplanned failover deposed this stamp
+    while it was gone), or as the secondary (a write taken before this stamp's front ends
+    saw that): the account is first made this stamp's secondary of the location's primary
+    at its epoch (front ends refuse its writes with Moved from then on), then Deposed: the
+    shipper sets those operations aside (geo_tail.py).
+  Answers are kept for RESOLVE_TTL_S, at most RESOLVED_MAX accounts; while the location
+  cannot be reached the last answer stands; with none, Unavailable.
 - `send(target, requests)`: one ReplicateCall per account, signed with the location's
   secret (location/geo_auth.py), to one of the target's front ends (the next one after a
   failure); returns once all were applied there, else raises the error.
@@ -18,11 +26,13 @@ Contracts:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from common import rpc
 from common.errors import NotFound, PreconditionFailed, StampError, Unavailable
@@ -33,6 +43,9 @@ from common.proto import location_v1_pb2_grpc as location_grpc
 from common.proto import partition_pb2 as pb
 from location import geo_auth
 from location.geo_auth import SETTINGS_TTL_S, GeoSettings, SettingsCache
+from partition_layer.geo_tail import Deposed, TailReport, never_deposed
+
+PRIMARY = "primary"  # frontend/accounts.py's role names
 
 log = logging.getLogger(__name__)
 
@@ -53,13 +66,28 @@ class Placement:
     epoch: int
 
 
+class Roles(Protocol):
+    """Accounts as this stamp holds them (frontend/accounts.py's records), blocking calls."""
+
+    def held(self, account: str) -> tuple[str, int]:
+        """(role, epoch) of the account here."""
+
+    def demote(self, account: str, primary: str, epoch: int) -> None:
+        """Make this stamp the account's secondary of `primary` at `epoch`."""
+
+
 class GeoLink:
     """A partition server's way to its location and the other stamps (module contract)."""
 
     def __init__(self, read_settings: Callable[[], GeoSettings | None],
                  now: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], float] = time.time) -> None:
+                 wall: Callable[[], float] = time.time, roles: Roles | None = None,
+                 tails: TailReport | None = None) -> None:
+        """Without `roles`, a stamp never counts itself deposed (it waits); without
+        `tails`, it has nowhere to set a tail aside (it waits too)."""
         self.settings = SettingsCache(read_settings, SETTINGS_TTL_S, now)
+        self._roles = roles
+        self.set_aside = never_deposed if tails is None else tails.set_aside
         self._now = now
         self._wall = wall
         self._placements: OrderedDict[str, tuple[float, Placement | None]] = OrderedDict()
@@ -75,9 +103,26 @@ class GeoLink:
             return None
         if placement.primary != settings.stamp:
             self._placements.pop(account, None)
+            if self._roles is not None and await self._deposed(account, placement):
+                return Deposed(placement.primary, placement.epoch)
             raise Unavailable(f"the location names {placement.primary} the primary of "
                               f"{account}, whose writes {settings.stamp} took: asking again")
         return placement.secondary
+
+    async def _deposed(self, account: str, placement: Placement) -> bool:
+        """Whether `placement` (naming another primary) deposed this stamp (module
+        contract); if so, the account is this stamp's secondary now."""
+        assert self._roles is not None
+        role, epoch = await asyncio.to_thread(self._roles.held, account)
+        if role == PRIMARY and epoch >= placement.epoch:
+            return False
+        if role == PRIMARY or epoch < placement.epoch:
+            await asyncio.to_thread(self._roles.demote, account, placement.primary,
+                                    placement.epoch)
+            log.warning("account %s: the location names %s its primary at epoch %d, after "
+                        "this stamp's %d: it is this stamp's secondary now", account,
+                        placement.primary, placement.epoch, epoch)
+        return True
 
     async def send(self, target: str, requests: list[pb.Request]) -> None:
         settings = await self.settings()

@@ -25,7 +25,10 @@ Contracts:
   in no location, or this stamp is stand-alone): its operations count as shipped; it raises
   when it cannot say yet (the location is unreachable, or still names another primary for
   an account whose writes this stamp took: a failover it has not heard of), and the batch
-  waits and asks again: an operation written here is never skipped.
+  waits and asks again: an operation written here is never skipped. When it answers
+  Deposed (an unplanned failover made another stamp the primary at a later epoch), the
+  account's operations in the batch are that stamp's tail: `set_aside` keeps them in a
+  report (partition_layer/geo_tail.py), and once that is durable they count as shipped.
 - **Last sync time** (`last_sync_s`): every write this partition acknowledged before it is
   on the secondary. From samples (wall time t, LSN a: every write acknowledged before t has
   an LSN at most a) taken as each block is handed over, before its writes are answered
@@ -57,6 +60,7 @@ from common.proto import partition_pb2 as pb
 from partition_layer import keys
 from partition_layer.commit_log import CommitOp, Replayer, decode_batch, within
 from partition_layer.geo_ship import REPLICATE_ROWS_MAX, replicate_request
+from partition_layer.geo_tail import Deposed, never_deposed
 from partition_layer.keys import KeyRange
 from partition_layer.rows import TAG_BLOB, TAG_BLOB_CRC, Row, decode_row
 from stream_layer.framing import Location
@@ -76,8 +80,11 @@ SYNC_SAMPLE_S = 0.01  # at most one sample this often: 80 s of lag at full preci
 RETRY_MIN_S = 0.05
 RETRY_MAX_S = 2.0
 
-Targets = Callable[[str], Awaitable[str | None]]
+Targets = Callable[[str], Awaitable[str | Deposed | None]]
 Sender = Callable[[str, list[pb.Request]], Awaitable[None]]
+# (partition id, the batch's last LSN, the requests set aside with what deposed them)
+SetAside = Callable[[int, int, list[tuple[Deposed, pb.Request]]], Awaitable[None]]
+
 
 
 class ShipSite(Protocol):
@@ -155,12 +162,14 @@ class GeoShipper:
 
     def __init__(self, site: ShipSite, targets: Targets, send: Sender, start: Position,
                  wall: Callable[[], float] = time.time, synced_s: float = 0.0,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, set_aside: SetAside = never_deposed
+                 ) -> None:
         """`start`: where the previous owner's metadata says shipping stood (Position(0,
         None) for a partition never shipped); `synced_s`: the last sync time it recorded."""
         self.site = site
         self._targets = targets
         self._send = send
+        self._set_aside = set_aside
         self._wall = wall
         self._rng = rng or random.Random()
         self.shipped_lsn = start.lsn
@@ -358,12 +367,23 @@ class GeoShipper:
             await self._shipped.wait()
 
     async def _requests(self, batch: _Batch) -> dict[str, list[pb.Request]]:
+        """The batch's requests by target stamp; a deposed account's set aside first."""
         by_target: dict[str, list[pb.Request]] = {}
+        aside: list[tuple[Deposed, pb.Request]] = []
         for (account, pname), rows in batch.rows.items():
             target = await self._targets(account)
             if target is None:
                 continue
-            by_target.setdefault(target, []).append(
-                await replicate_request(account, pname, rows.items(), self.site.read_blob))
+            request = await replicate_request(account, pname, rows.items(),
+                                              self.site.read_blob)
+            if isinstance(target, Deposed):
+                aside.append((target, request))
+            else:
+                by_target.setdefault(target, []).append(request)
+        if aside:
+            await self._set_aside(self.site.id, batch.last_lsn, aside)
+            log.warning("partition %d: %d names' operations up to LSN %d set aside: another "
+                        "stamp is their account's primary now", self.site.id, len(aside),
+                        batch.last_lsn)
         return by_target
 

@@ -81,7 +81,7 @@ class Shipping:
             return
         start, synced_s = start_position(partition)
         shipper = GeoShipper(partition, self.link.targets, self.link.send, start,
-                             synced_s=synced_s)
+                             synced_s=synced_s, set_aside=self.link.set_aside)
         partition.shipper = shipper
         task = asyncio.get_running_loop().create_task(self._ship(partition, shipper))
         self._tasks[partition] = task

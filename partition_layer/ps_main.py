@@ -25,10 +25,12 @@ from common.errors import StampError
 from common.process import write_ready
 from common.proto import partition_pb2 as pb
 from common.proto import partition_pb2_grpc as pb_grpc
+from frontend.accounts import HeldRoles
 from location.geo_auth import read_settings
 from lock_service.client import Lease, LockClient
 from partition_layer.geo_link import GeoLink
 from partition_layer.geo_shipping import Shipping
+from partition_layer.geo_tail import TailReport
 from partition_layer.manager import LEADER_ADDRESS_KEY, SERVER_PREFIX
 from partition_layer.ps_servicer import PartitionServicer
 from partition_layer.server import PartitionServer
@@ -232,7 +234,9 @@ async def serve(args: argparse.Namespace) -> None:
     locks = LockClient([a for a in args.lock.split(",") if a], holder=args.name)
     ps = PartitionServer(args.name, streams, locks, limits)
     # Inter-stamp replication (issue 30): shippers while this stamp is in a location.
-    shipping = Shipping(GeoLink(lambda: read_settings(locks)), lambda: ps.partitions.values())
+    link = GeoLink(lambda: read_settings(locks), roles=HeldRoles(locks),
+                   tails=TailReport(args.dir))
+    shipping = Shipping(link, lambda: ps.partitions.values())
     ps.on_loaded = shipping.loaded
     server = rpc.aio_server(limits.rpc_message_bytes_max)
     port = rpc.add_port(server, f"{args.host}:{args.port}")
