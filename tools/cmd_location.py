@@ -1,4 +1,4 @@
-"""`stamp location up | down | status | create-account | geo | failover` (issue 30): a
+"""`stamp location up | down | status | create-account | geo | failover | tail` (issue 30): a
 location of two stamps on this machine (tools/local_location.py), accounts placed in it by
 load across regions (location/placement.py), their replication and planned failovers
 (tools/geo_account.py).
@@ -62,6 +62,15 @@ def register(commands: Any) -> None:
     failover.add_argument("--yes", action="store_true",
                           help="an unplanned failover: do not ask before acting")
     failover.set_defaults(handler=cmd_failover)
+    tail = actions.add_parser(
+        "tail", help="the writes an unplanned failover set aside at the old primary",
+        description="When an unplanned failover deposed a stamp, the writes it had "
+                    "acknowledged and never shipped to the new primary are kept aside there, "
+                    "never merged: this lists them by stamp, with the file holding every "
+                    "row (JSON lines, each a serialized partition request in base64).")
+    tail.add_argument("name", type=checked(_account_name, "an account name"),
+                      help="the account's name")
+    tail.set_defaults(handler=cmd_tail)
 
 
 def _account_name(text: str) -> str:
@@ -191,6 +200,17 @@ def _unplanned_failover(location: Any, args: argparse.Namespace) -> int:
     print(f"account {args.name}: primary {report.new_primary} (was {report.old_primary}, "
           f"{report.fenced}), epoch {report.epoch}, in {report.total_s:.1f} s; "
           f"{report.old_primary} is its secondary, unavailable")
+    return 0
+
+
+def cmd_tail(args: argparse.Namespace) -> int:
+    from tools import geo_account
+
+    found = geo_account.tails(_location(args), args.name)
+    for tail in found:
+        print(tail.summary())
+    if not found:
+        print(f"no stamp of the location set writes of {args.name} aside")
     return 0
 
 

@@ -44,6 +44,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from common import rpc
@@ -305,3 +306,35 @@ def _fence(stamp: LocalStamp, account: str, new: str, epoch: int) -> str:
     worker.start()
     worker.join(FENCE_TIMEOUT_S)
     return outcome[0] if outcome else f"not reached within {FENCE_TIMEOUT_S:.0f} s"
+
+
+@dataclass(frozen=True)
+class Tail:
+    """What one stamp set aside of an account (partition_layer/geo_tail.py)."""
+
+    stamp: str
+    path: Path
+    lines: list[dict[str, Any]]
+
+    def summary(self) -> str:
+        names = sorted({str(line["pname"]) for line in self.lines})
+        rows = sum(int(line["rows"]) for line in self.lines)
+        first = self.lines[0]
+        return (f"{self.stamp}: {rows} rows of {len(names)} names set aside "
+                f"({', '.join(names[:8])}{', ...' if len(names) > 8 else ''}), deposed by "
+                f"{first['primary']} at epoch {first['epoch']}, from "
+                f"{_clock(float(first['at_s']))}; {self.path}")
+
+
+def tails(location: LocalLocation, account: str) -> list[Tail]:
+    """The account's operations each stamp of the location set aside when an unplanned
+    failover deposed it (none: nothing was lost there)."""
+    from partition_layer.geo_tail import read_tail, tail_path
+
+    found = []
+    for site, stamp in location.stamps():
+        for record in stamp.partition_servers():
+            lines = read_tail(Path(record.dir), account)
+            if lines:
+                found.append(Tail(site.name, tail_path(Path(record.dir), account), lines))
+    return found

@@ -1,10 +1,14 @@
 """An unplanned failover (issue 30; tools/geo_account.py): every process of an account's
 primary stamp SIGKILLed under load, then `stamp location failover NAME --yes`: the
 secondary takes the account's writes at once, and holds every write acknowledged before the
-last sync time the command reported, and nothing that was never written."""
+last sync time the command reported, and nothing that was never written. The old primary,
+restarted, makes itself the secondary and keeps the writes it never shipped aside
+(`stamp location tail`): every acknowledged write is at the new primary or in that report."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -13,8 +17,13 @@ from pathlib import Path
 import pytest
 from stampsdk import Client
 
-from tools.geo_account import stamps_of, unplanned_risk
+from partition_layer import keys
+from partition_layer.geo_tail import request_of
+from partition_layer.record_batch import decode_records
+from partition_layer.rows import decode_row
+from tools.geo_account import accounts_at, stamps_of, tails, unplanned_risk
 from tools.local_location import LocalLocation
+from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow
 
@@ -89,7 +98,17 @@ def test_an_unplanned_failover_keeps_what_was_synced_and_takes_writes_at_once(
     mark = max(w.acked[20][1] for w in writers)
     until(lambda: unplanned_risk(local, "delta").synced_s > mark,
           "the location knows a last sync time")
-    stamps_of(local)[old].kill_all()  # the whole primary stamp, SIGKILL
+    # The link to the secondary stalls (its front end frozen): what is acknowledged from
+    # now on is not shipped, and is what the failover puts at risk.
+    stamps = stamps_of(local)
+    frozen = stamps[new].front_ends()[0].pid
+    os.kill(frozen, signal.SIGSTOP)
+    try:
+        count = sum(len(w.acked) for w in writers)
+        until(lambda: sum(len(w.acked) for w in writers) >= count + 40, "writes go on")
+        stamps[old].kill_all()  # the whole primary stamp, SIGKILL
+    finally:
+        os.kill(frozen, signal.SIGCONT)
     for writer in writers:
         writer.stop.set()
         writer.thread.join(timeout=30)
@@ -115,3 +134,46 @@ def test_an_unplanned_failover_keeps_what_was_synced_and_takes_writes_at_once(
                 or there == [r for r, _ in writer.acked] + writer.in_doubt, writer.log
     assert f"primary {new}, secondary {old} (unavailable)" in location_cli(
         location, "geo", "delta")
+    assert "no stamp of the location set writes of delta aside" in location_cli(
+        location, "tail", "delta")
+    # The old primary comes back: it is the account's secondary, and every write it
+    # acknowledged is at the new primary or in its report, none merged into the new one.
+    location_cli(location, "up")
+    until(lambda: held_at(stamps[old], "delta") == ("secondary", new), "it demotes itself")
+    until(lambda: bool(tails(local, "delta")), "its tail is set aside", timeout_s=60)
+    until(lambda: tail_records(local) >= {r for w in writers for r, _ in w.acked}
+          - at_new_primary(text, writers), "every acknowledged write is accounted for")
+    (tail,) = tails(local, "delta")
+    assert tail.stamp == old
+    assert f"{old}: " in location_cli(location, "tail", "delta")
+    with Client.from_connection_string(text, timeout_s=30) as client:
+        for writer in writers:  # nothing of the tail went to the new primary
+            there = [r for _, r in client.read(writer.log, 0, 100_000)]
+            assert there == [r for r, _ in writer.acked][:len(there)], writer.log
+
+
+def held_at(stamp: LocalStamp, account: str) -> tuple[str, str]:
+    with accounts_at(stamp) as accounts:
+        geo = accounts.get(account).geo
+    return geo.role, geo.primary
+
+
+def tail_records(local: LocalLocation) -> set[bytes]:
+    """The log records in the account's tail reports."""
+    found = set()
+    for tail in tails(local, "delta"):
+        for line in tail.lines:
+            request = request_of(line)
+            for key, row in zip(request.replicate.keys, request.replicate.rows, strict=True):
+                kind, seq_key = keys.decode_key(key)[2:]
+                if kind == keys.KIND_RECORD:
+                    value = decode_row(row).value
+                    assert value is not None
+                    last = keys.row_seq(seq_key)
+                    found.update(data for _, data, _ in decode_records(value, last))
+    return found
+
+
+def at_new_primary(text: str, writers: list[Writer]) -> set[bytes]:
+    with Client.from_connection_string(text, timeout_s=30) as client:
+        return {r for w in writers for _, r in client.read(w.log, 0, 100_000)}
