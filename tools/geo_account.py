@@ -82,6 +82,7 @@ class GeoStatus:
     placement: AccountPlacement
     shipping: Shipping | None  # None: no partition of the primary ships it (yet)
     error: str = ""  # why the primary's figures could not be read
+    reported_synced_s: float = 0.0  # the last sync time the location has (0: none)
 
     def lines(self, now_s: float) -> list[str]:
         p = self.placement
@@ -89,6 +90,10 @@ class GeoStatus:
                f"({p.secondary_state}), epoch {p.epoch}"]
         if self.error:
             out.append(f"replication: unknown ({self.error})")
+            if self.reported_synced_s:
+                out.append(f"the location's last report: last sync "
+                           f"{_clock(self.reported_synced_s)} "
+                           f"(lag {max(0.0, now_s - self.reported_synced_s):.1f} s)")
         elif self.shipping is None:
             out.append("replication: not shipping yet (its partitions start within 5 s)")
         else:
@@ -129,8 +134,9 @@ def status(location: LocalLocation, account: str) -> GeoStatus:
     stamp = stamps_of(location)[placement.primary]
     try:
         shipping = asyncio.run(shipping_of(stamp, account))
-    except StampError as exc:
-        return GeoStatus(placement, None, str(exc))
+    except StampError as exc:  # the primary is gone: what the location knows
+        return GeoStatus(placement, None, str(exc),
+                         unplanned_risk(location, account).synced_s)
     return GeoStatus(placement, shipping)
 
 

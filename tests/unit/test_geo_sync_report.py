@@ -177,3 +177,14 @@ def test_only_a_leader_in_a_location_reports_and_its_report_is_signed() -> None:
     (report,) = sent
     geo_auth.verify_report(SECRET, report, now_s=1_000.0)
     assert report.stamp == "west-1" and account_synced_ms(report.ranges, "zed") == 7_000
+
+
+def test_status_falls_back_on_the_locations_last_sync_time_when_the_primary_is_gone() -> None:
+    from tools.geo_account import GeoStatus
+
+    placement = AccountPlacement("acme", "west-1", "east-1", "live", 3)
+    lines = GeoStatus(placement, None, "west-1 does not answer", 1_000.0).lines(1_004.0)
+    assert lines[1] == "replication: unknown (west-1 does not answer)"
+    assert lines[2].startswith("the location's last report: last sync ") \
+        and lines[2].endswith("(lag 4.0 s)")
+    assert len(GeoStatus(placement, None, "gone").lines(1_004.0)) == 2  # none to fall on
