@@ -13,7 +13,8 @@ the SDK raises its usual exceptions.
 At an account's geo secondary (issue 30) every write — any method but GET and HEAD, HTTP's
 safe methods, which are all the reads `route` serves — is refused once its credentials
 hold, with blob_store.MOVED_STATUS (421) and MOVED_CODE ("AccountMoved"), the message naming
-the primary stamp; reads are answered (read access to the secondary).
+the primary stamp — unless it can be passed on to the primary and answered there
+(frontend/blob_forward.py); reads are answered (read access to the secondary).
 
 Before any account is looked up: a request without credentials (no Authorization header, no
 SAS `sig`) is refused 401, and one whose URL names an account no account can have is
@@ -53,9 +54,10 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from common import durable_fs
 from common.config import FrontEndLimits
-from common.errors import InvalidArgument, StampError
+from common.errors import InvalidArgument, Moved, StampError
 from frontend import blob_auth, blob_xml, names
 from frontend.auth import Held
+from frontend.blob_forward import BlobForwarder
 from frontend.blob_handlers import route
 from frontend.blob_model import BLOB_NAME_BYTES_MAX, METADATA_BYTES_MAX, BlobError
 from frontend.blob_request import (
@@ -245,9 +247,11 @@ async def _answer(http: web.Request, response: web.StreamResponse,
     return response
 
 
-def make_app(front_end: FrontEnd, store: BlobStore) -> web.Application:
+def make_app(front_end: FrontEnd, store: BlobStore, forward: BlobForwarder | None = None
+             ) -> web.Application:
     """The aiohttp application of the endpoint (one catch-all route: Azure's operations are
-    told apart by method, path depth and query, not by path patterns)."""
+    told apart by method, path depth and query, not by path patterns); with `forward`, a
+    write refused with Moved is passed on to the account's primary (blob_forward.py)."""
     limits = store.limits
     skew_s = limits.blob_request_skew_ms / 1000
 
@@ -256,7 +260,12 @@ def make_app(front_end: FrontEnd, store: BlobStore) -> web.Application:
         head = http.method == "HEAD"
         try:
             request = parse(http)
-            await authorize(request, front_end, skew_s)
+            try:
+                await authorize(request, front_end, skew_s)
+            except Moved as moved:
+                if forward is None:
+                    raise
+                return await forward.forward(http, request.account, moved)
             handler = route(request)
             return await _answer(http, await handler(request, store, front_end), limits)
         except BlobError as exc:
@@ -279,11 +288,12 @@ def make_app(front_end: FrontEnd, store: BlobStore) -> web.Application:
 
 
 async def start(front_end: FrontEnd, store: BlobStore, host: str, port: int,
-                ssl_context: ssl.SSLContext | None = None) -> tuple[web.AppRunner, str]:
+                ssl_context: ssl.SSLContext | None = None,
+                forward: BlobForwarder | None = None) -> tuple[web.AppRunner, str]:
     """Serve the endpoint on host:port (0: a free port), HTTPS with `ssl_context` (the front
     end's public certificate, common/tls.py), plain HTTP without; (its runner, host:port
     bound)."""
-    runner = web.AppRunner(make_app(front_end, store), access_log=None,
+    runner = web.AppRunner(make_app(front_end, store, forward), access_log=None,
                            handle_signals=False, logger=http_log,
                            keepalive_timeout=store.limits.blob_headers_timeout_ms / 1000,
                            max_line_size=REQUEST_LINE_BYTES_MAX,

@@ -26,6 +26,7 @@ from common.proto import frontend_pb2_grpc as fe_grpc
 from frontend import blob_server, public_protocol
 from frontend.accounts import AccountStore
 from frontend.auth import Authenticator
+from frontend.blob_forward import BlobForwarder
 from frontend.blob_store import BlobStore
 from frontend.forward import ForwardingClient
 from frontend.geo_door import GeoDoor
@@ -135,9 +136,10 @@ async def serve(args: argparse.Namespace) -> None:
     warm = asyncio.get_running_loop().create_task(client.refresh_map())  # first calls skip it
     warm.add_done_callback(lambda t: t.cancelled() or t.exception())  # a failure is retried
     blobs = BlobStore(client, config.front_end, clock)
+    forward = BlobForwarder(settings)  # a secondary's blob writes, to the primary
     http_runner, http_address = await blob_server.start(
         front_end, blobs, args.host, args.http_port,
-        tls.public_ssl_context(*public_tls) if public_tls else None)
+        tls.public_ssl_context(*public_tls) if public_tls else None, forward)
     blob_server.write_http_ready(args.dir, http_address)  # before ready.json: read with it
     write_ready(args.dir, args.name, address)
     log.info("%s serving on %s (Azure Blob REST on %s://%s)", args.name, address,
@@ -148,6 +150,7 @@ async def serve(args: argparse.Namespace) -> None:
     await watch.end()
     await http_runner.cleanup()
     await blobs.close()
+    await forward.close()
     await server.stop(grace=1.0)
     await front_end.close()
     await asyncio.to_thread(probe.close)

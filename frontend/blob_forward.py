@@ -1,0 +1,131 @@
+"""A geo secondary's blob endpoint passes an account's writes on to its primary (issue 30):
+Azure's SDKs reach an account at one fixed URL (Azure moves the account's DNS name on a
+failover; a stamp on loopback has none to move), so a client still pointed at the account's
+old primary, now its secondary, keeps working: its writes are answered by the new primary,
+through this stamp.
+
+Contract of `BlobForwarder.forward`, for a write whose credentials held here and which this
+stamp refused with Moved (frontend/blob_server.py):
+- the primary's blob endpoints are asked of the location (Resolve, its answer kept
+  RESOLVE_TTL_S per account, at most RESOLVED_MAX accounts); the request goes to the first,
+  as it came (method, path and query, body, every header but the hop-by-hop ones, none
+  added that Shared Key signs: the signature covers the path and headers, not the host, so
+  the primary checks it as its own), with FORWARDED_HEADER naming this stamp;
+- the primary's answer is relayed as it is (status, headers but hop-by-hop ones, body of at
+  most ANSWER_BYTES_MAX: a write's answer is small);
+- Moved is raised instead (the client gets 421 AccountMoved, as before) when the request
+  was forwarded already (no loops between stamps that both think the other the primary),
+  when this stamp is in no location, when the location names no blob endpoint for the
+  primary or names this stamp, or when the primary cannot be reached (logged).
+Reads are never forwarded: a secondary answers them itself (read access to the secondary).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+
+import aiohttp
+from aiohttp import web
+
+from common import rpc
+from common.errors import Moved, NotFound, StampError
+from common.proto import location_v1_pb2 as location_pb
+from common.proto import location_v1_pb2_grpc as location_grpc
+from location.geo_auth import GeoSettings
+
+log = logging.getLogger(__name__)
+
+FORWARDED_HEADER = "x-stamp-forwarded-by"
+RESOLVE_TTL_S = 5.0
+RESOLVED_MAX = 10_000
+RESOLVE_TIMEOUT_S = 2.0
+FORWARD_TIMEOUT_S = 60.0
+ANSWER_BYTES_MAX = 1024 * 1024
+HOP_HEADERS = frozenset({"host", "connection", "keep-alive", "transfer-encoding", "te",
+                         "trailer", "upgrade", "proxy-authorization", "proxy-connection",
+                         "content-length"})
+# aiohttp's client adds these unless told not to; Shared Key signs Content-Type.
+NOT_ADDED = ("Content-Type", "User-Agent", "Accept", "Accept-Encoding")
+
+SettingsReader = Callable[[], Awaitable[GeoSettings | None]]
+
+
+class BlobForwarder:
+    """Writes at a secondary's blob endpoint, answered by the primary (module contract)."""
+
+    def __init__(self, settings: SettingsReader,
+                 now: Callable[[], float] = time.monotonic) -> None:
+        self._settings = settings
+        self._now = now
+        self._primaries: OrderedDict[str, tuple[float, str, tuple[str, ...]]] = OrderedDict()
+        self._channels: dict[str, object] = {}
+        self._session: aiohttp.ClientSession | None = None
+        self.forwarded = 0
+
+    async def forward(self, http: web.Request, account: str, moved: Moved) -> web.Response:
+        settings = await self._settings()
+        if settings is None or FORWARDED_HEADER in http.headers:
+            raise moved
+        try:
+            primary, endpoints = await self._primary(settings, account)
+        except StampError as exc:
+            log.warning("account %s: where its primary's blob endpoint is: %s", account, exc)
+            raise moved from None
+        if primary == settings.stamp or not endpoints:
+            raise moved
+        try:
+            answer = await self._send(http, endpoints[0], settings.stamp)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            log.warning("account %s: forwarding a write to %s failed: %r", account, primary,
+                        exc)
+            raise moved from None
+        self.forwarded += 1
+        return answer
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+        for channel in self._channels.values():
+            await channel.close()  # type: ignore[attr-defined]
+
+    async def _send(self, http: web.Request, endpoint: str, stamp: str) -> web.Response:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                auto_decompress=False, timeout=aiohttp.ClientTimeout(total=FORWARD_TIMEOUT_S))
+        headers = [(k, v) for k, v in http.headers.items() if k.lower() not in HOP_HEADERS]
+        headers.append((FORWARDED_HEADER, stamp))
+        body = await http.read()
+        async with self._session.request(
+                http.method, endpoint.rstrip("/") + http.raw_path, headers=headers,
+                data=body, skip_auto_headers=NOT_ADDED, allow_redirects=False) as answer:
+            data = await answer.content.read(ANSWER_BYTES_MAX)
+            relayed = {k: v for k, v in answer.headers.items()
+                       if k.lower() not in HOP_HEADERS}
+            return web.Response(status=answer.status, headers=relayed, body=data)
+
+    async def _primary(self, settings: GeoSettings, account: str
+                       ) -> tuple[str, tuple[str, ...]]:
+        cached = self._primaries.get(account)
+        if cached is not None and self._now() - cached[0] <= RESOLVE_TTL_S:
+            return cached[1], cached[2]
+        error: StampError = NotFound("the location has no server")
+        for address in settings.location:
+            channel = self._channels.get(address)
+            if channel is None:
+                channel = self._channels[address] = rpc.aio_channel(address, 1 << 20)
+            try:
+                reply = await rpc.call(location_grpc.LocationStub(channel).Resolve(
+                    location_pb.ResolveRequest(account=account), timeout=RESOLVE_TIMEOUT_S))
+            except StampError as exc:
+                error = exc
+                continue
+            found = (reply.primary.name, tuple(reply.primary.blob_endpoints))
+            self._primaries[account] = (self._now(), *found)
+            self._primaries.move_to_end(account)
+            while len(self._primaries) > RESOLVED_MAX:
+                self._primaries.popitem(last=False)
+            return found
+        raise error
