@@ -288,8 +288,13 @@ class PartitionLimits:
     rpc_message_bytes_max: int = 64 * MiB
     # A client gives up on an operation after this long (map refreshes and retries included).
     client_timeout_ms: int = 30_000
+    # Inter-stamp replication (issue 30): the least time between two batches a partition
+    # ships (partition_layer/geo_shipper.py): that much more lag, for fewer, larger batches.
+    geo_ship_pace_ms: int = 50
 
     def __post_init__(self) -> None:
+        if not 0 <= self.geo_ship_pace_ms <= 10_000:
+            raise InvalidArgument("partition.geo_ship_pace_ms is 0 to 10000")
         if self.blob_value_bytes_min > self.value_bytes_max:
             raise InvalidArgument("partition.blob_value_bytes_min exceeds value_bytes_max")
         if self.partition_lease_ttl_ms < 3 * 100:

@@ -11,7 +11,10 @@ Contracts:
   partition name: one ReplicateOp per name with each key's last row (the name goes from one
   of the primary's states to a later one, atomically). The batch goes to each secondary
   stamp concerned; the next batch only once every request of this one was applied (the
-  sender returned). A failed send is retried with backoff, for ever: the lag grows, nothing
+  sender returned), and no sooner than `pace_s` after it: a lag of that much buys batches
+  that many times larger, each costing both stamps one call, one commit and its replicas'
+  writes rather than one per handful of writes. A failed send is retried with backoff, for
+  ever: the lag grows, nothing
   is skipped. Applying a batch again is harmless (operations.Replicated), so a retry after a
   lost answer and a new owner re-shipping from an older position both converge.
 - **Where operations come from.** The committer hands each durable block's operations over
@@ -162,10 +165,11 @@ class GeoShipper:
 
     def __init__(self, site: ShipSite, targets: Targets, send: Sender, start: Position,
                  wall: Callable[[], float] = time.time, synced_s: float = 0.0,
-                 rng: random.Random | None = None, set_aside: SetAside = never_deposed
-                 ) -> None:
+                 rng: random.Random | None = None, set_aside: SetAside = never_deposed,
+                 pace_s: float = 0.0) -> None:
         """`start`: where the previous owner's metadata says shipping stood (Position(0,
-        None) for a partition never shipped); `synced_s`: the last sync time it recorded."""
+        None) for a partition never shipped); `synced_s`: the last sync time it recorded;
+        `pace_s`: the least time between two batches (0: each as soon as the last landed)."""
         self.site = site
         self._targets = targets
         self._send = send
@@ -190,6 +194,8 @@ class GeoShipper:
         self._samples: collections.deque[tuple[float, int]] = collections.deque()
         self._samples.append((wall(), site.applied_lsn))
         self._synced_s = synced_s
+        self._pace_s = pace_s
+        self._shipped_at = -float("inf")  # loop time of the last batch's landing
         self.batches = 0  # batches shipped (metrics, tests)
         self.failures = 0
 
@@ -261,11 +267,20 @@ class GeoShipper:
                 if self.shipped_lsn >= self.site.applied_lsn:
                     await self._wake.wait()
                 continue
+            await self._pace()
             batch = await self._next_batch()
             if batch.ops:
                 await self._ship(batch)
+                self._shipped_at = asyncio.get_running_loop().time()
             else:  # behind, yet nothing readable past the position: not there yet
                 await asyncio.sleep(RETRY_MIN_S)
+
+    async def _pace(self) -> None:
+        """At most one batch every `pace_s` (module contract): what commits meanwhile joins
+        the next one."""
+        wait_s = self._shipped_at + self._pace_s - asyncio.get_running_loop().time()
+        if wait_s > 0:
+            await asyncio.sleep(wait_s)
 
     async def _next_batch(self) -> _Batch:
         batch = _Batch()

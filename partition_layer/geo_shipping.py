@@ -41,9 +41,11 @@ def start_position(partition: RangePartition) -> tuple[Position, float]:
 class Shipping:
     """A partition server's shippers (module contract)."""
 
-    def __init__(self, link: GeoLink, partitions: Callable[[], Iterable[RangePartition]]
-                 ) -> None:
+    def __init__(self, link: GeoLink, partitions: Callable[[], Iterable[RangePartition]],
+                 pace_s: float = 0.0) -> None:
+        """`pace_s`: the least time between two batches of a shipper (geo_shipper.py)."""
         self.link = link
+        self._pace_s = pace_s
         self._partitions = partitions
         self._tasks: dict[RangePartition, asyncio.Task[None]] = {}
         self._looking: asyncio.Task[None] | None = None
@@ -81,7 +83,8 @@ class Shipping:
             return
         start, synced_s = start_position(partition)
         shipper = GeoShipper(partition, self.link.targets, self.link.send, start,
-                             synced_s=synced_s, set_aside=self.link.set_aside)
+                             synced_s=synced_s, set_aside=self.link.set_aside,
+                             pace_s=self._pace_s)
         partition.shipper = shipper
         task = asyncio.get_running_loop().create_task(self._ship(partition, shipper))
         self._tasks[partition] = task

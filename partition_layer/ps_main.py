@@ -236,7 +236,8 @@ async def serve(args: argparse.Namespace) -> None:
     # Inter-stamp replication (issue 30): shippers while this stamp is in a location.
     link = GeoLink(lambda: read_settings(locks), roles=HeldRoles(locks),
                    tails=TailReport(args.dir))
-    shipping = Shipping(link, lambda: ps.partitions.values())
+    shipping = Shipping(link, lambda: ps.partitions.values(),
+                        pace_s=limits.geo_ship_pace_ms / 1000)
     ps.on_loaded = shipping.loaded
     server = rpc.aio_server(limits.rpc_message_bytes_max)
     port = rpc.add_port(server, f"{args.host}:{args.port}")

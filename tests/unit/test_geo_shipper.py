@@ -479,3 +479,20 @@ def test_a_names_squashed_rows_stay_under_what_a_partition_server_takes(
         await stopped(task)
 
     run(scenario)
+
+
+def test_a_paced_shipper_gathers_what_commits_meanwhile_into_one_batch() -> None:
+    async def scenario() -> None:
+        primary, secondary = Side(), Secondary()
+        shipper, task = await running(primary, secondary, pace_s=1.0)
+        await primary.ok("orders", append=append(b"first"))
+        await until(lambda: shipper.lag_ops() == 0, "the first write shipped")
+        assert shipper.batches == 1
+        for i in range(5):  # each commits while the shipper waits out its pace
+            await primary.ok("orders", append=append(f"next-{i}".encode()))
+        await until(lambda: shipper.lag_ops() == 0, "shipped")
+        assert shipper.batches == 2  # unpaced, the first of them would have gone alone
+        assert await view(secondary) == await view(primary)
+        await stopped(task)
+
+    run(scenario)
