@@ -205,7 +205,9 @@ BENCHES: dict[str, tuple[str, Callable[[argparse.Namespace, Progress], Rows]]] =
             "loads 32x1 and 32x100 through the SDK for a replicated account and a "
             "stand-alone one taking turns, with the replication lag p50/p99 (targets: "
             "ratio >= 0.85, lag p99 <= 1 s at 32x1); a planned failover under 8 writers: "
-            "the longest pause (target <= 2 s)", _geo),
+            "the longest pause (target <= 2 s); then the primary stamp SIGKILLed and an "
+            "unplanned failover: the time to the first write at the new primary (target "
+            "<= 5 s)", _geo),
     "scan": ("rows/s scanning --rows entities of 100 bytes over 4 range partitions through "
              "the SDK (--trials scans, at most 5; target >= 100,000 rows/s)", _scan),
     "spark-scan": ("entities/s and log records/s read through the Spark data source on "
