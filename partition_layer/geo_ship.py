@@ -1,7 +1,7 @@
 """What a primary partition ships to its account's secondary stamp (issue 30, DESIGN §10):
 each committed operation of its commit log, as ReplicateOp requests.
 
-The plan of inter-stamp replication, of which this module is the first step:
+The plan of inter-stamp replication, of which this module makes the requests:
 - **Unit and order.** A partition name (a log or an entity group) lives in one range
   partition at a time (requests.route_key), and its rows' versions grow with every write
   across splits and merges (a child starts at its parent's LSN, a merge at the larger of
@@ -16,11 +16,29 @@ The plan of inter-stamp replication, of which this module is the first step:
   the primary's blob data is read and sent with its value (`replicate_requests`); the
   secondary writes large ones to its own blob data.
 - **Where it goes.** To the secondary stamp's front ends (the location service names
-  them), signed with the account's geo key, which routes each request to the partition
-  that holds its name there: the two stamps partition the key space independently.
-- **Not yet built:** the shipper that tails each partition's commit log, the watermark of
-  acknowledged positions that a new owner resumes from (the commit log is kept until it is
-  shipped), last sync times and lag, and the front end's geo door.
+  them), signed with the location's replication secret (location/geo_auth.py), which route
+  each request to the partition that holds its name there: the two stamps partition the
+  key space independently (frontend/geo_door.py).
+- **Built on it:** the shipper of each partition (geo_shipper.py, geo_shipping.py: from the
+  committer's hand-off or the commit log, paced batches, a position each checkpoint records
+  so a new owner resumes there, last sync times and lag), the location's view of last sync
+  times (geo_report.py), failovers planned and unplanned, and the tail a deposed primary
+  sets aside (geo_tail.py).
+- **Not built yet: the bootstrap** (migration, and an `unavailable` secondary made live
+  again after an unplanned failover). The plan: per partition of the primary holding the
+  account's keys, its shipper, between two batches, takes a consistent snapshot of the
+  account's rows in its range (scan_snapshot.Snapshot.of: no await, so one state, at LSN
+  L, while its shipped position S <= L) and sends it, key-ordered, as ReplicateOps that
+  say "these are all the rows in [from, to)" (the target deletes the others it holds
+  there: a divergent or stale copy is replaced, not merged), then goes on shipping from S.
+  Shipping is paused while it copies, so no operation past L lands before the copy of a
+  row it changed; the operations in (S, L] are shipped again, in order, and end at the
+  snapshot's rows. A copy cut short (a restart, a split) is copied again the same way. The
+  location marks the secondary `bootstrapping`, and `live` once every partition holding
+  the account's keys says it copied it (a PartitionLoad field) and its last sync time
+  passed the mark. A migration is then that, to a third stamp, a planned failover to it,
+  and the old copy purged (tools/account_purge.py's way); the location moves the busiest
+  accounts of a stamp past its capacity watermark the same way.
 """
 
 from __future__ import annotations
