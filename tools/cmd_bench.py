@@ -95,7 +95,7 @@ def _fe_append(args: argparse.Namespace, progress: Progress) -> Rows:
 def _geo(args: argparse.Namespace, progress: Progress) -> Rows:
     from tools.bench.geo import run_geo
 
-    return run_geo(seconds=args.seconds, progress=progress)
+    return run_geo(seconds=args.seconds, progress=progress, ship_pace_ms=args.ship_pace_ms)
 
 
 def _fe_tls(args: argparse.Namespace, progress: Progress) -> Rows:
@@ -270,7 +270,20 @@ def register(commands: Any) -> None:
     bench.add_argument("--faults", type=_choices("faults", FAULTS), default=FAULTS,
                        help="availability: the faults to deal, comma separated (default all: "
                             f"{','.join(FAULTS)}; slow-disk only to extent nodes)")
+    bench.add_argument("--ship-pace-ms", type=_pace_ms, default=None,
+                       help="geo: the stamps' partition.geo_ship_pace_ms, the least time "
+                            "between two batches a partition ships (default: the config's)")
     bench.set_defaults(handler=cmd_bench)
+
+
+def _pace_ms(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"whole milliseconds, not {text!r}") from None
+    if not 0 <= value <= 10_000:
+        raise argparse.ArgumentTypeError(f"0 to 10000, not {value}")
+    return value
 
 
 def _positive(text: str) -> int:

@@ -84,8 +84,11 @@ def small_stamp_config(host: str) -> StampConfig:
 
 
 class LocalLocation:
-    def __init__(self, directory: str | Path) -> None:
+    def __init__(self, directory: str | Path, stamp_settings: str = "") -> None:
+        """`stamp_settings`: TOML its stamps' processes read besides the location's own
+        (at their first start: a benchmark's variant)."""
         self.directory = Path(directory).resolve()
+        self.stamp_settings = stamp_settings
 
     def service(self) -> LocalStamp:
         """The location service's processes (as recorded, or planned anew)."""
@@ -104,7 +107,8 @@ class LocalLocation:
                 yield site, _loaded(path, small_stamp_config(site.host))
             except NotFound:
                 yield site, LocalStamp(path, small_stamp_config(site.host),
-                                       config_path=str(write_stamp_settings(path)))
+                                       config_path=str(write_stamp_settings(
+                                           path, self.stamp_settings)))
 
     def up(self, progress: Progress = SILENT) -> list[str]:
         """Start what is not running (the service, then each stamp) and register the
@@ -154,15 +158,15 @@ class LocalLocation:
             yield LocationStore(locks)
 
 
-def write_stamp_settings(data_dir: Path) -> Path:
+def write_stamp_settings(data_dir: Path, extra: str = "") -> Path:
     """The config file a location's stamp's processes read (`--config`): the settings in
     which small_stamp_config differs from the default inside processes (its shape, the
-    processes it has, is the plan's and needs no file)."""
+    processes it has, is the plan's and needs no file), then `extra` (TOML)."""
     path = data_dir / SETTINGS_FILE
     if not path.exists():
         durable_fs.make_dirs(data_dir)
         durable_fs.replace_file(path, f"[front_end]\naccount_cache_ttl_ms = "
-                                      f"{LOCATION_CACHE_MS}\n".encode())
+                                      f"{LOCATION_CACHE_MS}\n{extra}".encode())
     return path
 
 

@@ -58,9 +58,13 @@ REPLICATED, ALONE = "replicated", "not replicated"
 CATCH_UP_TIMEOUT_S = 600.0
 
 
-def run_geo(seconds: float = 5.0, progress: Progress = lambda _: None) -> list[dict[str, Any]]:
+def run_geo(seconds: float = 5.0, progress: Progress = lambda _: None,
+            ship_pace_ms: int | None = None) -> list[dict[str, Any]]:
+    """`ship_pace_ms`: the stamps' partition.geo_ship_pace_ms (None: the default)."""
     directory = Path(tempfile.mkdtemp(prefix="stamp-bench-geo-"))
-    location = LocalLocation(directory / "location")
+    settings = "" if ship_pace_ms is None else \
+        f"[partition]\ngeo_ship_pace_ms = {ship_pace_ms}\n"
+    location = LocalLocation(directory / "location", stamp_settings=settings)
     try:
         progress("starting a location of two stamps")
         location.up()
