@@ -11,12 +11,13 @@ Contracts:
   partition name: one ReplicateOp per name with each key's last row (the name goes from one
   of the primary's states to a later one, atomically). The batch goes to each secondary
   stamp concerned; the next batch only once every request of this one was applied (the
-  sender returned), and no sooner than `pace_s` after it: a lag of that much buys batches
-  that many times larger, each costing both stamps one call, one commit and its replicas'
-  writes rather than one per handful of writes. A failed send is retried with backoff, for
-  ever: the lag grows, nothing
-  is skipped. Applying a batch again is harmless (operations.Replicated), so a retry after a
-  lost answer and a new owner re-shipping from an older position both converge.
+  sender returned), and no sooner than `pace_s` after it unless what waits fills a batch
+  already: a lag of that much buys batches that many times larger, each costing both stamps
+  one call, one commit and its replicas' writes rather than one per handful of writes,
+  without capping what a burst ships at. A failed send is retried with backoff, for ever:
+  the lag grows, nothing is skipped. Applying a batch again is harmless
+  (operations.Replicated), so a retry after a lost answer and a new owner re-shipping from
+  an older position both converge.
 - **Where operations come from.** The committer hands each durable block's operations over
   (`committed`, no I/O, on the commit path); the shipper reads the commit log instead
   (`blocks` from its position) when it is behind what it was handed: after a load, or when
@@ -277,9 +278,12 @@ class GeoShipper:
 
     async def _pace(self) -> None:
         """At most one batch every `pace_s` (module contract): what commits meanwhile joins
-        the next one."""
+        the next one — unless what waits fills a batch already (a burst: waiting would only
+        cap the rate it ships at)."""
+        full = (self._handed_bytes >= SHIP_BYTES_MAX
+                or self.site.applied_lsn - self.shipped_lsn >= SHIP_OPS_MAX)
         wait_s = self._shipped_at + self._pace_s - asyncio.get_running_loop().time()
-        if wait_s > 0:
+        if wait_s > 0 and not full:
             await asyncio.sleep(wait_s)
 
     async def _next_batch(self) -> _Batch:

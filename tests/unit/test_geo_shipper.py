@@ -496,3 +496,33 @@ def test_a_paced_shipper_gathers_what_commits_meanwhile_into_one_batch() -> None
         await stopped(task)
 
     run(scenario)
+
+
+def test_a_paced_shipper_does_not_wait_when_a_full_batch_waits(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A burst: what waits fills a batch, so pacing would only cap the rate it ships at."""
+    monkeypatch.setattr(geo_shipper, "SHIP_OPS_MAX", 4)
+
+    async def scenario() -> None:
+        primary, secondary = Side(), Secondary()
+        gate, sending = asyncio.Event(), asyncio.Event()
+        send = secondary.send
+
+        async def held(target: str, requests: list[pb.Request]) -> None:
+            sending.set()
+            await gate.wait()
+            await send(target, requests)
+
+        secondary.send = held  # type: ignore[method-assign]
+        shipper, task = await running(primary, secondary, pace_s=60.0)
+        await primary.ok("orders", append=append(b"first"))
+        await until(sending.is_set, "the first batch is being sent")
+        for i in range(12):  # three full batches wait behind it: none waits out the pace
+            await primary.ok("orders", append=append(f"next-{i}".encode()))
+        gate.set()
+        await until(lambda: shipper.lag_ops() == 0, "the burst shipped, batch after batch")
+        assert shipper.batches == 4
+        assert await view(secondary) == await view(primary)
+        await stopped(task)
+
+    run(scenario)
