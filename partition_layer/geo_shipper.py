@@ -130,6 +130,7 @@ class _Batch:
     last_lsn: int = 0
     ops: int = 0
     nbytes: int = 0
+    full: bool = False  # cut short by its bounds: more waits behind it
 
     def add(self, op: CommitOp) -> bool:
         """Add `op` unless it would pass the batch's bounds or take a name's rows past
@@ -197,6 +198,7 @@ class GeoShipper:
         self._synced_s = synced_s
         self._pace_s = pace_s
         self._shipped_at = -float("inf")  # loop time of the last batch's landing
+        self._behind = False  # the last batch was cut short by its bounds
         self.batches = 0  # batches shipped (metrics, tests)
         self.failures = 0
 
@@ -268,8 +270,10 @@ class GeoShipper:
                 if self.shipped_lsn >= self.site.applied_lsn:
                     await self._wake.wait()
                 continue
-            await self._pace()
+            if not self._behind:
+                await self._pace()
             batch = await self._next_batch()
+            self._behind = batch.full
             if batch.ops:
                 await self._ship(batch)
                 self._shipped_at = asyncio.get_running_loop().time()
@@ -279,7 +283,7 @@ class GeoShipper:
     async def _pace(self) -> None:
         """At most one batch every `pace_s` (module contract): what commits meanwhile joins
         the next one — unless what waits fills a batch already (a burst: waiting would only
-        cap the rate it ships at)."""
+        cap the rate it ships at; `run` skips this while the last batch was cut short)."""
         full = (self._handed_bytes >= SHIP_BYTES_MAX
                 or self.site.applied_lsn - self.shipped_lsn >= SHIP_OPS_MAX)
         wait_s = self._shipped_at + self._pace_s - asyncio.get_running_loop().time()
@@ -301,11 +305,13 @@ class GeoShipper:
                     if op.lsn <= max(self.shipped_lsn, batch.last_lsn):
                         continue
                     if not batch.add(op):
+                        batch.full = True
                         return batch
             return batch
         while True:
             while self._carried and self._carried[0].lsn <= self.site.applied_lsn:
                 if not batch.add(self._carried[0]):
+                    batch.full = True
                     return batch
                 self._carried.popleft()
             if self._carried or not await self._read_block():

@@ -526,3 +526,21 @@ def test_a_paced_shipper_does_not_wait_when_a_full_batch_waits(
         await stopped(task)
 
     run(scenario)
+
+
+def test_a_paced_shipper_reading_the_log_behind_ships_batch_after_batch(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Behind (reading the commit log, nothing handed over): each batch cut short by its
+    bounds is followed by the next at once (paced, 32x100 had fallen 7 s behind)."""
+    monkeypatch.setattr(geo_shipper, "SHIP_OPS_MAX", 8)
+
+    async def scenario() -> None:
+        primary, secondary = Side(), Secondary()
+        await writes(primary, 12)  # 36 operations before any shipper: read from the log
+        shipper, task = await running(primary, secondary, pace_s=60.0)
+        await until(lambda: shipper.lag_ops() == 0, "caught up from the log")
+        assert shipper.batches == 5
+        assert await view(secondary) == await view(primary)
+        await stopped(task)
+
+    run(scenario)
