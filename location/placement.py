@@ -24,7 +24,9 @@ STAMP_NAME = re.compile(r"[a-z][a-z0-9-]{0,62}")
 REGION_NAME = STAMP_NAME
 ENDPOINTS_MAX = 64
 # An account's secondary as it is (issue 30): live (replicated to), bootstrapping (being
-# copied to), unavailable (not reachable: the primary keeps the lag).
+# copied to), unavailable (not replicated to: its copy is behind or diverged, as an old
+# primary's after an unplanned failover; only a bootstrap makes it live again, so nothing
+# ships to it, the primary's commit log is not kept for it, and no failover goes to it).
 SECONDARY_STATES = ("live", "bootstrapping", "unavailable")
 
 

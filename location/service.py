@@ -15,7 +15,8 @@ Contracts:
   call's deadline.
 - Resolve checks no credentials (it says where front ends are, as DNS would; the front
   ends check every request). Its `last_sync_ms` comes from the primary stamp's latest sync
-  report (location/sync_report.py), read at most `cache_ttl_s` ago.
+  report (location/sync_report.py), read at most `cache_ttl_s` ago; 0 while the secondary
+  is not live (nothing is synced to it).
 - ReportSync (common/proto/location_internal.proto) takes a stamp's sync report signed with
   the location's replication secret (geo_auth.verify_report), from a stamp the location
   knows, at most REPORT_BYTES_MAX, and keeps it in the store, replacing the stamp's last one;
@@ -148,7 +149,8 @@ class LocationServicer:
                       ) -> pb.ResolveReply:
         fresh = any(key == FRESH_KEY for key, _ in (context.invocation_metadata() or ()))
         placement, primary, secondary = await self.cache.resolve(request.account, fresh)
-        synced_ms = await self.cache.synced_ms(placement.account, placement.primary)
+        synced_ms = 0 if placement.secondary_state != "live" else \
+            await self.cache.synced_ms(placement.account, placement.primary)
         return pb.ResolveReply(account=placement.account, primary=stamp_endpoints(primary),
                                secondary=stamp_endpoints(secondary),
                                secondary_state=placement.secondary_state,

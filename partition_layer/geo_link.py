@@ -15,6 +15,7 @@ Contracts:
     saw that): the account is first made this stamp's secondary of the location's primary
     at its epoch (front ends refuse its writes with Moved from then on), then Deposed: the
     shipper sets those operations aside (geo_tail.py).
+  An account whose secondary is unavailable (location/placement.py) has none: None.
   Answers are kept for RESOLVE_TTL_S, at most RESOLVED_MAX accounts; while the location
   cannot be reached the last answer stands; with none, Unavailable.
 - `send(target, requests)`: one ReplicateCall per account, signed with the location's
@@ -46,6 +47,7 @@ from location.geo_auth import SETTINGS_TTL_S, GeoSettings, SettingsCache
 from partition_layer.geo_tail import Deposed, TailReport, never_deposed
 
 PRIMARY = "primary"  # frontend/accounts.py's role names
+UNAVAILABLE = "unavailable"  # location/placement.py's secondary state
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +66,7 @@ class Placement:
     secondary: str
     secondary_front_ends: tuple[str, ...]
     epoch: int
+    secondary_state: str = "live"
 
 
 class Roles(Protocol):
@@ -107,6 +110,8 @@ class GeoLink:
                 return Deposed(placement.primary, placement.epoch)
             raise Unavailable(f"the location names {placement.primary} the primary of "
                               f"{account}, whose writes {settings.stamp} took: asking again")
+        if placement.secondary_state == UNAVAILABLE:
+            return None  # not replicated to until a bootstrap (location/placement.py)
         return placement.secondary
 
     async def _deposed(self, account: str, placement: Placement) -> bool:
@@ -180,7 +185,8 @@ class GeoLink:
                 error = exc
                 continue
             return Placement(reply.primary.name, reply.secondary.name,
-                             tuple(reply.secondary.front_ends), reply.epoch)
+                             tuple(reply.secondary.front_ends), reply.epoch,
+                             reply.secondary_state)
         raise error
 
     # ---- the other stamp --------------------------------------------------------------------

@@ -88,7 +88,10 @@ class GeoStatus:
         p = self.placement
         out = [f"account {p.account}: primary {p.primary}, secondary {p.secondary} "
                f"({p.secondary_state}), epoch {p.epoch}"]
-        if self.error:
+        if p.secondary_state == "unavailable":
+            out.append(f"replication: none ({p.secondary} is unavailable: its copy is behind "
+                       "or diverged, and nothing ships to it until a bootstrap)")
+        elif self.error:
             out.append(f"replication: unknown ({self.error})")
             if self.reported_synced_s:
                 out.append(f"the location's last report: last sync "
@@ -175,6 +178,7 @@ def planned_failover(location: LocalLocation, account: str, progress: Progress =
     """Swap the account's roles with nothing acknowledged lost (module docstring)."""
     with location.store_client() as store:
         placement, version = store.resolve(account)
+    check_failover_target(placement)
     old, new = placement.primary, placement.secondary
     epoch = placement.epoch + 1
     stamps = stamps_of(location)
@@ -206,6 +210,17 @@ def planned_failover(location: LocalLocation, account: str, progress: Progress =
     assert moved.epoch == epoch, (moved, epoch)
     return FailoverReport(old, new, epoch, fenced_wait_s, drain_s,
                           time.monotonic() - started)
+
+
+def check_failover_target(placement: AccountPlacement) -> None:
+    """PreconditionFailed unless the secondary is live: one that is not holds a copy behind
+    or diverged (an old primary's after an unplanned failover), which must not become the
+    account's primary (location/placement.py)."""
+    if placement.secondary_state != "live":
+        raise PreconditionFailed(
+            f"account {placement.account}'s secondary {placement.secondary} is "
+            f"{placement.secondary_state}, not live: its copy is not the account's, so no "
+            "failover goes to it (a bootstrap, not built yet, makes it live again)")
 
 
 def _drain(stamp: LocalStamp, account: str, fenced_s: float, timeout_s: float) -> None:
@@ -281,6 +296,7 @@ def unplanned_failover(location: LocalLocation, account: str, risk: Risk,
         placement, version = store.resolve(account)
     if placement != risk.placement:
         raise PreconditionFailed(f"account {account}'s placement changed meanwhile: ask again")
+    check_failover_target(placement)
     old, new, epoch = placement.primary, placement.secondary, placement.epoch + 1
     stamps = stamps_of(location)
     progress.phase(f"telling {old} it no longer takes {account}'s writes (if it answers)")

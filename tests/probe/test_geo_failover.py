@@ -178,6 +178,9 @@ def test_an_unplanned_failover_keeps_what_was_synced_and_takes_writes_at_once(
                 or there == [r for r, _ in writer.acked] + writer.in_doubt, writer.log
     assert f"primary {new}, secondary {old} (unavailable)" in location_cli(
         location, "geo", "delta")
+    # The old primary's copy may hold what the new one never saw: no failover goes to it.
+    assert "unavailable, not live" in location_cli(location, "failover", "delta",
+                                                   "--planned", code=1)
     assert "no stamp of the location set writes of delta aside" in location_cli(
         location, "tail", "delta")
     # The old primary comes back: it is the account's secondary, and every write it

@@ -188,3 +188,20 @@ def test_status_falls_back_on_the_locations_last_sync_time_when_the_primary_is_g
     assert lines[2].startswith("the location's last report: last sync ") \
         and lines[2].endswith("(lag 4.0 s)")
     assert len(GeoStatus(placement, None, "gone").lines(1_004.0)) == 2  # none to fall on
+
+
+def test_no_last_sync_time_and_no_failover_while_the_secondary_is_not_live() -> None:
+    from common.errors import PreconditionFailed
+    from tools.geo_account import GeoStatus, check_failover_target
+
+    store = FakeStore()
+    store.resolve = lambda account: (  # type: ignore[method-assign]
+        AccountPlacement("acme", "west-1", "east-1", "unavailable", 2), 1)
+    store.reports["west-1"] = signed(report_ranges(two_partitions(), {1: load(1, 40.0)}))
+    resolve = LocationServicer(PlacementCache(store, ttl_s=0))  # type: ignore[arg-type]
+    reply = asyncio.run(resolve.Resolve(location_pb.ResolveRequest(account="acme"), Context()))
+    assert reply.last_sync_ms == 0  # nothing is synced to an unavailable secondary
+    placement = store.resolve("acme")[0]
+    with pytest.raises(PreconditionFailed, match="east-1 is unavailable, not live"):
+        check_failover_target(placement)
+    assert "replication: none" in GeoStatus(placement, None).lines(0.0)[1]

@@ -191,3 +191,15 @@ def _site(side: Side) -> Any:
             return True
 
     return Site()
+
+
+def test_nothing_ships_to_an_unavailable_secondary() -> None:
+    """After an unplanned failover the old primary is the secondary, unavailable (its copy
+    diverged): nothing is shipped to it, nor kept for it, until a bootstrap."""
+    link = GeoLink(lambda: GeoSettings("east-1", ("127.0.0.1:1",), b"s" * 32))
+
+    async def resolve(settings: GeoSettings, account: str) -> Placement:
+        return Placement("east-1", "west-1", ("127.0.0.2:1",), 2, "unavailable")
+
+    link._resolve = resolve  # type: ignore[method-assign]
+    assert asyncio.run(link.targets("acct")) is None
