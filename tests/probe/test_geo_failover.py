@@ -136,6 +136,10 @@ def test_an_unplanned_failover_keeps_what_was_synced_and_takes_writes_at_once(
     placed, text = location_cli(location, "create-account", "delta").splitlines()
     old, new = placed.split()[3].rstrip(","), placed.split()[5]
     local = LocalLocation(location)
+    # A client that knows where the account was (the location's answer, good for 60 s) and
+    # carries on after the failover: it asks again once the old primary stops answering.
+    survivor = Client.from_connection_string(text, timeout_s=30)
+    survivor.append("survivor", [b"before"])
     writers = [Writer(text, f"log-{i}") for i in range(WRITERS)]
     until(lambda: all(len(w.acked) >= 30 for w in writers), "writes flow")
     # The primary's manager has reported a last sync time past some of them.
@@ -167,6 +171,9 @@ def test_an_unplanned_failover_keeps_what_was_synced_and_takes_writes_at_once(
         client.append("after", [b"first at the new primary"])
         print(f"from the command to the first write acknowledged at {new}: "
               f"{time.monotonic() - started:.2f} s; at risk: {time.time() - risk.synced_s:.1f} s")
+        with survivor:
+            survivor.append("survivor", [b"after"])
+            assert survivor.aio.location_answer.primary.name == new
         assert client.aio.location_answer.primary.name == new
         for writer in writers:
             there = [r for _, r in client.read(writer.log, 0, 100_000)]

@@ -507,6 +507,8 @@ class Client:
             return
         if endpoint_failed(error) and self._endpoints is not None:
             self._endpoints.failed(endpoint)
+            if self._resolver is not None:
+                self._resolver.suspect()  # the account may have failed over: ask again
         delay = self._policy.delay(error, attempt, idempotent, self._rng)
         if delay is None or self._closed or self._clock.monotonic() + delay > deadline:
             raise error

@@ -5,10 +5,17 @@ fixed front ends.
 Contract of `Resolver`:
 - `front_ends(deadline)` is the account's primary stamp's front ends, from the last answer
   while it is younger than the TTL the location gave, else asked again. When the location
-  cannot be reached but an older answer exists, that answer is used (as a DNS cache serves a
-  stale record while its server is down): the stamps, not the location, are what must stay
+  cannot be reached (within one attempt, RESOLVE_ATTEMPT_S) but an older answer exists,
+  that answer is used for STALE_RETRY_S more (as a DNS cache serves a stale record while its
+  server is down): the stamps, not the location, are what must stay
   up for the account's calls to go on. With no answer at all, the location's error is raised
   (Unavailable, or NotFound for an account the location does not have).
+- `suspect()` is called when a front end of the primary did not answer (Unavailable, a
+  deadline): the answer, if it is SUSPECT_AFTER_S old or older, is asked again at the next
+  `front_ends` (the location's own cache is short). An unplanned failover
+  moves an account off a stamp that is gone; a client whose answer named that stamp would
+  otherwise wait out the TTL, as a DNS client re-resolves a name whose address stopped
+  answering.
 - `moved(deadline)` is called when a stamp answered Moved: it asks again, past the location's
   own cache, and says whether the primary changed. An unchanged answer means the location has
   not caught up with the failover yet: the caller waits and tries again (the call's deadline
@@ -47,6 +54,8 @@ log = logging.getLogger("stampsdk.location")
 RESOLVE_ATTEMPT_S = 2.0
 FRESH_KEY = "stamp-resolve-fresh"  # read through the location's cache (after Moved)
 RETRY_PAUSE_S = 0.05  # between rounds over every location server
+SUSPECT_AFTER_S = 1.0  # an answer at least this old is asked again when its stamp fails
+STALE_RETRY_S = 5.0  # the location unreachable: the last answer is used this long, then asked
 
 
 @dataclass(frozen=True)
@@ -85,6 +94,7 @@ class Resolver:
         self._clock = clock
         self._answer: Resolution | None = None
         self._expires = 0.0
+        self._answered_at = 0.0
         self._asking: asyncio.Future[Resolution] | None = None
 
     @property
@@ -94,16 +104,26 @@ class Resolver:
 
     async def front_ends(self, deadline: float) -> tuple[str, ...]:
         """The primary's front ends (module contract)."""
-        if self._answer is not None and self._clock.monotonic() < self._expires:
+        now = self._clock.monotonic()
+        if self._answer is not None and now < self._expires:
             return self._answer.primary.front_ends
+        # With an answer to fall back on, a refresh takes one attempt's time, not the call's.
+        ask_by = deadline if self._answer is None else min(deadline, now + RESOLVE_ATTEMPT_S)
         try:
-            return (await self._ask(deadline, fresh=False)).primary.front_ends
+            return (await self._ask(ask_by, fresh=False)).primary.front_ends
         except StampError as exc:
             if self._answer is None or isinstance(exc, (NotFound, InvalidArgument)):
                 raise
             log.warning("location unreachable (%s): using the last answer for %s",
                         exc, self.account)
+            self._expires = self._clock.monotonic() + STALE_RETRY_S  # not asked per call
             return self._answer.primary.front_ends
+
+    def suspect(self) -> None:
+        """A primary's front end did not answer (module contract)."""
+        if self._answer is not None and \
+                self._clock.monotonic() - self._answered_at >= SUSPECT_AFTER_S:
+            self._expires = 0.0
 
     async def moved(self, deadline: float) -> bool:
         """Ask again after a Moved; whether the primary is another stamp now."""
@@ -121,7 +141,8 @@ class Resolver:
         self._asking = None
         if not future.cancelled() and future.exception() is None:
             self._answer = future.result()
-            self._expires = self._clock.monotonic() + self._answer.ttl_s
+            self._answered_at = self._clock.monotonic()
+            self._expires = self._answered_at + self._answer.ttl_s
 
     async def _resolve(self, deadline: float, fresh: bool) -> Resolution:
         metadata = ((FRESH_KEY, "1"),) if fresh else None
