@@ -12,6 +12,7 @@ import asyncio
 import base64
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -93,6 +94,7 @@ def geo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Geo]:
                 for pid in part.pids():
                     with_cont(pid)
                 part.kill_all()
+        shutil.rmtree(directory.parent, ignore_errors=True)
 
 
 def with_cont(pid: int) -> None:
