@@ -6,6 +6,7 @@ load across regions (location/placement.py), their replication and planned failo
 `create-account NAME` places the account (its primary stamp by load, its secondary in the
 other region), creates it on the primary (two fresh keys) and has the secondary hold the same
 keys; run again after a crash, it finishes what is missing and changes nothing that is done.
+It returns once the primary's partitions holding the account's keys ship to the secondary.
 It prints the placement, then the account's connection string, which names the location's
 servers (`Location=...`): the SDK asks them where the account's primary is (issue 30)."""
 
@@ -17,6 +18,7 @@ from typing import Any
 from tools.cli_checks import checked
 
 DEFAULT_LOCATION_DIR = "location-data"
+SHIPPING_WAIT_S = 60.0
 
 
 def register(commands: Any) -> None:
@@ -235,4 +237,31 @@ def create_account(location: Any, name: str) -> tuple[Any, Any]:
             account = primary.get(name)
     with accounts_at(stamps[placement.secondary]) as secondary:
         secondary.adopt(account, primary=placement.primary, epoch=placement.epoch)
+    _until_shipping(stamps[placement.primary], name)
     return placement, account
+
+
+def _until_shipping(stamp: Any, account: str) -> None:
+    """Until every partition of `stamp` holding `account`'s keys ships (they attach within
+    geo_shipping.ATTACH_INTERVAL_S of the stamp joining the location). A shipper that
+    attaches late starts from its partition's last checkpoint: a write taken before then
+    and checkpointed would never reach the secondary, so the account is handed out only
+    once shipping runs."""
+    import asyncio
+    import time
+
+    from common.errors import StampError, Unavailable
+    from tools.geo_account import shipping_of
+
+    deadline = time.monotonic() + SHIPPING_WAIT_S
+    while True:
+        try:
+            if asyncio.run(shipping_of(stamp, account)) is not None:
+                return
+        except StampError:
+            pass  # a partition server restarting: asked again
+        if time.monotonic() > deadline:
+            raise Unavailable(f"{stamp.data_dir.name} does not ship account {account}'s "
+                              f"partitions after {SHIPPING_WAIT_S:.0f} s: is it in the "
+                              "location? (create-account again once it is)")
+        time.sleep(0.1)

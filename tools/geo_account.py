@@ -155,12 +155,13 @@ async def shipping_of(stamp: LocalStamp, account: str) -> Shipping | None:
 
 def shipping_in(loads: Iterable[pb.ServerLoad], account: str) -> Shipping | None:
     """The shipping figures of the partitions in `loads` (partition servers' Status) that
-    hold `account`'s keys and ship; None when none does."""
+    hold `account`'s keys; None unless every one of them ships (one that does not yet has
+    figures of nothing: a drain or a status taken over the others would leave its writes
+    out)."""
     low = keys.account_prefix(account)
     high = keys.prefix_end(low)
-    found = [p for load in loads for p in load.partitions
-             if p.geo and overlaps(p.range, low, high)]
-    if not found:
+    found = [p for load in loads for p in load.partitions if overlaps(p.range, low, high)]
+    if not found or not all(p.geo for p in found):
         return None
     return Shipping(len(found), sum(p.geo_lag_ops for p in found),
                     min(p.geo_synced_s for p in found))

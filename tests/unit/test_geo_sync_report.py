@@ -205,3 +205,24 @@ def test_no_last_sync_time_and_no_failover_while_the_secondary_is_not_live() -> 
     with pytest.raises(PreconditionFailed, match="east-1 is unavailable, not live"):
         check_failover_target(placement)
     assert "replication: none" in GeoStatus(placement, None).lines(0.0)[1]
+
+
+def test_an_accounts_shipping_is_known_only_once_every_partition_holding_it_ships() -> None:
+    """A partition that does not ship yet has no figures: a drain or status over the others
+    would leave its writes out (a planned failover would then lose them)."""
+    from tools.geo_account import shipping_in
+
+    def partition(pid: int, low: bytes, high: bytes | None, geo: bool) -> pb.PartitionLoad:
+        key_range = pb.KeyRange(low=low, high=high or b"", has_high=high is not None)
+        return pb.PartitionLoad(partition_id=pid, range=key_range, geo=geo,
+                                geo_synced_s=50.0 if geo else 0.0, geo_lag_ops=2)
+
+    inside = keys.pname_prefix("acme", "log-k")
+    one_ships = pb.ServerLoad(partitions=[partition(1, b"", inside, True),
+                                          partition(2, inside, None, False)])
+    assert shipping_in([one_ships], "acme") is None
+    assert shipping_in([one_ships], "aaa") is not None  # only the first partition holds it
+    both = pb.ServerLoad(partitions=[partition(1, b"", inside, True),
+                                     partition(2, inside, None, True)])
+    shipping = shipping_in([both], "acme")
+    assert shipping is not None and (shipping.partitions, shipping.lag_ops) == (2, 4)
