@@ -77,13 +77,10 @@ def geo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Geo]:
             timeout=180).stdout.splitlines()
         primary, secondary = placed.split()[3].rstrip(","), placed.split()[5]
         stamps = stamps_of(LocalLocation(directory))
-        # Writes only once the primary's partitions ship: a stamp's partition servers see
-        # that it joined a location at their next look (geo_shipping.ATTACH_INTERVAL_S), and
-        # a partition that checkpoints (a split does) before its shipper attaches never
-        # ships what it took until then (its shipper starts at the last replay point): a
-        # known gap, reported with issue 30, that these tests are not about.
-        until(lambda: asyncio.run(shipping_of(stamps[primary], ACCOUNT)) is not None,
-              "the primary's partitions ship", 30)
+        # create-account returns once the primary's partitions holding the account ship (a
+        # partition that checkpointed before its shipper attached would never ship what it
+        # took until then: these tests found it).
+        assert asyncio.run(shipping_of(stamps[primary], ACCOUNT)) is not None
         yield Geo(directory, text, base64.b64decode(text.split("Key=")[1]),
                   stamps[primary], stamps[secondary])
     finally:
