@@ -12,7 +12,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,6 +24,7 @@ from partition_layer import keys
 from partition_layer.geo_tail import request_of
 from partition_layer.record_batch import decode_records
 from partition_layer.rows import decode_row
+from tests.support.location import location_cli, stop_location, until
 from tools.geo_account import accounts_at, stamps_of, tails, unplanned_risk
 from tools.local_front_ends import azure_connection_string
 from tools.local_location import LocalLocation
@@ -34,24 +35,6 @@ pytestmark = pytest.mark.slow
 WRITERS = 4
 
 
-def location_cli(directory: Path, *args: str, code: int = 0) -> str:
-    import subprocess
-    import sys
-
-    done = subprocess.run([sys.executable, "-m", "tools.cli", "location", "--dir",
-                           str(directory), *args], capture_output=True, text=True,
-                          timeout=180, stdin=subprocess.DEVNULL)
-    assert done.returncode == code, (done.stdout, done.stderr)
-    return done.stdout if code == 0 else done.stderr
-
-
-def until(check: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
-        time.sleep(0.05)
-
-
 @pytest.fixture(scope="module")
 def location(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """One location for the module's tests; the unplanned failover's, which kills a stamp,
@@ -60,10 +43,7 @@ def location(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     try:
         yield directory
     finally:
-        local = LocalLocation(directory)
-        for part in [local.service(), *(stamp for _, stamp in local.stamps())]:
-            if part.stamp_file.exists():
-                part.kill_all()
+        stop_location(directory)
 
 
 class Writer:

@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +24,7 @@ from stampsdk import Client
 
 from common.proto import partition_pb2 as pb
 from tests.split_merge_probe import current_map, name_key, pm_call_retrying
+from tests.support.location import location_cli, stop_location, until
 from tools.geo_account import shipping_of, stamps_of
 from tools.local_location import LocalLocation
 from tools.local_stamp import LocalStamp
@@ -36,15 +34,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.serial]
 ACCOUNT = "geo"
 WRITERS = 4
 CATCH_UP_S = 60.0
-
-
-def until(check: Callable[[], bool], what: str | Callable[[], str],
-          timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, \
-            f"not within {timeout_s} s: {what() if callable(what) else what}"
-        time.sleep(0.05)
 
 
 @dataclass
@@ -69,12 +58,8 @@ def geo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Geo]:
     """One location for the module's tests: its start is most of their time."""
     directory = tmp_path_factory.mktemp("geo") / "location"
     try:
-        subprocess.run([sys.executable, "-m", "tools.cli", "location", "--dir",
-                        str(directory), "up"], check=True, capture_output=True, timeout=180)
-        placed, text = subprocess.run(
-            [sys.executable, "-m", "tools.cli", "location", "--dir", str(directory),
-             "create-account", ACCOUNT], check=True, capture_output=True, text=True,
-            timeout=180).stdout.splitlines()
+        location_cli(directory, "up")
+        placed, text = location_cli(directory, "create-account", ACCOUNT).splitlines()
         primary, secondary = placed.split()[3].rstrip(","), placed.split()[5]
         stamps = stamps_of(LocalLocation(directory))
         # create-account returns once the primary's partitions holding the account ship (a
@@ -84,19 +69,8 @@ def geo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Geo]:
         yield Geo(directory, text, base64.b64decode(text.split("Key=")[1]),
                   stamps[primary], stamps[secondary])
     finally:
-        # Stopped by PID (the records), whatever the test left running or stopped.
-        local = LocalLocation(directory)
-        for part in [local.service(), *(stamp for _, stamp in local.stamps())]:
-            if part.stamp_file.exists():
-                for pid in part.pids():
-                    with_cont(pid)
-                part.kill_all()
+        stop_location(directory)  # by PID, whatever the test left running or stopped
         shutil.rmtree(directory.parent, ignore_errors=True)
-
-
-def with_cont(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGCONT)
 
 
 @dataclass

@@ -6,38 +6,20 @@ changes nothing."""
 from __future__ import annotations
 
 import base64
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from stampsdk import Client
 from stampsdk.errors import Moved
 
+from tests.support.location import location_cli, stop_location, until
 from tools.geo_account import stamps_of
 from tools.local_location import LocalLocation
 
 pytestmark = pytest.mark.slow
-
-
-def location_cli(directory: Path, *args: str, code: int = 0) -> str:
-    done = subprocess.run([sys.executable, "-m", "tools.cli", "location", "--dir",
-                           str(directory), *args], capture_output=True, text=True,
-                          timeout=180)
-    assert done.returncode == code, done.stderr
-    return done.stdout if code == 0 else done.stderr
-
-
-def until(check: Callable[[], bool], what: str | Callable[[], str],
-          timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, \
-            f"not within {timeout_s} s: {what() if callable(what) else what}"
-        time.sleep(0.05)
 
 
 def primary_of(placed: str) -> str:
@@ -57,11 +39,7 @@ def location(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     try:
         yield directory
     finally:
-        # Stopped by PID (the records), whatever the test left running.
-        local = LocalLocation(directory)
-        for part in [local.service(), *(stamp for _, stamp in local.stamps())]:
-            if part.stamp_file.exists():
-                part.kill_all()
+        stop_location(directory)  # by PID, whatever the test left running
 
 
 def test_two_stamps_in_two_regions_and_an_account_placed_across_them(location: Path) -> None:
