@@ -78,7 +78,7 @@ async def _geo(location: LocalLocation, seconds: float, progress: Progress
                ) -> list[dict[str, Any]]:
     from tools.cmd_location import create_account
 
-    placement, account = create_account(location, "geo-bench")
+    placement, account = await asyncio.to_thread(create_account, location, "geo-bench")
     primary = stamps_of(location)[placement.primary]
     with accounts_at(primary) as accounts:
         alone = accounts.create("solo-bench")  # a stand-alone account: nothing ships
