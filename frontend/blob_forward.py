@@ -30,10 +30,8 @@ from collections.abc import Awaitable, Callable
 import aiohttp
 from aiohttp import web
 
-from common import rpc
-from common.errors import Moved, NotFound, StampError
-from common.proto import location_v1_pb2 as location_pb
-from common.proto import location_v1_pb2_grpc as location_grpc
+from common.errors import Moved, StampError
+from location.client import LocationClient
 from location.geo_auth import GeoSettings
 
 log = logging.getLogger(__name__)
@@ -61,7 +59,7 @@ class BlobForwarder:
         self._settings = settings
         self._now = now
         self._primaries: OrderedDict[str, tuple[float, str, tuple[str, ...]]] = OrderedDict()
-        self._channels: dict[str, object] = {}
+        self._location = LocationClient()
         self._session: aiohttp.ClientSession | None = None
         self.forwarded = 0
 
@@ -88,8 +86,7 @@ class BlobForwarder:
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
-        for channel in self._channels.values():
-            await channel.close()  # type: ignore[attr-defined]
+        await self._location.close()
 
     async def _send(self, http: web.Request, endpoint: str, stamp: str) -> web.Response:
         if self._session is None:
@@ -111,21 +108,10 @@ class BlobForwarder:
         cached = self._primaries.get(account)
         if cached is not None and self._now() - cached[0] <= RESOLVE_TTL_S:
             return cached[1], cached[2]
-        error: StampError = NotFound("the location has no server")
-        for address in settings.location:
-            channel = self._channels.get(address)
-            if channel is None:
-                channel = self._channels[address] = rpc.aio_channel(address, 1 << 20)
-            try:
-                reply = await rpc.call(location_grpc.LocationStub(channel).Resolve(
-                    location_pb.ResolveRequest(account=account), timeout=RESOLVE_TIMEOUT_S))
-            except StampError as exc:
-                error = exc
-                continue
-            found = (reply.primary.name, tuple(reply.primary.blob_endpoints))
-            self._primaries[account] = (self._now(), *found)
-            self._primaries.move_to_end(account)
-            while len(self._primaries) > RESOLVED_MAX:
-                self._primaries.popitem(last=False)
-            return found
-        raise error
+        reply = await self._location.resolve(settings.location, account, RESOLVE_TIMEOUT_S)
+        found = (reply.primary.name, tuple(reply.primary.blob_endpoints))
+        self._primaries[account] = (self._now(), *found)
+        self._primaries.move_to_end(account)
+        while len(self._primaries) > RESOLVED_MAX:
+            self._primaries.popitem(last=False)
+        return found

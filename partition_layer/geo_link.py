@@ -39,10 +39,9 @@ from common import rpc
 from common.errors import NotFound, PreconditionFailed, StampError, Unavailable
 from common.proto import frontend_pb2 as fe_pb
 from common.proto import frontend_pb2_grpc as fe_grpc
-from common.proto import location_v1_pb2 as location_pb
-from common.proto import location_v1_pb2_grpc as location_grpc
 from common.proto import partition_pb2 as pb
 from location import geo_auth
+from location.client import LocationClient
 from location.geo_auth import SETTINGS_TTL_S, GeoSettings, SettingsCache
 from partition_layer.geo_tail import Deposed, TailReport, never_deposed
 
@@ -94,7 +93,8 @@ class GeoLink:
         self._now = now
         self._wall = wall
         self._placements: OrderedDict[str, tuple[float, Placement | None]] = OrderedDict()
-        self._channels: dict[str, object] = {}
+        self._channels: dict[str, object] = {}  # to other stamps' front ends
+        self._location = LocationClient()
         self._next_front_end = 0
 
     async def targets(self, account: str) -> str | None:
@@ -152,6 +152,7 @@ class GeoLink:
         for channel in self._channels.values():
             await channel.close()  # type: ignore[attr-defined]
         self._channels.clear()
+        await self._location.close()
 
     # ---- the location -----------------------------------------------------------------------
 
@@ -173,21 +174,14 @@ class GeoLink:
         return placement
 
     async def _resolve(self, settings: GeoSettings, account: str) -> Placement | None:
-        error: StampError = Unavailable("no location server")
-        for address in settings.location:
-            stub = location_grpc.LocationStub(self._channel(address))
-            try:
-                reply = await rpc.call(stub.Resolve(location_pb.ResolveRequest(account=account),
-                                                    timeout=RESOLVE_TIMEOUT_S))
-            except NotFound:
-                return None  # not an account of the location: nothing to ship
-            except StampError as exc:
-                error = exc
-                continue
-            return Placement(reply.primary.name, reply.secondary.name,
-                             tuple(reply.secondary.front_ends), reply.epoch,
-                             reply.secondary_state)
-        raise error
+        try:
+            reply = await self._location.resolve(settings.location, account,
+                                                 RESOLVE_TIMEOUT_S)
+        except NotFound:
+            return None  # not an account of the location: nothing to ship
+        return Placement(reply.primary.name, reply.secondary.name,
+                         tuple(reply.secondary.front_ends), reply.epoch,
+                         reply.secondary_state)
 
     # ---- the other stamp --------------------------------------------------------------------
 

@@ -21,12 +21,11 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from common import rpc
-from common.errors import StampError, Unavailable
+from common.errors import StampError
 from common.proto import location_internal_pb2 as internal_pb
-from common.proto import location_internal_pb2_grpc as internal_grpc
 from common.proto import partition_pb2 as pb
 from location import geo_auth
+from location.client import LocationClient
 from location.geo_auth import GeoSettings
 from location.sync_report import report_ranges
 from partition_layer.partition_map import PartitionMap
@@ -35,7 +34,6 @@ log = logging.getLogger(__name__)
 
 REPORT_INTERVAL_S = 2.0
 REPORT_TIMEOUT_S = 2.0
-MESSAGE_BYTES_MAX = 1024 * 1024
 
 
 class Manager(Protocol):
@@ -57,8 +55,7 @@ class SyncReporter:
         self._manager = manager
         self._settings = settings
         self._wall = wall
-        self._channels: dict[str, object] = {}
-        self._next_server = 0
+        self._location = LocationClient()
         self._failing = False
         self.sent = 0  # reports the location took
 
@@ -87,22 +84,10 @@ class SyncReporter:
         return True
 
     async def close(self) -> None:
-        for channel in self._channels.values():
-            await channel.close()  # type: ignore[attr-defined]
-        self._channels.clear()
+        await self._location.close()
 
     async def _send(self, servers: tuple[str, ...], report: internal_pb.SyncReport) -> None:
-        error: StampError = Unavailable("the location has no server")
-        for _ in servers:
-            address = servers[self._next_server % len(servers)]
-            stub = internal_grpc.LocationInternalStub(self._channel(address))
-            try:
-                await rpc.call(stub.ReportSync(report, timeout=REPORT_TIMEOUT_S))
-                return
-            except StampError as exc:
-                error = exc
-                self._next_server += 1
-        raise error
+        await self._location.report_sync(servers, report, REPORT_TIMEOUT_S)
 
     def _failed(self, error: StampError | None) -> None:
         if error is not None and not self._failing:
@@ -110,9 +95,3 @@ class SyncReporter:
         elif error is None and self._failing:
             log.info("the location takes this stamp's sync reports again")
         self._failing = error is not None
-
-    def _channel(self, address: str) -> object:
-        channel = self._channels.get(address)
-        if channel is None:
-            channel = self._channels[address] = rpc.aio_channel(address, MESSAGE_BYTES_MAX)
-        return channel

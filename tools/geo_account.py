@@ -102,8 +102,7 @@ class GeoStatus:
         else:
             s = self.shipping
             synced = ("unknown (not caught up since its shipping started)" if not s.synced_s
-                      else f"{time.strftime('%H:%M:%S', time.localtime(s.synced_s))} "
-                           f"(lag {max(0.0, now_s - s.synced_s):.1f} s)")
+                      else f"{_clock(s.synced_s)} (lag {max(0.0, now_s - s.synced_s):.1f} s)")
             out.append(f"replication: {s.partitions} partitions, {s.lag_ops} operations not "
                        f"yet on {p.secondary}, last sync {synced}")
         return out
