@@ -13,6 +13,9 @@ Options (besides the credentials of spark/datasource_access.py):
 - otherwise entities, from partition name `start` (default: the account's first) up to, not
   including, `end` (default: the account's end). Rows (partition string, row binary,
   value binary, etag string), in key order within each Spark partition.
+- `readFrom`: `secondary` to read at the account's secondary stamp (read access to the
+  secondary, issue 30), with a connectionString naming a `Location`; by default the
+  connection string's `ReadFrom`, else `primary` (spark/datasource_access.py).
 - `recordsPerPartition`: the most log records one Spark partition reads
   (RECORDS_PER_PARTITION by default); `bytesPerPartition`: a range partition bigger than
   this is read by two Spark partitions, cut at the name that halves it (BYTES_PER_PARTITION

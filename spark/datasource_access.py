@@ -2,9 +2,16 @@
 the user gave.
 
 Options (case-insensitive, as Spark passes them):
-- `connectionString`: `Endpoint=...;Account=...;Key=...` or `...;SharedAccessSignature=...`;
+- `connectionString`: `Endpoint=...;Account=...;Key=...` or `...;SharedAccessSignature=...`,
+  or `Location=...` instead of `Endpoint` (issue 30: the account's stamps, as a location
+  names them);
 - or `sas` (a token), `endpoints` (HOST:PORT, comma-separated) and optionally `account`
-  (default: the token's).
+  (default: the token's);
+- `readFrom`: `primary` or `secondary` (read access to the secondary, issue 30: every read
+  of the query, planning included, goes to the account's secondary stamp; stampsdk/aio.py
+  says what that reads, and that it fails with SecondaryNotLive while the secondary is not
+  live). Only with a connectionString naming a `Location`. Default: the connection
+  string's `ReadFrom`, else primary.
 
 Contract of `read_only_access`: with an account key it mints, on the driver, a token
 granting only `read` and `scan` on every name of the account for TOKEN_LIFETIME_S, signed
@@ -16,6 +23,7 @@ InvalidArgument naming the option, or what the front end raises (Unauthenticated
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -23,6 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from stampsdk import Client, connection_string, sas
+from stampsdk.connection_string import PRIMARY, READ_FROM, SECONDARY
 from stampsdk.errors import InvalidArgument, Unauthenticated
 
 # A minted token outlives any batch read and a week of streaming; a query running longer
@@ -41,11 +50,14 @@ class Access:
     sas: str
     tls: bool = False  # TLS to the front ends, trusting `ca_file` (the connection string's)
     ca_file: str | None = None
+    location: tuple[str, ...] = ()  # a location's servers, instead of `endpoints`
+    read_from: str = PRIMARY  # SECONDARY: the reads go to the account's secondary stamp
 
     def client(self) -> Client:
         """A new client of its own (the caller closes it)."""
         return Client(self.endpoints, self.account, sas=self.sas, timeout_s=CALL_TIMEOUT_S,
-                      tls=self.tls, ca_file=self.ca_file)
+                      tls=self.tls, ca_file=self.ca_file, location=self.location,
+                      read_from=self.read_from)
 
     def shared_client(self) -> Client:
         """This process's client for this Access, made once and kept open: Spark runs many
@@ -62,7 +74,8 @@ class Access:
             return client
 
     def __repr__(self) -> str:  # never print a secret into a log by accident
-        return f"Access(endpoints={self.endpoints!r}, account={self.account!r}, <token>)"
+        return (f"Access(endpoints={self.endpoints!r}, location={self.location!r}, "
+                f"account={self.account!r}, read_from={self.read_from!r}, <token>)")
 
 
 _SHARED: dict[tuple[int, Access], Client] = {}
@@ -74,9 +87,11 @@ def read_only_access(options: Mapping[str, str]) -> Access:
     text = options.get("connectionString")
     if text:
         parsed = connection_string.parse(text)
+        parsed = dataclasses.replace(parsed, read_from=read_from_option(
+            options, parsed.read_from, bool(parsed.location)))
         if parsed.sas is not None:
             return Access(parsed.endpoints, parsed.account, parsed.sas, parsed.tls,
-                          parsed.ca_file)
+                          parsed.ca_file, parsed.location, parsed.read_from)
         assert parsed.key is not None
         return _mint(parsed, parsed.key)
     token = options.get("sas")
@@ -85,11 +100,30 @@ def read_only_access(options: Mapping[str, str]) -> Access:
     if not token or not endpoints:
         raise InvalidArgument("the stamp data source needs option connectionString, or sas "
                               "and endpoints")
+    read_from_option(options, PRIMARY, has_location=False)  # a wrong one is refused too
     account = options.get("account") or sas.decode(token).account
     checked = connection_string.make(list(endpoints), account, sas_token=token,
                                      tls=options.get("tls") == "true",
                                      ca_file=options.get("caFile") or None)
     return Access(checked.endpoints, checked.account, token, checked.tls, checked.ca_file)
+
+
+def read_from_option(options: Mapping[str, str], default: str, has_location: bool) -> str:
+    """Option `readFrom` (module docstring), `default` (the connection string's) when it is
+    not given; InvalidArgument naming the option for another value, or for `secondary`
+    without a location (only a location names the secondary)."""
+    value = options.get("readFrom")
+    if value is None or value == "":
+        return default
+    read_from = value.strip().lower()
+    if read_from not in READ_FROM:
+        raise InvalidArgument(f"option readFrom is {' or '.join(READ_FROM)}, not "
+                              f"{value[:40]!r}")
+    if read_from == SECONDARY and not has_location:
+        raise InvalidArgument("option readFrom=secondary needs a connectionString with "
+                              "Location=... (the location names the account's secondary "
+                              "stamp)")
+    return read_from
 
 
 def _mint(parsed: connection_string.ConnectionString, key: bytes) -> Access:
@@ -100,7 +134,8 @@ def _mint(parsed: connection_string.ConnectionString, key: bytes) -> Access:
     for key_index in sas.KEY_INDEXES:
         token = sas.mint(parsed.account, key_index, key, READ_PERMISSIONS, "",
                          int(now) + TOKEN_LIFETIME_S, now)
-        access = Access(parsed.endpoints, parsed.account, token, parsed.tls, parsed.ca_file)
+        access = Access(parsed.endpoints, parsed.account, token, parsed.tls, parsed.ca_file,
+                        parsed.location, parsed.read_from)
         try:
             access.shared_client().scan_ranges()
         except Unauthenticated as exc:

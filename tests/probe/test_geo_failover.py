@@ -8,11 +8,13 @@ restarted, makes itself the secondary and keeps the writes it never shipped asid
 from __future__ import annotations
 
 import base64
+import itertools
 import os
 import signal
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -108,6 +110,56 @@ def test_blobs_follow_their_account_to_its_new_primary(location: Path) -> None:
     assert read(new, "c") == b"after the failover"
     assert read(new, "b") == b"sent to the secondary"
     until(lambda: read(old, "c") == b"after the failover", "the new secondary has it")
+
+
+def test_a_client_reading_from_the_secondary_reads_what_was_synced_there(
+        location: Path) -> None:
+    """Read access to the secondary (Azure's RA-GRS; stampsdk/aio.py): writes through the
+    SDK to the primary; once the last sync time has passed them, a `ReadFrom=secondary`
+    client reads, scans, lists and follows them at the secondary, while every front end of
+    the primary is frozen (so no read of it can have gone there); its writes still go to the
+    primary."""
+    location_cli(location, "up")
+    placed, text = location_cli(location, "create-account", "reader").splitlines()
+    primary, secondary = placed.split()[3].rstrip(","), placed.split()[5]
+    started = time.monotonic()
+    records = [f"event-{i}".encode() for i in range(20)]
+    users = {f"user-{i}".encode(): f"city-{i}".encode() for i in range(5)}
+    with Client.from_connection_string(text, timeout_s=30) as writer:
+        assert writer.append("events", records) == 0
+        for row, city in users.items():
+            writer.put("users", row, city)
+        written = datetime.now(UTC)  # after every write above was acknowledged
+        until(lambda: (writer.last_sync_time() or datetime.min.replace(tzinfo=UTC))
+              > written, "the last sync time passes the writes", timeout_s=20)
+        synced_s = time.monotonic() - started
+    fronts = [fe.pid for fe in stamps_of(LocalLocation(location))[primary].front_ends()]
+    assert fronts
+    with Client.from_connection_string(text + ";ReadFrom=secondary", timeout_s=10) as reader:
+        for pid in fronts:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            assert reader.read("events", 0) == list(enumerate(records))
+            assert reader.peek("events") == (0, len(records))
+            assert reader.get("users", b"user-3")[0] == b"city-3"
+            assert {e.row: e.value for e in reader.scan("users")} == users
+            assert list(reader.list_logs()) == ["events"]
+            following = reader.subscribe("events", 0)
+            assert list(itertools.islice(following, len(records))) == list(
+                enumerate(records))
+            following.close()  # type: ignore[attr-defined]
+        finally:
+            for pid in fronts:
+                os.kill(pid, signal.SIGCONT)
+        answer = reader.aio.location_answer
+        assert (answer.primary.name, answer.secondary.name) == (primary, secondary)
+        assert reader.aio.read_endpoints == list(answer.secondary.front_ends)
+        # Its writes go to the primary, as any client's.
+        assert reader.append("events", [b"through the reader"]) == len(records)
+    with Client.from_connection_string(text, timeout_s=30) as writer:
+        assert writer.read("events", len(records)) == [(len(records), b"through the reader")]
+    print(f"last sync time past the writes after {synced_s:.1f} s; the whole test after "
+          f"{time.monotonic() - started:.1f} s")
 
 
 def test_an_unplanned_failover_keeps_what_was_synced_and_takes_writes_at_once(

@@ -48,6 +48,20 @@ PermissionDenied (a token without the permission or the name prefix), Unavailabl
 DeadlineExceeded (no front end answered within `timeout_s`), Throttled (still refused at the
 timeout), besides what each method names.
 
+Read access to the secondary (issue 30; Azure's RA-GRS): a client whose connection string
+names a `Location` and says `ReadFrom=secondary` (or made with `read_from="secondary"`)
+sends its reads — `read`, `peek`, `get`, `subscribe`, `scan`, `list_logs`, `scan_ranges`
+(READ_OPS and the streams: what a geo secondary's front ends answer) — to the front ends of
+the account's secondary stamp, as the location names it, and its writes to the primary as
+any client does. What it reads there is the primary's data as of a moment in the past, the
+secondary's lag behind: `last_sync_time()` bounds it (every write acknowledged before that
+time is there); a write through the client may not be read back through it at once. While
+the location says the secondary is not live (bootstrapping, or unavailable after an unplanned
+failover), its reads raise SecondaryNotLive at once, sent nowhere: never a partial or
+diverged copy, and never silently the primary's. After a failover the location names the
+roles swapped, and reads follow the secondary as writes follow the primary
+(stampsdk/location.py: the answer's TTL, a failing front end, Moved).
+
 An asyncio Client belongs to the event loop it is first used on (its streams live there);
 the blocking stampsdk.Client may be shared by threads.
 """
@@ -59,6 +73,7 @@ import itertools
 import os
 import random
 from collections.abc import AsyncIterator, Sequence
+from datetime import datetime
 from typing import Any, TypeVar, cast
 
 import grpc
@@ -81,7 +96,7 @@ from stampsdk.errors import (
     from_rpc_error,
 )
 from stampsdk.limits import Limits
-from stampsdk.location import Resolver
+from stampsdk.location import Resolver, sync_time
 from stampsdk.requests import Row
 from stampsdk.retry import AttemptTimer, Endpoints, RetryPolicy, endpoint_failed
 from stampsdk.scan import AsyncScanIterator, Batches, Entity, Page, ScanCursor, ScanRange
@@ -92,6 +107,9 @@ __all__ = ["AsyncScanIterator", "Client", "Entity", "Page"]
 T = TypeVar("T")
 TOKEN_PREFIX_BYTES = 12  # 96 random bits: no two clients share a prefix
 CLOSED = "this Stamp client is closed: make a new one"
+# The Call ops that only read: a geo secondary's front ends answer them (their shared-access
+# permission is `read`), and a client reading from the secondary sends them there.
+READ_OPS = frozenset({"read", "peek", "get"})
 
 
 class Client:
@@ -102,11 +120,13 @@ class Client:
                  limits: Limits | None = None, policy: RetryPolicy | None = None,
                  clock: Clock | None = None, rng: random.Random | None = None,
                  tls: bool = False, ca_file: str | None = None,
-                 location: Sequence[str] = ()) -> None:
+                 location: Sequence[str] = (), read_from: str = "primary") -> None:
         """`endpoints`: front ends as HOST:PORT, or none and `location`: the servers of a
         location service, which say where the account's primary stamp is (issue 30:
         stampsdk/location.py; a stamp that answers Moved sends the client back to ask
-        again, and the call goes on at the new primary); exactly one of `key` (an account key) and
+        again, and the call goes on at the new primary); `read_from`: "primary" (the
+        default) or "secondary", with a `location` only: reads go to the account's secondary
+        stamp (module docstring); exactly one of `key` (an account key) and
         `sas` (a shared access token of `account`); `timeout_s`: how long one call may take,
         retries included; `tls` (implied by `ca_file`): TLS to the front ends, trusting the
         CA in `ca_file` or else the system's roots; without either, a plain connection;
@@ -115,12 +135,16 @@ class Client:
         if isinstance(endpoints, str):
             raise InvalidArgument("endpoints are a sequence of HOST:PORT strings, not a str")
         checked = connection_string.make(list(endpoints), account, key=key, sas_token=sas,
-                                         tls=tls, ca_file=ca_file, location=list(location))
+                                         tls=tls, ca_file=ca_file, location=list(location),
+                                         read_from=read_from)
         if not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool) \
                 or not 0 < timeout_s < float("inf"):
             raise InvalidArgument(f"timeout_s is a positive number of seconds, not "
                                   f"{timeout_s!r:.40}")
         self.account = checked.account
+        # "secondary": reads go to the account's secondary stamp (module docstring).
+        self.read_from = checked.read_from
+        self._reads_secondary = checked.read_from == connection_string.SECONDARY
         self.timeout_s = float(timeout_s)
         self.limits = limits or Limits()
         self._credentials = wire.Credentials(checked.account, checked.key, checked.sas)
@@ -136,8 +160,13 @@ class Client:
             Endpoints(checked.endpoints, self._clock, self._rng) if checked.endpoints
             else None)
         self._resolver = (Resolver(checked.location, checked.account, self._channels,
-                                   self._clock, self._rng) if checked.location else None)
+                                   self._clock, self._rng, self._reads_secondary)
+                          if checked.location else None)
         self._resolved: tuple[str, ...] = ()
+        # The secondary's front ends, as the location last named them, for a client reading
+        # there (None until its first read).
+        self._read_endpoints: Endpoints | None = None
+        self._read_resolved: tuple[str, ...] = ()
         self._sessions: dict[str, CallSession] = {}
         # Mutation tokens: a random prefix and a counter (unique without a urandom per call).
         self._token_prefix = os.urandom(TOKEN_PREFIX_BYTES).hex()
@@ -154,7 +183,8 @@ class Client:
         parsed = connection_string.parse(text)
         return cls(parsed.endpoints, parsed.account, key=parsed.key, sas=parsed.sas,
                    timeout_s=timeout_s, limits=limits, policy=policy, tls=parsed.tls,
-                   ca_file=parsed.ca_file, location=parsed.location)
+                   ca_file=parsed.ca_file, location=parsed.location,
+                   read_from=parsed.read_from)
 
     @property
     def endpoints(self) -> list[str]:
@@ -169,11 +199,35 @@ class Client:
         return self._endpoints.pick() if self._endpoints is not None else ""
 
     @property
+    def read_endpoints(self) -> list[str]:
+        """The front ends reads go to: the secondary's, as the location last named them, for
+        a client reading from the secondary (none before its first read); `endpoints` for
+        any other client."""
+        if not self._reads_secondary:
+            return self.endpoints
+        return self._read_endpoints.all if self._read_endpoints is not None else []
+
+    @property
     def location_answer(self) -> Any:
         """What the location last said of the account (stampsdk/location.py Resolution:
-        its primary and secondary stamps, the placement's epoch), or None: a client of
-        fixed front ends, or none asked yet."""
+        its primary and secondary stamps, the secondary's state, the placement's epoch, the
+        last sync time), or None: a client of fixed front ends, or none asked yet."""
         return self._resolver.answer if self._resolver is not None else None
+
+    async def last_sync_time(self) -> datetime | None:
+        """The account's last sync time, asked of the location now (not its last answer): an
+        aware datetime in UTC such that every write acknowledged before it is at the
+        secondary stamp, and so readable by a client reading from the secondary; None when
+        it is not known (not reported yet, or the secondary is not live: nothing is synced
+        to it). It lags the truth by a few seconds (the primary reports it every few), never
+        the other way. InvalidArgument for a client of fixed front ends (no location to
+        ask); Unavailable when no location server answered within `timeout_s`."""
+        self._check_open()
+        if self._resolver is None:
+            raise InvalidArgument("last_sync_time needs a connection string with "
+                                  "Location=... (a location knows the last sync time)")
+        answer = await self._resolver.ask(self._clock.monotonic() + self.timeout_s)
+        return sync_time(answer.last_sync_ms)
 
     # ---- logs -------------------------------------------------------------------------------
 
@@ -228,7 +282,8 @@ class Client:
         while True:
             self._check_open()
             endpoint = await self._pick(deadline if deadline is not None
-                                        else self._clock.monotonic() + self.timeout_s)
+                                        else self._clock.monotonic() + self.timeout_s,
+                                        read=True)
             request = pb.SubscribeRequest(account=self.account, pname=log, from_seq=next_seq)
             wire.sign_subscribe(request, self._credentials, self._clock.wall())
             stream = fe_grpc.FrontEndStub(self._channels.get(endpoint)).Subscribe(request)
@@ -237,7 +292,7 @@ class Client:
                     # Records before next_seq were delivered by an earlier stream.
                     records = [r for r in verify_records(reply.records, f"log {log!r}")
                                if r[0] >= next_seq]
-                    self._endpoints.answered(endpoint)
+                    self._answered(endpoint)
                     attempt, deadline = 0, None
                     if records:
                         next_seq = records[-1][0] + 1
@@ -342,7 +397,7 @@ class Client:
         attempt, deadline = 0, self._clock.monotonic() + self.timeout_s
         while not cursor.finished:
             self._check_open()
-            endpoint = await self._pick(deadline)
+            endpoint = await self._pick(deadline, read=True)
             request = cursor.request()
             wire.sign_scan(request, self._credentials, self._clock.wall())
             stream = fe_grpc.FrontEndStub(self._channels.get(endpoint)).Scan(request)
@@ -355,7 +410,7 @@ class Client:
                         cursor.finished = True
                         return
                     batch = cursor.accept(page)
-                    self._endpoints.answered(endpoint)
+                    self._answered(endpoint)
                     attempt, deadline = 0, self._clock.monotonic() + self.timeout_s
                     yield batch
                     if cursor.finished:  # the limit was reached here: read no further
@@ -379,7 +434,7 @@ class Client:
         attempt, deadline = 0, self._clock.monotonic() + self.timeout_s
         while True:
             self._check_open()
-            endpoint = await self._pick(deadline)
+            endpoint = await self._pick(deadline, read=True)
             request = pb.ScanRangesRequest(account=self.account)
             wire.sign_scan_ranges(request, self._credentials, self._clock.wall())
             stub = fe_grpc.FrontEndStub(self._channels.get(endpoint))
@@ -389,7 +444,7 @@ class Client:
             except grpc.RpcError as exc:
                 error = from_rpc_error(exc)
             else:
-                self._endpoints.answered(endpoint)
+                self._answered(endpoint)
                 return list(reply.ranges)
             await self._after_failure(endpoint, error, attempt, deadline, idempotent=True)
             attempt += 1
@@ -437,17 +492,36 @@ class Client:
         server a while to fill, and a scan started again costs the pages before it)."""
         return max(0.05, min(self._attempts.max_s, deadline - self._clock.monotonic()))
 
-    async def _pick(self, deadline: float) -> str:
+    async def _pick(self, deadline: float, read: bool = False) -> str:
         """The front end the next attempt goes to: of the connection string, or of the
         account's primary as the location says (asked when its answer is older than its
-        TTL; stampsdk/location.py)."""
+        TTL; stampsdk/location.py) — of its secondary for a `read` of a client reading
+        there (SecondaryNotLive while it is not live: module docstring)."""
         if self._resolver is None:
             return cast(Endpoints, self._endpoints).pick()
+        if read and self._reads_secondary:
+            front_ends = await self._resolver.secondary_front_ends(deadline)
+            if self._read_endpoints is None or front_ends is not self._read_resolved:
+                self._read_endpoints = Endpoints(front_ends, self._clock, self._rng)
+                self._read_resolved = front_ends
+            return self._read_endpoints.pick()
         front_ends = await self._resolver.front_ends(deadline)
         if self._endpoints is None or front_ends is not self._resolved:
             self._endpoints = Endpoints(front_ends, self._clock, self._rng)
             self._resolved = front_ends
         return self._endpoints.pick()
+
+    def _rotation_of(self, endpoint: str) -> Endpoints | None:
+        """The rotation `endpoint` was picked from: the secondary's for one of its front
+        ends, else the primary's (or the fixed ones); None if neither is made yet."""
+        if self._read_endpoints is not None and endpoint in self._read_resolved:
+            return self._read_endpoints
+        return self._endpoints
+
+    def _answered(self, endpoint: str) -> None:
+        rotation = self._rotation_of(endpoint)
+        if rotation is not None:
+            rotation.answered(endpoint)
 
     def _session(self, endpoint: str) -> CallSession:
         session = self._sessions.get(endpoint)
@@ -472,10 +546,12 @@ class Client:
             request.traceparent = tracing.traceparent()
         if nbytes is None:
             nbytes = sdk_requests.request_bytes(request)
+        # A read of a client reading from the secondary goes there (module docstring).
+        read = self._reads_secondary and request.WhichOneof("op") in READ_OPS
         attempt, deadline = 0, self._clock.monotonic() + self.timeout_s
         while True:
             self._check_open()
-            endpoint = await self._pick(deadline)
+            endpoint = await self._pick(deadline, read)
             wait_s = self._attempt_s(deadline, attempt, nbytes)
             # The attempt's wait travels with it: a front end (or a partition server behind
             # it) that takes it up after that drops it instead of doing it.
@@ -489,7 +565,7 @@ class Client:
                 error = exc
             else:
                 self._attempts.observe(self._clock.monotonic() - sent)
-                self._endpoints.answered(endpoint)
+                self._answered(endpoint)
                 if not response.error:
                     return response
                 error = from_name(response.error, response.message)
@@ -505,8 +581,9 @@ class Client:
         if isinstance(error, Moved) and self._resolver is not None:
             await self._after_moved(error, attempt, deadline)
             return
-        if endpoint_failed(error) and self._endpoints is not None:
-            self._endpoints.failed(endpoint)
+        rotation = self._rotation_of(endpoint) if endpoint_failed(error) else None
+        if rotation is not None:
+            rotation.failed(endpoint)
             if self._resolver is not None:
                 self._resolver.suspect()  # the account may have failed over: ask again
         delay = self._policy.delay(error, attempt, idempotent, self._rng)

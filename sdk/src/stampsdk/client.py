@@ -17,6 +17,7 @@ import concurrent.futures
 import contextlib
 import threading
 from collections.abc import AsyncIterator, Coroutine, Generator, Iterator, Sequence
+from datetime import datetime
 from typing import Any, TypeVar
 
 from stampsdk import aio, connection_string
@@ -43,13 +44,14 @@ class Client:
                  sas: str | None = None, timeout_s: float = 30.0,
                  limits: Limits | None = None, policy: RetryPolicy | None = None,
                  tls: bool = False, ca_file: str | None = None,
-                 location: Sequence[str] = ()) -> None:
+                 location: Sequence[str] = (), read_from: str = "primary") -> None:
         """As stampsdk.aio.Client: front-end endpoints HOST:PORT (or none, and a location's
         servers in `location`), the account, exactly one of
         `key` and `sas`, how long one call may take (retries included), the limits
         arguments are checked against (stampsdk.Limits' defaults unless given), how calls
-        are retried (`policy`: stampsdk.RetryPolicy's defaults unless given), and TLS to
-        the front ends (`tls`, `ca_file`).
+        are retried (`policy`: stampsdk.RetryPolicy's defaults unless given), TLS to
+        the front ends (`tls`, `ca_file`), and where reads go (`read_from`: "primary", or
+        "secondary" with a `location`: read access to the secondary, stampsdk/aio.py).
         InvalidArgument if any of them is malformed."""
         self._lock = threading.Condition()
         self._closing = False
@@ -58,7 +60,7 @@ class Client:
         try:
             self.aio: aio.Client = self._loop.run(_make(endpoints, account, key, sas,
                                                         timeout_s, limits, policy, tls,
-                                                        ca_file, location))
+                                                        ca_file, location, read_from))
         except BaseException:
             self._loop.close()
             raise
@@ -72,12 +74,24 @@ class Client:
         parsed = connection_string.parse(text)
         return cls(parsed.endpoints, parsed.account, key=parsed.key, sas=parsed.sas,
                    timeout_s=timeout_s, limits=limits, policy=policy, tls=parsed.tls,
-                   ca_file=parsed.ca_file, location=parsed.location)
+                   ca_file=parsed.ca_file, location=parsed.location,
+                   read_from=parsed.read_from)
 
     @property
     def account(self) -> str:
         """The account this client acts as (checked: a valid account name)."""
         return self.aio.account
+
+    @property
+    def read_from(self) -> str:
+        """Where this client's reads go: "primary", or "secondary" (stampsdk/aio.py)."""
+        return self.aio.read_from
+
+    def last_sync_time(self) -> datetime | None:
+        """As `stampsdk.aio.Client.last_sync_time`: the account's last sync time (UTC),
+        asked of the location now: every write acknowledged before it is readable at the
+        secondary; None when not known."""
+        return self._run(self.aio.last_sync_time())
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         # Counted in flight under the lock that close() takes to stop new calls: a call is
@@ -261,7 +275,8 @@ async def _later(function: Any, *args: Any) -> Any:
 
 async def _make(endpoints: Sequence[str], account: str, key: bytes | None, sas: str | None,
                 timeout_s: float, limits: Limits | None, policy: RetryPolicy | None,
-                tls: bool, ca_file: str | None, location: Sequence[str]) -> aio.Client:
+                tls: bool, ca_file: str | None, location: Sequence[str],
+                read_from: str) -> aio.Client:
     return aio.Client(endpoints, account, key=key, sas=sas, timeout_s=timeout_s,
                       limits=limits, policy=policy, tls=tls, ca_file=ca_file,
-                      location=location)
+                      location=location, read_from=read_from)

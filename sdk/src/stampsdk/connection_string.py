@@ -2,7 +2,7 @@
 
     Endpoint=HOST:PORT[,HOST:PORT...];Account=NAME;Key=BASE64[;CaFile=PATH | ;Tls=true]
     Endpoint=HOST:PORT[,HOST:PORT...];Account=NAME;SharedAccessSignature=TOKEN[;...]
-    Location=HOST:PORT[,HOST:PORT...];Account=NAME;Key=BASE64[;...]
+    Location=HOST:PORT[,HOST:PORT...];Account=NAME;Key=BASE64[;...][;ReadFrom=secondary]
 
 Rules (each broken one is an InvalidArgument naming it):
 - `;`-separated `Name=Value` settings (one trailing `;` allowed), each name once, names as
@@ -19,6 +19,10 @@ Rules (each broken one is an InvalidArgument naming it):
   trusted roots); without either the connection is plain (a stamp with `tls = false`). With a
   `Location`, both the location's servers and the stamps' front ends are reached so.
   `Tls=false` with a `CaFile` is refused.
+- `ReadFrom` (issue 30, read access to the secondary: Azure's RA-GRS): `primary` (the
+  default) or `secondary`, only with a `Location`: a client of `ReadFrom=secondary` sends
+  its reads (read, peek, get, subscribe, scan, list_logs, scan_ranges) to the account's
+  secondary stamp, its writes still to the primary (stampsdk/aio.py says what it reads).
 
 `format` writes the one canonical spelling; `parse(format(c)) == c`.
 """
@@ -37,7 +41,11 @@ KEY_BYTES = 32  # an account key: 256 bits
 ENDPOINTS_MAX = 64
 HOST_CHARS_MAX = 253
 CONNECTION_STRING_CHARS_MAX = 8192
-SETTINGS = ("Endpoint", "Location", "Account", "Key", "SharedAccessSignature", "CaFile", "Tls")
+SETTINGS = ("Endpoint", "Location", "Account", "Key", "SharedAccessSignature", "CaFile", "Tls",
+            "ReadFrom")
+PRIMARY = "primary"
+SECONDARY = "secondary"
+READ_FROM = (PRIMARY, SECONDARY)  # where a client reads (module docstring: `ReadFrom`)
 CA_FILE_CHARS_MAX = 4096
 
 
@@ -45,8 +53,9 @@ CA_FILE_CHARS_MAX = 4096
 class ConnectionString:
     """A parsed connection string (module docstring): the front ends as HOST:PORT (or none,
     and the location's servers in `location`), the account, exactly one of its key (raw
-    bytes) and a shared access token, and TLS. Made by `parse` or `make`, which check every
-    rule; its repr never shows the credential."""
+    bytes) and a shared access token, TLS, and where reads go (`read_from`: PRIMARY or
+    SECONDARY). Made by `parse` or `make`, which check every rule; its repr never shows the
+    credential."""
 
     endpoints: tuple[str, ...]
     account: str
@@ -55,6 +64,7 @@ class ConnectionString:
     tls: bool = False  # TLS to the front ends (implied by `ca_file`)
     ca_file: str | None = None  # the CA to trust (None: the system's roots, with `tls`)
     location: tuple[str, ...] = ()  # a location's servers, instead of `endpoints`
+    read_from: str = PRIMARY  # SECONDARY: reads go to the account's secondary stamp
 
     def __post_init__(self) -> None:
         if bool(self.endpoints) == bool(self.location):
@@ -65,33 +75,39 @@ class ConnectionString:
                                   "SharedAccessSignature")
         if self.ca_file is not None and not self.tls:
             raise InvalidArgument("a connection string with a CaFile uses TLS")
+        check_read_from(self.read_from, bool(self.location))
 
     def format(self) -> str:
         """The canonical spelling: settings in the order Endpoint or Location, Account, Key
-        or SharedAccessSignature, then CaFile or Tls=true; `parse(c.format()) == c`."""
+        or SharedAccessSignature, then CaFile or Tls=true, then ReadFrom=secondary (never
+        ReadFrom=primary: the default); `parse(c.format()) == c`."""
         credential = (f"Key={base64.b64encode(self.key).decode()}" if self.key is not None
                       else f"SharedAccessSignature={self.sas}")
         transport = (f";CaFile={self.ca_file}" if self.ca_file is not None
                      else ";Tls=true" if self.tls else "")
         where = (f"Endpoint={','.join(self.endpoints)}" if self.endpoints
                  else f"Location={','.join(self.location)}")
-        return f"{where};Account={self.account};{credential}{transport}"
+        read_from = f";ReadFrom={self.read_from}" if self.read_from != PRIMARY else ""
+        return f"{where};Account={self.account};{credential}{transport}{read_from}"
 
     def __repr__(self) -> str:  # never print a secret into a log by accident
         return (f"ConnectionString(endpoints={self.endpoints!r}, location={self.location!r}, "
                 f"account={self.account!r}, "
                 f"{'key=<secret>' if self.key is not None else 'sas=<secret>'}, "
-                f"tls={self.tls!r}, ca_file={self.ca_file!r})")
+                f"tls={self.tls!r}, ca_file={self.ca_file!r}, read_from={self.read_from!r})")
 
 
 def make(endpoints: list[str] | tuple[str, ...], account: str, *, key: bytes | None = None,
          sas_token: str | None = None, tls: bool = False,
          ca_file: str | None = None,
-         location: list[str] | tuple[str, ...] = ()) -> ConnectionString:
+         location: list[str] | tuple[str, ...] = (),
+         read_from: str = PRIMARY) -> ConnectionString:
     """A checked ConnectionString (the same checks as `parse`); `ca_file` implies `tls`;
-    `location` instead of `endpoints` (pass `[]` for those) names a location's servers."""
+    `location` instead of `endpoints` (pass `[]` for those) names a location's servers;
+    `read_from` SECONDARY (with a `location` only) sends reads to the secondary stamp."""
     return parse(ConnectionString(tuple(endpoints), account, key, sas_token,
-                                  tls or ca_file is not None, ca_file, tuple(location)).format())
+                                  tls or ca_file is not None, ca_file, tuple(location),
+                                  read_from).format())
 
 
 def parse(text: str) -> ConnectionString:
@@ -131,16 +147,31 @@ def parse(text: str) -> ConnectionString:
     location = parse_endpoints(settings["Location"]) if "Location" in settings else ()
     account = names.check_account(settings["Account"])
     use_tls, ca_file = parse_transport(settings)
+    read_from = check_read_from(settings.get("ReadFrom", PRIMARY), bool(location))
     if "Key" in settings:
         return ConnectionString(endpoints, account, key=parse_key(settings["Key"]),
-                                tls=use_tls, ca_file=ca_file, location=location)
+                                tls=use_tls, ca_file=ca_file, location=location,
+                                read_from=read_from)
     token = settings["SharedAccessSignature"]
     decoded = sas.decode(token)
     if decoded.account != account:
         raise InvalidArgument(f"connection string's SharedAccessSignature is for account "
                               f"{decoded.account!r}, not {account!r}")
     return ConnectionString(endpoints, account, sas=token, tls=use_tls, ca_file=ca_file,
-                            location=location)
+                            location=location, read_from=read_from)
+
+
+def check_read_from(read_from: object, has_location: bool) -> str:
+    """`read_from` if it is PRIMARY, or SECONDARY with a location; InvalidArgument
+    otherwise (the secondary is found through the location: a client of fixed front ends
+    has none)."""
+    if read_from not in READ_FROM:
+        raise InvalidArgument(f"ReadFrom is {PRIMARY} or {SECONDARY}, not "
+                              f"{str(read_from)[:40]!r}")
+    if read_from == SECONDARY and not has_location:
+        raise InvalidArgument("ReadFrom=secondary needs Location=... (the location names "
+                              "the account's secondary stamp), not Endpoint=...")
+    return str(read_from)
 
 
 def parse_transport(settings: dict[str, str]) -> tuple[bool, str | None]:

@@ -6,6 +6,8 @@ a gRPC status whose trailing metadata `stamp-error` names it); `from_name` and
 server's own errors that a caller cannot act on apart (a fenced writer, a Raft follower)
 come back as their public base (`ALIASES`); a name this SDK does not know is `Internal`,
 with the name in the message. A transport failure (no name) is `Unavailable`.
+SecondaryNotLive is the SDK's own (a client reading from the secondary refuses a read
+itself): no server names it, and it is not in ERRORS_BY_NAME.
 
 Contract: the retried errors are Unavailable (NotOwner is one), Throttled (after its
 `retry_after_s`) and DeadlineExceeded on an idempotent call (stampsdk/retry.py).
@@ -91,6 +93,22 @@ class Moved(StampError):
     migrated, or this is its secondary): its message names the primary. A client whose
     connection string names a `Location` asks the location again and goes on there; one
     with fixed `Endpoint`s raises this."""
+
+
+class SecondaryNotLive(StampError):
+    """A read of a client that reads from the account's secondary (`ReadFrom=secondary`,
+    issue 30: read access to the secondary) was refused, before anything was sent, because
+    the location says the secondary is not live: it is being bootstrapped (its copy is not
+    whole yet), or it is `unavailable` (an old primary after an unplanned failover, whose
+    copy may hold writes the new primary never saw). Such a copy is never read, and the read
+    is not sent to the primary instead: read from the primary (a client without
+    `ReadFrom=secondary`) to read at all. `state` is what the location said. Not retried:
+    a secondary turns live in minutes, not within a call. The SDK's own: no server names
+    it."""
+
+    def __init__(self, message: str = "the secondary is not live", state: str = "") -> None:
+        super().__init__(message)
+        self.state = state
 
 
 class Internal(StampError):
