@@ -114,6 +114,15 @@ class GeoLink:
             return None  # not replicated to until a bootstrap (location/placement.py)
         return placement.secondary
 
+    async def fresh_targets(self, account: str) -> str | Deposed | None:
+        """`targets`, the placement asked of the location past its cache and this one's (a
+        geo bootstrap's copy: geo_copy.py): later batches ship by this answer too."""
+        settings = await self.settings()
+        if settings is not None:
+            placement = await self._resolve(settings, account, fresh=True)
+            self._placements[account] = (self._now(), placement)
+        return await self.targets(account)
+
     async def _deposed(self, account: str, placement: Placement) -> bool:
         """Whether `placement` (naming another primary) deposed this stamp (module
         contract); if so, the account is this stamp's secondary now."""
@@ -173,10 +182,11 @@ class GeoLink:
             self._placements.popitem(last=False)
         return placement
 
-    async def _resolve(self, settings: GeoSettings, account: str) -> Placement | None:
+    async def _resolve(self, settings: GeoSettings, account: str, fresh: bool = False
+                       ) -> Placement | None:
         try:
             reply = await self._location.resolve(settings.location, account,
-                                                 RESOLVE_TIMEOUT_S)
+                                                 RESOLVE_TIMEOUT_S, fresh)
         except NotFound:
             return None  # not an account of the location: nothing to ship
         return Placement(reply.primary.name, reply.secondary.name,

@@ -43,12 +43,41 @@ The plan of inter-stamp replication, of which this module makes the requests:
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from common.proto import partition_pb2 as pb
 from partition_layer import keys
 from partition_layer.commit_log import CommitOp
+from partition_layer.keys import KeyRange
 from partition_layer.rows import Row, decode_row, encode_row
+from stream_layer.framing import Location
+
+
+class ShipSite(Protocol):
+    """What the shipper needs of its partition (RangePartition is one)."""
+
+    id: int
+    applied_lsn: int
+    range: KeyRange  # its keys: a split child's log begins with its parent's, both halves
+    streams: Mapping[str, Any]  # "log": the commit log, read with `blocks(start)`
+
+    async def read_blob(self, row: Row) -> bytes: ...
+
+    def lease_valid(self) -> bool:
+        """Whether this server still owns the partition: a deposed owner ships nothing
+        (its successor ships the same operations, in order, from the same log)."""
+
+
+@dataclass(frozen=True)
+class Position:
+    """Shipped up to `lsn`; reading the commit log from block `resume_from` (inclusive;
+    None: its start) finds every operation past it."""
+
+    lsn: int
+    resume_from: Location | None
+
 
 BlobReader = Callable[[Row], Awaitable[bytes]]
 # The most rows one ReplicateOp carries: a shipper squashes a name's operations into one

@@ -55,18 +55,22 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from common.errors import StampError, Unavailable
 from common.proto import partition_pb2 as pb
 from partition_layer import keys
 from partition_layer.commit_log import CommitOp, Replayer, decode_batch, within
-from partition_layer.geo_ship import REPLICATE_ROWS_MAX, replicate_request
+from partition_layer.geo_ship import (
+    REPLICATE_ROWS_MAX,
+    Position,
+    ShipSite,
+    replicate_request,
+)
 from partition_layer.geo_tail import Deposed, never_deposed
-from partition_layer.keys import KeyRange
-from partition_layer.rows import TAG_BLOB, TAG_BLOB_CRC, Row, decode_row
+from partition_layer.rows import TAG_BLOB, TAG_BLOB_CRC, decode_row
 from stream_layer.framing import Location
 
 log = logging.getLogger(__name__)
@@ -88,31 +92,6 @@ Targets = Callable[[str], Awaitable[str | Deposed | None]]
 Sender = Callable[[str, list[pb.Request]], Awaitable[None]]
 # (partition id, the batch's last LSN, the requests set aside with what deposed them)
 SetAside = Callable[[int, int, list[tuple[Deposed, pb.Request]]], Awaitable[None]]
-
-
-
-class ShipSite(Protocol):
-    """What the shipper needs of its partition (RangePartition is one)."""
-
-    id: int
-    applied_lsn: int
-    range: KeyRange  # its keys: a split child's log begins with its parent's, both halves
-    streams: Mapping[str, Any]  # "log": the commit log, read with `blocks(start)`
-
-    async def read_blob(self, row: Row) -> bytes: ...
-
-    def lease_valid(self) -> bool:
-        """Whether this server still owns the partition: a deposed owner ships nothing
-        (its successor ships the same operations, in order, from the same log)."""
-
-
-@dataclass(frozen=True)
-class Position:
-    """Shipped up to `lsn`; reading the commit log from block `resume_from` (inclusive;
-    None: its start) finds every operation past it."""
-
-    lsn: int
-    resume_from: Location | None
 
 
 @dataclass
@@ -150,7 +129,6 @@ class _Batch:
         self.last_lsn = op.lsn
         self.ops += 1
         return True
-
 
 
 def shipped_bytes(key: bytes, encoded: bytes) -> int:
@@ -199,6 +177,8 @@ class GeoShipper:
         self._pace_s = pace_s
         self._shipped_at = -float("inf")  # loop time of the last batch's landing
         self._behind = False  # the last batch was cut short by its bounds
+        self._between: collections.deque[tuple[Callable[[], Awaitable[Any]],
+                                               asyncio.Future[Any]]] = collections.deque()
         self.batches = 0  # batches shipped (metrics, tests)
         self.failures = 0
 
@@ -264,10 +244,35 @@ class GeoShipper:
 
     async def run(self) -> None:
         """Ship until cancelled (the partition stops serving)."""
+        try:
+            await self._run()
+        finally:
+            for _, waiting in self._between:
+                waiting.cancel()
+
+    async def between_batches(self, work: Callable[[], Awaitable[Any]]) -> Any:
+        """`work()`'s result, run between two batches: shipping waits meanwhile (a geo
+        bootstrap's copy, geo_copy.py). Cancelled if the partition stops shipping here."""
+        waiting = asyncio.get_running_loop().create_future()
+        self._between.append((work, waiting))
+        self._wake.set()
+        return await waiting
+
+    async def _run(self) -> None:
         while True:
+            if self._between:
+                work, waiting = self._between.popleft()
+                try:
+                    result = await work()
+                except Exception as exc:
+                    result = exc
+                if not waiting.done():  # else its caller is gone
+                    (waiting.set_exception if isinstance(result, Exception)
+                     else waiting.set_result)(result)
+                continue
             if self.shipped_lsn >= self.site.applied_lsn:
                 self._wake.clear()
-                if self.shipped_lsn >= self.site.applied_lsn:
+                if self.shipped_lsn >= self.site.applied_lsn and not self._between:
                     await self._wake.wait()
                 continue
             if not self._behind:
