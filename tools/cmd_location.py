@@ -1,4 +1,5 @@
-"""`stamp location up | down | status | create-account | geo | failover | tail` (issue 30): a
+"""`stamp location up | down | status | create-account | geo | failover | bootstrap | tail`
+(issue 30): a
 location of two stamps on this machine (tools/local_location.py), accounts placed in it by
 load across regions (location/placement.py), their replication and planned failovers
 (tools/geo_account.py).
@@ -64,6 +65,20 @@ def register(commands: Any) -> None:
     failover.add_argument("--yes", action="store_true",
                           help="an unplanned failover: do not ask before acting")
     failover.set_defaults(handler=cmd_failover)
+    boot = actions.add_parser(
+        "bootstrap", help="make an account's secondary a fresh copy of its primary, then live",
+        description="An unplanned failover leaves the old primary the account's secondary, "
+                    "unavailable: its copy may hold writes the new primary never saw, so "
+                    "nothing is replicated to it and no failover goes to it. This clears the "
+                    "account's copy at the secondary, copies the primary's (each partition "
+                    "a consistent snapshot, then its shipping goes on from where it stood), "
+                    "waits until every write the primary acknowledged is there, and marks "
+                    "the secondary live. Read the old primary's tail ('stamp location tail') "
+                    "first: the clear removes those writes from its copy. Safe to run again "
+                    "if cut short.")
+    boot.add_argument("name", type=checked(_account_name, "an account name"),
+                      help="the account's name")
+    boot.set_defaults(handler=cmd_bootstrap)
     tail = actions.add_parser(
         "tail", help="the writes an unplanned failover set aside at the old primary",
         description="When an unplanned failover deposed a stamp, the writes it had "
@@ -202,6 +217,20 @@ def _unplanned_failover(location: Any, args: argparse.Namespace) -> int:
     print(f"account {args.name}: primary {report.new_primary} (was {report.old_primary}, "
           f"{report.fenced}), epoch {report.epoch}, in {report.total_s:.1f} s; "
           f"{report.old_primary} is its secondary, unavailable")
+    return 0
+
+
+def cmd_bootstrap(args: argparse.Namespace) -> int:
+    from tools.geo_bootstrap import bootstrap
+    from tools.progress import Progress
+
+    location = _running_service(args)
+    with Progress("bootstrap") as progress:
+        report = bootstrap(location, args.name, progress)
+    print(f"account {args.name}: {report.secondary} is a live secondary of {report.primary} "
+          f"in {report.seconds:.1f} s ({report.names_cleared} names cleared there, "
+          f"{report.rows:,} rows / {report.nbytes:,} bytes copied by {report.partitions} "
+          "partitions)")
     return 0
 
 
