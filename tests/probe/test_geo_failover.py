@@ -20,8 +20,10 @@ import pytest
 from azure.core.exceptions import ResourceNotFoundError
 from azure.storage.blob import BlobServiceClient, ContainerClient
 from stampsdk import Client, connection_string
+from stampsdk.errors import NotFound
 
 from partition_layer import keys
+from partition_layer.client import PartitionClient
 from partition_layer.geo_tail import request_of
 from partition_layer.record_batch import decode_records
 from partition_layer.rows import decode_row
@@ -188,6 +190,7 @@ def test_an_unplanned_failover_keeps_what_was_synced_and_takes_writes_at_once(
     # A bootstrap makes the old primary a copy of the new one again, and live: the tail is
     # gone from its copy, and what the new primary holds is there, written before or after.
     logs = [w.log for w in writers] + ["after", "survivor", "late"]
+    diverge(stamps[old])
     out = location_cli(location, "bootstrap", "delta")
     assert f"{old} is a live secondary of {new}" in out, out
     assert f"primary {new}, secondary {old} (live)" in location_cli(location, "geo", "delta")
@@ -197,6 +200,21 @@ def test_an_unplanned_failover_keeps_what_was_synced_and_takes_writes_at_once(
     with Client.from_connection_string(direct(stamps, old, new), timeout_s=30) as at_old:
         until(lambda: logs_at(at_old, logs) == expected, "the old primary holds the new "
               "primary's logs, exactly")
+        assert list(at_old.list_logs()) == sorted(logs)
+        with pytest.raises(NotFound):
+            at_old.get("diverged", "row")
+
+
+def diverge(stamp: LocalStamp) -> None:
+    """Writes the new primary never saw, in names it does not have, at the old primary (as
+    its partition layer took them before it heard of the failover)."""
+    client = PartitionClient([r.address for r in stamp.partition_managers()],
+                             stamp.config.partition)
+    try:
+        client.put("delta", "diverged", "row", b"only at the old primary")
+        client.append("delta", "diverged-log", [b"only at the old primary"])
+    finally:
+        client.close()
 
 
 def direct(stamps: dict[str, LocalStamp], at: str, keys_from: str) -> str:
