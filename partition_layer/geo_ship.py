@@ -51,7 +51,7 @@ from common.proto import partition_pb2 as pb
 from partition_layer import keys
 from partition_layer.commit_log import CommitOp
 from partition_layer.keys import KeyRange
-from partition_layer.rows import Row, decode_row, encode_row
+from partition_layer.rows import TAG_BLOB, TAG_BLOB_CRC, Row, decode_row, encode_row
 from stream_layer.framing import Location
 
 
@@ -83,6 +83,8 @@ BlobReader = Callable[[Row], Awaitable[bytes]]
 # The most rows one ReplicateOp carries: a shipper squashes a name's operations into one
 # (geo_shipper.py) up to this, and a partition server takes up to this (requests.py).
 REPLICATE_ROWS_MAX = 4096
+ROW_OVERHEAD_BYTES = 16  # a row's header and CRC, inline
+_BLOB_TAGS = (bytes((TAG_BLOB,)), bytes((TAG_BLOB_CRC,)))
 
 
 async def replicate_request(account: str, pname: str, rows: Iterable[tuple[bytes, bytes]],
@@ -110,3 +112,12 @@ async def replicate_requests(op: CommitOp, read_blob: BlobReader) -> list[pb.Req
         by_name.setdefault((account, pname), []).append((key, encoded))
     return [await replicate_request(account, pname, rows, read_blob)
             for (account, pname), rows in by_name.items()]
+
+
+def shipped_bytes(key: bytes, encoded: bytes) -> int:
+    """What a row weighs when shipped: a pointer into blob data travels as its value."""
+    if encoded[:1] in _BLOB_TAGS:
+        blob = decode_row(encoded).blob
+        assert blob is not None
+        return len(key) + blob.value_bytes + ROW_OVERHEAD_BYTES
+    return len(key) + len(encoded)

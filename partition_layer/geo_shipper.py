@@ -68,9 +68,9 @@ from partition_layer.geo_ship import (
     Position,
     ShipSite,
     replicate_request,
+    shipped_bytes,
 )
 from partition_layer.geo_tail import Deposed, never_deposed
-from partition_layer.rows import TAG_BLOB, TAG_BLOB_CRC, decode_row
 from stream_layer.framing import Location
 
 log = logging.getLogger(__name__)
@@ -81,8 +81,6 @@ SHIP_OPS_MAX = 4096
 # batch that grew with a lag once passed: refused, retried for ever.
 SHIP_BYTES_MAX = 1024 * 1024
 QUEUE_BYTES_MAX = 64 * 1024 * 1024
-ROW_OVERHEAD_BYTES = 16  # a row's header and CRC, inline
-_BLOB_TAGS = (bytes((TAG_BLOB,)), bytes((TAG_BLOB_CRC,)))
 SYNC_SAMPLES_MAX = 8192
 SYNC_SAMPLE_S = 0.01  # at most one sample this often: 80 s of lag at full precision
 RETRY_MIN_S = 0.05
@@ -131,15 +129,6 @@ class _Batch:
         return True
 
 
-def shipped_bytes(key: bytes, encoded: bytes) -> int:
-    """What a row weighs when shipped: a pointer into blob data travels as its value."""
-    if encoded[:1] in _BLOB_TAGS:
-        blob = decode_row(encoded).blob
-        assert blob is not None
-        return len(key) + blob.value_bytes + ROW_OVERHEAD_BYTES
-    return len(key) + len(encoded)
-
-
 class GeoShipper:
     """One partition's shipping to secondary stamps (module contract)."""
 
@@ -179,6 +168,7 @@ class GeoShipper:
         self._behind = False  # the last batch was cut short by its bounds
         self._between: collections.deque[tuple[Callable[[], Awaitable[Any]],
                                                asyncio.Future[Any]]] = collections.deque()
+        self._stopped = False
         self.batches = 0  # batches shipped (metrics, tests)
         self.failures = 0
 
@@ -247,12 +237,16 @@ class GeoShipper:
         try:
             await self._run()
         finally:
+            self._stopped = True
             for _, waiting in self._between:
-                waiting.cancel()
+                if not waiting.done():
+                    waiting.set_exception(Unavailable(f"partition {self.site.id} stopped"))
 
     async def between_batches(self, work: Callable[[], Awaitable[Any]]) -> Any:
         """`work()`'s result, run between two batches: shipping waits meanwhile (a geo
-        bootstrap's copy, geo_copy.py). Cancelled if the partition stops shipping here."""
+        bootstrap's copy, geo_copy.py). Unavailable once the partition stops shipping here."""
+        if self._stopped:
+            raise Unavailable(f"partition {self.site.id} stopped shipping here")
         waiting = asyncio.get_running_loop().create_future()
         self._between.append((work, waiting))
         self._wake.set()
@@ -261,11 +255,12 @@ class GeoShipper:
     async def _run(self) -> None:
         while True:
             if self._between:
-                work, waiting = self._between.popleft()
+                work, waiting = self._between[0]  # kept there until done: `run` fails it
                 try:
                     result = await work()
                 except Exception as exc:
                     result = exc
+                self._between.popleft()
                 if not waiting.done():  # else its caller is gone
                     (waiting.set_exception if isinstance(result, Exception)
                      else waiting.set_result)(result)
