@@ -24,21 +24,19 @@ The plan of inter-stamp replication, of which this module makes the requests:
   so a new owner resumes there, last sync times and lag), the location's view of last sync
   times (geo_report.py), failovers planned and unplanned, and the tail a deposed primary
   sets aside (geo_tail.py).
-- **Not built yet: the bootstrap** (migration, and an `unavailable` secondary made live
-  again after an unplanned failover). The plan: per partition of the primary holding the
-  account's keys, its shipper, between two batches, takes a consistent snapshot of the
-  account's rows in its range (scan_snapshot.Snapshot.of: no await, so one state, at LSN
-  L, while its shipped position S <= L) and sends it, key-ordered, as ReplicateOps that
-  say "these are all the rows in [from, to)" (the target deletes the others it holds
-  there: a divergent or stale copy is replaced, not merged), then goes on shipping from S.
-  Shipping is paused while it copies, so no operation past L lands before the copy of a
-  row it changed; the operations in (S, L] are shipped again, in order, and end at the
-  snapshot's rows. A copy cut short (a restart, a split) is copied again the same way. The
-  location marks the secondary `bootstrapping`, and `live` once every partition holding
-  the account's keys says it copied it (a PartitionLoad field) and its last sync time
-  passed the mark. A migration is then that, to a third stamp, a planned failover to it,
-  and the old copy purged (tools/account_purge.py's way); the location moves the busiest
-  accounts of a stamp past its capacity watermark the same way.
+- **The bootstrap** (geo_copy.py, driven by tools/geo_bootstrap.py): an `unavailable`
+  secondary made live again after an unplanned failover. Its names are cleared there first
+  (replicated deletes), then each partition of the primary holding the account's keys, its
+  shipper between two batches, copies a consistent snapshot of the account's rows in its
+  range (at LSN L, while its shipped position S <= L) and goes on shipping from S: shipping
+  waits while it copies, so no operation past L lands before the copy of a row it changed,
+  and the operations in (S, L] shipped again end at the snapshot's rows. The location marks
+  the secondary `bootstrapping`, then `live` once every partition copied and the last sync
+  time passed the copies' end.
+- **Not built yet: migration**: that bootstrap to a third stamp while the primary also
+  ships to its secondary (a placement with two targets), a planned failover to it, and the
+  old copy purged (tools/account_purge.py's way); the location moving the busiest accounts
+  of a stamp past its capacity watermark the same way.
 """
 
 from __future__ import annotations
