@@ -1,5 +1,5 @@
-"""`stamp location up | down | status | create-account | geo | failover | bootstrap | tail`
-(issue 30): a
+"""`stamp location up | down | status | create-account | geo | failover | bootstrap | migrate |
+tail` (issue 30): a
 location of two stamps on this machine (tools/local_location.py), accounts placed in it by
 load across regions (location/placement.py), their replication and planned failovers
 (tools/geo_account.py).
@@ -30,6 +30,9 @@ def register(commands: Any) -> None:
     actions = location.add_subparsers(dest="action", metavar="ACTION", required=True)
     up = actions.add_parser("up", help="start the location service and its two stamps "
                                        "(west-1 on 127.0.0.2, east-1 on 127.0.0.3)")
+    up.add_argument("--stamps", type=int, choices=(2, 3), default=2,
+                    help="how many stamps: 2, or 3 for a stamp to migrate accounts to "
+                         "(west-2 on 127.0.0.4); a stamp made once stays (default: 2)")
     up.set_defaults(handler=cmd_up)
     down = actions.add_parser("down", help="stop both stamps and the location service")
     down.set_defaults(handler=cmd_down)
@@ -79,6 +82,19 @@ def register(commands: Any) -> None:
     boot.add_argument("name", type=checked(_account_name, "an account name"),
                       help="the account's name")
     boot.set_defaults(handler=cmd_bootstrap)
+    migrate = actions.add_parser(
+        "migrate", help="move an account's primary to another stamp of the location",
+        description="The stamp given becomes the account's secondary and is bootstrapped "
+                    "(a copy of the account's rows, then its replication), then a planned "
+                    "failover makes it the primary: writers see a pause, not an error, and "
+                    "nothing acknowledged is lost. The account's secondary is then a stamp "
+                    "of another region (bootstrapped anew if it must change), and any other "
+                    "stamp drops its copy. Safe to run again if cut short.")
+    migrate.add_argument("name", type=checked(_account_name, "an account name"),
+                         help="the account's name")
+    migrate.add_argument("--to", required=True, metavar="STAMP",
+                         help="the stamp to move its primary to (see 'stamp location status')")
+    migrate.set_defaults(handler=cmd_migrate)
     tail = actions.add_parser(
         "tail", help="the writes an unplanned failover set aside at the old primary",
         description="When an unplanned failover deposed a stamp, the writes it had "
@@ -119,7 +135,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     location = _location(args)
     with Progress("location up") as progress:
-        started = location.up(progress=progress)
+        started = location.up(progress=progress, stamps=args.stamps)
     print(f"location up in {location.directory}: started {len(started)} processes")
     print(f"  location servers: {', '.join(location.location_endpoints())}")
     for site, stamp in location.stamps():
@@ -231,6 +247,27 @@ def cmd_bootstrap(args: argparse.Namespace) -> int:
           f"in {report.seconds:.1f} s ({report.names_cleared} names cleared there, "
           f"{report.rows:,} rows / {report.nbytes:,} bytes copied by {report.partitions} "
           "partitions)")
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from tools.geo_migrate import migrate
+    from tools.progress import Progress
+
+    location = _running_service(args)
+    with Progress("migrate") as progress:
+        report = migrate(location, args.name, args.to, progress)
+    if len(report.steps) == 0:
+        print(f"account {args.name}: primary {report.primary} already, secondary "
+              f"{report.secondary}; nothing to do")
+        return 0
+    print(f"account {args.name}: primary {report.primary} (was {report.old_primary}), "
+          f"secondary {report.secondary}, in {report.seconds:.1f} s "
+          f"({report.copied_bytes:,} bytes copied; failover {report.failover_s:.1f} s)")
+    for step in report.steps:
+        print(f"  {step}")
+    for stamp in report.dropped:
+        print(f"  {stamp} dropped its copy")
     return 0
 
 

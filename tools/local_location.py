@@ -6,8 +6,9 @@ Layout of the location's directory (default ./location-data):
   the stamps and the accounts' placements there) and a location server `loc-1` answering
   SDKs' Resolve calls from it (location/server_main.py), on 127.0.0.1;
 - `stamps/<name>/`: each stamp's data directory (its own `stamp.json`), `west-1` on
-  127.0.0.2 in region `west` and `east-1` on 127.0.0.3 in region `east`: 3 lock replicas,
-  3 stream managers, 3 extent nodes in 3 fault domains, 1 partition manager, 1 partition
+  127.0.0.2 in region `west` and `east-1` on 127.0.0.3 in region `east` (and `west-2` on
+  127.0.0.4 in region `west` once `up --stamps 3` made it: a stamp to migrate to): 3 lock
+  replicas, 3 stream managers, 3 extent nodes in 3 fault domains, 1 partition manager, 1 partition
   server, 1 front end each.
 Each stamp is registered in the location service (its front ends, its disk's capacity and the
 bytes under its data directory) whenever `up` runs, so a restarted stamp's new endpoints are
@@ -54,7 +55,9 @@ class StampSite:
     host: str
 
 
-SITES = (StampSite("west-1", "west", "127.0.0.2"), StampSite("east-1", "east", "127.0.0.3"))
+SITES = (StampSite("west-1", "west", "127.0.0.2"), StampSite("east-1", "east", "127.0.0.3"),
+         StampSite("west-2", "west", "127.0.0.4"))  # the third: `up --stamps 3` (migrations)
+STAMPS_DEFAULT = 2
 
 
 def service_config() -> StampConfig:
@@ -100,9 +103,12 @@ class LocalLocation:
         plan_location_server(service)
         return service
 
-    def stamps(self) -> Iterator[tuple[StampSite, LocalStamp]]:
-        for site in SITES:
+    def stamps(self, count: int = STAMPS_DEFAULT) -> Iterator[tuple[StampSite, LocalStamp]]:
+        """The location's stamps: the first `count` of SITES, and any other made before."""
+        for number, site in enumerate(SITES):
             path = self.directory / STAMPS_DIR / site.name
+            if number >= count and not path.exists():
+                continue
             try:
                 yield site, _loaded(path, small_stamp_config(site.host))
             except NotFound:
@@ -110,14 +116,14 @@ class LocalLocation:
                                        config_path=str(write_stamp_settings(
                                            path, self.stamp_settings)))
 
-    def up(self, progress: Progress = SILENT) -> list[str]:
-        """Start what is not running (the service, then each stamp) and register the
-        stamps; the names started, each as `<part>/<process>`."""
+    def up(self, progress: Progress = SILENT, stamps: int = STAMPS_DEFAULT) -> list[str]:
+        """Start what is not running (the service, then each stamp: at least `stamps` of
+        them) and register the stamps; the names started, each as `<part>/<process>`."""
         secret = self.secret()  # before the location server, which reads it
         started = [f"{SERVICE_DIR}/{name}" for name in self.service().up(progress=progress)]
         servers = tuple(self.location_endpoints())
         with self.store_client() as store:
-            for site, stamp in self.stamps():
+            for site, stamp in self.stamps(stamps):
                 progress.phase(f"starting stamp {site.name} on {site.host}")
                 started += [f"{site.name}/{name}" for name in stamp.up(progress=progress)]
                 store.register_stamp(stamp_info(site, stamp))
