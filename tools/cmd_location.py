@@ -33,6 +33,12 @@ def register(commands: Any) -> None:
     up.add_argument("--stamps", type=int, choices=(2, 3), default=2,
                     help="how many stamps: 2, or 3 for a stamp to migrate accounts to "
                          "(west-2 on 127.0.0.4); a stamp made once stays (default: 2)")
+    up.add_argument("--capacity-mb", type=int, metavar="MB",
+                    help="each stamp's capacity as the location counts its use against the "
+                         "watermark (kept; default: its disk's size)")
+    up.add_argument("--balance-interval-s", type=float, default=30.0, metavar="S",
+                    help="how often the location server moves accounts off stamps past "
+                         "the watermark (set when the location is made; default 30)")
     up.set_defaults(handler=cmd_up)
     down = actions.add_parser("down", help="stop both stamps and the location service")
     down.set_defaults(handler=cmd_down)
@@ -82,6 +88,17 @@ def register(commands: Any) -> None:
     boot.add_argument("name", type=checked(_account_name, "an account name"),
                       help="the account's name")
     boot.set_defaults(handler=cmd_bootstrap)
+    balance = actions.add_parser(
+        "balance", help="move accounts off stamps past the capacity watermark, once",
+        description="What the location server does on its own every interval: each stamp "
+                    "at least --watermark-percent used sheds the largest accounts it is the "
+                    "primary of, each migrated to the least used stamp of its region that "
+                    "stays under the watermark ('stamp location migrate').")
+    balance.add_argument("--watermark-percent", type=int, default=70, metavar="P",
+                         help="a stamp this much used sheds accounts (default 70)")
+    balance.add_argument("--moves", type=int, default=1,
+                         help="migrations at most this round (default 1)")
+    balance.set_defaults(handler=cmd_balance)
     migrate = actions.add_parser(
         "migrate", help="move an account's primary to another stamp of the location",
         description="The stamp given becomes the account's secondary and is bootstrapped "
@@ -131,11 +148,13 @@ def _running_service(args: argparse.Namespace) -> Any:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    from tools.local_location import LocalLocation
     from tools.progress import Progress
 
-    location = _location(args)
+    location = LocalLocation(args.dir, balance_interval_s=args.balance_interval_s)
+    capacity = None if args.capacity_mb is None else args.capacity_mb * 1024 * 1024
     with Progress("location up") as progress:
-        started = location.up(progress=progress, stamps=args.stamps)
+        started = location.up(progress=progress, stamps=args.stamps, capacity_bytes=capacity)
     print(f"location up in {location.directory}: started {len(started)} processes")
     print(f"  location servers: {', '.join(location.location_endpoints())}")
     for site, stamp in location.stamps():
@@ -247,6 +266,25 @@ def cmd_bootstrap(args: argparse.Namespace) -> int:
           f"in {report.seconds:.1f} s ({report.names_cleared} names cleared there, "
           f"{report.rows:,} rows / {report.nbytes:,} bytes copied by {report.partitions} "
           "partitions)")
+    return 0
+
+
+def cmd_balance(args: argparse.Namespace) -> int:
+    from tools.geo_balance import balance_once
+    from tools.progress import Progress
+
+    location = _running_service(args)
+    with Progress("balance") as progress:
+        plan, made = balance_once(location, args.watermark_percent, args.moves, progress)
+    if not plan.over:
+        print(f"no stamp is {args.watermark_percent}% used or more: nothing to move")
+    for report in made:
+        print(f"moved {report.account} from {report.old_primary} to {report.primary} "
+              f"in {report.seconds:.1f} s")
+    for move in plan.moves[len(made):]:
+        print(f"left for the next round: {move.account} from {move.source} to {move.to}")
+    if plan.stuck:
+        print(f"over the watermark with nowhere to go: {', '.join(plan.stuck)}")
     return 0
 
 
