@@ -102,6 +102,52 @@ def test_an_account_migrates_under_load_and_its_old_copy_goes(location: Path) ->
     assert "nothing to do" in location_cli(location, "migrate", ACCOUNT, "--to", "west-1")
 
 
+def test_the_location_moves_an_account_off_a_stamp_past_the_watermark(location: Path) -> None:
+    """On its own: the location server's balancing round (every 2 s here) migrates the
+    largest account of a stamp at least 70% used to the least used stamp of its region."""
+    location_cli(location, "up", "--stamps", "3", "--balance-interval-s", "2")
+    location_cli(location, "create-account", "first")  # east-1 (all equal: by name)
+    placed, text = location_cli(location, "create-account", ACCOUNT).splitlines()
+    assert "primary west-1" in placed, placed  # east-1 is primary for one account already
+    with Client.from_connection_string(text, timeout_s=30) as client:
+        for i in range(FILLER_MB):
+            client.append("filler", [bytes([i]) * (1 << 20)])
+    location_cli(location, "up", "--stamps", "3")  # registers the stamps' use now
+    used = used_mb(location_cli(location, "status"))
+    # west-1 at 75% of it; west-2 with the account stays under 70%.
+    capacity_mb = int(used["west-1"] / 0.75)
+    assert used["west-2"] + FILLER_MB < 0.7 * capacity_mb, (used, capacity_mb)
+    location_cli(location, "up", "--stamps", "3", "--capacity-mb", str(capacity_mb))
+    until(lambda: "primary west-2, secondary east-1 (live)" in location_cli(
+        location, "geo", ACCOUNT), "the account moved", timeout_s=120)
+    with Client.from_connection_string(text, timeout_s=30) as client:
+        firsts = []
+        while len(firsts) < FILLER_MB:  # a read answers a few MB at most
+            records = client.read("filler", len(firsts), FILLER_MB)
+            assert records, firsts
+            firsts += [r[:1] for _, r in records]
+        assert firsts == [bytes([i]) for i in range(FILLER_MB)]
+    until(lambda: ACCOUNT not in accounts_of(location, "west-1"), "west-1 dropped it")
+
+
+FILLER_MB = 24
+
+
+def used_mb(status: str) -> dict[str, float]:
+    """Each stamp's registered use, in MB, from `stamp location status`."""
+    found = {}
+    for line in status.splitlines():
+        fields = line.split()
+        if fields and fields[0] in ("west-1", "west-2", "east-1"):
+            found[fields[0]] = int(fields[4].replace(",", "")) / (1 << 20)
+    return found
+
+
+def accounts_of(location: Path, stamp: str) -> list[str]:
+    with accounts_at(stamps_of(LocalLocation(location))[stamp]) as accounts:
+        return accounts.list()
+
+
 def direct(stamps: dict[str, LocalStamp], at: str) -> str:
     """A connection string of the account naming `at`'s front ends (no location)."""
     with accounts_at(stamps["west-1"]) as accounts:
