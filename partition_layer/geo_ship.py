@@ -33,10 +33,11 @@ The plan of inter-stamp replication, of which this module makes the requests:
   and the operations in (S, L] shipped again end at the snapshot's rows. The location marks
   the secondary `bootstrapping`, then `live` once every partition copied and the last sync
   time passed the copies' end.
-- **Not built yet: migration**: that bootstrap to a third stamp while the primary also
-  ships to its secondary (a placement with two targets), a planned failover to it, and the
-  old copy purged (tools/account_purge.py's way); the location moving the busiest accounts
-  of a stamp past its capacity watermark the same way.
+- **Migration** (tools/geo_migrate.py): that bootstrap to the stamp moved to, as the
+  secondary, then a planned failover to it; a stamp left in neither role drops its copy.
+  The location moves the largest accounts off a stamp past its capacity watermark so
+  (location/watermark.py, tools/geo_balance.py). Not built: shipping to two stamps at once,
+  which would keep a second live copy while a stamp is bootstrapped.
 """
 
 from __future__ import annotations
