@@ -65,12 +65,13 @@ async def clear_name(partition: RangePartition, account: str, pname: str) -> int
     high = keys.prefix_end(low)
     assert high is not None  # a name's prefix ends in its terminator
     cleared = 0
+    start = low
     while True:
         partition.check_serving()
         batch: list[tuple[bytes, Row]] = []
-        # A fresh snapshot per commit: the last one's rows are tombstones now, so each
-        # round finds what is left, until nothing is.
-        async for rows in Snapshot.of(partition, low, high).batches(low):
+        # A fresh snapshot per commit, from past the last key deleted (nothing else writes
+        # the name: every key before it is a tombstone now), until nothing is left.
+        async for rows in Snapshot.of(partition, start, high).batches(start):
             batch += [(key, Row(row_version(encoded), tombstone=True))
                       for key, encoded in rows[:CLEAR_ROWS_MAX - len(batch)]]
             if len(batch) >= CLEAR_ROWS_MAX:
@@ -79,6 +80,7 @@ async def clear_name(partition: RangePartition, account: str, pname: str) -> int
             return cleared
         await partition.submit(Replicated(account, pname, tuple(batch)), 32 * len(batch))
         cleared += len(batch)
+        start = batch[-1][0] + b"\x00"  # the next key after it
 
 
 # ---- copy, at the primary ----------------------------------------------------------------
