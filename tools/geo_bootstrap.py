@@ -18,7 +18,12 @@ short starts over, from step 1):
 4. every partition of the primary holding the account's keys copies them (GeoCopy; the
    snapshot at L, then shipping goes on from where it stood). A split or merge meanwhile
    gives partitions whose copy is not done: they copy too, until every partition of the
-   account, as the primary's partition servers report them, copied;
+   account, as the primary's partition servers report them, copied, and SKIP_WINDOW_S
+   passed since step 3. A partition server that had the old answer may skip operations
+   (count them shipped) until it asks the location again, within that window
+   (partition_layer/geo_link.py keeps an `unavailable` answer UNAVAILABLE_TTL_S, the
+   location its own CACHE_TTL_S): what a partition copied after the window started covers
+   them, and a partition made by a split after the last copy ships them;
 5. the drain: the account's last sync time passes the end of step 4 (every write
    acknowledged before is at the secondary, over the copy);
 6. the location marks the secondary `live`, if the placement did not change meanwhile.
@@ -39,8 +44,10 @@ from common.proto import partition_pb2 as pb
 from common.proto import partition_pb2_grpc as pb_grpc
 from frontend.accounts import SECONDARY
 from location.placement import AccountPlacement
+from location.service import CACHE_TTL_S
 from partition_layer import keys
 from partition_layer.client import AsyncPartitionClient
+from partition_layer.geo_link import UNAVAILABLE_TTL_S
 from tools.geo_account import POLL_S, _drain, accounts_at, overlaps, stamps_of
 from tools.local_location import LocalLocation
 from tools.local_stamp import LocalStamp
@@ -50,6 +57,7 @@ COPY_TIMEOUT_S = 600.0  # one partition's copy; a 1 GB account copies in well un
 COPIES_TIMEOUT_S = 1800.0  # every partition's, splits and merges meanwhile included
 DRAIN_TIMEOUT_S = 120.0
 STATUS_TIMEOUT_S = 5.0
+SKIP_WINDOW_S = UNAVAILABLE_TTL_S + CACHE_TTL_S + 0.5  # step 4
 
 
 @dataclass(frozen=True)
@@ -84,8 +92,10 @@ def bootstrap(location: LocalLocation, account: str, progress: Progress = SILENT
     progress.phase(f"clearing {account}'s copy at {placement.secondary}")
     cleared = asyncio.run(clear_account(secondary, account, progress))
     placement = _mark(location, placement, "bootstrapping")
+    marked = time.monotonic()
     progress.phase(f"copying {account} from {placement.primary} to {placement.secondary}")
-    copies = asyncio.run(copy_account(primary, account, progress))
+    copies = asyncio.run(copy_account(primary, account, progress,
+                                      not_before=marked + SKIP_WINDOW_S))
     copied_s = time.time()
     progress.phase(f"waiting until every write {placement.primary} took is on "
                    f"{placement.secondary}")
@@ -140,10 +150,11 @@ async def _entity_groups(client: AsyncPartitionClient, account: str) -> list[str
 
 # ---- step 4: every partition of the primary copies ----------------------------------------
 
-async def copy_account(stamp: LocalStamp, account: str, progress: Progress = SILENT
-                       ) -> dict[int, pb.GeoCopyReply]:
+async def copy_account(stamp: LocalStamp, account: str, progress: Progress = SILENT,
+                       not_before: float = 0.0) -> dict[int, pb.GeoCopyReply]:
     """Every partition of `stamp` holding the account's keys copies them (module docstring,
-    step 4); their reports by partition id. Unavailable after COPIES_TIMEOUT_S."""
+    step 4), the last look at which they are no sooner than `not_before` (monotonic); their
+    reports by partition id. Unavailable after COPIES_TIMEOUT_S."""
     low = keys.account_prefix(account)
     high = keys.prefix_end(low)
     done: dict[int, pb.GeoCopyReply] = {}
@@ -152,7 +163,7 @@ async def copy_account(stamp: LocalStamp, account: str, progress: Progress = SIL
     while time.monotonic() < deadline:
         holding = await _holding(stamp, low, high)
         todo = [(pid, address) for pid, address in holding.items() if pid not in done]
-        if holding and not todo:
+        if holding and not todo and time.monotonic() >= not_before:
             return {pid: done[pid] for pid in holding}
         for pid, address in todo:
             try:
