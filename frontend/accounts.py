@@ -294,6 +294,28 @@ class AccountStore:
         raise PreconditionFailed(f"account {name!r} kept changing; not deleted after "
                                  f"{CAS_ATTEMPTS_MAX} attempts")
 
+    def release(self, name: str, epoch: int) -> bool:
+        """Stop holding geo account `name`, which a migration moved off this stamp (issue 30):
+        held here as a secondary at an epoch up to `epoch`, the placement's that no longer
+        names this stamp. Its record goes, not retired: the account lives on at its stamps
+        and may come back. Whether there was one to remove (idempotent); PreconditionFailed
+        if it is primary here, or held at a later epoch (a newer placement has it here)."""
+        names.check_account(name)
+        for _ in range(CAS_ATTEMPTS_MAX):
+            found = self._entry(name)
+            if found is None:
+                return False
+            entry, version = found
+            if not isinstance(entry, Account) or entry.geo.role != SECONDARY \
+                    or entry.geo.epoch > epoch:
+                raise PreconditionFailed(f"account {name!r} is not an old secondary here: "
+                                         "not released")
+            if self._kv.delete(KEY_PREFIX + name, expected_version=version):
+                self._remember(name, None)
+                return True
+        raise PreconditionFailed(f"account {name!r} kept changing; not released after "
+                                 f"{CAS_ATTEMPTS_MAX} attempts")
+
     def tombstone(self, name: str) -> Tombstone:
         """The tombstone of deleted account `name`; NotFound if it is not a deleted one."""
         found = self._entry(names.check_account(name))

@@ -20,6 +20,7 @@ from common.proto import location_v1_pb2 as location_pb
 from common.proto import location_v1_pb2_grpc as location_grpc
 
 MESSAGE_BYTES_MAX = 1024 * 1024
+FRESH_KEY = "stamp-resolve-fresh"  # request metadata: read through the location's cache
 T = TypeVar("T")
 
 
@@ -30,11 +31,13 @@ class LocationClient:
         self._channels: dict[str, Any] = {}
         self._next = 0
 
-    async def resolve(self, servers: Sequence[str], account: str, timeout_s: float
-                      ) -> location_pb.ResolveReply:
+    async def resolve(self, servers: Sequence[str], account: str, timeout_s: float,
+                      fresh: bool = False) -> location_pb.ResolveReply:
+        """Where `account` lives; `fresh`: read through the location's cache."""
         request = location_pb.ResolveRequest(account=account)
+        metadata = ((FRESH_KEY, "1"),) if fresh else None
         return await self._first(servers, lambda channel: location_grpc.LocationStub(
-            channel).Resolve(request, timeout=timeout_s))
+            channel).Resolve(request, timeout=timeout_s, metadata=metadata))
 
     async def report_sync(self, servers: Sequence[str], report: internal_pb.SyncReport,
                           timeout_s: float) -> None:

@@ -5,6 +5,12 @@ from the location's own lock-service group (location/store.py), which it reaches
 (location/sync_report.py) into that store. Stateless: its directory holds only its log and
 `ready.json`; any number may run beside each other, and a client's connection string may
 name them all (`Location=A,B,...`). SIGTERM stops it cleanly.
+
+With `--balance-location DIR` (a location of this machine, tools/local_location.py) it also
+moves accounts off stamps past the capacity watermark, on its own: a round every
+`--balance-interval-s` (tools/geo_balance.py: at most one migration a round, run in a
+thread; a round that fails is logged and the next one tries again). Give it to one location
+server only: two would migrate the same account at once, and one of them would fail.
 """
 
 from __future__ import annotations
@@ -26,11 +32,13 @@ from location.service import (
     PlacementCache,
 )
 from location.store import LocationStore
+from location.watermark import WATERMARK_PERCENT
 from lock_service.client import LockClient
 from lock_service.probe import LockServiceProbe
 
 log = logging.getLogger("stamp.location")
 MESSAGE_BYTES_MAX = 1024 * 1024  # a Resolve is tiny either way
+BALANCE_INTERVAL_S = 30.0
 
 
 def parser() -> argparse.ArgumentParser:
@@ -48,9 +56,39 @@ def parser() -> argparse.ArgumentParser:
                         "takes the stamps' signed sync reports")
     p.add_argument("--cache-ttl-ms", type=int, default=round(CACHE_TTL_S * 1000),
                    help="how stale an answer may be, in ms (default %(default)s)")
+    p.add_argument("--balance-location", type=Path,
+                   help="move accounts off stamps past the watermark, on this location of "
+                        "this machine (its directory)")
+    p.add_argument("--watermark-percent", type=int, default=WATERMARK_PERCENT,
+                   help="a stamp this much used sheds accounts (default %(default)s)")
+    p.add_argument("--balance-interval-s", type=float, default=BALANCE_INTERVAL_S,
+                   help="seconds between two balancing rounds (default %(default)s)")
     server_main.add_watch_args(p)
     server_main.add_security_args(p)
     return p
+
+
+async def balance_forever(directory: Path, watermark_percent: int, interval_s: float
+                          ) -> None:
+    """Balancing rounds until cancelled (module docstring)."""
+    from tools.geo_balance import balance_once
+    from tools.local_location import LocalLocation
+
+    location = LocalLocation(directory)
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            plan, made = await asyncio.to_thread(balance_once, location, watermark_percent)
+        except Exception as exc:  # a round may fail (a stamp down): the next tries again
+            log.warning("balancing round failed: %r", exc)
+            continue
+        for report in made:
+            log.info("migrated %s: primary %s (was %s), secondary %s, in %.1f s",
+                     report.account, report.primary, report.old_primary, report.secondary,
+                     report.seconds)
+        if plan.stuck:
+            log.warning("stamps %s are over %d%% used; accounts with nowhere to go: %s",
+                        ", ".join(plan.over), watermark_percent, ", ".join(plan.stuck))
 
 
 async def serve(args: argparse.Namespace) -> None:
@@ -76,8 +114,14 @@ async def serve(args: argparse.Namespace) -> None:
     write_ready(args.dir, args.name, address)
     log.info("%s serving on %s", args.name, address)
 
+    balancing = None if args.balance_location is None else asyncio.get_running_loop(
+        ).create_task(balance_forever(args.balance_location, args.watermark_percent,
+                                      args.balance_interval_s))
+
     await server_main.until_stopped()
     log.info("%s stopping", args.name)
+    if balancing is not None:
+        balancing.cancel()
     await watch.end()
     await server.stop(grace=1.0)
     await asyncio.to_thread(probe.close)

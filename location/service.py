@@ -37,6 +37,7 @@ from common.proto import location_internal_pb2 as internal_pb
 from common.proto import location_v1_pb2 as pb
 from frontend.names import check_account
 from location import geo_auth, sync_report
+from location.client import FRESH_KEY
 from location.placement import AccountPlacement, StampInfo
 from location.store import LocationStore
 
@@ -45,7 +46,7 @@ CACHE_TTL_MAX_S = 10.0
 CACHE_ENTRIES_MAX = 100_000
 LOOKUPS_MAX = 16
 CLIENT_TTL_MS = 60_000  # how long a client may use an answer (Moved makes it ask sooner)
-FRESH_KEY = "stamp-resolve-fresh"  # request metadata: read through the cache (after Moved)
+# FRESH_KEY (request metadata): read through the cache (after Moved, or a geo bootstrap)
 
 
 class PlacementCache:

@@ -15,8 +15,10 @@ Contracts:
     saw that): the account is first made this stamp's secondary of the location's primary
     at its epoch (front ends refuse its writes with Moved from then on), then Deposed: the
     shipper sets those operations aside (geo_tail.py).
-  An account whose secondary is unavailable (location/placement.py) has none: None.
-  Answers are kept for RESOLVE_TTL_S, at most RESOLVED_MAX accounts; while the location
+  An account whose secondary is unavailable (location/placement.py) has none: None (its
+  operations count as shipped), from an answer at most UNAVAILABLE_TTL_S old: a bootstrap
+  marking it `bootstrapping` relies on that (tools/geo_bootstrap.py). Other answers are
+  kept for RESOLVE_TTL_S, at most RESOLVED_MAX accounts; while the location
   cannot be reached the last answer stands; with none, Unavailable.
 - `send(target, requests)`: one ReplicateCall per account, signed with the location's
   secret (location/geo_auth.py), to one of the target's front ends (the next one after a
@@ -51,6 +53,7 @@ UNAVAILABLE = "unavailable"  # location/placement.py's secondary state
 log = logging.getLogger(__name__)
 
 RESOLVE_TTL_S = 5.0
+UNAVAILABLE_TTL_S = 1.0  # an answer naming an unavailable secondary (module contract)
 RESOLVED_MAX = 10_000
 RESOLVE_TIMEOUT_S = 2.0
 SEND_TIMEOUT_S = 30.0
@@ -102,6 +105,10 @@ class GeoLink:
         if settings is None:
             return None
         placement = await self._placement(settings, account)
+        if placement is not None and placement.secondary_state == UNAVAILABLE:
+            # What is not shipped counts as shipped: an answer that says so is kept
+            # UNAVAILABLE_TTL_S only, so a bootstrap's mark is seen soon (geo_bootstrap.py).
+            placement = await self._placement(settings, account, UNAVAILABLE_TTL_S)
         if placement is None:
             return None
         if placement.primary != settings.stamp:
@@ -113,6 +120,15 @@ class GeoLink:
         if placement.secondary_state == UNAVAILABLE:
             return None  # not replicated to until a bootstrap (location/placement.py)
         return placement.secondary
+
+    async def fresh_targets(self, account: str) -> str | Deposed | None:
+        """`targets`, the placement asked of the location past its cache and this one's (a
+        geo bootstrap's copy: geo_copy.py): later batches ship by this answer too."""
+        settings = await self.settings()
+        if settings is not None:
+            placement = await self._resolve(settings, account, fresh=True)
+            self._placements[account] = (self._now(), placement)
+        return await self.targets(account)
 
     async def _deposed(self, account: str, placement: Placement) -> bool:
         """Whether `placement` (naming another primary) deposed this stamp (module
@@ -156,9 +172,10 @@ class GeoLink:
 
     # ---- the location -----------------------------------------------------------------------
 
-    async def _placement(self, settings: GeoSettings, account: str) -> Placement | None:
+    async def _placement(self, settings: GeoSettings, account: str,
+                         ttl_s: float = RESOLVE_TTL_S) -> Placement | None:
         cached = self._placements.get(account)
-        if cached is not None and self._now() - cached[0] <= RESOLVE_TTL_S:
+        if cached is not None and self._now() - cached[0] <= ttl_s:
             return cached[1]
         try:
             placement = await self._resolve(settings, account)
@@ -173,10 +190,11 @@ class GeoLink:
             self._placements.popitem(last=False)
         return placement
 
-    async def _resolve(self, settings: GeoSettings, account: str) -> Placement | None:
+    async def _resolve(self, settings: GeoSettings, account: str, fresh: bool = False
+                       ) -> Placement | None:
         try:
             reply = await self._location.resolve(settings.location, account,
-                                                 RESOLVE_TIMEOUT_S)
+                                                 RESOLVE_TIMEOUT_S, fresh)
         except NotFound:
             return None  # not an account of the location: nothing to ship
         return Placement(reply.primary.name, reply.secondary.name,

@@ -24,36 +24,66 @@ The plan of inter-stamp replication, of which this module makes the requests:
   so a new owner resumes there, last sync times and lag), the location's view of last sync
   times (geo_report.py), failovers planned and unplanned, and the tail a deposed primary
   sets aside (geo_tail.py).
-- **Not built yet: the bootstrap** (migration, and an `unavailable` secondary made live
-  again after an unplanned failover). The plan: per partition of the primary holding the
-  account's keys, its shipper, between two batches, takes a consistent snapshot of the
-  account's rows in its range (scan_snapshot.Snapshot.of: no await, so one state, at LSN
-  L, while its shipped position S <= L) and sends it, key-ordered, as ReplicateOps that
-  say "these are all the rows in [from, to)" (the target deletes the others it holds
-  there: a divergent or stale copy is replaced, not merged), then goes on shipping from S.
-  Shipping is paused while it copies, so no operation past L lands before the copy of a
-  row it changed; the operations in (S, L] are shipped again, in order, and end at the
-  snapshot's rows. A copy cut short (a restart, a split) is copied again the same way. The
-  location marks the secondary `bootstrapping`, and `live` once every partition holding
-  the account's keys says it copied it (a PartitionLoad field) and its last sync time
-  passed the mark. A migration is then that, to a third stamp, a planned failover to it,
-  and the old copy purged (tools/account_purge.py's way); the location moves the busiest
-  accounts of a stamp past its capacity watermark the same way.
+- **The bootstrap** (geo_copy.py, driven by tools/geo_bootstrap.py): an `unavailable`
+  secondary made live again after an unplanned failover. Its names are cleared there first
+  (replicated deletes), then each partition of the primary holding the account's keys, its
+  shipper between two batches, copies a consistent snapshot of the account's rows in its
+  range (at LSN L, while its shipped position S <= L) and goes on shipping from S: shipping
+  waits while it copies, so no operation past L lands before the copy of a row it changed,
+  and the operations in (S, L] shipped again end at the snapshot's rows. The location marks
+  the secondary `bootstrapping`, then `live` once every partition copied and the last sync
+  time passed the copies' end.
+- **Migration** (tools/geo_migrate.py): that bootstrap to the stamp moved to, as the
+  secondary, then a planned failover to it; a stamp left in neither role drops its copy.
+  The location moves the largest accounts off a stamp past its capacity watermark so
+  (location/watermark.py, tools/geo_balance.py). Not built: shipping to two stamps at once,
+  which would keep a second live copy while a stamp is bootstrapped.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from common.proto import partition_pb2 as pb
 from partition_layer import keys
 from partition_layer.commit_log import CommitOp
-from partition_layer.rows import Row, decode_row, encode_row
+from partition_layer.keys import KeyRange
+from partition_layer.rows import TAG_BLOB, TAG_BLOB_CRC, Row, decode_row, encode_row
+from stream_layer.framing import Location
+
+
+class ShipSite(Protocol):
+    """What the shipper needs of its partition (RangePartition is one)."""
+
+    id: int
+    applied_lsn: int
+    range: KeyRange  # its keys: a split child's log begins with its parent's, both halves
+    streams: Mapping[str, Any]  # "log": the commit log, read with `blocks(start)`
+
+    async def read_blob(self, row: Row) -> bytes: ...
+
+    def lease_valid(self) -> bool:
+        """Whether this server still owns the partition: a deposed owner ships nothing
+        (its successor ships the same operations, in order, from the same log)."""
+
+
+@dataclass(frozen=True)
+class Position:
+    """Shipped up to `lsn`; reading the commit log from block `resume_from` (inclusive;
+    None: its start) finds every operation past it."""
+
+    lsn: int
+    resume_from: Location | None
+
 
 BlobReader = Callable[[Row], Awaitable[bytes]]
 # The most rows one ReplicateOp carries: a shipper squashes a name's operations into one
 # (geo_shipper.py) up to this, and a partition server takes up to this (requests.py).
 REPLICATE_ROWS_MAX = 4096
+ROW_OVERHEAD_BYTES = 16  # a row's header and CRC, inline
+_BLOB_TAGS = (bytes((TAG_BLOB,)), bytes((TAG_BLOB_CRC,)))
 
 
 async def replicate_request(account: str, pname: str, rows: Iterable[tuple[bytes, bytes]],
@@ -81,3 +111,12 @@ async def replicate_requests(op: CommitOp, read_blob: BlobReader) -> list[pb.Req
         by_name.setdefault((account, pname), []).append((key, encoded))
     return [await replicate_request(account, pname, rows, read_blob)
             for (account, pname), rows in by_name.items()]
+
+
+def shipped_bytes(key: bytes, encoded: bytes) -> int:
+    """What a row weighs when shipped: a pointer into blob data travels as its value."""
+    if encoded[:1] in _BLOB_TAGS:
+        blob = decode_row(encoded).blob
+        assert blob is not None
+        return len(key) + blob.value_bytes + ROW_OVERHEAD_BYTES
+    return len(key) + len(encoded)

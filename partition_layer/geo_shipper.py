@@ -55,18 +55,22 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from common.errors import StampError, Unavailable
 from common.proto import partition_pb2 as pb
 from partition_layer import keys
 from partition_layer.commit_log import CommitOp, Replayer, decode_batch, within
-from partition_layer.geo_ship import REPLICATE_ROWS_MAX, replicate_request
+from partition_layer.geo_ship import (
+    REPLICATE_ROWS_MAX,
+    Position,
+    ShipSite,
+    replicate_request,
+    shipped_bytes,
+)
 from partition_layer.geo_tail import Deposed, never_deposed
-from partition_layer.keys import KeyRange
-from partition_layer.rows import TAG_BLOB, TAG_BLOB_CRC, Row, decode_row
 from stream_layer.framing import Location
 
 log = logging.getLogger(__name__)
@@ -77,8 +81,6 @@ SHIP_OPS_MAX = 4096
 # batch that grew with a lag once passed: refused, retried for ever.
 SHIP_BYTES_MAX = 1024 * 1024
 QUEUE_BYTES_MAX = 64 * 1024 * 1024
-ROW_OVERHEAD_BYTES = 16  # a row's header and CRC, inline
-_BLOB_TAGS = (bytes((TAG_BLOB,)), bytes((TAG_BLOB_CRC,)))
 SYNC_SAMPLES_MAX = 8192
 SYNC_SAMPLE_S = 0.01  # at most one sample this often: 80 s of lag at full precision
 RETRY_MIN_S = 0.05
@@ -88,31 +90,6 @@ Targets = Callable[[str], Awaitable[str | Deposed | None]]
 Sender = Callable[[str, list[pb.Request]], Awaitable[None]]
 # (partition id, the batch's last LSN, the requests set aside with what deposed them)
 SetAside = Callable[[int, int, list[tuple[Deposed, pb.Request]]], Awaitable[None]]
-
-
-
-class ShipSite(Protocol):
-    """What the shipper needs of its partition (RangePartition is one)."""
-
-    id: int
-    applied_lsn: int
-    range: KeyRange  # its keys: a split child's log begins with its parent's, both halves
-    streams: Mapping[str, Any]  # "log": the commit log, read with `blocks(start)`
-
-    async def read_blob(self, row: Row) -> bytes: ...
-
-    def lease_valid(self) -> bool:
-        """Whether this server still owns the partition: a deposed owner ships nothing
-        (its successor ships the same operations, in order, from the same log)."""
-
-
-@dataclass(frozen=True)
-class Position:
-    """Shipped up to `lsn`; reading the commit log from block `resume_from` (inclusive;
-    None: its start) finds every operation past it."""
-
-    lsn: int
-    resume_from: Location | None
 
 
 @dataclass
@@ -152,16 +129,6 @@ class _Batch:
         return True
 
 
-
-def shipped_bytes(key: bytes, encoded: bytes) -> int:
-    """What a row weighs when shipped: a pointer into blob data travels as its value."""
-    if encoded[:1] in _BLOB_TAGS:
-        blob = decode_row(encoded).blob
-        assert blob is not None
-        return len(key) + blob.value_bytes + ROW_OVERHEAD_BYTES
-    return len(key) + len(encoded)
-
-
 class GeoShipper:
     """One partition's shipping to secondary stamps (module contract)."""
 
@@ -199,6 +166,9 @@ class GeoShipper:
         self._pace_s = pace_s
         self._shipped_at = -float("inf")  # loop time of the last batch's landing
         self._behind = False  # the last batch was cut short by its bounds
+        self._between: collections.deque[tuple[Callable[[], Awaitable[Any]],
+                                               asyncio.Future[Any]]] = collections.deque()
+        self._stopped = False
         self.batches = 0  # batches shipped (metrics, tests)
         self.failures = 0
 
@@ -264,10 +234,40 @@ class GeoShipper:
 
     async def run(self) -> None:
         """Ship until cancelled (the partition stops serving)."""
+        try:
+            await self._run()
+        finally:
+            self._stopped = True
+            for _, waiting in self._between:
+                if not waiting.done():
+                    waiting.set_exception(Unavailable(f"partition {self.site.id} stopped"))
+
+    async def between_batches(self, work: Callable[[], Awaitable[Any]]) -> Any:
+        """`work()`'s result, run between two batches: shipping waits meanwhile (a geo
+        bootstrap's copy, geo_copy.py). Unavailable once the partition stops shipping here."""
+        if self._stopped:
+            raise Unavailable(f"partition {self.site.id} stopped shipping here")
+        waiting = asyncio.get_running_loop().create_future()
+        self._between.append((work, waiting))
+        self._wake.set()
+        return await waiting
+
+    async def _run(self) -> None:
         while True:
+            if self._between:
+                work, waiting = self._between[0]  # kept there until done: `run` fails it
+                try:
+                    result = await work()
+                except Exception as exc:
+                    result = exc
+                self._between.popleft()
+                if not waiting.done():  # else its caller is gone
+                    (waiting.set_exception if isinstance(result, Exception)
+                     else waiting.set_result)(result)
+                continue
             if self.shipped_lsn >= self.site.applied_lsn:
                 self._wake.clear()
-                if self.shipped_lsn >= self.site.applied_lsn:
+                if self.shipped_lsn >= self.site.applied_lsn and not self._between:
                     await self._wake.wait()
                 continue
             if not self._behind:

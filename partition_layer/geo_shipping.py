@@ -11,6 +11,9 @@ Contracts:
   handed over as they commit. (What the runs held before, the account had before it was in
   the location: a migration's bootstrap copies that, not the shipper.)
 - It ships for as long as the partition serves here, and stops with it.
+- `copy(partition_id, account)` has the partition's shipper copy the account's rows to its
+  secondary between two batches (a geo bootstrap: geo_copy.py); NotOwner unless the
+  partition serves here, Unavailable while it has no shipper yet.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterable
 
+from common.errors import NotOwner, Unavailable
+from partition_layer.geo_copy import Copier, CopyReport
 from partition_layer.geo_link import GeoLink
 from partition_layer.geo_shipper import GeoShipper, Position
 from partition_layer.partition import SERVING, RangePartition
@@ -50,6 +55,7 @@ class Shipping:
         self._tasks: dict[RangePartition, asyncio.Task[None]] = {}
         self._looking: asyncio.Task[None] | None = None
         self._in_location = False
+        self._copier = Copier(link.fresh_targets, link.send)
 
     def start(self) -> None:
         self._looking = asyncio.get_running_loop().create_task(self._look_forever())
@@ -61,6 +67,19 @@ class Shipping:
 
     def shippers(self) -> list[GeoShipper]:
         return [p.shipper for p in self._tasks if p.shipper is not None]
+
+    async def copy(self, partition_id: int, account: str) -> CopyReport:
+        """The partition's copy of the account to its secondary (module contract)."""
+        partition = next((p for p in self._partitions() if p.id == partition_id), None)
+        if partition is None or partition.state != SERVING:
+            raise NotOwner(f"partition {partition_id} is not served here")
+        shipper = partition.shipper
+        if shipper is None:
+            raise Unavailable(f"partition {partition_id} does not ship yet: its stamp joined "
+                              "a location less than a few seconds ago")
+        report: CopyReport = await shipper.between_batches(
+            lambda: self._copier(partition, account))
+        return report
 
     async def close(self) -> None:
         tasks = [t for t in (self._looking, *self._tasks.values()) if t is not None]

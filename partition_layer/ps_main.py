@@ -242,7 +242,8 @@ async def serve(args: argparse.Namespace) -> None:
     server = rpc.aio_server(limits.rpc_message_bytes_max)
     port = rpc.add_port(server, f"{args.host}:{args.port}")
     address = f"{args.host}:{port}"
-    pb_grpc.add_PartitionServerServicer_to_server(PartitionServicer(ps, address), server)
+    pb_grpc.add_PartitionServerServicer_to_server(PartitionServicer(ps, address, shipping),
+                                                  server)
     server_main.serve_faults(server, args)
     await watch.attach(server)
     metrics.on_scrape(lambda: watch_server(ps.load_pb(address)))

@@ -14,11 +14,12 @@ from functools import partial
 from grpc import aio
 
 from common import deadline, metrics, rpc, tracing
-from common.errors import NotOwner, StampError
+from common.errors import NotOwner, StampError, Unavailable
 from common.proto import partition_pb2 as pb
 from common.proto import partition_pb2_grpc as pb_grpc
 from partition_layer import keys
 from partition_layer.extent_release import release_extents
+from partition_layer.geo_shipping import Shipping
 from partition_layer.partition_map import range_from_pb
 from partition_layer.read_replies import records_reply
 from partition_layer.requests import error_response, route_key, start_small_append
@@ -31,8 +32,11 @@ _UNTRACED = contextlib.nullcontext()
 
 
 class PartitionServicer(pb_grpc.PartitionServerServicer):
-    def __init__(self, server: PartitionServer, address: str) -> None:
+    def __init__(self, server: PartitionServer, address: str,
+                 shipping: Shipping | None = None) -> None:
+        """`shipping`: the server's inter-stamp replication (GeoCopy), if any."""
         self.server = server
+        self.shipping = shipping
         self.address = address
         # The operations the Call streams carry, by kind (null objects while metrics are
         # off): how many, with what outcome, and how long each took here.
@@ -207,6 +211,14 @@ class PartitionServicer(pb_grpc.PartitionServerServicer):
         server = self.server  # gc: extent_release.py
         return await release_extents(request, server.name, server.partitions,
                                      server.split_merge.paused)
+
+    @rpc.rpc_errors
+    async def GeoCopy(self, request: pb.GeoCopyRequest, context: aio.ServicerContext
+                      ) -> pb.GeoCopyReply:
+        if self.shipping is None:
+            raise Unavailable("this partition server ships to no other stamp")
+        report = await self.shipping.copy(request.partition_id, request.account)
+        return report.to_pb()
 
     @rpc.rpc_errors
     async def Status(self, request: pb.ServerStatusRequest, context: aio.ServicerContext

@@ -21,6 +21,7 @@ from common.errors import InvalidArgument, NotFound, StampError, Throttled
 from common.proto import partition_pb2 as pb
 from partition_layer import keys
 from partition_layer.committer import Done
+from partition_layer.geo_copy import clear_name
 from partition_layer.geo_ship import REPLICATE_ROWS_MAX
 from partition_layer.operations import (
     EntityWrite,
@@ -168,6 +169,10 @@ async def _dispatch(request: pb.Request, response: pb.Response, find: Finder,
         meta = await partition.log_state(account, pname)
         response.first_seq, response.next_seq = meta.first_seq, meta.next_seq
     elif op == "replicate":
+        if request.replicate.clear:  # a geo bootstrap's (geo_copy.py)
+            await clear_name(partition, account, pname)
+            if not request.replicate.keys:
+                return
         with _pinning_blobs(partition):  # large values go to blob data here too
             rows = await _replicated_rows(request, partition, limits)
             nbytes = sum(map(len, request.replicate.keys)) + sum(map(len, request.replicate.rows))

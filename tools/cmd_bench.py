@@ -98,6 +98,12 @@ def _geo(args: argparse.Namespace, progress: Progress) -> Rows:
     return run_geo(seconds=args.seconds, progress=progress, ship_pace_ms=args.ship_pace_ms)
 
 
+def _geo_migrate(args: argparse.Namespace, progress: Progress) -> Rows:
+    from tools.bench.geo_migrate import run_geo_migrate
+
+    return run_geo_migrate(mb=args.mb, progress=progress)
+
+
 def _fe_tls(args: argparse.Namespace, progress: Progress) -> Rows:
     from tools.bench.front_end_tls import run_fe_tls
 
@@ -208,6 +214,10 @@ BENCHES: dict[str, tuple[str, Callable[[argparse.Namespace, Progress], Rows]]] =
             "the longest pause (target <= 2 s); then the primary stamp SIGKILLed and an "
             "unplanned failover: the time to the first write at the new primary (target "
             "<= 5 s)", _geo),
+    "geo-migrate": ("the migration of an account of --mb MB (default 1024) to another stamp "
+                    "of a location of three small stamps, under 8 SDK writers: its time, the "
+                    "bytes copied and their rate, the longest pause a writer saw (target "
+                    "<= 2 s)", _geo_migrate),
     "scan": ("rows/s scanning --rows entities of 100 bytes over 4 range partitions through "
              "the SDK (--trials scans, at most 5; target >= 100,000 rows/s)", _scan),
     "spark-scan": ("entities/s and log records/s read through the Spark data source on "
@@ -270,6 +280,8 @@ def register(commands: Any) -> None:
     bench.add_argument("--faults", type=_choices("faults", FAULTS), default=FAULTS,
                        help="availability: the faults to deal, comma separated (default all: "
                             f"{','.join(FAULTS)}; slow-disk only to extent nodes)")
+    bench.add_argument("--mb", type=_positive, default=1024,
+                       help="geo-migrate: the account's size in MB (default 1024)")
     bench.add_argument("--ship-pace-ms", type=_pace_ms, default=None,
                        help="geo: the stamps' partition.geo_ship_pace_ms, the least time "
                             "between two batches a partition ships (default: the config's)")

@@ -1,4 +1,5 @@
-"""`stamp location up | down | status | create-account | geo | failover | tail` (issue 30): a
+"""`stamp location up | down | status | create-account | geo | failover | bootstrap | migrate |
+tail` (issue 30): a
 location of two stamps on this machine (tools/local_location.py), accounts placed in it by
 load across regions (location/placement.py), their replication and planned failovers
 (tools/geo_account.py).
@@ -29,6 +30,15 @@ def register(commands: Any) -> None:
     actions = location.add_subparsers(dest="action", metavar="ACTION", required=True)
     up = actions.add_parser("up", help="start the location service and its two stamps "
                                        "(west-1 on 127.0.0.2, east-1 on 127.0.0.3)")
+    up.add_argument("--stamps", type=int, choices=(2, 3), default=2,
+                    help="how many stamps: 2, or 3 for a stamp to migrate accounts to "
+                         "(west-2 on 127.0.0.4); a stamp made once stays (default: 2)")
+    up.add_argument("--capacity-mb", type=int, metavar="MB",
+                    help="each stamp's capacity as the location counts its use against the "
+                         "watermark (kept; default: its disk's size)")
+    up.add_argument("--balance-interval-s", type=float, default=30.0, metavar="S",
+                    help="how often the location server moves accounts off stamps past "
+                         "the watermark (set when the location is made; default 30)")
     up.set_defaults(handler=cmd_up)
     down = actions.add_parser("down", help="stop both stamps and the location service")
     down.set_defaults(handler=cmd_down)
@@ -64,6 +74,44 @@ def register(commands: Any) -> None:
     failover.add_argument("--yes", action="store_true",
                           help="an unplanned failover: do not ask before acting")
     failover.set_defaults(handler=cmd_failover)
+    boot = actions.add_parser(
+        "bootstrap", help="make an account's secondary a fresh copy of its primary, then live",
+        description="An unplanned failover leaves the old primary the account's secondary, "
+                    "unavailable: its copy may hold writes the new primary never saw, so "
+                    "nothing is replicated to it and no failover goes to it. This clears the "
+                    "account's copy at the secondary, copies the primary's (each partition "
+                    "a consistent snapshot, then its shipping goes on from where it stood), "
+                    "waits until every write the primary acknowledged is there, and marks "
+                    "the secondary live. Read the old primary's tail ('stamp location tail') "
+                    "first: the clear removes those writes from its copy. Safe to run again "
+                    "if cut short.")
+    boot.add_argument("name", type=checked(_account_name, "an account name"),
+                      help="the account's name")
+    boot.set_defaults(handler=cmd_bootstrap)
+    balance = actions.add_parser(
+        "balance", help="move accounts off stamps past the capacity watermark, once",
+        description="What the location server does on its own every interval: each stamp "
+                    "at least --watermark-percent used sheds the largest accounts it is the "
+                    "primary of, each migrated to the least used stamp of its region that "
+                    "stays under the watermark ('stamp location migrate').")
+    balance.add_argument("--watermark-percent", type=int, default=70, metavar="P",
+                         help="a stamp this much used sheds accounts (default 70)")
+    balance.add_argument("--moves", type=int, default=1,
+                         help="migrations at most this round (default 1)")
+    balance.set_defaults(handler=cmd_balance)
+    migrate = actions.add_parser(
+        "migrate", help="move an account's primary to another stamp of the location",
+        description="The stamp given becomes the account's secondary and is bootstrapped "
+                    "(a copy of the account's rows, then its replication), then a planned "
+                    "failover makes it the primary: writers see a pause, not an error, and "
+                    "nothing acknowledged is lost. The account's secondary is then a stamp "
+                    "of another region (bootstrapped anew if it must change), and any other "
+                    "stamp drops its copy. Safe to run again if cut short.")
+    migrate.add_argument("name", type=checked(_account_name, "an account name"),
+                         help="the account's name")
+    migrate.add_argument("--to", required=True, metavar="STAMP",
+                         help="the stamp to move its primary to (see 'stamp location status')")
+    migrate.set_defaults(handler=cmd_migrate)
     tail = actions.add_parser(
         "tail", help="the writes an unplanned failover set aside at the old primary",
         description="When an unplanned failover deposed a stamp, the writes it had "
@@ -100,11 +148,13 @@ def _running_service(args: argparse.Namespace) -> Any:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    from tools.local_location import LocalLocation
     from tools.progress import Progress
 
-    location = _location(args)
+    location = LocalLocation(args.dir, balance_interval_s=args.balance_interval_s)
+    capacity = None if args.capacity_mb is None else args.capacity_mb * 1024 * 1024
     with Progress("location up") as progress:
-        started = location.up(progress=progress)
+        started = location.up(progress=progress, stamps=args.stamps, capacity_bytes=capacity)
     print(f"location up in {location.directory}: started {len(started)} processes")
     print(f"  location servers: {', '.join(location.location_endpoints())}")
     for site, stamp in location.stamps():
@@ -202,6 +252,60 @@ def _unplanned_failover(location: Any, args: argparse.Namespace) -> int:
     print(f"account {args.name}: primary {report.new_primary} (was {report.old_primary}, "
           f"{report.fenced}), epoch {report.epoch}, in {report.total_s:.1f} s; "
           f"{report.old_primary} is its secondary, unavailable")
+    return 0
+
+
+def cmd_bootstrap(args: argparse.Namespace) -> int:
+    from tools.geo_bootstrap import bootstrap
+    from tools.progress import Progress
+
+    location = _running_service(args)
+    with Progress("bootstrap") as progress:
+        report = bootstrap(location, args.name, progress)
+    print(f"account {args.name}: {report.secondary} is a live secondary of {report.primary} "
+          f"in {report.seconds:.1f} s ({report.names_cleared} names cleared there, "
+          f"{report.rows:,} rows / {report.nbytes:,} bytes copied by {report.partitions} "
+          "partitions)")
+    return 0
+
+
+def cmd_balance(args: argparse.Namespace) -> int:
+    from tools.geo_balance import balance_once
+    from tools.progress import Progress
+
+    location = _running_service(args)
+    with Progress("balance") as progress:
+        plan, made = balance_once(location, args.watermark_percent, args.moves, progress)
+    if not plan.over:
+        print(f"no stamp is {args.watermark_percent}% used or more: nothing to move")
+    for report in made:
+        print(f"moved {report.account} from {report.old_primary} to {report.primary} "
+              f"in {report.seconds:.1f} s")
+    for move in plan.moves[len(made):]:
+        print(f"left for the next round: {move.account} from {move.source} to {move.to}")
+    if plan.stuck:
+        print(f"over the watermark with nowhere to go: {', '.join(plan.stuck)}")
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from tools.geo_migrate import migrate
+    from tools.progress import Progress
+
+    location = _running_service(args)
+    with Progress("migrate") as progress:
+        report = migrate(location, args.name, args.to, progress)
+    if len(report.steps) == 0:
+        print(f"account {args.name}: primary {report.primary} already, secondary "
+              f"{report.secondary}; nothing to do")
+        return 0
+    print(f"account {args.name}: primary {report.primary} (was {report.old_primary}), "
+          f"secondary {report.secondary}, in {report.seconds:.1f} s "
+          f"({report.copied_bytes:,} bytes copied; failover {report.failover_s:.1f} s)")
+    for step in report.steps:
+        print(f"  {step}")
+    for stamp in report.dropped:
+        print(f"  {stamp} dropped its copy")
     return 0
 
 

@@ -220,7 +220,7 @@ def check_failover_target(placement: AccountPlacement) -> None:
         raise PreconditionFailed(
             f"account {placement.account}'s secondary {placement.secondary} is "
             f"{placement.secondary_state}, not live: its copy is not the account's, so no "
-            "failover goes to it (a bootstrap, not built yet, makes it live again)")
+            "failover goes to it ('stamp location bootstrap' makes it live again)")
 
 
 def _drain(stamp: LocalStamp, account: str, fenced_s: float, timeout_s: float) -> None:

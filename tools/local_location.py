@@ -6,8 +6,9 @@ Layout of the location's directory (default ./location-data):
   the stamps and the accounts' placements there) and a location server `loc-1` answering
   SDKs' Resolve calls from it (location/server_main.py), on 127.0.0.1;
 - `stamps/<name>/`: each stamp's data directory (its own `stamp.json`), `west-1` on
-  127.0.0.2 in region `west` and `east-1` on 127.0.0.3 in region `east`: 3 lock replicas,
-  3 stream managers, 3 extent nodes in 3 fault domains, 1 partition manager, 1 partition
+  127.0.0.2 in region `west` and `east-1` on 127.0.0.3 in region `east` (and `west-2` on
+  127.0.0.4 in region `west` once `up --stamps 3` made it: a stamp to migrate to): 3 lock
+  replicas, 3 stream managers, 3 extent nodes in 3 fault domains, 1 partition manager, 1 partition
   server, 1 front end each.
 Each stamp is registered in the location service (its front ends, its disk's capacity and the
 bytes under its data directory) whenever `up` runs, so a restarted stamp's new endpoints are
@@ -41,6 +42,7 @@ SERVICE_DIR = "service"
 STAMPS_DIR = "stamps"
 SERVICE_HOST = "127.0.0.1"
 SECRET_FILE = "replication.secret"
+CAPACITY_FILE = "stamp-capacity-bytes"  # `up --capacity-mb`: each stamp's, for its use %
 SETTINGS_FILE = "location-stamp.toml"
 LOCATION_CACHE_MS = 1000  # a location's front ends' account cache TTL (small_stamp_config)
 LOCATION_SERVER = "loc-1"
@@ -54,7 +56,10 @@ class StampSite:
     host: str
 
 
-SITES = (StampSite("west-1", "west", "127.0.0.2"), StampSite("east-1", "east", "127.0.0.3"))
+SITES = (StampSite("west-1", "west", "127.0.0.2"), StampSite("east-1", "east", "127.0.0.3"),
+         StampSite("west-2", "west", "127.0.0.4"))  # the third: `up --stamps 3` (migrations)
+STAMPS_DEFAULT = 2
+BALANCE_INTERVAL_S = 30.0
 
 
 def service_config() -> StampConfig:
@@ -84,11 +89,14 @@ def small_stamp_config(host: str) -> StampConfig:
 
 
 class LocalLocation:
-    def __init__(self, directory: str | Path, stamp_settings: str = "") -> None:
+    def __init__(self, directory: str | Path, stamp_settings: str = "",
+                 balance_interval_s: float = BALANCE_INTERVAL_S) -> None:
         """`stamp_settings`: TOML its stamps' processes read besides the location's own
-        (at their first start: a benchmark's variant)."""
+        (at their first start: a benchmark's variant); `balance_interval_s`: how often its
+        location server balances (tools/geo_balance.py; set when the location is made)."""
         self.directory = Path(directory).resolve()
         self.stamp_settings = stamp_settings
+        self.balance_interval_s = balance_interval_s
 
     def service(self) -> LocalStamp:
         """The location service's processes (as recorded, or planned anew)."""
@@ -97,12 +105,15 @@ class LocalLocation:
             service = _loaded(path, service_config())
         except NotFound:
             service = LocalStamp(path, service_config())
-        plan_location_server(service)
+        plan_location_server(service, self.balance_interval_s)
         return service
 
-    def stamps(self) -> Iterator[tuple[StampSite, LocalStamp]]:
-        for site in SITES:
+    def stamps(self, count: int = STAMPS_DEFAULT) -> Iterator[tuple[StampSite, LocalStamp]]:
+        """The location's stamps: the first `count` of SITES, and any other made before."""
+        for number, site in enumerate(SITES):
             path = self.directory / STAMPS_DIR / site.name
+            if number >= count and not path.exists():
+                continue
             try:
                 yield site, _loaded(path, small_stamp_config(site.host))
             except NotFound:
@@ -110,20 +121,41 @@ class LocalLocation:
                                        config_path=str(write_stamp_settings(
                                            path, self.stamp_settings)))
 
-    def up(self, progress: Progress = SILENT) -> list[str]:
-        """Start what is not running (the service, then each stamp) and register the
-        stamps; the names started, each as `<part>/<process>`."""
+    def up(self, progress: Progress = SILENT, stamps: int = STAMPS_DEFAULT,
+           capacity_bytes: int | None = None) -> list[str]:
+        """Start what is not running (the service, then each stamp: at least `stamps` of
+        them) and register the stamps; the names started, each as `<part>/<process>`.
+        `capacity_bytes`: each stamp's capacity from now on, as the location counts its use
+        (kept; by default its disk's size)."""
         secret = self.secret()  # before the location server, which reads it
+        if capacity_bytes is not None:
+            durable_fs.make_dirs(self.directory / SERVICE_DIR)
+            durable_fs.replace_file(self.directory / SERVICE_DIR / CAPACITY_FILE,
+                                    str(capacity_bytes).encode())
         started = [f"{SERVICE_DIR}/{name}" for name in self.service().up(progress=progress)]
         servers = tuple(self.location_endpoints())
         with self.store_client() as store:
-            for site, stamp in self.stamps():
+            for site, stamp in self.stamps(stamps):
                 progress.phase(f"starting stamp {site.name} on {site.host}")
                 started += [f"{site.name}/{name}" for name in stamp.up(progress=progress)]
-                store.register_stamp(stamp_info(site, stamp))
+                store.register_stamp(stamp_info(site, stamp, self.capacity_bytes()))
                 with LockClient.from_stamp(stamp.data_dir, holder="location-cli") as locks:
                     write_settings(locks, GeoSettings(site.name, servers, secret))
         return started
+
+    def capacity_bytes(self) -> int | None:
+        """Each stamp's capacity as `up --capacity-mb` set it; None: its disk's size."""
+        path = self.directory / SERVICE_DIR / CAPACITY_FILE
+        return int(path.read_text()) if path.exists() else None
+
+    def register(self) -> dict[str, StampInfo]:
+        """Register every stamp anew (its front ends, capacity and use now); as registered."""
+        infos = {}
+        with self.store_client() as store:
+            for site, stamp in self.stamps():
+                infos[site.name] = stamp_info(site, stamp, self.capacity_bytes())
+                store.register_stamp(infos[site.name])
+        return infos
 
     def secret(self) -> bytes:
         """The location's replication secret (made once, mode 0600, durable)."""
@@ -180,9 +212,11 @@ def _loaded(path: Path, config: StampConfig) -> LocalStamp:
     return stamp
 
 
-def plan_location_server(service: LocalStamp) -> None:
+def plan_location_server(service: LocalStamp, balance_interval_s: float = BALANCE_INTERVAL_S
+                         ) -> None:
     """Add the location server to the service's processes (once: its record, with the port
-    it picked at first start, is kept in the service's stamp.json like the others')."""
+    it picked at first start, is kept in the service's stamp.json like the others'). It
+    balances the location's stamps (tools/geo_balance.py) every `balance_interval_s`."""
     if LOCATION_SERVER in service.records:
         return
     service.plan()  # the lock replicas' addresses, which it is given
@@ -191,19 +225,23 @@ def plan_location_server(service: LocalStamp) -> None:
     argv = process.stamp_command(
         "serve", KIND_LOCATION, "--name", LOCATION_SERVER, "--dir", str(directory),
         "--host", SERVICE_HOST, "--port", "0", "--lock", locks,
-        "--secret-file", str(service.data_dir / SECRET_FILE), *service.server_flags())
+        "--secret-file", str(service.data_dir / SECRET_FILE),
+        "--balance-location", str(service.data_dir.parent),
+        "--balance-interval-s", str(balance_interval_s), *service.server_flags())
     service.records[LOCATION_SERVER] = ProcessRecord(
         LOCATION_SERVER, KIND_LOCATION, str(directory), argv, address=f"{SERVICE_HOST}:0")
 
 
-def stamp_info(site: StampSite, stamp: LocalStamp) -> StampInfo:
-    """`stamp` as the location knows it: its front ends (gRPC and blob doors), its disk's
-    capacity and the bytes under its data directory."""
+def stamp_info(site: StampSite, stamp: LocalStamp, capacity_bytes: int | None = None
+               ) -> StampInfo:
+    """`stamp` as the location knows it: its front ends (gRPC and blob doors), its capacity
+    (`capacity_bytes`, else its disk's) and the bytes under its data directory."""
     blob = tuple(f"{http_scheme(record)}://{record.extra['http_address']}"
                  for record in stamp.front_ends() if record.extra.get("http_address"))
     return StampInfo(site.name, site.region,
                      tuple(record.address for record in stamp.front_ends()),
-                     shutil.disk_usage(stamp.data_dir).total, _bytes_under(stamp.data_dir),
+                     capacity_bytes or shutil.disk_usage(stamp.data_dir).total,
+                     _bytes_under(stamp.data_dir),
                      blob_endpoints=blob)
 
 

@@ -133,12 +133,14 @@ class ScanItem(_message.Message):
     def __init__(self, pname: _Optional[str] = ..., row: _Optional[bytes] = ..., value: _Optional[bytes] = ..., etag: _Optional[str] = ..., crc: _Optional[int] = ...) -> None: ...
 
 class ReplicateOp(_message.Message):
-    __slots__ = ("keys", "rows")
+    __slots__ = ("keys", "rows", "clear")
     KEYS_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
+    CLEAR_FIELD_NUMBER: _ClassVar[int]
     keys: _containers.RepeatedScalarFieldContainer[bytes]
     rows: _containers.RepeatedScalarFieldContainer[bytes]
-    def __init__(self, keys: _Optional[_Iterable[bytes]] = ..., rows: _Optional[_Iterable[bytes]] = ...) -> None: ...
+    clear: bool
+    def __init__(self, keys: _Optional[_Iterable[bytes]] = ..., rows: _Optional[_Iterable[bytes]] = ..., clear: _Optional[bool] = ...) -> None: ...
 
 class Request(_message.Message):
     __slots__ = ("id", "account", "pname", "token", "auth", "timeout_ms", "deadline_ms", "traceparent", "append", "read", "trim", "seal", "peek", "put", "get", "delete", "batch", "scan", "replicate")
@@ -447,6 +449,26 @@ class MergeReply(_message.Message):
     range: KeyRange
     epoch: int
     def __init__(self, seconds: _Optional[float] = ..., unavailable_s: _Optional[float] = ..., range: _Optional[_Union[KeyRange, _Mapping]] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class GeoCopyRequest(_message.Message):
+    __slots__ = ("partition_id", "account")
+    PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
+    ACCOUNT_FIELD_NUMBER: _ClassVar[int]
+    partition_id: int
+    account: str
+    def __init__(self, partition_id: _Optional[int] = ..., account: _Optional[str] = ...) -> None: ...
+
+class GeoCopyReply(_message.Message):
+    __slots__ = ("lsn", "rows", "bytes", "target")
+    LSN_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    lsn: int
+    rows: int
+    bytes: int
+    target: str
+    def __init__(self, lsn: _Optional[int] = ..., rows: _Optional[int] = ..., bytes: _Optional[int] = ..., target: _Optional[str] = ...) -> None: ...
 
 class ReleaseExtentsRequest(_message.Message):
     __slots__ = ("partition_id", "dry_run")

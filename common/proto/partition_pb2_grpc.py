@@ -79,6 +79,11 @@ class PartitionServerStub:
                 request_serializer=common_dot_proto_dot_partition__pb2.ReleaseExtentsRequest.SerializeToString,
                 response_deserializer=common_dot_proto_dot_partition__pb2.ReleaseExtentsReply.FromString,
                 _registered_method=True)
+        self.GeoCopy = channel.unary_unary(
+                '/stamp.partition.PartitionServer/GeoCopy',
+                request_serializer=common_dot_proto_dot_partition__pb2.GeoCopyRequest.SerializeToString,
+                response_deserializer=common_dot_proto_dot_partition__pb2.GeoCopyReply.FromString,
+                _registered_method=True)
 
 
 class PartitionServerServicer:
@@ -152,6 +157,16 @@ class PartitionServerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GeoCopy(self, request, context):
+        """Operator -> PS (issue 30, a geo bootstrap: tools/geo_bootstrap.py): the partition's
+        shipper copies the account's rows in its range to the account's secondary stamp, between
+        two batches (partition_layer/geo_copy.py). NotOwner unless the partition is served here;
+        Unavailable while it does not ship.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PartitionServerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -199,6 +214,11 @@ def add_PartitionServerServicer_to_server(servicer, server):
                     servicer.ReleaseExtents,
                     request_deserializer=common_dot_proto_dot_partition__pb2.ReleaseExtentsRequest.FromString,
                     response_serializer=common_dot_proto_dot_partition__pb2.ReleaseExtentsReply.SerializeToString,
+            ),
+            'GeoCopy': grpc.unary_unary_rpc_method_handler(
+                    servicer.GeoCopy,
+                    request_deserializer=common_dot_proto_dot_partition__pb2.GeoCopyRequest.FromString,
+                    response_serializer=common_dot_proto_dot_partition__pb2.GeoCopyReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -444,6 +464,33 @@ class PartitionServer:
             '/stamp.partition.PartitionServer/ReleaseExtents',
             common_dot_proto_dot_partition__pb2.ReleaseExtentsRequest.SerializeToString,
             common_dot_proto_dot_partition__pb2.ReleaseExtentsReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GeoCopy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stamp.partition.PartitionServer/GeoCopy',
+            common_dot_proto_dot_partition__pb2.GeoCopyRequest.SerializeToString,
+            common_dot_proto_dot_partition__pb2.GeoCopyReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -3,7 +3,8 @@ primary stamp SIGKILLed under load, then `stamp location failover NAME --yes`: t
 secondary takes the account's writes at once, and holds every write acknowledged before the
 last sync time the command reported, and nothing that was never written. The old primary,
 restarted, makes itself the secondary and keeps the writes it never shipped aside
-(`stamp location tail`): every acknowledged write is at the new primary or in that report."""
+(`stamp location tail`): every acknowledged write is at the new primary or in that report.
+`stamp location bootstrap` then makes it a live copy of the new primary again."""
 
 from __future__ import annotations
 
@@ -20,9 +21,11 @@ from pathlib import Path
 import pytest
 from azure.core.exceptions import ResourceNotFoundError
 from azure.storage.blob import BlobServiceClient, ContainerClient
-from stampsdk import Client
+from stampsdk import Client, connection_string
+from stampsdk.errors import NotFound
 
 from partition_layer import keys
+from partition_layer.client import PartitionClient
 from partition_layer.geo_tail import request_of
 from partition_layer.record_batch import decode_records
 from partition_layer.rows import decode_row
@@ -236,6 +239,46 @@ def test_an_unplanned_failover_keeps_what_was_synced_and_takes_writes_at_once(
         for writer in writers:  # nothing of the tail went to the new primary
             there = [r for _, r in client.read(writer.log, 0, 100_000)]
             assert there == [r for r, _ in writer.acked][:len(there)], writer.log
+    # A bootstrap makes the old primary a copy of the new one again, and live: the tail is
+    # gone from its copy, and what the new primary holds is there, written before or after.
+    logs = [w.log for w in writers] + ["after", "survivor", "late"]
+    diverge(stamps[old])
+    out = location_cli(location, "bootstrap", "delta")
+    assert f"{old} is a live secondary of {new}" in out, out
+    assert f"primary {new}, secondary {old} (live)" in location_cli(location, "geo", "delta")
+    with Client.from_connection_string(text, timeout_s=30) as client:
+        client.append("late", [b"after the bootstrap"])
+        expected = logs_at(client, logs)
+    with Client.from_connection_string(direct(stamps, old, new), timeout_s=30) as at_old:
+        until(lambda: logs_at(at_old, logs) == expected, "the old primary holds the new "
+              "primary's logs, exactly")
+        assert list(at_old.list_logs()) == sorted(logs)
+        with pytest.raises(NotFound):
+            at_old.get("diverged", "row")
+
+
+def diverge(stamp: LocalStamp) -> None:
+    """Writes the new primary never saw, in names it does not have, at the old primary (as
+    its partition layer took them before it heard of the failover)."""
+    client = PartitionClient([r.address for r in stamp.partition_managers()],
+                             stamp.config.partition)
+    try:
+        client.put("delta", "diverged", "row", b"only at the old primary")
+        client.append("delta", "diverged-log", [b"only at the old primary"])
+    finally:
+        client.close()
+
+
+def direct(stamps: dict[str, LocalStamp], at: str, keys_from: str) -> str:
+    """A connection string of account delta naming `at`'s front ends (no location)."""
+    with accounts_at(stamps[keys_from]) as accounts:
+        key = accounts.get("delta").keys[0]
+    return connection_string.make([r.address for r in stamps[at].front_ends()], "delta",
+                                  key=key).format()
+
+
+def logs_at(client: Client, logs: list[str]) -> dict[str, list[bytes]]:
+    return {log: [r for _, r in client.read(log, 0, 100_000)] for log in logs}
 
 
 def held_at(stamp: LocalStamp, account: str) -> tuple[str, str]:

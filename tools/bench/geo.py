@@ -16,7 +16,7 @@ its own (tools/local_location.py), through the SDK.
   first write a fresh SDK client has acknowledged at the new primary (target <= 5 s), and the
   seconds of writes the location could not vouch for (from the account's last sync time it
   had to the kill: the report interval, the heartbeat and the lag).
-(A migration is not built yet: no row for it.)
+(A migration: `stamp bench geo-migrate`, tools/bench/geo_migrate.py.)
 """
 
 from __future__ import annotations

@@ -1,0 +1,89 @@
+"""Moving accounts off stamps past the capacity watermark (issue 30), on a location of this
+machine: one round, `balance_once`, which `stamp location balance` runs by hand and the
+location server runs on its own every interval (location/server_main.py `--balance-location`).
+
+A round: every stamp is registered anew with its use now (tools/local_location.py); each
+account's size is estimated at its primary (the `size_bytes` of the partitions holding its
+keys, a partition's shared evenly among the accounts it holds keys of: partitions do not
+count bytes per account); location/watermark.py plans the moves; the first `moves_max` of
+them are made, each a migration (tools/geo_migrate.py), one after the other. A stamp's use
+goes down once the copies it dropped are collected (`stamp job gc`), so a round soon after
+may still see it over the watermark: it then finds nothing of it left to move, or moves more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+
+from common import rpc
+from common.errors import StampError
+from common.proto import partition_pb2 as pb
+from common.proto import partition_pb2_grpc as pb_grpc
+from location.placement import AccountPlacement
+from location.watermark import WATERMARK_PERCENT, Plan, plan_moves
+from partition_layer import keys
+from tools.geo_account import STATUS_TIMEOUT_S, overlaps, stamps_of
+from tools.geo_migrate import MigrationReport, migrate
+from tools.local_location import LocalLocation
+from tools.process_record import ProcessRecord
+from tools.progress import SILENT, Progress
+
+log = logging.getLogger(__name__)
+
+MOVES_PER_ROUND = 1
+
+
+def balance_once(location: LocalLocation, watermark_percent: int = WATERMARK_PERCENT,
+                 moves_max: int = MOVES_PER_ROUND, progress: Progress = SILENT
+                 ) -> tuple[Plan, list[MigrationReport]]:
+    """One round (module docstring): the plan, and the migrations made."""
+    infos = location.register()
+    with location.store_client() as store:
+        placements = store.placements()
+    sizes = asyncio.run(account_sizes(location, placements))
+    plan = plan_moves(infos, placements, sizes, watermark_percent)
+    made = []
+    for move in plan.moves[:moves_max]:
+        progress.phase(f"{move.source} is over {watermark_percent}% used: moving "
+                       f"{move.account} ({move.account_bytes:,} bytes) to {move.to}")
+        log.info("%s is over the %d%% watermark: migrating %s (%d bytes) to %s", move.source,
+                 watermark_percent, move.account, move.account_bytes, move.to)
+        made.append(migrate(location, move.account, move.to, progress))
+    return plan, made
+
+
+async def account_sizes(location: LocalLocation, placements: Iterable[AccountPlacement]
+                        ) -> dict[str, int]:
+    """Each account's estimated bytes at its primary (module docstring); an account whose
+    primary does not answer is left out (it is not moved this round)."""
+    stamps = stamps_of(location)
+    by_primary: dict[str, list[str]] = {}
+    for placement in placements:
+        by_primary.setdefault(placement.primary, []).append(placement.account)
+    sizes: dict[str, int] = {}
+    for stamp_name, accounts in by_primary.items():
+        try:
+            partitions = await _partitions(stamps[stamp_name].partition_servers())
+        except StampError as exc:
+            log.warning("stamp %s did not say its partitions' sizes: %s", stamp_name, exc)
+            continue
+        spans = {a: (keys.account_prefix(a), keys.prefix_end(keys.account_prefix(a)))
+                 for a in accounts}
+        for partition in partitions:
+            holding = [a for a, (low, high) in spans.items()
+                       if overlaps(partition.range, low, high)]
+            for account in holding:
+                sizes[account] = sizes.get(account, 0) + partition.size_bytes // len(holding)
+    return sizes
+
+
+async def _partitions(servers: Iterable[ProcessRecord]) -> list[pb.PartitionLoad]:
+    found = []
+    for record in servers:
+        async with rpc.aio_channel(record.address, 16 << 20) as channel:
+            load = await rpc.call(pb_grpc.PartitionServerStub(channel).Status(
+                pb.ServerStatusRequest(), timeout=STATUS_TIMEOUT_S))
+        found += list(load.partitions)
+    return found
