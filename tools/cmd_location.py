@@ -48,13 +48,11 @@ def register(commands: Any) -> None:
     create = actions.add_parser("create-account",
                                 help="place a new account (primary by load, secondary in "
                                      "the other region) and create it on both stamps")
-    create.add_argument("name", type=checked(_account_name, "an account name"),
-                        help="the account's name")
+    _name_argument(create)
     create.set_defaults(handler=cmd_create_account)
     geo = actions.add_parser("geo", help="an account's placement and replication: what is "
                                          "not yet on its secondary, its last sync time")
-    geo.add_argument("name", type=checked(_account_name, "an account name"),
-                     help="the account's name")
+    _name_argument(geo)
     geo.set_defaults(handler=cmd_geo)
     failover = actions.add_parser(
         "failover", help="make an account's secondary its primary",
@@ -67,8 +65,7 @@ def register(commands: Any) -> None:
                     "command says how many seconds of writes that is and asks before it acts "
                     "(--yes: do not ask). The old primary, when it comes back, is the "
                     "account's secondary, marked unavailable.")
-    failover.add_argument("name", type=checked(_account_name, "an account name"),
-                          help="the account's name")
+    _name_argument(failover)
     failover.add_argument("--planned", action="store_true",
                           help="both stamps are up: swap the roles with nothing lost")
     failover.add_argument("--yes", action="store_true",
@@ -85,8 +82,7 @@ def register(commands: Any) -> None:
                     "the secondary live. Read the old primary's tail ('stamp location tail') "
                     "first: the clear removes those writes from its copy. Safe to run again "
                     "if cut short.")
-    boot.add_argument("name", type=checked(_account_name, "an account name"),
-                      help="the account's name")
+    _name_argument(boot)
     boot.set_defaults(handler=cmd_bootstrap)
     balance = actions.add_parser(
         "balance", help="move accounts off stamps past the capacity watermark, once",
@@ -107,8 +103,7 @@ def register(commands: Any) -> None:
                     "nothing acknowledged is lost. The account's secondary is then a stamp "
                     "of another region (bootstrapped anew if it must change), and any other "
                     "stamp drops its copy. Safe to run again if cut short.")
-    migrate.add_argument("name", type=checked(_account_name, "an account name"),
-                         help="the account's name")
+    _name_argument(migrate)
     migrate.add_argument("--to", required=True, metavar="STAMP",
                          help="the stamp to move its primary to (see 'stamp location status')")
     migrate.set_defaults(handler=cmd_migrate)
@@ -118,9 +113,13 @@ def register(commands: Any) -> None:
                     "acknowledged and never shipped to the new primary are kept aside there, "
                     "never merged: this lists them by stamp, with the file holding every "
                     "row (JSON lines, each a serialized partition request in base64).")
-    tail.add_argument("name", type=checked(_account_name, "an account name"),
-                      help="the account's name")
+    _name_argument(tail)
     tail.set_defaults(handler=cmd_tail)
+
+
+def _name_argument(action: Any) -> None:
+    action.add_argument("name", type=checked(_account_name, "an account name"),
+                        help="the account's name")
 
 
 def _account_name(text: str) -> str:

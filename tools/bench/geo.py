@@ -175,40 +175,54 @@ async def _sample_lag(primary: Any, lags: list[float]) -> None:
             await channel.close()
 
 
-async def _failover(location: LocalLocation, text: str, progress: Progress) -> dict[str, Any]:
-    """FAILOVER_WRITERS writers; a planned failover among them: the longest pause."""
-    stop = asyncio.Event()
-    gaps: list[float] = []
-    errors: list[str] = []
+class PauseWatch:
+    """`count` single-record SDK writers, each to its own log, until `stop`: the gaps between
+    two acknowledged appends of a writer (the longest is the pause it saw), and errors."""
 
-    async def writer(index: int) -> None:
+    def __init__(self, text: str, count: int, prefix: str) -> None:
+        self.gaps: list[float] = []
+        self.errors: list[str] = []
+        self._stop = asyncio.Event()
+        self._tasks = [asyncio.get_running_loop().create_task(self._write(text, f"{prefix}-{i}"))
+                       for i in range(count)]
+
+    async def _write(self, text: str, log: str) -> None:
         async with AsyncClient.from_connection_string(text, timeout_s=60) as client:
             last = time.monotonic()
-            while not stop.is_set():
+            while not self._stop.is_set():
                 try:
-                    await client.append(f"failover-{index}", [b"r" * RECORD_BYTES])
+                    await client.append(log, [b"r" * RECORD_BYTES])
                 except Exception as exc:  # a writer's error is a result to report
-                    errors.append(repr(exc))
+                    self.errors.append(repr(exc))
                     return
                 now = time.monotonic()
-                gaps.append(now - last)
+                self.gaps.append(now - last)
                 last = now
 
-    writers = [asyncio.get_running_loop().create_task(writer(i))
-               for i in range(FAILOVER_WRITERS)]
+    async def stop(self) -> dict[str, Any]:
+        """Stop the writers; the pause figures."""
+        self._stop.set()
+        await asyncio.gather(*self._tasks)
+        gaps = self.gaps
+        return {"pause_max_s": round(max(gaps), 3) if gaps else 0.0,
+                "pause_p50_ms": round(statistics.median(gaps) * 1000, 3) if gaps else 0.0,
+                "writer_errors": len(self.errors)}
+
+
+async def _failover(location: LocalLocation, text: str, progress: Progress) -> dict[str, Any]:
+    """FAILOVER_WRITERS writers; a planned failover among them: the longest pause."""
+    watch = PauseWatch(text, FAILOVER_WRITERS, "failover")
     await asyncio.sleep(1.0)
     progress("planned failover under load")
     report = await asyncio.to_thread(planned_failover, location, "geo-bench")
     await asyncio.sleep(2.0)  # writers go on at the new primary
-    stop.set()
-    await asyncio.gather(*writers)
+    pauses = await watch.stop()
     return row({"failover": "planned", "writers": FAILOVER_WRITERS}, {
-        "pause_max_s": round(max(gaps), 3) if gaps else 0.0,
-        "pause_p50_ms": round(statistics.median(gaps) * 1000, 3) if gaps else 0.0,
+        "pause_max_s": pauses["pause_max_s"], "pause_p50_ms": pauses["pause_p50_ms"],
         "failover_s": round(report.total_s, 3),
         "front_end_cache_wait_s": round(report.fenced_wait_s, 3),
         "drain_s": round(report.drain_s, 3),
-        "writer_errors": len(errors)})
+        "writer_errors": pauses["writer_errors"]})
 
 
 async def _unplanned(location: LocalLocation, text: str, progress: Progress

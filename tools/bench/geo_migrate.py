@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import shutil
-import statistics
 import tempfile
 import time
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from typing import Any
 
 from stampsdk.aio import Client as AsyncClient
 
+from tools.bench.geo import PauseWatch
 from tools.bench.measure import row
 from tools.geo_account import stamps_of
 from tools.geo_migrate import migrate
@@ -63,41 +63,20 @@ async def _migrate(location: LocalLocation, mb: int, progress: Progress) -> dict
     progress(f"waiting until {placement.secondary} has the {mb} MB")
     primary = stamps_of(location)[placement.primary]
     await asyncio.to_thread(_drain, primary, "mover", time.time(), SHIPPED_TIMEOUT_S)
-    stop = asyncio.Event()
-    gaps: list[float] = []
-    errors: list[str] = []
-
-    async def writer(index: int) -> None:
-        async with AsyncClient.from_connection_string(text, timeout_s=60) as client:
-            last = time.monotonic()
-            while not stop.is_set():
-                try:
-                    await client.append(f"writer-{index}", [b"w" * 1024])
-                except Exception as exc:  # a writer's error is a result to report
-                    errors.append(repr(exc))
-                    return
-                now = time.monotonic()
-                gaps.append(now - last)
-                last = now
-
-    writers = [asyncio.get_running_loop().create_task(writer(i))
-               for i in range(MIGRATE_WRITERS)]
+    watch = PauseWatch(text, MIGRATE_WRITERS, "writer")
     await asyncio.sleep(1.0)
     progress(f"migrating {mb} MB from {placement.primary} to {TO} under "
              f"{MIGRATE_WRITERS} writers")
     report = await asyncio.to_thread(migrate, location, "mover", TO)
     await asyncio.sleep(2.0)  # writers go on at the new primary
-    stop.set()
-    await asyncio.gather(*writers)
+    pauses = await watch.stop()
     return row({"account_mb": mb, "writers": MIGRATE_WRITERS, "from": placement.primary,
                 "to": TO}, {
         "migration_s": round(report.seconds, 3),
         "copied_mb": round(report.copied_bytes / 2**20, 1),
         "copy_mb_per_s": round(report.copied_bytes / 2**20 / report.seconds, 1),
         "failover_s": round(report.failover_s, 3),
-        "pause_max_s": round(max(gaps), 3) if gaps else 0.0,
-        "pause_p50_ms": round(statistics.median(gaps) * 1000, 3) if gaps else 0.0,
-        "writer_errors": len(errors),
+        **pauses,
         "steps": report.steps + [f"{s} dropped its copy" for s in report.dropped],
         "fill_s": round(fill_s, 3)})
 
