@@ -9,19 +9,21 @@ Contracts:
   The driver clears every name of the account at the secondary while nothing ships to it
   (its state `unavailable`): its copy, behind or diverged, goes before the primary's comes.
 - **Copy** (at the primary, `Copier`): a partition's shipper, between two of its batches
-  (geo_shipper.GeoShipper.copy), first asks the location where the account's secondary is
+  (geo_shipper.GeoShipper.between_batches), first asks the location where the account's secondary is
   now (past every cache: once it answered, each later batch goes there too), then takes a
   consistent snapshot of the account's rows in its range (scan_snapshot.Snapshot.of: one
   state, at the partition's applied LSN L, while the shipper stands at S <= L) and sends it
   to the secondary, key-ordered, as ReplicateOps: one per name and call, at most
-  REPLICATE_ROWS_MAX rows, calls of at most COPY_CALL_BYTES. Shipping waits meanwhile, so no
+  REPLICATE_ROWS_MAX rows, calls of at most COPY_CALL_BYTES, COPY_CALLS_IN_FLIGHT of them at
+  once (each row is in one call: their order does not matter). Shipping waits meanwhile, so no
   operation past L lands before the copy of a row it changed; the operations in (S, L] are
   shipped after it, in order, and end where the snapshot stands. Copying again (a retry, a
-  split's child) writes the same rows again. Memory: one call, one block per run.
+  split's child) writes the same rows again. Memory: the calls in flight, one block per run.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -40,6 +42,7 @@ log = logging.getLogger(__name__)
 
 CLEAR_ROWS_MAX = 4096
 COPY_CALL_BYTES = 1024 * 1024
+COPY_CALLS_IN_FLIGHT = 4
 
 
 @dataclass(frozen=True)
@@ -109,10 +112,23 @@ class Copier:
         lsn = site.applied_lsn
         snapshot = Snapshot.of(site, *span)  # no await since `lsn`: the rows as of it
         rows = nbytes = 0
-        async for call in _calls(snapshot, account, site):
-            await self._send(target, call)
-            rows += sum(len(r.replicate.keys) for r in call)
-            nbytes += sum(r.ByteSize() for r in call)
+        # Calls in flight at once: the snapshot's rows are each copied once, so their order
+        # does not matter (and no batch ships meanwhile).
+        sending: set[asyncio.Task[None]] = set()
+        try:
+            async for call in _calls(snapshot, account, site):
+                if len(sending) >= COPY_CALLS_IN_FLIGHT:
+                    done, sending = await asyncio.wait(sending,
+                                                       return_when=asyncio.FIRST_COMPLETED)
+                    for task in done:
+                        task.result()  # its error, if it failed
+                sending.add(asyncio.ensure_future(self._send(target, call)))
+                rows += sum(len(r.replicate.keys) for r in call)
+                nbytes += sum(r.ByteSize() for r in call)
+            await asyncio.gather(*sending)
+        finally:
+            for task in sending:
+                task.cancel()
         log.info("partition %d copied %d rows (%d bytes) of account %s as of LSN %d to %s",
                  site.id, rows, nbytes, account, lsn, target)
         return CopyReport(lsn, rows, nbytes, target)
