@@ -246,6 +246,7 @@ def test_an_unplanned_failover_keeps_what_was_synced_and_takes_writes_at_once(
     out = location_cli(location, "bootstrap", "delta")
     assert f"{old} is a live secondary of {new}" in out, out
     assert f"primary {new}, secondary {old} (live)" in location_cli(location, "geo", "delta")
+    assert "live already" in location_cli(location, "bootstrap", "delta", code=1)
     with Client.from_connection_string(text, timeout_s=30) as client:
         client.append("late", [b"after the bootstrap"])
         expected = logs_at(client, logs)

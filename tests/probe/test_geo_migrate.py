@@ -112,6 +112,8 @@ def test_migrations_on_their_own_at_the_watermark_and_by_hand_under_load(locatio
     assert ACCOUNT not in accounts_of(stamps["west-2"])
     assert logs_at(stamps["west-2"]) == []
     assert "nothing to do" in location_cli(location, "migrate", ACCOUNT, "--to", "west-1")
+    assert "has no stamp 'mars'" in location_cli(location, "migrate", ACCOUNT, "--to", "mars",
+                                                 code=1)
 
 
 def firsts(client: Client) -> list[bytes]:
