@@ -14,8 +14,10 @@ Contracts:
   consistent snapshot of the account's rows in its range (scan_snapshot.Snapshot.of: one
   state, at the partition's applied LSN L, while the shipper stands at S <= L) and sends it
   to the secondary, key-ordered, as ReplicateOps: one per name and call, at most
-  REPLICATE_ROWS_MAX rows, calls of at most COPY_CALL_BYTES, COPY_CALLS_IN_FLIGHT of them at
-  once (each row is in one call: their order does not matter). Shipping waits meanwhile, so no
+  REPLICATE_ROWS_MAX rows, calls of at most COPY_CALL_BYTES as shipped (blob values inline;
+  a single larger row alone), COPY_CALLS_IN_FLIGHT of them at once (each row is in one
+  call: their order does not matter; a copy that fails waits for those in flight, so none
+  lands after shipping resumed). Shipping waits meanwhile, so no
   operation past L lands before the copy of a row it changed; the operations in (S, L] are
   shipped after it, in order, and end where the snapshot stands. Copying again (a retry, a
   split's child) writes the same rows again. Memory: the calls in flight, one block per run.
@@ -31,7 +33,7 @@ from dataclasses import dataclass
 from common.errors import PreconditionFailed
 from common.proto import partition_pb2 as pb
 from partition_layer import keys
-from partition_layer.geo_ship import REPLICATE_ROWS_MAX, replicate_request
+from partition_layer.geo_ship import REPLICATE_ROWS_MAX, replicate_request, shipped_bytes
 from partition_layer.geo_tail import Deposed
 from partition_layer.operations import Replicated
 from partition_layer.partition import RangePartition
@@ -127,8 +129,10 @@ class Copier:
                 nbytes += sum(r.ByteSize() for r in call)
             await asyncio.gather(*sending)
         finally:
-            for task in sending:
-                task.cancel()
+            # Not cancelled: a send cancelled here may still land at the secondary after
+            # shipping resumed (the row copied over a later operation). Each is bounded by
+            # its call's timeout.
+            await asyncio.gather(*sending, return_exceptions=True)
         log.info("partition %d copied %d rows (%d bytes) of account %s as of LSN %d to %s",
                  site.id, rows, nbytes, account, lsn, target)
         return CopyReport(lsn, rows, nbytes, target)
@@ -147,31 +151,38 @@ def account_span(site: RangePartition, account: str) -> tuple[bytes, bytes] | No
 
 async def _calls(snapshot: Snapshot, account: str, site: RangePartition
                  ) -> AsyncIterator[list[pb.Request]]:
-    """The snapshot's rows as calls: one ReplicateOp per name and call (module contract)."""
+    """The snapshot's rows as calls (module contract): one ReplicateOp per name and call, a
+    call ending once its rows as shipped (geo_ship.shipped_bytes: a value in blob data
+    travels inline) reach COPY_CALL_BYTES, or REPLICATE_ROWS_MAX rows; a row alone may pass
+    that (the largest legal value: the shipper's batches take it so too)."""
     call: list[pb.Request] = []
-    size = 0
+    size = 0  # shipped bytes of `call` and `held`
     name: str | None = None
     held: list[tuple[bytes, bytes]] = []
 
     async def flush_name() -> None:
-        nonlocal size, held
+        nonlocal held
         if held:
             assert name is not None
-            request = await replicate_request(account, name, held, site.read_blob)
-            call.append(request)
-            size += request.ByteSize()
+            call.append(await replicate_request(account, name, held, site.read_blob))
             held = []
 
     async for rows in snapshot.batches(snapshot.low):
         for key, encoded in rows:
             pname = keys.decode_key(key)[1]
-            if pname != name or len(held) >= REPLICATE_ROWS_MAX:
+            weight = shipped_bytes(key, encoded)
+            if (call or held) and size + weight > COPY_CALL_BYTES:
                 await flush_name()
-                name = pname
-                if size >= COPY_CALL_BYTES or any(r.pname == pname for r in call):
+                yield call
+                call, size = [], 0
+            elif pname != name or len(held) >= REPLICATE_ROWS_MAX:
+                await flush_name()
+                if any(r.pname == pname for r in call):  # one request per name and call
                     yield call
                     call, size = [], 0
+            name = pname
             held.append((key, encoded))
+            size += weight
     await flush_name()
     if call:
         yield call

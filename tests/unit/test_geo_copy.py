@@ -27,12 +27,14 @@ class Secondary(Side):
     def __init__(self) -> None:
         super().__init__()
         self.calls: list[list[str]] = []
+        self.sizes: list[int] = []
 
     async def send(self, target: str, requests: list[pb.Request]) -> None:
         assert target == "east-1"
         names = [r.pname for r in requests]
         assert len(names) == len(set(names)), names
         self.calls.append(names)
+        self.sizes.append(sum(r.ByteSize() for r in requests))
         for request in requests:
             request.id = next(self.ids)
             response = await handle(request, self.server.find, LIMITS)
@@ -98,6 +100,25 @@ def test_a_large_name_is_cleared_and_copied_in_pieces(monkeypatch: pytest.Monkey
         assert secondary.partition.applied_lsn - lsn > 2  # commits of at most 3 deletes
         await Copier(fixed_target, secondary.send)(primary.partition, "acct")
         assert len(secondary.calls) > 3
+        assert await state(secondary) == await state(primary)
+
+    asyncio.run(scenario())
+
+
+def test_large_values_travel_in_calls_of_bounded_bytes(monkeypatch: pytest.MonkeyPatch
+                                                        ) -> None:
+    """Values in blob data travel inline: a call is cut by their bytes, not only its rows
+    (one log of many large appends had made one request past a front end's limit)."""
+    monkeypatch.setattr(geo_copy, "COPY_CALL_BYTES", 3 * len(BIG))
+
+    async def scenario() -> None:
+        primary, secondary = Side(), Secondary()
+        for i in range(10):
+            await primary.ok("orders", append=append(bytes([i]) + BIG))
+            await primary.ok("users", put=put(f"u{i % USERS}".encode(), BIG + bytes([i])))
+        await Copier(fixed_target, secondary.send)(primary.partition, "acct")
+        assert len(secondary.calls) >= 6
+        assert max(secondary.sizes) <= 3 * len(BIG) + len(BIG) + 4096  # one row past, at most
         assert await state(secondary) == await state(primary)
 
     asyncio.run(scenario())
