@@ -126,8 +126,8 @@ class GeoLink:
         geo bootstrap's copy: geo_copy.py): later batches ship by this answer too."""
         settings = await self.settings()
         if settings is not None:
-            placement = await self._resolve(settings, account, fresh=True)
-            self._placements[account] = (self._now(), placement)
+            asked = self._now()
+            self._remember(account, asked, await self._resolve(settings, account, fresh=True))
         return await self.targets(account)
 
     async def _deposed(self, account: str, placement: Placement) -> bool:
@@ -177,14 +177,27 @@ class GeoLink:
         cached = self._placements.get(account)
         if cached is not None and self._now() - cached[0] <= ttl_s:
             return cached[1]
+        asked = self._now()
         try:
             placement = await self._resolve(settings, account)
         except StampError as exc:
-            if cached is not None:  # the location is down: the last answer stands
+            # The location is down: the last answer stands, unless it says to ship nothing
+            # (its operations would count as shipped on an answer of unbounded age).
+            if cached is not None and (cached[1] is None
+                                       or cached[1].secondary_state != UNAVAILABLE):
                 return cached[1]
             raise Unavailable(f"the location did not say where account {account} is: "
                               f"{exc}") from None
-        self._placements[account] = (self._now(), placement)
+        return self._remember(account, asked, placement)
+
+    def _remember(self, account: str, asked: float, placement: Placement | None
+                  ) -> Placement | None:
+        """Keep an answer, aged from when it was asked; one asked before the answer kept
+        already (two questions crossing) does not replace it. The answer kept."""
+        kept = self._placements.get(account)
+        if kept is not None and kept[0] > asked:
+            return kept[1]
+        self._placements[account] = (asked, placement)
         self._placements.move_to_end(account)
         while len(self._placements) > RESOLVED_MAX:
             self._placements.popitem(last=False)

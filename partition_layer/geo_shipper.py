@@ -256,6 +256,9 @@ class GeoShipper:
         while True:
             if self._between:
                 work, waiting = self._between[0]  # kept there until done: `run` fails it
+                if waiting.done():  # its caller is gone (a timeout): shipping need not wait
+                    self._between.popleft()
+                    continue
                 try:
                     result = await work()
                 except Exception as exc:

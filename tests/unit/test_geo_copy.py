@@ -11,8 +11,10 @@ import pytest
 
 from common.errors import PreconditionFailed, Unavailable
 from common.proto import partition_pb2 as pb
+from location.geo_auth import GeoSettings
 from partition_layer import geo_copy
 from partition_layer.geo_copy import Copier
+from partition_layer.geo_link import GeoLink, Placement
 from partition_layer.geo_shipper import GeoShipper, Position
 from partition_layer.requests import handle
 from tests.support.geo import BIG, LIMITS, Side, append, put
@@ -195,5 +197,43 @@ def test_a_copy_fails_when_shipping_stops() -> None:
                 await copy
         with pytest.raises(Unavailable):
             await shipper.between_batches(blocked)
+
+    asyncio.run(scenario())
+
+
+def test_an_unavailable_answer_is_not_trusted_once_old_and_the_location_gone() -> None:
+    """Operations of an account whose secondary is unavailable count as shipped: the answer
+    that says so is asked again after 1 s, and not used when the location does not answer
+    (a bootstrap's mark would never be seen); other answers stand while it is down."""
+    now = [0.0]
+    link = GeoLink(lambda: GeoSettings("east-1", ("127.0.0.1:1",), b"s" * 32),
+                   now=lambda: now[0])
+    answers: list[Any] = [Placement("east-1", "west-1", ("127.0.0.2:1",), 2, "unavailable")]
+
+    async def resolve(settings: GeoSettings, account: str, fresh: bool = False) -> Placement:
+        answer = answers[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    link._resolve = resolve  # type: ignore[method-assign]
+
+    async def scenario() -> None:
+        assert await link.targets("acct") is None
+        answers[0] = Placement("east-1", "west-1", ("127.0.0.2:1",), 2, "bootstrapping")
+        now[0] = 0.5
+        assert await link.targets("acct") is None  # still fresh enough
+        now[0] = 1.6
+        assert await link.targets("acct") == "west-1"  # the mark, seen within a second
+        answers[0] = Unavailable("location down")
+        now[0] = 100.0
+        assert await link.targets("acct") == "west-1"  # a shipping answer stands
+        link._placements.clear()
+        answers[0] = Placement("east-1", "west-1", ("127.0.0.2:1",), 2, "unavailable")
+        assert await link.targets("acct") is None
+        answers[0] = Unavailable("location down")
+        now[0] = 200.0
+        with pytest.raises(Unavailable):
+            await link.targets("acct")
 
     asyncio.run(scenario())
