@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import time
 from pathlib import Path
 
 from common import rpc, server_main, tls
@@ -70,19 +71,25 @@ def parser() -> argparse.ArgumentParser:
 
 async def balance_forever(directory: Path, watermark_percent: int, interval_s: float
                           ) -> None:
-    """Balancing rounds until cancelled (module docstring)."""
-    from tools.geo_balance import balance_once
+    """Balancing rounds until cancelled (module docstring). A stamp an account was moved off
+    rests geo_balance.REST_S before it sheds another (its use drops only after gc)."""
+    from tools.geo_balance import REST_S, balance_once
     from tools.local_location import LocalLocation
 
     location = LocalLocation(directory)
+    moved_off: dict[str, float] = {}  # stamp -> when an account was last moved off it
     while True:
         await asyncio.sleep(interval_s)
+        now = time.monotonic()
+        resting = {stamp for stamp, at in moved_off.items() if now - at < REST_S}
         try:
-            plan, made = await asyncio.to_thread(balance_once, location, watermark_percent)
+            plan, made = await asyncio.to_thread(balance_once, location, watermark_percent,
+                                                 resting=resting)
         except Exception as exc:  # a round may fail (a stamp down): the next tries again
             log.warning("balancing round failed: %r", exc)
             continue
         for report in made:
+            moved_off[report.old_primary] = time.monotonic()
             log.info("migrated %s: primary %s (was %s), secondary %s, in %.1f s",
                      report.account, report.primary, report.old_primary, report.secondary,
                      report.seconds)

@@ -12,12 +12,16 @@ Contract of `plan_moves`:
   drops its copy: the only way its use goes down), the least used such stamp whose use,
   with what the plan already sends it plus the account, stays under the watermark. None
   such: the account stays (and the plan says so in `stuck`).
-- Accounts whose secondary is not live are left alone: a migration needs a live one.
+- Accounts whose secondary is not live are left alone (a migration needs a live one), and
+  so are accounts of unknown size (not in `account_bytes`: their primary did not answer).
+- Stamps in `resting` shed nothing: a stamp's use is what its disks hold, which goes down
+  only once the copies it dropped are collected (`stamp job gc`); until then it would look
+  as full as before and shed account after account.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from location.placement import AccountPlacement, StampInfo
@@ -41,8 +45,8 @@ class Plan:
 
 
 def plan_moves(stamps: Mapping[str, StampInfo], placements: Iterable[AccountPlacement],
-               account_bytes: Mapping[str, int], watermark_percent: int = WATERMARK_PERCENT
-               ) -> Plan:
+               account_bytes: Mapping[str, int], watermark_percent: int = WATERMARK_PERCENT,
+               resting: Collection[str] = ()) -> Plan:
     """The moves that bring stamps under the watermark (module contract)."""
     plan = Plan()
     added: dict[str, int] = {}  # bytes the plan sends each stamp
@@ -50,16 +54,18 @@ def plan_moves(stamps: Mapping[str, StampInfo], placements: Iterable[AccountPlac
     for placement in placements:
         by_primary.setdefault(placement.primary, []).append(placement)
     for name, info in sorted(stamps.items()):
-        if not info.capacity_bytes or info.used_percent() < watermark_percent:
+        if not info.capacity_bytes or info.used_percent() < watermark_percent \
+                or name in resting:
             continue
         plan.over.append(name)
         shed = 0
-        movable = [p for p in by_primary.get(name, []) if p.secondary_state == "live"]
-        for placement in sorted(movable, key=lambda p: (-account_bytes.get(p.account, 0),
+        movable = [p for p in by_primary.get(name, [])
+                   if p.secondary_state == "live" and p.account in account_bytes]
+        for placement in sorted(movable, key=lambda p: (-account_bytes[p.account],
                                                         p.account)):
             if _percent(info, info.used_bytes - shed) < watermark_percent:
                 break
-            size = account_bytes.get(placement.account, 0)
+            size = account_bytes[placement.account]
             to = _target(stamps, placement, size, added, watermark_percent)
             if to is None:
                 plan.stuck.append(placement.account)

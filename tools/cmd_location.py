@@ -90,10 +90,10 @@ def register(commands: Any) -> None:
                     "at least --watermark-percent used sheds the largest accounts it is the "
                     "primary of, each migrated to the least used stamp of its region that "
                     "stays under the watermark ('stamp location migrate').")
-    balance.add_argument("--watermark-percent", type=int, default=70, metavar="P",
-                         help="a stamp this much used sheds accounts (default 70)")
-    balance.add_argument("--moves", type=int, default=1,
-                         help="migrations at most this round (default 1)")
+    balance.add_argument("--watermark-percent", type=_percent, default=70, metavar="P",
+                         help="a stamp this much used sheds accounts: 1 to 100 (default 70)")
+    balance.add_argument("--moves", type=_moves, default=1,
+                         help="migrations at most this round: 1 to 100 (default 1)")
     balance.set_defaults(handler=cmd_balance)
     migrate = actions.add_parser(
         "migrate", help="move an account's primary to another stamp of the location",
@@ -115,6 +115,22 @@ def register(commands: Any) -> None:
                     "row (JSON lines, each a serialized partition request in base64).")
     _name_argument(tail)
     tail.set_defaults(handler=cmd_tail)
+
+
+def _whole(low: int, high: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"a whole number, not {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{low} to {high}, not {value}")
+        return value
+    return parse
+
+
+_percent = _whole(1, 100)
+_moves = _whole(1, 100)
 
 
 def _name_argument(action: Any) -> None:
@@ -217,8 +233,9 @@ def cmd_failover(args: argparse.Namespace) -> int:
     if not args.planned:
         return _unplanned_failover(location, args)
     from tools import geo_account
+    from tools.geo_bootstrap import operation
 
-    with Progress("failover") as progress:
+    with operation(location, args.name), Progress("failover") as progress:
         report = geo_account.planned_failover(location, args.name, progress)
     print(f"account {args.name}: primary {report.new_primary} (was {report.old_primary}), "
           f"epoch {report.epoch}; {report.total_s:.1f} s (front-end caches "

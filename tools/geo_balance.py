@@ -8,14 +8,15 @@ keys, a partition's shared evenly among the accounts it holds keys of: partition
 count bytes per account); location/watermark.py plans the moves; the first `moves_max` of
 them are made, each a migration (tools/geo_migrate.py), one after the other. A stamp's use
 goes down once the copies it dropped are collected (`stamp job gc`), so a round soon after
-may still see it over the watermark: it then finds nothing of it left to move, or moves more.
+would still see it over the watermark: the location server rests a stamp it moved an account
+off for REST_S (about the gc job's interval) before it sheds more.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from common import rpc
 from common.errors import StampError
@@ -33,17 +34,19 @@ from tools.progress import SILENT, Progress
 log = logging.getLogger(__name__)
 
 MOVES_PER_ROUND = 1
+REST_S = 1800.0
 
 
 def balance_once(location: LocalLocation, watermark_percent: int = WATERMARK_PERCENT,
-                 moves_max: int = MOVES_PER_ROUND, progress: Progress = SILENT
-                 ) -> tuple[Plan, list[MigrationReport]]:
-    """One round (module docstring): the plan, and the migrations made."""
+                 moves_max: int = MOVES_PER_ROUND, progress: Progress = SILENT,
+                 resting: Collection[str] = ()) -> tuple[Plan, list[MigrationReport]]:
+    """One round (module docstring): the plan, and the migrations made. `resting`: stamps
+    that shed nothing this round (location/watermark.py)."""
     infos = location.register()
     with location.store_client() as store:
         placements = store.placements()
     sizes = asyncio.run(account_sizes(location, placements))
-    plan = plan_moves(infos, placements, sizes, watermark_percent)
+    plan = plan_moves(infos, placements, sizes, watermark_percent, resting)
     made = []
     for move in plan.moves[:moves_max]:
         progress.phase(f"{move.source} is over {watermark_percent}% used: moving "

@@ -4,7 +4,9 @@ it and is in neither role drops its copy. Built of the bootstrap (tools/geo_boot
 the planned failover (tools/geo_account.py); on a location of this machine.
 
 `migrate` moves the account one step at a time, each decided from its placement as the
-location holds it, so a migration cut short anywhere (a crash, a kill -9, a failed drain) is
+location holds it, under the account's operation lock (geo_bootstrap.operation: no other
+bootstrap, migration or planned failover of it meanwhile, the location's balancer's
+included), so a migration cut short anywhere (a crash, a kill -9, a failed drain) is
 finished by running it again:
 1. `to` is not yet the primary nor the secondary: `to` becomes the primary's secondary (the
    location names it, at the next epoch, `unavailable`; `to` holds the account as that, with
@@ -32,8 +34,9 @@ from dataclasses import dataclass, field
 from common.errors import InvalidArgument, NotFound, PreconditionFailed
 from frontend.accounts import SECONDARY
 from location.placement import AccountPlacement
+from lock_service.client import Lease
 from tools.geo_account import accounts_at, planned_failover, stamps_of
-from tools.geo_bootstrap import bootstrap, clear_account
+from tools.geo_bootstrap import bootstrap_held, clear_account, operation
 from tools.local_location import LocalLocation
 from tools.progress import SILENT, Progress
 
@@ -59,20 +62,29 @@ def migrate(location: LocalLocation, account: str, to: str, progress: Progress =
     stamp the location does not have, or when no stamp of another region could be the
     secondary; PreconditionFailed when the secondary is not live (a failover that is not
     planned left it so: bootstrap it first)."""
-    started = time.monotonic()
     stamps = stamps_of(location)
-    regions = {site.name: site.region for site, _ in location.stamps()}
     if to not in stamps:
         raise InvalidArgument(f"the location has no stamp {to!r} (it has: "
                               f"{', '.join(sorted(stamps))})")
+    with operation(location, account) as lease:
+        return _migrate(location, account, to, lease, progress)
+
+
+def _migrate(location: LocalLocation, account: str, to: str, lease: Lease,
+             progress: Progress) -> MigrationReport:
+    started = time.monotonic()
+    regions = {site.name: site.region for site, _ in location.stamps()}
     placement = _placement(location, account)
     report = MigrationReport(account, placement.primary)
     for _ in range(STEPS_MAX):
+        if not lease.valid():
+            raise PreconditionFailed(f"the operation lock of {account} was lost: run the "
+                                     "migration again")
         placement = _placement(location, account)
         if placement.primary == to and regions[placement.secondary] != regions[to] \
                 and placement.secondary_state == "live":
             break
-        report.steps.append(_step(location, placement, to, regions, report, progress))
+        report.steps.append(_step(location, placement, to, regions, report, lease, progress))
     else:
         raise PreconditionFailed(f"account {account}'s placement kept changing: migration "
                                  "not finished, run it again")
@@ -88,7 +100,8 @@ def _placement(location: LocalLocation, account: str) -> AccountPlacement:
 
 
 def _step(location: LocalLocation, placement: AccountPlacement, to: str,
-          regions: dict[str, str], report: MigrationReport, progress: Progress) -> str:
+          regions: dict[str, str], report: MigrationReport, lease: Lease,
+          progress: Progress) -> str:
     """One step of the module docstring's, as the placement says; what it did."""
     account = placement.account
     if placement.primary != to and placement.secondary != to:
@@ -99,7 +112,7 @@ def _step(location: LocalLocation, placement: AccountPlacement, to: str,
         _make_secondary(location, placement, to, progress)
         return f"{to} is the secondary of {placement.primary}"
     if placement.secondary_state != "live":
-        report.copied_bytes += bootstrap(location, account, progress).nbytes
+        report.copied_bytes += bootstrap_held(location, account, lease, progress).nbytes
         return f"{placement.secondary} bootstrapped"
     if placement.secondary == to:
         report.failover_s = planned_failover(location, account, progress).total_s

@@ -18,6 +18,7 @@ from stampsdk import Client, connection_string
 from partition_layer.client import PartitionClient
 from tests.support.location import location_cli, stop_location, until
 from tools.geo_account import accounts_at, stamps_of
+from tools.geo_bootstrap import OPERATION_PREFIX
 from tools.local_location import LocalLocation
 from tools.local_stamp import LocalStamp
 
@@ -114,6 +115,17 @@ def test_migrations_on_their_own_at_the_watermark_and_by_hand_under_load(locatio
     assert "nothing to do" in location_cli(location, "migrate", ACCOUNT, "--to", "west-1")
     assert "has no stamp 'mars'" in location_cli(location, "migrate", ACCOUNT, "--to", "mars",
                                                  code=1)
+    # One operation of an account at a time: another migration, a bootstrap or a planned
+    # failover is refused while one holds its lock (the balancer's rounds included).
+    with LocalLocation(location).store_client() as store:
+        lease = store.locks.acquire(OPERATION_PREFIX + ACCOUNT, ttl_s=10)
+        assert lease is not None
+        try:
+            for args in (("migrate", ACCOUNT, "--to", "west-2"),
+                         ("failover", ACCOUNT, "--planned")):
+                assert "is under way" in location_cli(location, *args, code=1)
+        finally:
+            lease.release()
 
 
 def firsts(client: Client) -> list[bytes]:

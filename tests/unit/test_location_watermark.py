@@ -78,3 +78,11 @@ def test_the_secondary_is_never_the_target() -> None:
               "east-1": stamp("east-1", "east", 1)}
     plan = plan_moves(stamps, [placed("a", "west-1", "west-2")], {"a": GB}, 70)
     assert plan.moves == [] and plan.stuck == ["a"]
+
+
+def test_accounts_of_unknown_size_and_resting_stamps_are_left_alone() -> None:
+    placements = [placed("known", "west-1", "east-1"), placed("unknown", "west-1", "east-1")]
+    plan = plan_moves(STAMPS, placements, {"known": GB}, 70)
+    assert plan.moves == [Move("known", "west-1", "west-2", GB)]
+    resting = plan_moves(STAMPS, placements, {"known": GB}, 70, resting={"west-1"})
+    assert resting.moves == [] and resting.over == []
