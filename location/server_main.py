@@ -17,9 +17,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import logging
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from common import rpc, server_main, tls
 from common.config import HOST
@@ -40,6 +44,7 @@ from lock_service.probe import LockServiceProbe
 log = logging.getLogger("stamp.location")
 MESSAGE_BYTES_MAX = 1024 * 1024  # a Resolve is tiny either way
 BALANCE_INTERVAL_S = 30.0
+T = TypeVar("T")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -83,8 +88,8 @@ async def balance_forever(directory: Path, watermark_percent: int, interval_s: f
         now = time.monotonic()
         resting = {stamp for stamp, at in moved_off.items() if now - at < REST_S}
         try:
-            plan, made = await asyncio.to_thread(balance_once, location, watermark_percent,
-                                                 resting=resting)
+            plan, made = await _on_daemon_thread(functools.partial(
+                balance_once, location, watermark_percent, resting=resting))
         except Exception as exc:  # a round may fail (a stamp down): the next tries again
             log.warning("balancing round failed: %r", exc)
             continue
@@ -96,6 +101,34 @@ async def balance_forever(directory: Path, watermark_percent: int, interval_s: f
         if plan.stuck:
             log.warning("stamps %s are over %d%% used; accounts with nowhere to go: %s",
                         ", ".join(plan.over), watermark_percent, ", ".join(plan.stuck))
+
+
+async def _on_daemon_thread(work: Callable[[], T]) -> T:
+    """`work()` on a daemon thread: a migration under way does not hold up the process's
+    exit on SIGTERM (it is cut short, and finished by the next round or by hand: each of
+    its steps is safe to run again)."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def run() -> None:
+        try:
+            result = work()
+        except BaseException as exc:
+            loop.call_soon_threadsafe(_settle, done, None, exc)
+        else:
+            loop.call_soon_threadsafe(_settle, done, result, None)
+
+    threading.Thread(target=run, name="balance", daemon=True).start()
+    return await done
+
+
+def _settle(future: asyncio.Future[T], result: T | None, error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)  # type: ignore[arg-type]
 
 
 async def serve(args: argparse.Namespace) -> None:
