@@ -1,7 +1,7 @@
-"""`stamp chaos --minutes N --seed S [--every-kind] [--json] [--plot FILE]`: torture a stamp
-of its own in the open (issue 19; tools/chaos/run.py) and report operations, faults,
-violations and availability. Exit status 1 when the checker found a violation, so CI can
-run it as is."""
+"""`stamp chaos --minutes N --seed S [--geo] [--every-kind] [--json] [--plot FILE]`: torture a
+stamp of its own in the open (issue 19; tools/chaos/run.py), or with --geo a location of two
+(issue 30; tools/chaos/geo.py), and report operations, faults, violations and availability.
+Exit status 1 when the checker found a violation, so CI can run it as is."""
 
 from __future__ import annotations
 
@@ -33,9 +33,25 @@ each record once, in order, from the first to the last; and the history of every
 read, with its real-time bounds, linearizable per log and per row. A process that died
 without being asked, too, is a violation. The same seed replays the same schedule.
 
-The global --data-dir is not used: the stamp lives in a temporary directory, removed
-afterwards (--keep DIR keeps it). Exit status: 0 when no violation was found, 1 otherwise
-(or on an error)."""
+With --geo, a location of two stamps in two regions instead, as `stamp location up` starts
+it (each stamp 3 lock, 3 SM, 3 EN, 1 PM, 1 PS, 1 FE), the `chaos` account placed in it, and
+the same workload through a `Location=` connection string, following the account across
+failovers. The geo nemesis cuts the link between the stamps and heals it, SIGKILLs the whole
+secondary stamp and brings it back, cuts the power of one stamp (on a lossy FUSE file
+system, when this machine has FUSE), makes planned failovers, and SIGKILLs the whole primary
+stamp under a cut link, fails the account over unplanned (as --yes would) and brings the old
+primary back, which demotes itself and sets its unshipped writes aside; it is then
+bootstrapped, a live secondary again. Besides every check above, the geo rules: nothing
+acknowledged is lost, except writes acknowledged after the last sync time the location
+reported before an unplanned failover, and each of those the final primary lacks must be
+in the old primary's tail (`stamp location tail`); linearizability is relaxed for those
+writes alone (they may have happened or not; what the old primary answered from them is
+left out); a tail at a stamp no unplanned failover deposed is a violation; and after the
+run, replication drained, the two stamps hold the same logs and entities.
+
+The global --data-dir is not used: the stamp (or location) lives in a temporary directory,
+removed afterwards (--keep DIR keeps it). Exit status: 0 when no violation was found, 1
+otherwise (or on an error)."""
 
 
 def register(commands: Any) -> None:
@@ -49,11 +65,16 @@ def register(commands: Any) -> None:
     chaos.add_argument("--writers", type=cli_checks.writer_count, default=8, metavar="N",
                        help="writer threads, each with two logs and an entity group "
                             "(default 8)")
+    chaos.add_argument("--geo", action="store_true",
+                       help="run a location of two stamps instead of one stamp: geo faults "
+                            "(cut link, a whole stamp killed or its power cut, planned and "
+                            "unplanned failovers) and the checker's geo rules (issue 30)")
     chaos.add_argument("--power-cuts", choices=("auto", "on", "off"), default="auto",
-                       help="cut the whole stamp's power now and then; needs FUSE (auto: "
-                            "when this machine has it)")
+                       help="cut the whole stamp's power now and then (with --geo: one "
+                            "stamp's); needs FUSE (auto: when this machine has it)")
     chaos.add_argument("--config", default=None, metavar="FILE",
-                       help="a stamp config (TOML) to run instead of chaos's own")
+                       help="a stamp config (TOML) to run instead of chaos's own (not with "
+                            "--geo)")
     chaos.add_argument("--keep", default=None, metavar="DIR",
                        help="run the stamp in DIR (new or empty) and keep it afterwards: "
                             "every process's server.log, for a post-mortem (with power "
@@ -82,6 +103,7 @@ def _minutes(text: str) -> float:
 def cmd_chaos(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from tools.chaos.geo import run_geo_chaos
     from tools.chaos.report import print_report
     from tools.chaos.run import ChaosOptions, run_chaos
     from tools.progress import Progress
@@ -90,17 +112,22 @@ def cmd_chaos(args: argparse.Namespace) -> int:
         plot_dir = Path(args.plot).resolve().parent
         if not plot_dir.is_dir():
             raise FileNotFoundError(f"--plot: no directory {plot_dir}")
+    if args.config is not None and args.geo:
+        raise InvalidArgument("--config does not go with --geo: a location's stamps have "
+                              "their own shape")
     if args.config is not None and not Path(args.config).is_file():
         raise FileNotFoundError(f"--config: no file {args.config}")
     if args.keep is not None and Path(args.keep).is_dir() and any(Path(args.keep).iterdir()):
         raise InvalidArgument(f"--keep {args.keep}: the directory is not empty")
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
     # The seed first, alone on its line: a failure is replayed from it.
-    print(f"stamp chaos --minutes {args.minutes:g} --seed {seed}", file=sys.stderr, flush=True)
+    print(f"stamp chaos --minutes {args.minutes:g} --seed {seed}{' --geo' * args.geo}",
+          file=sys.stderr, flush=True)
     options = ChaosOptions(args.minutes, seed, args.writers, args.power_cuts, args.config,
                            args.keep, args.every_kind)
+    run = run_geo_chaos if args.geo else run_chaos
     with Progress("chaos") as progress:
-        report = run_chaos(options, _Display(progress).show, progress)
+        report = run(options, _Display(progress, starts=args.geo).show, progress)
     if args.plot is not None:
         from tools.chaos.plot import plot_timeline
 
@@ -116,11 +143,13 @@ def cmd_chaos(args: argparse.Namespace) -> int:
 class _Display:
     """Progress on stderr through tools/progress.py (a live line on a terminal, plain lines
     elsewhere): each step; while the chaos runs, seconds done of the run's length with the
-    ops acknowledged and the fault under way; the schedule, and each fault as it ends, as
-    lines of their own (above the live line on a terminal)."""
+    ops acknowledged and the fault under way; the schedule, and each fault as it ends (with
+    `starts`, as it starts too: a geo fault lasts up to half a minute), as lines of their
+    own (above the live line on a terminal)."""
 
-    def __init__(self, progress: Any) -> None:
+    def __init__(self, progress: Any, starts: bool = False) -> None:
         self.progress = progress
+        self.starts = starts
         self._phase = ""
 
     def show(self, status: Any) -> None:
@@ -134,6 +163,9 @@ class _Display:
                 self._line(f"t={record.start_s:7.1f}s {record.kind:<12} {record.target:<6} "
                            f"{record.outcome} in {record.end_s - record.start_s:.1f}s: "
                            f"{record.detail}")
+            elif self.starts:
+                self._line(f"t={record.start_s:7.1f}s {record.kind:<12} {record.target:<6} "
+                           f"starts{f' ({record.detail})' if record.detail else ''}")
             return
         if status.phase != self._phase:
             self._phase = status.phase

@@ -32,10 +32,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from stampsdk.errors import NotFound, StampError
 
-from tools.chaos.followers import Subscriber
 from tools.chaos.history import (
     ROWS_PER_WRITER,
     LogEntityClient,
@@ -54,6 +54,14 @@ READ_PAGE = 10_000
 READ_TRIES = 3  # a read the SDK gave up on, tried again before it counts as a violation
 
 
+class Followed(Protocol):
+    """What the checker reads of a subscriber (followers.Subscriber, or a view of one that
+    tools/chaos/geo_check.py relaxed): its log, and every (seq, record) it was delivered."""
+
+    log: str
+    seen: list[tuple[int, bytes]]
+
+
 @dataclass
 class Verdict:
     checked: dict[str, int] = field(default_factory=lambda: {"records": 0, "entities": 0,
@@ -69,7 +77,7 @@ class Verdict:
 
 
 def check(client: LogEntityClient, histories: list[WriterHistory],
-          subscribers: Sequence[Subscriber] = ()) -> dict[str, int]:
+          subscribers: Sequence[Followed] = ()) -> dict[str, int]:
     """Raise AssertionError naming the first violation; return what was checked."""
     verdict = find_violations(client, histories, subscribers)
     assert not verdict.violations, verdict.violations[0]
@@ -77,7 +85,7 @@ def check(client: LogEntityClient, histories: list[WriterHistory],
 
 
 def find_violations(client: LogEntityClient, histories: list[WriterHistory],
-                    subscribers: Sequence[Subscriber] = (), oplog: OpLog | None = None
+                    subscribers: Sequence[Followed] = (), oplog: OpLog | None = None
                     ) -> Verdict:
     """Every violation (module docstring); with `oplog`, the whole-log reads and the gets
     made here are recorded in it too (record_final_state), so they are made once."""

@@ -12,6 +12,17 @@
     cuts: the share of seconds with one and the longest gap; per fault kind), timeline
     ([{t, ok, failed}] per second), power_cuts.
 
+`stamp chaos --geo` (tools/chaos/geo.py) adds `geo`: the location's stamps (name -> region),
+power_cut_site, the account's final placement, failovers (each planned and unplanned one:
+when, from and to which stamp, at which epoch, and for an unplanned one the last sync time
+reported before it, and how many rows were read at the new primary as it took over), tail
+(the lines each stamp set aside, and what the deposed primaries did: records, how many of
+those the final primary holds all the same, entity values), excused (what the geo rules
+let go, by kind: tools/chaos/geo_check.py), convergence (the comparison of the two stamps
+after the run: when, which, how many records and entities, how many differences) and
+violations (the geo rules' own; they are in `violations` too). Its faults are in faults,
+schedule and fault_log like any other.
+
 `print_report` draws it for a terminal (rich tables).
 """
 
@@ -157,6 +168,8 @@ def print_report(report: dict[str, Any], console: Any) -> None:
                       f"{report['undecided'][:5]}", markup=False)
     if report["crashes"]:
         console.print(f"died without being asked: {report['crashes']}")
+    if report.get("geo"):
+        print_geo(report["geo"], console)
     violations = report["violations"]
     style = "bold red" if violations else "bold green"
     console.print(f"[{style}]violations: {len(violations)}[/{style}] "
@@ -165,3 +178,32 @@ def print_report(report: dict[str, Any], console: Any) -> None:
         console.print(f"  {line}", markup=False)
     if len(violations) > VIOLATIONS_SHOWN:
         console.print(f"  ... and {len(violations) - VIOLATIONS_SHOWN} more (--json has all)")
+
+
+def print_geo(geo: dict[str, Any], console: Any) -> None:
+    """The `geo` part of a report (module docstring)."""
+    from rich.table import Table
+
+    failovers = Table(title="failovers")
+    for column in ("KIND", "AT", "FROM", "TO", "EPOCH", "LAST SYNC", "DETAIL"):
+        failovers.add_column(column)
+    for f in geo["failovers"]:
+        synced = ("-" if f["kind"] == "planned" else "never reported"
+                  if f["synced_s"] is None else f"t={f['synced_s']:.1f}s")
+        failovers.add_row(f["kind"], f"t={f['at_s']:.1f}s", f["old_primary"],
+                          f["new_primary"], str(f["epoch"]), synced, f["detail"])
+    console.print(failovers)
+    p = geo["placement"]
+    console.print(f"account at the end: primary {p['primary']}, secondary {p['secondary']} "
+                  f"({p['secondary_state']}), epoch {p['epoch']}")
+    tail = geo["tail"]
+    lines = ", ".join(f"{stamp} {count} lines" for stamp, count in tail["stamps"].items())
+    console.print(f"tails: {lines or 'none'}; set aside by the deposed primaries: "
+                  f"{tail['records']} log records ({tail['records_held']} of them at the "
+                  f"final primary all the same), {tail['entity_values']} entity values in "
+                  f"{tail['lines']} lines; excused by the geo rules: {geo['excused'] or 'none'}")
+    check = geo["convergence"]
+    console.print(f"stamps compared at the end (t={check['at_s']}s, {check['primary']} and "
+                  f"{check['secondary']}): {check.get('records', 0)} records, "
+                  f"{check.get('entities', 0)} entities, {check['violations']} differences")
+    console.print(f"geo violations: {len(geo['violations'])}")

@@ -9,6 +9,9 @@ whatever is down and wait until the stamp is healthy and the subscribers caught 
 their logs; then check every writer's history, the subscribers and the scans, and the
 history of every write and read for linearizability. The stamp is stopped whatever
 happens. The report (tools/chaos/report.py) is a plain dict.
+
+Its pieces — the load (`Load`), playing a nemesis beside it (`play`), and the checks
+(`stop_subscribers`, `check_load`) — are the two-stamp run's too (tools/chaos/geo.py).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,9 +29,9 @@ from stampsdk.errors import StampError
 
 from common.config import load_config
 from tools import local_front_ends
-from tools.chaos.check import find_violations, linearizability_violations
+from tools.chaos.check import Followed, Verdict, find_violations, linearizability_violations
 from tools.chaos.followers import Reader, Scanner, Subscriber
-from tools.chaos.history import OpLog
+from tools.chaos.history import OpLog, WriterHistory
 from tools.chaos.nemesis import FaultRecord, Nemesis, restore
 from tools.chaos.report import make_report
 from tools.chaos.schedule import Fault, make_schedule
@@ -107,7 +110,7 @@ def run_chaos(options: ChaosOptions, show: Callable[[RunStatus], None],
     """Run it (module docstring); `show` is told every step, fault and tick, `progress`
     (tools/progress.py) the steps of the stamp's start."""
     cuts, why_no_cuts = power_cuts_wanted(options.power_cuts)
-    with _work_dir(options.keep) as tmp:
+    with work_dir(options.keep) as tmp:
         config_path = Path(options.config or Path(tmp) / "chaos.toml")
         if options.config is None:
             config_path.write_text(CHAOS_CONFIG)
@@ -133,7 +136,7 @@ def run_chaos(options: ChaosOptions, show: Callable[[RunStatus], None],
                 mount.close()
 
 
-def _work_dir(keep: str | None) -> contextlib.AbstractContextManager[str]:
+def work_dir(keep: str | None) -> contextlib.AbstractContextManager[str]:
     """A temporary directory, or `keep` (made if need be; it must be empty) kept after."""
     if keep is None:
         return tempfile.TemporaryDirectory(prefix="stamp-chaos-")
@@ -153,60 +156,125 @@ def _run_on(stamp: LocalStamp, mount: LossyMount | None, options: ChaosOptions,
     def client() -> Client:
         return Client.from_connection_string(connection, timeout_s=SDK_TIMEOUT_S)
 
-    duration_s = options.minutes * 60.0
     roles = stamp_roles(stamp)
-    started = time.monotonic()
-    tally = Tally(started)
-    oplog = OpLog(started)
-    workload = MixedWorkload(client, options.writers, options.seed, large_every=40,
-                             logs_per_writer=2, cas_every=3, batch_every=5,
-                             token_retries=TOKEN_RETRIES, tally=tally, oplog=oplog)
-    logs = [log for h in workload.histories for log in h.all_logs()]
-    schedule = make_schedule(options.seed, duration_s, roles, logs, power_cuts=mount is not None)
-    subscribers = [Subscriber(client, h.log, tally)
-                   for h in workload.histories[:SUBSCRIBED_LOGS]]
-    scanner = Scanner(client, workload.histories, tally)
-    readers = [Reader(client, workload.histories, oplog, tally, options.seed * 100 + i,
-                      f"reader-{i}") for i in range(READERS)]
-
-    def changed(record: FaultRecord) -> None:
-        show(RunStatus("chaos", tally_time(started), duration_s, workload.ops(),
-                      len(nemesis.records), _current(nemesis), record))
-    nemesis = Nemesis(stamp, schedule, ACCOUNT, started, mount, changed)
-    show(RunStatus("schedule", total_s=duration_s, current=_schedule_text(schedule)))
-    workload.start()
-    for follower in [*subscribers, *readers]:
-        follower.start()
-    scanner.start()
-    nemesis.start()
-    while not _over(tally_time(started), duration_s, options.every_kind, nemesis, schedule):
-        time.sleep(PROGRESS_S)  # the run's clock: progress twice a second
-        show(RunStatus("chaos", tally_time(started), duration_s, workload.ops(),
-                      len(nemesis.records), _current(nemesis)))
-    show(RunStatus("stopping the nemesis (undoing its fault under way)"))
-    nemesis.stop()
-    ended = tally_time(started)
-    show(RunStatus("stopping the workload"))
-    workload.stop()
-    for reader in readers:
-        reader.stop()
-    scanner.stop()
+    load = Load.make(client, options)
+    schedule = make_schedule(options.seed, options.minutes * 60.0, roles, load.logs(),
+                             power_cuts=mount is not None)
+    nemesis, ended = play(load, lambda changed: Nemesis(stamp, schedule, ACCOUNT,
+                                                        load.started, mount, changed),
+                          schedule, options, show)
     show(RunStatus("bringing every process back and waiting until the stamp is healthy"))
     restarted = restore(stamp)
     with client() as checker_client:
-        show(RunStatus("waiting for the subscribers to catch up with their logs"))
-        _catch_up(checker_client, subscribers)
-        for sub in subscribers:
-            sub.stop()
-        show(RunStatus("checking every acknowledged operation"))
-        verdict = find_violations(checker_client, workload.histories, subscribers, oplog)
+        stop_subscribers(checker_client, load, show)
+        verdict = check_load(checker_client, load, show)
+    add_nemesis_failure(verdict, nemesis)
+    return make_report(options.seed, options.minutes, schedule, nemesis, load.tally, verdict,
+                       ended, restarted, roles, every_kind=options.every_kind)
+
+
+@dataclass
+class Load:
+    """A run's workload and the followers beside it (module docstring), each on its own
+    client from one factory; `started` is time 0 of its tally and its OpLog."""
+
+    started: float
+    tally: Tally
+    oplog: OpLog
+    workload: MixedWorkload
+    subscribers: list[Subscriber]
+    scanner: Scanner
+    readers: list[Reader]
+
+    @classmethod
+    def make(cls, client: Callable[[], Client], options: ChaosOptions) -> Load:
+        started = time.monotonic()
+        tally = Tally(started)
+        oplog = OpLog(started)
+        workload = MixedWorkload(client, options.writers, options.seed, large_every=40,
+                                 logs_per_writer=2, cas_every=3, batch_every=5,
+                                 token_retries=TOKEN_RETRIES, tally=tally, oplog=oplog)
+        return cls(started, tally, oplog, workload,
+                   [Subscriber(client, h.log, tally)
+                    for h in workload.histories[:SUBSCRIBED_LOGS]],
+                   Scanner(client, workload.histories, tally),
+                   [Reader(client, workload.histories, oplog, tally, options.seed * 100 + i,
+                           f"reader-{i}") for i in range(READERS)])
+
+    def logs(self) -> list[str]:
+        return [log for h in self.workload.histories for log in h.all_logs()]
+
+    def start(self) -> None:
+        self.workload.start()
+        for follower in [*self.subscribers, *self.readers]:
+            follower.start()
+        self.scanner.start()
+
+    def stop(self) -> None:
+        """Stop the writers, readers and scanner; the subscribers go on until they caught
+        up (`stop_subscribers`)."""
+        self.workload.stop()
+        for reader in self.readers:
+            reader.stop()
+        self.scanner.stop()
+
+
+def play(load: Load, nemesis_of: Callable[[Callable[[FaultRecord], None]], Nemesis],
+         schedule: list[Fault], options: ChaosOptions, show: Callable[[RunStatus], None]
+         ) -> tuple[Nemesis, float]:
+    """Run `load` with the nemesis `nemesis_of(on_change)` makes, playing `schedule`, for
+    the run's length (`_over`); then stop both. Returns the nemesis and when the run ended
+    (run time)."""
+    duration_s = options.minutes * 60.0
+    nemesis: Nemesis
+
+    def changed(record: FaultRecord) -> None:
+        show(RunStatus("chaos", tally_time(load.started), duration_s, load.workload.ops(),
+                       len(nemesis.records), _current(nemesis), record))
+    nemesis = nemesis_of(changed)
+    show(RunStatus("schedule", total_s=duration_s, current=_schedule_text(schedule)))
+    load.start()
+    nemesis.start()
+    while not _over(tally_time(load.started), duration_s, options.every_kind, nemesis,
+                    schedule):
+        time.sleep(PROGRESS_S)  # the run's clock: progress twice a second
+        show(RunStatus("chaos", tally_time(load.started), duration_s, load.workload.ops(),
+                       len(nemesis.records), _current(nemesis)))
+    show(RunStatus("stopping the nemesis (undoing its fault under way)"))
+    nemesis.stop()
+    ended = tally_time(load.started)
+    show(RunStatus("stopping the workload"))
+    load.stop()
+    return nemesis, ended
+
+
+def stop_subscribers(client: Client, load: Load, show: Callable[[RunStatus], None]) -> None:
+    show(RunStatus("waiting for the subscribers to catch up with their logs"))
+    _catch_up(client, load.subscribers)
+    for sub in load.subscribers:
+        sub.stop()
+
+
+def check_load(client: Client, load: Load, show: Callable[[RunStatus], None],
+               histories: list[WriterHistory] | None = None,
+               followed: Sequence[Followed] | None = None, oplog: OpLog | None = None
+               ) -> Verdict:
+    """Every check of the load (check.py), on its histories, subscribers and OpLog unless
+    others are given (relaxed ones: tools/chaos/geo_check.py); the subscribers stopped."""
+    show(RunStatus("checking every acknowledged operation"))
+    oplog = load.oplog if oplog is None else oplog
+    verdict = find_violations(client, load.workload.histories if histories is None
+                              else histories,
+                              load.subscribers if followed is None else followed, oplog)
     show(RunStatus("checking every write and read for linearizability"))
     verdict.add_linearizability(linearizability_violations(oplog))
-    verdict.violations += scanner.violations
+    verdict.violations += load.scanner.violations
+    return verdict
+
+
+def add_nemesis_failure(verdict: Verdict, nemesis: Nemesis) -> None:
     if nemesis.failure is not None:
         verdict.violations.append(f"the nemesis failed: {nemesis.failure!r}")
-    return make_report(options.seed, options.minutes, schedule, nemesis, tally, verdict,
-                       ended, restarted, roles, every_kind=options.every_kind)
 
 
 def _catch_up(client: Client, subscribers: list[Subscriber]) -> None:
