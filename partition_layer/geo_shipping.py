@@ -10,6 +10,14 @@ Contracts:
   point: operations since are read back from the commit log and shipped, later ones are
   handed over as they commit. (What the runs held before, the account had before it was in
   the location: a migration's bootstrap copies that, not the shipper.)
+- Never an operation written here before one applied from another stamp (`replicated_lsn`,
+  seen by this load's replay): it was written in an earlier tenure as the account's primary,
+  and was shipped then (a planned failover drains) or is a deposed primary's tail. Shipped
+  again now, with none of the replicated operations after it, it would take the new
+  secondary back to an old state (a stamp that was primary, then secondary, then primary
+  again, restarted with a mark older than those operations: `stamp chaos --geo` found it).
+  Not covered: replicated operations before the load's replay point that the mark is older
+  than (the shipper stuck behind them at the last checkpoint).
 - It ships for as long as the partition serves here, and stops with it.
 - `copy(partition_id, account)` has the partition's shipper copy the account's rows to its
   secondary between two batches (a geo bootstrap: geo_copy.py); NotOwner unless the
@@ -35,12 +43,17 @@ ATTACH_INTERVAL_S = 5.0
 
 
 def start_position(partition: RangePartition) -> tuple[Position, float]:
-    """Where `partition`'s shipper starts, and the last sync time known then."""
+    """Where `partition`'s shipper starts, and the last sync time known then: the mark, or
+    past the last operation applied from another stamp if that is later (module contract)."""
     meta = partition.meta
     assert meta is not None
     if meta.geo is not None:
-        return Position(meta.geo.lsn, meta.geo.read_from), meta.geo.synced_s
-    return Position(meta.applied_lsn, meta.replay_from), 0.0
+        position, synced_s = Position(meta.geo.lsn, meta.geo.read_from), meta.geo.synced_s
+    else:
+        position, synced_s = Position(meta.applied_lsn, meta.replay_from), 0.0
+    if partition.replicated_lsn > position.lsn:
+        position = Position(partition.replicated_lsn, position.resume_from)
+    return position, synced_s
 
 
 class Shipping:

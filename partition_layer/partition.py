@@ -83,6 +83,9 @@ class RangePartition(States):
         self.readers: list[Run] = []  # newest first, as meta.runs
         self.meta: PartitionMeta | None = None
         self.applied_lsn = 0
+        # The last operation applied here from another stamp (this stamp its secondary then):
+        # in this process, by commit or replay (issue 30, geo_shipping.start_position).
+        self.replicated_lsn = 0
         # The highest version of any row applied (committer._version; kept in the metadata).
         self.version_floor = 0
         self.last_commit: Location | None = None
@@ -204,6 +207,8 @@ class RangePartition(States):
         if op.mutations:  # one version for an op's rows, unless they were replicated
             rows = op.mutations if op.replicated else op.mutations[:1]
             self.version_floor = max(self.version_floor, *(row_version(r) for _, r in rows))
+        if op.replicated:  # local operations before it are never shipped (geo_shipping)
+            self.replicated_lsn = op.lsn
         self.writes += 1
         self.applied_lsn = op.lsn
 

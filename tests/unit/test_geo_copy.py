@@ -12,11 +12,13 @@ import pytest
 from common.errors import PreconditionFailed, Unavailable
 from common.proto import partition_pb2 as pb
 from location.geo_auth import GeoSettings
-from partition_layer import geo_copy
+from partition_layer import geo_copy, keys
 from partition_layer.geo_copy import Copier
 from partition_layer.geo_link import GeoLink, Placement
 from partition_layer.geo_shipper import GeoShipper, Position
+from partition_layer.geo_shipping import start_position
 from partition_layer.requests import handle
+from partition_layer.rows import Row, encode_row
 from tests.support.geo import BIG, LIMITS, Side, append, put
 
 USERS = 5
@@ -235,5 +237,27 @@ def test_an_unavailable_answer_is_not_trusted_once_old_and_the_location_gone() -
         now[0] = 200.0
         with pytest.raises(Unavailable):
             await link.targets("acct")
+
+    asyncio.run(scenario())
+
+
+def test_a_shipper_never_starts_before_an_operation_applied_from_another_stamp() -> None:
+    """Operations written here before one replicated here belong to an earlier tenure as the
+    primary: shipped again after a restart (a mark older than them), with none of the
+    replicated ones after, they took the new secondary back to an old state (found by
+    `stamp chaos --geo`: a stamp primary, then secondary, then primary again)."""
+    async def scenario() -> None:
+        side = Side()
+        await write(side, "old", 3)  # this stamp's writes as the primary, long ago
+        assert start_position(side.partition)[0].lsn == 0  # never checkpointed: no mark
+        request = pb.Request(account="acct", pname="users", replicate=pb.ReplicateOp(
+            keys=[keys.encode_key("acct", "users", keys.KIND_ENTITY, b"u0")],
+            rows=[encode_row(Row(99, value=b"from the other stamp"))]))
+        await side.ok("users", replicate=request.replicate)
+        replicated = side.partition.applied_lsn
+        await write(side, "new", 2)  # primary again
+        assert side.partition.replicated_lsn == replicated
+        position, _ = start_position(side.partition)
+        assert position.lsn == replicated and position.resume_from is None
 
     asyncio.run(scenario())
