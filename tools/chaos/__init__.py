@@ -17,5 +17,10 @@ probe tests.
 - `schedule`: the nemesis's seeded schedule (a pure function of seed, length and shape);
 - `nemesis`: applies a schedule's faults to a local stamp (`stamp_faults`: the ones that need
   the stamp's state: split, merge, move, a byte flipped at rest);
-- `run`, `report`, `plot`: `stamp chaos` itself.
+- `run`, `report`, `plot`: `stamp chaos` itself;
+- `geo` (`stamp chaos --geo`, issue 30): the same workload on a location of two stamps;
+  `geo_schedule` its seeded geo faults, `geo_nemesis` applies them (a cut link, a stamp
+  killed or power-cut, planned and unplanned failovers, bootstraps), `geo_check` the
+  checker's geo rules (losses excused only past the last sync time and in the deposed
+  primary's tail, stray tails, both stamps converged).
 """
