@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import functools
 import logging
 import threading
@@ -107,28 +108,16 @@ async def _on_daemon_thread(work: Callable[[], T]) -> T:
     """`work()` on a daemon thread: a migration under way does not hold up the process's
     exit on SIGTERM (it is cut short, and finished by the next round or by hand: each of
     its steps is safe to run again)."""
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[T] = loop.create_future()
+    done: concurrent.futures.Future[T] = concurrent.futures.Future()
 
     def run() -> None:
         try:
-            result = work()
+            done.set_result(work())
         except BaseException as exc:
-            loop.call_soon_threadsafe(_settle, done, None, exc)
-        else:
-            loop.call_soon_threadsafe(_settle, done, result, None)
+            done.set_exception(exc)
 
     threading.Thread(target=run, name="balance", daemon=True).start()
-    return await done
-
-
-def _settle(future: asyncio.Future[T], result: T | None, error: BaseException | None) -> None:
-    if future.done():
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(result)  # type: ignore[arg-type]
+    return await asyncio.wrap_future(done)
 
 
 async def serve(args: argparse.Namespace) -> None:

@@ -144,12 +144,24 @@ def status(location: LocalLocation, account: str) -> GeoStatus:
 
 async def shipping_of(stamp: LocalStamp, account: str) -> Shipping | None:
     """The shipping figures of the partitions of `stamp` that hold `account`'s keys."""
+    return shipping_in([load for _, load in await server_loads(stamp)], account)
+
+
+async def server_loads(stamp: LocalStamp, skip_down: bool = False
+                       ) -> list[tuple[str, pb.ServerLoad]]:
+    """Each partition server's Status (address, load), one after the other; a server that
+    does not answer raises its error, or with `skip_down` is left out."""
     loads = []
     for record in stamp.partition_servers():
-        async with rpc.aio_channel(record.address, 16 << 20) as channel:
-            loads.append(await rpc.call(pb_grpc.PartitionServerStub(channel).Status(
-                pb.ServerStatusRequest(), timeout=STATUS_TIMEOUT_S)))
-    return shipping_in(loads, account)
+        try:
+            async with rpc.aio_channel(record.address, 16 << 20) as channel:
+                loads.append((record.address, await rpc.call(
+                    pb_grpc.PartitionServerStub(channel).Status(
+                        pb.ServerStatusRequest(), timeout=STATUS_TIMEOUT_S))))
+        except StampError:
+            if not skip_down:
+                raise
+    return loads
 
 
 def shipping_in(loads: Iterable[pb.ServerLoad], account: str) -> Shipping | None:
@@ -185,7 +197,7 @@ def planned_failover(location: LocalLocation, account: str, progress: Progress =
     ttl_s = stamps[old].config.front_end.account_cache_ttl_ms / 1000
     progress.phase(f"waiting until {new} is less than {CAUGHT_UP_LAG_S:g} s behind {old}")
     with contextlib.suppress(Unavailable):  # still behind: the drain below waits for it
-        _drain(stamps[old], account, time.time() - CAUGHT_UP_LAG_S, CATCH_UP_S)
+        drain(stamps[old], account, time.time() - CAUGHT_UP_LAG_S, CATCH_UP_S)
     started = time.monotonic()  # the failover proper: from here writers may pause
     progress.phase(f"{old} stops taking {account}'s writes (epoch {epoch})")
     with accounts_at(stamps[old]) as at_old:
@@ -196,7 +208,7 @@ def planned_failover(location: LocalLocation, account: str, progress: Progress =
     fenced_wait_s = time.monotonic() - started
     progress.phase(f"waiting until every write {old} took is on {new}")
     try:
-        _drain(stamps[old], account, fenced_s, drain_timeout_s)
+        drain(stamps[old], account, fenced_s, drain_timeout_s)
     except Unavailable:
         with accounts_at(stamps[old]) as at_old:
             at_old.set_role(account, PRIMARY, old, epoch + 1)
@@ -223,7 +235,7 @@ def check_failover_target(placement: AccountPlacement) -> None:
             "failover goes to it ('stamp location bootstrap' makes it live again)")
 
 
-def _drain(stamp: LocalStamp, account: str, fenced_s: float, timeout_s: float) -> None:
+def drain(stamp: LocalStamp, account: str, fenced_s: float, timeout_s: float) -> None:
     """Until the account's last sync time at `stamp` passed `fenced_s`; Unavailable after
     `timeout_s`."""
     deadline = time.monotonic() + timeout_s

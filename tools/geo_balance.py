@@ -18,17 +18,13 @@ import asyncio
 import logging
 from collections.abc import Collection, Iterable
 
-from common import rpc
 from common.errors import StampError
-from common.proto import partition_pb2 as pb
-from common.proto import partition_pb2_grpc as pb_grpc
 from location.placement import AccountPlacement
 from location.watermark import WATERMARK_PERCENT, Plan, plan_moves
 from partition_layer import keys
-from tools.geo_account import STATUS_TIMEOUT_S, overlaps, stamps_of
+from tools.geo_account import overlaps, server_loads, stamps_of
 from tools.geo_migrate import MigrationReport, migrate
 from tools.local_location import LocalLocation
-from tools.process_record import ProcessRecord
 from tools.progress import SILENT, Progress
 
 log = logging.getLogger(__name__)
@@ -68,7 +64,8 @@ async def account_sizes(location: LocalLocation, placements: Iterable[AccountPla
     sizes: dict[str, int] = {}
     for stamp_name, accounts in by_primary.items():
         try:
-            partitions = await _partitions(stamps[stamp_name].partition_servers())
+            partitions = [p for _, load in await server_loads(stamps[stamp_name])
+                          for p in load.partitions]
         except StampError as exc:
             log.warning("stamp %s did not say its partitions' sizes: %s", stamp_name, exc)
             continue
@@ -80,13 +77,3 @@ async def account_sizes(location: LocalLocation, placements: Iterable[AccountPla
             for account in holding:
                 sizes[account] = sizes.get(account, 0) + partition.size_bytes // len(holding)
     return sizes
-
-
-async def _partitions(servers: Iterable[ProcessRecord]) -> list[pb.PartitionLoad]:
-    found = []
-    for record in servers:
-        async with rpc.aio_channel(record.address, 16 << 20) as channel:
-            load = await rpc.call(pb_grpc.PartitionServerStub(channel).Status(
-                pb.ServerStatusRequest(), timeout=STATUS_TIMEOUT_S))
-        found += list(load.partitions)
-    return found

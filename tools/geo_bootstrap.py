@@ -47,7 +47,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from common import rpc
-from common.errors import NotFound, NotOwner, PreconditionFailed, StampError, Unavailable
+from common.errors import NotFound, NotOwner, PreconditionFailed, Unavailable
 from common.proto import partition_pb2 as pb
 from common.proto import partition_pb2_grpc as pb_grpc
 from frontend.accounts import SECONDARY
@@ -57,7 +57,14 @@ from lock_service.client import Lease
 from partition_layer import keys
 from partition_layer.client import AsyncPartitionClient
 from partition_layer.geo_link import UNAVAILABLE_TTL_S
-from tools.geo_account import POLL_S, _drain, accounts_at, overlaps, stamps_of
+from tools.geo_account import (
+    POLL_S,
+    accounts_at,
+    drain,
+    overlaps,
+    server_loads,
+    stamps_of,
+)
 from tools.local_location import LocalLocation
 from tools.local_stamp import LocalStamp
 from tools.progress import SILENT, Progress
@@ -65,7 +72,6 @@ from tools.progress import SILENT, Progress
 COPY_TIMEOUT_S = 600.0  # one partition's copy; a 1 GB account copies in well under it
 COPIES_TIMEOUT_S = 1800.0  # every partition's, splits and merges meanwhile included
 DRAIN_TIMEOUT_S = 120.0
-STATUS_TIMEOUT_S = 5.0
 SKIP_WINDOW_S = UNAVAILABLE_TTL_S + CACHE_TTL_S + 0.5  # step 4
 OPERATION_PREFIX = "geo-op/"  # + account: its operation lock (`operation`)
 OPERATION_LEASE_S = 10.0
@@ -118,7 +124,7 @@ def bootstrap_held(location: LocalLocation, account: str, lease: Lease,
     copied_s = time.time()
     progress.phase(f"waiting until every write {placement.primary} took is on "
                    f"{placement.secondary}")
-    _drain(primary, account, copied_s, DRAIN_TIMEOUT_S)
+    drain(primary, account, copied_s, DRAIN_TIMEOUT_S)
     _mark(location, placement, "live", lease)
     return BootstrapReport(account, placement.primary, placement.secondary, cleared,
                            len(copies), sum(c.rows for c in copies.values()),
@@ -253,18 +259,10 @@ def covers(ranges: list[pb.KeyRange], low: bytes, high: bytes | None) -> bool:
 async def _holding(stamp: LocalStamp, low: bytes, high: bytes | None
                    ) -> dict[int, tuple[str, pb.KeyRange]]:
     """The partitions serving at `stamp` that hold keys of [low, high): their server and
-    range."""
-    found: dict[int, tuple[str, pb.KeyRange]] = {}
-    for record in stamp.partition_servers():
-        try:
-            async with rpc.aio_channel(record.address, 16 << 20) as channel:
-                load = await rpc.call(pb_grpc.PartitionServerStub(channel).Status(
-                    pb.ServerStatusRequest(), timeout=STATUS_TIMEOUT_S))
-        except StampError:
-            continue  # down: its partitions move, and are found at their new server
-        found.update((p.partition_id, (record.address, p.range)) for p in load.partitions
-                     if p.state == "serving" and overlaps(p.range, low, high))
-    return found
+    range. A server down is left out: its partitions move, and are found at the new one."""
+    return {p.partition_id: (address, p.range)
+            for address, load in await server_loads(stamp, skip_down=True)
+            for p in load.partitions if p.state == "serving" and overlaps(p.range, low, high)}
 
 
 async def _copy(address: str, partition_id: int, account: str) -> pb.GeoCopyReply:

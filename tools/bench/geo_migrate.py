@@ -52,7 +52,7 @@ def run_geo_migrate(mb: int = 1024, progress: Progress = lambda _: None
 
 async def _migrate(location: LocalLocation, mb: int, progress: Progress) -> dict[str, Any]:
     from tools.cmd_location import create_account
-    from tools.geo_account import _drain
+    from tools.geo_account import drain
 
     placement, account = await asyncio.to_thread(create_account, location, "mover")
     text = (f"Location={','.join(location.location_endpoints())};Account=mover;"
@@ -62,7 +62,7 @@ async def _migrate(location: LocalLocation, mb: int, progress: Progress) -> dict
     fill_s = time.monotonic() - filled
     progress(f"waiting until {placement.secondary} has the {mb} MB")
     primary = stamps_of(location)[placement.primary]
-    await asyncio.to_thread(_drain, primary, "mover", time.time(), SHIPPED_TIMEOUT_S)
+    await asyncio.to_thread(drain, primary, "mover", time.time(), SHIPPED_TIMEOUT_S)
     watch = PauseWatch(text, MIGRATE_WRITERS, "writer")
     await asyncio.sleep(1.0)
     progress(f"migrating {mb} MB from {placement.primary} to {TO} under "

@@ -28,7 +28,6 @@ with a `geo` part (tools/chaos/report.py).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import signal
@@ -41,7 +40,7 @@ from stampsdk import Client, connection_string
 from stampsdk.errors import NotFound
 from stampsdk.errors import StampError as SdkError
 
-from common.errors import InvalidArgument, StampError
+from common.errors import InvalidArgument, StampError, Unavailable
 from tools.chaos.check import READ_TRIES, read_log
 from tools.chaos.geo_check import (
     Failover,
@@ -81,7 +80,7 @@ from tools.chaos.run import (
     tally_time,
     work_dir,
 )
-from tools.geo_account import Tail, shipping_of, stamps_of, tails
+from tools.geo_account import Tail, drain, stamps_of, tails
 from tools.geo_bootstrap import bootstrap
 from tools.local_location import SITES, STAMPS_DEFAULT, STAMPS_DIR, LocalLocation
 from tools.local_stamp import FAULTS_ENV_VAR, LocalStamp
@@ -94,7 +93,6 @@ POWER_CUT_SITE = SITES[STAMPS_DEFAULT - 1].name  # on a lossy file system, whate
 BALANCE_OFF_S = 7 * 24 * 3600.0
 DRAIN_TIMEOUT_S = 60.0
 CONVERGE_TRIES = 3  # a copy that differs is read again after another drain (a straggler)
-POLL_S = 0.2
 SURVEY_TIMEOUT_S = 5.0  # one read of the secondary's rows before an unplanned failover
 
 
@@ -228,14 +226,11 @@ def compare_stamps(location: LocalLocation, text: str, load: Load
 def until_drained(stamp: LocalStamp, since_wall_s: float, timeout_s: float) -> bool:
     """Until the account's last sync time at the primary `stamp` passes `since_wall_s`:
     every write it acknowledged before then is on the secondary. False after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with contextlib.suppress(StampError):
-            shipping = asyncio.run(shipping_of(stamp, ACCOUNT))
-            if shipping is not None and shipping.synced_s >= since_wall_s:
-                return True
-        time.sleep(POLL_S)
-    return False
+    try:
+        drain(stamp, ACCOUNT, since_wall_s, timeout_s)
+    except Unavailable:
+        return False
+    return True
 
 
 def read_copy(name: str, text: str, read_from: str, logs: list[str]) -> StampCopy:
