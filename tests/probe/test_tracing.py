@@ -61,6 +61,18 @@ def _by_id(spans: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {span["span_id"]: span for span in spans}
 
 
+def _whole(spans: list[dict[str, Any]]) -> bool:
+    """Whether every span of the SDK append's trace has its parent among `spans`: each
+    process exports its spans in its own batches, so a child can be written before its
+    parent (an extent node's replica write before the primary's span it answers)."""
+    roots = [s for s in spans if s["name"] == "stampsdk.append"]
+    if not roots:
+        return False
+    trace = [s for s in spans if s["trace_id"] == roots[0]["trace_id"]]
+    by_id = _by_id(trace)
+    return all(s["parent_id"] is None or s["parent_id"] in by_id for s in trace)
+
+
 def test_one_append_is_traced_hop_by_hop(stamp_factory: Callable[..., LocalStamp],
                                          tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                          capsys: pytest.CaptureFixture[str]) -> None:
@@ -80,10 +92,12 @@ def test_one_append_is_traced_hop_by_hop(stamp_factory: Callable[..., LocalStamp
         wanted = {("sdk", "stampsdk.append"), ("fe-1", "fe.request"), ("ps-1", "ps.commit"),
                   ("ps-1", "stream.append"), ("ps-1", "/stamp.partition.PartitionServer/Status")}
         if wanted <= names and len([s for s in spans
-                                    if s["name"] == "en.journal.fsync"]) == 3:
+                                    if s["name"] == "en.journal.fsync"]) == 3 \
+                and _whole(spans):
             return spans
         return None
-    spans = _wait_until(all_there, 15, "spans of the SDK, fe-1, ps-1 and an extent node")
+    spans = _wait_until(all_there, 15, "spans of the SDK, fe-1, ps-1 and an extent node, "
+                        "the SDK's trace whole")
 
     tagged = {s["service"]: s for s in spans
               if s["attributes"].get(tracing.REQUEST_ID) == REQUEST_ID}
