@@ -120,8 +120,11 @@ class Moved(StampError):
     grpc_code = grpc.StatusCode.FAILED_PRECONDITION
 
     @classmethod
-    def of(cls, account: str, primary: str, epoch: int) -> Moved:
-        return cls(f"account {account} is not written at this stamp: its primary is stamp "
+    def of(cls, account: str, primary: str, epoch: int, write: bool = True) -> Moved:
+        """A write (or, `write` False, a read not marked as a read of the secondary) of
+        `account`, refused at its secondary stamp."""
+        what = "written" if write else "read (but from its secondary, on purpose)"
+        return cls(f"account {account} is not {what} at this stamp: its primary is stamp "
                    f"{primary or '(unknown)'} (epoch {epoch})")
 
 

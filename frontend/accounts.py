@@ -123,6 +123,15 @@ class GeoRole:
         if self.role == SECONDARY:
             raise Moved.of(account, self.primary, self.epoch)
 
+    def check_serves(self, account: str, write: bool, secondary_read: bool) -> None:
+        """Moved (naming the primary) if this stamp must not answer a request of `account`:
+        here its secondary, a write, or a read its client did not mark as a read of the
+        secondary. An unmarked read is one its client means for the primary, and must see
+        every write acknowledged before it (DESIGN §8): a client that still holds this stamp
+        as primary (its location answer not yet expired after a failover) is sent on."""
+        if self.role == SECONDARY and (write or not secondary_read):
+            raise Moved.of(account, self.primary, self.epoch, write)
+
 
 STAND_ALONE = GeoRole()
 

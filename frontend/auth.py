@@ -33,16 +33,17 @@ under the same TTL, stale-if-error and memory rules: a role changed in the store
 within the TTL like a rotated key, and checking it costs no read. A **write** (a method whose
 shared-access permission is not a read's: `WRITE_METHODS`, from wire.PERMISSION_OF) of an
 account that is secondary here is refused with Moved, naming its primary stamp, once its
-credentials hold (a stranger learns nothing of the account); reads stay allowed (read access
-to the secondary). A reader may return bare keys instead of an account (test fakes): a
-stand-alone primary.
+credentials hold (a stranger learns nothing of the account); so is a read, unless its client
+marked it as a read of the secondary (wire.READ_FROM_KEY: read access to the secondary), as
+an unmarked read is meant for the primary and must not be answered from a copy behind it.
+A reader may return bare keys instead of an account (test fakes): a stand-alone primary.
 
 Contract: `check_cached` authenticates without awaiting when every key it needs is cached and
 returns MISS otherwise (nothing decided); `check` always decides, reading what it lacks.
 Both raise only what `wire.authenticate` raises (Unauthenticated, PermissionDenied) — plus
-InvalidArgument for a field over its size (`check_field_sizes`), Moved for a write of an
-account that is secondary here, Unavailable when the account store cannot be read, and
-Throttled when LOOKUPS_IN_FLIGHT_MAX other accounts are being read
+InvalidArgument for a field over its size (`check_field_sizes`), Moved for a write (or an
+unmarked read) of an account that is secondary here, Unavailable when the account store
+cannot be read, and Throttled when LOOKUPS_IN_FLIGHT_MAX other accounts are being read
 already, or LOOKUPS_PER_PEER_MAX for the same peer, which a client retries.
 """
 
@@ -214,7 +215,7 @@ class Authenticator:
                                       now_s=self._clock.wall())
         except _Miss:
             return MISS
-        self._check_writable(claim, None)
+        self._check_role(claim, None)
         return token
 
     async def check(self, claim: wire.Claim, now_s: float | None = None, peer: str = ""
@@ -240,24 +241,18 @@ class Authenticator:
             except _Miss as miss:
                 loaded[miss.account] = await self._load(miss.account, peer)
                 continue
-            self._check_writable(claim, loaded)
+            self._check_role(claim, loaded)
             return token
         raise Unauthenticated("the credentials name more accounts than a request can")
 
-    def _check_writable(self, claim: wire.Claim, loaded: dict[str, Held | None] | None
-                        ) -> None:
-        """Moved if `claim` (authenticated) is a write of an account secondary here. Its
-        role is the one authentication just read its keys with: this check's `loaded`, or
-        the cache (no await since: the entry is still there)."""
-        if claim.method not in WRITE_METHODS:
-            return
+    def _check_role(self, claim: wire.Claim, loaded: dict[str, Held | None] | None) -> None:
+        """Moved if `claim` (authenticated) is of an account secondary here and is a write
+        or a read not marked as a read of the secondary (accounts.GeoRole.check_serves).
+        Its role is the one authentication just read its keys with: this check's `loaded`,
+        or the cache (no await since: the entry is still there)."""
         held = loaded.get(claim.account) if loaded else None
-        if held is not None:
-            held.geo.check_writable(claim.account)
-            return
-        entry = self._cache.get(claim.account)
-        assert entry is not None, "authenticated with keys neither loaded nor cached"
-        entry.geo.check_writable(claim.account)
+        geo = held.geo if held is not None else self._cache[claim.account].geo
+        geo.check_serves(claim.account, claim.method in WRITE_METHODS, claim.secondary_read)
 
     async def recheck(self, claim: wire.Claim) -> None:
         """Raise as `check` does if the credentials of a stream admitted on `claim` no
@@ -266,13 +261,18 @@ class Authenticator:
         stream calls it before each reply, so a stream opened with a key or token runs no
         longer than a request with it could be made. The timestamp is not checked again
         (it was timely when the stream began; streams run for hours): a key is rechecked
-        as of the request's own time, a token as of now (its expiry)."""
+        as of the request's own time, a token as of now (its expiry). A stream of an
+        account that became secondary here while it ran ends as a request would be
+        refused (Moved), unless it reads the secondary on purpose: a subscriber of the old
+        primary is sent to the new one, not left reading what is replicated here."""
         auth = claim.auth
         now_s = self._clock.wall() if auth.sas else auth.timestamp_ms / 1000
         try:
             wire.authenticate(claim, keys_of=self._cached_keys, now_s=now_s)
         except _Miss:
             await self.check(claim, now_s)
+            return
+        self._check_role(claim, None)
 
     async def account(self, account: str, peer: str = "") -> Held | None:
         """`account`'s keys and role (None: no such account), from the cache or read through

@@ -116,7 +116,8 @@ class RequestPath(Protocol):
     limits: PartitionLimits
 
     def start(self, request: pb.Request, reply: Reply, peer: str = "",
-              sdk_clock: deadline.SenderClock | None = None) -> None: ...
+              sdk_clock: deadline.SenderClock | None = None,
+              secondary_read: bool = False) -> None: ...
 # A stream's page or reply refused by the throttle waits at least this long before asking
 # again (a retry-after of 0 must not spin).
 STREAM_THROTTLE_WAIT_MIN_S = 0.001
@@ -219,16 +220,18 @@ class FrontEndServicer(fe_grpc.FrontEndServicer):
         """Many requests in flight on one stream; each answered when done, in any order."""
         replies = _Replies(self._held_bytes_max)
         reader = asyncio.get_running_loop().create_task(
-            self._read_requests(request_iterator, replies, context.peer()))
+            self._read_requests(request_iterator, replies, context.peer(),
+                                _secondary_read(context)))
         try:
             await replies.write_all(context)
         finally:
             reader.cancel()
 
     async def _read_requests(self, request_iterator: AsyncIterator[pb.RequestBatch],
-                             replies: _Replies, peer: str) -> None:
+                             replies: _Replies, peer: str, secondary_read: bool) -> None:
         """Start every request of the stream, holding back while it holds too much (module
-        docstring); the requests' store lookups count against `peer`."""
+        docstring); the requests' store lookups count against `peer`; `secondary_read`: the
+        stream's reads are meant for the account's secondary (wire.READ_FROM_KEY)."""
         front_end: RequestPath = self.fe
         limits = front_end.limits
         start = front_end.start
@@ -241,13 +244,14 @@ class FrontEndServicer(fe_grpc.FrontEndServicer):
                     if tracing.enabled:
                         span = _request_span(request)
                         start(request, _ending(span, lambda response, r=reserved:
-                                               replies.reply(response, r)), peer, sdk_clock)
+                                               replies.reply(response, r)), peer, sdk_clock,
+                              secondary_read)
                         # Only now: `start` has hashed the request as the SDK signed it
                         # (with the SDK's traceparent) before anything sent it on.
                         request.traceparent = tracing.traceparent(span)
                     else:
                         start(request, lambda response, r=reserved: replies.reply(response, r),
-                              peer, sdk_clock)
+                              peer, sdk_clock, secondary_read)
                     if not replies.room.is_set():
                         await replies.room.wait()
         except BaseException:
@@ -259,7 +263,7 @@ class FrontEndServicer(fe_grpc.FrontEndServicer):
     async def Subscribe(self, request: pb.SubscribeRequest,
                         context: aio.ServicerContext) -> None:
         """Ends when the log is sealed and read to its end."""
-        claim = wire.subscribe_claim(request)
+        claim = wire.subscribe_claim(request, _secondary_read(context))
         await self._authenticate(claim, context)
         self._checked(names.check_log, request.pname)
         server = self._server_of(request.account, request.pname)
@@ -274,7 +278,7 @@ class FrontEndServicer(fe_grpc.FrontEndServicer):
 
     @rpc.rpc_errors
     async def Scan(self, request: fe_pb.ScanRequest, context: aio.ServicerContext) -> None:
-        claim = wire.scan_claim(request)
+        claim = wire.scan_claim(request, _secondary_read(context))
         token = await self._authenticate(claim, context)
         from frontend.scan import scan_pages  # written beside this; imported when used
 
@@ -291,7 +295,8 @@ class FrontEndServicer(fe_grpc.FrontEndServicer):
     @rpc.rpc_errors
     async def ScanRanges(self, request: fe_pb.ScanRangesRequest,
                          context: aio.ServicerContext) -> fe_pb.ScanRangesReply:
-        token = await self._authenticate(wire.scan_ranges_claim(request), context)
+        token = await self._authenticate(
+            wire.scan_ranges_claim(request, _secondary_read(context)), context)
         # Fetched, not the cached map: a planner wants the partitions as they are now.
         current, addresses = await self.fe.client.partition_map()
         loads = await self.fe.client.partition_loads(addresses.values())
@@ -374,6 +379,11 @@ class FrontEndServicer(fe_grpc.FrontEndServicer):
         except StampError as exc:
             self.fe.counters.refused(exc)
             raise
+
+
+def _secondary_read(context: aio.ServicerContext) -> bool:
+    """Whether the call's reads are meant for the account's secondary (wire.READ_FROM_KEY)."""
+    return wire.secondary_read(context.invocation_metadata())
 
 
 def _request_span(request: pb.Request) -> Any:

@@ -1,5 +1,6 @@
 """One Call request at a front end (§6), in this order: authenticate (frontend/auth.py; a
-write of an account this stamp is the geo secondary of is refused there with Moved, issue 30),
+write, or a read not marked as a read of the secondary, of an account this stamp is the geo
+secondary of is refused there with Moved, issue 30),
 check names, limits and payload CRC32Cs (server_checks.py), admit through the account
 throttle (frontend/throttle.py) for the partition server its key routes to, clear `auth`,
 forward to that server, and answer with the SDK's request id.
@@ -154,14 +155,17 @@ class FrontEnd:
     # ---- the hot path -----------------------------------------------------------------------
 
     def start(self, request: pb.Request, reply: Reply, peer: str = "",
-              sdk_clock: deadline.SenderClock | None = None) -> None:
+              sdk_clock: deadline.SenderClock | None = None,
+              secondary_read: bool = False) -> None:
         """Take one request (module contract) that came on connection `peer`; `sdk_clock`
-        judges the SDK's deadlines on its stream (common/deadline.py)."""
+        judges the SDK's deadlines on its stream (common/deadline.py); `secondary_read`:
+        its stream reads the account's secondary on purpose (wire.READ_FROM_KEY)."""
         self.counters.requests += 1
         sdk_id = request.id
         try:
             check_sizes(request)
-            claim = wire.call_claim(request)  # the signature covers the SDK's timeout
+            # The signature covers the SDK's timeout.
+            claim = wire.call_claim(request, secondary_read)
             if self.auth.check_cached(claim) is MISS:
                 self._spawn(self._slow(request, sdk_id, claim, reply, peer=peer,
                                        sdk_clock=sdk_clock))

@@ -27,6 +27,13 @@ same request, no other. A mutation carrying a token (the SDK sets one on every a
 delete and batch) is answered from its first outcome and writes nothing again; a read or a
 peek is answered again. See SECURITY.md.
 
+A read a client means for the account's secondary stamp (issue 30, read access to the
+secondary) says so in gRPC metadata, READ_FROM_KEY: READ_FROM_SECONDARY, on its Call stream
+or its Subscribe, Scan or ScanRanges call (`secondary_read`, which the claim carries); it is
+not signed, as it grants nothing: it only lets a secondary answer a read that may be behind
+the primary (frontend/accounts.py GeoRole.check_serves). A front end of the account's
+secondary answers any other read with Moved.
+
 A shared access token is checked for the permission its method needs (`PERMISSION_OF`) on the
 request's name (a scan's or listing's range must lie under the token's prefix: the front end
 checks that with `sas_prefix`).
@@ -38,7 +45,7 @@ signing.verify and sas.check do, never anything else for any bytes a client may 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -58,6 +65,9 @@ SUBSCRIBE = "Subscribe"
 SCAN = "Scan"
 LIST_LOGS = "ListLogs"
 SCAN_RANGES = "ScanRanges"
+# gRPC metadata by which a client says its reads are for the secondary (module docstring).
+READ_FROM_KEY = "stamp-read-from"
+READ_FROM_SECONDARY = "secondary"
 # The shared-access permission each method needs (sas.PERMISSIONS).
 PERMISSION_OF: dict[str, str] = {
     "Append": "append", "Read": "read", "Peek": "read", "Get": "read", "Subscribe": "read",
@@ -92,6 +102,7 @@ class Claim(NamedTuple):
     name: str | None  # the log or partition name; None for an account-wide request
     request_sha256: bytes
     auth: pb.Auth
+    secondary_read: bool = False  # a read its client means for the secondary (docstring)
 
     @property
     def resource(self) -> str:
@@ -100,7 +111,13 @@ class Claim(NamedTuple):
 
 # ---- the signed view of each request --------------------------------------------------------
 
-def call_claim(request: pb.Request) -> Claim:
+def secondary_read(metadata: Iterable[tuple[str, str | bytes]] | None) -> bool:
+    """Whether a call's invocation metadata marks its reads as reads of the secondary."""
+    return any(key == READ_FROM_KEY and value == READ_FROM_SECONDARY
+               for key, value in metadata or ())
+
+
+def call_claim(request: pb.Request, secondary_read: bool = False) -> Claim:
     """The claim of a Call request; InvalidArgument for an op a front end does not take or
     for unknown fields. Takes the credentials out of `request` (the claim holds them: a
     partition server never sees them), and leaves it otherwise as it was."""
@@ -118,29 +135,31 @@ def call_claim(request: pb.Request) -> Claim:
         digest = _digest(request)
     finally:
         request.id = sdk_id
-    return Claim(method, request.account, request.pname, digest, auth)
+    return Claim(method, request.account, request.pname, digest, auth, secondary_read)
 
 
-def subscribe_claim(request: pb.SubscribeRequest) -> Claim:
+def subscribe_claim(request: pb.SubscribeRequest, secondary_read: bool = False) -> Claim:
     view = pb.SubscribeRequest()
     view.CopyFrom(request)
     auth = _take_auth(view)
-    return Claim(SUBSCRIBE, request.account, request.pname, _digest(view), auth)
+    return Claim(SUBSCRIBE, request.account, request.pname, _digest(view), auth,
+                 secondary_read)
 
 
-def scan_claim(request: fe_pb.ScanRequest) -> Claim:
+def scan_claim(request: fe_pb.ScanRequest, secondary_read: bool = False) -> Claim:
     view = fe_pb.ScanRequest()
     view.CopyFrom(request)
     auth = _take_auth(view)
     method = LIST_LOGS if request.mode == pb.SCAN_LOG_NAMES else SCAN
-    return Claim(method, request.account, None, _digest(view), auth)
+    return Claim(method, request.account, None, _digest(view), auth, secondary_read)
 
 
-def scan_ranges_claim(request: fe_pb.ScanRangesRequest) -> Claim:
+def scan_ranges_claim(request: fe_pb.ScanRangesRequest, secondary_read: bool = False
+                      ) -> Claim:
     view = fe_pb.ScanRangesRequest()
     view.CopyFrom(request)
     auth = _take_auth(view)
-    return Claim(SCAN_RANGES, request.account, None, _digest(view), auth)
+    return Claim(SCAN_RANGES, request.account, None, _digest(view), auth, secondary_read)
 
 
 def _take_auth(message: pb.Request | pb.SubscribeRequest | fe_pb.ScanRequest

@@ -10,8 +10,9 @@ Options (case-insensitive, as Spark passes them):
 - `readFrom`: `primary` or `secondary` (read access to the secondary, issue 30: every read
   of the query, planning included, goes to the account's secondary stamp; stampsdk/aio.py
   says what that reads, and that it fails with SecondaryNotLive while the secondary is not
-  live). Only with a connectionString naming a `Location`. Default: the connection
-  string's `ReadFrom`, else primary.
+  live); with front ends named instead of a location, they are read as the secondary's
+  (a secondary's front ends answer only reads so marked). Default: the connection string's
+  `ReadFrom`, else primary.
 
 Contract of `read_only_access`: with an account key it mints, on the driver, a token
 granting only `read` and `scan` on every name of the account for TOKEN_LIFETIME_S, signed
@@ -31,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from stampsdk import Client, connection_string, sas
-from stampsdk.connection_string import PRIMARY, READ_FROM, SECONDARY
+from stampsdk.connection_string import PRIMARY, READ_FROM
 from stampsdk.errors import InvalidArgument, Unauthenticated
 
 # A minted token outlives any batch read and a week of streaming; a query running longer
@@ -88,7 +89,7 @@ def read_only_access(options: Mapping[str, str]) -> Access:
     if text:
         parsed = connection_string.parse(text)
         parsed = dataclasses.replace(parsed, read_from=read_from_option(
-            options, parsed.read_from, bool(parsed.location)))
+            options, parsed.read_from))
         if parsed.sas is not None:
             return Access(parsed.endpoints, parsed.account, parsed.sas, parsed.tls,
                           parsed.ca_file, parsed.location, parsed.read_from)
@@ -100,18 +101,18 @@ def read_only_access(options: Mapping[str, str]) -> Access:
     if not token or not endpoints:
         raise InvalidArgument("the stamp data source needs option connectionString, or sas "
                               "and endpoints")
-    read_from_option(options, PRIMARY, has_location=False)  # a wrong one is refused too
     account = options.get("account") or sas.decode(token).account
     checked = connection_string.make(list(endpoints), account, sas_token=token,
                                      tls=options.get("tls") == "true",
-                                     ca_file=options.get("caFile") or None)
-    return Access(checked.endpoints, checked.account, token, checked.tls, checked.ca_file)
+                                     ca_file=options.get("caFile") or None,
+                                     read_from=read_from_option(options, PRIMARY))
+    return Access(checked.endpoints, checked.account, token, checked.tls, checked.ca_file,
+                  read_from=checked.read_from)
 
 
-def read_from_option(options: Mapping[str, str], default: str, has_location: bool) -> str:
+def read_from_option(options: Mapping[str, str], default: str) -> str:
     """Option `readFrom` (module docstring), `default` (the connection string's) when it is
-    not given; InvalidArgument naming the option for another value, or for `secondary`
-    without a location (only a location names the secondary)."""
+    not given; InvalidArgument naming the option for another value."""
     value = options.get("readFrom")
     if value is None or value == "":
         return default
@@ -119,10 +120,6 @@ def read_from_option(options: Mapping[str, str], default: str, has_location: boo
     if read_from not in READ_FROM:
         raise InvalidArgument(f"option readFrom is {' or '.join(READ_FROM)}, not "
                               f"{value[:40]!r}")
-    if read_from == SECONDARY and not has_location:
-        raise InvalidArgument("option readFrom=secondary needs a connectionString with "
-                              "Location=... (the location names the account's secondary "
-                              "stamp)")
     return read_from
 
 

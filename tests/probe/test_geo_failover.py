@@ -271,11 +271,12 @@ def diverge(stamp: LocalStamp) -> None:
 
 
 def direct(stamps: dict[str, LocalStamp], at: str, keys_from: str) -> str:
-    """A connection string of account delta naming `at`'s front ends (no location)."""
+    """A connection string of account delta naming `at`'s front ends (no location), read
+    as a secondary's (a secondary answers no other read)."""
     with accounts_at(stamps[keys_from]) as accounts:
         key = accounts.get("delta").keys[0]
     return connection_string.make([r.address for r in stamps[at].front_ends()], "delta",
-                                  key=key).format()
+                                  key=key, read_from="secondary").format()
 
 
 def logs_at(client: Client, logs: list[str]) -> dict[str, list[bytes]]:

@@ -157,11 +157,12 @@ def accounts_of(stamp: LocalStamp) -> list[str]:
 
 
 def direct(stamps: dict[str, LocalStamp], at: str) -> str:
-    """A connection string of the account naming `at`'s front ends (no location)."""
+    """A connection string of the account naming `at`'s front ends (no location), read as
+    a secondary's (a secondary answers no other read)."""
     with accounts_at(stamps["west-1"]) as accounts:
         key = accounts.get(ACCOUNT).keys[0]
     return connection_string.make([r.address for r in stamps[at].front_ends()], ACCOUNT,
-                                  key=key).format()
+                                  key=key, read_from="secondary").format()
 
 
 def logs_at(stamp: LocalStamp) -> list[str]:

@@ -45,8 +45,10 @@ class Geo:
     secondary: LocalStamp
 
     def at_secondary(self) -> Client:
+        """A client of the secondary's front ends, reading there on purpose (a secondary
+        answers no other read)."""
         fronts = [r.address for r in self.secondary.front_ends()]
-        return Client(fronts, ACCOUNT, key=self.key, timeout_s=30)
+        return Client(fronts, ACCOUNT, key=self.key, timeout_s=30, read_from="secondary")
 
     def at_primary(self) -> Client:
         fronts = [r.address for r in self.primary.front_ends()]

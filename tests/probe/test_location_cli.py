@@ -68,7 +68,8 @@ def test_two_stamps_in_two_regions_and_an_account_placed_across_them(location: P
     key = base64.b64decode(first[1].split("Key=")[1])
     stamps = stamps_of(LocalLocation(location))
     with Client.from_connection_string(first[1], timeout_s=30) as primary, \
-            Client([endpoint], "alpha", key=key, timeout_s=30) as at_secondary:
+            Client([endpoint], "alpha", key=key, timeout_s=30,
+                   read_from="secondary") as at_secondary:
         assert primary.append("log", [b"r0"]) == 0
         assert primary.aio.location_answer.primary.name == primary_of(first[0])
         assert primary.aio.endpoints == [rows[primary_of(first[0])][-1]]
@@ -85,6 +86,12 @@ def test_two_stamps_in_two_regions_and_an_account_placed_across_them(location: P
         assert at_secondary.get("users", "alice") == (b"Oslo", etag)
         with pytest.raises(Moved, match=f"its primary is stamp {primary_of(first[0])}"):
             at_secondary.append("log", [b"not here"])
+    # A read not marked as a read of the secondary is meant for the primary: the secondary
+    # sends it on rather than answer from a copy that may be behind.
+    moved = f"is not read .* its primary is stamp {primary_of(first[0])}"
+    with Client([endpoint], "alpha", key=key, timeout_s=30) as unmarked, \
+            pytest.raises(Moved, match=moved):
+        unmarked.get("users", "alice")
 
 
 def test_a_planned_failover_under_load_loses_nothing_and_writers_go_on(location: Path
@@ -159,7 +166,7 @@ def test_a_planned_failover_under_load_loses_nothing_and_writers_go_on(location:
     endpoint = LocalLocation(location)
     old_fronts = [r.address for r in stamps_of(endpoint)[old].front_ends()]
     key = base64.b64decode(text.split("Key=")[1])
-    with Client(old_fronts, "gamma", key=key, timeout_s=30) as at_old:
+    with Client(old_fronts, "gamma", key=key, timeout_s=30, read_from="secondary") as at_old:
         for log, records in acked.items():
             until(lambda log=log, records=records: at_old.peek(log) == (0, len(records)),
                   f"{old} has {log}")

@@ -30,7 +30,7 @@ class HeldFrontEnd:
         self.started = 0
 
     def start(self, request: pb.Request, reply: Reply, peer: str = "",
-              sdk_clock: object = None) -> None:
+              sdk_clock: object = None, secondary_read: bool = False) -> None:
         self.held.append((request, reply))
         self.started += 1
         self.peers.add(peer)
@@ -55,6 +55,9 @@ class Context:
 
     def peer(self) -> str:
         return "ipv4:127.0.0.1:5555"
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return ()
 
 
 async def until(check: Callable[[], bool]) -> None:

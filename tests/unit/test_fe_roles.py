@@ -1,6 +1,7 @@
 """A front end at an account's geo secondary (issue 30): its request path (frontend/
 server_call.FrontEnd on a fake partition layer, and the Azure Blob endpoint's `authorize`)
-refuses every write with Moved, naming the primary stamp, and forwards every read; the role
+refuses every write with Moved, naming the primary stamp, and every read but those its client
+marked as reads of the secondary (wire.READ_FROM_KEY), which it forwards; the role
 comes with the keys from one cached read (frontend/auth.py), so a role changed in the store
 is seen once the cache's TTL has passed, and a cached role costs no read."""
 
@@ -30,6 +31,8 @@ KEY = b"k" * 32
 TTL_S = 5.0
 SECONDARY = GeoRole("secondary", "east-1", 3)
 MOVED_MESSAGE = "account acme is not written at this stamp: its primary is stamp east-1 (epoch 3)"
+READ_MOVED = ("account acme is not read (but from its secondary, on purpose) at this stamp: its "
+              "primary is stamp east-1 (epoch 3)")
 
 
 class Store:
@@ -104,9 +107,10 @@ def request(op: str, clock: ManualClock, credentials: wire.Credentials | None = 
     return made
 
 
-async def answer(fe: FrontEnd, made: pb.Request) -> pb.Response:
+async def answer(fe: FrontEnd, made: pb.Request, secondary_read: bool = False
+                 ) -> pb.Response:
     answered: asyncio.Future[pb.Response] = asyncio.get_running_loop().create_future()
-    fe.start(made, answered.set_result)
+    fe.start(made, answered.set_result, secondary_read=secondary_read)
     return await asyncio.wait_for(answered, 5)
 
 
@@ -116,7 +120,10 @@ def test_writes_and_only_writes_are_classified_as_such() -> None:
     assert sorted(WRITE_METHODS) == ["Append", "Batch", "Delete", "Put", "Seal", "Trim"]
 
 
-def test_a_secondary_refuses_writes_with_moved_and_answers_reads() -> None:
+def test_a_secondary_refuses_writes_and_unmarked_reads_with_moved() -> None:
+    """Only reads marked as reads of the secondary are answered: an unmarked read is meant
+    for the primary (a client whose location answer still names this stamp so after a
+    failover), and a copy behind the primary must not answer it (DESIGN §8)."""
     async def scenario() -> None:
         clock = ManualClock(start=1_700_000_000.0)
         store = Store(SECONDARY)
@@ -124,12 +131,15 @@ def test_a_secondary_refuses_writes_with_moved_and_answers_reads() -> None:
         first = await answer(fe, request("append", clock))  # uncached: the slow path
         assert (first.id, first.error, first.message) == (9, "Moved", MOVED_MESSAGE)
         for op in ("put", "trim", "seal", "append"):  # cached: the hot path
-            refused = await answer(fe, request(op, clock))
-            assert (refused.error, refused.message) == ("Moved", MOVED_MESSAGE), op
+            for marked in (False, True):  # marked or not, a write is never answered here
+                refused = await answer(fe, request(op, clock), secondary_read=marked)
+                assert (refused.error, refused.message) == ("Moved", MOVED_MESSAGE), op
         for op in ("read", "peek", "get"):
-            read = await answer(fe, request(op, clock))
+            refused = await answer(fe, request(op, clock))
+            assert (refused.error, refused.message) == ("Moved", READ_MOVED), op
+            read = await answer(fe, request(op, clock), secondary_read=True)
             assert (read.id, read.error) == (9, ""), op
-        assert session.sent == ["read", "peek", "get"]  # no write went on
+        assert session.sent == ["read", "peek", "get"]  # no write, no unmarked read went on
         assert store.reads == 1  # the role came with the keys, once
     asyncio.run(scenario())
 
@@ -142,7 +152,9 @@ def test_a_token_holder_is_refused_as_the_key_holder_is() -> None:
                          clock.wall())
         holder = wire.Credentials("acme", sas=token)
         assert (await answer(fe, request("append", clock, holder))).error == "Moved"
-        assert (await answer(fe, request("read", clock, holder))).error == ""
+        assert (await answer(fe, request("read", clock, holder))).error == "Moved"
+        assert (await answer(fe, request("read", clock, holder), secondary_read=True)
+                ).error == ""
         assert session.sent == ["read"]
     asyncio.run(scenario())
 
@@ -169,6 +181,45 @@ def test_a_role_change_is_seen_within_the_cache_ttl() -> None:
         moved = await answer(fe, request("append", clock))
         assert moved.error == "Moved" and "stamp west-1 (epoch 4)" in moved.message
         assert session.sent == ["append"] and store.reads == 2
+    asyncio.run(scenario())
+
+
+def test_a_primary_answers_marked_and_unmarked_reads() -> None:
+    """A client reading from the secondary may reach the primary (just failed over to, its
+    location answer not yet renewed): fresher than asked for, never staler."""
+    async def scenario() -> None:
+        clock = ManualClock(start=1_700_000_000.0)
+        fe, session = front_end(Store(GeoRole("primary", "west-1", 3)), clock)
+        for marked in (False, True):
+            assert (await answer(fe, request("get", clock), secondary_read=marked)).error == ""
+        assert session.sent == ["get", "get"]
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("marked", [False, True])
+def test_a_stream_ends_with_moved_once_its_stamp_turns_secondary(marked: bool) -> None:
+    """A Subscribe or Scan stream rechecks before each reply (Authenticator.recheck): one
+    admitted at the primary ends with Moved once the role in the store says secondary
+    (within the TTL), so its SDK goes on at the new primary; one reading the secondary on
+    purpose goes on."""
+    async def scenario() -> None:
+        clock = ManualClock(start=1_700_000_000.0)
+        store = Store(GeoRole("primary", "east-1", 3))
+        auth = Authenticator(store.lookup, clock, ttl_s=TTL_S)
+        subscribe = pb.SubscribeRequest(account="acme", pname="orders", from_seq=1)
+        wire.sign_subscribe(subscribe, wire.Credentials("acme", key=KEY), clock.wall())
+        claim = wire.subscribe_claim(subscribe, secondary_read=marked)
+        await auth.check(claim)
+        await auth.recheck(claim)
+        store.account = Account("acme", (KEY, KEY), 1.0, SECONDARY)
+        clock.advance(TTL_S + 0.001)
+        if marked:
+            await auth.recheck(claim)
+            await auth.recheck(claim)  # cached now: the hot path of a recheck
+            return
+        for _ in range(2):  # read through the cache, then from it
+            with pytest.raises(Moved, match="is not read"):
+                await auth.recheck(claim)
     asyncio.run(scenario())
 
 

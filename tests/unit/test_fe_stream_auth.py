@@ -42,6 +42,9 @@ class Context:
     def peer(self) -> str:
         return "ipv4:127.0.0.1:5555"
 
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return ()
+
     async def abort(self, code: grpc.StatusCode, details: str, trailing_metadata: object = ()
                     ) -> None:
         self.code = code

@@ -72,7 +72,7 @@ def make(script: Script, step_s: float = 1.0, timeout_s: float = 30.0
                    limits=PartitionLimits(record_bytes_max=10, batch_ops_max=2),
                    policy=RetryPolicy(0.001, 0.002), clock=clock, rng=random.Random(0))
     for endpoint in ENDPOINTS:
-        c._sessions[endpoint] = ScriptedSession(  # type: ignore[assignment]
+        c._sessions[endpoint, False] = ScriptedSession(  # type: ignore[assignment]
             endpoint, script, sent, clock, step_s)
     return c, sent, clock
 

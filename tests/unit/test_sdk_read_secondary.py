@@ -28,6 +28,7 @@ from stampsdk.errors import InvalidArgument, SecondaryNotLive, Unavailable
 from stampsdk.location import Resolution, StampAddress
 
 from common.clock import ManualClock
+from frontend import wire as fe_wire
 from frontend.auth import WRITE_METHODS
 from spark.datasource_access import Access, read_only_access
 
@@ -68,7 +69,6 @@ def test_read_from_secondary_parses_formats_and_round_trips() -> None:
     ("Location=h:1;Account=acme;Key={k};ReadFrom=", "ReadFrom is empty"),
     ("Location=h:1;Account=acme;Key={k};ReadFrom=secondary;ReadFrom=primary",
      "ReadFrom twice"),
-    ("Endpoint=h:1;Account=acme;Key={k};ReadFrom=secondary", "needs Location="),
     ("Location=h:1;Account=acme;Key={k};readfrom=secondary", "unknown setting 'readfrom'"),
 ])
 def test_a_bad_read_from_is_refused_naming_the_rule(text: str, error: str) -> None:
@@ -80,8 +80,8 @@ def test_the_clients_take_read_from_as_a_keyword_checked_as_in_a_connection_stri
     made = aio.Client([], "acme", key=KEY, location=[LOCATION], read_from="secondary")
     assert made.read_from == "secondary"
     assert aio.Client([], "acme", key=KEY, location=[LOCATION]).read_from == "primary"
-    with pytest.raises(InvalidArgument, match="needs Location="):
-        aio.Client(["h:1"], "acme", key=KEY, read_from="secondary")
+    # Front ends named instead of a location are read as the secondary's.
+    assert aio.Client(["h:1"], "acme", key=KEY, read_from="secondary").read_from == "secondary"
     with pytest.raises(InvalidArgument, match="not 'both'"):
         aio.Client([], "acme", key=KEY, location=[LOCATION], read_from="both")
     text = f"Location={LOCATION};Account=acme;Key={KEY_B64};ReadFrom=secondary"
@@ -101,23 +101,39 @@ def test_the_sdks_read_ops_are_those_a_secondary_answers() -> None:
     assert not streams & WRITE_METHODS
 
 
+def test_the_sdks_mark_is_the_one_a_front_end_reads() -> None:
+    """The metadata the SDK sends with reads of the secondary is what frontend/wire.py
+    takes as the mark (the two sides keep their own copies of the contract)."""
+    assert fe_wire.secondary_read(sdk_wire.READ_FROM_METADATA)
+    assert not fe_wire.secondary_read(()) and not fe_wire.secondary_read(None)
+    assert not fe_wire.secondary_read((("stamp-read-from", "primary"),))
+
+
 # ---- routing ------------------------------------------------------------------------------
 
 class FrontEnds:
     """Every front end of a test, scripted: each Call session and stream answers at once
-    and records (endpoint, what was asked) in `sent`."""
+    and records (endpoint, what was asked) in `sent`, and what was asked marked as a read
+    of the secondary (stampsdk/wire.py READ_FROM_METADATA) in `marked`."""
 
     def __init__(self) -> None:
         self.sent: list[tuple[str, str]] = []
+        self.marked: list[str] = []
 
-    def session(self, endpoint: str) -> Any:
+    def _record(self, endpoint: str, what: str, metadata: Any) -> None:
+        self.sent.append((endpoint, what))
+        if metadata == sdk_wire.READ_FROM_METADATA:
+            self.marked.append(what)
+
+    def session(self, endpoint: str, secondary_read: bool = False) -> Any:
         front_ends = self
 
         class Session:
             def submit(self, request: pb.Request, timeout_s: float, nbytes: int = 256
                        ) -> asyncio.Future[pb.Response]:
                 op = request.WhichOneof("op")
-                front_ends.sent.append((endpoint, op))
+                front_ends._record(endpoint, op, sdk_wire.READ_FROM_METADATA
+                                   if secondary_read else None)
                 future = asyncio.get_running_loop().create_future()
                 future.set_result(answer(op))
                 return future
@@ -131,20 +147,21 @@ class FrontEnds:
         front_ends = self
 
         class Stub:
-            def Scan(self, request: pb.ScanRequest) -> Stream:
-                front_ends.sent.append((endpoint, "scan"))
+            def Scan(self, request: pb.ScanRequest, metadata: Any = None) -> Stream:
+                front_ends._record(endpoint, "scan", metadata)
                 return Stream([pb.ScanPage(items=[pb.ScanItem(
                     pname="users", row=b"alice", value=b"Oslo", etag="e1",
                     crc=crc32c(b"Oslo"))])])
 
-            def Subscribe(self, request: pb.SubscribeRequest) -> Stream:
-                front_ends.sent.append((endpoint, "subscribe"))
+            def Subscribe(self, request: pb.SubscribeRequest, metadata: Any = None
+                          ) -> Stream:
+                front_ends._record(endpoint, "subscribe", metadata)
                 return Stream([pb.SubscribeReply(records=[pb.Record(
                     seq=0, data=b"r0", crc=crc32c(b"r0"))])])
 
-            async def ScanRanges(self, request: pb.ScanRangesRequest, timeout: float
-                                 ) -> pb.ScanRangesReply:
-                front_ends.sent.append((endpoint, "scan_ranges"))
+            async def ScanRanges(self, request: pb.ScanRangesRequest, timeout: float,
+                                 metadata: Any = None) -> pb.ScanRangesReply:
+                front_ends._record(endpoint, "scan_ranges", metadata)
                 return pb.ScanRangesReply(ranges=[pb.AccountRange(partition_id=1)])
 
         return Stub()
@@ -239,6 +256,7 @@ def test_reads_go_to_the_secondary_and_writes_to_the_primary(
     assert [what for _, what in front_ends.sent] == WRITES + READS
     assert {e for e, what in front_ends.sent if what in WRITES} <= set(WEST.front_ends)
     assert {e for e, what in front_ends.sent[len(WRITES):]} == set(EAST.front_ends)
+    assert front_ends.marked == READS  # each read says it is meant for the secondary
     assert client.read_endpoints == list(EAST.front_ends)
     assert client.endpoints == list(WEST.front_ends)
     assert where.asked == 1  # one answer serves both, for its TTL
@@ -251,6 +269,7 @@ def test_a_client_reading_from_the_primary_sends_everything_there(
     asyncio.run(every_call(client))
     assert {e for e, _ in front_ends.sent} <= set(WEST.front_ends)
     assert client.read_endpoints == client.endpoints
+    assert front_ends.marked == []  # a secondary answers none of them (Moved)
 
 
 @pytest.mark.parametrize("state", ["bootstrapping", "unavailable", ""])
@@ -319,8 +338,8 @@ def test_a_secondary_front_end_that_fails_is_avoided_and_the_account_asked_about
     broken: set[str] = set()
     session = front_ends.session
 
-    def failing(endpoint: str) -> Any:
-        real = session(endpoint)
+    def failing(endpoint: str, secondary_read: bool = False) -> Any:
+        real = session(endpoint, secondary_read)
         if endpoint not in broken:
             return real
 
@@ -416,16 +435,15 @@ def test_spark_read_from_option_reaches_the_sdk_client() -> None:
     assert read_only_access({"connectionString": text, "readFrom": "primary"}
                             ).read_from == "primary"
     assert read_only_access({"connectionString": AT_LOCATION}).read_from == "primary"
+    # Front ends named instead of a location are read as the secondary's.
+    direct = {"sas": TOKEN, "endpoints": "127.0.0.1:1", "readFrom": "secondary"}
+    assert read_only_access(direct) == Access(("127.0.0.1:1",), "acme", TOKEN,
+                                              read_from="secondary")
 
 
 @pytest.mark.parametrize("options, error", [
     ({"connectionString": AT_LOCATION, "readFrom": "nearest"},
      "option readFrom is primary or secondary, not 'nearest'"),
-    ({"connectionString": f"Endpoint=127.0.0.1:1;Account=acme;SharedAccessSignature={TOKEN}",
-      "readFrom": "secondary"}, "option readFrom=secondary needs a connectionString with "
-                                "Location"),
-    ({"sas": TOKEN, "endpoints": "127.0.0.1:1", "readFrom": "secondary"},
-     "option readFrom=secondary needs"),
     ({"sas": TOKEN, "endpoints": "127.0.0.1:1", "readFrom": "x"}, "option readFrom is"),
 ])
 def test_spark_read_from_option_is_checked(options: dict[str, str], error: str) -> None:

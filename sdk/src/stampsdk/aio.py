@@ -60,7 +60,11 @@ the location says the secondary is not live (bootstrapping, or unavailable after
 failover), its reads raise SecondaryNotLive at once, sent nowhere: never a partial or
 diverged copy, and never silently the primary's. After a failover the location names the
 roles swapped, and reads follow the secondary as writes follow the primary
-(stampsdk/location.py: the answer's TTL, a failing front end, Moved).
+(stampsdk/location.py: the answer's TTL, a failing front end, Moved). Its reads are marked
+as reads of the secondary (stampsdk/wire.py READ_FROM_METADATA): a secondary's front ends
+answer no other, so a client reading from the primary whose answer still names the old
+primary after a failover is sent on (Moved) instead of reading a copy behind it. With
+`Endpoint=` front ends and `ReadFrom=secondary`, reads go to those, marked so.
 
 An asyncio Client belongs to the event loop it is first used on (its streams live there);
 the blocking stampsdk.Client may be shared by threads.
@@ -125,9 +129,10 @@ class Client:
         location service, which say where the account's primary stamp is (issue 30:
         stampsdk/location.py; a stamp that answers Moved sends the client back to ask
         again, and the call goes on at the new primary); `read_from`: "primary" (the
-        default) or "secondary", with a `location` only: reads go to the account's secondary
-        stamp (module docstring); exactly one of `key` (an account key) and
-        `sas` (a shared access token of `account`); `timeout_s`: how long one call may take,
+        default) or "secondary": reads go to the account's secondary stamp (with
+        `endpoints`: the front ends named are read as the secondary's; module docstring);
+        exactly one of `key` (an account key) and `sas` (a shared access token of
+        `account`); `timeout_s`: how long one call may take,
         retries included; `tls` (implied by `ca_file`): TLS to the front ends, trusting the
         CA in `ca_file` or else the system's roots; without either, a plain connection;
         `limits`: what arguments are checked against (any object with stampsdk.Limits'
@@ -167,7 +172,10 @@ class Client:
         # there (None until its first read).
         self._read_endpoints: Endpoints | None = None
         self._read_resolved: tuple[str, ...] = ()
-        self._sessions: dict[str, CallSession] = {}
+        # One Call stream per front end, and one more for a client's reads of the secondary:
+        # those are marked (wire.READ_FROM_METADATA), and a front end may be named as the
+        # secondary's and, in an answer not yet expired, as the primary's.
+        self._sessions: dict[tuple[str, bool], CallSession] = {}
         # Mutation tokens: a random prefix and a counter (unique without a urandom per call).
         self._token_prefix = os.urandom(TOKEN_PREFIX_BYTES).hex()
         self._tokens = itertools.count()
@@ -286,7 +294,8 @@ class Client:
                                         read=True)
             request = pb.SubscribeRequest(account=self.account, pname=log, from_seq=next_seq)
             wire.sign_subscribe(request, self._credentials, self._clock.wall())
-            stream = fe_grpc.FrontEndStub(self._channels.get(endpoint)).Subscribe(request)
+            stream = fe_grpc.FrontEndStub(self._channels.get(endpoint)).Subscribe(
+                request, metadata=self._read_metadata(self._reads_secondary) or None)
             try:
                 async for reply in stream:
                     # Records before next_seq were delivered by an earlier stream.
@@ -400,7 +409,8 @@ class Client:
             endpoint = await self._pick(deadline, read=True)
             request = cursor.request()
             wire.sign_scan(request, self._credentials, self._clock.wall())
-            stream = fe_grpc.FrontEndStub(self._channels.get(endpoint)).Scan(request)
+            stream = fe_grpc.FrontEndStub(self._channels.get(endpoint)).Scan(
+                request, metadata=self._read_metadata(self._reads_secondary) or None)
             pages = stream.__aiter__()
             try:
                 while True:
@@ -439,8 +449,9 @@ class Client:
             wire.sign_scan_ranges(request, self._credentials, self._clock.wall())
             stub = fe_grpc.FrontEndStub(self._channels.get(endpoint))
             try:
-                reply = await stub.ScanRanges(request,
-                                              timeout=self._attempt_s(deadline, attempt))
+                reply = await stub.ScanRanges(
+                    request, timeout=self._attempt_s(deadline, attempt),
+                    metadata=self._read_metadata(self._reads_secondary) or None)
             except grpc.RpcError as exc:
                 error = from_rpc_error(exc)
             else:
@@ -523,13 +534,20 @@ class Client:
         if rotation is not None:
             rotation.answered(endpoint)
 
-    def _session(self, endpoint: str) -> CallSession:
-        session = self._sessions.get(endpoint)
+    def _session(self, endpoint: str, secondary_read: bool = False) -> CallSession:
+        """The Call stream to `endpoint`: the one marked as reading the secondary for
+        `secondary_read` (module docstring)."""
+        session = self._sessions.get((endpoint, secondary_read))
         if session is None:
             session = CallSession(endpoint, lambda: cast(Any, fe_grpc.FrontEndStub(
-                self._channels.get(endpoint))))
-            self._sessions[endpoint] = session
+                self._channels.get(endpoint))), self._read_metadata(secondary_read))
+            self._sessions[endpoint, secondary_read] = session
         return session
+
+    @staticmethod
+    def _read_metadata(secondary_read: bool) -> tuple[tuple[str, str], ...]:
+        """The metadata of a call: marked for a read of the secondary (stampsdk/wire.py)."""
+        return wire.READ_FROM_METADATA if secondary_read else ()
 
     async def _call(self, request: pb.Request, idempotent: bool = True,
                     nbytes: int | None = None) -> pb.Response:
@@ -557,7 +575,7 @@ class Client:
             # it) that takes it up after that drops it instead of doing it.
             request.timeout_ms = max(1, round(wait_s * 1000))
             wire.sign_call(request, self._credentials, self._clock.wall())
-            future = self._session(endpoint).submit(request, wait_s, nbytes)
+            future = self._session(endpoint, read).submit(request, wait_s, nbytes)
             sent = self._clock.monotonic()
             try:
                 response = await future

@@ -20,9 +20,11 @@ Rules (each broken one is an InvalidArgument naming it):
   `Location`, both the location's servers and the stamps' front ends are reached so.
   `Tls=false` with a `CaFile` is refused.
 - `ReadFrom` (issue 30, read access to the secondary: Azure's RA-GRS): `primary` (the
-  default) or `secondary`, only with a `Location`: a client of `ReadFrom=secondary` sends
-  its reads (read, peek, get, subscribe, scan, list_logs, scan_ranges) to the account's
-  secondary stamp, its writes still to the primary (stampsdk/aio.py says what it reads).
+  default) or `secondary`: with a `Location`, a client of `ReadFrom=secondary` sends its
+  reads (read, peek, get, subscribe, scan, list_logs, scan_ranges) to the account's
+  secondary stamp, its writes still to the primary (stampsdk/aio.py says what it reads);
+  with an `Endpoint`, the front ends named are read as the secondary's (a secondary's front
+  ends answer only reads so marked: stampsdk/wire.py), and writes there are refused (Moved).
 
 `format` writes the one canonical spelling; `parse(format(c)) == c`.
 """
@@ -75,7 +77,7 @@ class ConnectionString:
                                   "SharedAccessSignature")
         if self.ca_file is not None and not self.tls:
             raise InvalidArgument("a connection string with a CaFile uses TLS")
-        check_read_from(self.read_from, bool(self.location))
+        check_read_from(self.read_from)
 
     def format(self) -> str:
         """The canonical spelling: settings in the order Endpoint or Location, Account, Key
@@ -104,7 +106,7 @@ def make(endpoints: list[str] | tuple[str, ...], account: str, *, key: bytes | N
          read_from: str = PRIMARY) -> ConnectionString:
     """A checked ConnectionString (the same checks as `parse`); `ca_file` implies `tls`;
     `location` instead of `endpoints` (pass `[]` for those) names a location's servers;
-    `read_from` SECONDARY (with a `location` only) sends reads to the secondary stamp."""
+    `read_from` SECONDARY sends reads to the secondary stamp (module docstring)."""
     return parse(ConnectionString(tuple(endpoints), account, key, sas_token,
                                   tls or ca_file is not None, ca_file, tuple(location),
                                   read_from).format())
@@ -147,7 +149,7 @@ def parse(text: str) -> ConnectionString:
     location = parse_endpoints(settings["Location"]) if "Location" in settings else ()
     account = names.check_account(settings["Account"])
     use_tls, ca_file = parse_transport(settings)
-    read_from = check_read_from(settings.get("ReadFrom", PRIMARY), bool(location))
+    read_from = check_read_from(settings.get("ReadFrom", PRIMARY))
     if "Key" in settings:
         return ConnectionString(endpoints, account, key=parse_key(settings["Key"]),
                                 tls=use_tls, ca_file=ca_file, location=location,
@@ -161,16 +163,11 @@ def parse(text: str) -> ConnectionString:
                             location=location, read_from=read_from)
 
 
-def check_read_from(read_from: object, has_location: bool) -> str:
-    """`read_from` if it is PRIMARY, or SECONDARY with a location; InvalidArgument
-    otherwise (the secondary is found through the location: a client of fixed front ends
-    has none)."""
+def check_read_from(read_from: object) -> str:
+    """`read_from` if it is PRIMARY or SECONDARY; InvalidArgument otherwise."""
     if read_from not in READ_FROM:
         raise InvalidArgument(f"ReadFrom is {PRIMARY} or {SECONDARY}, not "
                               f"{str(read_from)[:40]!r}")
-    if read_from == SECONDARY and not has_location:
-        raise InvalidArgument("ReadFrom=secondary needs Location=... (the location names "
-                              "the account's secondary stamp), not Endpoint=...")
     return str(read_from)
 
 

@@ -16,6 +16,12 @@ access token (stampsdk/sas.py) in its place. What is signed:
 
 Requests are signed at send time, so each attempt of a retried call carries a fresh
 timestamp.
+
+A client reading from the account's secondary on purpose (`ReadFrom=secondary`) says so in
+the gRPC metadata of its reads' Call stream and of its Subscribe, Scan and ScanRanges calls,
+`READ_FROM_METADATA` (not signed: it grants nothing). A front end of the account's secondary
+answers only such reads, and any other request with Moved: a read not so marked is meant for
+the primary, and must see every write acknowledged before it.
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ SUBSCRIBE = "Subscribe"
 SCAN = "Scan"
 LIST_LOGS = "ListLogs"
 SCAN_RANGES = "ScanRanges"
+# The metadata of the calls of a client reading from the secondary (module docstring).
+READ_FROM_METADATA = (("stamp-read-from", "secondary"),)
 
 
 @dataclass(frozen=True)
