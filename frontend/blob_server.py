@@ -10,11 +10,15 @@ answered by frontend/blob_handlers.py through frontend/blob_store.py. Every answ
 accepted) and `Date`; every refusal the service's status, `x-ms-error-code` and XML body, so
 the SDK raises its usual exceptions.
 
-At an account's geo secondary (issue 30) every write — any method but GET and HEAD, HTTP's
-safe methods, which are all the reads `route` serves — is refused once its credentials
-hold, with blob_store.MOVED_STATUS (421) and MOVED_CODE ("AccountMoved"), the message naming
-the primary stamp — unless it can be passed on to the primary and answered there
-(frontend/blob_forward.py); reads are answered (read access to the secondary).
+At an account's geo secondary (issue 30) every request — a write (any method but GET and
+HEAD, HTTP's safe methods, which are all the reads `route` serves) and a read alike — is
+refused once its credentials hold, with blob_store.MOVED_STATUS (421) and MOVED_CODE
+("AccountMoved"), the message naming the primary stamp — unless it can be passed on to the
+primary and answered there (frontend/blob_forward.py). A read is refused too: Azure's SDKs
+reach an account at one URL, and a client still pointed at the old primary after a failover
+must not read the copy behind the new primary (DESIGN §8: reads see every acknowledged
+write). Read access to the secondary is the SDK's (`ReadFrom=secondary`), not this
+endpoint's.
 
 Before any account is looked up: a request without credentials (no Authorization header, no
 SAS `sig`) is refused 401, and one whose URL names an account no account can have is
@@ -178,7 +182,8 @@ def _check_signed_headers_once(http: web.Request) -> None:
 async def authorize(request: BlobRequest, front_end: FrontEnd, skew_s: float) -> None:
     """Shared Key for everything, a service SAS for reads (Get Blob, its properties and
     metadata; List Blobs with `l`); refusals as the service's 401/403 — and, once the
-    credentials hold, Moved for a write of an account secondary here (module docstring)."""
+    credentials hold, Moved for any request of an account secondary here (module
+    docstring)."""
     http = request.http
     front_end.counters.requests += 1
     authorization = http.headers.get("Authorization")
@@ -196,7 +201,9 @@ async def authorize(request: BlobRequest, front_end: FrontEnd, skew_s: float) ->
         blob_auth.check_sas(request.query, held.keys if held else None, request.account,
                             request.container, request.blob, permission, datetime.now(UTC),
                             http.remote or "", secure=False)
-        return  # reads only: allowed at a secondary too
+        if held is not None:
+            held.geo.check_serves(request.account, write=False, secondary_read=False)
+        return
     if authorization is None:
         raise BlobError(401, "NoAuthenticationInformation",
                         "Server failed to authenticate the request. Please refer to the "
@@ -209,8 +216,9 @@ async def authorize(request: BlobRequest, front_end: FrontEnd, skew_s: float) ->
     blob_auth.check_shared_key(authorization, held.keys if held else None, request.account,
                                http.method, headers, http.raw_path.partition("?")[0],
                                list(http.query.items()), datetime.now(UTC), skew_s)
-    if held is not None and http.method not in READ_METHODS:
-        held.geo.check_writable(request.account)
+    if held is not None:
+        held.geo.check_serves(request.account, write=http.method not in READ_METHODS,
+                              secondary_read=False)
 
 
 def _peer(http: web.Request) -> str:
@@ -251,7 +259,7 @@ def make_app(front_end: FrontEnd, store: BlobStore, forward: BlobForwarder | Non
              ) -> web.Application:
     """The aiohttp application of the endpoint (one catch-all route: Azure's operations are
     told apart by method, path depth and query, not by path patterns); with `forward`, a
-    write refused with Moved is passed on to the account's primary (blob_forward.py)."""
+    request refused with Moved is passed on to the account's primary (blob_forward.py)."""
     limits = store.limits
     skew_s = limits.blob_request_skew_ms / 1000
 
