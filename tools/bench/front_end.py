@@ -7,7 +7,9 @@
   <= 0.7 ms for one appender. Each path's row also gives the CPU it cost per request: this
   process (the SDK or the partition client), the front ends, and the rest of the stamp
   (from /proc); the compare row, what the front-end hop adds in all. On a loaded machine
-  these move far less than the rates and latencies do.
+  these move far less than the rates and latencies do. And what the servers did per
+  request (tools/bench/stamp_counts.py): the partition servers' Call messages in and out,
+  the extent nodes' journal group commits, and records per group commit.
 - `scan`: rows/s scanning 1,000,000 entities of 100 bytes spread over 4 range partitions
   (made at bootstrap: splitting comes later), through the SDK. Target: >= 100,000 rows/s.
 """
@@ -30,6 +32,7 @@ from common.config import KiB
 from partition_layer.client import AsyncPartitionClient
 from tools.bench.fresh_stamp import with_fresh_stamp
 from tools.bench.measure import latency_metrics, row
+from tools.bench.stamp_counts import StampCounts
 from tools.local_stamp import LocalStamp
 
 Progress = Callable[[str], None]
@@ -89,7 +92,7 @@ async def _fe_append(stamp: LocalStamp, seconds: float, progress: Progress
     pids = stamp_pids(stamp)
     try:
         return await run_loads(paths, lambda _: pids, seconds, progress,
-                               lambda name: {"path": name}, ("sdk", "direct"))
+                               lambda name: {"path": name}, ("sdk", "direct"), stamp)
     finally:
         await sdk.close()
         await direct.close()
@@ -104,17 +107,20 @@ def stamp_pids(stamp: LocalStamp) -> tuple[list[int], list[int]]:
 async def run_loads(paths: dict[str, Append],
                     pids_of: Callable[[str], tuple[list[int], list[int]]], seconds: float,
                     progress: Progress, params_of: Callable[[str], dict[str, Any]],
-                    pair: tuple[str, str]) -> list[dict[str, Any]]:
+                    pair: tuple[str, str], stamp: LocalStamp | None = None
+                    ) -> list[dict[str, Any]]:
     """Each of LOADS through each path, the paths taking turns (`turns_for(seconds)` of
     each, warmed first; which goes first alternates from turn to turn), with the CPU each
-    path's stamp spent (`pids_of(path)`: its front ends' pids, the others'); `compare_rows`
-    of each load."""
+    path's stamp spent (`pids_of(path)`: its front ends' pids, the others') and, given the
+    `stamp` both paths use, what its servers did per request (stamp_counts.py);
+    `compare_rows` of each load."""
     rows: list[dict[str, Any]] = []
     for name, append in paths.items():
         await append(f"warm-{name}", [b"x"])
     for clients, batch in LOADS:
         found: dict[str, list[Phase]] = {p: [] for p in paths}
         cpu = {p: CpuUse() for p in paths}
+        counts = {p: StampCounts() for p in paths}
         turns = turns_for(seconds)
         for turn in range(turns):
             # Each path goes first in every other turn: the second one of a turn runs on a
@@ -125,10 +131,15 @@ async def run_loads(paths: dict[str, Append],
                 progress(f"{clients}x{batch} via {name}, turn {turn + 1}/{turns}, "
                          f"{seconds / turns:g} s")
                 fe_pids, other_pids = pids_of(name)
+                # Scraped outside the CPU's window: a scrape costs the servers CPU too.
+                counted = await StampCounts.now(stamp) if stamp is not None else None
                 before = CpuUse.now(fe_pids, other_pids)
                 found[name].append(await phase(append, name, clients, batch, seconds / turns))
                 cpu[name].add(CpuUse.now(fe_pids, other_pids), before)
-        rows.extend(compare_rows(found, cpu, clients, batch, params_of, pair))
+                if stamp is not None and counted is not None:
+                    counts[name].add(await StampCounts.now(stamp), counted)
+        rows.extend(compare_rows(found, cpu, clients, batch, params_of, pair,
+                                 counts if stamp is not None else None))
     return rows
 
 
@@ -184,9 +195,11 @@ async def phase(append: Append, tag: str, clients: int, batch: int, seconds: flo
 
 def compare_rows(found: dict[str, list[Phase]], cpu: dict[str, CpuUse], clients: int,
                  batch: int, params_of: Callable[[str], dict[str, Any]],
-                 pair: tuple[str, str]) -> list[dict[str, Any]]:
-    """A row per path of one load (`params_of(path)` names it), then the row comparing the
-    two paths of `pair`: the first's records/s over the second's, and what it adds."""
+                 pair: tuple[str, str], counts: dict[str, StampCounts] | None = None
+                 ) -> list[dict[str, Any]]:
+    """A row per path of one load (`params_of(path)` names it, with its `counts` per
+    request if given), then the row comparing the two paths of `pair`: the first's
+    records/s over the second's, and what it adds."""
     rows = []
     figures: dict[str, dict[str, Any]] = {}
     for name, phases in found.items():
@@ -196,7 +209,8 @@ def compare_rows(found: dict[str, list[Phase]], cpu: dict[str, CpuUse], clients:
         figures[name] = {"records_per_s": round(total / elapsed, 1),
                          "mb_per_s": round(total * RECORD_BYTES / elapsed / 1e6, 2),
                          **latency_metrics(latencies),
-                         **cpu[name].per_request_us(len(latencies))}
+                         **cpu[name].per_request_us(len(latencies)),
+                         **(counts[name].per_request(len(latencies)) if counts else {})}
         rows.append(row({**params_of(name), "clients": clients, "batch": batch,
                          "record_bytes": RECORD_BYTES, "turns": len(phases)}, figures[name]))
     first, second = figures[pair[0]], figures[pair[1]]
