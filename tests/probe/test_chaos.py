@@ -1,9 +1,10 @@
-"""`stamp chaos` as CI runs it (issue 19): one minute, a fixed seed, `--every-kind`, `--json`,
-in a process of its own. It must find no violation (linearizability of every write and read
-included) and exit 0, with every kind of fault applied and fired (--every-kind makes a kind
-never applied a violation, and goes on past the minute until all were), none failed to
-apply, no process dead unasked, the workload making progress through them, and the schedule
-in the report the one the seed makes (the same seed replays the same schedule)."""
+"""`stamp chaos` as CI runs it (issue 19): 45 s (RUN_MINUTES), a fixed seed, `--every-kind`,
+`--json`, in a process of its own. It must find no violation (linearizability of every
+write and read included) and exit 0, with every kind of fault applied and fired
+(--every-kind makes a kind never applied a violation, and goes on past the run until all
+were), none failed to apply, no process dead unasked, the workload making progress through
+them, and the schedule in the report the one the seed makes (the same seed replays the same
+schedule)."""
 
 from __future__ import annotations
 
@@ -23,13 +24,17 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 # this one deals split before merge and the power cut (which seals extents everywhere) before
 # the flip of a sealed replica, so that no fault of its first deck finds nothing to do.
 SEED = 4473
-RUN_TIMEOUT_S = 360  # --every-kind may go on 2 minutes past the minute
+# 45 s: the seed's first deck, fitted into it, still deals every kind (a minute, as the
+# issue's CI run had it, cost the suite 20 s more and found nothing more).
+RUN_MINUTES = 0.75
+RUN_TIMEOUT_S = 360  # --every-kind may go on 2 minutes past the run
 
 
-def test_a_one_minute_chaos_run_with_a_fixed_seed_finds_no_violation(tmp_path: Path) -> None:
+def test_a_chaos_run_with_a_fixed_seed_finds_no_violation(tmp_path: Path) -> None:
     plot = tmp_path / "chaos.png"
     result = subprocess.run(
-        [str(Path(sys.executable).parent / "stamp"), "chaos", "--minutes", "1", "--seed", str(SEED),
+        [str(Path(sys.executable).parent / "stamp"), "chaos", "--minutes", str(RUN_MINUTES),
+         "--seed", str(SEED),
          "--every-kind", "--json", "--plot", str(plot)],
         capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=tmp_path)
     assert result.stdout, result.stderr[-4000:]
@@ -50,7 +55,7 @@ def test_a_one_minute_chaos_run_with_a_fixed_seed_finds_no_violation(tmp_path: P
     assert plot.stat().st_size > 10_000  # a PNG was drawn
 
     logs = [f"log-{w}" if i == 0 else f"log-{w}-{i}" for w in range(8) for i in range(2)]
-    replayed = make_schedule(SEED, 60.0, report["stamp"], logs,
+    replayed = make_schedule(SEED, RUN_MINUTES * 60, report["stamp"], logs,
                              power_cuts=report["power_cuts"] is True)
     assert [Fault(**f) for f in report["schedule"]] == replayed
 

@@ -23,7 +23,10 @@ from tools.local_stamp import LocalStamp
 # serial: its bounds are timings (or it freezes processes); `make test` runs it alone.
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
-FROZEN_MS = 20_000  # long enough for an election and a change on a loaded machine
+# Long enough for an election (0.8-1.6 s of silence, then a vote) and a change, several
+# times over: the test runs alone (serial). Every second of it is the suite's: the old
+# leader answers only once it thaws.
+FROZEN_MS = 12_000
 
 
 def test_a_frozen_leader_does_not_answer_reads_from_stale_state(
@@ -53,7 +56,7 @@ async def _frozen_leader_reads(stamp: LocalStamp) -> None:
                 if (await client.sm.status(rec.address)).leader:
                     return rec.address
             return None
-        await wait_for(new_leader, 15, "the other two to elect a leader")
+        await wait_for(new_leader, FROZEN_MS / 2000, "the other two to elect a leader")
         assert (await client.sm.status(old.address)).leader, \
             "the frozen leader must still believe it leads for this test to mean anything"
         survivors = AsyncStreamManagerClient([r.address for r in others],
