@@ -68,7 +68,7 @@ def test_a_broken_build_makes_the_chaos_run_fail(tmp_path: Path) -> None:
     dropped append cannot hide: its sequence number is given again or missing.) The
     linearizability checker finds it too."""
     result = subprocess.run(
-        [str(Path(sys.executable).parent / "stamp"), "chaos", "--minutes", "0.25",
+        [str(Path(sys.executable).parent / "stamp"), "chaos", "--minutes", "0.1",
          "--seed", str(SEED), "--power-cuts", "off", "--json"],
         capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=tmp_path,
         env={**os.environ,
