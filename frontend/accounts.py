@@ -117,12 +117,6 @@ class GeoRole:
     def stand_alone(self) -> bool:
         return self == STAND_ALONE
 
-    def check_writable(self, account: str) -> None:
-        """Moved (naming the primary) if this stamp must not take `account`'s writes: it
-        is the account's secondary here."""
-        if self.role == SECONDARY:
-            raise Moved.of(account, self.primary, self.epoch)
-
     def check_serves(self, account: str, write: bool, secondary_read: bool) -> None:
         """Moved (naming the primary) if this stamp must not answer a request of `account`:
         here its secondary, a write, or a read its client did not mark as a read of the

@@ -251,8 +251,9 @@ class Authenticator:
         Its role is the one authentication just read its keys with: this check's `loaded`,
         or the cache (no await since: the entry is still there)."""
         held = loaded.get(claim.account) if loaded else None
-        geo = held.geo if held is not None else self._cache[claim.account].geo
-        geo.check_serves(claim.account, claim.method in WRITE_METHODS, claim.secondary_read)
+        entry = held if held is not None else self._cache.get(claim.account)
+        assert entry is not None, "authenticated with keys neither loaded nor cached"
+        entry.geo.check_serves(claim.account, claim.method in WRITE_METHODS, claim.secondary_read)
 
     async def recheck(self, claim: wire.Claim) -> None:
         """Raise as `check` does if the credentials of a stream admitted on `claim` no

@@ -371,4 +371,4 @@ def test_a_role_changed_elsewhere_is_seen_within_the_ttl(kv: VersionedDict) -> N
     moved = front_end.lookup("acme")
     assert moved is not None and moved.geo == accounts.GeoRole("secondary", "west-1", 2)
     with pytest.raises(Moved, match="its primary is stamp west-1 \\(epoch 2\\)"):
-        moved.geo.check_writable("acme")
+        moved.geo.check_serves("acme", write=True, secondary_read=False)
