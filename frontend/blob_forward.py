@@ -35,6 +35,7 @@ import aiohttp
 from aiohttp import web
 
 from common.errors import Moved, StampError
+from frontend.blob_model import READ_METHODS
 from location.client import LocationClient
 from location.geo_auth import GeoSettings
 
@@ -47,7 +48,6 @@ RESOLVE_TIMEOUT_S = 2.0
 FORWARD_TIMEOUT_S = 60.0
 ANSWER_BYTES_MAX = 1024 * 1024
 RELAY_CHUNK_BYTES = 256 * 1024
-READ_METHODS = frozenset({"GET", "HEAD"})
 HOP_HEADERS = frozenset({"host", "connection", "keep-alive", "transfer-encoding", "te",
                          "trailer", "upgrade", "proxy-authorization", "proxy-connection",
                          "content-length"})

@@ -52,6 +52,10 @@ BLOB_TYPE = "AppendBlob"
 HTTP_DATES_CACHED_MAX = 64
 # Azure's limit on a blob's or container's metadata: names and values together.
 METADATA_BYTES_MAX = 8 * 1024
+# The methods of every read blob_handlers.route serves (HTTP's safe methods): any other
+# method writes (refused at an account's secondary: blob_server.py; a forwarded read's
+# answer is streamed: blob_forward.py).
+READ_METHODS = frozenset({"GET", "HEAD"})
 # Azure's rule for metadata names: C# identifiers (here their ASCII part: header names are
 # ASCII). They become XML element names in List Blobs / List Containers.
 METADATA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

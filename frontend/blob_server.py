@@ -63,7 +63,12 @@ from frontend import blob_auth, blob_xml, names
 from frontend.auth import Held
 from frontend.blob_forward import BlobForwarder
 from frontend.blob_handlers import route
-from frontend.blob_model import BLOB_NAME_BYTES_MAX, METADATA_BYTES_MAX, BlobError
+from frontend.blob_model import (
+    BLOB_NAME_BYTES_MAX,
+    METADATA_BYTES_MAX,
+    READ_METHODS,
+    BlobError,
+)
 from frontend.blob_request import (
     DEFAULT_VERSION,
     BlobRequest,
@@ -82,9 +87,6 @@ HTTP_READY_FILE = "http.json"
 BODY_SLACK_BYTES = 64 * 1024
 # Blob operations a service SAS with `r` admits: every read blob_handlers.route serves.
 SAS_READS = {("GET", ""), ("HEAD", ""), ("GET", "metadata"), ("HEAD", "metadata")}
-# The methods of every read blob_handlers.route serves (HTTP's safe methods): any other
-# method writes, and is refused at an account's secondary (module docstring).
-READ_METHODS = frozenset({"GET", "HEAD"})
 # On SIGTERM, requests under way get this long (as gRPC's streams do), then are cut.
 SHUTDOWN_GRACE_S = 1.0
 # The URL: an account and a container (63 characters each), a blob name and a List prefix or

@@ -8,14 +8,12 @@ schedule)."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.support.chaos import run_chaos
 from tools.chaos.schedule import KINDS, Fault, make_schedule
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
@@ -32,14 +30,8 @@ RUN_TIMEOUT_S = 360  # --every-kind may go on 2 minutes past the run
 
 def test_a_chaos_run_with_a_fixed_seed_finds_no_violation(tmp_path: Path) -> None:
     plot = tmp_path / "chaos.png"
-    result = subprocess.run(
-        [str(Path(sys.executable).parent / "stamp"), "chaos", "--minutes", str(RUN_MINUTES),
-         "--seed", str(SEED),
-         "--every-kind", "--json", "--plot", str(plot)],
-        capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=tmp_path)
-    assert result.stdout, result.stderr[-4000:]
-    report = json.loads(result.stdout)
-    print(result.stderr[-4000:])  # the schedule and each fault as it went, for a failure
+    result, report = run_chaos(tmp_path, "--minutes", str(RUN_MINUTES), "--seed", str(SEED),
+                               "--every-kind", "--plot", str(plot), timeout_s=RUN_TIMEOUT_S)
     assert report["violations"] == [], report["violations"][:20]
     assert result.returncode == 0, result.stderr[-2000:]
 
@@ -67,14 +59,11 @@ def test_a_broken_build_makes_the_chaos_run_fail(tmp_path: Path) -> None:
     a violation and exit 1. (A changed value could be overwritten before the check; a
     dropped append cannot hide: its sequence number is given again or missing.) The
     linearizability checker finds it too."""
-    result = subprocess.run(
-        [str(Path(sys.executable).parent / "stamp"), "chaos", "--minutes", "0.1",
-         "--seed", str(SEED), "--power-cuts", "off", "--json"],
-        capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=tmp_path,
+    result, report = run_chaos(
+        tmp_path, "--minutes", "0.1", "--seed", str(SEED), "--power-cuts", "off",
+        timeout_s=RUN_TIMEOUT_S,
         env={**os.environ,
              "STAMP_FAULTS": "ps.append.bug_drop_acknowledged=bug,after=50,times=1"})
-    assert result.stdout, result.stderr[-4000:]
-    report = json.loads(result.stdout)
     assert result.returncode == 1, result.stderr[-2000:]
     assert report["violations"], "the checker missed an acknowledged write the stamp broke"
     assert any("lost" in v for v in report["violations"]), report["violations"]

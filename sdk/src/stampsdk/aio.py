@@ -295,7 +295,7 @@ class Client:
             request = pb.SubscribeRequest(account=self.account, pname=log, from_seq=next_seq)
             wire.sign_subscribe(request, self._credentials, self._clock.wall())
             stream = fe_grpc.FrontEndStub(self._channels.get(endpoint)).Subscribe(
-                request, metadata=self._read_metadata(self._reads_secondary) or None)
+                request, metadata=self._read_metadata(self._reads_secondary))
             try:
                 async for reply in stream:
                     # Records before next_seq were delivered by an earlier stream.
@@ -410,7 +410,7 @@ class Client:
             request = cursor.request()
             wire.sign_scan(request, self._credentials, self._clock.wall())
             stream = fe_grpc.FrontEndStub(self._channels.get(endpoint)).Scan(
-                request, metadata=self._read_metadata(self._reads_secondary) or None)
+                request, metadata=self._read_metadata(self._reads_secondary))
             pages = stream.__aiter__()
             try:
                 while True:
@@ -451,7 +451,7 @@ class Client:
             try:
                 reply = await stub.ScanRanges(
                     request, timeout=self._attempt_s(deadline, attempt),
-                    metadata=self._read_metadata(self._reads_secondary) or None)
+                    metadata=self._read_metadata(self._reads_secondary))
             except grpc.RpcError as exc:
                 error = from_rpc_error(exc)
             else:
@@ -545,9 +545,10 @@ class Client:
         return session
 
     @staticmethod
-    def _read_metadata(secondary_read: bool) -> tuple[tuple[str, str], ...]:
-        """The metadata of a call: marked for a read of the secondary (stampsdk/wire.py)."""
-        return wire.READ_FROM_METADATA if secondary_read else ()
+    def _read_metadata(secondary_read: bool) -> tuple[tuple[str, str], ...] | None:
+        """The metadata of a call: marked for a read of the secondary (stampsdk/wire.py),
+        else none."""
+        return wire.READ_FROM_METADATA if secondary_read else None
 
     async def _call(self, request: pb.Request, idempotent: bool = True,
                     nbytes: int | None = None) -> pb.Response:

@@ -50,7 +50,7 @@ class CallSession:
     """The Call stream to one front end (module contract)."""
 
     def __init__(self, address: str, stub: Callable[[], Any],
-                 metadata: tuple[tuple[str, str], ...] = ()) -> None:
+                 metadata: tuple[tuple[str, str], ...] | None = None) -> None:
         """`metadata`: the gRPC metadata each of its Call streams is opened with."""
         self.address = address
         self._stub = stub
@@ -118,7 +118,7 @@ class CallSession:
         self._watchdog = None
 
     async def _run(self) -> None:
-        call = self._stub().Call(metadata=self._metadata or None)
+        call = self._stub().Call(metadata=self._metadata)
         reader = asyncio.get_running_loop().create_task(self._read(call))
         error: StampError = Unavailable(f"call stream to {self.address} ended")
         # Ids grow in call order and the queue is sent in that order: every request still
