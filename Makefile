@@ -58,10 +58,15 @@ test: setup
 	$(BIN)/ruff check .
 	@# Exit status 5: no test of that part was selected (PYTEST_ARGS may pick a few). The
 	@# slowest tests of each part are listed: where the next trim of the suite's time lies.
-	@rc=0; set -x; \
+	@# Each part's failures are repeated at the very end: a CI log is often read from its tail.
+	@rc=0; log=$(VENV)/test-log; rm -f $$log.*; set -x; \
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder --durations=30 \
-		-m 'not serial' $(PYTEST_ARGS); s=$$?; [ $$s = 0 ] || [ $$s = 5 ] || rc=1; \
-	$(BIN)/pytest -q -m serial --durations=15 $(PYTEST_ARGS); s=$$?; [ $$s = 0 ] || [ $$s = 5 ] || rc=1; \
+		-m 'not serial' $(PYTEST_ARGS) 2>&1 | tee $$log.parallel; s=$${PIPESTATUS[0]}; \
+	[ $$s = 0 ] || [ $$s = 5 ] || rc=1; \
+	$(BIN)/pytest -q -m serial --durations=15 $(PYTEST_ARGS) 2>&1 | tee $$log.serial; \
+	s=$${PIPESTATUS[0]}; [ $$s = 0 ] || [ $$s = 5 ] || rc=1; \
+	{ set +x; } 2>/dev/null; [ $$rc = 0 ] || grep -h -E '^(FAILED|ERROR) |^[0-9]+ (passed|failed)|^=+ .*(failed|error)' \
+		$$log.parallel $$log.serial; \
 	exit $$rc
 
 ## test-quick: everything but the slow probe tests
