@@ -1,0 +1,183 @@
+"""CURP in the partition layer (issue 32, DESIGN §11): what commutes, and the plan it serves.
+
+This module owns the one rule every party of CURP applies the same way — which writes commute
+— as `Footprint`s, and the owner's index of the writes it executed but has not yet synced
+(`Unsynced`). The rest of the protocol is built on it, in these steps (the plan; each step
+names where it lives once built):
+
+1. **Witnesses** (stream_layer/extent_node/witness_table.py, witness.py): a store in each
+   extent node, its own group-committed journal, that records a write for a range partition
+   only if its footprint conflicts with no record it holds for that partition (`conflicts`),
+   durably before it accepts; refuses records of an owner older than the partition's fence,
+   and refuses when full. Extent nodes, not processes of their own: they already sit in
+   three fault domains with a journal that group-commits on its own disk, and a stamp keeps
+   its process count (a witness record is one more small journal record beside the
+   replicas' own).
+2. **Placement**: the partition manager names three witnesses per partition in three fault
+   domains, in the partition map (so a front end knows them with the owner). A new set is
+   used only after the owner synced everything it holds; the owner's fast answers name the
+   set they were given under, and a front end counts only that set's acceptances.
+3. **Fast path** (front end): a write with a footprint (an append or entity write needs
+   its token, by which recovery deduplicates it; a trim or seal, idempotent, is named for
+   the witnesses by the front end) goes to the owner and to the three witnesses at once. The owner
+   executes it (decides it in the committer against the rows and the blocks in flight, as
+   today) and answers at once — *speculatively* — if its footprint conflicts with no write
+   it executed and has not synced (`Unsynced.conflicts`), else when it is durable, as today,
+   its answer then marked synced. Acknowledged: a synced answer, or a speculative one and
+   three acceptances. Otherwise (a refusal, a witness silent past a short timeout) the front
+   end asks the owner to sync through the write's LSN and answers when it has.
+4. **Versions**: an entity's ETag is its row's version, today the LSN of the write; but
+   recovery re-executes unsynced writes in another order than the owner did, so a fast
+   write's version must not depend on the order: it is max(the row's version + 1, the
+   request's `version_hint`), the hint a hybrid clock of the front end (µs, the front end's
+   index in the low bits) sent with the request to the owner and the witnesses alike. The
+   row's previous version is the same at the owner and at recovery: no unsynced write
+   conflicts with it.
+5. **Reads** that touch a key of an unsynced write (`Unsynced.touches`) wait for its sync:
+   a speculative write may still vanish in a crash, and no read may see what can vanish
+   (§8 invariant 7). Scans and subscriptions see only synced writes.
+6. **Garbage**: as each block is durable the owner tells the witnesses to drop its fast
+   writes' tokens (batched, not awaited). A record the owner never executed (its request
+   was lost on the way) is dropped by the owner's sweep once its deadline passed: an owner
+   executes no request after its deadline (common/deadline.py), so it never will. A witness
+   refuses records whose deadline has passed.
+7. **Recovery**: a loading owner fences the witnesses with its epoch (one answering
+   witness is enough: an acknowledged write is on all three, and a fenced witness accepts
+   nothing more of an older owner, so no write of the old owner can be acknowledged after),
+   replays its commit log, then executes the fenced witness's records it does not hold yet
+   (by token: the partition's token rows), in any order — they commute — syncs them, and
+   clears the witnesses through its epoch. A write whose record reached a witness but never
+   the owner may so take effect after its deadline: it was in doubt (Unavailable or
+   DeadlineExceeded, both ambiguous), and in doubt it may take effect at any time.
+8. **Splits and merges** drain first (every write synced): the parent's records are all
+   garbage, and the witnesses drop the parent's id, fenced for good.
+
+What commutes (the issue's list): appends to different logs; puts and deletes of different
+rows; conditional operations and batches by the rows they touch; trims and seals by the log.
+Appends to one log do not (their sequence numbers depend on the order). A name is a log or an
+entity group, fixed by its first write (operations.py): an entity write holds its name
+*shared* (two writes of an entity group commute, whichever creates the group) and its rows
+exclusively; a log operation holds its name exclusively. Two footprints conflict when one
+holds exclusively a key the other holds at all.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from common.proto import partition_pb2 as pb
+from partition_layer import keys
+
+# The kinds of request that may take the fast path: writes whose effect and answer depend only
+# on the keys of their footprint. Reads never go to witnesses; a scan or a replicated row
+# from another stamp (issue 30) keeps the sync path.
+FAST_OPS = frozenset({"append", "trim", "seal", "put", "delete", "batch"})
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """The keys a write touches: `exclusive` ones it may change in a way that depends on
+    the order of writes, `shared` ones it only reads or changes the same way whatever the
+    order (an entity group's mark)."""
+
+    exclusive: frozenset[bytes]
+    shared: frozenset[bytes] = frozenset()
+
+    def conflicts(self, other: Footprint) -> bool:
+        """Whether the two writes may not be reordered (module docstring)."""
+        return not (self.exclusive.isdisjoint(other.exclusive)
+                    and self.exclusive.isdisjoint(other.shared)
+                    and self.shared.isdisjoint(other.exclusive))
+
+    def keys(self) -> frozenset[bytes]:
+        return self.exclusive | self.shared
+
+
+def name_key(account: str, pname: str) -> bytes:
+    """The key that stands for a whole name (a log, or an entity group's mark)."""
+    return keys.encode_key(account, pname, keys.KIND_META, b"")
+
+
+def row_key(account: str, pname: str, row: bytes) -> bytes:
+    return keys.encode_key(account, pname, keys.KIND_ENTITY, row)
+
+
+def footprint_of(request: pb.Request) -> Footprint | None:
+    """`request`'s footprint if it may take the fast path, else None: not a write of
+    FAST_OPS, or without the token that recovery deduplicates it by."""
+    op = request.WhichOneof("op")
+    if op not in FAST_OPS:
+        return None
+    name = name_key(request.account, request.pname)
+    if op in ("append", "trim", "seal"):
+        if op == "append" and not request.append.token:
+            return None
+        return Footprint(frozenset((name,)))
+    if not request.token:
+        return None
+    if op == "batch":
+        rows: Iterable[bytes] = (item.row for item in request.batch.items)
+    else:
+        rows = (request.put.row if op == "put" else request.delete.row,)
+    return Footprint(frozenset(row_key(request.account, request.pname, row) for row in rows),
+                     frozenset((name,)))
+
+
+def read_keys(request: pb.Request) -> frozenset[bytes] | None:
+    """The keys a point read depends on (a read or peek of a log: its name; a get: its row
+    and its name), or None for what is not a point read (a scan waits for every write
+    in flight)."""
+    op = request.WhichOneof("op")
+    name = name_key(request.account, request.pname)
+    if op in ("read", "peek"):
+        return frozenset((name,))
+    if op == "get":
+        return frozenset((name, row_key(request.account, request.pname, request.get.row)))
+    return None
+
+
+class Unsynced:
+    """The footprints of the writes an owner executed and has not synced, as counts per key
+    (two writes may share a shared key), so that a new write's conflict and a read's
+    dependence are found in O(its keys), never by a scan of what is held.
+
+    Contract: `add` a write's footprint when it is executed speculatively, `remove` the same
+    footprint once it is durable (or failed); `conflicts(f)` is true iff some held footprint
+    conflicts with `f` (Footprint.conflicts); `touches(keys)` iff some held footprint holds
+    one of `keys` in either mode."""
+
+    def __init__(self) -> None:
+        self._exclusive: Counter[bytes] = Counter()
+        self._shared: Counter[bytes] = Counter()
+        self.held = 0
+
+    def add(self, footprint: Footprint) -> None:
+        self._exclusive.update(footprint.exclusive)
+        self._shared.update(footprint.shared)
+        self.held += 1
+
+    def remove(self, footprint: Footprint) -> None:
+        _drop(self._exclusive, footprint.exclusive)
+        _drop(self._shared, footprint.shared)
+        self.held -= 1
+        assert self.held >= 0, "a footprint removed that was never added"
+
+    def conflicts(self, footprint: Footprint) -> bool:
+        held_exclusive, held_shared = self._exclusive, self._shared
+        return (any(key in held_exclusive or key in held_shared for key in footprint.exclusive)
+                or any(key in held_exclusive for key in footprint.shared))
+
+    def touches(self, read: Iterable[bytes]) -> bool:
+        return any(key in self._exclusive or key in self._shared for key in read)
+
+
+def _drop(counts: Counter[bytes], removed: Iterable[bytes]) -> None:
+    for key in removed:
+        left = counts[key] - 1
+        assert left >= 0, "a key removed more often than added"
+        if left:
+            counts[key] = left
+        else:
+            del counts[key]
