@@ -26,13 +26,20 @@ names where it lives once built):
    its answer then marked synced. Acknowledged: a synced answer, or a speculative one and
    three acceptances. Otherwise (a refusal, a witness silent past a short timeout) the front
    end asks the owner to sync through the write's LSN and answers when it has.
-4. **Versions**: an entity's ETag is its row's version, today the LSN of the write; but
-   recovery re-executes unsynced writes in another order than the owner did, so a fast
-   write's version must not depend on the order: it is max(the row's version + 1, the
-   request's `version_hint`), the hint a hybrid clock of the front end (µs, the front end's
-   index in the low bits) sent with the request to the owner and the witnesses alike. The
-   row's previous version is the same at the owner and at recovery: no unsynced write
-   conflicts with it.
+4. **Versions**: an entity's ETag is its row's version, today above every version the
+   partition holds (`max(LSN, floor + 1)`, committer.py); but recovery re-executes unsynced
+   writes in another order than the owner did, so a fast write's version must not depend on
+   the order. The front end sends a `version_hint` with the request (to the owner and the
+   witnesses alike): its hybrid clock, µs of wall time raised past every version it has seen
+   in an answer. The owner answers a write speculatively only if the hint is above the
+   partition's floor (the highest version it holds, synced or not), and gives it the version
+   max(the row's version + 1, hint) = the hint: above every version the row ever had (no
+   ETag comes back), and the same at recovery, where the row's previous version is the same
+   (no unsynced write conflicts with it). A hint at or below the floor (a front end's clock
+   behind) takes the sync path, with today's version. Log operations answer no version
+   (a sequence number depends only on the log), so their rows keep today's, hint or none.
+   Nothing orders by version (geo shipping orders by commit position): a re-executed write
+   may carry a lower version than one synced after it, of another row.
 5. **Reads** that touch a key of an unsynced write (`Unsynced.touches`) wait for its sync:
    a speculative write may still vanish in a crash, and no read may see what can vanish
    (§8 invariant 7). Scans and subscriptions see only synced writes.
