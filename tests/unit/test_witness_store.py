@@ -1,0 +1,345 @@
+"""The CURP witness store on real files (§11, issue 32): what it acknowledged survives a
+restart, fences hold across restarts, gc persists, a torn tail loses only what was not
+acknowledged, compaction bounds the journal and survives a crash at every step, and
+concurrent records share fsyncs."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from common import faults
+from common.errors import FaultInjected, Internal, Unavailable
+from stream_layer.extent_node.journal import encode_record
+from stream_layer.extent_node.witness import (
+    WitnessLimits,
+    WitnessStore,
+    decode,
+    encode,
+)
+from stream_layer.extent_node.witness_table import (
+    Cleared,
+    Fenced,
+    Held,
+    PartitionDropped,
+    Record,
+    Released,
+    Snapshot,
+    Verdict,
+)
+
+KiB = 1 << 10
+MiB = 1 << 20
+A, C, F = Verdict.ACCEPTED, Verdict.CONFLICT, Verdict.FENCED
+T = TypeVar("T")
+
+# Small journal values so a test's churn rotates and compacts.
+LIMITS = WitnessLimits(records_max=10_000, bytes_max=16 * MiB, journal_batch_bytes_max=MiB,
+                       journal_queue_bytes_max=8 * MiB, journal_segment_bytes_max=64 * KiB,
+                       compact_floor_bytes=64 * KiB)
+# Compaction only when a test asks for it.
+NO_AUTO_COMPACTION = WitnessLimits(journal_segment_bytes_max=4 * KiB,
+                                   compact_floor_bytes=1 << 40)
+
+
+@pytest.fixture(autouse=True)
+def _disarm() -> Iterator[None]:
+    yield
+    faults.disarm()
+
+
+def rec(token: str, *keys: str, epoch: int = 1, payload: bytes = b"payload") -> Record:
+    return Record(token.encode(), epoch, frozenset(k.encode() for k in keys), payload)
+
+
+def run(directory: Path, body: Callable[[WitnessStore], Awaitable[T]],
+        limits: WitnessLimits = LIMITS) -> T:
+    """Start a store on `directory`, run `body`, stop it (a process's life)."""
+    async def scenario() -> T:
+        store = WitnessStore(directory, limits)
+        await store.start()
+        try:
+            return await body(store)
+        finally:
+            await store.stop()
+    return asyncio.run(scenario())
+
+
+def reopened(directory: Path, limits: WitnessLimits = LIMITS) -> Snapshot:
+    """The table a restart on `directory` rebuilds."""
+    async def snapshot(store: WitnessStore) -> Snapshot:
+        return store.table.snapshot()
+    return run(directory, snapshot, limits)
+
+
+def dir_bytes(directory: Path) -> int:
+    return sum(p.stat().st_size for p in directory.iterdir())
+
+
+async def history(store: WitnessStore) -> Snapshot:
+    """A bit of everything, durable; returns the table it leaves."""
+    assert await store.record(1, [rec("a", "k1"), rec("b", "k2", epoch=2)]) == [A, A]
+    assert await store.record(2, [rec("c", "k1", payload=b"x" * 300)]) == [A]
+    assert await store.record(1, [rec("d", "k1")]) == [C]
+    store.gc(1, [b"a"])
+    assert await store.record(1, [rec("d", "k1", epoch=2)]) == [A]
+    assert [r.token for r in await store.fence(1, 2)] == [b"b", b"d"]
+    assert await store.record(1, [rec("e", "k5", epoch=1)]) == [F]
+    assert await store.record(1, [rec("e", "k5", epoch=3)]) == [A]
+    await store.clear(1, 3)
+    assert await store.record(3, [rec("f", "k")]) == [A]
+    await store.drop_partition(3)
+    await store.fence(4, 9)
+    await store.flush()
+    return store.table.snapshot()
+
+
+# ---- restarts -----------------------------------------------------------------------------
+
+def test_accepted_records_survive_a_restart(tmp_path: Path) -> None:
+    async def body(store: WitnessStore) -> Snapshot:
+        verdicts = await store.record(7, [rec("a", "k1"), rec("b", "k2"), rec("c", "k1")])
+        assert verdicts == [A, A, C]
+        return store.table.snapshot()
+    before = run(tmp_path, body)
+    after = reopened(tmp_path)
+    assert after == before
+    assert [r.token for _, r in after.records] == [b"a", b"b"]
+
+
+def test_a_whole_history_replays_to_the_same_table(tmp_path: Path) -> None:
+    before = run(tmp_path, history)
+    assert reopened(tmp_path) == before
+    assert reopened(tmp_path) == before, "a second restart (over the first's segment) too"
+
+
+def test_a_fence_survives_a_restart_and_still_refuses_older_epochs(tmp_path: Path) -> None:
+    async def fence(store: WitnessStore) -> None:
+        await store.record(1, [rec("old", "k", epoch=4)])
+        held = await store.fence(1, 5)
+        assert [r.token for r in held] == [b"old"]
+
+    async def after(store: WitnessStore) -> None:
+        assert store.table.fence_epoch(1) == 5
+        assert await store.record(1, [rec("late", "j", epoch=4)]) == [F]
+        assert await store.record(1, [rec("new", "j", epoch=5)]) == [A]
+        assert [r.token for r in await store.fence(1, 5)] == [b"old", b"new"]
+    run(tmp_path, fence)
+    run(tmp_path, after)
+
+
+def test_clear_and_a_dropped_partition_survive_a_restart(tmp_path: Path) -> None:
+    async def before(store: WitnessStore) -> None:
+        await store.record(1, [rec("a", "k", epoch=1), rec("b", "j", epoch=2)])
+        await store.clear(1, 2)
+        await store.record(2, [rec("c", "k")])
+        await store.drop_partition(2)
+
+    async def after(store: WitnessStore) -> None:
+        assert [r.token for r in store.table.records(1)] == [b"b"]
+        assert store.table.fence_epoch(1) == 2
+        assert store.table.is_dropped(2) and store.table.held_records(2) == 0
+        assert await store.record(2, [rec("d", "k", epoch=100)]) == [F]
+    run(tmp_path, before)
+    run(tmp_path, after)
+
+
+def test_gc_is_gone_after_a_restart_once_persisted(tmp_path: Path) -> None:
+    async def body(store: WitnessStore) -> None:
+        await store.record(1, [rec("a", "k1"), rec("b", "k2")])
+        store.gc(1, [b"a", b"unknown"])  # returns at once
+        assert store.table.held_records() == 1
+        await store.flush()
+    run(tmp_path, body)
+    snapshot = reopened(tmp_path)
+    assert [r.token for _, r in snapshot.records] == [b"b"]
+
+
+def test_a_torn_tail_loses_only_the_unacknowledged_entry(tmp_path: Path) -> None:
+    async def body(store: WitnessStore) -> None:
+        for i in range(20):
+            assert await store.record(1, [rec(f"t{i}", f"k{i}")]) == [A]
+    run(tmp_path, body, NO_AUTO_COMPACTION)
+    # The power cut tore the last write: half of its record reached the disk, so it was
+    # never acknowledged.
+    segment = max(tmp_path.iterdir())
+    size = segment.stat().st_size
+    last = encode_record(encode(Held(1, rec("t19", "k19"))))
+    with open(segment, "r+b") as f:
+        f.truncate(size - len(last) // 2)
+    tokens = [r.token for _, r in reopened(tmp_path, NO_AUTO_COMPACTION).records]
+    assert tokens == [b"t%d" % i for i in range(19)]
+
+
+def test_a_retry_returns_only_once_the_first_copy_is_durable(tmp_path: Path) -> None:
+    async def body(store: WitnessStore) -> None:
+        first = asyncio.ensure_future(store.record(1, [rec("a", "k")]))
+        await asyncio.sleep(0)  # the first copy is decided and submitted, not yet synced
+        assert store.table.held_records() == 1
+        assert await store.record(1, [rec("a", "k")]) == [A]
+        assert store.journal.records >= 1, "the retry was acknowledged before the original"
+        assert await first == [A]
+    run(tmp_path, body)
+
+
+def test_refusals_and_operations_outside_a_running_store(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        store = WitnessStore(tmp_path, LIMITS)
+        with pytest.raises(Unavailable):
+            await store.record(1, [rec("a", "k")])
+        await store.start()
+        await store.stop()
+        with pytest.raises(Unavailable):
+            store.gc(1, [b"a"])
+    asyncio.run(scenario())
+
+
+# ---- group commit -------------------------------------------------------------------------
+
+def test_concurrent_records_share_fsyncs(tmp_path: Path) -> None:
+    calls = 200
+
+    async def body(store: WitnessStore) -> tuple[int, int]:
+        syncs = store.journal.syncs
+        verdicts = await asyncio.gather(*(store.record(i % 5, [rec(f"t{i}", f"k{i}")])
+                                          for i in range(calls)))
+        assert all(v == [A] for v in verdicts)
+        return store.journal.syncs - syncs, store.journal.records
+    syncs, records = run(tmp_path, body)
+    assert records == calls
+    assert syncs < calls // 2, f"{syncs} fsyncs for {calls} concurrent record calls"
+    assert reopened(tmp_path).records and len(reopened(tmp_path).records) == calls
+
+
+# ---- compaction ---------------------------------------------------------------------------
+
+def test_compaction_bounds_the_journal_under_churn(tmp_path: Path) -> None:
+    async def body(store: WitnessStore) -> tuple[Snapshot, int]:
+        largest = 0
+        for i in range(3000):
+            # Each write stays held until the next-but-two is recorded: a few are live.
+            assert await store.record(i % 3, [rec(f"t{i}", f"k{i}", payload=b"p" * 200)]) == [A]
+            if i >= 3:
+                store.gc((i - 3) % 3, [b"t%d" % (i - 3)])
+            if i % 50 == 0:
+                largest = max(largest, dir_bytes(tmp_path))
+        await store.fence(1, 2)
+        await store.flush()
+        assert store.compactions >= 5, f"{store.compactions} compactions"
+        return store.table.snapshot(), largest
+    before, largest = run(tmp_path, body)
+    # Without compaction the journal would hold every write and gc (~700 KiB).
+    assert largest < 2 * LIMITS.compact_floor_bytes, f"the journal grew to {largest} bytes"
+    assert dir_bytes(tmp_path) < 2 * LIMITS.compact_floor_bytes
+    after = reopened(tmp_path)
+    assert after == before
+    assert [r.token for _, r in after.records] == [b"t2997", b"t2998", b"t2999"]
+
+
+def test_an_explicit_compaction_keeps_the_table_and_drops_the_old_segments(
+        tmp_path: Path) -> None:
+    async def body(store: WitnessStore) -> Snapshot:
+        before = await history(store)
+        held = store.journal_bytes
+        await store.compact()
+        assert store.table.snapshot() == before
+        assert len(store.journal.segments()) == 1
+        assert store.journal_bytes == dir_bytes(tmp_path) < held
+        return before
+    before = run(tmp_path, body, NO_AUTO_COMPACTION)
+    assert reopened(tmp_path, NO_AUTO_COMPACTION) == before
+
+
+ARM = {
+    "after_rotate": lambda: faults.arm("witness.compact.after_rotate", "fail", times=1),
+    "after_snapshot": lambda: faults.arm("witness.compact.after_snapshot", "fail", times=1),
+}
+
+
+def crashed_compaction(directory: Path, step: str) -> Snapshot:
+    """A history over several segments, then a compaction that stops dead at `step` (the
+    process dies there: nothing after it reaches the disk). Returns the table before."""
+    async def body(store: WitnessStore) -> Snapshot:
+        before = await history(store)
+        for i in range(40):  # more segments, where each key is held, released, held again
+            await store.record(5, [rec(f"x{i}", f"r{i % 2}", payload=b"y" * 200)])
+            if i < 38:
+                store.gc(5, [b"x%d" % i])
+        await store.flush()
+        before = store.table.snapshot()
+        assert len(store.journal.segments()) >= 3
+        ARM[step]()
+        with pytest.raises(FaultInjected):
+            await store.compact()
+        return before
+    return run(directory, body, NO_AUTO_COMPACTION)
+
+
+@pytest.mark.parametrize("step", sorted(ARM))
+def test_a_crash_between_compaction_steps_replays_to_the_same_table(
+        tmp_path: Path, step: str) -> None:
+    before = crashed_compaction(tmp_path, step)
+    assert reopened(tmp_path, NO_AUTO_COMPACTION) == before
+
+    # And the store goes on: a compaction after the restart, then another restart.
+    async def compact(store: WitnessStore) -> None:
+        await store.compact()
+    run(tmp_path, compact, NO_AUTO_COMPACTION)
+    assert len(list(tmp_path.iterdir())) == 1, "only the snapshot's segment is left"
+    assert reopened(tmp_path, NO_AUTO_COMPACTION) == before
+
+
+def test_a_crash_mid_drop_replays_from_the_snapshot(tmp_path: Path) -> None:
+    """Unlinks are not durable in order: any subset of the old segments may survive. What is
+    left of them may not even be a possible history (a key released in a lost segment, held
+    again in a later one): replay must start at the snapshot."""
+    crashed = tmp_path / "crashed"
+    before = crashed_compaction(crashed, "after_snapshot")
+    segments = sorted(p.name for p in crashed.iterdir())
+    for lost in [[name] for name in segments[:-1]] + [segments[:-2], segments[1:-1]]:
+        survivor = tmp_path / "-".join(lost)
+        shutil.copytree(crashed, survivor)
+        for name in lost:
+            (survivor / name).unlink()
+        assert reopened(survivor, NO_AUTO_COMPACTION) == before, f"{lost} lost"
+
+
+def test_a_torn_snapshot_replays_from_the_old_segments(tmp_path: Path) -> None:
+    before = crashed_compaction(tmp_path, "after_snapshot")
+    segment = max(tmp_path.iterdir())  # the snapshot is its only record
+    segment.write_bytes(segment.read_bytes()[:segment.stat().st_size // 2])
+    assert reopened(tmp_path, NO_AUTO_COMPACTION) == before
+
+
+# ---- the format ---------------------------------------------------------------------------
+
+def test_every_entry_round_trips() -> None:
+    record = Record(b"tok", 2**63, frozenset({b"", b"k", b"\x00" * 300}), b"\xff" * 70_000)
+    entries = [Held(3, record), Released(4, (b"a", b"bb")), Released(4, ()), Fenced(5, 6),
+               Cleared(7, 8), PartitionDropped(2**64 - 1),
+               Snapshot(((1, 0), (2, 9)), (3, 4), ((1, record), (2, rec("x")))),
+               Snapshot((), (), ())]
+    for entry in entries:
+        assert decode(encode(entry)) == entry
+    assert encode(Held(1, rec("t", "a", "b"))) == encode(Held(1, rec("t", "b", "a")))
+
+
+@pytest.mark.parametrize("body", [b"", b"\x01", b"\x02\x03" + bytes(16), b"\x01\x09" + bytes(8),
+                                  encode(Fenced(1, 2))[:-1], encode(Fenced(1, 2)) + b"\x00"])
+def test_a_whole_record_that_does_not_decode_is_a_bug(body: bytes) -> None:
+    with pytest.raises(Internal):
+        decode(body)
+
+
+def test_replay_refuses_an_unknown_entry_rather_than_guess(tmp_path: Path) -> None:
+    run(tmp_path, history)
+    segment = max(tmp_path.iterdir())
+    with open(segment, "ab") as f:
+        f.write(encode_record(b"\x01\x63unknown kind"))
+    with pytest.raises(Internal, match="unknown kind"):
+        reopened(tmp_path)
