@@ -259,6 +259,7 @@ class WitnessStore:
         self._compact_lock = asyncio.Lock()
         self.journal.start()
         self._running = True
+        self._maybe_compact()  # the journal may have grown across restarts
         log.info("witness store %s: %d entries replayed (%d applied), %d records of %d "
                  "partitions held, %d journal bytes", self.directory, len(bodies), len(entries),
                  self.table.held_records(), len(self.table.partitions()), self._journal_bytes)

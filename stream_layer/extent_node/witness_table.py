@@ -40,6 +40,10 @@ from common.errors import Internal, InvalidArgument
 # A token is a write's exactly-once id (a few dozen bytes); the cap keeps memory bounded by
 # records_max even though the byte bound counts payloads and keys only.
 TOKEN_BYTES_MAX = 256
+# What the store's format can hold (u64 ids and epochs, u32 lengths): checked here, before
+# anything changes, so an entry the table made can always be encoded.
+ID_MAX = (1 << 64) - 1
+FIELD_BYTES_MAX = (1 << 32) - 1
 
 
 class Verdict(enum.Enum):
@@ -368,13 +372,13 @@ class WitnessTable:
 
 
 def _check_partition(partition: int) -> None:
-    if partition < 0:
-        raise InvalidArgument(f"witness: partition id {partition} is negative")
+    if not 0 <= partition <= ID_MAX:
+        raise InvalidArgument(f"witness: partition id {partition} is not in 0..{ID_MAX}")
 
 
 def _check_epoch(epoch: int) -> None:
-    if epoch < 0:
-        raise InvalidArgument(f"witness: epoch {epoch} is negative")
+    if not 0 <= epoch <= ID_MAX:
+        raise InvalidArgument(f"witness: epoch {epoch} is not in 0..{ID_MAX}")
 
 
 def _check_record(record: Record) -> None:
@@ -382,3 +386,6 @@ def _check_record(record: Record) -> None:
         raise InvalidArgument(f"witness: a token is 1..{TOKEN_BYTES_MAX} bytes, not "
                               f"{len(record.token)}")
     _check_epoch(record.epoch)
+    if len(record.payload) > FIELD_BYTES_MAX or len(record.keys) > FIELD_BYTES_MAX or \
+            any(len(key) > FIELD_BYTES_MAX for key in record.keys):
+        raise InvalidArgument("witness: a payload, a key or a key count is 4 GiB or more")

@@ -199,6 +199,8 @@ def test_malformed_input_changes_nothing() -> None:
         t.record(1, [rec("a", "k", epoch=-1)])
     with pytest.raises(InvalidArgument):
         t.fence(-1, 1)
+    with pytest.raises(InvalidArgument):
+        t.clear(1, 1 << 64)  # past what the store's format holds
     assert t.held_records() == 0 and t.partitions() == []
     with pytest.raises(InvalidArgument):
         WitnessTable(0, 10)
