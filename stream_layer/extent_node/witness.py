@@ -248,6 +248,13 @@ class WitnessStore:
 
     # ---- lifecycle ------------------------------------------------------------------------
 
+    @classmethod
+    async def open(cls, directory: Path, limits: WitnessLimits | None = None) -> WitnessStore:
+        """A started store on `directory` (its table rebuilt from the journal there)."""
+        store = cls(directory, limits)
+        await store.start()
+        return store
+
     async def start(self) -> None:
         """Rebuild the table from the journal, then start the journal."""
         loop = asyncio.get_running_loop()

@@ -32,6 +32,7 @@ from stream_layer.extent_node.witness_table import (
     Snapshot,
     Verdict,
 )
+from tests.support.waiting import wait_for
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -61,8 +62,7 @@ def run(directory: Path, body: Callable[[WitnessStore], Awaitable[T]],
         limits: WitnessLimits = LIMITS) -> T:
     """Start a store on `directory`, run `body`, stop it (a process's life)."""
     async def scenario() -> T:
-        store = WitnessStore(directory, limits)
-        await store.start()
+        store = await WitnessStore.open(directory, limits)
         try:
             return await body(store)
         finally:
@@ -194,6 +194,28 @@ def test_a_retry_returns_only_once_the_first_copy_is_durable(tmp_path: Path) -> 
     run(tmp_path, body)
 
 
+def test_a_fence_returns_only_once_the_records_it_returns_are_durable(tmp_path: Path) -> None:
+    async def body(store: WitnessStore) -> None:
+        first = asyncio.ensure_future(store.record(1, [rec("a", "k", epoch=1)]))
+        await asyncio.sleep(0)  # accepted and submitted, not yet synced
+        assert [r.token for r in await store.fence(1, 2)] == [b"a"]
+        assert store.journal.records == 2, "the fence answered before what it returned"
+        assert await first == [A]
+    run(tmp_path, body)
+
+
+def test_a_refusal_persists_nothing(tmp_path: Path) -> None:
+    async def body(store: WitnessStore) -> None:
+        await store.record(1, [rec("a", "k", epoch=3)])
+        await store.fence(1, 3)
+        records = store.journal.records
+        assert await store.record(1, [rec("b", "k", epoch=3), rec("c", "j", epoch=2)]) == [C, F]
+        assert await store.record(1, [rec("a", "k", epoch=3)]) == [A]  # a retry
+        await store.flush()
+        assert store.journal.records == records
+    run(tmp_path, body)
+
+
 def test_refusals_and_operations_outside_a_running_store(tmp_path: Path) -> None:
     async def scenario() -> None:
         store = WitnessStore(tmp_path, LIMITS)
@@ -260,6 +282,27 @@ def test_an_explicit_compaction_keeps_the_table_and_drops_the_old_segments(
         return before
     before = run(tmp_path, body, NO_AUTO_COMPACTION)
     assert reopened(tmp_path, NO_AUTO_COMPACTION) == before
+
+
+def test_a_journal_grown_across_restarts_is_compacted_at_start(tmp_path: Path) -> None:
+    async def grow(store: WitnessStore) -> Snapshot:
+        for i in range(600):
+            await store.record(1, [rec(f"t{i}", "k", payload=b"p" * 200)])
+            store.gc(1, [b"t%d" % i])
+        await store.record(2, [rec("kept", "k")])
+        return store.table.snapshot()
+    before = run(tmp_path, grow, NO_AUTO_COMPACTION)
+    assert dir_bytes(tmp_path) > 2 * LIMITS.compact_floor_bytes
+
+    async def restart(store: WitnessStore) -> Snapshot:
+        await wait_for(lambda: _compacted(store), 10, "a compaction at start")
+        return store.table.snapshot()
+    assert run(tmp_path, restart) == before
+    assert dir_bytes(tmp_path) < LIMITS.compact_floor_bytes
+
+
+async def _compacted(store: WitnessStore) -> bool:
+    return store.compactions > 0
 
 
 ARM = {
