@@ -23,9 +23,10 @@ Contracts:
   either leak (held forever, no owner will gc it) or, worse, complete a CURP acknowledgement
   nobody can replay. A tombstone is one int per split or merge over the node's life.
 - Entries are effects, not requests: `apply(entry)` redoes one without deciding anything
-  again (no bounds, no conflict test), so a replay under smaller bounds still brings back
-  every record that was acknowledged. A replay may therefore leave the table above its
-  bounds; it refuses (FULL) until gc makes room.
+  again (no bounds, no fence), so a replay under smaller bounds still brings back every
+  record that was acknowledged. A replay may therefore leave the table above its bounds; it
+  refuses (FULL) until gc makes room. A replayed record that clashes with one held is a
+  history the table cannot have made: Internal.
 - Bytes of a record (the bound, the metrics) = its payload plus its keys.
 """
 
