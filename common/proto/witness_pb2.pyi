@@ -1,0 +1,117 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Verdict(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ACCEPTED: _ClassVar[Verdict]
+    CONFLICT: _ClassVar[Verdict]
+    FENCED: _ClassVar[Verdict]
+    FULL: _ClassVar[Verdict]
+    EXPIRED: _ClassVar[Verdict]
+ACCEPTED: Verdict
+CONFLICT: Verdict
+FENCED: Verdict
+FULL: Verdict
+EXPIRED: Verdict
+
+class WitnessRecord(_message.Message):
+    __slots__ = ("token", "epoch", "exclusive", "shared", "payload", "deadline_ms")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    EXCLUSIVE_FIELD_NUMBER: _ClassVar[int]
+    SHARED_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
+    token: bytes
+    epoch: int
+    exclusive: _containers.RepeatedScalarFieldContainer[bytes]
+    shared: _containers.RepeatedScalarFieldContainer[bytes]
+    payload: bytes
+    deadline_ms: int
+    def __init__(self, token: _Optional[bytes] = ..., epoch: _Optional[int] = ..., exclusive: _Optional[_Iterable[bytes]] = ..., shared: _Optional[_Iterable[bytes]] = ..., payload: _Optional[bytes] = ..., deadline_ms: _Optional[int] = ...) -> None: ...
+
+class RecordRequest(_message.Message):
+    __slots__ = ("partition_id", "records")
+    PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    partition_id: int
+    records: _containers.RepeatedCompositeFieldContainer[WitnessRecord]
+    def __init__(self, partition_id: _Optional[int] = ..., records: _Optional[_Iterable[_Union[WitnessRecord, _Mapping]]] = ...) -> None: ...
+
+class RecordReply(_message.Message):
+    __slots__ = ("verdicts",)
+    VERDICTS_FIELD_NUMBER: _ClassVar[int]
+    verdicts: _containers.RepeatedScalarFieldContainer[Verdict]
+    def __init__(self, verdicts: _Optional[_Iterable[_Union[Verdict, str]]] = ...) -> None: ...
+
+class DropRequest(_message.Message):
+    __slots__ = ("partition_id", "tokens")
+    PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    partition_id: int
+    tokens: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, partition_id: _Optional[int] = ..., tokens: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class DropReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListRequest(_message.Message):
+    __slots__ = ("partition_id", "older_than_ms")
+    PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
+    OLDER_THAN_MS_FIELD_NUMBER: _ClassVar[int]
+    partition_id: int
+    older_than_ms: int
+    def __init__(self, partition_id: _Optional[int] = ..., older_than_ms: _Optional[int] = ...) -> None: ...
+
+class ListReply(_message.Message):
+    __slots__ = ("records",)
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    records: _containers.RepeatedCompositeFieldContainer[WitnessRecord]
+    def __init__(self, records: _Optional[_Iterable[_Union[WitnessRecord, _Mapping]]] = ...) -> None: ...
+
+class FenceRequest(_message.Message):
+    __slots__ = ("partition_id", "epoch")
+    PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    partition_id: int
+    epoch: int
+    def __init__(self, partition_id: _Optional[int] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class FenceReply(_message.Message):
+    __slots__ = ("records",)
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    records: _containers.RepeatedCompositeFieldContainer[WitnessRecord]
+    def __init__(self, records: _Optional[_Iterable[_Union[WitnessRecord, _Mapping]]] = ...) -> None: ...
+
+class ClearRequest(_message.Message):
+    __slots__ = ("partition_id", "epoch")
+    PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    partition_id: int
+    epoch: int
+    def __init__(self, partition_id: _Optional[int] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class ClearReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class StatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class StatusReply(_message.Message):
+    __slots__ = ("records", "bytes", "partitions")
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    records: int
+    bytes: int
+    partitions: int
+    def __init__(self, records: _Optional[int] = ..., bytes: _Optional[int] = ..., partitions: _Optional[int] = ...) -> None: ...
