@@ -26,6 +26,14 @@ names where it lives once built):
    its answer then marked synced. Acknowledged: a synced answer, or a speculative one and
    three acceptances. Otherwise (a refusal, a witness silent past a short timeout) the front
    end asks the owner to sync through the write's LSN and answers when it has.
+   Two rules keep a witness's record from being executed twice or against its answer:
+   every fast write the owner executes leaves its token row in the commit log whatever
+   its answer (a refusal — PreconditionFailed, NotFound, Sealed — included, as RIFL keeps
+   completion records), so recovery never executes again a write that was answered; and a
+   fast write the owner did not execute (NotOwner, Throttled, past its deadline) is not
+   answered with that definite refusal once its records went out: the front end retries
+   it (same token) and, out of time, answers Unavailable (in doubt), since a recovering
+   owner may still execute the record until the owner's sweep drops it.
 4. **Versions**: an entity's ETag is its row's version, today above every version the
    partition holds (`max(LSN, floor + 1)`, committer.py); but recovery re-executes unsynced
    writes in another order than the owner did, so a fast write's version must not depend on
