@@ -29,6 +29,29 @@ HOST = "127.0.0.1"
 
 
 @dataclass(frozen=True)
+class WitnessLimits:
+    """Bounds of one extent node's CURP witness store (stream_layer/extent_node/witness.py),
+    built from ExtentNodeLimits' `witness_*` fields (`ExtentNodeLimits.witness`), where the
+    values and their reasons are: one source of truth."""
+
+    records_max: int
+    bytes_max: int
+    journal_batch_bytes_max: int
+    journal_queue_bytes_max: int
+    journal_segment_bytes_max: int
+    compact_ratio: float
+    compact_floor_bytes: int
+    call_records_max: int
+    record_bytes_max: int
+    record_keys_max: int
+
+
+# What a held record adds to a Fence reply beyond its payload and keys: its token (at most
+# witness_table.TOKEN_BYTES_MAX, 256) and its fields' framing.
+WITNESS_REPLY_RECORD_OVERHEAD_BYTES = 320
+
+
+@dataclass(frozen=True)
 class ExtentNodeLimits:
     """Limits of one extent node. Every queue and batch is bounded by one of these."""
 
@@ -105,8 +128,45 @@ class ExtentNodeLimits:
     scrub_chunk_bytes: int = 8 * MiB
     # How long a CLI/test waits for a started process to report that it is serving.
     start_timeout_ms: int = 20000
+    # The CURP witness store (§11, stream_layer/extent_node/witness.py). It holds only
+    # writes their owner has not synced yet, milliseconds' worth, so its bounds are small;
+    # at a bound it answers FULL and the front end takes the sync path. A Fence answers
+    # every record of a partition in one reply: bytes_max plus records_max x the per-record
+    # overhead must fit rpc_message_bytes_max (checked below).
+    witness_records_max: int = 100_000
+    witness_bytes_max: int = 24 * MiB
+    # Its own journal (own group commit), scaled down from the node's.
+    witness_journal_batch_bytes_max: int = 8 * MiB
+    witness_journal_queue_bytes_max: int = 64 * MiB
+    witness_journal_segment_bytes_max: int = 64 * MiB
+    # Compact when the journal holds more than compact_ratio x live + compact_floor_bytes:
+    # the floor keeps a near-empty table from compacting on every few writes.
+    witness_compact_ratio: float = 2.0
+    witness_compact_floor_bytes: int = 16 * MiB
+    # One Record or Drop call carries at most this many records or tokens; one record at
+    # most this many bytes (payload and keys: a partition request of
+    # PartitionLimits.append_bytes_max and its framing fits) and keys (a batch of
+    # PartitionLimits.batch_ops_max rows and its name fit).
+    witness_call_records_max: int = 1024
+    witness_record_bytes_max: int = 5 * MiB
+    witness_record_keys_max: int = 1024
+
+    @property
+    def witness(self) -> WitnessLimits:
+        """The witness store's bounds, from the `witness_*` fields."""
+        return WitnessLimits(
+            records_max=self.witness_records_max, bytes_max=self.witness_bytes_max,
+            journal_batch_bytes_max=self.witness_journal_batch_bytes_max,
+            journal_queue_bytes_max=self.witness_journal_queue_bytes_max,
+            journal_segment_bytes_max=self.witness_journal_segment_bytes_max,
+            compact_ratio=self.witness_compact_ratio,
+            compact_floor_bytes=self.witness_compact_floor_bytes,
+            call_records_max=self.witness_call_records_max,
+            record_bytes_max=self.witness_record_bytes_max,
+            record_keys_max=self.witness_record_keys_max)
 
     def __post_init__(self) -> None:
+        self._check_witness()
         if not 0 < self.replica_timeout_min_ms <= self.replica_timeout_max_ms:
             raise InvalidArgument("extent_node.replica_timeout_min_ms must be positive and at "
                                   "most replica_timeout_max_ms")
@@ -116,6 +176,26 @@ class ExtentNodeLimits:
         if self.replica_timeout_multiple < 1 or self.replica_timeout_bytes_per_s <= 0:
             raise InvalidArgument("extent_node.replica_timeout_multiple must be at least 1 "
                                   "and replica_timeout_bytes_per_s positive")
+
+    def _check_witness(self) -> None:
+        positive = ("witness_records_max", "witness_bytes_max", "witness_journal_batch_bytes_max",
+                    "witness_journal_queue_bytes_max", "witness_journal_segment_bytes_max",
+                    "witness_call_records_max", "witness_record_bytes_max",
+                    "witness_record_keys_max")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise InvalidArgument(f"extent_node.{name} must be positive")
+        if self.witness_compact_ratio < 1 or self.witness_compact_floor_bytes < 0:
+            raise InvalidArgument("extent_node.witness_compact_ratio must be at least 1 and "
+                                  "witness_compact_floor_bytes not negative")
+        fence_reply_bytes = (self.witness_bytes_max + self.witness_records_max
+                             * WITNESS_REPLY_RECORD_OVERHEAD_BYTES)
+        if fence_reply_bytes > self.rpc_message_bytes_max:
+            raise InvalidArgument(
+                f"extent_node.witness_bytes_max + witness_records_max x "
+                f"{WITNESS_REPLY_RECORD_OVERHEAD_BYTES} ({fence_reply_bytes}) must fit "
+                f"rpc_message_bytes_max ({self.rpc_message_bytes_max}): a Fence answers every "
+                f"record of a partition in one reply")
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,13 @@ Contracts:
 - `start()` replays the journal (torn tail cut by the Journal) into the table, then starts
   the journal. A whole record (its crc holds) that does not decode is a bug or a format
   this code does not know: Internal, the node does not start on a guess.
+- Time: the store's `clock` (common/clock.py, its wall time in ms) is what `record` judges
+  deadlines by and what a record counts as accepted at; a replay counts every record it
+  brings back as accepted at the replay (acceptance times are not persisted: they serve
+  only the owner's sweep, which then waits a little longer after a restart).
 
-On-disk entry (one journal record each; little-endian; version 1):
+On-disk entry (one journal record each; little-endian; version 2: version 1, without
+deadlines or shared keys, was never deployed and is not read):
   [u8 version][u8 kind] then by kind
   HELD      [u64 partition] RECORD
   RELEASED  [u64 partition][u32 n] n x ([u16 len][token])
@@ -35,8 +40,8 @@ On-disk entry (one journal record each; little-endian; version 1):
   SNAPSHOT  [u32 n fences][u32 n dropped][u32 n records]
             n x ([u64 partition][u64 fence]), n x [u64 partition],
             n x ([u64 partition] RECORD)
-  RECORD = [u64 epoch][u16 token len][u32 n keys][u32 payload len][token]
-           n x ([u32 len][key]) [payload]
+  RECORD = [u64 epoch][u64 deadline_ms][u16 token len][u32 n exclusive][u32 n shared]
+           [u32 payload len][token] n x ([u32 len][key]) n x ([u32 len][key]) [payload]
 """
 
 from __future__ import annotations
@@ -45,10 +50,11 @@ import asyncio
 import logging
 import struct
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from common import faults
+from common.clock import Clock, SystemClock
+from common.config import ExtentNodeLimits, WitnessLimits
 from common.errors import Internal, Unavailable
 from stream_layer.extent_node.journal import RECORD_HEADER, Journal, segment_seq
 from stream_layer.extent_node.witness_table import (
@@ -66,10 +72,7 @@ from stream_layer.extent_node.witness_table import (
 
 log = logging.getLogger(__name__)
 
-KiB = 1 << 10
-MiB = 1 << 20
-
-VERSION = 1
+VERSION = 2
 HELD, RELEASED, FENCED, CLEARED, DROPPED, SNAPSHOT = 1, 2, 3, 4, 5, 6
 _HEAD = struct.Struct("<BB")
 _U16 = struct.Struct("<H")
@@ -77,29 +80,12 @@ _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 _PAIR = struct.Struct("<QQ")
 _COUNTS = struct.Struct("<III")
-_RECORD = struct.Struct("<QHII")
+_RECORD = struct.Struct("<QQHIII")
 # What a held record costs in a snapshot beyond its payload and keys (header, token, key
 # lengths), and what a partition's fence or tombstone costs, for the compaction rule's
 # estimate of the live state.
 _RECORD_OVERHEAD_BYTES = _U64.size + _RECORD.size + 64
 _PARTITION_BYTES = _PAIR.size
-
-
-@dataclass(frozen=True)
-class WitnessLimits:
-    """Bounds of one extent node's witness store. The journal values are the extent node's
-    own (common/config.py ExtentNodeLimits), scaled to what a witness holds: only writes
-    their owner has not synced yet, milliseconds' worth."""
-
-    records_max: int = 100_000
-    bytes_max: int = 64 * MiB
-    journal_batch_bytes_max: int = 8 * MiB
-    journal_queue_bytes_max: int = 64 * MiB
-    journal_segment_bytes_max: int = 64 * MiB
-    # Compact when the journal holds more than compact_ratio x live + compact_floor_bytes:
-    # the floor keeps a near-empty table from compacting on every few writes.
-    compact_ratio: float = 2.0
-    compact_floor_bytes: int = 16 * MiB
 
 
 # ---- encoding -----------------------------------------------------------------------------
@@ -127,10 +113,12 @@ def _head(kind: int) -> bytes:
 
 
 def _encode_record(record: Record) -> bytes:
-    keys = sorted(record.keys)  # sorted: the same record always encodes the same bytes
-    parts = [_RECORD.pack(record.epoch, len(record.token), len(keys), len(record.payload)),
+    # Keys sorted: the same record always encodes the same bytes.
+    exclusive, shared = sorted(record.exclusive), sorted(record.shared)
+    parts = [_RECORD.pack(record.epoch, record.deadline_ms, len(record.token), len(exclusive),
+                          len(shared), len(record.payload)),
              record.token]
-    for key in keys:
+    for key in (*exclusive, *shared):
         parts += [_U32.pack(len(key)), key]
     parts.append(record.payload)
     return b"".join(parts)
@@ -165,10 +153,17 @@ class _Reader:
         return shape.unpack(self.take(shape.size))
 
     def record(self) -> Record:
-        epoch, token_len, n_keys, payload_len = self.unpack(_RECORD)
+        epoch, deadline_ms, token_len, n_exclusive, n_shared, payload_len = self.unpack(_RECORD)
         token = self.take(token_len)
-        keys = frozenset(self.take(self.unpack(_U32)[0]) for _ in range(n_keys))
-        return Record(token, epoch, keys, self.take(payload_len))
+        exclusive = self.keys(n_exclusive)
+        shared = self.keys(n_shared)
+        return Record(token, epoch, exclusive, shared, self.take(payload_len), deadline_ms)
+
+    def keys(self, count: int) -> frozenset[bytes]:
+        keys = frozenset(self.take(self.unpack(_U32)[0]) for _ in range(count))
+        if len(keys) != count:
+            raise Internal(f"witness entry lists a key twice at byte {self.pos}")
+        return keys
 
     def done(self) -> None:
         if self.pos != len(self.body):
@@ -232,9 +227,11 @@ class WitnessStore:
     """A WitnessTable made durable (module doc). `table` is for reading (metrics, tests);
     change it only through the store."""
 
-    def __init__(self, directory: Path, limits: WitnessLimits | None = None) -> None:
-        self.limits = limits or WitnessLimits()
+    def __init__(self, directory: Path, limits: WitnessLimits | None = None,
+                 clock: Clock | None = None) -> None:
+        self.limits = limits or ExtentNodeLimits().witness
         self.directory = directory
+        self.clock = clock or SystemClock()
         self.table = WitnessTable(self.limits.records_max, self.limits.bytes_max)
         self.journal = Journal(directory, self.limits.journal_batch_bytes_max,
                                self.limits.journal_queue_bytes_max,
@@ -249,9 +246,10 @@ class WitnessStore:
     # ---- lifecycle ------------------------------------------------------------------------
 
     @classmethod
-    async def open(cls, directory: Path, limits: WitnessLimits | None = None) -> WitnessStore:
+    async def open(cls, directory: Path, limits: WitnessLimits | None = None,
+                   clock: Clock | None = None) -> WitnessStore:
         """A started store on `directory` (its table rebuilt from the journal there)."""
-        store = cls(directory, limits)
+        store = cls(directory, limits, clock)
         await store.start()
         return store
 
@@ -260,8 +258,9 @@ class WitnessStore:
         loop = asyncio.get_running_loop()
         bodies = await loop.run_in_executor(None, self._read_journal)
         entries = replay_entries(bodies)
+        now_ms = self.now_ms()  # what every record brought back counts as accepted at
         for entry in entries:
-            self.table.apply(entry)
+            self.table.apply(entry, now_ms)
         self._journal_bytes = await loop.run_in_executor(None, self.journal.held_bytes)
         self._compact_lock = asyncio.Lock()
         self.journal.start()
@@ -288,7 +287,7 @@ class WitnessStore:
         # an await (module doc), so the wait for the journal's room comes first.
         await self.journal.wait_for_room(sum(r.size + _RECORD_OVERHEAD_BYTES for r in records))
         self._check_running()
-        verdicts, entries = self.table.record(partition, records)
+        verdicts, entries = self.table.record(partition, records, self.now_ms())
         self._persist(entries)
         if Verdict.ACCEPTED in verdicts:
             await self._durable()
@@ -299,6 +298,12 @@ class WitnessStore:
         doc)."""
         self._check_running()
         self._persist(self.table.gc(partition, tokens))
+
+    def list(self, partition: int, older_than_ms: int) -> list[Record]:
+        """The partition's records held at least `older_than_ms` by the store's clock (held
+        since the last restart at most: WitnessTable.list), in acceptance order."""
+        self._check_running()
+        return self.table.list(partition, older_than_ms, self.now_ms())
 
     async def fence(self, partition: int, epoch: int) -> list[Record]:
         """Fence out owners below `epoch`; return every record held for the partition. Both
@@ -388,6 +393,10 @@ class WitnessStore:
                    if segment_seq(path) < segment)
 
     # ---- internals ------------------------------------------------------------------------
+
+    def now_ms(self) -> int:
+        """The store's clock: wall time, ms since the epoch (deadlines are wall times)."""
+        return int(self.clock.wall() * 1000)
 
     def _read_journal(self) -> list[bytes]:
         return [body for _, body in self.journal.replay()]

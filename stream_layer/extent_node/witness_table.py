@@ -3,15 +3,33 @@ No I/O: every operation takes inputs and returns decisions plus the entries that
 state it changed; the store (witness.py) makes those entries durable before it answers.
 
 Contracts:
-- A witness holds a write only if it commutes with every write it holds for that partition:
-  no two held records of one partition share a key (a key is opaque: a row, a log). The
-  index key -> token makes that check O(keys of the record), never a scan.
-- `record` decides a batch in order, each record against the table as the records before it
-  left it (two records of one batch on one key: the second is a CONFLICT). Per record, first
-  match wins: FENCED (its epoch is below the partition's fence, or the partition was
-  dropped), ACCEPTED without change (its token is held with the same keys: a retry; nothing
-  to persist), CONFLICT (its token is held with other keys, or a key is held by another
-  record), FULL (holding it would pass `records_max` or `bytes_max`), else ACCEPTED.
+- A witness holds a write only if it commutes with every write it holds for that partition.
+  A record's footprint is two sets of opaque keys (a row, a log, an entity group's mark):
+  `exclusive` and `shared`; two records conflict when one holds exclusively a key the other
+  holds in either mode, and shared/shared commutes — exactly partition_layer/curp.py's
+  `Footprint.conflicts` (not imported: the stream layer does not depend on the partition
+  layer; the tests check the two agree). Per partition, an index of exclusive holders
+  (key -> token) and a count of shared holders (key -> count) make that check O(keys of
+  the record), never a scan. A key is in one mode per record (InvalidArgument otherwise).
+- `record` decides a batch in order at `now_ms` (the store's wall clock, ms since the epoch;
+  the table never reads time), each record against the table as the records before it
+  left it (two records of one batch that conflict: the second is a CONFLICT). Per record,
+  first match wins: FENCED (its epoch is below the partition's fence, or the partition was
+  dropped), EXPIRED (its `deadline_ms` is set and at or before `now_ms`: its owner executes
+  no request after its deadline, so a record of it could only linger), ACCEPTED without
+  change (its token is held for the same attempt: a retry; nothing to persist), CONFLICT
+  (its token is held for another attempt, or its footprint conflicts with a held one), FULL
+  (holding it would pass `records_max` or `bytes_max`), else ACCEPTED.
+- A retry is the same attempt: the same epoch, the same exclusive and shared sets, and a
+  deadline no later than the held one's (0, none, is the latest). An acceptance answers
+  for the record as held, so a later attempt must not be answered by an older record: a
+  held epoch below the new one is dropped by the new owner's `clear` while the new attempt
+  counts as recorded, and a held deadline before the new one lets the owner's sweep drop
+  the record while the owner may still execute the new attempt. Either would leave an
+  acknowledged write on fewer than three witnesses; a CONFLICT only sends it the sync way.
+- Each held record remembers when it was accepted (`now_ms` of `record`, or of `apply` on
+  a replay: not persisted, so a restart restarts the count); `list(p, older_than_ms, now)`
+  answers those held at least that long, for the owner's sweep of records it never got.
 - A fence epoch only grows. `fence` returns every record held for the partition, whatever
   its epoch, in the order they were accepted: the loading owner replays them.
 - `clear(p, e)` drops the records of p with an epoch below e (their owner replayed and synced
@@ -27,7 +45,7 @@ Contracts:
   record that was acknowledged. A replay may therefore leave the table above its bounds; it
   refuses (FULL) until gc makes room. A replayed record that clashes with one held is a
   history the table cannot have made: Internal.
-- Bytes of a record (the bound, the metrics) = its payload plus its keys.
+- Bytes of a record (the bound, the metrics) = its payload plus its keys (both modes).
 """
 
 from __future__ import annotations
@@ -48,25 +66,39 @@ FIELD_BYTES_MAX = (1 << 32) - 1
 
 
 class Verdict(enum.Enum):
-    ACCEPTED = "accepted"
-    CONFLICT = "conflict"  # does not commute with an unsynced write held here
-    FENCED = "fenced"  # sent for an owner generation that a newer owner has fenced out
-    FULL = "full"  # the table is at its bounds
+    """A record's verdict; the values are the wire's (common/proto/witness.proto Verdict)."""
+
+    ACCEPTED = 0
+    CONFLICT = 1  # does not commute with an unsynced write held here
+    FENCED = 2  # sent for an owner generation that a newer owner has fenced out
+    FULL = 3  # the table is at its bounds
+    EXPIRED = 4  # its deadline passed: its owner will not execute it
 
 
 @dataclass(frozen=True)
 class Record:
-    """One write as a witness holds it. `keys` is its footprint; `payload` the request, opaque,
-    for a recovering owner to execute."""
+    """One write as a witness holds it. `exclusive` and `shared` are its footprint
+    (curp.Footprint); `payload` the request, opaque, for a recovering owner to execute;
+    `deadline_ms` the request's deadline (ms since the epoch, 0: none)."""
 
     token: bytes
     epoch: int
-    keys: frozenset[bytes]
+    exclusive: frozenset[bytes]
+    shared: frozenset[bytes]
     payload: bytes
+    deadline_ms: int = 0
 
     @property
     def size(self) -> int:
-        return len(self.payload) + sum(len(key) for key in self.keys)
+        return (len(self.payload) + sum(len(key) for key in self.exclusive)
+                + sum(len(key) for key in self.shared))
+
+    def retries(self, held: Record) -> bool:
+        """Whether this is a retry of the attempt `held` stands for (module doc)."""
+        return (self.epoch == held.epoch and self.exclusive == held.exclusive
+                and self.shared == held.shared
+                and (held.deadline_ms == 0
+                     or 0 < self.deadline_ms <= held.deadline_ms))
 
 
 # ---- entries: what changed, for the store to persist and replay ---------------------------
@@ -122,8 +154,16 @@ Entry = Held | Released | Fenced | Cleared | PartitionDropped | Snapshot
 class _Partition:
     fence: int = 0
     records: dict[bytes, Record] = field(default_factory=dict)  # token -> record, in order
-    index: dict[bytes, bytes] = field(default_factory=dict)  # key -> token holding it
+    accepted_ms: dict[bytes, int] = field(default_factory=dict)  # token -> when accepted
+    exclusive: dict[bytes, bytes] = field(default_factory=dict)  # key -> token holding it
+    shared: dict[bytes, int] = field(default_factory=dict)  # key -> records holding it
     bytes: int = 0
+
+    def conflicts(self, record: Record) -> bool:
+        """Whether `record` conflicts with a held record (curp.Footprint.conflicts)."""
+        exclusive, shared = self.exclusive, self.shared
+        return (any(key in exclusive or key in shared for key in record.exclusive)
+                or any(key in exclusive for key in record.shared))
 
 
 class WitnessTable:
@@ -142,10 +182,10 @@ class WitnessTable:
 
     # ---- operations -----------------------------------------------------------------------
 
-    def record(self, partition: int, records: Sequence[Record]
+    def record(self, partition: int, records: Sequence[Record], now_ms: int
                ) -> tuple[list[Verdict], list[Entry]]:
-        """Decide `records` in order (module doc); return a verdict per record and a Held
-        entry per record newly accepted. A malformed record fails the whole batch
+        """Decide `records` in order at `now_ms` (module doc); return a verdict per record
+        and a Held entry per record newly accepted. A malformed record fails the whole batch
         (InvalidArgument) before anything changes."""
         _check_partition(partition)
         for record in records:
@@ -153,10 +193,10 @@ class WitnessTable:
         verdicts: list[Verdict] = []
         entries: list[Entry] = []
         for record in records:
-            verdict, new = self._decide(partition, record)
+            verdict, new = self._decide(partition, record, now_ms)
             verdicts.append(verdict)
             if new:
-                self._hold(partition, record)
+                self._hold(partition, record, now_ms)
                 entries.append(Held(partition, record))
         return verdicts, entries
 
@@ -213,11 +253,12 @@ class WitnessTable:
         records = tuple((p, r) for p, _ in fences for r in self._partitions[p].records.values())
         return Snapshot(fences, tuple(sorted(self._dropped)), records)
 
-    def apply(self, entry: Entry) -> None:
-        """Redo an entry's effect (replay): no decision, no bounds. An entry the table's state
-        cannot have produced (a second holder of a key) is a bug: Internal."""
+    def apply(self, entry: Entry, now_ms: int) -> None:
+        """Redo an entry's effect (replay) at `now_ms` (what a record it brings back counts as
+        accepted at): no decision, no bounds. An entry the table's state cannot have produced
+        (a record conflicting with one held) is a bug: Internal."""
         if isinstance(entry, Held):
-            self._replay_held(entry)
+            self._replay_held(entry, now_ms)
         elif isinstance(entry, Released):
             self._release(entry.partition, tuple(t for t in entry.tokens
                                                  if t in self._held_tokens(entry.partition)))
@@ -230,7 +271,7 @@ class WitnessTable:
         elif isinstance(entry, PartitionDropped):
             self._drop(entry.partition)
         elif isinstance(entry, Snapshot):
-            self._restore(entry)
+            self._restore(entry, now_ms)
         else:
             raise Internal(f"witness: not an entry: {entry!r}")
 
@@ -271,25 +312,42 @@ class WitnessTable:
         state = self._partitions.get(partition)
         return list(state.records.values()) if state is not None else []
 
-    def holder(self, partition: int, key: bytes) -> bytes | None:
-        """The token of the record holding `key` in `partition`, if any."""
+    def list(self, partition: int, older_than_ms: int, now_ms: int) -> list[Record]:
+        """The partition's records held at least `older_than_ms` at `now_ms` (accepted at or
+        before `now_ms - older_than_ms`), in the order they were accepted: the owner's sweep
+        of records it never received."""
         state = self._partitions.get(partition)
-        return state.index.get(key) if state is not None else None
+        if state is None:
+            return []
+        before_ms = now_ms - older_than_ms
+        return [r for t, r in state.records.items() if state.accepted_ms[t] <= before_ms]
+
+    def holder(self, partition: int, key: bytes) -> bytes | None:
+        """The token of the record holding `key` exclusively in `partition`, if any."""
+        state = self._partitions.get(partition)
+        return state.exclusive.get(key) if state is not None else None
+
+    def shared_holders(self, partition: int, key: bytes) -> int:
+        """How many records hold `key` shared in `partition`."""
+        state = self._partitions.get(partition)
+        return state.shared.get(key, 0) if state is not None else 0
 
     # ---- decisions ------------------------------------------------------------------------
 
-    def _decide(self, partition: int, record: Record) -> tuple[Verdict, bool]:
+    def _decide(self, partition: int, record: Record, now_ms: int) -> tuple[Verdict, bool]:
         """The record's verdict and whether it is newly held (not a retry)."""
         if partition in self._dropped:
             return Verdict.FENCED, False
         state = self._partitions.get(partition)
         if record.epoch < (state.fence if state is not None else 0):
             return Verdict.FENCED, False
+        if record.deadline_ms and record.deadline_ms <= now_ms:
+            return Verdict.EXPIRED, False
         if state is not None:
             held = state.records.get(record.token)
             if held is not None:
-                return (Verdict.ACCEPTED if held.keys == record.keys else Verdict.CONFLICT), False
-            if any(key in state.index for key in record.keys):
+                return (Verdict.ACCEPTED if record.retries(held) else Verdict.CONFLICT), False
+            if state.conflicts(record):
                 return Verdict.CONFLICT, False
         if self._records + 1 > self.records_max or self._bytes + record.size > self.bytes_max:
             return Verdict.FULL, False
@@ -297,11 +355,14 @@ class WitnessTable:
 
     # ---- mutations: shared by the operations and by apply, so both mean the same ---------
 
-    def _hold(self, partition: int, record: Record) -> None:
+    def _hold(self, partition: int, record: Record, now_ms: int) -> None:
         state = self._partitions.setdefault(partition, _Partition())
         state.records[record.token] = record
-        for key in record.keys:
-            state.index[key] = record.token
+        state.accepted_ms[record.token] = now_ms
+        for key in record.exclusive:
+            state.exclusive[key] = record.token
+        for key in record.shared:
+            state.shared[key] = state.shared.get(key, 0) + 1
         state.bytes += record.size
         self._records += 1
         self._bytes += record.size
@@ -312,8 +373,15 @@ class WitnessTable:
             return
         for token in tokens:
             record = state.records.pop(token)
-            for key in record.keys:
-                del state.index[key]
+            del state.accepted_ms[token]
+            for key in record.exclusive:
+                del state.exclusive[key]
+            for key in record.shared:
+                left = state.shared[key] - 1
+                if left:
+                    state.shared[key] = left
+                else:
+                    del state.shared[key]
             state.bytes -= record.size
             self._records -= 1
             self._bytes -= record.size
@@ -347,27 +415,25 @@ class WitnessTable:
         state = self._partitions.get(partition)
         return state.records if state is not None else {}
 
-    def _replay_held(self, entry: Held) -> None:
+    def _replay_held(self, entry: Held, now_ms: int) -> None:
         partition, record = entry.partition, entry.record
         if partition in self._dropped:
             raise Internal(f"witness replay: record {record.token!r} held for dropped "
                            f"partition {partition}")
         state = self._partitions.get(partition)
-        if state is not None:
-            clash = record.token in state.records or any(k in state.index for k in record.keys)
-            if clash:
-                raise Internal(f"witness replay: record {record.token!r} of partition "
-                               f"{partition} clashes with one already held")
-        self._hold(partition, record)
+        if state is not None and (record.token in state.records or state.conflicts(record)):
+            raise Internal(f"witness replay: record {record.token!r} of partition "
+                           f"{partition} clashes with one already held")
+        self._hold(partition, record, now_ms)
 
-    def _restore(self, snapshot: Snapshot) -> None:
+    def _restore(self, snapshot: Snapshot, now_ms: int) -> None:
         self._partitions.clear()
         self._dropped = set(snapshot.dropped)
         self._records = self._bytes = 0
         for partition, epoch in snapshot.fences:
             self._partitions[partition] = _Partition(fence=epoch)
         for partition, record in snapshot.records:
-            self._replay_held(Held(partition, record))
+            self._replay_held(Held(partition, record), now_ms)
         for partition in list(self._partitions):
             self._forget_if_idle(partition)
 
@@ -387,6 +453,12 @@ def _check_record(record: Record) -> None:
         raise InvalidArgument(f"witness: a token is 1..{TOKEN_BYTES_MAX} bytes, not "
                               f"{len(record.token)}")
     _check_epoch(record.epoch)
-    if len(record.payload) > FIELD_BYTES_MAX or len(record.keys) > FIELD_BYTES_MAX or \
-            any(len(key) > FIELD_BYTES_MAX for key in record.keys):
+    if not 0 <= record.deadline_ms <= ID_MAX:
+        raise InvalidArgument(f"witness: deadline {record.deadline_ms} ms is not in "
+                              f"0..{ID_MAX}")
+    if not record.exclusive.isdisjoint(record.shared):
+        raise InvalidArgument("witness: a key is held both exclusive and shared")
+    sets = (record.exclusive, record.shared)
+    if len(record.payload) > FIELD_BYTES_MAX or any(len(s) > FIELD_BYTES_MAX for s in sets) \
+            or any(len(key) > FIELD_BYTES_MAX for s in sets for key in s):
         raise InvalidArgument("witness: a payload, a key or a key count is 4 GiB or more")

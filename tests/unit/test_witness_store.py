@@ -1,11 +1,13 @@
 """The CURP witness store on real files (§11, issue 32): what it acknowledged survives a
-restart, fences hold across restarts, gc persists, a torn tail loses only what was not
-acknowledged, compaction bounds the journal and survives a crash at every step, and
-concurrent records share fsyncs."""
+restart (footprints and deadlines with it), fences hold across restarts, gc persists, a torn
+tail loses only what was not acknowledged, deadlines and the sweep's list go by the store's
+clock, compaction bounds the journal and survives a crash at every step, and concurrent
+records share fsyncs."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import shutil
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -14,10 +16,11 @@ from typing import TypeVar
 import pytest
 
 from common import faults
+from common.clock import ManualClock
+from common.config import ExtentNodeLimits, WitnessLimits
 from common.errors import FaultInjected, Internal, Unavailable
 from stream_layer.extent_node.journal import encode_record
 from stream_layer.extent_node.witness import (
-    WitnessLimits,
     WitnessStore,
     decode,
     encode,
@@ -36,16 +39,22 @@ from tests.support.waiting import wait_for
 
 KiB = 1 << 10
 MiB = 1 << 20
-A, C, F = Verdict.ACCEPTED, Verdict.CONFLICT, Verdict.FENCED
+A, C, F, E = Verdict.ACCEPTED, Verdict.CONFLICT, Verdict.FENCED, Verdict.EXPIRED
 T = TypeVar("T")
 
+
+def witness_limits(**changes: int) -> WitnessLimits:
+    """The extent node's default witness limits (common/config.py), with `changes`."""
+    return dataclasses.replace(ExtentNodeLimits().witness, **changes)
+
+
 # Small journal values so a test's churn rotates and compacts.
-LIMITS = WitnessLimits(records_max=10_000, bytes_max=16 * MiB, journal_batch_bytes_max=MiB,
-                       journal_queue_bytes_max=8 * MiB, journal_segment_bytes_max=64 * KiB,
-                       compact_floor_bytes=64 * KiB)
+LIMITS = witness_limits(records_max=10_000, bytes_max=16 * MiB, journal_batch_bytes_max=MiB,
+                        journal_queue_bytes_max=8 * MiB, journal_segment_bytes_max=64 * KiB,
+                        compact_floor_bytes=64 * KiB)
 # Compaction only when a test asks for it.
-NO_AUTO_COMPACTION = WitnessLimits(journal_segment_bytes_max=4 * KiB,
-                                   compact_floor_bytes=1 << 40)
+NO_AUTO_COMPACTION = witness_limits(journal_segment_bytes_max=4 * KiB,
+                                    compact_floor_bytes=1 << 40)
 
 
 @pytest.fixture(autouse=True)
@@ -54,15 +63,19 @@ def _disarm() -> Iterator[None]:
     faults.disarm()
 
 
-def rec(token: str, *keys: str, epoch: int = 1, payload: bytes = b"payload") -> Record:
-    return Record(token.encode(), epoch, frozenset(k.encode() for k in keys), payload)
+def rec(token: str, *keys: str, shared: tuple[str, ...] = (), epoch: int = 1,
+        payload: bytes = b"payload", deadline_ms: int = 0) -> Record:
+    """A record holding `keys` exclusively and `shared` shared."""
+    return Record(token.encode(), epoch, frozenset(k.encode() for k in keys),
+                  frozenset(k.encode() for k in shared), payload, deadline_ms)
 
 
 def run(directory: Path, body: Callable[[WitnessStore], Awaitable[T]],
-        limits: WitnessLimits = LIMITS) -> T:
-    """Start a store on `directory`, run `body`, stop it (a process's life)."""
+        limits: WitnessLimits = LIMITS, clock: ManualClock | None = None) -> T:
+    """Start a store on `directory` (on `clock` if given), run `body`, stop it (a process's
+    life)."""
     async def scenario() -> T:
-        store = await WitnessStore.open(directory, limits)
+        store = await WitnessStore.open(directory, limits, clock)
         try:
             return await body(store)
         finally:
@@ -228,6 +241,70 @@ def test_refusals_and_operations_outside_a_running_store(tmp_path: Path) -> None
     asyncio.run(scenario())
 
 
+# ---- footprints, deadlines and the clock ---------------------------------------------------
+
+T0_S = 1_700_000_000.0  # the tests' wall clock starts here (seconds)
+T0_MS = int(T0_S * 1000)
+
+
+def test_a_restart_keeps_deadlines_and_both_key_sets(tmp_path: Path) -> None:
+    records = [rec("a", "row1", shared=("group",), deadline_ms=T0_MS + 60_000),
+               rec("b", "row2", shared=("group",)),
+               rec("c", "log", deadline_ms=T0_MS + 1)]
+
+    async def before(store: WitnessStore) -> None:
+        assert await store.record(1, records) == [A, A, A]
+
+    async def after(store: WitnessStore) -> None:
+        assert store.table.records(1) == records
+        assert store.table.shared_holders(1, b"group") == 2
+        # The indexes are rebuilt: shared/shared still commutes, exclusive still conflicts.
+        assert await store.record(1, [rec("d", "row3", shared=("group",)), rec("e", "group"),
+                                      rec("f", "x", shared=("log",))]) == [A, C, C]
+        # A retry after the restart is the same attempt as before it.
+        assert await store.record(1, [records[0]]) == [A]
+    run(tmp_path, before, clock=ManualClock(T0_S))
+    run(tmp_path, after, clock=ManualClock(T0_S))
+
+
+def test_expired_by_the_stores_clock_and_nothing_persisted(tmp_path: Path) -> None:
+    clock = ManualClock(T0_S)
+
+    async def body(store: WitnessStore) -> None:
+        assert await store.record(1, [rec("a", "k", deadline_ms=T0_MS + 500)]) == [A]
+        records = store.journal.records
+        clock.advance(0.5)
+        assert await store.record(1, [rec("b", "j", deadline_ms=T0_MS + 500),
+                                      rec("c", "i", deadline_ms=T0_MS + 501)]) == [E, A]
+        assert await store.record(1, [rec("d", "h", deadline_ms=T0_MS + 400)]) == [E]
+        await store.flush()
+        assert store.journal.records == records + 1, "only c was persisted"
+    run(tmp_path, body, clock=clock)
+
+
+def test_list_by_the_stores_clock_and_from_the_replay_after_a_restart(tmp_path: Path) -> None:
+    clock = ManualClock(T0_S)
+
+    async def before(store: WitnessStore) -> None:
+        await store.record(1, [rec("old", "k1")])
+        clock.advance(1.0)
+        await store.record(1, [rec("new", "k2")])
+        await store.record(2, [rec("other", "k1")])
+        clock.advance(0.5)
+        assert [r.token for r in store.list(1, 1000)] == [b"old"]
+        assert [r.token for r in store.list(1, 0)] == [b"old", b"new"]
+        assert store.list(3, 0) == []
+
+    async def after(store: WitnessStore) -> None:
+        # Acceptance times are not persisted: the replay restarts every record's count.
+        assert store.list(1, 1) == []
+        clock.advance(0.001)
+        assert [r.token for r in store.list(1, 1)] == [b"old", b"new"]
+    run(tmp_path, before, clock=clock)
+    clock.advance(10.0)  # the restart
+    run(tmp_path, after, clock=clock)
+
+
 # ---- group commit -------------------------------------------------------------------------
 
 def test_concurrent_records_share_fsyncs(tmp_path: Path) -> None:
@@ -369,7 +446,8 @@ def test_a_torn_snapshot_replays_from_the_old_segments(tmp_path: Path) -> None:
 # ---- the format ---------------------------------------------------------------------------
 
 def test_every_entry_round_trips() -> None:
-    record = Record(b"tok", 2**63, frozenset({b"", b"k", b"\x00" * 300}), b"\xff" * 70_000)
+    record = Record(b"tok", 2**63, frozenset({b"", b"k", b"\x00" * 300}),
+                    frozenset({b"g", b"h" * 40}), b"\xff" * 70_000, 2**64 - 1)
     entries = [Held(3, record), Released(4, (b"a", b"bb")), Released(4, ()), Fenced(5, 6),
                Cleared(7, 8), PartitionDropped(2**64 - 1),
                Snapshot(((1, 0), (2, 9)), (3, 4), ((1, record), (2, rec("x")))),
@@ -377,10 +455,19 @@ def test_every_entry_round_trips() -> None:
     for entry in entries:
         assert decode(encode(entry)) == entry
     assert encode(Held(1, rec("t", "a", "b"))) == encode(Held(1, rec("t", "b", "a")))
+    assert decode(encode(Held(1, rec("t", "a", shared=("b",))))) != \
+        decode(encode(Held(1, rec("t", "b", shared=("a",))))), "each key keeps its mode"
 
 
-@pytest.mark.parametrize("body", [b"", b"\x01", b"\x02\x03" + bytes(16), b"\x01\x09" + bytes(8),
-                                  encode(Fenced(1, 2))[:-1], encode(Fenced(1, 2)) + b"\x00"])
+# A version-1 entry (no deadlines, no shared keys; never deployed) is refused, not guessed at.
+V1_FENCED = b"\x01\x03" + bytes(16)
+TWICE_THE_SAME_KEY = encode(Held(1, rec("t", "a", "b"))).replace(b"\x01\x00\x00\x00b",
+                                                                 b"\x01\x00\x00\x00a")
+
+
+@pytest.mark.parametrize("body", [b"", b"\x02", b"\x03\x03" + bytes(16), b"\x02\x09" + bytes(8),
+                                  V1_FENCED, encode(Fenced(1, 2))[:-1], TWICE_THE_SAME_KEY,
+                                  encode(Fenced(1, 2)) + b"\x00"])
 def test_a_whole_record_that_does_not_decode_is_a_bug(body: bytes) -> None:
     with pytest.raises(Internal):
         decode(body)
@@ -390,6 +477,6 @@ def test_replay_refuses_an_unknown_entry_rather_than_guess(tmp_path: Path) -> No
     run(tmp_path, history)
     segment = max(tmp_path.iterdir())
     with open(segment, "ab") as f:
-        f.write(encode_record(b"\x01\x63unknown kind"))
+        f.write(encode_record(b"\x02\x63unknown kind"))
     with pytest.raises(Internal, match="unknown kind"):
         reopened(tmp_path)
