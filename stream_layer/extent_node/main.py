@@ -1,8 +1,8 @@
 """The extent node process: `stamp serve extent-node --name en-1 --dir DIR --port P ...`.
 
-Recovers from disk (commit points + journal) before it accepts any RPC, then writes
-`DIR/ready.json` (common/process.py). SIGTERM stops it cleanly (checkpoint first); SIGKILL is
-what the tests use, and recovery is built for it.
+Recovers from disk (commit points + journal, and its CURP witness store's own journal)
+before it accepts any RPC, then writes `DIR/ready.json` (common/process.py). SIGTERM stops it
+cleanly (checkpoint first); SIGKILL is what the tests use, and recovery is built for it.
 """
 
 from __future__ import annotations
@@ -18,12 +18,14 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from common import metrics, rpc, server_main
 from common.config import HOST, load_config
 from common.process import write_ready
-from common.proto import extent_node_pb2_grpc
+from common.proto import extent_node_pb2_grpc, witness_pb2_grpc
 from stream_layer.extent_node.fragments import FragmentStore
 from stream_layer.extent_node.heartbeat import heartbeat_forever
 from stream_layer.extent_node.node import ExtentNode
 from stream_layer.extent_node.server import ExtentNodeServicer
 from stream_layer.extent_node.store import ExtentStore
+from stream_layer.extent_node.witness import WitnessStore
+from stream_layer.extent_node.witness_server import WitnessServicer
 from stream_layer.sm_client import AsyncStreamManagerClient
 
 log = logging.getLogger("stamp.extent_node")
@@ -37,6 +39,9 @@ def parser() -> argparse.ArgumentParser:
                    help="the node's directory: extent files, ready.json, server.log")
     p.add_argument("--journal-dir", type=Path,
                    help="journal directory (its own disk in production); default DIR/journal")
+    p.add_argument("--witness-dir", type=Path,
+                   help="CURP witness store directory (its own journal; a fast disk in "
+                        "production); default DIR/witness")
     p.add_argument("--host", default=HOST)
     p.add_argument("--port", type=int, default=0, help="gRPC port; 0 picks a free one")
     p.add_argument("--fault-domain", default="fd-1")
@@ -49,8 +54,9 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def watch_store(store: ExtentStore, fragments: FragmentStore) -> Iterable[Metric]:
-    """Scrape-time gauges of the node: what it holds and owes the disk."""
+def watch_store(store: ExtentStore, fragments: FragmentStore,
+                witness: WitnessStore) -> Iterable[Metric]:
+    """Scrape-time gauges of the node: what it holds and owes the disk, its witness's too."""
     replicas = list(store.replicas.values())
     yield GaugeMetricFamily("stamp_en_extents", "extent replicas on this node",
                             value=len(replicas))
@@ -64,6 +70,12 @@ def watch_store(store: ExtentStore, fragments: FragmentStore) -> Iterable[Metric
                               value=store.journal.records)
     yield CounterMetricFamily("stamp_en_journal_syncs", "journal group commits",
                               value=store.journal.syncs)
+    yield GaugeMetricFamily("stamp_en_witness_records", "CURP witness records held",
+                            value=witness.table.held_records())
+    yield GaugeMetricFamily("stamp_en_witness_bytes", "bytes (payloads and keys) of the CURP "
+                            "witness records held", value=witness.table.held_bytes())
+    yield GaugeMetricFamily("stamp_en_witness_journal_bytes", "bytes held in the CURP "
+                            "witness store's journal", value=witness.journal_bytes)
 
 
 async def serve(args: argparse.Namespace) -> None:
@@ -72,6 +84,8 @@ async def serve(args: argparse.Namespace) -> None:
     watch = await server_main.Watch.begin(args)
     store = ExtentStore(args.dir / "extents", args.journal_dir or args.dir / "journal", limits)
     store.recover()
+    # Replayed before the server starts: a witness answers Fence only with what it held.
+    witness = await WitnessStore.open(args.witness_dir or args.dir / "witness", limits.witness)
     server = rpc.aio_server(limits.rpc_message_bytes_max)
     port = rpc.add_port(server, f"{args.host}:{args.port}")
     address = f"{args.host}:{port}"
@@ -80,9 +94,10 @@ async def serve(args: argparse.Namespace) -> None:
     extent_node_pb2_grpc.add_ExtentNodeServicer_to_server(
         ExtentNodeServicer(node, args.name, args.fault_domain, args.upgrade_domain,
                            fragments), server)
+    witness_pb2_grpc.add_WitnessServicer_to_server(WitnessServicer(witness), server)
     server_main.serve_faults(server, args)
     await watch.attach(server)
-    metrics.on_scrape(lambda: watch_store(store, fragments))
+    metrics.on_scrape(lambda: watch_store(store, fragments, witness))
     await store.start()
     await server.start()
     # Recovered (above) and its journal running: it can take appends and serve reads.
@@ -102,6 +117,8 @@ async def serve(args: argparse.Namespace) -> None:
     if heartbeats is not None:
         heartbeats.cancel()
     await server.stop(grace=1.0)
+    # After the server: no call in progress finds the witness store stopped under it.
+    await witness.stop()
     await node.close()
     await store.checkpoint()
     await store.stop()
