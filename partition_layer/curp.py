@@ -18,22 +18,27 @@ names where it lives once built):
    used only after the owner synced everything it holds; the owner's fast answers name the
    set they were given under, and a front end counts only that set's acceptances.
 3. **Fast path** (front end): a write with a footprint (an append or entity write needs
-   its token, by which recovery deduplicates it; a trim or seal, idempotent, is named for
-   the witnesses by the front end) goes to the owner and to the three witnesses at once. The owner
+   its token, by which recovery deduplicates it; a seal, idempotent, is named for the
+   witnesses by the front end) goes to the owner and to the three witnesses at once. The owner
    executes it (decides it in the committer against the rows and the blocks in flight, as
    today) and answers at once — *speculatively* — if its footprint conflicts with no write
    it executed and has not synced (`Unsynced.conflicts`), else when it is durable, as today,
    its answer then marked synced. Acknowledged: a synced answer, or a speculative one and
    three acceptances. Otherwise (a refusal, a witness silent past a short timeout) the front
    end asks the owner to sync through the write's LSN and answers when it has.
-   Two rules keep a witness's record from being executed twice or against its answer:
-   every fast write the owner executes leaves its token row in the commit log whatever
-   its answer (a refusal — PreconditionFailed, NotFound, Sealed — included, as RIFL keeps
-   completion records), so recovery never executes again a write that was answered; and a
-   fast write the owner did not execute (NotOwner, Throttled, past its deadline) is not
-   answered with that definite refusal once its records went out: the front end retries
-   it (same token) and, out of time, answers Unavailable (in doubt), since a recovering
-   owner may still execute the record until the owner's sweep drops it.
+   Two rules keep a witness's record from being executed against its answer (recovery
+   executes the records it finds, whatever the owner answered):
+   - Only writes whose refusals never flip take the fast path: appends (a sealed log stays
+     sealed, a name's kind never changes, a token's count never does), seals, and
+     unconditional puts and batches of them. A refusal that a later write could turn
+     into success — a conditional write's PreconditionFailed, a delete's NotFound, a
+     trim's OutOfRange — would be executed by a recovery after that write although it was
+     answered refused: those take the sync path (until refusals leave completion records
+     in the commit log, as RIFL keeps them).
+   - A fast write the owner did not execute (NotOwner, Throttled, past its deadline) is
+     not answered with that definite refusal once its records went out: the front end
+     retries it (same token) and, out of time, answers Unavailable (in doubt), since a
+     recovering owner may still execute the record until the owner's sweep drops it.
 4. **Versions**: an entity's ETag is its row's version, today above every version the
    partition holds (`max(LSN, floor + 1)`, committer.py); but recovery re-executes unsynced
    writes in another order than the owner did, so a fast write's version must not depend on
@@ -68,7 +73,9 @@ names where it lives once built):
    garbage, and the witnesses drop the parent's id, fenced for good.
 
 What commutes (the issue's list): appends to different logs; puts and deletes of different
-rows; conditional operations and batches by the rows they touch; trims and seals by the log.
+rows; conditional operations and batches by the rows they touch; trims and seals by the log
+(the footprints below say so of every write; `footprint_of` gives one only to the writes
+of the fast path, step 3).
 Appends to one log do not (their sequence numbers depend on the order). A name is a log or an
 entity group, fixed by its first write (operations.py): an entity write holds its name
 *shared* (two writes of an entity group commute, whichever creates the group) and its rows
@@ -85,10 +92,10 @@ from dataclasses import dataclass
 from common.proto import partition_pb2 as pb
 from partition_layer import keys
 
-# The kinds of request that may take the fast path: writes whose effect and answer depend only
-# on the keys of their footprint. Reads never go to witnesses; a scan or a replicated row
-# from another stamp (issue 30) keeps the sync path.
-FAST_OPS = frozenset({"append", "trim", "seal", "put", "delete", "batch"})
+# The kinds of request that may take the fast path (step 3: writes whose refusals never
+# flip). Reads never go to witnesses; a scan, a trim, a delete, a conditional write or a
+# replicated row from another stamp (issue 30) keeps the sync path.
+FAST_OPS = frozenset({"append", "seal", "put", "batch"})
 
 
 @dataclass(frozen=True)
@@ -120,22 +127,29 @@ def row_key(account: str, pname: str, row: bytes) -> bytes:
 
 
 def footprint_of(request: pb.Request) -> Footprint | None:
-    """`request`'s footprint if it may take the fast path, else None: not a write of
-    FAST_OPS, or without the token that recovery deduplicates it by."""
+    """`request`'s footprint if it may take the fast path (FAST_OPS, step 3), else None:
+    another kind, a conditional write or a batch with a delete (their refusals may flip),
+    or an append or entity write without the token recovery deduplicates it by."""
     op = request.WhichOneof("op")
     if op not in FAST_OPS:
         return None
     name = name_key(request.account, request.pname)
-    if op in ("append", "trim", "seal"):
-        if op == "append" and not request.append.token:
-            return None
+    if op == "seal":
         return Footprint(frozenset((name,)))
+    if op == "append":
+        return Footprint(frozenset((name,))) if request.append.token else None
     if not request.token:
         return None
-    if op == "batch":
-        rows: Iterable[bytes] = (item.row for item in request.batch.items)
+    if op == "put":
+        put = request.put
+        if put.if_match or put.if_none_match:
+            return None
+        rows: Iterable[bytes] = (put.row,)
     else:
-        rows = (request.put.row if op == "put" else request.delete.row,)
+        items = request.batch.items
+        if any(i.kind != "put" or i.if_match or i.if_none_match for i in items):
+            return None
+        rows = (item.row for item in items)
     return Footprint(frozenset(row_key(request.account, request.pname, row) for row in rows),
                      frozenset((name,)))
 

@@ -33,34 +33,47 @@ def test_appends_commute_across_logs_not_within_one():
 def test_entity_writes_commute_across_rows_of_one_group_not_on_one_row():
     assert not conflict(put("g", b"r1"), put("g", b"r2"))
     assert conflict(put("g", b"r1"), put("g", b"r1"))
-    delete = pb.Request(account="a", pname="g", token="d", delete=pb.DeleteOp(row=b"r1"))
-    assert conflict(put("g", b"r1"), delete)
 
 
 def test_a_log_and_an_entity_group_of_one_name_conflict():
     """A name's kind is fixed by its first write: which one is first changes both answers."""
     assert conflict(append("n"), put("n", b"r"))
     assert not conflict(append("n"), put("other", b"r"))
+    seal = pb.Request(account="a", pname="n", seal=pb.Empty())
+    assert conflict(seal, append("n"))
+    assert conflict(seal, put("n", b"r"))
+    assert not conflict(seal, append("n-2"))
 
 
-def test_batches_and_trims_by_what_they_touch():
+def test_batches_by_the_rows_they_touch():
     batch = pb.Request(account="a", pname="g", token="b", batch=pb.BatchOp(items=[
-        pb.BatchItem(kind="put", row=b"r1"), pb.BatchItem(kind="delete", row=b"r2")]))
+        pb.BatchItem(kind="put", row=b"r1"), pb.BatchItem(kind="put", row=b"r2")]))
     assert conflict(batch, put("g", b"r2"))
     assert not conflict(batch, put("g", b"r3"))
-    trim = pb.Request(account="a", pname="log", trim=pb.TrimOp(upto_seq=3))
-    assert conflict(trim, append("log"))
-    assert not conflict(trim, append("log-2"))
 
 
 def test_what_keeps_the_sync_path():
-    """Reads, scans, replicated rows, and writes without the token recovery dedupes by."""
+    """Reads, scans and replicated rows; writes without the token recovery dedupes by; and
+    writes whose refusal a later write could turn into success (curp.py step 3)."""
     assert footprint_of(append("log", token="")) is None
     assert footprint_of(put("g", b"r", token="")) is None
     assert footprint_of(pb.Request(account="a", pname="g", get=pb.GetOp(row=b"r"))) is None
     assert footprint_of(pb.Request(account="a", pname="g", scan=pb.ScanOp())) is None
     assert footprint_of(pb.Request(account="a", pname="g",
                                    replicate=pb.ReplicateOp())) is None
+    conditional = put("g", b"r")
+    conditional.put.if_match = '"1"'
+    assert footprint_of(conditional) is None
+    conditional = put("g", b"r")
+    conditional.put.if_none_match = True
+    assert footprint_of(conditional) is None
+    assert footprint_of(pb.Request(account="a", pname="g", token="d",
+                                   delete=pb.DeleteOp(row=b"r"))) is None
+    assert footprint_of(pb.Request(account="a", pname="g", token="b", batch=pb.BatchOp(
+        items=[pb.BatchItem(kind="put", row=b"r1"),
+               pb.BatchItem(kind="delete", row=b"r2")]))) is None
+    assert footprint_of(pb.Request(account="a", pname="log",
+                                   trim=pb.TrimOp(upto_seq=3))) is None
 
 
 def test_reads_wait_for_an_unsynced_write_of_what_they_read():
