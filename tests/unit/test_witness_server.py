@@ -1,7 +1,7 @@
 """The CURP witness's gRPC servicer (issue 32) on a real grpc.aio server in this process, a
 store in tmp_path, every RPC through a real channel: verdicts on the wire, payloads in Fence
 and not in List, Drop and Clear, Status, and bad input answered INVALID_ARGUMENT with the
-call changing nothing."""
+call changing nothing; and the node's gauges of it."""
 
 from __future__ import annotations
 
@@ -20,8 +20,11 @@ from common.config import ExtentNodeLimits
 from common.errors import InvalidArgument, Unavailable
 from common.proto import witness_pb2 as pb
 from common.proto import witness_pb2_grpc as pb_grpc
+from stream_layer.extent_node.fragments import FragmentStore
+from stream_layer.extent_node.main import watch_store
 from stream_layer.extent_node.witness import WitnessStore
 from stream_layer.extent_node.witness_server import WitnessServicer
+from tests.support.extent_store import open_store
 
 LIMITS = dataclasses.replace(ExtentNodeLimits().witness, call_records_max=4,
                              record_bytes_max=1000, record_keys_max=3)
@@ -178,3 +181,19 @@ def test_a_stopped_store_answers_unavailable(tmp_path: Path) -> None:
             await stub.Fence(pb.FenceRequest(partition_id=P, epoch=1))
         assert isinstance(rpc.from_rpc_error(failed.value), Unavailable)
     serve(tmp_path, scenario)
+
+
+def test_the_nodes_gauges_include_the_witness(tmp_path: Path) -> None:
+    async def scenario(stub: pb_grpc.WitnessStub, store: WitnessStore,
+                       clock: ManualClock) -> None:
+        await verdicts(stub, wire("a", "k", payload=b"12345"))
+        fragments = FragmentStore(tmp_path / "fragments")
+        try:
+            gauges = {family.name: family.samples[0].value
+                      for family in watch_store(open_store(tmp_path / "en"), fragments, store)}
+        finally:
+            fragments.close()
+        assert gauges["stamp_en_witness_records"] == 1
+        assert gauges["stamp_en_witness_bytes"] == 6
+        assert gauges["stamp_en_witness_journal_bytes"] == store.journal_bytes > 0
+    serve(tmp_path / "witness", scenario)
