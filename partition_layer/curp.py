@@ -1,9 +1,8 @@
 """CURP in the partition layer (issue 32, DESIGN §11): what commutes, and the plan it serves.
 
-This module owns the one rule every party of CURP applies the same way — which writes commute
-— as `Footprint`s, and the owner's index of the writes it executed but has not yet synced
-(`Unsynced`). The rest of the protocol is built on it, in these steps (the plan; each step
-names where it lives once built):
+This module owns the rule the front ends and witnesses apply the same way — which writes
+commute — as `Footprint`s. The rest of the protocol is built on it, in these steps (the
+plan; each step names where it lives once built):
 
 1. **Witnesses** (stream_layer/extent_node/witness_table.py, witness.py): a store in each
    extent node, its own group-committed journal, that records a write for a range partition
@@ -17,15 +16,16 @@ names where it lives once built):
    domains, in the partition map (so a front end knows them with the owner). A new set is
    used only after the owner synced everything it holds; the owner's fast answers name the
    set they were given under, and a front end counts only that set's acceptances.
-3. **Fast path** (front end): a write with a footprint (an append or entity write needs
-   its token, by which recovery deduplicates it; a seal, idempotent, is named for the
-   witnesses by the front end) goes to the owner and to the three witnesses at once. The owner
-   executes it (decides it in the committer against the rows and the blocks in flight, as
-   today) and answers at once — *speculatively* — if its footprint conflicts with no write
-   it executed and has not synced (`Unsynced.conflicts`), else when it is durable, as today,
-   its answer then marked synced. Acknowledged: a synced answer, or a speculative one and
-   three acceptances. Otherwise (a refusal, a witness silent past a short timeout) the front
-   end asks the owner to sync through the write's LSN and answers when it has.
+3. **Fast path** (front end): a write with a footprint (an append or entity write needs its
+   token, by which recovery deduplicates it; a seal, idempotent, is named for the witnesses by
+   the front end) goes to the owner and to the three witnesses at once. The owner executes it
+   (decides it in the committer against the rows and the blocks in flight, as today) and answers
+   at once — *speculatively* — if it read no row that a write in flight (not yet synced) wrote,
+   exactly (the committer knows each op's rows, finer than a footprint), else when it is
+   durable, as today, its answer then marked synced. Acknowledged: a synced answer, or a
+   speculative one and three acceptances. Otherwise (a refusal, a witness silent past a short
+   timeout) the front end asks the owner to sync through the write's LSN and answers when it
+   has.
    Two rules keep a witness's record from being executed against its answer (recovery
    executes the records it finds, whatever the owner answered):
    - Only writes whose refusals never flip take the fast path: appends (a sealed log stays
@@ -53,7 +53,7 @@ names where it lives once built):
    (a sequence number depends only on the log), so their rows keep today's, hint or none.
    Nothing orders by version (geo shipping orders by commit position): a re-executed write
    may carry a lower version than one synced after it, of another row.
-5. **Reads** that touch a key of an unsynced write (`Unsynced.touches`) wait for its sync:
+5. **Reads** that touch a row a speculative write wrote wait for its sync:
    a speculative write may still vanish in a crash, and no read may see what can vanish
    (§8 invariant 7). Scans and subscriptions see only synced writes.
 6. **Garbage**: as each block is durable the owner tells the witnesses to drop its fast
@@ -85,7 +85,6 @@ holds exclusively a key the other holds at all.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -152,61 +151,3 @@ def footprint_of(request: pb.Request) -> Footprint | None:
         rows = (item.row for item in items)
     return Footprint(frozenset(row_key(request.account, request.pname, row) for row in rows),
                      frozenset((name,)))
-
-
-def read_keys(request: pb.Request) -> frozenset[bytes] | None:
-    """The keys a point read depends on (a read or peek of a log: its name; a get: its row
-    and its name), or None for what is not a point read (a scan waits for every write
-    in flight)."""
-    op = request.WhichOneof("op")
-    name = name_key(request.account, request.pname)
-    if op in ("read", "peek"):
-        return frozenset((name,))
-    if op == "get":
-        return frozenset((name, row_key(request.account, request.pname, request.get.row)))
-    return None
-
-
-class Unsynced:
-    """The footprints of the writes an owner executed and has not synced, as counts per key
-    (two writes may share a shared key), so that a new write's conflict and a read's
-    dependence are found in O(its keys), never by a scan of what is held.
-
-    Contract: `add` a write's footprint when it is executed speculatively, `remove` the same
-    footprint once it is durable (or failed); `conflicts(f)` is true iff some held footprint
-    conflicts with `f` (Footprint.conflicts); `touches(keys)` iff some held footprint holds
-    one of `keys` in either mode."""
-
-    def __init__(self) -> None:
-        self._exclusive: Counter[bytes] = Counter()
-        self._shared: Counter[bytes] = Counter()
-        self.held = 0
-
-    def add(self, footprint: Footprint) -> None:
-        self._exclusive.update(footprint.exclusive)
-        self._shared.update(footprint.shared)
-        self.held += 1
-
-    def remove(self, footprint: Footprint) -> None:
-        _drop(self._exclusive, footprint.exclusive)
-        _drop(self._shared, footprint.shared)
-        self.held -= 1
-        assert self.held >= 0, "a footprint removed that was never added"
-
-    def conflicts(self, footprint: Footprint) -> bool:
-        held_exclusive, held_shared = self._exclusive, self._shared
-        return (any(key in held_exclusive or key in held_shared for key in footprint.exclusive)
-                or any(key in held_exclusive for key in footprint.shared))
-
-    def touches(self, read: Iterable[bytes]) -> bool:
-        return any(key in self._exclusive or key in self._shared for key in read)
-
-
-def _drop(counts: Counter[bytes], removed: Iterable[bytes]) -> None:
-    for key in removed:
-        left = counts[key] - 1
-        assert left >= 0, "a key removed more often than added"
-        if left:
-            counts[key] = left
-        else:
-            del counts[key]

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from common.proto import partition_pb2 as pb
-from partition_layer.curp import Footprint, Unsynced, footprint_of, read_keys
+from partition_layer.curp import Footprint, footprint_of
 
 
 def append(pname: str, token: str = "t") -> pb.Request:
@@ -76,41 +76,14 @@ def test_what_keeps_the_sync_path():
                                    trim=pb.TrimOp(upto_seq=3))) is None
 
 
-def test_reads_wait_for_an_unsynced_write_of_what_they_read():
-    unsynced = Unsynced()
-    footprint = footprint_of(put("g", b"r1"))
-    assert footprint is not None
-    unsynced.add(footprint)
-    get_r1 = read_keys(pb.Request(account="a", pname="g", get=pb.GetOp(row=b"r1")))
-    get_r2 = read_keys(pb.Request(account="a", pname="g", get=pb.GetOp(row=b"r2")))
-    read_other = read_keys(pb.Request(account="a", pname="other", read=pb.ReadOp()))
-    assert get_r1 is not None and get_r2 is not None and read_other is not None
-    assert unsynced.touches(get_r1)
-    # r2's get reads the group's mark, which the put may be creating.
-    assert unsynced.touches(get_r2)
-    assert not unsynced.touches(read_other)
-    unsynced.remove(footprint)
-    assert not unsynced.touches(get_r1) and unsynced.held == 0
-    assert read_keys(pb.Request(account="a", pname="g", scan=pb.ScanOp())) is None
-
-
 KEYS = st.sampled_from([b"k1", b"k2", b"k3", b"k4"])
 FOOTPRINTS = st.builds(Footprint, st.frozensets(KEYS, max_size=2), st.frozensets(KEYS, max_size=2))
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.booleans(), FOOTPRINTS), max_size=30), FOOTPRINTS)
-def test_the_index_answers_as_a_scan_of_what_it_holds(steps, probe):
-    """Unsynced's counts give the answers a scan of the held footprints would."""
-    unsynced, held = Unsynced(), []
-    for add, footprint in steps:
-        if add or footprint not in held:
-            unsynced.add(footprint)
-            held.append(footprint)
-        else:
-            unsynced.remove(footprint)
-            held.remove(footprint)
-        assert unsynced.conflicts(probe) == any(h.conflicts(probe) for h in held)
-        assert unsynced.touches(probe.keys()) == any(
-            not h.keys().isdisjoint(probe.keys()) for h in held)
-        assert unsynced.held == len(held)
+@given(FOOTPRINTS, FOOTPRINTS)
+def test_conflict_is_symmetric_and_shared_keys_commute(a, b):
+    assert a.conflicts(b) == b.conflicts(a)
+    both = a.keys() & b.keys()
+    only_shared = all(k not in a.exclusive and k not in b.exclusive for k in both)
+    assert a.conflicts(b) == (bool(both) and not only_shared)
