@@ -143,7 +143,7 @@ class ReplicateOp(_message.Message):
     def __init__(self, keys: _Optional[_Iterable[bytes]] = ..., rows: _Optional[_Iterable[bytes]] = ..., clear: _Optional[bool] = ...) -> None: ...
 
 class Request(_message.Message):
-    __slots__ = ("id", "account", "pname", "token", "auth", "timeout_ms", "deadline_ms", "traceparent", "append", "read", "trim", "seal", "peek", "put", "get", "delete", "batch", "scan", "replicate")
+    __slots__ = ("id", "account", "pname", "token", "auth", "timeout_ms", "deadline_ms", "traceparent", "version_hint", "append", "read", "trim", "seal", "peek", "put", "get", "delete", "batch", "scan", "replicate", "sync")
     ID_FIELD_NUMBER: _ClassVar[int]
     ACCOUNT_FIELD_NUMBER: _ClassVar[int]
     PNAME_FIELD_NUMBER: _ClassVar[int]
@@ -152,6 +152,7 @@ class Request(_message.Message):
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
     TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
+    VERSION_HINT_FIELD_NUMBER: _ClassVar[int]
     APPEND_FIELD_NUMBER: _ClassVar[int]
     READ_FIELD_NUMBER: _ClassVar[int]
     TRIM_FIELD_NUMBER: _ClassVar[int]
@@ -163,6 +164,7 @@ class Request(_message.Message):
     BATCH_FIELD_NUMBER: _ClassVar[int]
     SCAN_FIELD_NUMBER: _ClassVar[int]
     REPLICATE_FIELD_NUMBER: _ClassVar[int]
+    SYNC_FIELD_NUMBER: _ClassVar[int]
     id: int
     account: str
     pname: str
@@ -171,6 +173,7 @@ class Request(_message.Message):
     timeout_ms: int
     deadline_ms: int
     traceparent: str
+    version_hint: int
     append: AppendOp
     read: ReadOp
     trim: TrimOp
@@ -182,10 +185,19 @@ class Request(_message.Message):
     batch: BatchOp
     scan: ScanOp
     replicate: ReplicateOp
-    def __init__(self, id: _Optional[int] = ..., account: _Optional[str] = ..., pname: _Optional[str] = ..., token: _Optional[str] = ..., auth: _Optional[_Union[Auth, _Mapping]] = ..., timeout_ms: _Optional[int] = ..., deadline_ms: _Optional[int] = ..., traceparent: _Optional[str] = ..., append: _Optional[_Union[AppendOp, _Mapping]] = ..., read: _Optional[_Union[ReadOp, _Mapping]] = ..., trim: _Optional[_Union[TrimOp, _Mapping]] = ..., seal: _Optional[_Union[Empty, _Mapping]] = ..., peek: _Optional[_Union[Empty, _Mapping]] = ..., put: _Optional[_Union[PutOp, _Mapping]] = ..., get: _Optional[_Union[GetOp, _Mapping]] = ..., delete: _Optional[_Union[DeleteOp, _Mapping]] = ..., batch: _Optional[_Union[BatchOp, _Mapping]] = ..., scan: _Optional[_Union[ScanOp, _Mapping]] = ..., replicate: _Optional[_Union[ReplicateOp, _Mapping]] = ...) -> None: ...
+    sync: SyncOp
+    def __init__(self, id: _Optional[int] = ..., account: _Optional[str] = ..., pname: _Optional[str] = ..., token: _Optional[str] = ..., auth: _Optional[_Union[Auth, _Mapping]] = ..., timeout_ms: _Optional[int] = ..., deadline_ms: _Optional[int] = ..., traceparent: _Optional[str] = ..., version_hint: _Optional[int] = ..., append: _Optional[_Union[AppendOp, _Mapping]] = ..., read: _Optional[_Union[ReadOp, _Mapping]] = ..., trim: _Optional[_Union[TrimOp, _Mapping]] = ..., seal: _Optional[_Union[Empty, _Mapping]] = ..., peek: _Optional[_Union[Empty, _Mapping]] = ..., put: _Optional[_Union[PutOp, _Mapping]] = ..., get: _Optional[_Union[GetOp, _Mapping]] = ..., delete: _Optional[_Union[DeleteOp, _Mapping]] = ..., batch: _Optional[_Union[BatchOp, _Mapping]] = ..., scan: _Optional[_Union[ScanOp, _Mapping]] = ..., replicate: _Optional[_Union[ReplicateOp, _Mapping]] = ..., sync: _Optional[_Union[SyncOp, _Mapping]] = ...) -> None: ...
+
+class SyncOp(_message.Message):
+    __slots__ = ("epoch", "lsn")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LSN_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    lsn: int
+    def __init__(self, epoch: _Optional[int] = ..., lsn: _Optional[int] = ...) -> None: ...
 
 class Response(_message.Message):
-    __slots__ = ("id", "error", "message", "first_seq", "next_seq", "records", "value", "etag", "etags", "items", "more", "retry_after_s", "value_crc")
+    __slots__ = ("id", "error", "message", "first_seq", "next_seq", "records", "value", "etag", "etags", "items", "more", "retry_after_s", "value_crc", "speculative", "epoch", "lsn")
     ID_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
@@ -199,6 +211,9 @@ class Response(_message.Message):
     MORE_FIELD_NUMBER: _ClassVar[int]
     RETRY_AFTER_S_FIELD_NUMBER: _ClassVar[int]
     VALUE_CRC_FIELD_NUMBER: _ClassVar[int]
+    SPECULATIVE_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LSN_FIELD_NUMBER: _ClassVar[int]
     id: int
     error: str
     message: str
@@ -212,7 +227,10 @@ class Response(_message.Message):
     more: bool
     retry_after_s: float
     value_crc: int
-    def __init__(self, id: _Optional[int] = ..., error: _Optional[str] = ..., message: _Optional[str] = ..., first_seq: _Optional[int] = ..., next_seq: _Optional[int] = ..., records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., value: _Optional[bytes] = ..., etag: _Optional[str] = ..., etags: _Optional[_Iterable[str]] = ..., items: _Optional[_Iterable[_Union[ScanItem, _Mapping]]] = ..., more: _Optional[bool] = ..., retry_after_s: _Optional[float] = ..., value_crc: _Optional[int] = ...) -> None: ...
+    speculative: bool
+    epoch: int
+    lsn: int
+    def __init__(self, id: _Optional[int] = ..., error: _Optional[str] = ..., message: _Optional[str] = ..., first_seq: _Optional[int] = ..., next_seq: _Optional[int] = ..., records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., value: _Optional[bytes] = ..., etag: _Optional[str] = ..., etags: _Optional[_Iterable[str]] = ..., items: _Optional[_Iterable[_Union[ScanItem, _Mapping]]] = ..., more: _Optional[bool] = ..., retry_after_s: _Optional[float] = ..., value_crc: _Optional[int] = ..., speculative: _Optional[bool] = ..., epoch: _Optional[int] = ..., lsn: _Optional[int] = ...) -> None: ...
 
 class RequestBatch(_message.Message):
     __slots__ = ("requests",)

@@ -102,3 +102,15 @@ def test_an_append_is_checked_from_its_records_read_once(monkeypatch: pytest.Mon
         check(corrupt)
     with pytest.raises(InvalidArgument, match="record 1 has 11 bytes"):
         check(append([b"abc", b"x" * 11]))
+
+
+def test_a_client_cannot_set_the_version_a_front_end_gives_curp_writes() -> None:
+    """Request.version_hint makes the owner answer before the write is durable (CURP): set
+    by a client, whose front end would pass the early answer on as final, it is refused;
+    and a client's SyncOp is no operation a front end takes."""
+    hinted = append([b"x"])
+    hinted.version_hint = 1 << 60
+    with pytest.raises(InvalidArgument, match="version_hint"):
+        check(hinted)
+    with pytest.raises(InvalidArgument, match="'sync'"):
+        check(pb.Request(account="acme", pname="orders", sync=pb.SyncOp(epoch=1, lsn=2)))
