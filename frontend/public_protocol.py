@@ -26,8 +26,11 @@ from common.proto import frontend_v1_pb2 as v1
 from common.proto import partition_pb2 as pb
 
 SERVICE = "stamp.frontend.v1.FrontEnd"
-# Fields of internal answers that a front end never sets (module docstring).
-INTERNAL_ANSWER_FIELDS = {"stamp.partition.ResponseBatch": {"pressure"}}
+# Fields of internal answers that a front end never sets (module docstring). A Response's
+# are CURP's (partition_layer/curp.py): an owner sets them only on a write its front end
+# hinted, and a front end never passes them on.
+INTERNAL_ANSWER_FIELDS = {"stamp.partition.ResponseBatch": {"pressure"},
+                          "stamp.partition.Response": {"speculative", "epoch", "lsn"}}
 
 
 def internal_namesake(public: Descriptor | EnumDescriptor) -> Descriptor | EnumDescriptor:

@@ -24,6 +24,10 @@ Contracts:
   in flight and answers their operations Unavailable; `closed()` waits until every task of
   the committer has ended, so a stopping process leaves none behind.
 - The committer touches its partition only through `CommitSite`.
+- CURP (speculation.py): an operation whose front end sent a version hint may be answered
+  as soon as it is decided (a `Speculative` result), before its block is durable; its
+  `Pending.answer` at `_finish` is then a no-op, and a failed block leaves its fate to the
+  witnesses and the next owner.
 - The latency it records for the partition's load figures (the PM's, and the pressure front
   ends throttle on) leaves out the time the commit log spent sealing a failed extent away
   (`AsyncStream.stalled_s`): a gray failure sealed away is not load.
@@ -36,8 +40,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from common import faults, tracing
@@ -47,7 +50,9 @@ from partition_layer import commit_spans
 from partition_layer.commit_log import CommitBatch, CommitOp, encode_batch
 from partition_layer.linger import Linger
 from partition_layer.operations import Operation, Overlay, Replicated
+from partition_layer.queued_op import Done, Outcome, Pending
 from partition_layer.rows import Row, encode_row
+from partition_layer.speculation import Speculation, Speculative, early_version
 from partition_layer.stats import LoadStats
 from stream_layer.client import AsyncStream
 from stream_layer.framing import Location
@@ -100,47 +105,6 @@ class CommitSite(Protocol):
         """Stop serving; it calls `abort()` and `fail_queued()` back."""
 
 
-# How a queued operation is answered without a future: (result, None) or (None, error).
-Done = Callable[[Any, StampError | None], None]
-
-
-@dataclass(slots=True)
-class Pending:
-    """A queued operation and who hears how it went: a future (`submit`), or a callback run
-    right where the outcome is known (`submit_with`: no future, no loop turn per answer, on
-    the hot path of small appends). Answered exactly once."""
-
-    op: Operation
-    nbytes: int
-    started: float
-    future: asyncio.Future[Any] | None = None
-    done: Done | None = None
-    span: Any = None  # "ps.commit", from queued to answered, while tracing is on
-
-    def answer(self, result: Any, error: StampError | None) -> None:
-        if self.span is not None:
-            commit_spans.end(self.span, error)
-            self.span = None
-        if self.done is not None:
-            done, self.done = self.done, None
-            try:
-                done(result, error)
-            except Exception:  # an answer must not break the commit of the others
-                log.exception("partition operation callback failed")
-        elif self.future is not None and not self.future.done():
-            if error is None:
-                self.future.set_result(result)
-            else:
-                self.future.set_exception(error)
-
-
-@dataclass
-class Outcome:
-    pending: Pending
-    result: Any = None
-    error: StampError | None = None
-
-
 class GroupCommitter:
     def __init__(self, site: CommitSite) -> None:
         self.p = site
@@ -161,24 +125,27 @@ class GroupCommitter:
         self._paused = False
         self._task: asyncio.Task[None] | None = None
         self._appends: set[asyncio.Task[Any]] = set()  # sent, not yet finished: abort() ends them
+        self.speculation = Speculation()  # early answers' rows, and waits for durability
 
     def start(self) -> None:
         self.next_lsn, self._floor = self.p.applied_lsn + 1, self.p.version_floor
         self._task = asyncio.get_running_loop().create_task(self._loop())
 
-    async def submit(self, op: Operation, nbytes: int) -> Any:
-        return await self.submit_nowait(op, nbytes)
+    async def submit(self, op: Operation, nbytes: int, hint: int = 0) -> Any:
+        return await self.submit_nowait(op, nbytes, hint)
 
-    def submit_nowait(self, op: Operation, nbytes: int) -> asyncio.Future[Any]:
-        """Queue `op`; the future gives its result once its commit is durable."""
+    def submit_nowait(self, op: Operation, nbytes: int, hint: int = 0) -> asyncio.Future[Any]:
+        """Queue `op`; the future gives its result once its commit is durable (or, with a
+        version `hint`, maybe a `Speculative` one as soon as it is decided)."""
         future = asyncio.get_running_loop().create_future()
-        self._enqueue(Pending(op, nbytes, time.monotonic(), future=future))
+        self._enqueue(Pending(op, nbytes, time.monotonic(), future=future, hint=hint))
         return future
 
-    def submit_with(self, op: Operation, nbytes: int, done: Done) -> None:
-        """Queue `op`; `done(result, None)` once its commit is durable, or `done(None,
-        error)`. `done` runs inside the committer: it must be quick and must not raise."""
-        self._enqueue(Pending(op, nbytes, time.monotonic(), done=done))
+    def submit_with(self, op: Operation, nbytes: int, done: Done, hint: int = 0) -> None:
+        """Queue `op`; `done(result, None)` once its commit is durable (or early, as
+        `submit_nowait`), or `done(None, error)`. `done` runs inside the committer: it must
+        be quick and must not raise."""
+        self._enqueue(Pending(op, nbytes, time.monotonic(), done=done, hint=hint))
 
     def _enqueue(self, pending: Pending) -> None:
         if len(self.queue) >= self.limits.pending_ops_max:
@@ -227,6 +194,8 @@ class GroupCommitter:
             self._task.cancel()
         for append in self._appends:
             append.cancel()
+        self.speculation.fail(Unavailable(f"partition {self.p.id} stopped: a write answered "
+                                          "early may or may not be durable"))
 
     async def closed(self) -> None:
         """Until every task of this committer has ended (after `abort()`)."""
@@ -318,11 +287,14 @@ class GroupCommitter:
         for pending in batch:
             # Its LSN, or above the versions rows replicated from another stamp brought.
             version = max(self.next_lsn, self._floor + 1)
+            early = early_version(pending.op, pending.hint, self._floor, version,
+                                  self._inflight_rows.__contains__) if pending.hint else None
             try:
-                result, mutations = pending.op.apply(overlay, version)
+                result, mutations = pending.op.apply(overlay, version if early is None else early)
             except StampError as exc:
                 outcomes.append(Outcome(pending, error=exc))
                 continue
+            version = version if early is None else early
             if mutations:
                 overlay.write(mutations)
                 for key, row in mutations:
@@ -335,6 +307,8 @@ class GroupCommitter:
                 self._floor = max(self._floor, version, *(
                     row.version for _, row in mutations) if replicated else ())
             outcomes.append(Outcome(pending, result))
+            if early is not None:
+                self._answer_early(pending, result, [key for key, _ in mutations])
         append: asyncio.Task[Any] | None = None
         nbytes = 0
         if ops:
@@ -350,6 +324,16 @@ class GroupCommitter:
         self._inflight_ops += len(outcomes)
         self._tail = asyncio.get_running_loop().create_task(
             self._finish(self._tail, append, ops, outcomes, nbytes))
+
+    def _answer_early(self, pending: Pending, result: Any, written: list[bytes]) -> None:
+        """Answer a decided op before its block is durable (speculation.py): its answer
+        rests on durable rows only. One that wrote nothing is final as it is."""
+        if not written:
+            pending.answer(result, None)
+            return
+        lsn = self.next_lsn - 1
+        self.speculation.wrote(written, lsn)
+        pending.answer(Speculative(result, self.p.epoch, lsn), None)
 
     async def _append(self, block: bytes) -> Any:
         await faults.apoint("ps.commit.before_append")
@@ -388,6 +372,8 @@ class GroupCommitter:
                 for key, _ in op.mutations:
                     if self._inflight_rows.get(key, (0,))[0] == op.lsn:
                         del self._inflight_rows[key]
+            if ops:
+                self.speculation.applied_through(ops[-1].lsn)
             if location is not None:
                 self.p.last_commit = location
                 self.p.log_bytes += nbytes

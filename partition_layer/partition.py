@@ -193,10 +193,11 @@ class RangePartition(States):
 
     # ---- writes: group commit (committer.py) -------------------------------------------------
 
-    async def submit(self, op: Operation, nbytes: int) -> Any:
-        """Queue `op` for the next group commit; its result once the commit is durable."""
+    async def submit(self, op: Operation, nbytes: int, hint: int = 0) -> Any:
+        """Queue `op` for the next group commit; its result once the commit is durable (or
+        early, with CURP's version `hint`: committer.py)."""
         self.check_serving()
-        return await self.committer.submit(op, nbytes)
+        return await self.committer.submit(op, nbytes, hint)
 
     def apply(self, op: CommitOp) -> None:
         """Make a durable operation visible (commit or replay), strictly in LSN order."""

@@ -22,9 +22,10 @@ from partition_layer.extent_release import release_extents
 from partition_layer.geo_shipping import Shipping
 from partition_layer.partition_map import range_from_pb
 from partition_layer.read_replies import records_reply
-from partition_layer.requests import error_response, route_key, start_small_append
+from partition_layer.requests import answered, error_response, route_key, start_small_append
 from partition_layer.scan_stream import serve as serve_scan
 from partition_layer.server import PartitionServer
+from partition_layer.speculation import Speculative
 
 SUBSCRIBE_RECHECK_S = 1.0
 RESPONSES_PER_MESSAGE_MAX = 4096
@@ -80,13 +81,15 @@ class PartitionServicer(pb_grpc.PartitionServerServicer):
             tasks.discard(task)
             pressure.open_ops -= 1
 
-        def appended(request_id: int, started: float, first_seq: int | None,
+        def appended(request_id: int, started: float, first_seq: int | Speculative | None,
                      error: StampError | None) -> None:
             nonlocal appends_open
             self._append_seconds.observe(clock() - started)
             if error is None:
                 self._append_ok.inc()
-                responses.put_nowait(pb.Response(id=request_id, first_seq=first_seq))
+                response = pb.Response(id=request_id)
+                response.first_seq = answered(first_seq, response)  # early (CURP), maybe
+                responses.put_nowait(response)
             else:
                 self.ops.labels("append", type(error).__name__).inc()
                 responses.put_nowait(error_response(request_id, error))

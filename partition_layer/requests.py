@@ -14,13 +14,13 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from common import faults
 from common.config import PartitionLimits
-from common.errors import InvalidArgument, NotFound, StampError, Throttled
+from common.errors import InvalidArgument, NotFound, StampError, Throttled, Unavailable
 from common.proto import partition_pb2 as pb
 from partition_layer import keys
-from partition_layer.committer import Done
 from partition_layer.geo_copy import clear_name
 from partition_layer.geo_ship import REPLICATE_ROWS_MAX
 from partition_layer.operations import (
@@ -37,9 +37,11 @@ from partition_layer.operations import (
 )
 from partition_layer.partition import RangePartition
 from partition_layer.payload_crc import check_append_sizes, verify_append, verify_payload
+from partition_layer.queued_op import Done
 from partition_layer.read_replies import records_reply, value_and_crc
 from partition_layer.record_batch import encode_records, encoded_bytes
 from partition_layer.rows import Row, decode_row, etag_of
+from partition_layer.speculation import Speculative
 
 NAME_BYTES_MAX = 1024
 TOKEN_BYTES_MAX = 128
@@ -79,7 +81,7 @@ def start_small_append(request: pb.Request, find: Finder, limits: PartitionLimit
     if small is None:
         return False
     partition, op, nbytes = small
-    partition.committer.submit_with(op, nbytes, done)
+    partition.committer.submit_with(op, nbytes, done, request.version_hint)
     return True
 
 
@@ -138,9 +140,14 @@ async def _dispatch(request: pb.Request, response: pb.Response, find: Finder,
     route = route_key(request.account, request.pname)
     partition = find(route)
     account, pname = request.account, request.pname
+    hint = request.version_hint
+    if op == "sync":
+        await _sync(request.sync, partition)
+        return
     small = _small_append(request, find, limits) if op == "append" else None
     if small is not None:  # counted for the load finder there
-        response.first_seq = await small[0].committer.submit(*small[1:])
+        response.first_seq = answered(await small[0].committer.submit(*small[1:], hint),
+                                      response)
         return
     # Every request routed here counts towards where a split would halve the load (stats.py).
     partition.stats.sample_key(route)
@@ -152,20 +159,22 @@ async def _dispatch(request: pb.Request, response: pb.Response, find: Finder,
         batch = encode_records(records, crcs)
         with _pinning_blobs(partition):
             blob = await partition.write_blob(batch)
-            response.first_seq = await partition.submit(
+            response.first_seq = answered(await partition.submit(
                 LogAppend(account, pname, (), request.append.token, blob=blob,
-                          count=len(records)), len(batch) + 64)
+                          count=len(records)), len(batch) + 64, hint), response)
     elif op == "read":
         limit = min(request.read.limit or limits.read_records_max, limits.read_records_max)
         partition.check_serving()
+        await _after_early_writes(partition, [meta_key(account, pname)])
         records, _ = await partition.read_log(account, pname, request.read.from_seq, limit)
         response.records.extend(records_reply(records))
     elif op == "trim":
         await partition.submit(LogTrim(account, pname, request.trim.upto_seq), 64)
     elif op == "seal":
-        await partition.submit(LogSeal(account, pname), 64)
+        answered(await partition.submit(LogSeal(account, pname), 64, hint), response)
     elif op == "peek":
         partition.check_serving()
+        await _after_early_writes(partition, [meta_key(account, pname)])
         meta = await partition.log_state(account, pname)
         response.first_seq, response.next_seq = meta.first_seq, meta.next_seq
     elif op == "replicate":
@@ -180,7 +189,9 @@ async def _dispatch(request: pb.Request, response: pb.Response, find: Finder,
     elif op == "get":
         partition.check_serving()
         _check_row(request.get.row, limits)
-        row = await partition.get_row(entity_key(account, pname, request.get.row))
+        key = entity_key(account, pname, request.get.row)
+        await _after_early_writes(partition, [key, meta_key(account, pname)])
+        row = await partition.get_row(key)
         if row is None:
             # Entity keys never meet a log's, so a row found is an entity; only a miss needs
             # the name's kind, to say "a log" rather than "not found".
@@ -192,14 +203,39 @@ async def _dispatch(request: pb.Request, response: pb.Response, find: Finder,
         with _pinning_blobs(partition):  # large values go to blob data before the commit
             writes = await _writes(request, op, partition, limits)
             _check_token(request.token)
-            etags = await partition.submit(
+            etags = answered(await partition.submit(
                 EntityWrite(account, pname, tuple(writes), request.token,
                             int(time.time() * 1000)),
-                sum(len(w.value or b"") + len(w.row) + 64 for w in writes))
+                sum(len(w.value or b"") + len(w.row) + 64 for w in writes), hint), response)
         if op == "batch":
             response.etags.extend(etags)
         else:
             response.etag = etags[0]
+
+
+def answered(result: Any, response: pb.Response) -> Any:
+    """An operation's result, with `response` marked speculative (and naming the write for
+    a SyncOp) if it was answered before it was durable (CURP, speculation.py)."""
+    if isinstance(result, Speculative):
+        response.speculative, response.epoch, response.lsn = True, result.epoch, result.lsn
+        return result.result
+    return result
+
+
+async def _sync(sync: pb.SyncOp, partition: RangePartition) -> None:
+    """A front end's wait for an early answer's write to be durable (CURP's slow path):
+    Unavailable (it may or may not be) once the owner is not the one that answered."""
+    if sync.epoch != partition.epoch:
+        raise Unavailable(f"partition {partition.id}: the owner of epoch {sync.epoch} is gone; "
+                          "its early answers may or may not be durable")
+    partition.check_serving()
+    await partition.committer.speculation.until_durable(sync.lsn)
+
+
+async def _after_early_writes(partition: RangePartition, read: Sequence[bytes]) -> None:
+    """A read waits until no row it reads holds a write answered early and not yet durable:
+    a crash could still take that write back (DESIGN §8 invariant 7, curp.py step 5)."""
+    await partition.committer.speculation.until_rows_durable(read)
 
 
 def _pinning_blobs(partition: RangePartition) -> contextlib.AbstractContextManager[None]:
@@ -312,6 +348,8 @@ async def _scan(request: pb.Request, response: pb.Response, find: Finder,
            if scan.has_end else account_end)
     partition = find(start)
     partition.check_serving()
+    # A scan reads many rows: it waits for every write answered early so far (curp.py).
+    await partition.committer.speculation.until_all_durable()
     if partition.range.high is not None and (end is None or partition.range.high < end):
         end = partition.range.high
     # The scan spans [start, end) of this partition: it counts against splitting inside it.

@@ -180,6 +180,10 @@ async def serve(request: pb.PartitionScanRequest, find: Callable[[bytes], RangeP
         return
     partition = find(start)
     partition.check_serving()
+    # No write answered early (CURP) and not yet durable may be missing from the snapshot,
+    # nor in it: the snapshot is taken once they all are (partition_layer/curp.py step 5).
+    await partition.committer.speculation.until_all_durable()
+    partition.check_serving()
     end, at_end = clamp_to_partition(end, partition.range)
     snapshot = Snapshot.of(partition, start, end)
     async for page in pages(snapshot, request.mode, start, at_end, bounds,

@@ -30,9 +30,11 @@ def test_only_requests_top_level_fields_and_never_set_answers_are_internal() -> 
     internal = {m.name: public_protocol.internal_only(m)
                 for m in v1.DESCRIPTOR.message_types_by_name.values()}
     assert {name: fields for name, fields in internal.items() if fields} == {
-        "Request": ["deadline_ms", "replicate", "scan"], "ResponseBatch": ["pressure"]}
+        "Request": ["deadline_ms", "replicate", "scan", "sync", "version_hint"],
+        "Response": ["epoch", "lsn", "speculative"], "ResponseBatch": ["pressure"]}
     never_set = public_protocol.INTERNAL_ANSWER_FIELDS
-    assert never_set == {"stamp.partition.ResponseBatch": {"pressure"}}
+    assert never_set == {"stamp.partition.ResponseBatch": {"pressure"},
+                         "stamp.partition.Response": {"speculative", "epoch", "lsn"}}
     assert all(not internal[name] for name in REQUESTS if name != "Request")
 
 
@@ -45,6 +47,9 @@ def test_a_public_request_is_read_as_the_internal_one_without_internal_fields() 
     # and tokens included, are never the caller's to send.
     replicate = pb.Request(account="acme", pname="orders", replicate=pb.ReplicateOp(
         keys=[b"k"], rows=[b"r"]))
+    # So are CURP's (issue 32): a version the owner gives a write it answers early, and the
+    # front end's wait for such a write.
+    request.version_hint = 1 << 60
     data = pb.RequestBatch(requests=[request, scan, replicate]).SerializeToString()
     batch = public_protocol.read_request_batch(data)
     first, second, third = batch.requests
@@ -53,6 +58,7 @@ def test_a_public_request_is_read_as_the_internal_one_without_internal_fields() 
     expected = pb.Request()
     expected.CopyFrom(request)
     expected.ClearField("deadline_ms")
+    expected.ClearField("version_hint")
     assert first == expected
     # What a caller of the public protocol sends is byte for byte what the front end reads.
     public = v1.Request.FromString(expected.SerializeToString())

@@ -79,8 +79,9 @@ def test_the_tables_name_every_method() -> None:
     assert set(EXPECTED_GRPC) == set(wire.PERMISSION_OF) == set(CLAIMS)
     ops = {f.name for f in pb.Request.DESCRIPTOR.oneofs_by_name["op"].fields}
     # A Call scan is refused (the Scan RPC does it); replicate is internal, never a
-    # caller's (inter-stamp replication, issue 30: the public protocol has no such op).
-    assert ops - set(wire.METHODS) == {"replicate", "scan"}
+    # caller's (inter-stamp replication, issue 30: the public protocol has no such op), and
+    # so is sync (a front end's wait for a write answered early, CURP, issue 32).
+    assert ops - set(wire.METHODS) == {"replicate", "scan", "sync"}
     assert set(wire.METHODS.values()) <= set(EXPECTED_GRPC)
     assert set(EXPECTED_GRPC.values()) == set(sas.PERMISSIONS)  # no permission unused
 

@@ -1,0 +1,111 @@
+"""An owner's speculative answers (CURP, issue 32: partition_layer/curp.py steps 3-5): which
+writes the group committer may answer before their block is durable, the rows those answers
+wrote until it is, and waits for the commit log to hold an LSN.
+
+Contracts:
+- `early_version(...)` decides, before an op is applied, whether it may be answered early
+  and at which version: only an op its front end asked for (a `version_hint`), that read no
+  row a block in flight wrote (its answer then depends only on what is durable, so a
+  recovery executing it again answers the same), and — for an entity write, whose version
+  is its ETag — whose hint lies above every version the partition holds; that op's version
+  is then the hint (curp.py step 4). Others keep the committer's version and are answered
+  when durable, as ever.
+- `wrote(keys, lsn)` notes the rows an early answer wrote; `applied_through(lsn)` forgets
+  those the commit log now holds and wakes every wait for them.
+- `until_durable(lsn)` returns once the partition applied every write through `lsn` (in LSN
+  order, after it was durable); `until_rows_durable(keys)` once no row among `keys` holds an
+  early answer's write still in flight; `until_all_durable()` once no row does. Each
+  raises Unavailable when the partition stops first (`fail`): whether the write survives is
+  then the next owner's to tell.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from common.errors import StampError
+from partition_layer.operations import EntityWrite, Operation
+
+
+@dataclass(frozen=True, slots=True)
+class Speculative:
+    """An answer given before its write was durable: the operation's result, and the owner's
+    epoch and the write's LSN, which a front end's SyncOp names to wait for it."""
+
+    result: Any
+    epoch: int
+    lsn: int
+
+
+def early_version(op: Operation, hint: int, floor: int, version: int,
+                  in_flight: Callable[[bytes], bool]) -> int | None:
+    """The version `op` is given if it may be answered early, else None (module contract).
+    `version` is the committer's; `in_flight(key)`: a block in flight wrote that row."""
+    if not hint or any(in_flight(key) for key in op.reads()):
+        return None
+    if not isinstance(op, EntityWrite):
+        return version  # a log's rows answer no version: they keep the committer's
+    return hint if hint > floor else None
+
+
+class Speculation:
+    def __init__(self) -> None:
+        self._rows: dict[bytes, int] = {}  # row -> LSN of the latest early answer's write
+        self._by_lsn: dict[int, tuple[bytes, ...]] = {}  # in LSN order
+        self.last_lsn = 0  # of the latest early answer's write
+        self._applied = 0
+        self._waits: list[tuple[int, int, asyncio.Future[None]]] = []  # a heap by LSN
+        self._order = itertools.count()  # ties broken by arrival: futures do not compare
+        self._failed: StampError | None = None
+
+    def wrote(self, keys: Iterable[bytes], lsn: int) -> None:
+        written = tuple(keys)
+        for key in written:
+            self._rows[key] = lsn
+        self._by_lsn[lsn] = written
+        self.last_lsn = lsn
+
+    def applied_through(self, lsn: int) -> None:
+        self._applied = max(self._applied, lsn)
+        while self._by_lsn:
+            first = next(iter(self._by_lsn))
+            if first > lsn:
+                break
+            for key in self._by_lsn.pop(first):
+                if self._rows.get(key) == first:
+                    del self._rows[key]
+        while self._waits and self._waits[0][0] <= lsn:
+            future = heapq.heappop(self._waits)[2]
+            if not future.done():
+                future.set_result(None)
+
+    def fail(self, error: StampError) -> None:
+        """The partition stopped: every wait, now and later, raises `error`."""
+        self._failed = error
+        waits, self._waits = self._waits, []
+        for _, _, future in waits:
+            if not future.done():
+                future.set_exception(error)
+
+    async def until_durable(self, lsn: int) -> None:
+        if lsn <= self._applied:
+            return
+        if self._failed is not None:
+            raise self._failed
+        future = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waits, (lsn, next(self._order), future))
+        await future
+
+    async def until_all_durable(self) -> None:
+        """Until every write answered early so far is durable (a scan reads many rows)."""
+        await self.until_durable(self.last_lsn)
+
+    async def until_rows_durable(self, keys: Iterable[bytes]) -> None:
+        lsn = max((self._rows.get(key, 0) for key in keys), default=0)
+        if lsn:
+            await self.until_durable(lsn)

@@ -1,0 +1,188 @@
+"""CURP's early answers at a partition's owner (partition_layer/speculation.py, committer.py),
+on in-memory streams whose commit-log appends a test holds back: which writes are answered
+before their block is durable and at which version, which wait, and reads that wait for
+them (curp.py steps 3-5)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from common.config import PartitionLimits
+from common.errors import Unavailable
+from partition_layer.operations import EntityWrite, Write, entity_key, meta_key
+from partition_layer.partition import RangePartition
+from partition_layer.rows import etag_of
+from partition_layer.speculation import Speculative
+from tests.support.partitions import log_append, serving_partition
+
+HINT = 1 << 50  # a front end's hybrid clock: far above the LSNs of a new partition
+
+
+def put(row: bytes, token: str, value: bytes = b"v") -> EntityWrite:
+    return EntityWrite("acct", "group", (Write("put", row, value),), token, 0)
+
+
+class HeldLog:
+    """The partition's commit log with appends held until `release()`."""
+
+    def __init__(self, p: RangePartition) -> None:
+        self.gate = asyncio.Event()
+        stream = p.streams["log"]
+        append = stream.append
+
+        async def held(blocks: list[bytes]) -> Any:
+            await self.gate.wait()
+            return await append(blocks)
+        stream.append = held  # type: ignore[method-assign]
+
+    def release(self) -> None:
+        self.gate.set()
+
+
+async def answered_within(future: Awaitable[Any], seconds: float = 2.0) -> Any:
+    return await asyncio.wait_for(asyncio.shield(future), seconds)
+
+
+async def unanswered(future: asyncio.Future[Any]) -> bool:
+    """True if `future` stays unanswered while the loop turns a few times."""
+    for _ in range(20):
+        await asyncio.sleep(0)
+    return not future.done()
+
+
+# Each operation decided as it comes, its block sent while others are in flight (no wait for
+# a fuller block): what an op read may then be in flight.
+LIMITS = dataclasses.replace(PartitionLimits(), commit_batch_ops_min=1, commit_linger_ms=0)
+
+
+def run(scenario: Callable[[RangePartition], Awaitable[None]]) -> None:
+    async def main() -> None:
+        p = serving_partition(LIMITS)
+        try:
+            await scenario(p)
+        finally:
+            await p.stop("test over")
+            await p.closed()
+    asyncio.run(main())
+
+
+def test_an_entity_write_with_a_hint_is_answered_before_durable_at_the_hints_version():
+    async def scenario(p: RangePartition) -> None:
+        await p.committer.submit(put(b"r0", "t0"), 64)  # the group exists, durable
+        log = HeldLog(p)
+        answer = await answered_within(p.committer.submit_nowait(put(b"r1", "t1"), 64, HINT))
+        assert isinstance(answer, Speculative)
+        assert answer.result == [etag_of(HINT)] and answer.epoch == p.epoch
+        assert answer.lsn == p.applied_lsn + 1  # the next write the log will hold
+        # A read of the row waits for the write to be durable; another row's does not.
+        speculation = p.committer.speculation
+        await answered_within(speculation.until_rows_durable(
+            [entity_key("acct", "group", b"r0")]))
+        read = asyncio.ensure_future(speculation.until_rows_durable(
+            [entity_key("acct", "group", b"r1")]))
+        sync = asyncio.ensure_future(speculation.until_durable(answer.lsn))
+        assert await unanswered(read) and await unanswered(sync)
+        log.release()
+        await answered_within(read)
+        await answered_within(sync)
+        row = await p.get_row(entity_key("acct", "group", b"r1"))
+        assert row is not None and row.version == HINT
+    run(scenario)
+
+
+def test_a_write_that_read_a_row_in_flight_is_answered_only_when_durable():
+    """Its answer would rest on a write a crash may take back: the sync path, with the
+    committer's version (above the hint now in the floor)."""
+    async def scenario(p: RangePartition) -> None:
+        await p.committer.submit(put(b"r0", "t0"), 64)
+        log = HeldLog(p)
+        first = await answered_within(p.committer.submit_nowait(put(b"r1", "t1"), 64, HINT))
+        assert isinstance(first, Speculative)
+        again = p.committer.submit_nowait(put(b"r1", "t2", b"w"), 64, HINT + 10)
+        assert await unanswered(again)
+        log.release()
+        assert await answered_within(again) == [etag_of(HINT + 1)]
+    run(scenario)
+
+
+def test_a_hint_at_or_below_the_floor_takes_the_sync_path():
+    """Its version could repeat an ETag the row once had: the front end's clock is behind."""
+    async def scenario(p: RangePartition) -> None:
+        await p.committer.submit(put(b"r0", "t0"), 64)
+        log = HeldLog(p)
+        assert isinstance(await answered_within(
+            p.committer.submit_nowait(put(b"r1", "t1"), 64, HINT)), Speculative)
+        behind = p.committer.submit_nowait(put(b"r2", "t2"), 64, HINT)
+        assert await unanswered(behind)
+        log.release()
+        etags = await answered_within(behind)
+        assert etags == [etag_of(HINT + 1)]
+    run(scenario)
+
+
+def test_the_first_write_of_a_group_makes_the_next_ones_wait():
+    """A new group's mark is in flight: the next write of the group reads it."""
+    async def scenario(p: RangePartition) -> None:
+        log = HeldLog(p)
+        assert isinstance(await answered_within(
+            p.committer.submit_nowait(put(b"r1", "t1"), 64, HINT)), Speculative)
+        second = p.committer.submit_nowait(put(b"r2", "t2"), 64, HINT + 1)
+        assert await unanswered(second)
+        assert p.committer.speculation.last_lsn == 1
+        meta_wait = asyncio.ensure_future(p.committer.speculation.until_rows_durable(
+            [meta_key("acct", "group")]))
+        assert await unanswered(meta_wait)
+        log.release()
+        await answered_within(second)
+        await answered_within(meta_wait)
+    run(scenario)
+
+
+def test_appends_answer_early_with_the_committers_versions():
+    async def scenario(p: RangePartition) -> None:
+        log = HeldLog(p)
+        futures = [p.committer.submit_nowait(log_append("acct", f"log-{i}", (b"r",),
+                                                        token=f"a{i}"), 64, HINT)
+                   for i in range(3)]
+        answers = [await answered_within(f) for f in futures]
+        assert [a.result for a in answers] == [0, 0, 0]
+        assert [a.lsn for a in answers] == [1, 2, 3]
+        # The same log again: it read the log's meta row in flight.
+        same = p.committer.submit_nowait(log_append("acct", "log-0", (b"r",), token="b"),
+                                         64, HINT)
+        assert await unanswered(same)
+        log.release()
+        assert await answered_within(same) == 1
+        assert p.committer.speculation.last_lsn == 3
+    run(scenario)
+
+
+def test_a_retry_answered_from_its_token_is_final_at_once():
+    """A retry writes nothing: its answer rests on durable rows and needs no sync."""
+    async def scenario(p: RangePartition) -> None:
+        assert await p.committer.submit(log_append("acct", "log", (b"r",), token="t"), 64) == 0
+        HeldLog(p)
+        retry = p.committer.submit_nowait(log_append("acct", "log", (b"r",), token="t"),
+                                          64, HINT)
+        assert await answered_within(retry) == 0
+    run(scenario)
+
+
+def test_waits_for_early_answers_fail_when_the_partition_stops():
+    async def scenario(p: RangePartition) -> None:
+        await p.committer.submit(put(b"r0", "t0"), 64)
+        HeldLog(p)
+        answer = await answered_within(p.committer.submit_nowait(put(b"r1", "t1"), 64, HINT))
+        sync = asyncio.ensure_future(p.committer.speculation.until_durable(answer.lsn))
+        assert await unanswered(sync)
+        await p.stop("deposed")
+        with pytest.raises(Unavailable):
+            await answered_within(sync)
+        with pytest.raises(Unavailable):  # and any wait begun after
+            await p.committer.speculation.until_durable(answer.lsn)
+    run(scenario)
