@@ -51,24 +51,30 @@ class RecordReply(_message.Message):
     def __init__(self, verdicts: _Optional[_Iterable[_Union[Verdict, str]]] = ...) -> None: ...
 
 class DropRequest(_message.Message):
-    __slots__ = ("partition_id", "tokens")
+    __slots__ = ("partition_id", "tokens", "epoch")
     PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
     partition_id: int
     tokens: _containers.RepeatedScalarFieldContainer[bytes]
-    def __init__(self, partition_id: _Optional[int] = ..., tokens: _Optional[_Iterable[bytes]] = ...) -> None: ...
+    epoch: int
+    def __init__(self, partition_id: _Optional[int] = ..., tokens: _Optional[_Iterable[bytes]] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class DropReply(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("dropped",)
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
+    dropped: int
+    def __init__(self, dropped: _Optional[int] = ...) -> None: ...
 
 class ListRequest(_message.Message):
-    __slots__ = ("partition_id", "older_than_ms")
+    __slots__ = ("partition_id", "older_than_ms", "epoch")
     PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
     OLDER_THAN_MS_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
     partition_id: int
     older_than_ms: int
-    def __init__(self, partition_id: _Optional[int] = ..., older_than_ms: _Optional[int] = ...) -> None: ...
+    epoch: int
+    def __init__(self, partition_id: _Optional[int] = ..., older_than_ms: _Optional[int] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class ListReply(_message.Message):
     __slots__ = ("records",)
@@ -99,6 +105,16 @@ class ClearRequest(_message.Message):
     def __init__(self, partition_id: _Optional[int] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class ClearReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class DropPartitionRequest(_message.Message):
+    __slots__ = ("partition_id",)
+    PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
+    partition_id: int
+    def __init__(self, partition_id: _Optional[int] = ...) -> None: ...
+
+class DropPartitionReply(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 

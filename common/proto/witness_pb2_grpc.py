@@ -59,6 +59,11 @@ class WitnessStub:
                 request_serializer=common_dot_proto_dot_witness__pb2.ClearRequest.SerializeToString,
                 response_deserializer=common_dot_proto_dot_witness__pb2.ClearReply.FromString,
                 _registered_method=True)
+        self.DropPartition = channel.unary_unary(
+                '/stamp.witness.Witness/DropPartition',
+                request_serializer=common_dot_proto_dot_witness__pb2.DropPartitionRequest.SerializeToString,
+                response_deserializer=common_dot_proto_dot_witness__pb2.DropPartitionReply.FromString,
+                _registered_method=True)
         self.Status = channel.unary_unary(
                 '/stamp.witness.Witness/Status',
                 request_serializer=common_dot_proto_dot_witness__pb2.StatusRequest.SerializeToString,
@@ -80,15 +85,18 @@ class WitnessServicer:
     def Drop(self, request, context):
         """Owner -> witness: drop the records of writes it synced (or will never execute: their
         deadline passed and it did not). Not awaited for durability: a drop a crash forgets
-        only brings back records that recovery deduplicates by token.
+        only brings back records that recovery deduplicates by token. Only records of the
+        caller's epoch or older go: a newer owner's record may be a write it acknowledged and
+        has not synced yet, which a deposed owner still running must not take from it. A
+        caller below the partition's fence is deposed and drops nothing (no error: DropRequest).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def List(self, request, context):
-        """Owner -> witness: the records held that are older than `older_than_ms` (its sweep of
-        records it never received).
+        """Owner -> witness: the records of its epoch or older held at least `older_than_ms` (its
+        sweep of records it never received). A caller below the fence gets none (ListRequest).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -104,7 +112,20 @@ class WitnessServicer:
 
     def Clear(self, request, context):
         """A loading owner, once it synced what Fence answered -> witness: drop the partition's
-        records of older owners.
+        records with an epoch *below* `epoch` (its predecessors'), and raise the fence to `epoch`
+        if it is lower; durable when answered. The caller's own records (epoch == `epoch`: the
+        fast writes it took since it loaded, which it may not have synced) stay, and so do any
+        of a newer owner's.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DropPartition(self, request, context):
+        """The partition manager, once a split or merge committed and the parent drained (every
+        write of it synced: curp.py step 8) -> witness: forget the parent's records and refuse
+        everything sent for its id from now on, whatever the epoch (ids are never reused), and
+        durably. Idempotent.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -143,6 +164,11 @@ def add_WitnessServicer_to_server(servicer, server):
                     servicer.Clear,
                     request_deserializer=common_dot_proto_dot_witness__pb2.ClearRequest.FromString,
                     response_serializer=common_dot_proto_dot_witness__pb2.ClearReply.SerializeToString,
+            ),
+            'DropPartition': grpc.unary_unary_rpc_method_handler(
+                    servicer.DropPartition,
+                    request_deserializer=common_dot_proto_dot_witness__pb2.DropPartitionRequest.FromString,
+                    response_serializer=common_dot_proto_dot_witness__pb2.DropPartitionReply.SerializeToString,
             ),
             'Status': grpc.unary_unary_rpc_method_handler(
                     servicer.Status,
@@ -285,6 +311,33 @@ class Witness:
             '/stamp.witness.Witness/Clear',
             common_dot_proto_dot_witness__pb2.ClearRequest.SerializeToString,
             common_dot_proto_dot_witness__pb2.ClearReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DropPartition(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stamp.witness.Witness/DropPartition',
+            common_dot_proto_dot_witness__pb2.DropPartitionRequest.SerializeToString,
+            common_dot_proto_dot_witness__pb2.DropPartitionReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -15,6 +15,8 @@ Contracts:
 - `gc` does not wait: its entry is submitted at once and becomes durable with the next group
   commit (the journal's loop wakes on every submission). A gc lost in a crash only brings
   records back; the owner dedupes them by token when it replays. `flush()` waits for it.
+  `gc` and `list` go by the caller's epoch (witness_table.py: a deposed owner drops and lists
+  nothing, and never a newer owner's record).
 - Compaction (`compact`, run in the background when the journal holds more than
   `compact_ratio` x the live state plus `compact_floor_bytes`): rotate the journal, write one
   SNAPSHOT of the whole table into the new segment, wait until it is durable, then drop the
@@ -293,17 +295,20 @@ class WitnessStore:
             await self._durable()
         return verdicts
 
-    def gc(self, partition: int, tokens: Iterable[bytes]) -> None:
-        """Drop synced records; durable with the next group commit, not awaited (module
-        doc)."""
+    def gc(self, partition: int, tokens: Iterable[bytes], *, epoch: int) -> int:
+        """Drop the records the owner at `epoch` synced (WitnessTable.gc); durable with the
+        next group commit, not awaited (module doc). Returns how many were dropped."""
         self._check_running()
-        self._persist(self.table.gc(partition, tokens))
+        entries = self.table.gc(partition, tokens, epoch=epoch)
+        self._persist(entries)
+        return sum(len(entry.tokens) for entry in entries if isinstance(entry, Released))
 
-    def list(self, partition: int, older_than_ms: int) -> list[Record]:
-        """The partition's records held at least `older_than_ms` by the store's clock (held
-        since the last restart at most: WitnessTable.list), in acceptance order."""
+    def list(self, partition: int, older_than_ms: int, *, epoch: int) -> list[Record]:
+        """The partition's records of `epoch` or older held at least `older_than_ms` by the
+        store's clock (held since the last restart at most), in acceptance order; none below
+        the fence (WitnessTable.list)."""
         self._check_running()
-        return self.table.list(partition, older_than_ms, self.now_ms())
+        return self.table.list(partition, older_than_ms, self.now_ms(), epoch=epoch)
 
     async def fence(self, partition: int, epoch: int) -> list[Record]:
         """Fence out owners below `epoch`; return every record held for the partition. Both

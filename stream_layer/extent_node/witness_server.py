@@ -8,9 +8,12 @@ Contracts:
   (witness_table.py: an empty or long token, a key in both modes) — is InvalidArgument
   (gRPC INVALID_ARGUMENT, one line), and the whole call changes nothing; a store not
   running is Unavailable. A refusal of a well-formed record is a verdict, never an error.
-- Record answers once every ACCEPTED record is durable; Fence and Clear once their change
-  (and the records Fence answers) are durable; Drop at once (durable with the next group
-  commit: WitnessStore.gc); List and Status read memory.
+- Record answers once every ACCEPTED record is durable; Fence, Clear and DropPartition once
+  their change (and the records Fence answers) are durable; Drop at once (durable with the
+  next group commit: WitnessStore.gc); List and Status read memory.
+- Drop and List go by the caller's epoch (witness_table.py): a caller below the fence is
+  answered as if nothing were held — no error — and a newer owner's records are neither
+  dropped nor listed.
 - Verdicts go on the wire by value: witness_table.Verdict's values are the proto enum's.
 """
 
@@ -50,12 +53,13 @@ class WitnessServicer(pb_grpc.WitnessServicer):
     @rpc.rpc_errors
     async def Drop(self, request: pb.DropRequest, context: aio.ServicerContext) -> pb.DropReply:
         _check_count("tokens", len(request.tokens), self.limits.call_records_max)
-        self.store.gc(request.partition_id, request.tokens)
-        return pb.DropReply()
+        dropped = self.store.gc(request.partition_id, request.tokens, epoch=request.epoch)
+        return pb.DropReply(dropped=dropped)
 
     @rpc.rpc_errors
     async def List(self, request: pb.ListRequest, context: aio.ServicerContext) -> pb.ListReply:
-        held = self.store.list(request.partition_id, request.older_than_ms)
+        held = self.store.list(request.partition_id, request.older_than_ms,
+                               epoch=request.epoch)
         return pb.ListReply(records=messages_of(held, payloads=False))
 
     @rpc.rpc_errors
@@ -71,6 +75,13 @@ class WitnessServicer(pb_grpc.WitnessServicer):
                     context: aio.ServicerContext) -> pb.ClearReply:
         await self.store.clear(request.partition_id, request.epoch)
         return pb.ClearReply()
+
+    @rpc.rpc_errors
+    async def DropPartition(self, request: pb.DropPartitionRequest,
+                            context: aio.ServicerContext) -> pb.DropPartitionReply:
+        await self.store.drop_partition(request.partition_id)
+        log.info("witness: partition %d dropped for good", request.partition_id)
+        return pb.DropPartitionReply()
 
     @rpc.rpc_errors
     async def Status(self, request: pb.StatusRequest,

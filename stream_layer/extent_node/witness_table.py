@@ -28,12 +28,20 @@ Contracts:
   the record while the owner may still execute the new attempt. Either would leave an
   acknowledged write on fewer than three witnesses; a CONFLICT only sends it the sync way.
 - Each held record remembers when it was accepted (`now_ms` of `record`, or of `apply` on
-  a replay: not persisted, so a restart restarts the count); `list(p, older_than_ms, now)`
-  answers those held at least that long, for the owner's sweep of records it never got.
+  a replay: not persisted, so a restart restarts the count); `list(p, older_than_ms, now,
+  epoch=e)` answers those held at least that long, for the owner's sweep of records it never
+  got.
+- `gc` and `list` carry the caller's epoch: they see only the records of that epoch or older,
+  and nothing at all below the partition's fence. Why: a deposed owner still running (it
+  has not yet learnt it lost the partition) must not drop a newer owner's record, which may
+  stand for a write the newer owner acknowledged and has not synced; and once fenced, even
+  its own records are the new owner's to replay and `clear`. Below the fence a drop is a
+  no-op, not an error: the owner does not await its drops, so nobody would act on one.
 - A fence epoch only grows. `fence` returns every record held for the partition, whatever
   its epoch, in the order they were accepted: the loading owner replays them.
 - `clear(p, e)` drops the records of p with an epoch below e (their owner replayed and synced
-  them) and raises the fence to e.
+  them) and raises the fence to e; the records of epoch e and above (the new owner's own fast
+  writes, perhaps not synced yet) stay.
 - `drop_partition` forgets a partition's records for good and keeps a tombstone that refuses
   everything sent for it later (FENCED). Why a tombstone, not a forgotten fence: partition
   ids are never reused (partition_map.py), so nobody ever fences or replays that id again. A
@@ -200,13 +208,18 @@ class WitnessTable:
                 entries.append(Held(partition, record))
         return verdicts, entries
 
-    def gc(self, partition: int, tokens: Iterable[bytes]) -> list[Entry]:
-        """Drop the records with these tokens (synced by the owner); unknown ones are
-        ignored."""
+    def gc(self, partition: int, tokens: Iterable[bytes], *, epoch: int) -> list[Entry]:
+        """Drop the records with these tokens that the owner at `epoch` synced: those of
+        `epoch` or older; nothing if `epoch` is below the fence (module doc). Unknown tokens,
+        and a newer owner's, are ignored."""
+        _check_partition(partition)
+        _check_epoch(epoch)
         state = self._partitions.get(partition)
-        if state is None:
+        if state is None or epoch < state.fence:
             return []
-        held = tuple(dict.fromkeys(token for token in tokens if token in state.records))
+        held = tuple(dict.fromkeys(token for token in tokens
+                                   if (r := state.records.get(token)) is not None
+                                   and r.epoch <= epoch))
         if not held:
             return []
         self._release(partition, held)
@@ -312,15 +325,20 @@ class WitnessTable:
         state = self._partitions.get(partition)
         return list(state.records.values()) if state is not None else []
 
-    def list(self, partition: int, older_than_ms: int, now_ms: int) -> list[Record]:
-        """The partition's records held at least `older_than_ms` at `now_ms` (accepted at or
-        before `now_ms - older_than_ms`), in the order they were accepted: the owner's sweep
-        of records it never received."""
+    def list(self, partition: int, older_than_ms: int, now_ms: int, *, epoch: int
+             ) -> list[Record]:
+        """The partition's records of `epoch` or older held at least `older_than_ms` at
+        `now_ms` (accepted at or before `now_ms - older_than_ms`), in the order they were
+        accepted: the owner's sweep of records it never received. None if `epoch` is below
+        the fence (module doc)."""
+        _check_partition(partition)
+        _check_epoch(epoch)
         state = self._partitions.get(partition)
-        if state is None:
+        if state is None or epoch < state.fence:
             return []
         before_ms = now_ms - older_than_ms
-        return [r for t, r in state.records.items() if state.accepted_ms[t] <= before_ms]
+        return [r for t, r in state.records.items()
+                if r.epoch <= epoch and state.accepted_ms[t] <= before_ms]
 
     def holder(self, partition: int, key: bytes) -> bytes | None:
         """The token of the record holding `key` exclusively in `partition`, if any."""

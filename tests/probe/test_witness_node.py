@@ -1,5 +1,6 @@
 """A CURP witness in a real extent node process (issue 32, §11): what it accepted and the
-fence it took survive a SIGKILL, and a drop it answered is gone after the next restart."""
+fence it took survive a SIGKILL, a deposed owner's drop is ignored, a drop it answered is gone
+after the next restart, and a partition dropped for good stays refused after one."""
 
 from __future__ import annotations
 
@@ -79,7 +80,14 @@ def test_witness_records_and_fence_survive_a_sigkill_and_a_drop_after_it(
             assert await fence(stub, 2) == [row1, row2], "footprints, deadlines, payloads"
             assert await record(stub, wire(b"late", [b"row9"], [], epoch=1)) == ["FENCED"]
             assert await record(stub, log_op) == ["FENCED"]
-            await stub.Drop(pb.DropRequest(partition_id=P, tokens=[b"w1", b"w2"]), timeout=10)
+            # The deposed owner's drop (epoch 1, below the fence) is ignored; the new
+            # owner's (epoch 2) drops the records it replayed.
+            ignored = await stub.Drop(pb.DropRequest(partition_id=P, tokens=[b"w1", b"w2"],
+                                                     epoch=1), timeout=10)
+            assert ignored.dropped == 0
+            dropped = await stub.Drop(pb.DropRequest(partition_id=P, tokens=[b"w1", b"w2"],
+                                                     epoch=2), timeout=10)
+            assert dropped.dropped == 2
             # The fence answers what is held now; it returns once everything submitted
             # before it, the drop included, is durable.
             assert await fence(stub, 2) == []
@@ -90,6 +98,17 @@ def test_witness_records_and_fence_survive_a_sigkill_and_a_drop_after_it(
             assert await fence(stub, 2) == [], "the drop survived a SIGKILL"
             assert await record(stub, wire(b"w4", [b"group"], [], epoch=2)) == ["ACCEPTED"]
             assert await record(stub, wire(b"w5", [b"row5"], [], epoch=1)) == ["FENCED"]
+            # A split's parent: dropped for good, across the next SIGKILL too.
+            await stub.DropPartition(pb.DropPartitionRequest(partition_id=P), timeout=10)
+            assert await record(stub, wire(b"w6", [b"row6"], [], epoch=3)) == ["FENCED"]
+
+        await restarted(stamp, node.name)
+        async with rpc.aio_channel(node.address, MESSAGE_BYTES_MAX) as channel:
+            stub = pb_grpc.WitnessStub(channel)
+            status = await stub.Status(pb.StatusRequest(), timeout=10)
+            assert (status.records, status.partitions) == (0, 0)
+            assert await record(stub, wire(b"w7", [b"row7"], [], epoch=9)) == ["FENCED"], \
+                "the dropped partition stays refused"
 
     asyncio.run(before_the_kill())
     asyncio.run(after_the_kill())

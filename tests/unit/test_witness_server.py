@@ -1,7 +1,8 @@
 """The CURP witness's gRPC servicer (issue 32) on a real grpc.aio server in this process, a
 store in tmp_path, every RPC through a real channel: verdicts on the wire, payloads in Fence
-and not in List, Drop and Clear, Status, and bad input answered INVALID_ARGUMENT with the
-call changing nothing; and the node's gauges of it."""
+and not in List, Drop and List by the caller's epoch, Clear, DropPartition, Status, and bad
+input answered INVALID_ARGUMENT with the call changing nothing; and the node's gauges of
+it."""
 
 from __future__ import annotations
 
@@ -105,10 +106,11 @@ def test_fence_answers_the_records_with_payloads_and_list_without(tmp_path: Path
         clock.advance(2.0)
         second = wire("b", "log", epoch=1, payload=b"append")
         await verdicts(stub, second)
-        listed = (await stub.List(pb.ListRequest(partition_id=P, older_than_ms=1000))).records
+        listed = (await stub.List(pb.ListRequest(partition_id=P, older_than_ms=1000,
+                                                 epoch=1))).records
         assert list(listed) == [wire("a", "row0", "row1", shared=("group",), payload=b"",
                                      deadline_ms=T0_MS + 9000)]
-        everything = await stub.List(pb.ListRequest(partition_id=P, older_than_ms=0))
+        everything = await stub.List(pb.ListRequest(partition_id=P, older_than_ms=0, epoch=1))
         assert [r.token for r in everything.records] == [b"a", b"b"]
         assert all(r.payload == b"" for r in everything.records)
         fenced = await stub.Fence(pb.FenceRequest(partition_id=P, epoch=3))
@@ -129,15 +131,62 @@ def test_drop_and_clear_and_status(tmp_path: Path) -> None:
         status = await stub.Status(pb.StatusRequest())
         assert (status.records, status.bytes, status.partitions) == \
             (4, store.table.held_bytes(), 2)
-        await stub.Drop(pb.DropRequest(partition_id=P, tokens=[b"a", b"unknown"]))
+        dropped = await stub.Drop(pb.DropRequest(partition_id=P, tokens=[b"a", b"unknown"],
+                                                 epoch=1))
+        assert dropped.dropped == 1
         assert [r.token for r in store.table.records(P)] == [b"b", b"c"]
-        await stub.Drop(pb.DropRequest(partition_id=99, tokens=[b"a"]))  # nothing there
+        nothing = await stub.Drop(pb.DropRequest(partition_id=99, tokens=[b"a"], epoch=1))
+        assert nothing.dropped == 0
         await stub.Clear(pb.ClearRequest(partition_id=P, epoch=3))
         assert [r.token for r in store.table.records(P)] == [b"c"]
         assert await verdicts(stub, wire("d", "k9", epoch=2)) == ["FENCED"]
         status = await stub.Status(pb.StatusRequest())
         assert (status.records, status.partitions) == (2, 2)
     serve(tmp_path, scenario)
+
+
+def test_a_deposed_owner_neither_drops_nor_lists_the_new_owners_records(
+        tmp_path: Path) -> None:
+    """Old owner epoch 1 records T1; the new owner fences at 2 and records T2; the old
+    owner's Drop(epoch 1) is answered "nothing dropped" (no error) and T2 stays held; its
+    List answers nothing."""
+    async def scenario(stub: pb_grpc.WitnessStub, store: WitnessStore,
+                       clock: ManualClock) -> None:
+        assert await verdicts(stub, wire("T1", "k1", epoch=1)) == ["ACCEPTED"]
+        await stub.Fence(pb.FenceRequest(partition_id=P, epoch=2))
+        assert await verdicts(stub, wire("T2", "k2", epoch=2)) == ["ACCEPTED"]
+        old = await stub.Drop(pb.DropRequest(partition_id=P, tokens=[b"T2", b"T1"], epoch=1))
+        assert old.dropped == 0
+        assert [r.token for r in store.table.records(P)] == [b"T1", b"T2"]
+        listed = await stub.List(pb.ListRequest(partition_id=P, older_than_ms=0, epoch=1))
+        assert list(listed.records) == []
+        listed = await stub.List(pb.ListRequest(partition_id=P, older_than_ms=0, epoch=2))
+        assert [r.token for r in listed.records] == [b"T1", b"T2"]
+        new = await stub.Drop(pb.DropRequest(partition_id=P, tokens=[b"T2"], epoch=2))
+        assert new.dropped == 1 and [r.token for r in store.table.records(P)] == [b"T1"]
+    serve(tmp_path, scenario)
+
+
+def test_drop_partition_forgets_it_for_good_and_durably(tmp_path: Path) -> None:
+    async def scenario(stub: pb_grpc.WitnessStub, store: WitnessStore,
+                       clock: ManualClock) -> None:
+        await verdicts(stub, wire("a", "k", epoch=3))
+        await verdicts(stub, wire("b", "k"), partition=P + 1)
+        await stub.DropPartition(pb.DropPartitionRequest(partition_id=P))
+        await stub.DropPartition(pb.DropPartitionRequest(partition_id=P))  # idempotent
+        assert store.table.is_dropped(P) and store.table.held_records() == 1
+        assert await verdicts(stub, wire("c", "j", epoch=99)) == ["FENCED"]
+        assert list((await stub.Fence(pb.FenceRequest(partition_id=P, epoch=100))).records) \
+            == []
+    serve(tmp_path, scenario)
+
+    async def reopened() -> tuple[bool, int]:
+        store = await WitnessStore.open(tmp_path, LIMITS, ManualClock(T0_S))
+        try:
+            return store.table.is_dropped(P), store.table.held_records()
+        finally:
+            await store.stop()
+    assert asyncio.run(reopened()) == (True, 1)
 
 
 @pytest.mark.parametrize(("call", "match"), [

@@ -1,8 +1,8 @@
 """The CURP witness store on real files (§11, issue 32): what it acknowledged survives a
-restart (footprints and deadlines with it), fences hold across restarts, gc persists, a torn
-tail loses only what was not acknowledged, deadlines and the sweep's list go by the store's
-clock, compaction bounds the journal and survives a crash at every step, and concurrent
-records share fsyncs."""
+restart (footprints and deadlines with it), fences hold across restarts, gc persists (a
+deposed owner's does nothing), a torn tail loses only what was not acknowledged, deadlines
+and the sweep's list go by the store's clock, compaction bounds the journal and survives a
+crash at every step, and concurrent records share fsyncs."""
 
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ async def history(store: WitnessStore) -> Snapshot:
     assert await store.record(1, [rec("a", "k1"), rec("b", "k2", epoch=2)]) == [A, A]
     assert await store.record(2, [rec("c", "k1", payload=b"x" * 300)]) == [A]
     assert await store.record(1, [rec("d", "k1")]) == [C]
-    store.gc(1, [b"a"])
+    store.gc(1, [b"a"], epoch=1)
     assert await store.record(1, [rec("d", "k1", epoch=2)]) == [A]
     assert [r.token for r in await store.fence(1, 2)] == [b"b", b"d"]
     assert await store.record(1, [rec("e", "k5", epoch=1)]) == [F]
@@ -172,12 +172,29 @@ def test_clear_and_a_dropped_partition_survive_a_restart(tmp_path: Path) -> None
 def test_gc_is_gone_after_a_restart_once_persisted(tmp_path: Path) -> None:
     async def body(store: WitnessStore) -> None:
         await store.record(1, [rec("a", "k1"), rec("b", "k2")])
-        store.gc(1, [b"a", b"unknown"])  # returns at once
+        store.gc(1, [b"a", b"unknown"], epoch=1)  # returns at once
         assert store.table.held_records() == 1
         await store.flush()
     run(tmp_path, body)
     snapshot = reopened(tmp_path)
     assert [r.token for _, r in snapshot.records] == [b"b"]
+
+
+def test_a_deposed_owners_drop_persists_nothing_and_keeps_the_new_owners_record(
+        tmp_path: Path) -> None:
+    async def body(store: WitnessStore) -> None:
+        await store.record(1, [rec("T1", "k1", epoch=1)])
+        await store.fence(1, 2)
+        await store.record(1, [rec("T2", "k2", epoch=2)])
+        records = store.journal.records
+        assert store.gc(1, [b"T1", b"T2"], epoch=1) == 0
+        assert store.list(1, 0, epoch=1) == []
+        await store.flush()
+        assert store.journal.records == records, "an ignored drop writes no entry"
+        assert store.gc(1, [b"T1"], epoch=2) == 1
+        await store.flush()
+    run(tmp_path, body)
+    assert [r.token for _, r in reopened(tmp_path).records] == [b"T2"]
 
 
 def test_a_torn_tail_loses_only_the_unacknowledged_entry(tmp_path: Path) -> None:
@@ -237,7 +254,7 @@ def test_refusals_and_operations_outside_a_running_store(tmp_path: Path) -> None
         await store.start()
         await store.stop()
         with pytest.raises(Unavailable):
-            store.gc(1, [b"a"])
+            store.gc(1, [b"a"], epoch=1)
     asyncio.run(scenario())
 
 
@@ -291,15 +308,15 @@ def test_list_by_the_stores_clock_and_from_the_replay_after_a_restart(tmp_path: 
         await store.record(1, [rec("new", "k2")])
         await store.record(2, [rec("other", "k1")])
         clock.advance(0.5)
-        assert [r.token for r in store.list(1, 1000)] == [b"old"]
-        assert [r.token for r in store.list(1, 0)] == [b"old", b"new"]
-        assert store.list(3, 0) == []
+        assert [r.token for r in store.list(1, 1000, epoch=1)] == [b"old"]
+        assert [r.token for r in store.list(1, 0, epoch=1)] == [b"old", b"new"]
+        assert store.list(3, 0, epoch=1) == []
 
     async def after(store: WitnessStore) -> None:
         # Acceptance times are not persisted: the replay restarts every record's count.
-        assert store.list(1, 1) == []
+        assert store.list(1, 1, epoch=1) == []
         clock.advance(0.001)
-        assert [r.token for r in store.list(1, 1)] == [b"old", b"new"]
+        assert [r.token for r in store.list(1, 1, epoch=1)] == [b"old", b"new"]
     run(tmp_path, before, clock=clock)
     clock.advance(10.0)  # the restart
     run(tmp_path, after, clock=clock)
@@ -331,7 +348,7 @@ def test_compaction_bounds_the_journal_under_churn(tmp_path: Path) -> None:
             # Each write stays held until the next-but-two is recorded: a few are live.
             assert await store.record(i % 3, [rec(f"t{i}", f"k{i}", payload=b"p" * 200)]) == [A]
             if i >= 3:
-                store.gc((i - 3) % 3, [b"t%d" % (i - 3)])
+                store.gc((i - 3) % 3, [b"t%d" % (i - 3)], epoch=1)
             if i % 50 == 0:
                 largest = max(largest, dir_bytes(tmp_path))
         await store.fence(1, 2)
@@ -365,7 +382,7 @@ def test_a_journal_grown_across_restarts_is_compacted_at_start(tmp_path: Path) -
     async def grow(store: WitnessStore) -> Snapshot:
         for i in range(600):
             await store.record(1, [rec(f"t{i}", "k", payload=b"p" * 200)])
-            store.gc(1, [b"t%d" % i])
+            store.gc(1, [b"t%d" % i], epoch=1)
         await store.record(2, [rec("kept", "k")])
         return store.table.snapshot()
     before = run(tmp_path, grow, NO_AUTO_COMPACTION)
@@ -396,7 +413,7 @@ def crashed_compaction(directory: Path, step: str) -> Snapshot:
         for i in range(40):  # more segments, where each key is held, released, held again
             await store.record(5, [rec(f"x{i}", f"r{i % 2}", payload=b"y" * 200)])
             if i < 38:
-                store.gc(5, [b"x%d" % i])
+                store.gc(5, [b"x%d" % i], epoch=1)
         await store.flush()
         before = store.table.snapshot()
         assert len(store.journal.segments()) >= 3

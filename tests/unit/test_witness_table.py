@@ -1,6 +1,7 @@
 """The CURP witness table (§11, issue 32): commuting writes held (shared keys commute, an
 exclusive one conflicts with either mode), conflicts refused until gc, retries, deadlines,
-the sweep's list, fences, clears, dropped partitions, bounds; and, by hypothesis, against a
+the sweep's list, fences, clears, dropped partitions, bounds, drops and lists by the
+caller's epoch; and, by hypothesis, against a
 dumb reference that decides conflicts by partition_layer/curp.py's Footprint."""
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def test_a_held_key_conflicts_until_gc_then_is_accepted() -> None:
     verdicts, entries = t.record(1, [rec("b", "k2", "k9")], NOW)
     assert verdicts == [C] and entries == []
     assert t.holder(1, b"k9") is None, "a refused record must leave no trace in the index"
-    assert t.gc(1, [b"a"]) == [Released(1, (b"a",))]
+    assert t.gc(1, [b"a"], epoch=1) == [Released(1, (b"a",))]
     assert t.record(1, [rec("b", "k2", "k9")], NOW)[0] == [A]
     assert t.holder(1, b"k1") is None
 
@@ -157,7 +158,7 @@ def test_drop_partition_forgets_it_and_refuses_it_for_good() -> None:
 def test_full_at_each_bound_and_room_again_after_gc() -> None:
     t = table(records_max=2)
     assert t.record(1, [rec("a", "k1"), rec("b", "k2"), rec("c", "k3")], NOW)[0] == [A, A, X]
-    t.gc(1, [b"a"])
+    t.gc(1, [b"a"], epoch=1)
     assert t.record(1, [rec("c", "k3")], NOW)[0] == [A]
 
     t = table(bytes_max=10)  # bytes = payload + keys
@@ -167,7 +168,7 @@ def test_full_at_each_bound_and_room_again_after_gc() -> None:
     assert t.record(1, [rec("b", "k", payload=b"1")], NOW)[0] == [A]  # 8 + 2 = 10
     assert t.record(1, [rec("c", payload=b"")], NOW)[0] == [A], \
         "0 bytes fit (records_max bounds them)"
-    t.gc(1, [b"a", b"c", b"unknown"])
+    t.gc(1, [b"a", b"c", b"unknown"], epoch=1)
     assert t.held_bytes() == 2
     assert t.record(1, [rec("c", "k2", payload=b"1")], NOW)[0] == [A]
 
@@ -182,20 +183,21 @@ def test_fenced_and_conflict_come_before_full() -> None:
 
 def test_gc_of_unknown_tokens_and_partitions_is_ignored() -> None:
     t = table()
-    assert t.gc(9, [b"x"]) == []
+    assert t.gc(9, [b"x"], epoch=1) == []
     t.record(1, [rec("a", "k")], NOW)
-    assert t.gc(1, [b"x"]) == []
-    assert t.gc(1, [b"a", b"a"]) == [Released(1, (b"a",))], "a token listed twice goes once"
+    assert t.gc(1, [b"x"], epoch=1) == []
+    assert t.gc(1, [b"a", b"a"], epoch=1) == [Released(1, (b"a",))], \
+        "a token listed twice goes once"
 
 
 def test_an_idle_partition_keeps_no_memory_but_a_fenced_one_does() -> None:
     t = table()
     t.record(1, [rec("a", "k")], NOW)
-    t.gc(1, [b"a"])
+    t.gc(1, [b"a"], epoch=1)
     assert t.partitions() == []
     t.fence(2, 1)
     t.record(2, [rec("b", "k")], NOW)
-    t.gc(2, [b"b"])
+    t.gc(2, [b"b"], epoch=1)
     assert t.partitions() == [2] and t.fence_epoch(2) == 1
 
 
@@ -226,7 +228,7 @@ def test_entries_replayed_into_a_fresh_table_rebuild_it_past_its_bounds() -> Non
     log += t.record(1, [rec("a", "k1", epoch=1), rec("b", "k2", epoch=2)], NOW)[1]
     log += t.fence(1, 2)[1]
     log += t.record(2, [rec("c", "k1")], NOW)[1]
-    log += t.gc(1, [b"b"])
+    log += t.gc(1, [b"b"], epoch=2)
     log += t.clear(1, 2)
     log += t.record(3, [rec("d", "k")], NOW)[1]
     log += t.drop_partition(3)
@@ -260,6 +262,70 @@ def test_replaying_an_impossible_history_is_a_bug() -> None:
         t.apply(Held(2, rec("c", "j")), NOW)
 
 
+# ---- drop and list by the caller's epoch ---------------------------------------------------
+
+def test_a_deposed_owners_drop_leaves_the_new_owners_record_held() -> None:
+    """The old owner (epoch 1) records T1; the new owner fences at 2 and records T2; the old
+    owner, still running, drops T2 (and its own T1): both stay — T2 may be a write the new
+    owner acknowledged and has not synced, and T1 is the new owner's to replay and clear."""
+    t = table()
+    assert t.record(1, [rec("T1", "k1", epoch=1)], NOW)[0] == [A]
+    assert [r.token for r in t.fence(1, 2)[0]] == [b"T1"]
+    assert t.record(1, [rec("T2", "k2", epoch=2)], NOW)[0] == [A]
+    assert t.gc(1, [b"T2"], epoch=1) == []
+    assert t.gc(1, [b"T1", b"T2"], epoch=1) == [], "below the fence nothing is dropped"
+    assert tokens(t, 1) == [b"T1", b"T2"]
+    assert t.gc(1, [b"T1", b"T2"], epoch=2) == [Released(1, (b"T1", b"T2"))], \
+        "the owner at the fence drops its own records and the older ones it replayed"
+
+
+def test_a_drop_keeps_records_newer_than_the_caller_even_before_a_fence() -> None:
+    """Front ends may record for the new owner at a witness it has not fenced (one fenced
+    witness is enough): the old owner, not fenced out there, still must not drop them."""
+    t = table()
+    t.record(1, [rec("old", "k1", epoch=1), rec("new", "k2", epoch=2)], NOW)
+    assert t.gc(1, [b"old", b"new"], epoch=1) == [Released(1, (b"old",))]
+    assert tokens(t, 1) == [b"new"]
+    assert t.gc(1, [b"new"], epoch=3) == [Released(1, (b"new",))], \
+        "a caller above the fence (it fenced other witnesses) drops what is older"
+
+
+def test_list_answers_only_the_callers_epoch_or_older_and_nothing_below_the_fence() -> None:
+    t = table()
+    t.record(1, [rec("a", "k1", epoch=1), rec("b", "k2", epoch=2), rec("c", "k3", epoch=3)],
+             NOW)
+    assert [r.token for r in t.list(1, 0, NOW, epoch=2)] == [b"a", b"b"]
+    assert [r.token for r in t.list(1, 0, NOW, epoch=3)] == [b"a", b"b", b"c"]
+    t.fence(1, 2)
+    assert t.list(1, 0, NOW, epoch=1) == [], "a deposed owner's sweep finds nothing"
+    assert [r.token for r in t.list(1, 0, NOW, epoch=2)] == [b"a", b"b"]
+    t.drop_partition(1)
+    assert t.list(1, 0, NOW, epoch=9) == [] and t.gc(1, [b"a"], epoch=9) == []
+
+
+def test_a_drop_or_list_with_a_malformed_epoch_is_invalid() -> None:
+    t = table()
+    t.record(1, [rec("a", "k")], NOW)
+    with pytest.raises(InvalidArgument):
+        t.gc(1, [b"a"], epoch=-1)
+    with pytest.raises(InvalidArgument):
+        t.list(1, 0, NOW, epoch=1 << 64)
+    assert tokens(t, 1) == [b"a"]
+
+
+def test_clear_keeps_the_new_owners_records() -> None:
+    """Clear(e) drops what is below e: the new owner's fast writes since it loaded (epoch e)
+    stay, whether it cleared before or after they came."""
+    t = table()
+    t.record(1, [rec("old", "k1", epoch=1)], NOW)
+    t.fence(1, 2)
+    t.record(1, [rec("mine", "k2", epoch=2)], NOW)
+    assert t.clear(1, 2) == [Cleared(1, 2)]
+    assert tokens(t, 1) == [b"mine"]
+    assert t.clear(1, 2) == [], "a repeated clear changes nothing"
+    assert tokens(t, 1) == [b"mine"]
+
+
 # ---- footprints: exclusive and shared keys (curp.Footprint) -------------------------------
 
 def test_shared_keys_commute_with_each_other() -> None:
@@ -286,10 +352,10 @@ def test_an_exclusive_key_conflicts_with_a_shared_holder_and_the_other_way() -> 
 def test_a_shared_key_is_free_once_its_last_holder_is_released() -> None:
     t = table()
     t.record(1, [rec("a", "r1", shared=("g",)), rec("b", "r2", shared=("g",))], NOW)
-    t.gc(1, [b"a"])
+    t.gc(1, [b"a"], epoch=1)
     assert t.shared_holders(1, b"g") == 1
     assert t.record(1, [rec("x", "g")], NOW)[0] == [C], "b still holds it shared"
-    t.gc(1, [b"b"])
+    t.gc(1, [b"b"], epoch=1)
     assert t.shared_holders(1, b"g") == 0
     assert t.record(1, [rec("x", "g")], NOW)[0] == [A]
 
@@ -342,10 +408,11 @@ def test_list_answers_records_held_at_least_that_long_in_acceptance_order() -> N
     t.record(1, [rec("c", "k3")], NOW + 200)
     t.record(2, [rec("z", "k1")], NOW)
     t.record(1, [rec("a", "k1")], NOW + 300)  # a retry does not restart the count
-    assert [r.token for r in t.list(1, 151, NOW + 250)] == [b"a"]
-    assert [r.token for r in t.list(1, 150, NOW + 250)] == [b"a", b"b"], "at least: held 150"
-    assert [r.token for r in t.list(1, 0, NOW + 200)] == [b"a", b"b", b"c"]
-    assert t.list(1, 1000, NOW + 300) == [] and t.list(7, 0, NOW) == []
+    assert [r.token for r in t.list(1, 151, NOW + 250, epoch=1)] == [b"a"]
+    assert [r.token for r in t.list(1, 150, NOW + 250, epoch=1)] == [b"a", b"b"], \
+        "at least: held 150"
+    assert [r.token for r in t.list(1, 0, NOW + 200, epoch=1)] == [b"a", b"b", b"c"]
+    assert t.list(1, 1000, NOW + 300, epoch=1) == [] and t.list(7, 0, NOW, epoch=1) == []
 
 
 def test_a_replay_counts_its_records_as_accepted_at_the_replay() -> None:
@@ -354,12 +421,12 @@ def test_a_replay_counts_its_records_as_accepted_at_the_replay() -> None:
     replayed = table()
     for entry in entries:
         replayed.apply(entry, NOW + 5000)
-    assert replayed.list(1, 1, NOW + 5000) == []
-    assert replayed.list(1, 1, NOW + 5001) == [rec("a", "k", deadline_ms=NOW + 10)]
+    assert replayed.list(1, 1, NOW + 5000, epoch=1) == []
+    assert replayed.list(1, 1, NOW + 5001, epoch=1) == [rec("a", "k", deadline_ms=NOW + 10)]
     snapshot = table()
     snapshot.apply(t.snapshot(), NOW + 7000)
-    assert snapshot.list(1, 0, NOW + 7000) == t.records(1)
-    assert snapshot.list(1, 1, NOW + 7000) == []
+    assert snapshot.list(1, 0, NOW + 7000, epoch=1) == t.records(1)
+    assert snapshot.list(1, 1, NOW + 7000, epoch=1) == []
 
 
 def test_verdicts_are_the_wire_enum() -> None:
@@ -401,8 +468,17 @@ class Reference:
         self.held.append((p, r))
         return A
 
-    def gc(self, p: int, tokens: list[bytes]) -> None:
-        self.held = [(q, h) for q, h in self.held if not (q == p and h.token in tokens)]
+    def gc(self, p: int, tokens: list[bytes], epoch: int) -> None:
+        if epoch < self.fences.get(p, 0):
+            return
+        self.held = [(q, h) for q, h in self.held
+                     if not (q == p and h.token in tokens and h.epoch <= epoch)]
+
+    def listed(self, p: int, epoch: int) -> list[Record]:
+        """What list(p, epoch=epoch) may answer, before the age filter."""
+        if epoch < self.fences.get(p, 0):
+            return []
+        return [h for q, h in self.held if q == p and h.epoch <= epoch]
 
     def fence(self, p: int, epoch: int) -> list[Record]:
         if p in self.dropped:
@@ -444,11 +520,12 @@ partitions = st.integers(0, 2)
 ops = st.one_of(
     st.tuples(st.just("record"), partitions, st.lists(small_records(), max_size=4)),
     st.tuples(st.just("gc"), partitions,
-              st.lists(st.sampled_from([b"t0", b"t1", b"t2", b"t9"]), max_size=3)),
+              st.tuples(st.lists(st.sampled_from([b"t0", b"t1", b"t2", b"t9"]), max_size=3),
+                        st.integers(0, 4))),
     st.tuples(st.just("fence"), partitions, st.integers(0, 4)),
     st.tuples(st.just("clear"), partitions, st.integers(0, 4)),
     st.tuples(st.just("drop"), partitions, st.none()),
-    st.tuples(st.just("list"), partitions, st.integers(0, 30)),
+    st.tuples(st.just("list"), partitions, st.tuples(st.integers(0, 30), st.integers(0, 4))),
 )
 
 
@@ -468,12 +545,13 @@ def test_random_operations_match_the_reference(sequence: list, records_max: int,
                 if v == A:
                     accepted.setdefault((p, r.token), now)
         elif op == "list":
-            listed = [r.token for r in t.list(p, arg, now)]
-            assert listed == [h.token for q, h in ref.held
-                              if q == p and now - accepted[(p, h.token)] >= arg]
+            older_than_ms, epoch = arg
+            listed = [r.token for r in t.list(p, older_than_ms, now, epoch=epoch)]
+            assert listed == [h.token for h in ref.listed(p, epoch)
+                              if now - accepted[(p, h.token)] >= older_than_ms]
         elif op == "gc":
-            entries = t.gc(p, arg)
-            ref.gc(p, arg)
+            entries = t.gc(p, arg[0], epoch=arg[1])
+            ref.gc(p, *arg)
         elif op == "fence":
             held, entries = t.fence(p, arg)
             assert held == ref.fence(p, arg)
