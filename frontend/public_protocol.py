@@ -30,7 +30,8 @@ SERVICE = "stamp.frontend.v1.FrontEnd"
 # are CURP's (partition_layer/curp.py): an owner sets them only on a write its front end
 # hinted, and a front end never passes them on.
 INTERNAL_ANSWER_FIELDS = {"stamp.partition.ResponseBatch": {"pressure"},
-                          "stamp.partition.Response": {"speculative", "epoch", "lsn"}}
+                          "stamp.partition.Response": {"speculative", "epoch", "lsn",
+                                                       "witnesses"}}
 
 
 def internal_namesake(public: Descriptor | EnumDescriptor) -> Descriptor | EnumDescriptor:

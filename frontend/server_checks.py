@@ -33,10 +33,11 @@ _check_partition = functools.lru_cache(maxsize=NAMES_CACHED_MAX)(names.check_par
 def check_request(request: pb.Request, op: str, limits: PartitionLimits) -> int:
     """Names, limits and CRCs of `request` (whose op is `op`); the payload bytes it carries."""
     _check_account(request.account)
-    if request.version_hint:
+    if request.version_hint or request.curp_epoch:
         # CURP's (partition_layer/curp.py): a version the owner would give a write it
-        # answers early; the front end sets it, a client never.
-        raise InvalidArgument("version_hint is set by a front end, never by a client")
+        # answers early, and the witnesses' epoch; the front end sets them, a client never.
+        raise InvalidArgument("version_hint and curp_epoch are set by a front end, never by "
+                              "a client")
     if op in LOG_OPS:
         _check_log(request.pname)
     elif op in ENTITY_OPS:

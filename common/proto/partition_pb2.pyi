@@ -143,7 +143,7 @@ class ReplicateOp(_message.Message):
     def __init__(self, keys: _Optional[_Iterable[bytes]] = ..., rows: _Optional[_Iterable[bytes]] = ..., clear: _Optional[bool] = ...) -> None: ...
 
 class Request(_message.Message):
-    __slots__ = ("id", "account", "pname", "token", "auth", "timeout_ms", "deadline_ms", "traceparent", "version_hint", "append", "read", "trim", "seal", "peek", "put", "get", "delete", "batch", "scan", "replicate", "sync")
+    __slots__ = ("id", "account", "pname", "token", "auth", "timeout_ms", "deadline_ms", "traceparent", "version_hint", "curp_epoch", "append", "read", "trim", "seal", "peek", "put", "get", "delete", "batch", "scan", "replicate", "sync")
     ID_FIELD_NUMBER: _ClassVar[int]
     ACCOUNT_FIELD_NUMBER: _ClassVar[int]
     PNAME_FIELD_NUMBER: _ClassVar[int]
@@ -153,6 +153,7 @@ class Request(_message.Message):
     DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
     TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
     VERSION_HINT_FIELD_NUMBER: _ClassVar[int]
+    CURP_EPOCH_FIELD_NUMBER: _ClassVar[int]
     APPEND_FIELD_NUMBER: _ClassVar[int]
     READ_FIELD_NUMBER: _ClassVar[int]
     TRIM_FIELD_NUMBER: _ClassVar[int]
@@ -174,6 +175,7 @@ class Request(_message.Message):
     deadline_ms: int
     traceparent: str
     version_hint: int
+    curp_epoch: int
     append: AppendOp
     read: ReadOp
     trim: TrimOp
@@ -186,7 +188,7 @@ class Request(_message.Message):
     scan: ScanOp
     replicate: ReplicateOp
     sync: SyncOp
-    def __init__(self, id: _Optional[int] = ..., account: _Optional[str] = ..., pname: _Optional[str] = ..., token: _Optional[str] = ..., auth: _Optional[_Union[Auth, _Mapping]] = ..., timeout_ms: _Optional[int] = ..., deadline_ms: _Optional[int] = ..., traceparent: _Optional[str] = ..., version_hint: _Optional[int] = ..., append: _Optional[_Union[AppendOp, _Mapping]] = ..., read: _Optional[_Union[ReadOp, _Mapping]] = ..., trim: _Optional[_Union[TrimOp, _Mapping]] = ..., seal: _Optional[_Union[Empty, _Mapping]] = ..., peek: _Optional[_Union[Empty, _Mapping]] = ..., put: _Optional[_Union[PutOp, _Mapping]] = ..., get: _Optional[_Union[GetOp, _Mapping]] = ..., delete: _Optional[_Union[DeleteOp, _Mapping]] = ..., batch: _Optional[_Union[BatchOp, _Mapping]] = ..., scan: _Optional[_Union[ScanOp, _Mapping]] = ..., replicate: _Optional[_Union[ReplicateOp, _Mapping]] = ..., sync: _Optional[_Union[SyncOp, _Mapping]] = ...) -> None: ...
+    def __init__(self, id: _Optional[int] = ..., account: _Optional[str] = ..., pname: _Optional[str] = ..., token: _Optional[str] = ..., auth: _Optional[_Union[Auth, _Mapping]] = ..., timeout_ms: _Optional[int] = ..., deadline_ms: _Optional[int] = ..., traceparent: _Optional[str] = ..., version_hint: _Optional[int] = ..., curp_epoch: _Optional[int] = ..., append: _Optional[_Union[AppendOp, _Mapping]] = ..., read: _Optional[_Union[ReadOp, _Mapping]] = ..., trim: _Optional[_Union[TrimOp, _Mapping]] = ..., seal: _Optional[_Union[Empty, _Mapping]] = ..., peek: _Optional[_Union[Empty, _Mapping]] = ..., put: _Optional[_Union[PutOp, _Mapping]] = ..., get: _Optional[_Union[GetOp, _Mapping]] = ..., delete: _Optional[_Union[DeleteOp, _Mapping]] = ..., batch: _Optional[_Union[BatchOp, _Mapping]] = ..., scan: _Optional[_Union[ScanOp, _Mapping]] = ..., replicate: _Optional[_Union[ReplicateOp, _Mapping]] = ..., sync: _Optional[_Union[SyncOp, _Mapping]] = ...) -> None: ...
 
 class SyncOp(_message.Message):
     __slots__ = ("epoch", "lsn")
@@ -197,7 +199,7 @@ class SyncOp(_message.Message):
     def __init__(self, epoch: _Optional[int] = ..., lsn: _Optional[int] = ...) -> None: ...
 
 class Response(_message.Message):
-    __slots__ = ("id", "error", "message", "first_seq", "next_seq", "records", "value", "etag", "etags", "items", "more", "retry_after_s", "value_crc", "speculative", "epoch", "lsn")
+    __slots__ = ("id", "error", "message", "first_seq", "next_seq", "records", "value", "etag", "etags", "items", "more", "retry_after_s", "value_crc", "speculative", "epoch", "lsn", "witnesses")
     ID_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
@@ -214,6 +216,7 @@ class Response(_message.Message):
     SPECULATIVE_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     LSN_FIELD_NUMBER: _ClassVar[int]
+    WITNESSES_FIELD_NUMBER: _ClassVar[int]
     id: int
     error: str
     message: str
@@ -230,7 +233,8 @@ class Response(_message.Message):
     speculative: bool
     epoch: int
     lsn: int
-    def __init__(self, id: _Optional[int] = ..., error: _Optional[str] = ..., message: _Optional[str] = ..., first_seq: _Optional[int] = ..., next_seq: _Optional[int] = ..., records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., value: _Optional[bytes] = ..., etag: _Optional[str] = ..., etags: _Optional[_Iterable[str]] = ..., items: _Optional[_Iterable[_Union[ScanItem, _Mapping]]] = ..., more: _Optional[bool] = ..., retry_after_s: _Optional[float] = ..., value_crc: _Optional[int] = ..., speculative: _Optional[bool] = ..., epoch: _Optional[int] = ..., lsn: _Optional[int] = ...) -> None: ...
+    witnesses: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, id: _Optional[int] = ..., error: _Optional[str] = ..., message: _Optional[str] = ..., first_seq: _Optional[int] = ..., next_seq: _Optional[int] = ..., records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., value: _Optional[bytes] = ..., etag: _Optional[str] = ..., etags: _Optional[_Iterable[str]] = ..., items: _Optional[_Iterable[_Union[ScanItem, _Mapping]]] = ..., more: _Optional[bool] = ..., retry_after_s: _Optional[float] = ..., value_crc: _Optional[int] = ..., speculative: _Optional[bool] = ..., epoch: _Optional[int] = ..., lsn: _Optional[int] = ..., witnesses: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RequestBatch(_message.Message):
     __slots__ = ("requests",)

@@ -30,11 +30,13 @@ def test_only_requests_top_level_fields_and_never_set_answers_are_internal() -> 
     internal = {m.name: public_protocol.internal_only(m)
                 for m in v1.DESCRIPTOR.message_types_by_name.values()}
     assert {name: fields for name, fields in internal.items() if fields} == {
-        "Request": ["deadline_ms", "replicate", "scan", "sync", "version_hint"],
-        "Response": ["epoch", "lsn", "speculative"], "ResponseBatch": ["pressure"]}
+        "Request": ["curp_epoch", "deadline_ms", "replicate", "scan", "sync", "version_hint"],
+        "Response": ["epoch", "lsn", "speculative", "witnesses"],
+        "ResponseBatch": ["pressure"]}
     never_set = public_protocol.INTERNAL_ANSWER_FIELDS
     assert never_set == {"stamp.partition.ResponseBatch": {"pressure"},
-                         "stamp.partition.Response": {"speculative", "epoch", "lsn"}}
+                         "stamp.partition.Response": {"speculative", "epoch", "lsn",
+                                                      "witnesses"}}
     assert all(not internal[name] for name in REQUESTS if name != "Request")
 
 
@@ -49,7 +51,7 @@ def test_a_public_request_is_read_as_the_internal_one_without_internal_fields() 
         keys=[b"k"], rows=[b"r"]))
     # So are CURP's (issue 32): a version the owner gives a write it answers early, and the
     # front end's wait for such a write.
-    request.version_hint = 1 << 60
+    request.version_hint, request.curp_epoch = 1 << 60, 3
     data = pb.RequestBatch(requests=[request, scan, replicate]).SerializeToString()
     batch = public_protocol.read_request_batch(data)
     first, second, third = batch.requests
@@ -59,6 +61,7 @@ def test_a_public_request_is_read_as_the_internal_one_without_internal_fields() 
     expected.CopyFrom(request)
     expected.ClearField("deadline_ms")
     expected.ClearField("version_hint")
+    expected.ClearField("curp_epoch")
     assert first == expected
     # What a caller of the public protocol sends is byte for byte what the front end reads.
     public = v1.Request.FromString(expected.SerializeToString())
