@@ -12,10 +12,14 @@ plan; each step names where it lives once built):
    three fault domains with a journal that group-commits on its own disk, and a stamp keeps
    its process count (a witness record is one more small journal record beside the
    replicas' own).
-2. **Placement**: the partition manager names three witnesses per partition in three fault
-   domains, in the partition map (so a front end knows them with the owner). A new set is
-   used only after the owner synced everything it holds; the owner's fast answers name the
-   set they were given under, and a front end counts only that set's acceptances.
+2. **Placement** (partition_layer/witness_set.py): the owner picks three witnesses when it loads
+   the partition — extent nodes in three fault domains, from the stream manager's nodes, spread
+   by partition id — and records them in the partition's metadata record before it serves, so
+   the next owner knows whom to fence. A front end learns them from the owner: a hinted write
+   names the owner epoch whose witnesses it was recorded at (`Request.curp_epoch`); the owner
+   answers early only a write that names its own epoch, and answers one that names another when
+   durable, with its witnesses and epoch (`Response.witnesses`). A witness lost while the owner
+   serves costs the fast path (no third acceptance) until the partition is loaded again.
 3. **Fast path** (front end): a write with a footprint (an append or entity write needs its
    token, by which recovery deduplicates it; a seal, idempotent, is named for the witnesses by
    the front end) goes to the owner and to the three witnesses at once. The owner executes it
