@@ -775,6 +775,9 @@ class ExtentNodeSpec:
     port: int  # 0: pick a free port at start (tests, benchmarks)
     # The journal's own directory (its own disk, in production); "" means <node dir>/journal.
     journal_dir: str = ""
+    # The CURP witness store's directory (its own journal; a fast disk, in production); ""
+    # means <node dir>/witness.
+    witness_dir: str = ""
 
 
 def _default_extent_nodes() -> tuple[ExtentNodeSpec, ...]:

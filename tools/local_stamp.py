@@ -99,6 +99,8 @@ class LocalStamp:
                 "--upgrade-domain", spec.upgrade_domain)
             if spec.journal_dir:
                 argv += ["--journal-dir", spec.journal_dir]
+            if spec.witness_dir:
+                argv += ["--witness-dir", spec.witness_dir]
             if sm_addresses:
                 argv += ["--sm", sm_addresses]
             argv += self.server_flags()

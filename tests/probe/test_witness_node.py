@@ -1,12 +1,15 @@
 """A CURP witness in a real extent node process (issue 32, §11): what it accepted and the
 fence it took survive a SIGKILL, a deposed owner's drop is ignored, a drop it answered is gone
-after the next restart, and a partition dropped for good stays refused after one."""
+after the next restart, and a partition dropped for good stays refused after one; a stamp's
+config puts a node's witness store in a directory of its own."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +18,7 @@ from common.config import ExtentNodeLimits
 from common.proto import witness_pb2 as pb
 from common.proto import witness_pb2_grpc as pb_grpc
 from stream_layer.extent_client import AsyncExtentClient
+from tests.conftest import stamp_config
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow
@@ -112,3 +116,29 @@ def test_witness_records_and_fence_survive_a_sigkill_and_a_drop_after_it(
 
     asyncio.run(before_the_kill())
     asyncio.run(after_the_kill())
+
+
+def test_the_stamps_config_puts_the_witness_store_in_its_own_directory(tmp_path: Path) -> None:
+    """An extent node's `witness_dir` in the stamp's config (like its `journal_dir`) reaches
+    its command line: the witness journal is there, not in the node's directory."""
+    witness_dir = tmp_path / "fast-disk" / "witness"
+    config = stamp_config(1)
+    config = dataclasses.replace(config, extent_nodes=(
+        dataclasses.replace(config.extent_nodes[0], witness_dir=str(witness_dir)),))
+    stamp = LocalStamp(tmp_path / "stamp", config)
+    try:
+        stamp.up()
+        node = stamp.extent_nodes()[0]
+        argv = stamp.record(node.name).argv
+        assert argv[argv.index("--witness-dir") + 1] == str(witness_dir)
+
+        async def recorded() -> None:
+            async with rpc.aio_channel(node.address, MESSAGE_BYTES_MAX) as channel:
+                stub = pb_grpc.WitnessStub(channel)
+                assert await record(stub, wire(b"t", [b"k"], [], epoch=1)) == ["ACCEPTED"]
+        asyncio.run(recorded())
+        assert any(path.stat().st_size > 0 for path in witness_dir.iterdir()), \
+            "the accepted record is in the configured directory"
+        assert not (Path(stamp.record(node.name).dir) / "witness").exists()
+    finally:
+        stamp.kill_all()
