@@ -1,9 +1,9 @@
 """A Grafana dashboard for a stamp (issue 31), over the Prometheus metrics every process
 serves (tools/local_watch.py writes the scrape configuration; `stamp up` writes this beside
 it as DASHBOARD_FILE): front ends' requests and refusals, partition servers' operations and
-latency, partitions by load and size, extent nodes' journals and disks, the stream manager's
-repair backlog, the Raft groups, the maintenance jobs (last success, backlog, outcome), and
-every process's CPU and memory.
+latency, partitions by load and size, extent nodes' journals, disks and CURP witnesses, the
+stream manager's repair backlog, the Raft groups, the maintenance jobs (last success,
+backlog, outcome), and every process's CPU and memory.
 
 Import it in Grafana (Dashboards, New, Import) with a Prometheus data source that scrapes the
 stamp; the data source is a variable of the dashboard. Jobs are the process kinds of the
@@ -77,10 +77,16 @@ PANELS: list[tuple[str, list[tuple[str, str, list[tuple[str, str]]]]]] = [
         ("Records made durable per second", "ops", [
             (f"sum by (process) (rate(stamp_en_journal_records_total{RATE}))",
              "{{process}}")]),
-        ("Bytes on disk and in the journal", "bytes", [
+        # Beside the journal, the CURP witness's records (issue 32): writes their owners have
+        # not synced yet; at the witness bounds, fast writes are refused (FULL) and go the
+        # sync way.
+        ("Bytes on disk, in the journal and held by the witness", "bytes", [
             ("stamp_en_bytes", "extents {{process}}"),
             ("stamp_en_journal_bytes", "journal {{process}}"),
-            ("stamp_en_pending_file_bytes", "not yet in files {{process}}")]),
+            ("stamp_en_pending_file_bytes", "not yet in files {{process}}"),
+            ("stamp_en_witness_bytes", "witness {{process}}")]),
+        ("CURP witness records held", "short", [
+            ("stamp_en_witness_records", "{{process}}")]),
     ]),
     ("Stream manager and Raft", [
         ("Repair backlog", "short", [

@@ -1,5 +1,6 @@
 """What `stamp top` shows (tools/cmd_top.py): every process and its health, ops/s and p99
-per partition server, the partitions by load, disk per extent node, and the repair backlog.
+per partition server, the partitions by load, disk and CURP witness per extent node, and the
+repair backlog.
 
 Everything shown comes from the processes' health service and their Prometheus metrics
 (common/health.py, common/metrics.py), scraped all at once each frame; rates and
@@ -177,10 +178,14 @@ def _extent_nodes(stamp: LocalStamp, frame: Frame, before: Frame | None) -> Any:
         rows.append([rec.name, rec.fault_domain or None, _health_text(frame.health[rec.name]),
                      _int(now and now.value("stamp_en_extents")),
                      _mib(now and now.value("stamp_en_bytes")),
-                     _mib(now and now.value("stamp_en_journal_bytes")), _ms(fsync)])
+                     _mib(now and now.value("stamp_en_journal_bytes")), _ms(fsync),
+                     _int(now and now.value("stamp_en_witness_records")),
+                     _mib(now and now.value("stamp_en_witness_bytes"))])
     return _table(["NODE", "FD", "HEALTH", "EXTENTS", "DATA MiB", "JOURNAL MiB",
-                   "FSYNC P99 MS"], rows, "extent nodes (disk)",
-                  ["EXTENTS", "DATA MiB", "JOURNAL MiB", "FSYNC P99 MS"])
+                   "FSYNC P99 MS", "WITNESS RECORDS", "WITNESS MiB"], rows,
+                  "extent nodes (disk, CURP witness)",
+                  ["EXTENTS", "DATA MiB", "JOURNAL MiB", "FSYNC P99 MS", "WITNESS RECORDS",
+                   "WITNESS MiB"])
 
 
 def _repairs(stamp: LocalStamp, frame: Frame) -> Any:

@@ -33,3 +33,11 @@ def test_metric_names_are_read_out_of_queries() -> None:
              'sum by (job) (rate(process_cpu_seconds_total[1m])) + stamp_en_bytes']
     assert dashboard.metric_names(exprs) == {
         "stamp_ps_op_seconds_bucket", "process_cpu_seconds_total", "stamp_en_bytes"}
+
+
+def test_the_extent_nodes_row_shows_the_witness_beside_the_journal() -> None:
+    rows = dict(dashboard.PANELS)
+    names = dashboard.metric_names(expr for _, _, queries in rows["Extent nodes"]
+                                   for expr, _ in queries)
+    assert {"stamp_en_journal_bytes", "stamp_en_witness_bytes",
+            "stamp_en_witness_records"} <= names

@@ -1,13 +1,14 @@
 """common/metrics.py in one process: its lock-free histograms against prometheus-client's own
 (the reference), the gRPC interceptor on a real server, the HTTP endpoint scraped as
 Prometheus would, and metrics off (null families, no interceptor); tools/top_view.py's
-rates and percentiles between two scrapes."""
+rates and percentiles between two scrapes, and its extent nodes' figures."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 import grpc
 import pytest
@@ -16,10 +17,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import GaugeMetricFamily
+from rich.console import Console
 
-from common import metrics, rpc
+from common import health, metrics, rpc
+from tools.local_stamp import KIND_EXTENT_NODE
+from tools.process_record import ProcessRecord
 from tools.scrape import Samples, parse, scrape
-from tools.top_view import quantile, rate
+from tools.top_view import Frame, quantile, rate, render
 
 MESSAGE_MAX = 1 << 20
 
@@ -160,3 +164,27 @@ def test_rate_is_none_without_two_scrapes_or_after_a_restart() -> None:
     assert rate(new, old, 2.0, "c_total") == 25.0
     assert rate(new, None, 2.0, "c_total") is None
     assert rate(old, new, 2.0, "c_total") is None  # the counter went back: a restart
+
+
+def test_top_shows_each_extent_nodes_witness_beside_its_journal() -> None:
+    nodes = {name: ProcessRecord(name, KIND_EXTENT_NODE, "", [], fault_domain="fd-1")
+             for name in ("en-1", "en-2")}
+    stamp = SimpleNamespace(records=nodes, data_dir="/stamp",
+                            config=SimpleNamespace(watch=SimpleNamespace(top_partitions_max=10)))
+    frame = Frame(0.0, health={"en-1": health.SERVING, "en-2": health.UNREACHABLE},
+                  samples={"en-1": parse("stamp_en_journal_bytes 2097152\n"
+                                         "stamp_en_witness_records 1234\n"
+                                         "stamp_en_witness_bytes 3145728\n"),
+                           "en-2": None})
+    console = Console(width=200, record=True)
+    console.print(render(stamp, frame, None))  # type: ignore[arg-type]
+    text = console.export_text()
+    table = text[text.index("extent nodes (disk, CURP witness)"):].splitlines()
+    header = next(line for line in table if "NODE" in line)
+    assert header.index("JOURNAL MiB") < header.index("FSYNC P99 MS") \
+        < header.index("WITNESS RECORDS") < header.index("WITNESS MiB")
+    en1 = next(line.split() for line in table if line.startswith("en-1"))
+    assert en1[-4:] == ["2.0", "-", "1,234", "3.0"], \
+        "journal MiB, fsync (unknown from one frame), witness records and MiB"
+    en2 = next(line.split() for line in table if line.startswith("en-2"))
+    assert en2[-2:] == ["-", "-"], "a node that does not answer shows no figures"
