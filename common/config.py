@@ -335,6 +335,10 @@ class PartitionLimits:
     commit_linger_ms: float = 3.0
     # Operations queued for the commit log beyond this are refused (Throttled).
     pending_ops_max: int = 50_000
+    # CURP (issue 32, partition_layer/curp.py): an owner picks witnesses for each partition
+    # it loads and answers writes its front ends hint early. Off: no new witnesses are
+    # picked; a partition whose metadata names some is still recovered from them at load.
+    curp: bool = False
     # Checkpoint past either threshold (§4); writes wait while a full memtable is flushed.
     memtable_bytes_max: int = 32 * MiB
     commit_log_bytes_max: int = 128 * MiB

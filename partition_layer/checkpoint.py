@@ -47,6 +47,7 @@ from partition_layer.partition_meta import GeoMark, PartitionMeta, encode_meta
 from partition_layer.run_cache import IndexCache, Run
 from partition_layer.runs import RunInfo, RunWriter
 from partition_layer.size_split import run_bytes_in_view
+from partition_layer.witness_set import WitnessSet
 from stream_layer.client import AsyncStream
 from stream_layer.framing import Location
 
@@ -207,6 +208,17 @@ class Checkpointer:
     async def _first_published(self) -> None:
         if self._first is not None:
             await asyncio.shield(self._first)  # raises if it failed: nothing is published
+
+    async def record_witnesses(self, witnesses: WitnessSet | None) -> None:
+        """Append a metadata record naming `witnesses` (CURP, partition_meta.py), in turn
+        with the checkpoints' and merges' records, so none of theirs drops the set."""
+        p = self.p
+        await self._first_published()
+        async with self._meta_lock:
+            assert p.meta is not None
+            meta = dataclasses.replace(p.meta, witnesses=witnesses)
+            await p.streams["meta"].append([encode_meta(meta)])
+            p.meta = meta
 
     def cancel(self) -> None:
         for task in (self._task, self._merge, self._first):

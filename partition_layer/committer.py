@@ -52,7 +52,13 @@ from partition_layer.linger import Linger
 from partition_layer.operations import Operation, Overlay, Replicated
 from partition_layer.queued_op import Done, Outcome, Pending
 from partition_layer.rows import Row, encode_row
-from partition_layer.speculation import Speculation, Speculative, early_version
+from partition_layer.speculation import (
+    Speculation,
+    Speculative,
+    early_version,
+    replay_version,
+    replaying,
+)
 from partition_layer.stats import LoadStats
 from stream_layer.client import AsyncStream
 from stream_layer.framing import Location
@@ -138,14 +144,16 @@ class GroupCommitter:
         """Queue `op`; the future gives its result once its commit is durable (or, with a
         version `hint`, maybe a `Speculative` one as soon as it is decided)."""
         future = asyncio.get_running_loop().create_future()
-        self._enqueue(Pending(op, nbytes, time.monotonic(), future=future, hint=hint))
+        self._enqueue(Pending(op, nbytes, time.monotonic(), future=future, hint=hint,
+                              recovered=replaying.get()))
         return future
 
     def submit_with(self, op: Operation, nbytes: int, done: Done, hint: int = 0) -> None:
         """Queue `op`; `done(result, None)` once its commit is durable (or early, as
         `submit_nowait`), or `done(None, error)`. `done` runs inside the committer: it must
         be quick and must not raise."""
-        self._enqueue(Pending(op, nbytes, time.monotonic(), done=done, hint=hint))
+        self._enqueue(Pending(op, nbytes, time.monotonic(), done=done, hint=hint,
+                              recovered=replaying.get()))
 
     def _enqueue(self, pending: Pending) -> None:
         if len(self.queue) >= self.limits.pending_ops_max:
@@ -287,8 +295,12 @@ class GroupCommitter:
         for pending in batch:
             # Its LSN, or above the versions rows replicated from another stamp brought.
             version = max(self.next_lsn, self._floor + 1)
-            early = early_version(pending.op, pending.hint, self._floor, version,
-                                  self._inflight_rows.__contains__) if pending.hint else None
+            early = None
+            if pending.recovered:
+                version = replay_version(pending.op, pending.hint, overlay, version)
+            elif pending.hint:
+                early = early_version(pending.op, pending.hint, self._floor, version,
+                                      self._inflight_rows.__contains__)
             try:
                 result, mutations = pending.op.apply(overlay, version if early is None else early)
             except StampError as exc:

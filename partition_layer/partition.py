@@ -30,8 +30,10 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from common import rpc
 from common.config import PartitionLimits
 from common.errors import Internal, NotOwner, StampError, Unavailable
+from common.proto import witness_pb2 as wpb
 from partition_layer import keys, log_reads, meta_derive, size_split
 from partition_layer.cache import LruCache
 from partition_layer.checkpoint import Checkpointer
@@ -57,8 +59,10 @@ from partition_layer.record_batch import Record
 from partition_layer.rows import BlobRef, LogMeta, Row, decode_row, row_version
 from partition_layer.run_cache import IndexCache, Run
 from partition_layer.runs import block_cache
+from partition_layer.speculation import replaying
 from partition_layer.stats import LoadStats
 from partition_layer.warm_start import inherit_caches
+from partition_layer.witness_set import OwnerCalls
 from stream_layer.client import AsyncStream, AsyncStreamClient
 from stream_layer.framing import Location
 
@@ -111,6 +115,14 @@ class RangePartition(States):
         self._log_events: dict[tuple[str, str], asyncio.Event] = {}
         self.stopped = asyncio.Event()
         self._warming: asyncio.Task[None] | None = None
+        # CURP (curp.py, witness_replay.py): how this server reaches witnesses (set by it),
+        # the records the witnesses of the newest metadata held (fenced at load, executed
+        # while `recovering`), and this owner's own witnesses once recorded.
+        self.witness_channels: rpc.ChannelCache | None = None
+        self.witnessed: list[wpb.WitnessRecord] = []
+        self.fenced_witnesses: OwnerCalls | None = None
+        self.recovering = False
+        self.witnesses: OwnerCalls | None = None
 
     # ---- load -------------------------------------------------------------------------------
 
@@ -133,6 +145,7 @@ class RangePartition(States):
         if resolved and not derived:  # its own record first: no later load rolls back again
             await self.streams["meta"].append([encode_meta(self.meta)])
         self.range = self.meta.key_range
+        await self._fence_witnesses()
         self.applied_lsn = self.meta.applied_lsn
         self.version_floor = max(self.meta.version_floor, self.meta.applied_lsn)
         self.last_commit = self.meta.replay_from
@@ -158,6 +171,8 @@ class RangePartition(States):
         if self.state == GONE:  # stopped while loading (its lease or session was lost)
             raise Unavailable(f"partition {self.id} stopped while it loaded")
         self._move(SERVING)
+        # Until its witnesses' writes are executed and its own set recorded (witness_replay).
+        self.recovering = self.witness_channels is not None
         # Its own record if derived (off the unavailable time of the split or merge); run
         # merges only while it serves (checkpoint.py `after_load`).
         self.checkpointer.after_load(derived, serving=lambda: self.state == SERVING)
@@ -168,6 +183,20 @@ class RangePartition(States):
                  "runs, %d ops replayed (%d bytes)", self.id, self.epoch, report.seconds,
                  fenced_at - started, report.runs, report.replayed_ops, report.replayed_bytes)
         return report
+
+    async def _fence_witnesses(self) -> None:
+        """CURP (curp.py step 7): fence the witnesses the newest metadata names with this
+        owner's epoch — no write of an older owner is acknowledged from then on — and keep
+        what they held, for witness_replay.py to execute once the commit log is replayed."""
+        assert self.meta is not None
+        if self.meta.witnesses is None:
+            return
+        if self.witness_channels is None:
+            raise Unavailable(f"partition {self.id} has CURP witnesses to fence, and this "
+                              "server no way to reach them")
+        self.fenced_witnesses = OwnerCalls(self.witness_channels, self.meta.witnesses,
+                                           self.id, self.epoch)
+        self.witnessed = await self.fenced_witnesses.fence()
 
     async def _warm_indexes(self) -> None:
         await asyncio.sleep(self.limits.index_warm_delay_ms / 1000)
@@ -190,6 +219,8 @@ class RangePartition(States):
             raise NotOwner(f"partition {self.id} is {self.state} here")  # e.g. "splitting"
         if not self.lease_valid():
             raise NotOwner(f"partition {self.id}: this server's lease has run out")
+        if self.recovering and not replaying.get():
+            raise NotOwner(f"partition {self.id} is executing its witnesses' writes here")
 
     # ---- writes: group commit (committer.py) -------------------------------------------------
 
@@ -339,6 +370,9 @@ class RangePartition(States):
         await self.checkpointer.closed()
         if self._warming is not None:
             await asyncio.gather(self._warming, return_exceptions=True)
+        for calls in (self.witnesses, self.fenced_witnesses):
+            if calls is not None:
+                await calls.close()
 
     async def unload(self) -> None:
         """Hand the partition over cleanly: finish the queued writes, checkpoint (so the next

@@ -15,6 +15,12 @@ block holding both old and new ops is safe); None means from the start of the co
 replicated from another stamp brought versions above its LSN (0 otherwise, and then not in
 the record): a write's version is above it (committer._version).
 
+`witnesses` (issue 32, CURP; None while the partition has none, and in every record before
+it): the set whose records an owner must fence and replay when it loads the partition
+(witness_set.py). An owner names its own set only once every record of the set before is
+durable in the commit log, so a crash at any point leaves a record naming a set that holds
+every acknowledged write the log may lack.
+
 `geo` (issue 30; None on a stamp that ships nothing, and in every record before it): where
 inter-stamp replication stood when the record was written (geo_shipper.Position: the shipped
 LSN, the commit-log block to read from, and the last sync time), so a new owner resumes
@@ -32,6 +38,7 @@ from common.checksums import crc32c
 from common.errors import ChecksumError, Internal
 from partition_layer.keys import KeyRange
 from partition_layer.runs import RunInfo
+from partition_layer.witness_set import WitnessSet
 from stream_layer.framing import Location
 
 MAGIC = b"PM"
@@ -72,6 +79,7 @@ class PartitionMeta:
     intents: list[dict[str, Any]] = field(default_factory=list)
     geo: GeoMark | None = None
     version_floor: int = 0
+    witnesses: WitnessSet | None = None
 
     def __post_init__(self) -> None:
         ids = [r.run_id for r in self.runs]
@@ -88,7 +96,8 @@ class PartitionMeta:
                 "intents": self.intents,
                 **({} if self.geo is None else {"geo": self.geo.to_dict()}),
                 **({"version_floor": self.version_floor}
-                   if self.version_floor > self.applied_lsn else {})}
+                   if self.version_floor > self.applied_lsn else {}),
+                **({} if self.witnesses is None else {"witnesses": self.witnesses.to_dict()})}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PartitionMeta:
@@ -99,7 +108,9 @@ class PartitionMeta:
                    applied_lsn=d["applied_lsn"], next_run_id=d["next_run_id"],
                    intents=list(d["intents"]),
                    geo=GeoMark.from_dict(d["geo"]) if d.get("geo") is not None else None,
-                   version_floor=int(d.get("version_floor", 0)))
+                   version_floor=int(d.get("version_floor", 0)),
+                   witnesses=(WitnessSet.from_dict(d["witnesses"]) if d.get("witnesses")
+                              is not None else None))
 
 
 def encode_meta(meta: PartitionMeta) -> bytes:

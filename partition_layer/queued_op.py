@@ -33,6 +33,7 @@ class Pending:
     done: Done | None = None
     span: Any = None  # "ps.commit", from queued to answered, while tracing is on
     hint: int = 0  # CURP's version hint: answer early if it may (speculation.py)
+    recovered: bool = False  # executed again from a witness's record (speculation.replaying)
 
     def answer(self, result: Any, error: StampError | None) -> None:
         if self.span is not None:

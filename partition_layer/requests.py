@@ -41,7 +41,7 @@ from partition_layer.queued_op import Done
 from partition_layer.read_replies import records_reply, value_and_crc
 from partition_layer.record_batch import encode_records, encoded_bytes
 from partition_layer.rows import Row, decode_row, etag_of
-from partition_layer.speculation import Speculative
+from partition_layer.speculation import Speculative, replaying
 
 NAME_BYTES_MAX = 1024
 TOKEN_BYTES_MAX = 128
@@ -60,6 +60,8 @@ async def handle(request: pb.Request, find: Finder, limits: PartitionLimits) -> 
         await _dispatch(request, response, find, limits)
     except StampError as exc:
         return error_response(request.id, exc)
+    if request.version_hint:
+        _teach(request, find(route_key(request.account, request.pname)), response)
     return response
 
 
@@ -78,10 +80,10 @@ def start_small_append(request: pb.Request, find: Finder, limits: PartitionLimit
     not such an append, `handle` it. Raises StampError as `handle` would answer it (and
     then `done` is never called)."""
     small = _small_append(request, find, limits)
-    if small is None:
-        return False
+    if small is None or _teaches(request, small[0]):
+        return False  # `handle` it: its answer tells the front end the owner's witnesses
     partition, op, nbytes = small
-    partition.committer.submit_with(op, nbytes, done, request.version_hint)
+    partition.committer.submit_with(op, nbytes, done, _curp_hint(request, partition))
     return True
 
 
@@ -140,7 +142,7 @@ async def _dispatch(request: pb.Request, response: pb.Response, find: Finder,
     route = route_key(request.account, request.pname)
     partition = find(route)
     account, pname = request.account, request.pname
-    hint = request.version_hint
+    hint = _curp_hint(request, partition)
     if op == "sync":
         await _sync(request.sync, partition)
         return
@@ -211,6 +213,30 @@ async def _dispatch(request: pb.Request, response: pb.Response, find: Finder,
             response.etags.extend(etags)
         else:
             response.etag = etags[0]
+
+
+def _curp_hint(request: pb.Request, partition: RangePartition) -> int:
+    """The version hint the committer may answer `request` early by (speculation.py): the
+    front end's if it recorded the write at this owner's witnesses (its curp_epoch is this
+    owner's), or if the write is executed again from a witness's record; else 0."""
+    hint = request.version_hint
+    if not hint or replaying.get():
+        return hint
+    return hint if (partition.witnesses is not None
+                    and request.curp_epoch == partition.epoch) else 0
+
+
+def _teaches(request: pb.Request, partition: RangePartition) -> bool:
+    """A hinted write recorded at other witnesses than this owner's: its answer names them."""
+    return bool(request.version_hint and partition.witnesses is not None
+                and request.curp_epoch != partition.epoch and not replaying.get())
+
+
+def _teach(request: pb.Request, partition: RangePartition, response: pb.Response) -> None:
+    if _teaches(request, partition):
+        assert partition.witnesses is not None
+        response.epoch = partition.epoch
+        response.witnesses.extend(partition.witnesses.members.addresses)
 
 
 def answered(result: Any, response: pb.Response) -> Any:

@@ -21,12 +21,12 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, NamedTuple
 
-from common import faults
+from common import faults, rpc
 from common.config import PartitionLimits
 from common.errors import NotOwner, PreconditionFailed, StampError, Unavailable
 from common.proto import partition_pb2 as pb
 from lock_service.client import Lease, LockClient
-from partition_layer import keys
+from partition_layer import keys, witness_replay
 from partition_layer.ownership import (
     HeldBy,
     LockCalls,
@@ -42,6 +42,7 @@ from partition_layer.partition_streams import LoadReport
 from partition_layer.requests import handle, route_key
 from partition_layer.split_merge import SplitMerge
 from partition_layer.stats import PressureGauge
+from partition_layer.witness_set import MESSAGE_BYTES_MAX as WITNESS_MESSAGE_BYTES_MAX
 from stream_layer.client import AsyncStreamClient
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,8 @@ class PartitionServer:
         self.streams = streams
         self.locks = locks
         self.limits = limits
+        # To the partitions' CURP witnesses (witness_set.py): one channel per extent node.
+        self.witness_channels = rpc.ChannelCache(WITNESS_MESSAGE_BYTES_MAX)
         self.partitions: dict[int, RangePartition] = {}
         # The ownership of every partition loaded here, by id (the one its partition serves
         # under); `owned` holds every ownership not yet released, loaded or not.
@@ -267,8 +270,10 @@ class PartitionServer:
         partition = RangePartition(partition_id, key_range, self.streams, self.limits,
                                    own.lease.token, own.valid)
         own.partition = partition
+        partition.witness_channels = self.witness_channels
         try:
             report = await partition.load(create_if_missing, parents)
+            await witness_replay.recover(partition)
         except BaseException:
             await partition.stop("load failed")
             await self.release(own)
@@ -364,6 +369,7 @@ class PartitionServer:
             await asyncio.gather(*leftovers, return_exceptions=True)
         for own in list(self.owned):
             await self.release(own)
+        await self.witness_channels.close()
         self.lock_calls.close()
 
     def load_pb(self, address: str) -> pb.ServerLoad:

@@ -10,6 +10,12 @@ Contracts:
   is its ETag — whose hint lies above every version the partition holds; that op's version
   is then the hint (curp.py step 4). Others keep the committer's version and are answered
   when durable, as ever.
+- `replay_version(...)`: the version of a write a recovering owner executes from a witness's
+  record (`replaying` is set while it does): max(the hint, each of its rows' version + 1).
+  For a write the old owner answered early that is the hint, as it answered (its hint was
+  above every version then, and no write after it changed its rows, or it would be durable
+  and not executed again); for one it never answered, a version above its rows' (in doubt,
+  any is right that repeats no ETag of the row).
 - `wrote(keys, lsn)` notes the rows an early answer wrote; `applied_through(lsn)` forgets
   those the commit log now holds and wakes every wait for them.
 - `until_durable(lsn)` returns once the partition applied every write through `lsn` (in LSN
@@ -25,11 +31,17 @@ import asyncio
 import heapq
 import itertools
 from collections.abc import Callable, Iterable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
 from common.errors import StampError
-from partition_layer.operations import EntityWrite, Operation
+from partition_layer.operations import EntityWrite, Operation, RowView
+
+# Set while a loading owner executes the records its witnesses held (witness_replay.py): its
+# operations are queued as `recovered` (committer.py), and the partition, still not serving
+# anyone else, lets them in (RangePartition.check_serving).
+replaying: ContextVar[bool] = ContextVar("replaying", default=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +63,15 @@ def early_version(op: Operation, hint: int, floor: int, version: int,
     if not isinstance(op, EntityWrite):
         return version  # a log's rows answer no version: they keep the committer's
     return hint if hint > floor else None
+
+
+def replay_version(op: Operation, hint: int, view: RowView, version: int) -> int:
+    """The version of a write executed again from a witness's record (module contract);
+    `version` is the committer's, which a log's rows keep."""
+    if not isinstance(op, EntityWrite) or not hint:
+        return version
+    rows = (view.row(op.key(write)) for write in op.writes)
+    return max(hint, max((row.version + 1 for row in rows if row is not None), default=0))
 
 
 class Speculation:

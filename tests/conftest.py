@@ -186,6 +186,8 @@ def config_toml(partition_manager: dict[str, float] | None = None,
 
 
 def _toml(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, tuple | list):
         return "[" + ", ".join(_toml(v) for v in value) + "]"
     return f'"{value}"' if isinstance(value, str) else str(value)

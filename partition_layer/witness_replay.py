@@ -1,0 +1,98 @@
+"""A loaded partition's CURP recovery and its own witnesses (issue 32, curp.py steps 2 and 7),
+run by its server right after `RangePartition.load` and before anyone else is let in.
+
+`recover(partition)`:
+1. Executes the records the witnesses of the newest metadata held (fenced by the load,
+   before the commit log was replayed), in any order — they commute — each as its request
+   would be (partition_layer/requests.py), with the version its hint gives
+   (speculation.replay_version). A write already in the commit log is answered from its
+   token and writes nothing; a refusal writes nothing either. Each is answered only once
+   durable (a recovered write is never answered early), so when the last answer is in,
+   every acknowledged write the witnesses held is in the commit log.
+2. Picks this owner's witnesses (witness_set.pick; none while CURP is off or the stamp has
+   fewer than three fault domains alive), fences and clears them with its epoch (stale
+   records of older owners there would refuse new ones), and records them in a metadata
+   record: only now, since that record stops the next owner from fencing the old set.
+3. Clears the old set (records below this epoch: all durable now) and lets requests in.
+
+A failure at any step leaves the partition to be stopped by its server and loaded again:
+nothing is lost, since the newest metadata still names the set that holds the records.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import TYPE_CHECKING
+
+from common.errors import Unavailable
+from common.proto import partition_pb2 as pb
+from partition_layer.requests import handle, route_key
+from partition_layer.speculation import replaying
+from partition_layer.witness_set import OwnerCalls, WitnessSet, pick
+
+if TYPE_CHECKING:
+    from partition_layer.partition import RangePartition
+
+log = logging.getLogger(__name__)
+
+
+async def recover(p: RangePartition) -> None:
+    """The module's steps 1-3 for `p`, loaded and `recovering`."""
+    if not p.recovering:
+        return
+    executed = await _execute(p)
+    own = await _own_witnesses(p) if p.limits.curp else None
+    assert p.meta is not None
+    if own is not None or p.meta.witnesses is not None:  # CURP off: no record to write
+        await p.checkpointer.record_witnesses(None if own is None else own.members)
+    if p.fenced_witnesses is not None:
+        # Best effort: what they hold is durable now; a witness missed keeps it until
+        # another owner of a set it is in fences and clears it.
+        with contextlib.suppress(Unavailable):
+            await p.fenced_witnesses.clear()
+    p.witnesses = own
+    p.recovering = False
+    if executed or own is not None:
+        log.info("partition %d: %d writes executed from its witnesses; its own: %s", p.id,
+                 executed, "none" if own is None else list(own.members.addresses))
+
+
+async def _execute(p: RangePartition) -> int:
+    records, p.witnessed = p.witnessed, []
+    token = replaying.set(True)
+    try:
+        for record in records:
+            request = pb.Request.FromString(record.payload)
+            if not p.range.contains(route_key(request.account, request.pname)):
+                log.warning("partition %d: a witness held a write outside its range, for %r",
+                            p.id, request.pname)
+                continue
+            response = await handle(request, lambda _key: p, p.limits)
+            if response.error:  # an answer like any other: the write was refused
+                log.debug("partition %d: a witnessed write was refused: %s %s", p.id,
+                          response.error, response.message)
+    finally:
+        replaying.reset(token)
+    if p.gone():
+        raise Unavailable(f"partition {p.id} stopped while it executed its witnesses' writes")
+    return len(records)
+
+
+async def _own_witnesses(p: RangePartition) -> OwnerCalls | None:
+    """This owner's set, fenced and cleared on every member, or None (the sync path for
+    every write) if the stamp has no three fault domains alive or a member did not answer."""
+    assert p.witness_channels is not None
+    addresses = pick(await p.client.sm.list_nodes(), p.id)
+    if addresses is None:
+        return None
+    calls = OwnerCalls(p.witness_channels, WitnessSet(p.epoch, addresses), p.id, p.epoch)
+    try:
+        await calls.fence(every=True)
+        await calls.clear(every=True)
+    except Unavailable as exc:
+        log.warning("partition %d: no witnesses (%s): every write takes the sync path", p.id,
+                    exc)
+        await calls.close()
+        return None
+    return calls

@@ -1,0 +1,147 @@
+"""A range partition's CURP witnesses (issue 32, partition_layer/curp.py steps 2 and 7): which
+three extent nodes an owner picks, how the set is kept in the partition's metadata record, and
+the owner's calls to them (fence, clear, drop).
+
+Contracts:
+- `pick(nodes, partition_id)`: three live, unsuspected nodes in three different fault
+  domains, or None when the stamp has fewer such domains (the partition then has no
+  witnesses: every write takes the sync path). Spread by partition id: the domains are
+  rotated by it, and within each domain a node is chosen by it, so partitions land on
+  different nodes. Pure.
+- `WitnessSet` is what a metadata record keeps: the owner epoch that picked the set (the
+  epoch front ends name in `Request.curp_epoch`) and the nodes' addresses.
+- `OwnerCalls.fence()` fences every witness of a set with the loading owner's epoch and
+  returns the records held (all of them: any one witness holds every acknowledged write),
+  deduplicated by token; Unavailable unless at least one witness answered (an acknowledged
+  write could otherwise be missed). `clear()` drops the records of older owners wherever it
+  can (a witness that missed it is cleared by a later owner's fence and clear).
+  `drop(tokens)` tells every witness, without waiting, that those writes are durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from common import rpc
+from common.errors import StampError, Unavailable
+from common.proto import witness_pb2 as wpb
+from common.proto import witness_pb2_grpc as wpb_grpc
+
+log = logging.getLogger(__name__)
+
+WITNESSES = 3
+CALL_TIMEOUT_S = 2.0
+MESSAGE_BYTES_MAX = 64 << 20  # a Fence answers a whole partition's records
+
+
+class Node(Protocol):
+    """What `pick` reads of a stream manager's NodeInfo."""
+
+    name: str
+    address: str
+    fault_domain: str
+    state: str
+    suspect: bool
+
+
+@dataclass(frozen=True)
+class WitnessSet:
+    epoch: int  # the owner epoch that picked it
+    addresses: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "addresses": list(self.addresses)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> WitnessSet:
+        return cls(int(d["epoch"]), tuple(str(a) for a in d["addresses"]))
+
+
+def pick(nodes: Iterable[Node], partition_id: int) -> tuple[str, ...] | None:
+    """Three witnesses for `partition_id` (module contract)."""
+    domains: dict[str, list[Node]] = {}
+    for node in nodes:
+        if node.state == "alive" and not node.suspect:
+            domains.setdefault(node.fault_domain, []).append(node)
+    if len(domains) < WITNESSES:
+        return None
+    names = sorted(domains)
+    start = partition_id % len(names)
+    chosen = []
+    for i in range(WITNESSES):
+        members = sorted(domains[names[(start + i) % len(names)]], key=lambda n: n.name)
+        chosen.append(members[(partition_id // len(names)) % len(members)].address)
+    return tuple(chosen)
+
+
+class OwnerCalls:
+    """The calls an owner makes to the witnesses of one set (module contract)."""
+
+    def __init__(self, channels: rpc.ChannelCache, witnesses: WitnessSet, partition_id: int,
+                 epoch: int) -> None:
+        self.channels = channels
+        self.members = witnesses
+        self.partition_id = partition_id
+        self.epoch = epoch
+        self._drops: set[asyncio.Task[Any]] = set()
+
+    def _stub(self, address: str) -> wpb_grpc.WitnessStub:
+        return wpb_grpc.WitnessStub(self.channels.get(address))
+
+    async def fence(self, every: bool = False) -> list[wpb.WitnessRecord]:
+        """`every`: Unavailable unless every witness answered (a set about to be used)."""
+        request = wpb.FenceRequest(partition_id=self.partition_id, epoch=self.epoch)
+        answers = await self._each("Fence", request, every)
+        records: dict[bytes, wpb.WitnessRecord] = {}
+        for answer in answers:
+            for record in answer.records:
+                records.setdefault(record.token, record)
+        return list(records.values())
+
+    async def clear(self, every: bool = False) -> None:
+        await self._each("Clear", wpb.ClearRequest(partition_id=self.partition_id,
+                                                   epoch=self.epoch), every)
+
+    async def _each(self, method: str, request: Any, every: bool) -> list[Any]:
+        """`method` at every witness at once: the answers of those that answered;
+        Unavailable if none did (or, `every`, if one did not)."""
+        calls = [rpc.call(getattr(self._stub(a), method)(request, timeout=CALL_TIMEOUT_S))
+                 for a in self.members.addresses]
+        answers = await asyncio.gather(*calls, return_exceptions=True)
+        got = []
+        for address, answer in zip(self.members.addresses, answers, strict=True):
+            if isinstance(answer, BaseException):
+                log.warning("partition %d: witness %s: %s failed: %s", self.partition_id,
+                            address, method, answer)
+            else:
+                got.append(answer)
+        if not got or (every and len(got) < len(answers)):
+            raise Unavailable(f"partition {self.partition_id}: {method} answered by "
+                              f"{len(got)} of its witnesses {list(self.members.addresses)}")
+        return got
+
+    def drop(self, tokens: Sequence[bytes]) -> None:
+        if not tokens:
+            return
+        request = wpb.DropRequest(partition_id=self.partition_id, epoch=self.epoch,
+                                  tokens=tokens)
+        for address in self.members.addresses:
+            task = asyncio.get_running_loop().create_task(self._drop(address, request))
+            self._drops.add(task)
+            task.add_done_callback(self._drops.discard)
+
+    async def _drop(self, address: str, request: wpb.DropRequest) -> None:
+        try:
+            await rpc.call(self._stub(address).Drop(request, timeout=CALL_TIMEOUT_S))
+        except StampError as exc:  # its records come back to a recovery, deduplicated there
+            log.debug("partition %d: drop at witness %s: %s", self.partition_id, address, exc)
+
+    async def close(self) -> None:
+        for task in list(self._drops):
+            task.cancel()
+        if self._drops:
+            await asyncio.gather(*self._drops, return_exceptions=True)

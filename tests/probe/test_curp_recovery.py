@@ -1,0 +1,141 @@
+"""CURP's recovery in real processes (issue 32, partition_layer/curp.py steps 2, 3 and 7): a
+write its owner answered early, before any commit-log append, and that three witnesses hold,
+survives the owner's SIGKILL — the next owner fences the witnesses, executes it again at the
+version it was answered with (its ETag), and names its own witnesses; a write that reached
+the witnesses and never the owner (in doubt) may take effect then too.
+
+The front end's part is played by the test: it sends a hinted write to the owner and its
+record to the witnesses, as a front end on the fast path would."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import pytest
+
+from common import rpc
+from common.proto import partition_pb2 as pb
+from common.proto import partition_pb2_grpc as pb_grpc
+from common.proto import witness_pb2 as wpb
+from common.proto import witness_pb2_grpc as wpb_grpc
+from partition_layer.client import PartitionClient
+from partition_layer.client_requests import put_request
+from partition_layer.curp import footprint_of
+from partition_layer.payload_crc import payload_crcs
+from partition_layer.rows import etag_of
+from partition_layer.session import CallSession
+from tools.local_stamp import LocalStamp
+
+pytestmark = pytest.mark.slow
+
+StampFactory = Callable[..., LocalStamp]
+ACCOUNT = "acct"
+MESSAGE_BYTES_MAX = 16 << 20
+DEADLINE_S = 30.0
+
+
+def hinted(request: pb.Request, hint: int, epoch: int) -> pb.Request:
+    request.version_hint, request.curp_epoch = hint, epoch
+    return request
+
+
+def record_of(request: pb.Request, token: str, epoch: int) -> wpb.WitnessRecord:
+    footprint = footprint_of(request)
+    assert footprint is not None
+    return wpb.WitnessRecord(token=token.encode(), epoch=epoch,
+                             exclusive=sorted(footprint.exclusive),
+                             shared=sorted(footprint.shared),
+                             payload=request.SerializeToString())
+
+
+async def record_at(witnesses: list[str], partition_id: int,
+                    record: wpb.WitnessRecord) -> list[str]:
+    verdicts = []
+    for address in witnesses:
+        async with rpc.aio_channel(address, MESSAGE_BYTES_MAX) as channel:
+            reply = await wpb_grpc.WitnessStub(channel).Record(
+                wpb.RecordRequest(partition_id=partition_id, records=[record]), timeout=10)
+        verdicts += [wpb.Verdict.Name(v) for v in reply.verdicts]
+    return verdicts
+
+
+def session_to(address: str) -> CallSession:
+    return CallSession(address, lambda: pb_grpc.PartitionServerStub(
+        rpc.aio_channel(address, MESSAGE_BYTES_MAX)))
+
+
+async def until(check: Callable[[], object], what: str) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not await check():  # type: ignore[misc]
+        assert time.monotonic() < deadline, f"not within {DEADLINE_S:g} s: {what}"
+        await asyncio.sleep(0.05)
+
+
+def test_an_early_answer_held_by_the_witnesses_survives_the_owners_sigkill(
+        stamp_factory: StampFactory) -> None:
+    stamp = stamp_factory(3, 3, lock_servers=3, partition_managers=1, partition_servers=2,
+                          partition={"curp": True})
+    with PartitionClient.from_stamp(str(stamp.data_dir)) as pc:
+        async def scenario() -> None:
+            await pc.aio.put(ACCOUNT, "group", "r0", b"first")  # the group exists, durable
+            current, addresses = await pc.aio.partition_map()
+            entry = current.get(1)
+            owner = entry.server
+            session = session_to(addresses[owner])
+            try:
+                # Unknown witnesses: the answer (when durable) names them, with the epoch.
+                learn = hinted(put_request(ACCOUNT, "group", "r1", b"v1", None, None, "t1"),
+                               1 << 52, 0)
+                taught = await session.call(learn, 10)
+                assert not taught.error and not taught.speculative
+                assert len(taught.witnesses) == 3 and taught.epoch > 0
+                epoch, witnesses = taught.epoch, list(taught.witnesses)
+
+                # The owner's commit log stalls: nothing more is durable there.
+                await asyncio.to_thread(rpc.arm_remote, addresses[owner],
+                                        "ps.commit.before_append=delay:60000")
+                hint = int(time.time() * 1_000_000) << 4
+                early = hinted(put_request(ACCOUNT, "group", "r2", b"early", None, None,
+                                           "t2"), hint, epoch)
+                assert await record_at(witnesses, entry.id,
+                                       record_of(early, "t2", epoch)) == ["ACCEPTED"] * 3
+                answer = await session.call(early, 10)
+                assert not answer.error, answer
+                assert answer.speculative and answer.etag == etag_of(hint)
+
+                # In doubt: at the witnesses, never sent to the owner.
+                records = [b"doubt"]
+                doubt = hinted(pb.Request(account=ACCOUNT, pname="log", append=pb.AppendOp(
+                    records=records, crcs=payload_crcs(records), token="t3")), hint + 1,
+                    epoch)
+                assert await record_at(witnesses, entry.id,
+                                       record_of(doubt, "t3", epoch)) == ["ACCEPTED"] * 3
+            finally:
+                await session.close()
+
+            stamp.kill(owner)
+            survivor = next(r.name for r in stamp.partition_servers() if r.name != owner)
+
+            async def moved() -> bool:
+                current, _ = await pc.aio.partition_map()
+                return current.get(1).server == survivor
+            await until(moved, f"partition 1 to move to {survivor}")
+            value, etag = await asyncio.wait_for(pc.aio.get(ACCOUNT, "group", "r2"),
+                                                 DEADLINE_S)
+            assert (value, etag) == (b"early", etag_of(hint)), \
+                "the write answered early was lost, or came back at another version"
+            assert await pc.aio.read(ACCOUNT, "log", 0, 10) == [(0, b"doubt")]
+            # The new owner names its own witnesses, under its own epoch.
+            _, addresses = await pc.aio.partition_map()
+            session = session_to(addresses[survivor])
+            try:
+                again = await session.call(hinted(put_request(
+                    ACCOUNT, "group", "r3", b"v3", None, None, "t4"), hint + 2, epoch), 10)
+            finally:
+                await session.close()
+            assert not again.error and not again.speculative
+            assert len(again.witnesses) == 3 and again.epoch > epoch
+
+        pc.run(scenario())  # on the client's own loop, as its sessions are

@@ -1,0 +1,61 @@
+"""A partition's CURP witnesses (partition_layer/witness_set.py): which extent nodes an owner
+picks, and the set as a metadata record keeps it."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from common.proto import stream_manager_pb2 as sm_pb
+from partition_layer.keys import KeyRange
+from partition_layer.partition_meta import PartitionMeta, decode_meta, encode_meta
+from partition_layer.witness_set import WitnessSet, pick
+
+
+def nodes(per_domain: int = 3, domains: int = 3, **states: str) -> list[sm_pb.NodeInfo]:
+    """en-1.. in fd-1.. round robin; `states`: a node's state by name ("dead", "suspect")."""
+    found = []
+    for i in range(1, per_domain * domains + 1):
+        name = f"en-{i}"
+        state = states.get(name.replace("-", "_"), "alive")
+        found.append(sm_pb.NodeInfo(name=name, address=f"127.0.0.1:{9000 + i}",
+                                    fault_domain=f"fd-{(i - 1) % domains + 1}",
+                                    state="dead" if state == "dead" else "alive",
+                                    suspect=state == "suspect"))
+    return found
+
+
+def domain_of(address: str, of: list[sm_pb.NodeInfo]) -> str:
+    return next(n.fault_domain for n in of if n.address == address)
+
+
+def test_three_live_nodes_in_three_fault_domains():
+    every = nodes()
+    for partition_id in range(1, 20):
+        chosen = pick(every, partition_id)
+        assert chosen is not None and len(chosen) == 3
+        assert len({domain_of(a, every) for a in chosen}) == 3
+
+
+def test_partitions_spread_over_the_nodes():
+    every = nodes()
+    load = Counter(a for p in range(1, 91) for a in pick(every, p) or ())
+    assert len(load) == 9  # every node witnesses some partitions
+    assert max(load.values()) <= 2 * min(load.values())
+
+
+def test_dead_and_suspect_nodes_are_left_out_and_two_domains_are_not_enough():
+    every = nodes(en_1="dead", en_4="suspect", en_7="dead")  # fd-1 has none left
+    assert pick(every, 5) is None
+    some = nodes(en_1="dead", en_4="suspect")
+    chosen = pick(some, 5)
+    assert chosen is not None and "127.0.0.1:9007" in chosen  # fd-1's one live node
+    assert not {"127.0.0.1:9001", "127.0.0.1:9004"} & set(chosen)
+
+
+def test_a_metadata_record_keeps_the_set_and_older_records_have_none():
+    bare = PartitionMeta(partition_id=7, key_range=KeyRange(b"", None))
+    assert decode_meta(encode_meta(bare)).witnesses is None
+    assert "witnesses" not in bare.to_dict()  # records before CURP read the same
+    named = PartitionMeta(partition_id=7, key_range=KeyRange(b"", None),
+                          witnesses=WitnessSet(4, ("a:1", "b:2", "c:3")))
+    assert decode_meta(encode_meta(named)) == named
