@@ -60,21 +60,27 @@ plan; each step names where it lives once built):
 5. **Reads** that touch a row a speculative write wrote wait for its sync:
    a speculative write may still vanish in a crash, and no read may see what can vanish
    (§8 invariant 7). Scans and subscriptions see only synced writes.
-6. **Garbage**: as each block is durable the owner tells the witnesses to drop its fast
-   writes' tokens (batched, not awaited). A record the owner never executed (its request
-   was lost on the way) is dropped by the owner's sweep once its deadline passed: an owner
-   executes no request after its deadline (common/deadline.py), so it never will. A witness
-   refuses records whose deadline has passed.
-7. **Recovery**: a loading owner fences the witnesses with its epoch (one answering
-   witness is enough: an acknowledged write is on all three, and a fenced witness accepts
-   nothing more of an older owner, so no write of the old owner can be acknowledged after),
-   replays its commit log, then executes the fenced witness's records it does not hold yet
-   (by token: the partition's token rows), in any order — they commute — syncs them, and
-   clears the witnesses through its epoch. A write whose record reached a witness but never
-   the owner may so take effect after its deadline: it was in doubt (Unavailable or
-   DeadlineExceeded, both ambiguous), and in doubt it may take effect at any time.
-8. **Splits and merges** drain first (every write synced): the parent's records are all
-   garbage, and the witnesses drop the parent's id, fenced for good.
+6. **Garbage** (not built yet): as each block is durable the owner tells its witnesses to drop
+   its fast writes' tokens (Drop, batched, not awaited, under its epoch: a deposed owner's drop
+   below a witness's fence is ignored). A record the owner never executed (its request was lost
+   on the way) is dropped by the owner's sweep (List) once its deadline passed by a margin wider
+   than the owner's estimate of the front end's clock can move (common/deadline.py), or the
+   owner remembers the tokens it swept and refuses them: an owner executes no request after its
+   deadline, so such a record would otherwise linger. A witness refuses records whose deadline
+   passed by its own clock (only the sync path follows). A witness is full per node: one hot
+   partition can push others to the sync path.
+7. **Recovery** (witness_replay.py): a loading owner fences the witnesses its newest metadata
+   names with its epoch, before it replays the commit log (one answering witness is enough: an
+   acknowledged write is on all three, and a fenced witness accepts nothing more of an older
+   owner, so no write of the old owner can be acknowledged after); then executes their records
+   in any order — they commute — each answered from its token if the log holds it already, and
+   only once durable; then names its own set; then clears the old set *below* its epoch. A write
+   whose record reached a witness but never the owner may so take effect after its deadline: it
+   was in doubt (Unavailable or DeadlineExceeded, both ambiguous), and in doubt it may take
+   effect at any time.
+8. **Splits and merges** (not built yet) drain first (every write synced): the parent's records
+   are all garbage, and the witnesses drop the parent's id for good (DropPartition), asked only
+   once the split or merge committed and the parent drained.
 
 What commutes (the issue's list): appends to different logs; puts and deletes of different
 rows; conditional operations and batches by the rows they touch; trims and seals by the log
