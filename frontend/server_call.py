@@ -14,7 +14,9 @@ that awaits what it lacks and forwards through the partition client's `call`, wh
 refreshes the map and retries. Retrying is safe: the SDK sets a token on every mutation
 (frontend/wire.py signs it), so a repeat is answered from the first attempt's outcome; a
 mutation without one is not repeated after an ambiguous failure (`retry_safe`), its error
-is the answer.
+is the answer. With CURP on (frontend/curp_path.py, issue 32), a write that may take its
+fast path leaves the hot path there, just before the forward; every answer loses CURP's
+internal fields before it goes back.
 
 What a stranger's request costs (issue 28): its tokens, names and credentials are checked
 for size before anything else (frontend/auth.check_field_sizes), the store reads its
@@ -54,6 +56,7 @@ from common.errors import (
 from common.proto import partition_pb2 as pb
 from frontend import wire
 from frontend.auth import MISS, Authenticator, check_field_sizes
+from frontend.curp_path import CurpPath, CurpSettings
 from frontend.forward import ForwardingClient
 from frontend.server_checks import check_request
 from frontend.throttle import AccountThrottle
@@ -137,7 +140,8 @@ class FrontEnd:
 
     def __init__(self, auth: Authenticator, client: ForwardingClient,
                  throttle: AccountThrottle, limits: PartitionLimits,
-                 fe_limits: FrontEndLimits, clock: Clock | None = None) -> None:
+                 fe_limits: FrontEndLimits, clock: Clock | None = None,
+                 curp: CurpSettings | None = None) -> None:
         self.auth = auth
         self.clock = clock or SystemClock()
         self.client = client
@@ -146,6 +150,9 @@ class FrontEnd:
         self.fe_limits = fe_limits
         self.counters = Counters()
         self._tasks: set[asyncio.Task[None]] = set()
+        # CURP's fast path (frontend/curp_path.py), inert unless enabled.
+        self.curp = CurpPath(curp or CurpSettings(), client, self.clock.wall, lambda r, i, n, a:
+                             self._spawn(self._forward(r, i, n, a, refresh=True)))
 
     def observe_pressure(self, pressure: pb.ServerPressure) -> None:
         """A partition server's load, as it reports it on its Call stream (the sessions'
@@ -186,6 +193,8 @@ class FrontEnd:
             reply(self._failure(sdk_id, exc))
             return
         request.ClearField("auth")  # partition servers never see credentials
+        if self.curp.enabled and self.curp.take(request, sdk_id, nbytes, address, reply):
+            return
         # A first attempt's short wait (common/retry.py): a frozen partition server is left
         # for a fresh map after about a second (`_forwarded` retries through the client).
         self.client.session(address).send(request, self.client.attempts.timeout_s(0, nbytes),
@@ -209,6 +218,7 @@ class FrontEnd:
             assert response is not None
             if response.error != NotOwner.__name__:
                 response.id = forward.sdk_id
+                self.curp.outgoing(response)
                 self._charge_read(forward.request, response)
                 forward.reply(response)
                 return
@@ -263,6 +273,7 @@ class FrontEnd:
             reply(self._failure(sdk_id, exc))
             return
         response.id = sdk_id
+        self.curp.outgoing(response)
         self._charge_read(request, response)
         reply(response)
 
@@ -294,6 +305,7 @@ class FrontEnd:
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.curp.close()
         await self.client.close()
 
 
