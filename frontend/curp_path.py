@@ -217,20 +217,21 @@ class CurpPath:
         self.clock = HybridClock(wall)
         self.witness_sets = WitnessSets(settings.partitions_cached_max)
         self.timeout_s = settings.witness_timeout_ms / 1000
-        self._calls = calls
+        # The witness calls, made on first use (`calls`): a front end with CURP off opens
+        # nothing. A test sets its own.
+        self.witness_calls = calls
         self._ids: dict[tuple[str, str], int] = {}
         self._ids_map: PartitionMap | None = None
 
     @property
     def calls(self) -> WitnessCalls:
-        """The witness calls, made on first use: a front end with CURP off opens nothing."""
-        if self._calls is None:
+        if self.witness_calls is None:
             s = self.settings
-            self._calls = WitnessCalls.over_grpc(
+            self.witness_calls = WitnessCalls.over_grpc(
                 self.client.limits.rpc_message_bytes_max, s.witness_call_timeout_ms / 1000,
                 s.witness_call_records_max, s.witness_call_bytes_max,
                 s.witness_records_in_flight_max)
-        return self._calls
+        return self.witness_calls
 
     def take(self, request: pb.Request, sdk_id: int, nbytes: int, address: str,
              reply: Reply) -> bool:
@@ -293,8 +294,8 @@ class CurpPath:
         return partition_id
 
     async def close(self) -> None:
-        if self._calls is not None:
-            await self._calls.close()
+        if self.witness_calls is not None:
+            await self.witness_calls.close()
 
 
 class _FastWrite:

@@ -14,15 +14,23 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
+
 from common.clock import ManualClock
 from common.config import FrontEndLimits, PartitionLimits
-from common.errors import NotOwner, Throttled
+from common.errors import DeadlineExceeded, NotOwner, Throttled, Unavailable
 from common.proto import partition_pb2 as pb
 from common.proto import witness_pb2 as wpb
 from common.retry import AttemptTimer
 from frontend import wire
 from frontend.auth import Authenticator
-from frontend.curp_path import CurpSettings, HybridClock, WitnessSet, clear_internal
+from frontend.curp_path import (
+    CurpSettings,
+    HybridClock,
+    WitnessSet,
+    WitnessSets,
+    clear_internal,
+)
 from frontend.server_call import FrontEnd
 from frontend.throttle import AccountThrottle
 from frontend.witness_calls import WitnessCalls
@@ -135,8 +143,8 @@ class Stamp:
                            AccountThrottle(limits, self.clock, random.Random(1)),
                            PartitionLimits(), limits, self.clock,
                            CurpSettings(enabled=enabled, witness_timeout_ms=witness_timeout_ms))
-        self.fe.curp._calls = WitnessCalls(lambda address: self.witnesses[address], 1.0, 1024,
-                                           1 << 22, 10_000)
+        self.fe.curp.witness_calls = WitnessCalls(lambda address: self.witnesses[address],
+                                                  1.0, 1024, 1 << 22, 10_000)
         self.answers: dict[int, pb.Response] = {}
 
     async def warm(self) -> None:
@@ -221,9 +229,9 @@ def test_off_no_witness_channel_is_opened() -> None:
                       Client(),  # type: ignore[arg-type]
                       AccountThrottle(limits, clock, random.Random(1)), PartitionLimits(),
                       limits)
-        assert not fe.curp.enabled and fe.curp._calls is None
+        assert not fe.curp.enabled and fe.curp.witness_calls is None
         await fe.close()
-        assert fe.curp._calls is None
+        assert fe.curp.witness_calls is None
     asyncio.run(scenario())
 
 
@@ -375,20 +383,25 @@ def test_a_speculative_answer_without_records_at_its_epoch_is_synced() -> None:
     asyncio.run(scenario())
 
 
-def test_throttled_after_records_went_out_is_in_doubt() -> None:
+@pytest.mark.parametrize("error", [Throttled.__name__, DeadlineExceeded.__name__])
+def test_not_executed_after_records_went_out_is_in_doubt(error: str) -> None:
     async def scenario() -> None:
         stamp = Stamp()
         await stamp.warm()
         stamp.learn()
         stamp.start(stamp.request(put_op()))
         await settle()
-        stamp.owner_answers(0, error=Throttled.__name__, message="busy", retry_after_s=1.0)
+        stamp.owner_answers(0, error=error, message="not now", retry_after_s=1.0)
         answer = stamp.answers[5]
-        assert (answer.id, answer.error) == (5, "Unavailable")
+        assert (answer.id, answer.error, answer.retry_after_s) == (5, "Unavailable", 0.0)
         assert "may still happen" in answer.message
         assert stamp.fe.curp.counters.in_doubt == 1
-        # Without records (witnesses unknown) the refusal is definite, as ever.
-        stamp = Stamp()
+    asyncio.run(scenario())
+
+
+def test_throttled_without_records_is_a_refusal_as_ever() -> None:
+    async def scenario() -> None:
+        stamp = Stamp()  # witnesses unknown: no records went out
         await stamp.warm()
         stamp.start(stamp.request(put_op()))
         await settle()
@@ -416,6 +429,44 @@ def test_not_owner_is_retried_on_the_sync_path_and_its_refusal_stays_in_doubt() 
         await settle()
         assert stamp.answers[6].error == "Unavailable"
     asyncio.run(scenario())
+
+
+def test_a_broken_stream_is_retried_on_the_sync_path_in_doubt_once_recorded() -> None:
+    async def scenario() -> None:
+        stamp = Stamp()
+        await stamp.warm()
+        stamp.learn()
+        stamp.client.retry_answer = pb.Response(error="DeadlineExceeded", message="late")
+        stamp.start(stamp.request(put_op()))
+        await settle()
+        stamp.client.owner.sent[0][1].set_exception(Unavailable("stream to ps-1 broke"))
+        await settle()
+        [retried] = stamp.client.retried
+        assert (retried.version_hint, retried.curp_epoch) == (0, 0)
+        assert stamp.answers[5].error == "Unavailable"  # not DeadlineExceeded: recorded
+        stamp.start(stamp.request(put_op(), pname="orders", token="t2", sdk_id=6))
+        await settle()  # partition 8: witnesses unknown, nothing recorded
+        stamp.client.owner.sent[1][1].set_exception(Unavailable("stream to ps-1 broke"))
+        await settle()
+        assert stamp.answers[6].error == "DeadlineExceeded"  # as the plain path answers
+    asyncio.run(scenario())
+
+
+def test_what_an_answer_says_of_the_witnesses() -> None:
+    sets = WitnessSets(16)
+    assert sets.learn(7, pb.Response(epoch=4, witnesses=WITNESSES))
+    assert not sets.learn(7, pb.Response(epoch=4, witnesses=WITNESSES))  # nothing new
+    assert not sets.learn(7, pb.Response(epoch=4, speculative=True, lsn=3))
+    assert not sets.learn(7, pb.Response(epoch=4))  # the epoch known, no witnesses named
+    assert sets.get(7) == WitnessSet(4, WITNESSES)
+    moved = ("en-2:1", "en-5:1", "en-8:1")
+    assert sets.learn(7, pb.Response(epoch=5, witnesses=moved))  # a new owner's
+    assert sets.get(7) == WitnessSet(5, moved)
+    assert not sets.learn(7, pb.Response(epoch=6, witnesses=moved[:2]))  # too few: forgotten
+    assert sets.get(7) is None
+    sets.learn(7, pb.Response(epoch=6, witnesses=moved))
+    assert not sets.learn(7, pb.Response(epoch=7))  # an owner of another epoch has none
+    assert sets.get(7) is None and len(sets) == 0
 
 
 def test_the_version_hint_increases_strictly_and_passes_every_etag_seen() -> None:
