@@ -16,7 +16,8 @@ Contracts:
   partition's witnesses are known or not (`WitnessSets`, learned from `Response.witnesses`
   and `Response.epoch` of answers to hinted writes). Unknown: `curp_epoch` 0 and no records
   (the owner answers when durable, with its witnesses). Known: `curp_epoch` is their epoch
-  and a `WitnessRecord` of the request as forwarded goes to each witness (witness_calls.py).
+  and a `WitnessRecord` of the request as forwarded goes to each witness (witness_calls.py)
+  — unless it has no deadline, or too many records are in flight: then as if unknown.
 - Acknowledged: a non-speculative answer, as it is; a speculative one once every witness
   answered ACCEPTED for a record of the answer's epoch. A refusal, a failed Record call, a
   witness silent past `witness_timeout_ms` (one timer per write), or a speculative answer
@@ -101,7 +102,8 @@ class CurpCounters:
     fallback_failed: int = 0    # the sync failed: answered Unavailable
     in_doubt: int = 0           # a "not executed" answer after records went out: Unavailable
     records_sent: int = 0       # witness records queued (three per recorded write)
-    records_skipped: int = 0    # writes of known witnesses sent without records (no room)
+    records_skipped: int = 0    # writes of known witnesses sent without records (no room,
+                                # or no deadline)
     witness_sets_learned: int = 0
 
     def fast_share(self) -> float:
@@ -244,7 +246,11 @@ class CurpPath:
             return False
         request.version_hint = self.clock.next()
         known = self.witness_sets.get(partition_id)
-        if known is not None and not self.calls.room(len(known.addresses)):
+        # No records without a deadline (the SDK always sets one; another caller may not):
+        # the owner's sweep drops a record it never executed only once its deadline passed
+        # (curp.py step 6), so one without would be held for as long as the owner serves.
+        if known is not None and (not request.deadline_ms
+                                  or not self.calls.room(len(known.addresses))):
             self.counters.records_skipped += 1
             known = None
         if known is not None:

@@ -554,6 +554,25 @@ def test_what_takes_the_fast_path() -> None:
     asyncio.run(scenario())
 
 
+def test_no_records_for_a_write_without_deadline_or_past_the_records_in_flight() -> None:
+    async def scenario() -> None:
+        stamp = Stamp()
+        await stamp.warm()
+        stamp.learn()
+        undated = stamp.request(put_op(), token="t1", sdk_id=1)
+        undated.timeout_ms = 0
+        wire.sign_call(undated, wire.Credentials("acme", key=KEY), stamp.clock.wall())
+        stamp.start(undated)
+        stamp.fe.curp.calls.records_in_flight_max = 2  # fewer than three witnesses' worth
+        stamp.start(stamp.request(put_op(), token="t2", sdk_id=2))
+        await settle()
+        assert [(s.version_hint > 0, s.curp_epoch) for s, _ in stamp.client.owner.sent] == [
+            (True, 0), (True, 0)]
+        assert all(w.calls == [] for w in stamp.witnesses.values())
+        assert stamp.fe.curp.counters.records_skipped == 2
+    asyncio.run(scenario())
+
+
 def test_clear_internal() -> None:
     response = pb.Response(etag="e", speculative=True, epoch=3, lsn=9, witnesses=["a"])
     clear_internal(response)
