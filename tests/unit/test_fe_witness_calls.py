@@ -2,16 +2,24 @@
 go out in one Record call per (witness, partition) — more only past the per-call bounds —,
 each record's verdict comes back to its own waiter (None when the call failed, timed out or
 answered short), never from within `record`, and `in_flight` counts what is queued or
-unanswered."""
+unanswered; and the same on a real channel to a real witness in this process."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from common import rpc
+from common.clock import ManualClock
+from common.config import ExtentNodeLimits
 from common.errors import Unavailable
 from common.proto import witness_pb2 as wpb
+from common.proto import witness_pb2_grpc as wpb_grpc
 from frontend.witness_calls import WitnessCalls
+from stream_layer.extent_node.witness import WitnessStore
+from stream_layer.extent_node.witness_server import WitnessServicer
 
 ACCEPTED = wpb.Verdict.Value("ACCEPTED")
 CONFLICT = wpb.Verdict.Value("CONFLICT")
@@ -153,3 +161,39 @@ def test_room_counts_what_is_in_flight_and_close_answers_the_silent() -> None:
         assert [w.verdicts for w in waiters] == [[None], [None]]
         assert calls.in_flight == 0 and calls.room(3)
     asyncio.run(scenario())
+
+
+def test_over_grpc_a_real_witness_answers_each_record(tmp_path: Path) -> None:
+    """The calls on a real channel (common/rpc, as every internal channel of the front end)
+    to a real witness in this process: one call for the turn, verdicts in order."""
+    async def scenario() -> None:
+        store = await WitnessStore.open(tmp_path, ExtentNodeLimits().witness,
+                                        ManualClock(1_700_000_000.0))
+        server = rpc.aio_server(1 << 22)
+        wpb_grpc.add_WitnessServicer_to_server(WitnessServicer(store), server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        calls = WitnessCalls.over_grpc(1 << 22, 5.0, 1024, 1 << 20, 100)
+        try:
+            waiters = [Waiter(), Waiter(), Waiter()]
+            for token, waiter in zip(("a", "a2", "b"), waiters, strict=True):
+                # "a" and "a2" hold the same key exclusively: the second conflicts.
+                calls.record(f"127.0.0.1:{port}", 5, wpb.WitnessRecord(
+                    token=token.encode(), epoch=1, exclusive=[token[0].encode()],
+                    payload=b"request"), waiter)
+            await until(lambda: all(w.verdicts for w in waiters))
+            assert [w.verdicts for w in waiters] == [[ACCEPTED], [CONFLICT], [ACCEPTED]]
+            assert calls.calls == 1
+        finally:
+            await calls.close()
+            await server.stop(None)
+            await store.stop()
+    asyncio.run(scenario())
+
+
+async def until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not condition():
+        assert loop.time() < deadline, "the condition did not hold in time"
+        await asyncio.sleep(0.01)
