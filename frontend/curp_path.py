@@ -24,9 +24,10 @@ Contracts:
   with no records at its epoch: a `SyncOp(epoch, lsn)` on the same session, and the answer
   once it succeeds, else Unavailable (the write may or may not have happened).
 - An error answer is final, as ever, except (curp.py step 3, second rule) once records went
-  out: the owner's NotOwner is retried through the front end's retry path (as ever), and a
-  Throttled, DeadlineExceeded or NotOwner answer — "not executed" — becomes Unavailable,
-  "may still happen": a recovering owner executes a witness's record whatever was answered.
+  out: the owner's NotOwner is retried through the front end's retry path (as ever), and an
+  answer that says "not executed" — the owner's Throttled or DeadlineExceeded, or any of the
+  three as the retry's last word — becomes Unavailable, "may still happen": a recovering
+  owner executes a witness's record whatever was answered.
 - Retries (NotOwner, a broken stream, no answer in time) go through the front end's retry
   path with `version_hint` and `curp_epoch` cleared: the retry takes the sync path, so no
   answer of it is speculative (it may reach another owner, or a partition born of a split
@@ -332,7 +333,9 @@ class _FastWrite:
         self._owner_done = False
 
     def record_at(self, witnesses: WitnessSet, footprint: Footprint) -> None:
-        """Send the request as forwarded to each witness, and start the timer."""
+        """Send the request as forwarded to each witness, and start the timer. (Its
+        traceparent, which the Call stream sets once `start` returned, is not in the record:
+        a record executed by a recovering owner is not traced under the request.)"""
         request = self.request
         record = wpb.WitnessRecord(
             token=witness_token(request), epoch=witnesses.epoch,
