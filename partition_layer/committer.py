@@ -384,8 +384,8 @@ class GroupCommitter:
                 for key, _ in op.mutations:
                     if self._inflight_rows.get(key, (0,))[0] == op.lsn:
                         del self._inflight_rows[key]
-            if ops:
-                self.speculation.applied_through(ops[-1].lsn)
+            self.speculation.durable(ops[-1].lsn if ops else None,
+                                     (o.pending for o in outcomes))
             if location is not None:
                 self.p.last_commit = location
                 self.p.log_bytes += nbytes

@@ -16,8 +16,11 @@ Contracts:
   above every version then, and no write after it changed its rows, or it would be durable
   and not executed again); for one it never answered, a version above its rows' (in doubt,
   any is right that repeats no ETag of the row).
-- `wrote(keys, lsn)` notes the rows an early answer wrote; `applied_through(lsn)` forgets
-  those the commit log now holds and wakes every wait for them.
+- `wrote(keys, lsn)` notes the rows an early answer wrote; `durable(lsn, pendings)` (a block
+  applied, `lsn` its last write's, None if it wrote nothing) forgets those the commit log now
+  holds, wakes every wait for them, and tells the owner's witnesses (`drop`, once it has
+  some) to drop the records of the block's hinted writes (curp.py step 6; a seal's record,
+  named by its front end alone, waits for the owner's sweep).
 - `until_durable(lsn)` returns once the partition applied every write through `lsn` (in LSN
   order, after it was durable); `until_rows_durable(keys)` once no row among `keys` holds an
   early answer's write still in flight; `until_all_durable()` once no row does. Each
@@ -36,7 +39,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from common.errors import StampError
-from partition_layer.operations import EntityWrite, Operation, RowView
+from partition_layer.operations import EntityWrite, LogAppend, Operation, RowView
+from partition_layer.queued_op import Pending
 
 # Set while a loading owner executes the records its witnesses held (witness_replay.py): its
 # operations are queued as `recovered` (committer.py), and the partition, still not serving
@@ -83,6 +87,8 @@ class Speculation:
         self._waits: list[tuple[int, int, asyncio.Future[None]]] = []  # a heap by LSN
         self._order = itertools.count()  # ties broken by arrival: futures do not compare
         self._failed: StampError | None = None
+        # The owner's witnesses' Drop (witness_set.OwnerCalls.drop), once it has some.
+        self.drop: Callable[[list[bytes]], None] | None = None
 
     def wrote(self, keys: Iterable[bytes], lsn: int) -> None:
         written = tuple(keys)
@@ -90,6 +96,15 @@ class Speculation:
             self._rows[key] = lsn
         self._by_lsn[lsn] = written
         self.last_lsn = lsn
+
+    def durable(self, lsn: int | None, pendings: Iterable[Pending]) -> None:
+        if lsn is not None:
+            self.applied_through(lsn)
+        if self.drop is not None:
+            tokens = [p.op.token.encode() for p in pendings if p.hint and not p.recovered
+                      and isinstance(p.op, LogAppend | EntityWrite) and p.op.token]
+            if tokens:
+                self.drop(tokens)
 
     def applied_through(self, lsn: int) -> None:
         self._applied = max(self._applied, lsn)

@@ -52,6 +52,7 @@ async def recover(p: RangePartition) -> None:
         with contextlib.suppress(Unavailable):
             await p.fenced_witnesses.clear()
     p.witnesses = own
+    p.committer.speculation.drop = None if own is None else own.drop
     p.recovering = False
     if executed or own is not None:
         log.info("partition %d: %d writes executed from its witnesses; its own: %s", p.id,

@@ -1,8 +1,9 @@
 """CURP's recovery in real processes (issue 32, partition_layer/curp.py steps 2, 3 and 7): a
 write its owner answered early, before any commit-log append, and that three witnesses hold,
 survives the owner's SIGKILL — the next owner fences the witnesses, executes it again at the
-version it was answered with (its ETag), and names its own witnesses; a write that reached
-the witnesses and never the owner (in doubt) may take effect then too.
+version it was answered with (its ETag), and names its own witnesses, which drop a write's
+record once it is durable; a write that reached the witnesses and never the owner (in doubt)
+may take effect then too.
 
 The front end's part is played by the test: it sends a hinted write to the owner and its
 record to the witnesses, as a front end on the fast path would."""
@@ -59,6 +60,14 @@ async def record_at(witnesses: list[str], partition_id: int,
                 wpb.RecordRequest(partition_id=partition_id, records=[record]), timeout=10)
         verdicts += [wpb.Verdict.Name(v) for v in reply.verdicts]
     return verdicts
+
+
+async def held(address: str, partition_id: int, epoch: int) -> list[bytes]:
+    """The tokens a witness holds for the partition (its List, as the owner sees it)."""
+    async with rpc.aio_channel(address, MESSAGE_BYTES_MAX) as channel:
+        reply = await wpb_grpc.WitnessStub(channel).List(
+            wpb.ListRequest(partition_id=partition_id, epoch=epoch), timeout=10)
+    return [record.token for record in reply.records]
 
 
 def session_to(address: str) -> CallSession:
@@ -133,9 +142,22 @@ def test_an_early_answer_held_by_the_witnesses_survives_the_owners_sigkill(
             try:
                 again = await session.call(hinted(put_request(
                     ACCOUNT, "group", "r3", b"v3", None, None, "t4"), hint + 2, epoch), 10)
+                assert not again.error and not again.speculative
+                assert len(again.witnesses) == 3 and again.epoch > epoch
+                # Under the new epoch: answered early, and once durable the owner has its
+                # witnesses drop the record (curp.py step 6).
+                fast = hinted(put_request(ACCOUNT, "group", "r4", b"v4", None, None, "t5"),
+                              hint + 3, again.epoch)
+                assert await record_at(list(again.witnesses), entry.id, record_of(
+                    fast, "t5", again.epoch)) == ["ACCEPTED"] * 3
+                answer = await session.call(fast, 10)
+                assert answer.speculative and answer.etag == etag_of(hint + 3)
             finally:
                 await session.close()
-            assert not again.error and not again.speculative
-            assert len(again.witnesses) == 3 and again.epoch > epoch
+
+            async def dropped() -> bool:
+                tokens = [await held(a, entry.id, again.epoch) for a in again.witnesses]
+                return not any(tokens)
+            await until(dropped, "the witnesses to drop a durable write's record")
 
         pc.run(scenario())  # on the client's own loop, as its sessions are

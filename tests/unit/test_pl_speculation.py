@@ -186,3 +186,24 @@ def test_waits_for_early_answers_fail_when_the_partition_stops():
         with pytest.raises(Unavailable):  # and any wait begun after
             await p.committer.speculation.until_durable(answer.lsn)
     run(scenario)
+
+
+def test_the_witnesses_drop_the_records_of_hinted_writes_once_durable():
+    """curp.py step 6: a block's hinted writes, early or not, leave the witnesses once
+    durable; writes nobody hinted were never recorded there."""
+    async def scenario(p: RangePartition) -> None:
+        dropped: list[bytes] = []
+        p.committer.speculation.drop = dropped.extend
+        await p.committer.submit(put(b"r0", "plain"), 64)
+        log = HeldLog(p)
+        early = p.committer.submit_nowait(put(b"r1", "fast"), 64, HINT)
+        appended = p.committer.submit_nowait(log_append("acct", "log", (b"r",), token="app"),
+                                             64, HINT)
+        await answered_within(early)
+        await answered_within(appended)
+        assert dropped == []  # not durable yet: a crash would need the records
+        log.release()
+        await p.committer.speculation.until_all_durable()
+        await p.committer.submit(put(b"r9", "after"), 64)  # every block before it finished
+        assert sorted(dropped) == [b"app", b"fast"]
+    run(scenario)
