@@ -17,7 +17,8 @@ Contracts:
   and `Response.epoch` of answers to hinted writes). Unknown: `curp_epoch` 0 and no records
   (the owner answers when durable, with its witnesses). Known: `curp_epoch` is their epoch
   and a `WitnessRecord` of the request as forwarded goes to each witness (witness_calls.py)
-  — unless it has no deadline, or too many records are in flight: then as if unknown.
+  — unless it has no deadline, too many records are in flight, or a witness of the set is
+  suspect (its last call failed: witness_calls.py `usable`): then as if unknown.
 - Acknowledged: a non-speculative answer, as it is; a speculative one once every witness
   answered ACCEPTED for a record of the answer's epoch. A refusal, a failed Record call, a
   witness silent past `witness_timeout_ms` (one timer per write), or a speculative answer
@@ -87,6 +88,10 @@ class CurpSettings:
     # Records queued or in flight to witnesses, all together: past it writes keep the sync
     # path (about 20,000 writes' worth at three records each).
     witness_records_in_flight_max: int = 60_000
+    # A witness whose Record call failed gets no records for this long (witness_calls.py
+    # `usable`): its partitions' writes keep the sync path instead of each waiting out
+    # witness_timeout_ms and a sync.
+    witness_suspect_ms: int = 1000
     partitions_cached_max: int = 65_536  # witness sets and (account, name) -> partition id
 
 
@@ -104,7 +109,7 @@ class CurpCounters:
     in_doubt: int = 0           # a "not executed" answer after records went out: Unavailable
     records_sent: int = 0       # witness records queued (three per recorded write)
     records_skipped: int = 0    # writes of known witnesses sent without records (no room,
-                                # or no deadline)
+                                # no deadline, a witness suspect)
     witness_sets_learned: int = 0
 
     def fast_share(self) -> float:
@@ -233,7 +238,7 @@ class CurpPath:
             self.witness_calls = WitnessCalls.over_grpc(
                 self.client.limits.rpc_message_bytes_max, s.witness_call_timeout_ms / 1000,
                 s.witness_call_records_max, s.witness_call_bytes_max,
-                s.witness_records_in_flight_max)
+                s.witness_records_in_flight_max, s.witness_suspect_ms / 1000)
         return self.witness_calls
 
     def take(self, request: pb.Request, sdk_id: int, nbytes: int, address: str,
@@ -251,7 +256,8 @@ class CurpPath:
         # the owner's sweep drops a record it never executed only once its deadline passed
         # (curp.py step 6), so one without would be held for as long as the owner serves.
         if known is not None and (not request.deadline_ms
-                                  or not self.calls.room(len(known.addresses))):
+                                  or not self.calls.room(len(known.addresses))
+                                  or not self.calls.usable(known.addresses)):
             self.counters.records_skipped += 1
             known = None
         if known is not None:

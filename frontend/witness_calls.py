@@ -16,6 +16,10 @@ Contracts:
 - `in_flight` counts the records queued or in flight; `room(n)` says whether n more stay
   within `records_in_flight_max` (a caller without room sends none: its write keeps the
   sync path rather than pile up behind a slow witness).
+- `usable(addresses)`: False while any of them is suspect — its last Record call failed less
+  than `suspect_s` ago (by `monotonic`). A caller then sends no records to that set: with a
+  witness down every fast write would wait out its timeout and a sync, slower than the
+  sync path; one call a while later finds out whether it is back.
 - `close()` cancels the calls in flight (their waiters get None) and closes the channels
   this object opened (`over_grpc`).
 """
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -51,8 +56,9 @@ class WitnessCalls:
     """Record calls to witnesses, batched per (witness, partition) and loop turn."""
 
     def __init__(self, stub_for: StubFor, call_timeout_s: float, call_records_max: int,
-                 call_bytes_max: int, records_in_flight_max: int,
-                 channels: rpc.ChannelCache | None = None) -> None:
+                 call_bytes_max: int, records_in_flight_max: int, suspect_s: float = 0.0,
+                 channels: rpc.ChannelCache | None = None,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         assert call_records_max > 0 and call_bytes_max > 0 and records_in_flight_max > 0
         self._stub_for = stub_for
         self.call_timeout_s = call_timeout_s
@@ -65,10 +71,14 @@ class WitnessCalls:
         self._tasks: set[asyncio.Task[None]] = set()
         self.in_flight = 0
         self.calls = 0  # Record RPCs made
+        self.suspect_s = suspect_s
+        self._monotonic = monotonic
+        self._suspect_until: dict[str, float] = {}  # only witnesses whose call failed
 
     @classmethod
     def over_grpc(cls, message_bytes_max: int, call_timeout_s: float, call_records_max: int,
-                  call_bytes_max: int, records_in_flight_max: int) -> WitnessCalls:
+                  call_bytes_max: int, records_in_flight_max: int,
+                  suspect_s: float) -> WitnessCalls:
         """Calls on a channel per witness made as every internal channel of the front end
         is (common/rpc.ChannelCache, as the partition client's: mutual TLS with this
         process's identity, the isolation guard, replaced in TRANSIENT_FAILURE)."""
@@ -82,10 +92,29 @@ class WitnessCalls:
                 known = stubs[address] = (channel, wpb_grpc.WitnessStub(channel))
             return known[1]
         return cls(stub_for, call_timeout_s, call_records_max, call_bytes_max,
-                   records_in_flight_max, channels)
+                   records_in_flight_max, suspect_s, channels)
 
     def room(self, records: int) -> bool:
         return self.in_flight + records <= self.records_in_flight_max
+
+    def usable(self, addresses: tuple[str, ...]) -> bool:
+        """Whether none of `addresses` is suspect (module contract)."""
+        if not self._suspect_until:
+            return True
+        now = self._monotonic()
+        for address in addresses:
+            until = self._suspect_until.get(address)
+            if until is not None:
+                if until > now:
+                    return False
+                del self._suspect_until[address]
+        return True
+
+    def _failed(self, address: str) -> None:
+        if address not in self._suspect_until:
+            log.warning("witness %s: a Record call failed; no records to it for %.1f s",
+                        address, self.suspect_s)
+        self._suspect_until[address] = self._monotonic() + self.suspect_s
 
     def record(self, address: str, partition_id: int, record: wpb.WitnessRecord,
                waiter: Witnessed) -> None:
@@ -145,10 +174,12 @@ class WitnessCalls:
             # Common while a witness restarts; each write then takes the sync path.
             log.debug("witness %s: Record for partition %d failed: %s",
                       address, partition_id, exc)
+            self._failed(address)
         except asyncio.CancelledError:
             raise
         except Exception:  # a bug: its writes take the sync path, and the log says so
             log.exception("witness %s: Record for partition %d", address, partition_id)
+            self._failed(address)
         finally:
             self.in_flight -= len(batch)
             _answer(batch, verdicts)

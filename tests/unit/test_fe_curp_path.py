@@ -143,8 +143,9 @@ class Stamp:
                            AccountThrottle(limits, self.clock, random.Random(1)),
                            PartitionLimits(), limits, self.clock,
                            CurpSettings(enabled=enabled, witness_timeout_ms=witness_timeout_ms))
-        self.fe.curp.witness_calls = WitnessCalls(lambda address: self.witnesses[address],
-                                                  1.0, 1024, 1 << 22, 10_000)
+        self.fe.curp.witness_calls = WitnessCalls(
+            lambda address: self.witnesses[address], 1.0, 1024, 1 << 22, 10_000,
+            suspect_s=1.0, monotonic=self.clock.monotonic)
         self.answers: dict[int, pb.Response] = {}
 
     async def warm(self) -> None:
@@ -570,6 +571,32 @@ def test_no_records_for_a_write_without_deadline_or_past_the_records_in_flight()
             (True, 0), (True, 0)]
         assert all(w.calls == [] for w in stamp.witnesses.values())
         assert stamp.fe.curp.counters.records_skipped == 2
+    asyncio.run(scenario())
+
+
+def test_a_failed_witness_call_keeps_its_sets_writes_off_the_witnesses_for_a_while() -> None:
+    async def scenario() -> None:
+        stamp = Stamp()
+        await stamp.warm()
+        stamp.learn()
+        stamp.start(stamp.request(put_op(), token="t1", sdk_id=1))
+        await settle()
+        [(_, future)] = stamp.witnesses["en-4:1"].calls
+        future.set_exception(Unavailable("en-4 is down"))
+        await settle()
+        stamp.owner_answers(0, etag=etag_of(11), speculative=True, epoch=4, lsn=3)
+        [(sync, waiter)] = stamp.client.owner.syncs()  # the failed call: a sync
+        waiter.set_result(pb.Response(id=sync.id))
+        assert stamp.fe.curp.counters.fallback_refused == 1
+        stamp.start(stamp.request(put_op(), token="t2", sdk_id=2))
+        await settle()
+        assert stamp.client.owner.sent[-1][0].curp_epoch == 0  # no records while suspect
+        assert [len(w.calls) for w in stamp.witnesses.values()] == [1, 1, 1]
+        stamp.clock.advance(2.0)  # witness_suspect_ms later
+        stamp.start(stamp.request(put_op(), token="t3", sdk_id=3))
+        await settle()
+        assert stamp.client.owner.sent[-1][0].curp_epoch == 4
+        assert [len(w.calls) for w in stamp.witnesses.values()] == [2, 2, 2]
     asyncio.run(scenario())
 
 

@@ -1,8 +1,9 @@
 """frontend/witness_calls.WitnessCalls on fake witnesses: the records of one event-loop turn
 go out in one Record call per (witness, partition) — more only past the per-call bounds —,
 each record's verdict comes back to its own waiter (None when the call failed, timed out or
-answered short), never from within `record`, and `in_flight` counts what is queued or
-unanswered; and the same on a real channel to a real witness in this process."""
+answered short), never from within `record`, `in_flight` counts what is queued or
+unanswered, and a witness whose call failed is not `usable` for a while; and the same on a
+real channel to a real witness in this process."""
 
 from __future__ import annotations
 
@@ -59,9 +60,11 @@ class Waiter:
 
 
 def calls_over(witnesses: dict[str, FakeWitness], records_max: int = 1024,
-               bytes_max: int = 1 << 20, in_flight_max: int = 10_000) -> WitnessCalls:
+               bytes_max: int = 1 << 20, in_flight_max: int = 10_000,
+               clock: ManualClock | None = None) -> WitnessCalls:
     return WitnessCalls(lambda address: witnesses[address], 0.5, records_max, bytes_max,
-                        in_flight_max)
+                        in_flight_max, suspect_s=1.0,
+                        monotonic=(clock or ManualClock()).monotonic)
 
 
 def record(token: str, payload: bytes = b"p") -> wpb.WitnessRecord:
@@ -131,6 +134,25 @@ def test_a_failed_or_short_call_answers_none() -> None:
     asyncio.run(scenario())
 
 
+def test_a_witness_whose_call_failed_is_suspect_for_a_while() -> None:
+    async def scenario() -> None:
+        clock = ManualClock()
+        witnesses = {"down": FakeWitness("down", "fail"), "up": FakeWitness("up")}
+        calls = calls_over(witnesses, clock=clock)
+        assert calls.usable(("down", "up"))
+        calls.record("down", 1, record("t"), Waiter())
+        calls.record("up", 1, record("t"), Waiter())
+        await settle()
+        assert not calls.usable(("up", "down")) and calls.usable(("up",))
+        clock.advance(1.5)
+        assert calls.usable(("up", "down"))  # one call may find out whether it is back
+        witnesses["down"].behaviour = CONFLICT  # a refusal is no failure of the witness
+        calls.record("down", 1, record("t"), Waiter())
+        await settle()
+        assert calls.usable(("down",))
+    asyncio.run(scenario())
+
+
 def test_a_call_is_cut_at_its_bounds() -> None:
     async def scenario() -> None:
         witness = FakeWitness("en-1")
@@ -173,7 +195,7 @@ def test_over_grpc_a_real_witness_answers_each_record(tmp_path: Path) -> None:
         wpb_grpc.add_WitnessServicer_to_server(WitnessServicer(store), server)
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
-        calls = WitnessCalls.over_grpc(1 << 22, 5.0, 1024, 1 << 20, 100)
+        calls = WitnessCalls.over_grpc(1 << 22, 5.0, 1024, 1 << 20, 100, 1.0)
         try:
             waiters = [Waiter(), Waiter(), Waiter()]
             for token, waiter in zip(("a", "a2", "b"), waiters, strict=True):
