@@ -82,7 +82,7 @@ class CurpSettings:
 
     enabled: bool = False
     witness_timeout_ms: int = 50
-    witness_call_timeout_ms: int = 2000
+    witness_call_timeout_ms: int = 1000
     witness_call_records_max: int = 1024
     witness_call_bytes_max: int = 8 * 1024 * 1024
     # Records queued or in flight to witnesses, all together: past it writes keep the sync
@@ -91,7 +91,7 @@ class CurpSettings:
     # A witness whose Record call failed gets no records for this long (witness_calls.py
     # `usable`): its partitions' writes keep the sync path instead of each waiting out
     # witness_timeout_ms and a sync.
-    witness_suspect_ms: int = 1000
+    witness_suspect_ms: int = 5000
     partitions_cached_max: int = 65_536  # witness sets and (account, name) -> partition id
 
 

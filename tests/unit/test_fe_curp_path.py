@@ -592,7 +592,7 @@ def test_a_failed_witness_call_keeps_its_sets_writes_off_the_witnesses_for_a_whi
         await settle()
         assert stamp.client.owner.sent[-1][0].curp_epoch == 0  # no records while suspect
         assert [len(w.calls) for w in stamp.witnesses.values()] == [1, 1, 1]
-        stamp.clock.advance(2.0)  # witness_suspect_ms later
+        stamp.clock.advance(2.0)  # the suspicion (1 s here) is over
         stamp.start(stamp.request(put_op(), token="t3", sdk_id=3))
         await settle()
         assert stamp.client.owner.sent[-1][0].curp_epoch == 4
