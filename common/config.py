@@ -557,6 +557,13 @@ class FrontEndLimits:
     # until half is written (frontend/server.py): a client that does not read its answers
     # holds no more, one that does may have about 30 large reads or gets in flight.
     call_held_bytes_max: int = 128 * MiB
+    # CURP's fast path (issue 32, frontend/curp_path.py): a write that commutes goes to its
+    # owner and to the partition's three witnesses at once, and is acknowledged on the
+    # owner's early answer and three acceptances; a witness silent this long sends it to the
+    # sync path. Off: every write waits for the commit log, as ever. The owners' side is
+    # PartitionLimits.curp.
+    curp: bool = False
+    curp_witness_timeout_ms: int = 50
     # The Azure Blob REST endpoint (frontend/blob_*.py; DESIGN §6). An Append Block body: Azure's
     # limit for append blobs (API versions before 2022-11-02; larger ones get 413).
     blob_append_bytes_max: int = 4 * MiB

@@ -28,6 +28,7 @@ from frontend.accounts import AccountStore
 from frontend.auth import Authenticator
 from frontend.blob_forward import BlobForwarder
 from frontend.blob_store import BlobStore
+from frontend.curp_path import CurpSettings
 from frontend.forward import ForwardingClient
 from frontend.geo_door import GeoDoor
 from frontend.server import (
@@ -107,7 +108,9 @@ async def serve(args: argparse.Namespace) -> None:
     throttle = AccountThrottle(config.front_end, clock, random.Random())
     client = ForwardingClient([a for a in args.pm.split(",") if a], config.partition,
                               on_pressure=lambda pressure: front_end.observe_pressure(pressure))
-    front_end = FrontEnd(auth, client, throttle, config.partition, config.front_end)
+    curp = CurpSettings(enabled=config.front_end.curp,
+                        witness_timeout_ms=config.front_end.curp_witness_timeout_ms)
+    front_end = FrontEnd(auth, client, throttle, config.partition, config.front_end, curp=curp)
 
     # Receive no more than the largest legal request needs (a stranger's message is held
     # while it is parsed); send answers up to the SDK's own limit.

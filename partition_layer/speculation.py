@@ -19,8 +19,10 @@ Contracts:
 - `wrote(keys, lsn)` notes the rows an early answer wrote; `durable(lsn, pendings)` (a block
   applied, `lsn` its last write's, None if it wrote nothing) forgets those the commit log now
   holds, wakes every wait for them, and tells the owner's witnesses (`drop`, once it has
-  some) to drop the records of the block's hinted writes (curp.py step 6; a seal's record,
-  named by its front end alone, waits for the owner's sweep).
+  some) to drop the records of the block's appends and entity writes — hinted or not: a
+  front end's retry of a fast write goes without its hint, and its records are there all
+  the same (curp.py step 6; a seal's record, named by its front end alone, waits for the
+  owner's sweep).
 - `until_durable(lsn)` returns once the partition applied every write through `lsn` (in LSN
   order, after it was durable); `until_rows_durable(keys)` once no row among `keys` holds an
   early answer's write still in flight; `until_all_durable()` once no row does. Each
@@ -101,7 +103,7 @@ class Speculation:
         if lsn is not None:
             self.applied_through(lsn)
         if self.drop is not None:
-            tokens = [p.op.token.encode() for p in pendings if p.hint and not p.recovered
+            tokens = [p.op.token.encode() for p in pendings if not p.recovered
                       and isinstance(p.op, LogAppend | EntityWrite) and p.op.token]
             if tokens:
                 self.drop(tokens)

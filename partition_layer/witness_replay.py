@@ -84,6 +84,9 @@ async def _own_witnesses(p: RangePartition) -> OwnerCalls | None:
     """This owner's set, fenced and cleared on every member, or None (the sync path for
     every write) if the stamp has no three fault domains alive or a member did not answer."""
     assert p.witness_channels is not None
+    # Front ends send curp_epoch 0 for "no witnesses known": an owner's never is (a lease
+    # token), or a write recorded nowhere could be answered early.
+    assert p.epoch > 0, p.epoch
     addresses = pick(await p.client.sm.list_nodes(), p.id)
     if addresses is None:
         return None
