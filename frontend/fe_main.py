@@ -28,7 +28,7 @@ from frontend.accounts import AccountStore
 from frontend.auth import Authenticator
 from frontend.blob_forward import BlobForwarder
 from frontend.blob_store import BlobStore
-from frontend.curp_path import CurpSettings
+from frontend.curp_path import CurpCounters, CurpSettings
 from frontend.forward import ForwardingClient
 from frontend.geo_door import GeoDoor
 from frontend.server import (
@@ -92,6 +92,23 @@ def watch_front_end(front_end: FrontEnd) -> Iterable[Metric]:
                             value=front_end.auth.accounts_cached())
     yield GaugeMetricFamily("stamp_fe_map_version", "partition map version cached",
                             value=front_end.client.map_version())
+    yield from watch_curp(front_end.curp.counters)
+
+
+def watch_curp(counters: CurpCounters) -> Iterable[Metric]:
+    """CURP's fast path (issue 32): how its writes were acknowledged, and its records."""
+    family = CounterMetricFamily("stamp_fe_curp_writes", "writes that took CURP's fast "
+                                 "path, by how they were answered", labels=["answer"])
+    for answer in ("fast", "synced", "fallback_acked", "fallback_failed", "in_doubt"):
+        family.add_metric([answer], getattr(counters, answer))
+    yield family
+    family = CounterMetricFamily("stamp_fe_curp_fallbacks", "fast writes sent to the sync "
+                                 "path, by cause", labels=["cause"])
+    for cause in ("refused", "timeout", "unrecorded"):
+        family.add_metric([cause], getattr(counters, f"fallback_{cause}"))
+    yield family
+    yield CounterMetricFamily("stamp_fe_curp_records", "records sent to witnesses",
+                              value=counters.records_sent)
 
 
 async def serve(args: argparse.Namespace) -> None:

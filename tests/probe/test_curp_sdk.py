@@ -1,0 +1,105 @@
+"""CURP end to end (issue 32): a stamp with the fast path on, SDK writers appending to many
+logs and putting distinct rows through a front end. Most writes are acknowledged on the
+owner's early answer and three witnesses' acceptances; then the owner's commit log stalls,
+writes go on being acknowledged early, and the owner is SIGKILLed. Every acknowledged write
+is at the new owner afterwards: each append at its sequence number, each row with its value
+and the ETag its writer was given (curp.py steps 3, 4 and 7)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+from stampsdk import aio
+from stampsdk.errors import StampError
+
+from common import rpc
+from partition_layer.client import PartitionClient
+from tools.chaos.extents import read_whole_log
+from tools.local_stamp import LocalStamp
+from tools.scrape import scrape
+
+pytestmark = pytest.mark.slow
+
+StampFactory = Callable[..., LocalStamp]
+WRITERS = 8
+LOGS = 32
+TIMEOUT_S = 60.0
+PHASE_WRITES = 150  # acknowledged writes each phase waits for
+
+
+def fast_acks(stamp: LocalStamp) -> float:
+    samples = asyncio.run(scrape(stamp.record("fe-1").metrics_address, 5.0))
+    return samples.value("stamp_fe_curp_writes_total", answer="fast")
+
+
+def test_writes_acknowledged_early_survive_the_owners_sigkill(
+        stamp_factory: StampFactory) -> None:
+    stamp = stamp_factory(3, 3, lock_servers=3, partition_managers=1, partition_servers=2,
+                          front_ends=1, partition={"curp": True}, front_end={"curp": True})
+    text = stamp.admin_connection_string_file.read_text().strip()
+    appended: list[tuple[str, int, bytes]] = []
+    put: dict[str, tuple[bytes, str]] = {}
+    stop = threading.Event()
+
+    async def load() -> None:
+        client = aio.Client.from_connection_string(text, timeout_s=TIMEOUT_S)
+
+        async def writer(index: int) -> None:
+            number = 0
+            while not stop.is_set():
+                log = f"log-{(index + number * WRITERS) % LOGS}"
+                record = f"w{index}-n{number}".encode()
+                row, value = f"row-{index}-{number}", f"v{index}-{number}".encode()
+                try:
+                    appended.append((log, await client.append(log, [record]), record))
+                    put[row] = (value, await client.put("group", row, value))
+                except StampError:
+                    pass  # in doubt or refused: not acknowledged, nothing is checked of it
+                number += 1
+        try:
+            await asyncio.gather(*(writer(i) for i in range(WRITERS)))
+        finally:
+            await client.close()
+
+    def until(count: Callable[[], int], what: str) -> None:
+        deadline = time.monotonic() + TIMEOUT_S
+        while count() < 0:
+            assert time.monotonic() < deadline, f"not within {TIMEOUT_S:g} s: {what}"
+            time.sleep(0.05)
+
+    runner = threading.Thread(target=lambda: asyncio.run(load()))
+    runner.start()
+    try:
+        until(lambda: len(appended) - PHASE_WRITES, "writes before the fault")
+        assert fast_acks(stamp) > 0, "no write was acknowledged on the fast path"
+        with PartitionClient.from_stamp(str(stamp.data_dir)) as pc:
+            current, addresses = pc.partition_map()
+            owner = current.get(1).server
+            # Its commit log stalls: writes answered early from now on are on the
+            # witnesses alone when the owner dies.
+            rpc.arm_remote(addresses[owner], "ps.commit.before_append=delay:60000")
+            fast_before = fast_acks(stamp)
+            deadline = time.monotonic() + TIMEOUT_S
+            while fast_acks(stamp) < fast_before + 5:
+                assert time.monotonic() < deadline, "no write acknowledged with the log stalled"
+                time.sleep(0.02)
+            stamp.kill(owner)
+            at = len(appended)
+            until(lambda: len(appended) - at - PHASE_WRITES, "writes after the owner's kill")
+    finally:
+        stop.set()
+        runner.join(TIMEOUT_S)
+    assert not runner.is_alive()
+
+    with PartitionClient.from_stamp(str(stamp.data_dir)) as pc:
+        logs: dict[str, dict[int, bytes]] = {}
+        for log, seq, record in appended:
+            if log not in logs:
+                logs[log] = dict(read_whole_log(pc, "admin", log))
+            assert logs[log].get(seq) == record, f"{log} lost {record!r} acknowledged at {seq}"
+        for row, (value, etag) in put.items():
+            assert pc.get("admin", "group", row) == (value, etag), f"row {row} lost or changed"
