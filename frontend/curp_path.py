@@ -9,8 +9,10 @@ Contracts:
   which it then never sends): the front end behaves as without this module.
 - `take(request, sdk_id, nbytes, address, reply)`, for a request checked, admitted, its
   deadline set and its auth cleared, about to be forwarded to the owner at `address`:
-  False — not a fast write (`curp.footprint_of` None) or no map — and nothing changed, the
-  caller forwards it as ever; True — this path forwards it and calls `reply` exactly once,
+  False — not a fast write (`curp.footprint_of` None), a key of it recorded at witnesses
+  within `recent_key_ms` (`RecentKeys`: the owner has likely not dropped that record yet,
+  and the new one would be refused), or no map — and nothing changed, the caller forwards
+  it as ever; True — this path forwards it and calls `reply` exactly once,
   with the SDK's id, never with an internal field (`clear_internal`).
 - A fast write carries `version_hint`, this front end's hybrid clock (`HybridClock`). Its
   partition's witnesses are known or not (`WitnessSets`, learned from `Response.witnesses`
@@ -40,9 +42,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
+import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -93,6 +97,12 @@ class CurpSettings:
     # witness_timeout_ms and a sync.
     witness_suspect_ms: int = 5000
     partitions_cached_max: int = 65_536  # witness sets and (account, name) -> partition id
+    # A write to a key this front end recorded at witnesses this recently takes the plain
+    # path: the owner drops the last write's record only once it is durable, and a record
+    # still held would refuse the new one (a sync: slower than the plain path). One log
+    # appended to in a loop so costs what it costs without CURP (`recent_keys`).
+    recent_key_ms: int = 10
+    recent_keys_max: int = 65_536
 
 
 @dataclass
@@ -116,6 +126,30 @@ class CurpCounters:
         """The share of answered fast writes acknowledged after one round trip."""
         answered = self.fast + self.synced + self.fallback_acked + self.fallback_failed
         return self.fast / answered if answered else 0.0
+
+
+class RecentKeys:
+    """Keys recorded at witnesses within the last `window_s` (CurpSettings.recent_key_ms),
+    by the front end's clock; at most `held_max`, the oldest half forgotten past it."""
+
+    def __init__(self, window_s: float, held_max: int, now: Callable[[], float]) -> None:
+        self.window_s = window_s
+        self.held_max = held_max
+        self.now = now
+        self._at: dict[bytes, float] = {}  # in the order noted
+
+    def clashes(self, keys: Iterable[bytes]) -> bool:
+        since = self.now() - self.window_s
+        return any(self._at.get(key, -math.inf) > since for key in keys)
+
+    def note(self, keys: Iterable[bytes]) -> None:
+        now = self.now()
+        for key in keys:
+            self._at.pop(key, None)  # to the end: the dict stays in time order
+            self._at[key] = now
+        if len(self._at) > self.held_max:
+            for key in list(itertools.islice(self._at, len(self._at) // 2)):
+                del self._at[key]
 
 
 class HybridClock:
@@ -230,6 +264,7 @@ class CurpPath:
         self.witness_calls = calls
         self._ids: dict[tuple[str, str], int] = {}
         self._ids_map: PartitionMap | None = None
+        self.recent = RecentKeys(settings.recent_key_ms / 1000, settings.recent_keys_max, wall)
 
     @property
     def calls(self) -> WitnessCalls:
@@ -245,7 +280,7 @@ class CurpPath:
              reply: Reply) -> bool:
         """Forward a fast write (module contract); False: not one, forward it as ever."""
         footprint = footprint_of(request)
-        if footprint is None:
+        if footprint is None or self.recent.clashes(footprint.exclusive):
             return False
         partition_id = self._partition_id(request.account, request.pname)
         if partition_id is None:
@@ -267,6 +302,7 @@ class CurpPath:
         session.send(request, self.client.attempts.timeout_s(0, nbytes), nbytes, write)
         if known is not None and not write.done():  # done: the session failed it at once
             write.record_at(known, footprint)
+            self.recent.note(footprint.exclusive)
         return True
 
     def outgoing(self, response: pb.Response) -> None:
