@@ -114,6 +114,10 @@ class Journal:
         self._task: asyncio.Task[None] | None = None
         self.syncs = 0
         self.records = 0
+        # Bytes written to the disk by group commits so far (records with their headers, and
+        # the bytes of their FileWrites): what the journal costs the disk, which its held
+        # bytes (compacted, dropped through) do not say.
+        self.written_bytes = 0
         # Metrics (null objects while metrics are off): each group commit's fdatasync time,
         # records and bytes. The fdatasync is timed where it runs, observed on the loop.
         self._sync_s = 0.0
@@ -285,6 +289,7 @@ class Journal:
                     self._trace(traced_ns, batch, size)
                 self.syncs += 1
                 self.records += len(batch)
+                self.written_bytes += size
                 self._sync_seconds.observe(self._sync_s)
                 self._batch_records.observe(len(batch))
                 self._batch_bytes.observe(size)

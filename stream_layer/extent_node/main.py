@@ -76,6 +76,9 @@ def watch_store(store: ExtentStore, fragments: FragmentStore,
                             "witness records held", value=witness.table.held_bytes())
     yield GaugeMetricFamily("stamp_en_witness_journal_bytes", "bytes held in the CURP "
                             "witness store's journal", value=witness.journal_bytes)
+    yield CounterMetricFamily("stamp_en_witness_journal_written_bytes", "bytes the CURP "
+                              "witness store's journal wrote to its disk",
+                              value=witness.journal.written_bytes)
 
 
 async def serve(args: argparse.Namespace) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from common.errors import Internal
-from stream_layer.extent_node.journal import Journal, encode_record
+from stream_layer.extent_node.journal import FileWrite, Journal, encode_record
 
 MiB = 1 << 20
 
@@ -30,6 +30,24 @@ def test_group_commit_many_appends_share_fsyncs_and_keep_order(tmp_path: Path) -
     assert journal.syncs < 250, f"{journal.syncs} fsyncs for 500 concurrent appends"
     replayed = [body for _, body in make(tmp_path).replay()]
     assert replayed == [b"record-%04d" % i for i in range(500)]
+
+
+def test_written_bytes_count_every_record_with_its_header_and_file_writes(
+        tmp_path: Path) -> None:
+    data_file = tmp_path / "extent"
+    data_file.write_bytes(b"")
+
+    async def scenario() -> Journal:
+        journal = make(tmp_path / "journal")
+        journal.start()
+        await journal.append(b"abc")
+        await journal.submit(b"de", FileWrite(data_file, 0, b"x" * 100))
+        await journal.stop()
+        return journal
+    journal = asyncio.run(scenario())
+    held = len(encode_record(b"abc")) + len(encode_record(b"de"))
+    assert journal.held_bytes() == held
+    assert journal.written_bytes == held + 100  # the FileWrite's bytes count too
 
 
 def test_replay_cuts_a_torn_tail(tmp_path: Path) -> None:

@@ -245,4 +245,6 @@ def test_the_nodes_gauges_include_the_witness(tmp_path: Path) -> None:
         assert gauges["stamp_en_witness_records"] == 1
         assert gauges["stamp_en_witness_bytes"] == 6
         assert gauges["stamp_en_witness_journal_bytes"] == store.journal_bytes > 0
+        # What the witness journal wrote (the counter a bench divides by writes).
+        assert gauges["stamp_en_witness_journal_written_bytes"] == store.journal.written_bytes > 0
     serve(tmp_path / "witness", scenario)
