@@ -16,6 +16,12 @@ from tools.progress import Progress
 Rows = list[dict[str, Any]]
 SCAN_ROWS = 1_000_000  # bench scan's default --rows
 TRIALS = 20  # --trials unless said: each bench caps it as its own cost allows
+SECONDS = 5.0  # --seconds unless said, for a bench without a default of its own
+
+
+def _seconds(args: argparse.Namespace, default: float = SECONDS) -> float:
+    """--seconds, or the bench's `default` when not given."""
+    return default if args.seconds is None else args.seconds
 
 
 def _trials(args: argparse.Namespace, cap: int | None = None) -> int:
@@ -27,7 +33,7 @@ def _trials(args: argparse.Namespace, cap: int | None = None) -> int:
 def _extent_append(args: argparse.Namespace, progress: Progress) -> Rows:
     from tools.bench.extent_append import run
 
-    return run(seconds=args.seconds, progress=progress)
+    return run(seconds=_seconds(args), progress=progress)
 
 
 def _seal(args: argparse.Namespace, progress: Progress) -> Rows:
@@ -39,7 +45,7 @@ def _seal(args: argparse.Namespace, progress: Progress) -> Rows:
 def _stream_append(args: argparse.Namespace, progress: Progress) -> Rows:
     from tools.bench.stream import run_stream_append
 
-    return run_stream_append(seconds=args.seconds, progress=progress)
+    return run_stream_append(seconds=_seconds(args), progress=progress)
 
 
 def _sm_failover(args: argparse.Namespace, progress: Progress) -> Rows:
@@ -68,8 +74,8 @@ def _log_append(args: argparse.Namespace, progress: Progress) -> Rows:
     from tools.bench.partition import run_log_append
 
     if args.metrics == "compare":
-        return run_metrics_compare(seconds=args.seconds, progress=progress)
-    return run_log_append(seconds=args.seconds, progress=progress,
+        return run_metrics_compare(seconds=_seconds(args), progress=progress)
+    return run_log_append(seconds=_seconds(args), progress=progress,
                           config_text=METRICS_OFF if args.metrics == "off" else "")
 
 
@@ -89,13 +95,19 @@ def _ps_failover(args: argparse.Namespace, progress: Progress) -> Rows:
 def _fe_append(args: argparse.Namespace, progress: Progress) -> Rows:
     from tools.bench.front_end import run_fe_append
 
-    return run_fe_append(seconds=args.seconds, progress=progress)
+    return run_fe_append(seconds=_seconds(args), progress=progress)
+
+
+def _curp(args: argparse.Namespace, progress: Progress) -> Rows:
+    from tools.bench.curp import SECONDS_DEFAULT, run_curp
+
+    return run_curp(seconds=_seconds(args, SECONDS_DEFAULT), progress=progress)
 
 
 def _geo(args: argparse.Namespace, progress: Progress) -> Rows:
     from tools.bench.geo import run_geo
 
-    return run_geo(seconds=args.seconds, progress=progress, ship_pace_ms=args.ship_pace_ms)
+    return run_geo(seconds=_seconds(args), progress=progress, ship_pace_ms=args.ship_pace_ms)
 
 
 def _geo_migrate(args: argparse.Namespace, progress: Progress) -> Rows:
@@ -107,7 +119,7 @@ def _geo_migrate(args: argparse.Namespace, progress: Progress) -> Rows:
 def _fe_tls(args: argparse.Namespace, progress: Progress) -> Rows:
     from tools.bench.front_end_tls import run_fe_tls
 
-    return run_fe_tls(seconds=args.seconds, progress=progress)
+    return run_fe_tls(seconds=_seconds(args), progress=progress)
 
 
 def _scan(args: argparse.Namespace, progress: Progress) -> Rows:
@@ -161,13 +173,13 @@ def _availability(args: argparse.Namespace, progress: Progress) -> Rows:
 def _idle(args: argparse.Namespace, progress: Progress) -> Rows:
     from tools.bench.idle import IDLE_SECONDS_MIN, run_idle
 
-    return run_idle(seconds=max(args.seconds, IDLE_SECONDS_MIN), progress=progress)
+    return run_idle(seconds=max(_seconds(args), IDLE_SECONDS_MIN), progress=progress)
 
 
 def _blob_append(args: argparse.Namespace, progress: Progress) -> Rows:
     from tools.bench.azure import run_blob_append
 
-    return run_blob_append(seconds=args.seconds, progress=progress)
+    return run_blob_append(seconds=_seconds(args), progress=progress)
 
 
 BLOB_APPEND = ("Azure's SDK appending 4 KiB blocks to append blobs through the front ends' "
@@ -207,6 +219,11 @@ BENCHES: dict[str, tuple[str, Callable[[argparse.Namespace, Progress], Rows]]] =
     "fe-tls": ("the fe-append loads through the SDK to a stamp with TLS and to one without, "
                "side by side, taking turns (targets: ratio >= 0.9 at 32x100, added p50 <= "
                "0.2 ms for 1x1)", _fe_tls),
+    "curp": ("CURP on and off (issue 32): two stamps taking turns, through the SDK: one "
+             "appender round robin over 64 logs, one client putting new 1 KiB rows, one "
+             "appender on one log, 32x1 and 32x100 appenders (--seconds per load and side, "
+             "default 12): rates, p50/p99, the fast path's share and the witnesses' disk "
+             "bytes per write; ratio on/off and the p50 it adds", _curp),
     "geo": ("inter-stamp replication on a location of two small stamps: the log-append "
             "loads 32x1 and 32x100 through the SDK for a replicated account and a "
             "stand-alone one taking turns, with the replication lag p50/p99 (targets: "
@@ -256,8 +273,9 @@ def register(commands: Any) -> None:
         description="Benchmarks: " + "; ".join(f"{n}: {d}" for n, (d, _) in BENCHES.items()))
     bench.add_argument("name", choices=sorted(BENCHES), help="which benchmark")
     bench.add_argument("--json", action="store_true", help="print one JSON object")
-    bench.add_argument("--seconds", type=float, default=5.0,
-                       help="how long each measured phase runs (default 5)")
+    bench.add_argument("--seconds", type=float, default=None,
+                       help="how long each measured phase runs (default 5; curp: each "
+                            "side's time per load, default 12)")
     bench.add_argument("--trials", type=_positive, default=None,
                        help=f"trials of a kill-and-measure bench (default {TRIALS}; "
                             "availability: 1)")
