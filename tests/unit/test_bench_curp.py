@@ -54,7 +54,8 @@ def test_fast_share_and_witness_bytes_per_write_are_deltas_over_the_load() -> No
     assert load.witness_written_bytes == 9 * 600  # the held-bytes gauge is not counted
     # In doubt is not an answer: 70 of 70 + 15 + 12 + 3.
     assert load.fast_share() == pytest.approx(0.7)
-    assert load.metrics(writes=100) == {"fast_share_ratio": 0.7,
+    # Of all 100 writes of the load, 70 fast (the others: the plain path, uncounted).
+    assert load.metrics(writes=100) == {"fast_share_ratio": 0.7, "fast_per_write_ratio": 0.7,
                                         "witness_bytes_per_write": 54.0,
                                         "witness_records_per_write": 2.7}
 
@@ -64,7 +65,8 @@ def test_a_stamp_with_curp_off_or_no_writes_divides_nothing_by_zero() -> None:
     load = CurpCounts()
     load.add(still, still)
     assert load.fast_share() == 0.0
-    assert load.metrics(writes=0) == {"fast_share_ratio": 0.0, "witness_bytes_per_write": 0.0,
+    assert load.metrics(writes=0) == {"fast_share_ratio": 0.0, "fast_per_write_ratio": 0.0,
+                                      "witness_bytes_per_write": 0.0,
                                       "witness_records_per_write": 0.0}
     # A process that did not answer its scrape (None, tools/scrape.py) adds nothing.
     assert snapshot([], []) == CurpCounts()
@@ -95,10 +97,11 @@ def test_rows_per_load_one_per_side_then_the_compare_row(load: Load) -> None:
     on, off, compare = (r["metrics"] for r in rows)
     rate = "ops_per_s" if load.op == "put" else "records_per_s"
     assert set(on) == set(off) == {rate, "p50_ms", "p99_ms", "fast_share_ratio",
-                                   "witness_bytes_per_write", "witness_records_per_write"}
+                                   "fast_per_write_ratio", "witness_bytes_per_write",
+                                   "witness_records_per_write"}
     assert on[rate] == 250.0 * load.batch and off[rate] == 125.0 * load.batch
-    assert (on["fast_share_ratio"], on["witness_bytes_per_write"],
-            on["witness_records_per_write"]) == (0.8, 130.0, 3.0)
+    assert (on["fast_share_ratio"], on["fast_per_write_ratio"], on["witness_bytes_per_write"],
+            on["witness_records_per_write"]) == (0.8, 0.8, 130.0, 3.0)
     assert off["fast_share_ratio"] == 0.0
     assert rows[0]["params"] == {"curp": "on", "load": load.name, "op": load.op,
                                  "clients": load.clients, "batch": load.batch,

@@ -17,10 +17,13 @@ Loads (one SDK client per stamp, its admin account, warmed first):
 Per load and side: the rate (`records_per_s`, `ops_per_s` for puts), `p50_ms`, `p99_ms`; the
 fast path's share of the writes it answered (`fast_share_ratio`: fast / (fast + synced +
 fallback_acked + fallback_failed), from the front ends' counters, frontend/curp_path.py's
-`CurpCounters.fast_share`; 0 with CURP off); and what the witnesses cost the disk: the bytes
-their journals wrote over all 9 extent nodes per write (`witness_bytes_per_write`, its
-garbage drops included) and the records the front ends sent them per write
-(`witness_records_per_write`: 3 for a write recorded at all three). A compare row per load:
+`CurpCounters.fast_share`; 0 with CURP off), and the writes acknowledged fast of all the
+load's writes (`fast_per_write_ratio`: the share above leaves out the writes a front end sent
+down the plain path, as it does a write to a key it recorded moments ago); and what the
+witnesses cost the disk: the bytes their journals wrote over all 9 extent nodes per write
+(`witness_bytes_per_write`, its garbage drops included) and the records the front ends sent
+them per write (`witness_records_per_write`: 3 for a write recorded at all three). A compare
+row per load:
 `ratio` (CURP on over off, of the rate) and `added_p50_ms` / `added_p99_ms` (on less off).
 
 Contract: the counters are read before and after each load (all its turns) from the stamp of
@@ -136,9 +139,13 @@ class CurpCounts:
         return self.fast / answered if answered else 0.0
 
     def metrics(self, writes: int) -> dict[str, float]:
-        """The load's CURP figures for `writes` write calls (0 counts as 1)."""
+        """The load's CURP figures for `writes` write calls (0 counts as 1). Beside the fast
+        share, the writes acknowledged fast of ALL the load's writes: a front end sends a
+        write to a key it recorded at witnesses within CurpSettings.recent_key_ms down the
+        plain path, which no CURP counter counts (one log appended to in a loop)."""
         n = max(1, writes)
         return {"fast_share_ratio": round(self.fast_share(), 3),
+                "fast_per_write_ratio": round(self.fast / n, 3),
                 "witness_bytes_per_write": round(self.witness_written_bytes / n, 1),
                 "witness_records_per_write": round(self.records_sent / n, 3)}
 
