@@ -52,13 +52,7 @@ from partition_layer.linger import Linger
 from partition_layer.operations import Operation, Overlay, Replicated
 from partition_layer.queued_op import Done, Outcome, Pending
 from partition_layer.rows import Row, encode_row
-from partition_layer.speculation import (
-    Speculation,
-    Speculative,
-    early_version,
-    replay_version,
-    replaying,
-)
+from partition_layer.speculation import Speculation, early_version, replay_version, replaying
 from partition_layer.stats import LoadStats
 from stream_layer.client import AsyncStream
 from stream_layer.framing import Location
@@ -132,6 +126,7 @@ class GroupCommitter:
         self._task: asyncio.Task[None] | None = None
         self._appends: set[asyncio.Task[Any]] = set()  # sent, not yet finished: abort() ends them
         self.speculation = Speculation()  # early answers' rows, and waits for durability
+        self._hinted = 0  # queued operations with a version hint (`_commit_until_stopped`)
 
     def start(self) -> None:
         self.next_lsn, self._floor = self.p.applied_lsn + 1, self.p.version_floor
@@ -162,6 +157,7 @@ class GroupCommitter:
         if tracing.enabled:
             pending.span = commit_spans.begin(self.p.id, pending.op)
         self.queue.append(pending)
+        self._hinted += pending.hint > 0
         self._linger.observe(len(self.queue) + self.deciding + self._inflight_ops,
                              pending.started)
         self._wake.set()
@@ -193,6 +189,7 @@ class GroupCommitter:
     def fail_queued(self, reason: str) -> None:
         while self.queue:
             self.queue.popleft().answer(None, NotOwner(f"partition {self.p.id}: {reason}"))
+        self._hinted = 0
         self._wake.set()
 
     def abort(self) -> None:
@@ -225,13 +222,16 @@ class GroupCommitter:
 
     async def _commit_until_stopped(self) -> None:
         while self.p.committing():
+            # A fuller block is waited for unless a hinted op is queued: CURP answers it once
+            # decided, so a wait for the blocks in flight would be its whole latency.
             if (not self.queue or self._paused
                     or self.inflight >= self.limits.commit_pipeline_depth
-                    or (self.inflight and len(self.queue) < self.limits.commit_batch_ops_min)):
+                    or (self.inflight and not self._hinted
+                        and len(self.queue) < self.limits.commit_batch_ops_min)):
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            if not self.inflight:
+            if not self.inflight and not self._hinted:
                 wait_s = self._linger.wait_s(len(self.queue), self.limits.commit_batch_ops_max,
                                              time.monotonic())
                 if wait_s > 0:
@@ -270,7 +270,8 @@ class GroupCommitter:
             nbytes = self.queue[0].nbytes
             if batch and size + nbytes > self.limits.commit_batch_bytes_max:
                 break
-            batch.append(self.queue.popleft())
+            batch.append(pending := self.queue.popleft())
+            self._hinted -= pending.hint > 0
             size += nbytes
         return batch
 
@@ -319,8 +320,9 @@ class GroupCommitter:
                 self._floor = max(self._floor, version, *(
                     row.version for _, row in mutations) if replicated else ())
             outcomes.append(Outcome(pending, result))
-            if early is not None:
-                self._answer_early(pending, result, [key for key, _ in mutations])
+            if early is not None:  # its answer rests on durable rows only
+                self.speculation.answer(pending, result, [key for key, _ in mutations],
+                                        self.p.epoch, self.next_lsn - 1)
         append: asyncio.Task[Any] | None = None
         nbytes = 0
         if ops:
@@ -336,16 +338,6 @@ class GroupCommitter:
         self._inflight_ops += len(outcomes)
         self._tail = asyncio.get_running_loop().create_task(
             self._finish(self._tail, append, ops, outcomes, nbytes))
-
-    def _answer_early(self, pending: Pending, result: Any, written: list[bytes]) -> None:
-        """Answer a decided op before its block is durable (speculation.py): its answer
-        rests on durable rows only. One that wrote nothing is final as it is."""
-        if not written:
-            pending.answer(result, None)
-            return
-        lsn = self.next_lsn - 1
-        self.speculation.wrote(written, lsn)
-        pending.answer(Speculative(result, self.p.epoch, lsn), None)
 
     async def _append(self, block: bytes) -> Any:
         await faults.apoint("ps.commit.before_append")

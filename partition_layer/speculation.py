@@ -92,6 +92,17 @@ class Speculation:
         # The owner's witnesses' Drop (witness_set.OwnerCalls.drop), once it has some.
         self.drop: Callable[[list[bytes]], None] | None = None
 
+    def answer(self, pending: Pending, result: Any, written: list[bytes], epoch: int,
+               lsn: int) -> None:
+        """Answer a decided op before its block is durable: `Speculative`, naming the LSN
+        of its write (`wrote` notes its rows), or, if it wrote nothing, its result as it is
+        (final: it rests on durable rows only)."""
+        if not written:
+            pending.answer(result, None)
+            return
+        self.wrote(written, lsn)
+        pending.answer(Speculative(result, epoch, lsn), None)
+
     def wrote(self, keys: Iterable[bytes], lsn: int) -> None:
         written = tuple(keys)
         for key in written:

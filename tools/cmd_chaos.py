@@ -75,6 +75,11 @@ def register(commands: Any) -> None:
     chaos.add_argument("--config", default=None, metavar="FILE",
                        help="a stamp config (TOML) to run instead of chaos's own (not with "
                             "--geo)")
+    chaos.add_argument("--curp", action="store_true",
+                       help="run the stamp with CURP's fast path on (issue 32): writes that "
+                            "commute acknowledged on their owner's early answer and three "
+                            "witnesses; the report counts how the front ends answered them "
+                            "(not with --config or --geo)")
     chaos.add_argument("--keep", default=None, metavar="DIR",
                        help="run the stamp in DIR (new or empty) and keep it afterwards: "
                             "every process's server.log, for a post-mortem (with power "
@@ -115,6 +120,9 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     if args.config is not None and args.geo:
         raise InvalidArgument("--config does not go with --geo: a location's stamps have "
                               "their own shape")
+    if args.curp and (args.config is not None or args.geo):
+        raise InvalidArgument("--curp goes with chaos's own stamp: not with --config (set "
+                              "[partition] curp and [front_end] curp there) nor --geo")
     if args.config is not None and not Path(args.config).is_file():
         raise FileNotFoundError(f"--config: no file {args.config}")
     if args.keep is not None and Path(args.keep).is_dir() and any(Path(args.keep).iterdir()):
@@ -124,7 +132,7 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     print(f"stamp chaos --minutes {args.minutes:g} --seed {seed}{' --geo' * args.geo}",
           file=sys.stderr, flush=True)
     options = ChaosOptions(args.minutes, seed, args.writers, args.power_cuts, args.config,
-                           args.keep, args.every_kind)
+                           args.keep, args.every_kind, args.curp)
     run = run_geo_chaos if args.geo else run_chaos
     with Progress("chaos") as progress:
         report = run(options, _Display(progress, starts=args.geo).show, progress)

@@ -158,6 +158,9 @@ def print_report(report: dict[str, Any], console: Any) -> None:
     console.print(faults)
     a = report["availability"]
     console.print(f"checked: {report['checked']}")
+    if "curp" in report:  # stamp chaos --curp (issue 32)
+        answers = ", ".join(f"{k} {int(v):,}" for k, v in sorted(report["curp"].items()))
+        console.print(f"CURP's fast path, writes by answer: {answers or 'none counted'}")
     console.print(f"availability: {a['ok_per_s_mean']} ops/s on average, "
                   f"{a['seconds_without_success']} of {int(report['seconds'])} s without a "
                   f"successful op; outside power cuts {a['available_share']:.2%} of "
