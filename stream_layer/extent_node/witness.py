@@ -12,8 +12,12 @@ Contracts:
   the sync path).
 - `fence`, `clear` and `drop_partition` return only once durable: a fence a power cut forgot
   would let a deposed owner's write be accepted after the new owner replayed.
-- `gc` does not wait: its entry is submitted at once and becomes durable with the next group
-  commit (the journal's loop wakes on every submission). A gc lost in a crash only brings
+- `gc` does not wait, nor does it cost a sync of its own: its entry is held back and
+  submitted just before the next entry that is waited for (a record, a fence, a clear), so
+  it shares that group commit, or after GC_FLUSH_S when none comes (an owner drops the
+  records of every block it syncs: an fsync of their own would double the witness's disk
+  work, on the disk the replicas' journal shares on one machine). Submitted in the table's
+  order all the same, so replay sees the same history. A gc lost in a crash only brings
   records back; the owner dedupes them by token when it replays. `flush()` waits for it.
   `gc` and `list` go by the caller's epoch (witness_table.py: a deposed owner drops and lists
   nothing, and never a newer owner's record).
@@ -75,6 +79,8 @@ from stream_layer.extent_node.witness_table import (
 log = logging.getLogger(__name__)
 
 VERSION = 2
+# gc entries held back this long at most when no entry that is waited for comes (module doc).
+GC_FLUSH_S = 0.5
 HELD, RELEASED, FENCED, CLEARED, DROPPED, SNAPSHOT = 1, 2, 3, 4, 5, 6
 _HEAD = struct.Struct("<BB")
 _U16 = struct.Struct("<H")
@@ -239,6 +245,8 @@ class WitnessStore:
                                self.limits.journal_queue_bytes_max,
                                self.limits.journal_segment_bytes_max)
         self._last: asyncio.Future[None] | None = None  # the last entry submitted
+        self._gc_held: list[bytes] = []  # gc entries not yet submitted (module doc)
+        self._gc_flush: asyncio.TimerHandle | None = None
         self._journal_bytes = 0  # in the segments, or queued for them
         self._running = False
         self._compact_lock: asyncio.Lock | None = None
@@ -274,6 +282,9 @@ class WitnessStore:
 
     async def stop(self) -> None:
         """Stop the journal; what is not yet durable fails (Unavailable) for its waiters."""
+        if self._running and self._gc_held:
+            self._submit_gc()
+            await self._durable()
         self._running = False
         if self._compaction is not None:
             self._compaction.cancel()
@@ -300,7 +311,11 @@ class WitnessStore:
         next group commit, not awaited (module doc). Returns how many were dropped."""
         self._check_running()
         entries = self.table.gc(partition, tokens, epoch=epoch)
-        self._persist(entries)
+        if entries:
+            self._gc_held += [encode(entry) for entry in entries]
+            if self._gc_flush is None:
+                self._gc_flush = asyncio.get_running_loop().call_later(GC_FLUSH_S,
+                                                                       self._submit_gc)
         return sum(len(entry.tokens) for entry in entries if isinstance(entry, Released))
 
     def list(self, partition: int, older_than_ms: int, *, epoch: int) -> list[Record]:
@@ -332,7 +347,9 @@ class WitnessStore:
         await self._durable()
 
     async def flush(self) -> None:
-        """Wait until everything submitted so far (gc included) is durable."""
+        """Wait until everything so far (the gc entries held back included) is durable."""
+        if self._gc_held:
+            self._submit_gc()
         await self._durable()
 
     # ---- compaction -----------------------------------------------------------------------
@@ -410,8 +427,21 @@ class WitnessStore:
         if not self._running:
             raise Unavailable("the witness store is not running")
 
+    def _submit_gc(self) -> None:
+        """Submit the gc entries held back (before any later entry: the table's order)."""
+        if self._gc_flush is not None:
+            self._gc_flush.cancel()
+            self._gc_flush = None
+        held, self._gc_held = self._gc_held, []
+        for body in held:
+            self._last = self.journal.submit(body)
+            self._journal_bytes += RECORD_HEADER.size + len(body)
+
     def _persist(self, entries: Sequence[Entry]) -> None:
-        """Submit the entries, in order, in the same step that changed the table."""
+        """Submit the entries, in order, in the same step that changed the table (the gc
+        entries held back first)."""
+        if entries and self._gc_held:
+            self._submit_gc()
         for entry in entries:
             body = encode(entry)
             self._last = self.journal.submit(body)

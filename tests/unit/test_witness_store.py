@@ -497,3 +497,23 @@ def test_replay_refuses_an_unknown_entry_rather_than_guess(tmp_path: Path) -> No
         f.write(encode_record(b"\x02\x63unknown kind"))
     with pytest.raises(Internal, match="unknown kind"):
         reopened(tmp_path)
+
+
+def test_a_gc_costs_no_sync_of_its_own_and_replays_in_order(tmp_path: Path) -> None:
+    """An owner drops records with every block it syncs: each drop's entry waits for the
+    next record's group commit (or GC_FLUSH_S), and still lands before it in the journal —
+    a record of the key the drop freed replays after the drop, not into a clash."""
+    async def body(store: WitnessStore) -> None:
+        await store.record(1, [rec("a", "k1")])
+        syncs = store.journal.syncs
+        store.gc(1, [b"a"], epoch=1)
+        await asyncio.sleep(0.05)
+        assert store.journal.syncs == syncs, "a drop made a sync of its own"
+        assert await store.record(1, [rec("b", "k1")]) == [Verdict.ACCEPTED]
+        assert store.journal.syncs == syncs + 1  # the drop went with it
+        store.gc(1, [b"b"], epoch=1)
+        async def synced() -> bool:
+            return store.journal.syncs == syncs + 2
+        await wait_for(synced, 5.0, "a drop alone made durable after GC_FLUSH_S")
+    run(tmp_path, body)
+    assert not reopened(tmp_path).records
