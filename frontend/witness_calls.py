@@ -20,8 +20,8 @@ Contracts:
   than `suspect_s` ago (by `monotonic`). A caller then sends no records to that set: with a
   witness down every fast write would wait out its timeout and a sync, slower than the
   sync path; one call a while later finds out whether it is back.
-- `close()` cancels the calls in flight (their waiters get None) and closes the channels
-  this object opened (`over_grpc`).
+- `close()` cancels the calls in flight (their waiters get None) and closes the streams and
+  channels this object opened (`over_grpc`: a RecordStream per witness, witness_stream.py).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from common import rpc
 from common.errors import StampError
 from common.proto import witness_pb2 as wpb
 from common.proto import witness_pb2_grpc as wpb_grpc
+from frontend.witness_stream import StreamedWitness
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,8 @@ class WitnessCalls:
         self.call_bytes_max = call_bytes_max
         self.records_in_flight_max = records_in_flight_max
         self._channels = channels
+        # The record streams `over_grpc` opened (witness_stream.py), closed with this.
+        self._streams: Callable[[], list[StreamedWitness]] = list
         self._queued: dict[tuple[str, int], list[Entry]] = {}
         self._flush_scheduled = False
         self._tasks: set[asyncio.Task[None]] = set()
@@ -83,16 +86,22 @@ class WitnessCalls:
         is (common/rpc.ChannelCache, as the partition client's: mutual TLS with this
         process's identity, the isolation guard, replaced in TRANSIENT_FAILURE)."""
         channels = rpc.ChannelCache(message_bytes_max)
-        stubs: dict[str, tuple[Any, wpb_grpc.WitnessStub]] = {}
+        stubs: dict[str, tuple[Any, StreamedWitness]] = {}
 
-        def stub_for(address: str) -> wpb_grpc.WitnessStub:
+        def stub_for(address: str) -> StreamedWitness:
             channel = channels.get(address)
             known = stubs.get(address)
-            if known is None or known[0] is not channel:  # a fresh channel: a fresh stub
-                known = stubs[address] = (channel, wpb_grpc.WitnessStub(channel))
+            if known is None or known[0] is not channel:  # a fresh channel: a fresh stream
+                if known is not None:
+                    retired.append(known[1])
+                known = stubs[address] = (channel, StreamedWitness(
+                    wpb_grpc.WitnessStub(channel)))
             return known[1]
-        return cls(stub_for, call_timeout_s, call_records_max, call_bytes_max,
-                   records_in_flight_max, suspect_s, channels)
+        retired: list[StreamedWitness] = []
+        calls = cls(stub_for, call_timeout_s, call_records_max, call_bytes_max,
+                    records_in_flight_max, suspect_s, channels)
+        calls._streams = lambda: [s for _, s in stubs.values()] + retired
+        return calls
 
     def room(self, records: int) -> bool:
         return self.in_flight + records <= self.records_in_flight_max
@@ -189,6 +198,8 @@ class WitnessCalls:
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+        for stream in self._streams():
+            await stream.close()
         if self._channels is not None:
             await self._channels.close()
 

@@ -37,18 +37,38 @@ class WitnessRecord(_message.Message):
     def __init__(self, token: _Optional[bytes] = ..., epoch: _Optional[int] = ..., exclusive: _Optional[_Iterable[bytes]] = ..., shared: _Optional[_Iterable[bytes]] = ..., payload: _Optional[bytes] = ..., deadline_ms: _Optional[int] = ...) -> None: ...
 
 class RecordRequest(_message.Message):
-    __slots__ = ("partition_id", "records")
+    __slots__ = ("partition_id", "records", "id")
     PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
     partition_id: int
     records: _containers.RepeatedCompositeFieldContainer[WitnessRecord]
-    def __init__(self, partition_id: _Optional[int] = ..., records: _Optional[_Iterable[_Union[WitnessRecord, _Mapping]]] = ...) -> None: ...
+    id: int
+    def __init__(self, partition_id: _Optional[int] = ..., records: _Optional[_Iterable[_Union[WitnessRecord, _Mapping]]] = ..., id: _Optional[int] = ...) -> None: ...
 
 class RecordReply(_message.Message):
-    __slots__ = ("verdicts",)
+    __slots__ = ("verdicts", "id", "error", "message")
     VERDICTS_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
     verdicts: _containers.RepeatedScalarFieldContainer[Verdict]
-    def __init__(self, verdicts: _Optional[_Iterable[_Union[Verdict, str]]] = ...) -> None: ...
+    id: int
+    error: str
+    message: str
+    def __init__(self, verdicts: _Optional[_Iterable[_Union[Verdict, str]]] = ..., id: _Optional[int] = ..., error: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
+class RecordRequests(_message.Message):
+    __slots__ = ("requests",)
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    requests: _containers.RepeatedCompositeFieldContainer[RecordRequest]
+    def __init__(self, requests: _Optional[_Iterable[_Union[RecordRequest, _Mapping]]] = ...) -> None: ...
+
+class RecordReplies(_message.Message):
+    __slots__ = ("replies",)
+    REPLIES_FIELD_NUMBER: _ClassVar[int]
+    replies: _containers.RepeatedCompositeFieldContainer[RecordReply]
+    def __init__(self, replies: _Optional[_Iterable[_Union[RecordReply, _Mapping]]] = ...) -> None: ...
 
 class DropRequest(_message.Message):
     __slots__ = ("partition_id", "tokens", "epoch")

@@ -39,6 +39,11 @@ class WitnessStub:
                 request_serializer=common_dot_proto_dot_witness__pb2.RecordRequest.SerializeToString,
                 response_deserializer=common_dot_proto_dot_witness__pb2.RecordReply.FromString,
                 _registered_method=True)
+        self.RecordStream = channel.stream_stream(
+                '/stamp.witness.Witness/RecordStream',
+                request_serializer=common_dot_proto_dot_witness__pb2.RecordRequests.SerializeToString,
+                response_deserializer=common_dot_proto_dot_witness__pb2.RecordReplies.FromString,
+                _registered_method=True)
         self.Drop = channel.unary_unary(
                 '/stamp.witness.Witness/Drop',
                 request_serializer=common_dot_proto_dot_witness__pb2.DropRequest.SerializeToString,
@@ -77,6 +82,15 @@ class WitnessServicer:
     def Record(self, request, context):
         """Front end -> witness: record writes sent to a partition's owner at the same time
         (one verdict per record, in order; the accepted ones are durable).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RecordStream(self, request_iterator, context):
+        """The same on one stream per front end and witness, many in flight (a unary call costs a
+        busy front end about a millisecond more): each request answered by its `id`, in any
+        order; a request that fails answers its `error` (StampError's class name).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -145,6 +159,11 @@ def add_WitnessServicer_to_server(servicer, server):
                     request_deserializer=common_dot_proto_dot_witness__pb2.RecordRequest.FromString,
                     response_serializer=common_dot_proto_dot_witness__pb2.RecordReply.SerializeToString,
             ),
+            'RecordStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.RecordStream,
+                    request_deserializer=common_dot_proto_dot_witness__pb2.RecordRequests.FromString,
+                    response_serializer=common_dot_proto_dot_witness__pb2.RecordReplies.SerializeToString,
+            ),
             'Drop': grpc.unary_unary_rpc_method_handler(
                     servicer.Drop,
                     request_deserializer=common_dot_proto_dot_witness__pb2.DropRequest.FromString,
@@ -203,6 +222,33 @@ class Witness:
             '/stamp.witness.Witness/Record',
             common_dot_proto_dot_witness__pb2.RecordRequest.SerializeToString,
             common_dot_proto_dot_witness__pb2.RecordReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecordStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/stamp.witness.Witness/RecordStream',
+            common_dot_proto_dot_witness__pb2.RecordRequests.SerializeToString,
+            common_dot_proto_dot_witness__pb2.RecordReplies.FromString,
             options,
             channel_credentials,
             insecure,

@@ -14,25 +14,33 @@ Contracts:
 - Drop and List go by the caller's epoch (witness_table.py): a caller below the fence is
   answered as if nothing were held — no error — and a newer owner's records are neither
   dropped nor listed.
+- RecordStream: each request of the stream is a Record of its own, answered by its `id` as
+  it finishes (in any order, replies batched per write); one that fails answers with its
+  error's class name and message, and the stream goes on. The stream ends when the caller
+  ends it or the store stops; requests in flight then are answered first.
 - Verdicts go on the wire by value: witness_table.Verdict's values are the proto enum's.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 
 from grpc import aio
 
 from common import rpc
 from common.config import WitnessLimits
-from common.errors import InvalidArgument
+from common.errors import InvalidArgument, StampError
 from common.proto import witness_pb2 as pb
 from common.proto import witness_pb2_grpc as pb_grpc
 from stream_layer.extent_node.witness import WitnessStore
 from stream_layer.extent_node.witness_table import Record
 
 log = logging.getLogger(__name__)
+
+# RecordStream requests one stream may have in flight (each bounded by the witness limits).
+STREAM_IN_FLIGHT_MAX = 4096
 
 
 class WitnessServicer(pb_grpc.WitnessServicer):
@@ -45,6 +53,48 @@ class WitnessServicer(pb_grpc.WitnessServicer):
     @rpc.rpc_errors
     async def Record(self, request: pb.RecordRequest,
                      context: aio.ServicerContext) -> pb.RecordReply:
+        return await self._record(request)
+
+    async def RecordStream(self, request_iterator: AsyncIterator[pb.RecordRequests],
+                           context: aio.ServicerContext) -> None:
+        replies: asyncio.Queue[pb.RecordReply | None] = asyncio.Queue()
+        tasks: set[asyncio.Task[None]] = set()
+        slots = asyncio.Semaphore(STREAM_IN_FLIGHT_MAX)  # past it the stream is not read
+
+        async def one(request: pb.RecordRequest) -> None:
+            try:
+                reply = await self._record(request)
+            except StampError as exc:
+                reply = pb.RecordReply(error=type(exc).__name__, message=str(exc)[:1024])
+            except Exception as exc:  # a bug: answered, logged, the stream goes on
+                log.exception("witness: a streamed Record failed")
+                reply = pb.RecordReply(error="Internal", message=repr(exc)[:1024])
+            finally:
+                slots.release()
+            reply.id = request.id
+            replies.put_nowait(reply)
+
+        async def read() -> None:
+            try:
+                async for batch in request_iterator:
+                    for request in batch.requests:
+                        await slots.acquire()
+                        task = asyncio.get_running_loop().create_task(one(request))
+                        tasks.add(task)
+                        task.add_done_callback(tasks.discard)
+            finally:
+                if tasks:
+                    await asyncio.gather(*tasks, return_exceptions=True)
+                replies.put_nowait(None)
+
+        reader = asyncio.get_running_loop().create_task(read())
+        try:
+            await rpc.write_queued(replies, context, pb.RecordReplies, "replies")
+        finally:
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+
+    async def _record(self, request: pb.RecordRequest) -> pb.RecordReply:
         _check_count("records", len(request.records), self.limits.call_records_max)
         records = [record_of(message, self.limits) for message in request.records]
         verdicts = await self.store.record(request.partition_id, records)
