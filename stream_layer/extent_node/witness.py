@@ -13,12 +13,13 @@ Contracts:
 - `fence`, `clear` and `drop_partition` return only once durable: a fence a power cut forgot
   would let a deposed owner's write be accepted after the new owner replayed.
 - `gc` does not wait, nor does it cost a sync of its own: its entry is held back and
-  submitted just before the next entry that is waited for (a record, a fence, a clear), so
-  it shares that group commit, or after GC_FLUSH_S when none comes (an owner drops the
-  records of every block it syncs: an fsync of their own would double the witness's disk
-  work, on the disk the replicas' journal shares on one machine). Submitted in the table's
-  order all the same, so replay sees the same history. A gc lost in a crash only brings
-  records back; the owner dedupes them by token when it replays. `flush()` waits for it.
+  submitted with the next entry or wait (a record, a fence, a clear, a flush: each returns
+  with the drops before it durable), so it shares that group commit, or after GC_FLUSH_S
+  when none comes (an owner drops the records of every block it syncs: an fsync of their own
+  would double the witness's disk work, on the disk the replicas' journal shares on one
+  machine). Submitted in the table's order all the same, so replay sees the same history. A
+  gc lost in a crash only brings records back; the owner dedupes them by token when it
+  replays. `flush()` waits for it.
   `gc` and `list` go by the caller's epoch (witness_table.py: a deposed owner drops and lists
   nothing, and never a newer owner's record).
 - Compaction (`compact`, run in the background when the journal holds more than
@@ -348,8 +349,6 @@ class WitnessStore:
 
     async def flush(self) -> None:
         """Wait until everything so far (the gc entries held back included) is durable."""
-        if self._gc_held:
-            self._submit_gc()
         await self._durable()
 
     # ---- compaction -----------------------------------------------------------------------
@@ -452,5 +451,7 @@ class WitnessStore:
     async def _durable(self) -> None:
         """Wait until everything submitted so far is durable. Shielded: a caller that gives
         up must not cancel a future other callers wait on too."""
+        if self._gc_held:  # everything before a wait is durable after it, drops included
+            self._submit_gc()
         if self._last is not None:
             await asyncio.shield(self._last)
