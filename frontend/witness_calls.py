@@ -92,15 +92,16 @@ class WitnessCalls:
             channel = channels.get(address)
             known = stubs.get(address)
             if known is None or known[0] is not channel:  # a fresh channel: a fresh stream
-                if known is not None:
-                    retired.append(known[1])
+                if known is not None:  # the old one's calls fail (their writes sync)
+                    closing = asyncio.get_running_loop().create_task(known[1].close())
+                    calls._tasks.add(closing)
+                    closing.add_done_callback(calls._tasks.discard)
                 known = stubs[address] = (channel, StreamedWitness(
                     wpb_grpc.WitnessStub(channel)))
             return known[1]
-        retired: list[StreamedWitness] = []
         calls = cls(stub_for, call_timeout_s, call_records_max, call_bytes_max,
                     records_in_flight_max, suspect_s, channels)
-        calls._streams = lambda: [s for _, s in stubs.values()] + retired
+        calls._streams = lambda: [s for _, s in stubs.values()]
         return calls
 
     def room(self, records: int) -> bool:

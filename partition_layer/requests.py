@@ -61,7 +61,8 @@ async def handle(request: pb.Request, find: Finder, limits: PartitionLimits) -> 
     except StampError as exc:
         return error_response(request.id, exc)
     if request.version_hint:
-        _teach(request, find(route_key(request.account, request.pname)), response)
+        with contextlib.suppress(StampError):  # moved on since: the answer stands untaught
+            _teach(request, find(route_key(request.account, request.pname)), response)
     return response
 
 
@@ -260,8 +261,12 @@ async def _sync(sync: pb.SyncOp, partition: RangePartition) -> None:
 
 async def _after_early_writes(partition: RangePartition, read: Sequence[bytes]) -> None:
     """A read waits until no row it reads holds a write answered early and not yet durable:
-    a crash could still take that write back (DESIGN §8 invariant 7, curp.py step 5)."""
-    await partition.committer.speculation.until_rows_durable(read)
+    a crash could still take that write back (DESIGN §8 invariant 7, curp.py step 5); and,
+    having waited, it is still the owner's to answer."""
+    speculation = partition.committer.speculation
+    if speculation.last_lsn:
+        await speculation.until_rows_durable(read)
+        partition.check_serving()
 
 
 def _pinning_blobs(partition: RangePartition) -> contextlib.AbstractContextManager[None]:
@@ -375,7 +380,9 @@ async def _scan(request: pb.Request, response: pb.Response, find: Finder,
     partition = find(start)
     partition.check_serving()
     # A scan reads many rows: it waits for every write answered early so far (curp.py).
-    await partition.committer.speculation.until_all_durable()
+    if partition.committer.speculation.last_lsn:
+        await partition.committer.speculation.until_all_durable()
+        partition.check_serving()
     if partition.range.high is not None and (end is None or partition.range.high < end):
         end = partition.range.high
     # The scan spans [start, end) of this partition: it counts against splitting inside it.

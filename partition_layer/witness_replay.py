@@ -15,8 +15,10 @@ run by its server right after `RangePartition.load` and before anyone else is le
    record: only now, since that record stops the next owner from fencing the old set.
 3. Clears the old set (records below this epoch: all durable now) and lets requests in.
 
-A failure at any step leaves the partition to be stopped by its server and loaded again:
-nothing is lost, since the newest metadata still names the set that holds the records.
+A failure at any step — a record that could not be executed (any error but the write's own
+refusal, FINAL_REFUSALS), the lease running out — leaves the partition to be stopped by its
+server and loaded again: nothing is lost, since the newest metadata still names the set
+that holds the records.
 """
 
 from __future__ import annotations
@@ -36,12 +38,20 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# Answers to a witnessed write that are its own, for good (the fast path takes only writes
+# whose refusals never flip: curp.py step 3). Any other error (NotOwner as the lease runs
+# out, Unavailable, a checksum error reading a checkpoint...) means it was not executed: the
+# recovery fails rather than go on and name another set without it.
+FINAL_REFUSALS = frozenset({"Sealed", "InvalidArgument"})
+
 
 async def recover(p: RangePartition) -> None:
     """The module's steps 1-3 for `p`, loaded and `recovering`."""
     if not p.recovering:
         return
     executed = await _execute(p)
+    if not p.lease_valid():  # before the old set is named no more, and cleared
+        raise Unavailable(f"partition {p.id}: its lease ran out while it recovered")
     own = await _own_witnesses(p) if p.limits.curp else None
     assert p.meta is not None
     if own is not None or p.meta.witnesses is not None:  # CURP off: no record to write
@@ -70,9 +80,12 @@ async def _execute(p: RangePartition) -> int:
                             p.id, request.pname)
                 continue
             response = await handle(request, lambda _key: p, p.limits)
-            if response.error:  # an answer like any other: the write was refused
+            if response.error in FINAL_REFUSALS:  # an answer like any other: refused
                 log.debug("partition %d: a witnessed write was refused: %s %s", p.id,
                           response.error, response.message)
+            elif response.error:  # not executed, for now: the load fails, the set stays
+                raise Unavailable(f"partition {p.id}: a write its witnesses held could not "
+                                  f"be executed ({response.error}: {response.message})")
     finally:
         replaying.reset(token)
     if p.gone():

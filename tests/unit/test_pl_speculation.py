@@ -207,3 +207,55 @@ def test_the_witnesses_drop_the_records_of_writes_once_durable():
         await p.committer.submit(put(b"r9", "after"), 64)  # every block before it finished
         assert sorted(dropped) == [b"after", b"app", b"fast", b"plain"]
     run(scenario)
+
+
+def test_an_owner_that_moved_on_after_a_hinted_write_still_answers_it():
+    """Its answer would name the owner's witnesses; if the partition is no longer found
+    here by then (unloading, split), the answer goes untaught rather than never."""
+    async def scenario(p: RangePartition) -> None:
+        from types import SimpleNamespace
+
+        from common.errors import NotOwner
+        from common.proto import partition_pb2 as pb
+        from partition_layer.client_requests import put_request
+        from partition_layer.requests import handle
+
+        async def close() -> None:
+            return None
+        p.witnesses = SimpleNamespace(  # type: ignore[assignment]
+            members=SimpleNamespace(addresses=("a:1", "b:2", "c:3")), close=close)
+        found = 0
+
+        def find(key: bytes) -> RangePartition:
+            nonlocal found
+            found += 1
+            if found > 1:
+                raise NotOwner("moved on")
+            return p
+        request = put_request("acct", "group", "r1", b"v", None, None, "t1")
+        request.version_hint = HINT  # naming no epoch: its answer would teach the witnesses
+        response = await asyncio.wait_for(handle(request, find, p.limits), 5)
+        assert isinstance(response, pb.Response) and not response.error
+        assert not response.witnesses
+    run(scenario)
+
+
+def test_a_read_that_waited_for_an_early_write_answers_only_if_still_the_owner():
+    """DESIGN §8 invariant 7: the lease may run out while the read waits for the write."""
+    async def scenario(p: RangePartition) -> None:
+        from common.proto import partition_pb2 as pb
+        from partition_layer.requests import handle
+
+        valid = True
+        p.lease_valid = lambda: valid  # type: ignore[method-assign]
+        await p.committer.submit(put(b"r0", "t0"), 64)
+        log = HeldLog(p)
+        await answered_within(p.committer.submit_nowait(put(b"r1", "t1"), 64, HINT))
+        get = asyncio.ensure_future(handle(pb.Request(account="acct", pname="group",
+                                                      get=pb.GetOp(row=b"r1")),
+                                           lambda _key: p, p.limits))
+        assert await unanswered(get)
+        valid = False
+        log.release()
+        assert (await answered_within(get)).error == "NotOwner"
+    run(scenario)
