@@ -82,6 +82,13 @@ plan; each step names where it lives once built):
    are all garbage, and the witnesses drop the parent's id for good (DropPartition), asked only
    once the split or merge committed and the parent drained.
 
+**Until step 6's sweep exists CURP must stay off outside tests** (found by review): a record
+left at a witness after its write was durable — its drop lost, or the record landing after the
+drop — is held until the next load, and a load after the write's token row expired
+(operations.ENTITY_TOKEN_TTL_MS, 10 minutes) executes it again over newer writes. Records of
+seals, of writes that never reached the owner and of split or merge parents are never dropped
+either, until the store is full.
+
 What commutes (the issue's list): appends to different logs; puts and deletes of different
 rows; conditional operations and batches by the rows they touch; trims and seals by the log
 (the footprints below say so of every write; `footprint_of` gives one only to the writes
