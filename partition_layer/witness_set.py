@@ -15,7 +15,8 @@ Contracts:
   deduplicated by token; Unavailable unless at least one witness answered (an acknowledged
   write could otherwise be missed). `clear()` drops the records of older owners wherever it
   can (a witness that missed it is cleared by a later owner's fence and clear).
-  `drop(tokens)` tells every witness, without waiting, that those writes are durable.
+  `drop(tokens)` tells every witness, without waiting, that those writes are durable: one
+  Drop per witness in flight, the tokens of the blocks made durable meanwhile in the next.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 WITNESSES = 3
 CALL_TIMEOUT_S = 2.0
 MESSAGE_BYTES_MAX = 64 << 20  # a Fence answers a whole partition's records
+DROP_TOKENS_MAX = 1024  # per Drop call (the witnesses' ExtentNodeLimits.witness_call_records_max)
 
 
 class Node(Protocol):
@@ -87,7 +89,8 @@ class OwnerCalls:
         self.members = witnesses
         self.partition_id = partition_id
         self.epoch = epoch
-        self._drops: set[asyncio.Task[Any]] = set()
+        self._dropping: list[bytes] = []  # tokens to drop, not yet sent (`drop`)
+        self._dropper: asyncio.Task[None] | None = None
 
     def _stub(self, address: str) -> wpb_grpc.WitnessStub:
         return wpb_grpc.WitnessStub(self.channels.get(address))
@@ -125,14 +128,23 @@ class OwnerCalls:
         return got
 
     def drop(self, tokens: Sequence[bytes]) -> None:
-        if not tokens:
-            return
-        request = wpb.DropRequest(partition_id=self.partition_id, epoch=self.epoch,
-                                  tokens=tokens)
-        for address in self.members.addresses:
-            task = asyncio.get_running_loop().create_task(self._drop(address, request))
-            self._drops.add(task)
-            task.add_done_callback(self._drops.discard)
+        """Queue `tokens` for dropping. One Drop per witness is in flight at a time: what
+        blocks make durable meanwhile goes in the next one (a Drop per block and witness
+        would be three RPCs for every block)."""
+        self._dropping += tokens
+        if self._dropper is None and self._dropping:
+            self._dropper = asyncio.get_running_loop().create_task(self._drop_queued())
+
+    async def _drop_queued(self) -> None:
+        try:
+            while self._dropping:
+                tokens = self._dropping[:DROP_TOKENS_MAX]
+                del self._dropping[:DROP_TOKENS_MAX]
+                request = wpb.DropRequest(partition_id=self.partition_id, epoch=self.epoch,
+                                          tokens=tokens)
+                await asyncio.gather(*(self._drop(a, request) for a in self.members.addresses))
+        finally:
+            self._dropper = None
 
     async def _drop(self, address: str, request: wpb.DropRequest) -> None:
         try:
@@ -141,7 +153,6 @@ class OwnerCalls:
             log.debug("partition %d: drop at witness %s: %s", self.partition_id, address, exc)
 
     async def close(self) -> None:
-        for task in list(self._drops):
-            task.cancel()
-        if self._drops:
-            await asyncio.gather(*self._drops, return_exceptions=True)
+        if self._dropper is not None:
+            self._dropper.cancel()
+            await asyncio.gather(self._dropper, return_exceptions=True)

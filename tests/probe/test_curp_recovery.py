@@ -27,6 +27,7 @@ from partition_layer.curp import footprint_of
 from partition_layer.payload_crc import payload_crcs
 from partition_layer.rows import etag_of
 from partition_layer.session import CallSession
+from tests.support.waiting import wait_for
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow
@@ -73,13 +74,6 @@ async def held(address: str, partition_id: int, epoch: int) -> list[bytes]:
 def session_to(address: str) -> CallSession:
     return CallSession(address, lambda: pb_grpc.PartitionServerStub(
         rpc.aio_channel(address, MESSAGE_BYTES_MAX)))
-
-
-async def until(check: Callable[[], object], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not await check():  # type: ignore[misc]
-        assert time.monotonic() < deadline, f"not within {DEADLINE_S:g} s: {what}"
-        await asyncio.sleep(0.05)
 
 
 def test_an_early_answer_held_by_the_witnesses_survives_the_owners_sigkill(
@@ -130,7 +124,7 @@ def test_an_early_answer_held_by_the_witnesses_survives_the_owners_sigkill(
             async def moved() -> bool:
                 current, _ = await pc.aio.partition_map()
                 return current.get(1).server == survivor
-            await until(moved, f"partition 1 to move to {survivor}")
+            await wait_for(moved, DEADLINE_S, f"partition 1 to move to {survivor}")
             value, etag = await asyncio.wait_for(pc.aio.get(ACCOUNT, "group", "r2"),
                                                  DEADLINE_S)
             assert (value, etag) == (b"early", etag_of(hint)), \
@@ -158,6 +152,6 @@ def test_an_early_answer_held_by_the_witnesses_survives_the_owners_sigkill(
             async def dropped() -> bool:
                 tokens = [await held(a, entry.id, again.epoch) for a in again.witnesses]
                 return not any(tokens)
-            await until(dropped, "the witnesses to drop a durable write's record")
+            await wait_for(dropped, DEADLINE_S, "the witnesses to drop a durable write's record")
 
         pc.run(scenario())  # on the client's own loop, as its sessions are

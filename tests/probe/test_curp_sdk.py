@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Callable
 
 import pytest
@@ -18,6 +17,7 @@ from stampsdk.errors import StampError
 
 from common import rpc
 from partition_layer.client import PartitionClient
+from tests.support.waiting import wait_until
 from tools.chaos.extents import read_whole_log
 from tools.local_stamp import LocalStamp
 from tools.scrape import scrape
@@ -65,16 +65,10 @@ def test_writes_acknowledged_early_survive_the_owners_sigkill(
         finally:
             await client.close()
 
-    def until(count: Callable[[], int], what: str) -> None:
-        deadline = time.monotonic() + TIMEOUT_S
-        while count() < 0:
-            assert time.monotonic() < deadline, f"not within {TIMEOUT_S:g} s: {what}"
-            time.sleep(0.05)
-
     runner = threading.Thread(target=lambda: asyncio.run(load()))
     runner.start()
     try:
-        until(lambda: len(appended) - PHASE_WRITES, "writes before the fault")
+        wait_until(lambda: len(appended) >= PHASE_WRITES, TIMEOUT_S, "writes before the fault")
         assert fast_acks(stamp) > 0, "no write was acknowledged on the fast path"
         with PartitionClient.from_stamp(str(stamp.data_dir)) as pc:
             current, addresses = pc.partition_map()
@@ -83,13 +77,12 @@ def test_writes_acknowledged_early_survive_the_owners_sigkill(
             # witnesses alone when the owner dies.
             rpc.arm_remote(addresses[owner], "ps.commit.before_append=delay:60000")
             fast_before = fast_acks(stamp)
-            deadline = time.monotonic() + TIMEOUT_S
-            while fast_acks(stamp) < fast_before + 5:
-                assert time.monotonic() < deadline, "no write acknowledged with the log stalled"
-                time.sleep(0.02)
+            wait_until(lambda: fast_acks(stamp) >= fast_before + 5, TIMEOUT_S,
+                       "writes acknowledged with the log stalled")
             stamp.kill(owner)
             at = len(appended)
-            until(lambda: len(appended) - at - PHASE_WRITES, "writes after the owner's kill")
+            wait_until(lambda: len(appended) >= at + PHASE_WRITES, TIMEOUT_S,
+                       "writes after the owner's kill")
     finally:
         stop.set()
         runner.join(TIMEOUT_S)

@@ -59,3 +59,43 @@ def test_a_metadata_record_keeps_the_set_and_older_records_have_none():
     named = PartitionMeta(partition_id=7, key_range=KeyRange(b"", None),
                           witnesses=WitnessSet(4, ("a:1", "b:2", "c:3")))
     assert decode_meta(encode_meta(named)) == named
+
+
+def test_drops_go_one_call_per_witness_at_a_time_the_rest_batched() -> None:
+    """An owner drops the records of every block it syncs: while a Drop is in flight, what
+    the next blocks made durable waits and goes in one call, not one call per block."""
+    import asyncio
+
+    from common.proto import witness_pb2 as wpb
+    from partition_layer.witness_set import OwnerCalls
+
+    async def scenario() -> None:
+        gate = asyncio.Event()
+        sent: list[tuple[str, list[bytes]]] = []
+
+        class Stub:
+            def __init__(self, address: str) -> None:
+                self.address = address
+
+            async def Drop(self, request: wpb.DropRequest, timeout: float) -> wpb.DropReply:
+                sent.append((self.address, list(request.tokens)))
+                await gate.wait()
+                return wpb.DropReply(dropped=len(request.tokens))
+
+        calls = OwnerCalls(None, WitnessSet(3, ("a:1", "b:2", "c:3")), 7, 3)  # type: ignore[arg-type]
+        calls._stub = Stub  # type: ignore[method-assign]
+        calls.drop([b"t1"])
+        await asyncio.sleep(0)
+        calls.drop([b"t2"])
+        calls.drop([b"t3"])
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert sorted(sent) == [("a:1", [b"t1"]), ("b:2", [b"t1"]), ("c:3", [b"t1"])]
+        gate.set()
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert sorted(sent)[1::2] == [("a:1", [b"t2", b"t3"]), ("b:2", [b"t2", b"t3"]),
+                                      ("c:3", [b"t2", b"t3"])]
+        assert len(sent) == 6
+        await calls.close()
+    asyncio.run(scenario())
