@@ -339,6 +339,10 @@ class PartitionLimits:
     # it loads and answers writes its front ends hint early. Off: no new witnesses are
     # picked; a partition whose metadata names some is still recovered from them at load.
     curp: bool = False
+    # The owner's sweep of its witnesses (witness_sweep.py): this often it drops the records
+    # held this long whose write is durable (their drop missed) or was never executed here.
+    curp_sweep_interval_ms: int = 2_000
+    curp_sweep_age_ms: int = 2_000
     # Checkpoint past either threshold (§4); writes wait while a full memtable is flushed.
     memtable_bytes_max: int = 32 * MiB
     commit_log_bytes_max: int = 128 * MiB

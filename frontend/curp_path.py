@@ -9,11 +9,12 @@ Contracts:
   which it then never sends): the front end behaves as without this module.
 - `take(request, sdk_id, nbytes, address, reply)`, for a request checked, admitted, its
   deadline set and its auth cleared, about to be forwarded to the owner at `address`:
-  False — not a fast write (`curp.footprint_of` None), a key of it recorded at witnesses
-  within `recent_key_ms` (`RecentKeys`: the owner has likely not dropped that record yet,
-  and the new one would be refused), or no map — and nothing changed, the caller forwards
-  it as ever; True — this path forwards it and calls `reply` exactly once,
-  with the SDK's id, never with an internal field (`clear_internal`).
+  False — not a fast write (`curp.footprint_of` None), a key of it written within
+  `recent_key_ms` (`RecentKeys`: a record of the last write is likely still held, and the
+  new one would be refused; noted again, so a key written in a loop stays on the plain
+  path), or no map — and the caller forwards it as ever; True — this path forwards it
+  and calls `reply` exactly once, with the SDK's id, never with an internal field
+  (`clear_internal`).
 - A fast write carries `version_hint`, this front end's hybrid clock (`HybridClock`). Its
   partition's witnesses are known or not (`WitnessSets`, learned from `Response.witnesses`
   and `Response.epoch` of answers to hinted writes). Unknown: `curp_epoch` 0 and no records
@@ -45,7 +46,6 @@ import contextlib
 import itertools
 import logging
 import math
-import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
@@ -67,7 +67,6 @@ Reply = Callable[[pb.Response], None]
 Retry = Callable[[pb.Request, int, int, Reply], None]
 
 WITNESSES = 3  # an owner's witnesses, in three fault domains (curp.py step 2)
-SEAL_TOKEN_BYTES = 16  # a seal carries no token: its witness record is named by a random one
 # Errors that say "not executed": after records went out, not a definite refusal.
 NOT_EXECUTED = frozenset({NotOwner.__name__, Throttled.__name__, DeadlineExceeded.__name__})
 ACCEPTED = wpb.Verdict.Value("ACCEPTED")
@@ -97,10 +96,11 @@ class CurpSettings:
     # witness_timeout_ms and a sync.
     witness_suspect_ms: int = 5000
     partitions_cached_max: int = 65_536  # witness sets and (account, name) -> partition id
-    # A write to a key this front end recorded at witnesses this recently takes the plain
+    # A write to a key this front end wrote this recently (fast or plain) takes the plain
     # path: the owner drops the last write's record only once it is durable, and a record
     # still held would refuse the new one (a sync: slower than the plain path). One log
-    # appended to in a loop so costs what it costs without CURP (`recent_keys`).
+    # appended to in a loop so costs what it costs without CURP (`RecentKeys`); noting only
+    # the fast writes let every other write of such a loop try the fast path and fail.
     recent_key_ms: int = 10
     recent_keys_max: int = 65_536
 
@@ -129,8 +129,8 @@ class CurpCounters:
 
 
 class RecentKeys:
-    """Keys recorded at witnesses within the last `window_s` (CurpSettings.recent_key_ms),
-    by the front end's clock; at most `held_max`, the oldest half forgotten past it."""
+    """Keys written within the last `window_s` (CurpSettings.recent_key_ms), by the front
+    end's clock; at most `held_max`, the oldest half forgotten past it."""
 
     def __init__(self, window_s: float, held_max: int, now: Callable[[], float]) -> None:
         self.window_s = window_s
@@ -236,12 +236,9 @@ def clear_internal(response: pb.Response) -> None:
 
 def witness_token(request: pb.Request) -> bytes:
     """The name a fast write's records carry: its append's or entity write's token, by
-    which recovery deduplicates it; a seal's own random one (a seal is idempotent)."""
-    op = request.WhichOneof("op")
-    if op == "append":
+    which recovery deduplicates it and the owner's sweep judges it."""
+    if request.WhichOneof("op") == "append":
         return request.append.token.encode()
-    if op == "seal":
-        return os.urandom(SEAL_TOKEN_BYTES)
     return request.token.encode()
 
 
@@ -280,7 +277,10 @@ class CurpPath:
              reply: Reply) -> bool:
         """Forward a fast write (module contract); False: not one, forward it as ever."""
         footprint = footprint_of(request)
-        if footprint is None or self.recent.clashes(footprint.exclusive):
+        if footprint is None:
+            return False
+        if self.recent.clashes(footprint.exclusive):
+            self.recent.note(footprint.exclusive)
             return False
         partition_id = self._partition_id(request.account, request.pname)
         if partition_id is None:

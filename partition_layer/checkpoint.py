@@ -42,12 +42,12 @@ from partition_layer.extent_needs import WritePins
 from partition_layer.keys import KeyRange
 from partition_layer.memtable import Memtable
 from partition_layer.merge import aiter_sync, merge
-from partition_layer.operations import ENTITY_TOKEN_TTL_MS
 from partition_layer.partition_meta import GeoMark, PartitionMeta, encode_meta
 from partition_layer.run_cache import IndexCache, Run
 from partition_layer.runs import RunInfo, RunWriter
 from partition_layer.size_split import run_bytes_in_view
 from partition_layer.witness_set import WitnessSet
+from partition_layer.witness_sweep import tokens_expire_before_ms
 from stream_layer.client import AsyncStream
 from stream_layer.framing import Location
 
@@ -108,6 +108,7 @@ class CheckpointSite(Protocol):
     log_bytes: int  # lowered by what a checkpoint made replay skip
     shipper: Any  # inter-stamp replication's GeoShipper (issue 30), or None: no shipping
     version_floor: int  # the highest row version applied (partition_meta.py)
+    witnesses: Any  # its CURP witnesses' OwnerCalls (their `swept_at`), or None: it has none
 
     async def drain_commits(self) -> None:
         """Hold new commit-log blocks back until those in flight have finished."""
@@ -318,7 +319,10 @@ class Checkpointer:
         writer = RunWriter(p.streams["row"].append, run_id=run_id,
                            block_bytes_target=p.limits.data_block_bytes)
         count = 0
-        expired = int(time.time() * 1000) - ENTITY_TOKEN_TTL_MS  # entity tokens past retries
+        # Entity tokens past retries, and past the witnesses' last full sweep: a witness
+        # that still holds a record may not outlive its token (witness_sweep.py).
+        expired = tokens_expire_before_ms(
+            time.time(), p.witnesses.swept_at if p.witnesses is not None else None)
         async for key, encoded in merge(sources, drop_tombstones=drop_tombstones,
                                         tokens_expire_before_ms=expired):
             await writer.add(key, encoded)

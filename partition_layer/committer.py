@@ -299,7 +299,7 @@ class GroupCommitter:
             early = None
             if pending.recovered:
                 version = replay_version(pending.op, pending.hint, overlay, version)
-            elif pending.hint:
+            elif pending.hint and self.speculation.may_answer_early(pending.op):
                 early = early_version(pending.op, pending.hint, self._floor, version,
                                       self._inflight_rows.__contains__)
             try:
@@ -338,6 +338,10 @@ class GroupCommitter:
         self._inflight_ops += len(outcomes)
         self._tail = asyncio.get_running_loop().create_task(
             self._finish(self._tail, append, ops, outcomes, nbytes))
+
+    def row_in_flight(self, key: bytes) -> bool:
+        """Whether a block in flight (decided, not yet applied) writes `key`."""
+        return key in self._inflight_rows
 
     async def _append(self, block: bytes) -> Any:
         await faults.apoint("ps.commit.before_append")

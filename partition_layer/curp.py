@@ -21,21 +21,21 @@ plan; each step names where it lives once built):
    durable, with its witnesses and epoch (`Response.witnesses`). A witness lost while the owner
    serves costs the fast path (no third acceptance) until the partition is loaded again.
 3. **Fast path** (front end): a write with a footprint (an append or entity write needs its
-   token, by which recovery deduplicates it; a seal, idempotent, is named for the witnesses by
-   the front end) goes to the owner and to the three witnesses at once. The owner executes it
-   (decides it in the committer against the rows and the blocks in flight, as today) and answers
-   at once — *speculatively* — if it read no row that a write in flight (not yet synced) wrote,
-   exactly (the committer knows each op's rows, finer than a footprint), else when it is
-   durable, as today, its answer then marked synced. Acknowledged: a synced answer, or a
-   speculative one and three acceptances. Otherwise (a refusal, a witness silent past a short
-   timeout) the front end asks the owner to sync through the write's LSN and answers when it
-   has.
+   token, by which recovery deduplicates it) goes to the owner and to the three witnesses at
+   once. The owner executes it (decides it in the committer against the rows and the blocks in
+   flight, as today) and answers at once — *speculatively* — if it read no row that a write in
+   flight (not yet synced) wrote, exactly (the committer knows each op's rows, finer than a
+   footprint), else when it is durable, as today, its answer then marked synced. Acknowledged:
+   a synced answer, or a speculative one and three acceptances. Otherwise (a refusal, a witness
+   silent past a short timeout) the front end asks the owner to sync through the write's LSN
+   and answers when it has.
    Two rules keep a witness's record from being executed against its answer (recovery
    executes the records it finds, whatever the owner answered):
    - Only writes whose refusals never flip take the fast path: appends (a sealed log stays
-     sealed, a name's kind never changes, a token's count never does), seals, and
-     unconditional puts and batches of them. A refusal that a later write could turn
-     into success — a conditional write's PreconditionFailed, a delete's NotFound, a
+     sealed, a name's kind never changes, a token's count never does) and unconditional
+     puts and batches of them, each with the token the owner's sweep judges its records by
+     (step 6). A seal, which has none, keeps the sync path. A refusal that a later write
+     could turn into success — a conditional write's PreconditionFailed, a delete's NotFound, a
      trim's OutOfRange — would be executed by a recovery after that write although it was
      answered refused: those take the sync path (until refusals leave completion records
      in the commit log, as RIFL keeps them).
@@ -60,15 +60,18 @@ plan; each step names where it lives once built):
 5. **Reads** that touch a row a speculative write wrote wait for its sync:
    a speculative write may still vanish in a crash, and no read may see what can vanish
    (§8 invariant 7). Scans and subscriptions see only synced writes.
-6. **Garbage** (not built yet): as each block is durable the owner tells its witnesses to drop
-   its fast writes' tokens (Drop, batched, not awaited, under its epoch: a deposed owner's drop
-   below a witness's fence is ignored). A record the owner never executed (its request was lost
-   on the way) is dropped by the owner's sweep (List) once its deadline passed by a margin wider
-   than the owner's estimate of the front end's clock can move (common/deadline.py), or the
-   owner remembers the tokens it swept and refuses them: an owner executes no request after its
-   deadline, so such a record would otherwise linger. A witness refuses records whose deadline
-   passed by its own clock (only the sync path follows). A witness is full per node: one hot
-   partition can push others to the sync path.
+6. **Garbage**: as each block is durable the owner tells its witnesses to drop its writes'
+   tokens (speculation.py, witness_set.OwnerCalls.drop: batched, not awaited, under its
+   epoch — a deposed owner's drop below a witness's fence is ignored). What that misses —
+   a drop lost, a record landing after its drop, a record whose write never reached the
+   owner — the owner's sweep (witness_sweep.py) drops: every couple of seconds it lists the
+   records held a while, drops those whose write is durable, and those whose write it never
+   executed once it has *condemned* their token (the committer answers such a write only
+   when durable from then on, so no acknowledgement rests on a record that is gone). Entity
+   tokens expire only once older than the TTL at the last sweep that reached every witness,
+   so a witness out of reach keeps its records' tokens too. A witness refuses records whose
+   deadline passed by its own clock (only the sync path follows), and is full per node: one
+   hot partition can push others to the sync path.
 7. **Recovery** (witness_replay.py): a loading owner fences the witnesses its newest metadata
    names with its epoch, before it replays the commit log (one answering witness is enough: an
    acknowledged write is on all three, and a fenced witness accepts nothing more of an older
@@ -82,12 +85,10 @@ plan; each step names where it lives once built):
    are all garbage, and the witnesses drop the parent's id for good (DropPartition), asked only
    once the split or merge committed and the parent drained.
 
-**Until step 6's sweep exists CURP must stay off outside tests** (found by review): a record
-left at a witness after its write was durable — its drop lost, or the record landing after the
-drop — is held until the next load, and a load after the write's token row expired
-(operations.ENTITY_TOKEN_TTL_MS, 10 minutes) executes it again over newer writes. Records of
-seals, of writes that never reached the owner and of split or merge parents are never dropped
-either, until the store is full.
+**What is not built, so CURP stays off by default**: re-picking a witness lost while the owner
+serves (its records wait for the next load, and entity tokens stop expiring meanwhile); and an
+append's token row dropped by a trim of its log (merge.py) within seconds of the append, its
+drop lost and the owner killed before the sweep came: a recovery would append it again.
 
 What commutes (the issue's list): appends to different logs; puts and deletes of different
 rows; conditional operations and batches by the rows they touch; trims and seals by the log
@@ -109,9 +110,9 @@ from common.proto import partition_pb2 as pb
 from partition_layer import keys
 
 # The kinds of request that may take the fast path (step 3: writes whose refusals never
-# flip). Reads never go to witnesses; a scan, a trim, a delete, a conditional write or a
-# replicated row from another stamp (issue 30) keeps the sync path.
-FAST_OPS = frozenset({"append", "seal", "put", "batch"})
+# flip). Reads never go to witnesses; a scan, a trim, a seal, a delete, a conditional write
+# or a replicated row from another stamp (issue 30) keeps the sync path.
+FAST_OPS = frozenset({"append", "put", "batch"})
 
 
 @dataclass(frozen=True)
@@ -150,8 +151,6 @@ def footprint_of(request: pb.Request) -> Footprint | None:
     if op not in FAST_OPS:
         return None
     name = name_key(request.account, request.pname)
-    if op == "seal":
-        return Footprint(frozenset((name,)))
     if op == "append":
         return Footprint(frozenset((name,))) if request.append.token else None
     if not request.token:

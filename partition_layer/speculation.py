@@ -23,6 +23,9 @@ Contracts:
   front end's retry of a fast write goes without its hint, and its records are there all
   the same (curp.py step 6; a seal's record, named by its front end alone, waits for the
   owner's sweep).
+- `condemn(token_key, until_s)`: the owner's sweep took that write's records from the
+  witnesses (witness_sweep.py): until wall time `until_s` it may not be answered early
+  (`may_answer_early`), only once durable; `forget_condemned(now_s)` forgets those past.
 - `until_durable(lsn)` returns once the partition applied every write through `lsn` (in LSN
   order, after it was durable); `until_rows_durable(keys)` once no row among `keys` holds an
   early answer's write still in flight; `until_all_durable()` once no row does. Each
@@ -91,6 +94,19 @@ class Speculation:
         self._failed: StampError | None = None
         # The owner's witnesses' Drop (witness_set.OwnerCalls.drop), once it has some.
         self.drop: Callable[[list[bytes]], None] | None = None
+        self._condemned: dict[bytes, float] = {}  # token key -> until (wall s)
+
+    def condemn(self, token_key: bytes, until_s: float) -> None:
+        self._condemned[token_key] = max(until_s, self._condemned.get(token_key, 0.0))
+
+    def forget_condemned(self, now_s: float) -> None:
+        for key in [k for k, until_s in self._condemned.items() if until_s < now_s]:
+            del self._condemned[key]
+
+    def may_answer_early(self, op: Operation) -> bool:
+        """Not if its records were swept (`condemn`): an acknowledgement needs them."""
+        return not (self._condemned and isinstance(op, LogAppend | EntityWrite) and op.token
+                    and op.token_key in self._condemned)
 
     def answer(self, pending: Pending, result: Any, written: list[bytes], epoch: int,
                lsn: int) -> None:

@@ -13,7 +13,8 @@ run by its server right after `RangePartition.load` and before anyone else is le
    fewer than three fault domains alive), fences and clears them with its epoch (stale
    records of older owners there would refuse new ones), and records them in a metadata
    record: only now, since that record stops the next owner from fencing the old set.
-3. Clears the old set (records below this epoch: all durable now) and lets requests in.
+3. Clears the old set (records below this epoch: all durable now), starts the sweep of its
+   own (witness_sweep.py) and lets requests in.
 
 A failure at any step — a record that could not be executed (any error but the write's own
 refusal, FINAL_REFUSALS), the lease running out — leaves the partition to be stopped by its
@@ -32,6 +33,7 @@ from common.proto import partition_pb2 as pb
 from partition_layer.requests import handle, route_key
 from partition_layer.speculation import replaying
 from partition_layer.witness_set import OwnerCalls, WitnessSet, pick
+from partition_layer.witness_sweep import Sweeper
 
 if TYPE_CHECKING:
     from partition_layer.partition import RangePartition
@@ -63,6 +65,8 @@ async def recover(p: RangePartition) -> None:
             await p.fenced_witnesses.clear()
     p.witnesses = own
     p.committer.speculation.drop = None if own is None else own.drop
+    if own is not None:
+        Sweeper(p, own).start()
     p.recovering = False
     if executed or own is not None:
         log.info("partition %d: %d writes executed from its witnesses; its own: %s", p.id,

@@ -91,6 +91,9 @@ class OwnerCalls:
         self.epoch = epoch
         self._dropping: list[bytes] = []  # tokens to drop, not yet sent (`drop`)
         self._dropper: asyncio.Task[None] | None = None
+        # Set by the owner's sweep of this set (witness_sweep.py), which runs among `tasks`.
+        self.swept_at: float | None = None
+        self.tasks: set[asyncio.Task[None]] = set()
 
     def _stub(self, address: str) -> wpb_grpc.WitnessStub:
         return wpb_grpc.WitnessStub(self.channels.get(address))
@@ -153,6 +156,7 @@ class OwnerCalls:
             log.debug("partition %d: drop at witness %s: %s", self.partition_id, address, exc)
 
     async def close(self) -> None:
-        if self._dropper is not None:
-            self._dropper.cancel()
-            await asyncio.gather(self._dropper, return_exceptions=True)
+        tasks = [*self.tasks, *((self._dropper,) if self._dropper is not None else ())]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -39,10 +39,6 @@ def test_a_log_and_an_entity_group_of_one_name_conflict():
     """A name's kind is fixed by its first write: which one is first changes both answers."""
     assert conflict(append("n"), put("n", b"r"))
     assert not conflict(append("n"), put("other", b"r"))
-    seal = pb.Request(account="a", pname="n", seal=pb.Empty())
-    assert conflict(seal, append("n"))
-    assert conflict(seal, put("n", b"r"))
-    assert not conflict(seal, append("n-2"))
 
 
 def test_batches_by_the_rows_they_touch():
@@ -59,6 +55,8 @@ def test_what_keeps_the_sync_path():
     assert footprint_of(put("g", b"r", token="")) is None
     assert footprint_of(pb.Request(account="a", pname="g", get=pb.GetOp(row=b"r"))) is None
     assert footprint_of(pb.Request(account="a", pname="g", scan=pb.ScanOp())) is None
+    # A seal has no token for the owner's sweep to judge its records by (curp.py step 3).
+    assert footprint_of(pb.Request(account="a", pname="log", seal=pb.Empty())) is None
     assert footprint_of(pb.Request(account="a", pname="g",
                                    replicate=pb.ReplicateOp())) is None
     conditional = put("g", b"r")

@@ -1,0 +1,185 @@
+"""An owner's sweep of its CURP witnesses (issue 32, curp.py step 6): the records its drops
+missed leave them, and so do the records of writes it never executed.
+
+A record outlives its write's durability when its Drop was lost (drops are not awaited) or
+when it landed after the Drop (the front end's record and its request race). A record whose
+write never reached the owner (lost on the way, refused, dropped past its deadline) is never
+dropped by durability at all. Left there, either would be executed by the next owner's
+recovery: the first, after its token row expired, over newer writes (review finding F1).
+
+Contracts:
+- `Sweeper(p, calls)`, started once `p` serves with its own witnesses (witness_replay.py),
+  every `limits.curp_sweep_interval_ms` lists at each witness the records of `p`'s epoch held
+  at least `limits.curp_sweep_age_ms`, judges each (`judge`) and drops the ones judged gone:
+  - its write is durable here (its token row is in the partition, in no block in flight):
+    a leftover;
+  - its write was never executed here: the owner *condemns* its token first
+    (Speculation.condemn), so that the committer never answers that write early from then
+    on, only once durable — no acknowledgement can rest on a record about to go. Judging and
+    condemning happen with no await between the last look at the rows and the condemnation,
+    so a write decided meanwhile is seen in flight instead.
+  A record whose write is in flight stays: its drop follows its durability.
+- A condemned token is remembered until its record's deadline (the front end's clock, which
+  stops waiting for an answer then) has passed on the owner's clock by CLOCK_SKEW_S; after
+  that an early answer could be acknowledged by no one.
+- `OwnerCalls.swept_at` (wall time, s): the start of the latest round in which every
+  witness answered its List and every Drop, or when the set was fenced and cleared at load
+  (it held nothing older then). After such a round no witness holds a record accepted more
+  than the sweep age before it began whose write was durable when it began. An entity
+  write's token row may expire only once written ENTITY_TOKEN_TTL_MS before `swept_at`
+  (`tokens_expire_before_ms`, checkpoint.py): a witness that stops answering stops the
+  expiry rather than keep a record whose token is gone. (The TTL is already far past any
+  client's retry window, so a record of a token that old landed, and was swept, long
+  before.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from common import rpc
+from common.errors import InvalidArgument, StampError
+from common.proto import witness_pb2 as wpb
+from common.proto import witness_pb2_grpc as wpb_grpc
+from partition_layer import keys
+from partition_layer.operations import ENTITY_TOKEN_TTL_MS
+from partition_layer.witness_set import CALL_TIMEOUT_S, DROP_TOKENS_MAX, OwnerCalls
+
+if TYPE_CHECKING:
+    from partition_layer.partition import RangePartition
+
+log = logging.getLogger(__name__)
+
+# How far the front ends' clocks may be from the owner's: a condemned token is kept this long
+# past its record's deadline.
+CLOCK_SKEW_S = 10.0
+
+
+def token_key_of(record: wpb.WitnessRecord) -> bytes | None:
+    """The key of the token row a record's write leaves when executed, from its footprint
+    (curp.footprint_of): an entity write holds its name shared, an append holds it
+    exclusively and alone. None for a footprint of another shape (no fast write has one)."""
+    if len(record.shared) == 1:
+        name = record.shared[0]
+    elif len(record.exclusive) == 1 and not record.shared:
+        name = record.exclusive[0]
+    else:
+        return None
+    try:
+        at = keys.kind_offset(name)
+    except InvalidArgument:
+        return None
+    if name[at] != keys.KIND_META or len(name) != at + 1:
+        return None
+    return name[:at] + bytes((keys.KIND_TOKEN,)) + record.token
+
+
+def condemned_until_s(record: wpb.WitnessRecord, now_s: float) -> float:
+    """Until when a token swept unexecuted stays condemned (module contract); a record
+    without a deadline (front ends send none) for a token row's whole TTL."""
+    if not record.deadline_ms:
+        return now_s + ENTITY_TOKEN_TTL_MS / 1000
+    return record.deadline_ms / 1000 + CLOCK_SKEW_S
+
+
+def tokens_expire_before_ms(now_s: float, swept_at_s: float | None) -> int:
+    """The wall time (ms) before which an entity write's token row may expire: its TTL
+    before now, and before the witnesses' last full sweep (module contract; None: the
+    partition has no witnesses)."""
+    upto_s = now_s if swept_at_s is None else min(now_s, swept_at_s)
+    return int(upto_s * 1000) - ENTITY_TOKEN_TTL_MS
+
+
+class Sweeper:
+    """The sweep of one owner's witness set (module contract)."""
+
+    def __init__(self, p: RangePartition, calls: OwnerCalls) -> None:
+        self.p = p
+        self.calls = calls
+        calls.swept_at = time.time()  # the set was fenced and cleared just now
+        self.rounds = 0
+        self.swept = 0  # records dropped by the sweep
+        self._failing = False  # the last round missed a witness (logged once)
+
+    def start(self) -> None:
+        self.calls.tasks.add(asyncio.get_running_loop().create_task(self._run()))
+
+    async def _run(self) -> None:
+        interval_s = self.p.limits.curp_sweep_interval_ms / 1000
+        while not self.p.gone():
+            await asyncio.sleep(interval_s)
+            if self.p.gone() or not self.p.lease_valid():
+                continue  # a deposed owner's List answers nothing anyway
+            await self.sweep()
+
+    async def sweep(self) -> bool:
+        """One round; whether every witness answered every call."""
+        started = time.time()
+        request = wpb.ListRequest(partition_id=self.p.id, epoch=self.p.epoch,
+                                  older_than_ms=self.p.limits.curp_sweep_age_ms)
+        answers = await self._each("List", request)
+        full = all(answer is not None for answer in answers)
+        records: dict[bytes, wpb.WitnessRecord] = {}
+        for answer in answers:
+            for record in answer.records if answer is not None else ():
+                records.setdefault(record.token, record)
+        gone = [token for token, record in records.items() if await self.judge(record)]
+        for at in range(0, len(gone), DROP_TOKENS_MAX):
+            drop = wpb.DropRequest(partition_id=self.p.id, epoch=self.p.epoch,
+                                   tokens=gone[at:at + DROP_TOKENS_MAX])
+            full &= all(answer is not None for answer in await self._each("Drop", drop))
+        self.p.committer.speculation.forget_condemned(time.time())
+        self.rounds += 1
+        self.swept += len(gone)
+        if full:
+            self.calls.swept_at = started
+        if full == self._failing:
+            self._failing = not full
+            log.log(logging.WARNING if not full else logging.INFO,
+                    "partition %d: the sweep of its witnesses %s", self.p.id,
+                    "missed a witness: entity tokens stop expiring until it answers again"
+                    if not full else "reaches every witness again")
+        if gone:
+            log.debug("partition %d: swept %d records", self.p.id, len(gone))
+        return full
+
+    async def judge(self, record: wpb.WitnessRecord) -> bool:
+        """Whether `record` goes (module contract); condemns its token if it was never
+        executed. A record of an unknown shape stays, for a recovery to execute."""
+        key = token_key_of(record)
+        if key is None:
+            log.warning("partition %d: a witness holds a record of no fast write's shape",
+                        self.p.id)
+            return False
+        committer = self.p.committer
+        if committer.row_in_flight(key):
+            return False
+        known, row = self.p.row_in_memory(key)
+        if not known:
+            row = await self.p.row_from_checkpoints(key, remember_absent=False)
+            # Decided meanwhile? Then in flight, or applied (in memory), now.
+            if committer.row_in_flight(key):
+                return False
+            known, now_row = self.p.row_in_memory(key)
+            row = now_row if known else row
+        if row is not None and not row.tombstone:
+            return True  # executed, and durable: a leftover
+        # Never executed here: it is never answered early from now on (no await since the
+        # look above), then its records go.
+        committer.speculation.condemn(key, condemned_until_s(record, time.time()))
+        return True
+
+    async def _each(self, method: str, request: Any) -> list[Any]:
+        """`method` at every witness at once: each one's answer, None where it failed."""
+        async def one(address: str) -> Any:
+            stub = wpb_grpc.WitnessStub(self.calls.channels.get(address))
+            try:
+                return await rpc.call(getattr(stub, method)(request, timeout=CALL_TIMEOUT_S))
+            except StampError as exc:
+                log.debug("partition %d: sweep: %s at witness %s: %s", self.p.id, method,
+                          address, exc)
+                return None
+        return list(await asyncio.gather(*(one(a) for a in self.calls.members.addresses)))

@@ -1,0 +1,81 @@
+"""The pure parts of the owner's sweep of its CURP witnesses (partition_layer/witness_sweep.py)
+and the committer's side of it (Speculation.condemn): which token row a witness's record
+stands for, how long a swept token stays condemned, and when entity tokens may expire."""
+
+from __future__ import annotations
+
+from common.proto import partition_pb2 as pb
+from common.proto import witness_pb2 as wpb
+from partition_layer.client_requests import put_request
+from partition_layer.curp import footprint_of
+from partition_layer.operations import ENTITY_TOKEN_TTL_MS, EntityWrite, LogAppend, Write
+from partition_layer.operations import token_key as token_row_key
+from partition_layer.payload_crc import payload_crcs
+from partition_layer.speculation import Speculation
+from partition_layer.witness_sweep import (
+    CLOCK_SKEW_S,
+    condemned_until_s,
+    token_key_of,
+    tokens_expire_before_ms,
+)
+
+
+def record_of(request: pb.Request, token: str, deadline_ms: int = 0) -> wpb.WitnessRecord:
+    footprint = footprint_of(request)
+    assert footprint is not None
+    return wpb.WitnessRecord(token=token.encode(), epoch=3, exclusive=sorted(footprint.exclusive),
+                             shared=sorted(footprint.shared), deadline_ms=deadline_ms)
+
+
+def test_a_record_names_the_token_row_its_write_leaves() -> None:
+    append = pb.Request(account="acct", pname="log/é", append=pb.AppendOp(
+        records=[b"x"], crcs=payload_crcs([b"x"]), token="tok-a"))
+    put = put_request("acct", "group", "row", b"v", None, None, "tok-p")
+    batch = pb.Request(account="acct", pname="g2", token="tok-b", batch=pb.BatchOp(items=[
+        pb.BatchItem(kind="put", row=b"a", value=b"1"),
+        pb.BatchItem(kind="put", row=b"b", value=b"2")]))
+    assert token_key_of(record_of(append, "tok-a")) == token_row_key("acct", "log/é", "tok-a")
+    assert token_key_of(record_of(put, "tok-p")) == token_row_key("acct", "group", "tok-p")
+    assert token_key_of(record_of(batch, "tok-b")) == token_row_key("acct", "g2", "tok-b")
+
+
+def test_a_record_of_no_fast_writes_shape_names_none() -> None:
+    assert token_key_of(wpb.WitnessRecord(token=b"t")) is None
+    assert token_key_of(wpb.WitnessRecord(token=b"t", exclusive=[b"a", b"b"])) is None
+    assert token_key_of(wpb.WitnessRecord(token=b"t", exclusive=[b"not a key"])) is None
+
+
+def test_a_swept_token_is_condemned_past_its_deadline_by_the_clock_skew() -> None:
+    put = put_request("acct", "group", "row", b"v", None, None, "t")
+    assert condemned_until_s(record_of(put, "t", deadline_ms=50_000), now_s=40.0) == \
+        50.0 + CLOCK_SKEW_S
+    assert condemned_until_s(record_of(put, "t"), now_s=40.0) == \
+        40.0 + ENTITY_TOKEN_TTL_MS / 1000
+
+
+def test_entity_tokens_expire_no_later_than_the_last_full_sweep_allows() -> None:
+    ttl = ENTITY_TOKEN_TTL_MS
+    assert tokens_expire_before_ms(1000.0, None) == 1_000_000 - ttl
+    assert tokens_expire_before_ms(1000.0, 1001.0) == 1_000_000 - ttl
+    # A witness unanswering since 400 s: tokens written after 400 s - TTL stay.
+    assert tokens_expire_before_ms(1000.0, 400.0) == 400_000 - ttl
+
+
+def test_a_condemned_token_is_never_answered_early_until_forgotten() -> None:
+    speculation = Speculation()
+    append = LogAppend("acct", "log", records=(b"x",), token="t1", crcs=(0,))
+    put = EntityWrite("acct", "group", writes=(Write("put", b"r", b"v"),), token="t2")
+    untokened = LogAppend("acct", "log", records=(b"x",), crcs=(0,))
+    assert speculation.may_answer_early(append) and speculation.may_answer_early(put)
+    speculation.condemn(append.token_key, until_s=100.0)
+    speculation.condemn(put.token_key, until_s=50.0)
+    assert not speculation.may_answer_early(append)
+    assert not speculation.may_answer_early(put)
+    assert speculation.may_answer_early(untokened)
+    other = LogAppend("acct", "log", records=(b"x",), token="t3", crcs=(0,))
+    assert speculation.may_answer_early(other)
+    speculation.forget_condemned(now_s=60.0)
+    assert speculation.may_answer_early(put) and not speculation.may_answer_early(append)
+    speculation.condemn(append.token_key, until_s=10.0)  # an earlier expiry never shortens
+    speculation.forget_condemned(now_s=99.0)
+    assert not speculation.may_answer_early(append)
