@@ -4,13 +4,20 @@ stands for, how long a swept token stays condemned, and when entity tokens may e
 
 from __future__ import annotations
 
+import asyncio
+import time
+from types import SimpleNamespace
+
+from common.config import PartitionLimits
 from common.proto import partition_pb2 as pb
 from common.proto import witness_pb2 as wpb
+from partition_layer.checkpoint import Checkpointer
 from partition_layer.client_requests import put_request
 from partition_layer.curp import footprint_of
 from partition_layer.operations import ENTITY_TOKEN_TTL_MS, EntityWrite, LogAppend, Write
 from partition_layer.operations import token_key as token_row_key
 from partition_layer.payload_crc import payload_crcs
+from partition_layer.rows import EntityToken, Row, encode_row
 from partition_layer.speculation import Speculation
 from partition_layer.witness_sweep import (
     CLOCK_SKEW_S,
@@ -18,6 +25,7 @@ from partition_layer.witness_sweep import (
     token_key_of,
     tokens_expire_before_ms,
 )
+from tests.support.checkpoint_site import MemorySite
 
 
 def record_of(request: pb.Request, token: str, deadline_ms: int = 0) -> wpb.WitnessRecord:
@@ -79,3 +87,31 @@ def test_a_condemned_token_is_never_answered_early_until_forgotten() -> None:
     speculation.condemn(append.token_key, until_s=10.0)  # an earlier expiry never shortens
     speculation.forget_condemned(now_s=99.0)
     assert not speculation.may_answer_early(append)
+
+
+def test_a_checkpoint_keeps_entity_tokens_a_witness_out_of_reach_may_still_need() -> None:
+    """Two entity tokens past their TTL; the witnesses' last full sweep was before the
+    second was written plus the TTL: the first expires at the checkpoint, the second stays
+    (a record of it may still be held where the sweep could not reach). Without witnesses
+    both expire."""
+    now_s = time.time()
+    ttl_s = ENTITY_TOKEN_TTL_MS / 1000
+    old_ms, newer_ms = int((now_s - ttl_s - 60) * 1000), int((now_s - ttl_s - 10) * 1000)
+
+    def tokens_after_a_checkpoint(witnesses: object) -> list[bytes]:
+        site = MemorySite(PartitionLimits())
+        site.witnesses = witnesses  # type: ignore[assignment]
+        for token, written_ms in (("old", old_ms), ("newer", newer_ms)):
+            entry = EntityToken(version=5, written_at_ms=written_ms, puts=(True,))
+            site.memtable.put(token_row_key("acct", "g", token),
+                              encode_row(Row(5, value=entry.encode())))
+
+        async def scenario() -> list[bytes]:
+            await Checkpointer(site).checkpoint_now()  # type: ignore[arg-type]
+            return [key for key in (token_row_key("acct", "g", t) for t in ("old", "newer"))
+                    if await site.readers[0].get(key) is not None] if site.readers else []
+        return asyncio.run(scenario())
+
+    swept = SimpleNamespace(swept_at=now_s - 30)  # the last full sweep, 30 s ago
+    assert tokens_after_a_checkpoint(swept) == [token_row_key("acct", "g", "newer")]
+    assert tokens_after_a_checkpoint(None) == []
