@@ -469,6 +469,7 @@ class PartitionManager:
             task.cancel()
         for channel in self._channels.values():
             await channel.close()  # type: ignore[attr-defined]
+        await self.ops.close()
         if self.sm is not None:
             await self.sm.close()
         if self.lease is not None:

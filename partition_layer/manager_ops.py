@@ -5,7 +5,9 @@ Split B at K into C, D:
    and write the map with the pending op — BEFORE the PS is asked, so a new leader finds it;
    [pm.split.pending_written]
 2. S.Split(B, K, C, D) (idempotent on the PS);
-3. publish `with_split` (pending op removed), confirmed[C] = confirmed[D] = S, history.
+3. publish: with CURP on, B's records leave the witnesses for good (DropPartition, best
+   effort: parent_witnesses.py), then `with_split` (pending op removed), confirmed[C] =
+   confirmed[D] = S, history.
    [pm.split.before_publish: between 2 and 3]
 Merge C, D -> E: the right partition is first moved to the left's server (the ordinary
 move) if they differ; then the same three steps with S.Merge and `with_merge`.
@@ -41,6 +43,7 @@ from common.proto import partition_pb2_grpc as pb_grpc
 from partition_layer import pending_resolution
 from partition_layer.history import RESULT_OK, HistoryEntry, HistoryStore
 from partition_layer.map_store import LeaderMap
+from partition_layer.parent_witnesses import ParentWitnesses
 from partition_layer.partition_map import (
     BORN_BOOTSTRAP,
     OP_SPLIT,
@@ -116,6 +119,8 @@ class SplitMergeCoordinator:
         # (sources, results) of pending ops the stream manager said did not commit, after a
         # failed call: their sources may be loaded between tries (`may_load`).
         self._uncommitted: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
+        # CURP step 8: a committed op's parents leave the witnesses (parent_witnesses.py).
+        self.parents = ParentWitnesses()
 
     def may_load(self, partition_id: int, current: PartitionMap) -> bool:
         """Whether the pass may send a plain Load of the partition: always, unless a pending
@@ -263,8 +268,11 @@ class SplitMergeCoordinator:
     async def _publish(self, op: PendingOp, server: str, unavailable_s: float, trigger: str,
                        served: bool = False) -> OpDone:
         """Publish the op's results on `server`. `served`: that server just answered that it
-        serves them (they are confirmed there); else the pass sends them a Load."""
+        serves them (they are confirmed there); else the pass sends them a Load. The op has
+        committed: its parents' witness records go first, while the map still holds the op,
+        so a successor redoes it after a crash (parent_witnesses.py)."""
         m = self.manager
+        await self.parents.drop(m.sm, op.sources, curp=m.limits.curp)
         async with self.maps.lock:
             current, version = await self.maps.current()
             if not any(p.sources == op.sources and p.results == op.results
@@ -405,6 +413,9 @@ class SplitMergeCoordinator:
                                     result=f"rolled back: {why}", map_version=new.version,
                                     key=op.key, server=op.server))
         log.warning("%s: rolled back the %s of %s: %s", m.name, op.op, _sources(op), why)
+
+    async def close(self) -> None:
+        await self.parents.close()
 
     @staticmethod
     def _require_served(partition_id: int, server: str, live: dict[str, str]) -> None:

@@ -389,6 +389,10 @@ class SplitMerge:
         assert partition.meta.applied_lsn == partition.applied_lsn, (
             partition.meta.applied_lsn, partition.applied_lsn)
         assert not len(partition.memtable) and partition.frozen is None
+        # Settled: every write answered early (CURP) is durable, so once this commits the
+        # parent's witness records are all garbage (parent_witnesses.py, curp.py step 8).
+        assert partition.committer.speculation.last_lsn <= partition.applied_lsn, (
+            partition.committer.speculation.last_lsn, partition.applied_lsn)
 
     async def _resume(self, partitions: Sequence[RangePartition]) -> None:
         for partition in partitions:
