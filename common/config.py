@@ -343,6 +343,9 @@ class PartitionLimits:
     # held this long whose write is durable (their drop missed) or was never executed here.
     curp_sweep_interval_ms: int = 2_000
     curp_sweep_age_ms: int = 2_000
+    # A witness that answered no sweep for this long is replaced, once the stream manager
+    # counts it dead or suspect (witness_repick.py), the way a lost replica is.
+    curp_witness_lost_ms: int = 4_000
     # Checkpoint past either threshold (§4); writes wait while a full memtable is flushed.
     memtable_bytes_max: int = 32 * MiB
     commit_log_bytes_max: int = 128 * MiB

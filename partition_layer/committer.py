@@ -322,7 +322,7 @@ class GroupCommitter:
             outcomes.append(Outcome(pending, result))
             if early is not None:  # its answer rests on durable rows only
                 self.speculation.answer(pending, result, [key for key, _ in mutations],
-                                        self.p.epoch, self.next_lsn - 1)
+                                        self.next_lsn - 1)
         append: asyncio.Task[Any] | None = None
         nbytes = 0
         if ops:

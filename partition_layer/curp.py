@@ -18,8 +18,12 @@ plan; each step names where it lives once built):
    the next owner knows whom to fence. A front end learns them from the owner: a hinted write
    names the owner epoch whose witnesses it was recorded at (`Request.curp_epoch`); the owner
    answers early only a write that names its own epoch, and answers one that names another when
-   durable, with its witnesses and epoch (`Response.witnesses`). A witness lost while the owner
-   serves costs the fast path (no third acceptance) until the partition is loaded again.
+   durable, with its witnesses and epoch (`Response.witnesses`). A set's epoch is its owner's
+   and which of its sets (witness_set.set_epoch): a witness lost while the owner serves
+   (silent to its sweep, and suspect or dead at the stream manager) is replaced the way a
+   lost replica is — the owner stops answering early, waits until every early answer is
+   durable, fences and clears a new set under its next set epoch and names it
+   (witness_repick.py); front ends learn it from the answers.
 3. **Fast path** (front end): a write with a footprint (an append or entity write needs its
    token, by which recovery deduplicates it) goes to the owner and to the three witnesses at
    once. The owner executes it (decides it in the committer against the rows and the blocks in
@@ -81,14 +85,25 @@ plan; each step names where it lives once built):
    whose record reached a witness but never the owner may so take effect after its deadline: it
    was in doubt (Unavailable or DeadlineExceeded, both ambiguous), and in doubt it may take
    effect at any time.
-8. **Splits and merges** (not built yet) drain first (every write synced): the parent's records
-   are all garbage, and the witnesses drop the parent's id for good (DropPartition), asked only
-   once the split or merge committed and the parent drained.
+8. **Splits and merges** (parent_witnesses.py): a split or merge drains its parents first —
+   the server stops them admitting and settles their committers (no block in flight: every
+   early answer durable) before it writes the intent (split_merge.py asserts it) — so once it
+   commits, every record a parent's witnesses hold is garbage: a durable write's whose Drop
+   has not come, or one the parent never executed (never acknowledged; a retry goes to a
+   child, under the child's id). The partition manager then has every extent node drop the
+   parent's id for good (DropPartition: its records go, anything sent for it later is
+   FENCED), in `_publish` (manager_ops.py): only for an op known committed, and before it
+   writes the map that forgets the op, so a manager that crashes first leaves the op pending
+   and its successor's pass publishes it and calls again. Every node, not only the parent's
+   newest set: a witness of an older set that a recovery's clear missed holds the id's
+   records too. Best effort: a node that fails the call is logged and keeps them.
 
-**What is not built, so CURP stays off by default**: re-picking a witness lost while the owner
-serves (its records wait for the next load, and entity tokens stop expiring meanwhile); and an
-append's token row dropped by a trim of its log (merge.py) within seconds of the append, its
-drop lost and the owner killed before the sweep came: a recovery would append it again.
+**What is not built, so CURP stays off by default**: an append's token row dropped by a trim
+of its log (merge.py) within seconds of the append, its drop lost and the owner killed before
+the sweep came: a recovery would append it again; a node down or cut off when a split or merge
+publishes keeps its parents' records (nothing retries its DropPartition); a set that could not
+be fenced at load (a member silent) leaves the partition without witnesses until it is loaded
+again.
 
 What commutes (the issue's list): appends to different logs; puts and deletes of different
 rows; conditional operations and batches by the rows they touch; trims and seals by the log

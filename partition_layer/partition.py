@@ -62,7 +62,7 @@ from partition_layer.runs import block_cache
 from partition_layer.speculation import replaying
 from partition_layer.stats import LoadStats
 from partition_layer.warm_start import inherit_caches
-from partition_layer.witness_set import OwnerCalls
+from partition_layer.witness_set import OwnerCalls, set_epoch
 from stream_layer.client import AsyncStream, AsyncStreamClient
 from stream_layer.framing import Location
 
@@ -195,7 +195,7 @@ class RangePartition(States):
             raise Unavailable(f"partition {self.id} has CURP witnesses to fence, and this "
                               "server no way to reach them")
         self.fenced_witnesses = OwnerCalls(self.witness_channels, self.meta.witnesses,
-                                           self.id, self.epoch)
+                                           self.id, set_epoch(self.epoch))
         self.witnessed = await self.fenced_witnesses.fence()
 
     async def _warm_indexes(self) -> None:

@@ -42,6 +42,7 @@ from partition_layer.read_replies import records_reply, value_and_crc
 from partition_layer.record_batch import encode_records, encoded_bytes
 from partition_layer.rows import Row, decode_row, etag_of
 from partition_layer.speculation import Speculative, replaying
+from partition_layer.witness_set import owner_epoch
 
 NAME_BYTES_MAX = 1024
 TOKEN_BYTES_MAX = 128
@@ -218,25 +219,26 @@ async def _dispatch(request: pb.Request, response: pb.Response, find: Finder,
 
 def _curp_hint(request: pb.Request, partition: RangePartition) -> int:
     """The version hint the committer may answer `request` early by (speculation.py): the
-    front end's if it recorded the write at this owner's witnesses (its curp_epoch is this
-    owner's), or if the write is executed again from a witness's record; else 0."""
+    front end's if it recorded the write at this owner's witnesses (its curp_epoch is their
+    set's, witness_set.set_epoch), or if the write is executed again from a witness's
+    record; else 0."""
     hint = request.version_hint
     if not hint or replaying.get():
         return hint
     return hint if (partition.witnesses is not None
-                    and request.curp_epoch == partition.epoch) else 0
+                    and request.curp_epoch == partition.witnesses.epoch) else 0
 
 
 def _teaches(request: pb.Request, partition: RangePartition) -> bool:
     """A hinted write recorded at other witnesses than this owner's: its answer names them."""
     return bool(request.version_hint and partition.witnesses is not None
-                and request.curp_epoch != partition.epoch and not replaying.get())
+                and request.curp_epoch != partition.witnesses.epoch and not replaying.get())
 
 
 def _teach(request: pb.Request, partition: RangePartition, response: pb.Response) -> None:
     if _teaches(request, partition):
         assert partition.witnesses is not None
-        response.epoch = partition.epoch
+        response.epoch = partition.witnesses.epoch
         response.witnesses.extend(partition.witnesses.members.addresses)
 
 
@@ -252,7 +254,7 @@ def answered(result: Any, response: pb.Response) -> Any:
 async def _sync(sync: pb.SyncOp, partition: RangePartition) -> None:
     """A front end's wait for an early answer's write to be durable (CURP's slow path):
     Unavailable (it may or may not be) once the owner is not the one that answered."""
-    if sync.epoch != partition.epoch:
+    if owner_epoch(sync.epoch) != partition.epoch:  # the set's epoch, as answered
         raise Unavailable(f"partition {partition.id}: the owner of epoch {sync.epoch} is gone; "
                           "its early answers may or may not be durable")
     partition.check_serving()

@@ -55,8 +55,9 @@ replaying: ContextVar[bool] = ContextVar("replaying", default=False)
 
 @dataclass(frozen=True, slots=True)
 class Speculative:
-    """An answer given before its write was durable: the operation's result, and the owner's
-    epoch and the write's LSN, which a front end's SyncOp names to wait for it."""
+    """An answer given before its write was durable: the operation's result, and the epoch
+    of the owner's witness set (witness_set.set_epoch) and the write's LSN, which a front
+    end's SyncOp names to wait for it."""
 
     result: Any
     epoch: int
@@ -92,8 +93,11 @@ class Speculation:
         self._waits: list[tuple[int, int, asyncio.Future[None]]] = []  # a heap by LSN
         self._order = itertools.count()  # ties broken by arrival: futures do not compare
         self._failed: StampError | None = None
-        # The owner's witnesses' Drop (witness_set.OwnerCalls.drop), once it has some.
+        # The owner's witnesses' Drop (witness_set.OwnerCalls.drop), once it has some, and
+        # their set's epoch, which early answers name; 0: none are given (no set, or one
+        # being replaced: witness_repick.py).
         self.drop: Callable[[list[bytes]], None] | None = None
+        self.epoch = 0
         self._condemned: dict[bytes, float] = {}  # token key -> until (wall s)
 
     def condemn(self, token_key: bytes, until_s: float) -> None:
@@ -104,12 +108,14 @@ class Speculation:
             del self._condemned[key]
 
     def may_answer_early(self, op: Operation) -> bool:
-        """Not if its records were swept (`condemn`): an acknowledgement needs them."""
+        """Not without a set (`epoch` 0), nor if its records were swept (`condemn`): an
+        acknowledgement needs them."""
+        if not self.epoch:
+            return False
         return not (self._condemned and isinstance(op, LogAppend | EntityWrite) and op.token
                     and op.token_key in self._condemned)
 
-    def answer(self, pending: Pending, result: Any, written: list[bytes], epoch: int,
-               lsn: int) -> None:
+    def answer(self, pending: Pending, result: Any, written: list[bytes], lsn: int) -> None:
         """Answer a decided op before its block is durable: `Speculative`, naming the LSN
         of its write (`wrote` notes its rows), or, if it wrote nothing, its result as it is
         (final: it rests on durable rows only)."""
@@ -117,7 +123,7 @@ class Speculation:
             pending.answer(result, None)
             return
         self.wrote(written, lsn)
-        pending.answer(Speculative(result, epoch, lsn), None)
+        pending.answer(Speculative(result, self.epoch, lsn), None)
 
     def wrote(self, keys: Iterable[bytes], lsn: int) -> None:
         written = tuple(keys)

@@ -9,12 +9,13 @@ run by its server right after `RangePartition.load` and before anyone else is le
    token and writes nothing; a refusal writes nothing either. Each is answered only once
    durable (a recovered write is never answered early), so when the last answer is in,
    every acknowledged write the witnesses held is in the commit log.
-2. Picks this owner's witnesses (witness_set.pick; none while CURP is off or the stamp has
-   fewer than three fault domains alive), fences and clears them with its epoch (stale
-   records of older owners there would refuse new ones), and records them in a metadata
+2. Picks this owner's witnesses (witness_repick.fenced_set; none while CURP is off or the
+   stamp has fewer than three fault domains alive), fences and clears them with its first
+   set epoch (witness_set.set_epoch; stale records of older owners there would refuse new
+   ones), and records them in a metadata
    record: only now, since that record stops the next owner from fencing the old set.
-3. Clears the old set (records below this epoch: all durable now), starts the sweep of its
-   own (witness_sweep.py) and lets requests in.
+3. Clears the old set (records below this epoch: all durable now), serves with its own
+   (witness_repick.serve_with: early answers, drops, the sweep) and lets requests in.
 
 A failure at any step — a record that could not be executed (any error but the write's own
 refusal, FINAL_REFUSALS), the lease running out — leaves the partition to be stopped by its
@@ -32,8 +33,8 @@ from common.errors import Unavailable
 from common.proto import partition_pb2 as pb
 from partition_layer.requests import handle, route_key
 from partition_layer.speculation import replaying
-from partition_layer.witness_set import OwnerCalls, WitnessSet, pick
-from partition_layer.witness_sweep import Sweeper
+from partition_layer.witness_repick import fenced_set, serve_with
+from partition_layer.witness_set import set_epoch
 
 if TYPE_CHECKING:
     from partition_layer.partition import RangePartition
@@ -54,7 +55,7 @@ async def recover(p: RangePartition) -> None:
     executed = await _execute(p)
     if not p.lease_valid():  # before the old set is named no more, and cleared
         raise Unavailable(f"partition {p.id}: its lease ran out while it recovered")
-    own = await _own_witnesses(p) if p.limits.curp else None
+    own = await fenced_set(p, set_epoch(p.epoch)) if p.limits.curp else None
     assert p.meta is not None
     if own is not None or p.meta.witnesses is not None:  # CURP off: no record to write
         await p.checkpointer.record_witnesses(None if own is None else own.members)
@@ -63,10 +64,8 @@ async def recover(p: RangePartition) -> None:
         # another owner of a set it is in fences and clears it.
         with contextlib.suppress(Unavailable):
             await p.fenced_witnesses.clear()
-    p.witnesses = own
-    p.committer.speculation.drop = None if own is None else own.drop
     if own is not None:
-        Sweeper(p, own).start()
+        serve_with(p, own)
     p.recovering = False
     if executed or own is not None:
         log.info("partition %d: %d writes executed from its witnesses; its own: %s", p.id,
@@ -95,25 +94,3 @@ async def _execute(p: RangePartition) -> int:
     if p.gone():
         raise Unavailable(f"partition {p.id} stopped while it executed its witnesses' writes")
     return len(records)
-
-
-async def _own_witnesses(p: RangePartition) -> OwnerCalls | None:
-    """This owner's set, fenced and cleared on every member, or None (the sync path for
-    every write) if the stamp has no three fault domains alive or a member did not answer."""
-    assert p.witness_channels is not None
-    # Front ends send curp_epoch 0 for "no witnesses known": an owner's never is (a lease
-    # token), or a write recorded nowhere could be answered early.
-    assert p.epoch > 0, p.epoch
-    addresses = pick(await p.client.sm.list_nodes(), p.id)
-    if addresses is None:
-        return None
-    calls = OwnerCalls(p.witness_channels, WitnessSet(p.epoch, addresses), p.id, p.epoch)
-    try:
-        await calls.fence(every=True)
-        await calls.clear(every=True)
-    except Unavailable as exc:
-        log.warning("partition %d: no witnesses (%s): every write takes the sync path", p.id,
-                    exc)
-        await calls.close()
-        return None
-    return calls

@@ -8,8 +8,9 @@ Contracts:
   witnesses: every write takes the sync path). Spread by partition id: the domains are
   rotated by it, and within each domain a node is chosen by it, so partitions land on
   different nodes. Pure.
-- `WitnessSet` is what a metadata record keeps: the owner epoch that picked the set (the
-  epoch front ends name in `Request.curp_epoch`) and the nodes' addresses.
+- `WitnessSet` is what a metadata record keeps: the set's epoch (`set_epoch`: the owner's
+  and which of its sets; the epoch front ends name in `Request.curp_epoch`, and witnesses
+  fence by) and the nodes' addresses.
 - `OwnerCalls.fence()` fences every witness of a set with the loading owner's epoch and
   returns the records held (all of them: any one witness holds every acknowledged write),
   deduplicated by token; Unavailable unless at least one witness answered (an acknowledged
@@ -35,9 +36,28 @@ from common.proto import witness_pb2_grpc as wpb_grpc
 log = logging.getLogger(__name__)
 
 WITNESSES = 3
+# A set's epoch: its owner's epoch in the high bits and, in the low ones, which of that
+# owner's sets it is (an owner picks another when a member is lost: witness_repick.py). So
+# every set of a newer owner is above every set of an older one, which fences compare, and
+# an owner's later set above its earlier ones.
+GENERATION_BITS = 16
 CALL_TIMEOUT_S = 2.0
 MESSAGE_BYTES_MAX = 64 << 20  # a Fence answers a whole partition's records
 DROP_TOKENS_MAX = 1024  # per Drop call (the witnesses' ExtentNodeLimits.witness_call_records_max)
+
+
+def set_epoch(owner: int, generation: int = 0) -> int:
+    assert 0 <= generation < 1 << GENERATION_BITS, generation
+    return owner << GENERATION_BITS | generation
+
+
+def owner_epoch(epoch: int) -> int:
+    """The owner epoch of a set's epoch (`set_epoch`)."""
+    return epoch >> GENERATION_BITS
+
+
+def generation(epoch: int) -> int:
+    return epoch & ((1 << GENERATION_BITS) - 1)
 
 
 class Node(Protocol):
@@ -52,7 +72,7 @@ class Node(Protocol):
 
 @dataclass(frozen=True)
 class WitnessSet:
-    epoch: int  # the owner epoch that picked it
+    epoch: int  # set_epoch(the owner epoch that picked it, which of its sets)
     addresses: tuple[str, ...]
 
     def to_dict(self) -> dict[str, Any]:
@@ -156,7 +176,9 @@ class OwnerCalls:
             log.debug("partition %d: drop at witness %s: %s", self.partition_id, address, exc)
 
     async def close(self) -> None:
-        tasks = [*self.tasks, *((self._dropper,) if self._dropper is not None else ())]
+        """Its drops and sweep end (but the task calling this, a sweep that moved on)."""
+        tasks = [task for task in (*self.tasks, self._dropper)
+                 if task is not None and task is not asyncio.current_task()]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

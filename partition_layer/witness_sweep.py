@@ -8,7 +8,7 @@ dropped by durability at all. Left there, either would be executed by the next o
 recovery: the first, after its token row expired, over newer writes (review finding F1).
 
 Contracts:
-- `Sweeper(p, calls)`, started once `p` serves with its own witnesses (witness_replay.py),
+- `Sweeper(p, calls, lost)`, started once `p` serves with `calls` (witness_repick.py),
   every `limits.curp_sweep_interval_ms` lists at each witness the records of `p`'s epoch held
   at least `limits.curp_sweep_age_ms`, judges each (`judge`) and drops the ones judged gone:
   - its write is durable here (its token row is in the partition, in no block in flight):
@@ -19,6 +19,9 @@ Contracts:
     condemning happen with no await between the last look at the rows and the condemnation,
     so a write decided meanwhile is seen in flight instead.
   A record whose write is in flight stays: its drop follows its durability.
+  A witness silent (no List answered) for `limits.curp_witness_lost_ms` is reported to
+  `lost(silent addresses)`, which replaces the set if it can (witness_repick.repick); the
+  sweep ends once `p` serves with another set.
 - A condemned token is remembered until its record's deadline (the front end's clock, which
   stops waiting for an answer then) has passed on the owner's clock by CLOCK_SKEW_S; after
   that an early answer could be acknowledged by no one.
@@ -38,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from common import rpc
@@ -96,9 +100,12 @@ def tokens_expire_before_ms(now_s: float, swept_at_s: float | None) -> int:
 class Sweeper:
     """The sweep of one owner's witness set (module contract)."""
 
-    def __init__(self, p: RangePartition, calls: OwnerCalls) -> None:
+    def __init__(self, p: RangePartition, calls: OwnerCalls,
+                 lost: Callable[[Collection[str]], Awaitable[bool]]) -> None:
         self.p = p
         self.calls = calls
+        self.lost = lost
+        self._silent_since: dict[str, float] = {}  # address -> monotonic s
         calls.swept_at = time.time()  # the set was fenced and cleared just now
         self.rounds = 0
         self.swept = 0  # records dropped by the sweep
@@ -109,26 +116,39 @@ class Sweeper:
 
     async def _run(self) -> None:
         interval_s = self.p.limits.curp_sweep_interval_ms / 1000
-        while not self.p.gone():
+        while not self.p.gone() and self.p.witnesses is self.calls:
             await asyncio.sleep(interval_s)
-            if self.p.gone() or not self.p.lease_valid():
+            if self.p.gone() or not self.p.lease_valid() or self.p.witnesses is not self.calls:
                 continue  # a deposed owner's List answers nothing anyway
-            await self.sweep()
+            try:
+                await self.sweep()
+                silent = self._silent(time.monotonic())
+                if silent:
+                    await self.lost(silent)
+            except StampError as exc:  # the stream manager unreachable, a checkpoint read
+                log.warning("partition %d: the sweep of its witnesses failed: %s", self.p.id,
+                            exc)
 
     async def sweep(self) -> bool:
         """One round; whether every witness answered every call."""
         started = time.time()
-        request = wpb.ListRequest(partition_id=self.p.id, epoch=self.p.epoch,
+        request = wpb.ListRequest(partition_id=self.p.id, epoch=self.calls.epoch,
                                   older_than_ms=self.p.limits.curp_sweep_age_ms)
         answers = await self._each("List", request)
         full = all(answer is not None for answer in answers)
+        now = time.monotonic()
+        for address, answer in zip(self.calls.members.addresses, answers, strict=True):
+            if answer is None:
+                self._silent_since.setdefault(address, now)
+            else:
+                self._silent_since.pop(address, None)
         records: dict[bytes, wpb.WitnessRecord] = {}
         for answer in answers:
             for record in answer.records if answer is not None else ():
                 records.setdefault(record.token, record)
         gone = [token for token, record in records.items() if await self.judge(record)]
         for at in range(0, len(gone), DROP_TOKENS_MAX):
-            drop = wpb.DropRequest(partition_id=self.p.id, epoch=self.p.epoch,
+            drop = wpb.DropRequest(partition_id=self.p.id, epoch=self.calls.epoch,
                                    tokens=gone[at:at + DROP_TOKENS_MAX])
             full &= all(answer is not None for answer in await self._each("Drop", drop))
         self.p.committer.speculation.forget_condemned(time.time())
@@ -145,6 +165,11 @@ class Sweeper:
         if gone:
             log.debug("partition %d: swept %d records", self.p.id, len(gone))
         return full
+
+    def _silent(self, now: float) -> list[str]:
+        """The members silent for `curp_witness_lost_ms` or more."""
+        lost_s = self.p.limits.curp_witness_lost_ms / 1000
+        return [a for a, since in self._silent_since.items() if now - since >= lost_s]
 
     async def judge(self, record: wpb.WitnessRecord) -> bool:
         """Whether `record` goes (module contract); condemns its token if it was never

@@ -18,6 +18,7 @@ from partition_layer.operations import EntityWrite, Write, entity_key, meta_key
 from partition_layer.partition import RangePartition
 from partition_layer.rows import etag_of
 from partition_layer.speculation import Speculative
+from partition_layer.witness_set import set_epoch
 from tests.support.partitions import log_append, serving_partition
 
 HINT = 1 << 50  # a front end's hybrid clock: far above the LSNs of a new partition
@@ -63,6 +64,7 @@ LIMITS = dataclasses.replace(PartitionLimits(), commit_batch_ops_min=1, commit_l
 def run(scenario: Callable[[RangePartition], Awaitable[None]]) -> None:
     async def main() -> None:
         p = serving_partition(LIMITS)
+        p.committer.speculation.epoch = set_epoch(p.epoch)  # as a set of witnesses would
         try:
             await scenario(p)
         finally:
@@ -77,7 +79,7 @@ def test_an_entity_write_with_a_hint_is_answered_before_durable_at_the_hints_ver
         log = HeldLog(p)
         answer = await answered_within(p.committer.submit_nowait(put(b"r1", "t1"), 64, HINT))
         assert isinstance(answer, Speculative)
-        assert answer.result == [etag_of(HINT)] and answer.epoch == p.epoch
+        assert answer.result == [etag_of(HINT)] and answer.epoch == set_epoch(p.epoch)
         assert answer.lsn == p.applied_lsn + 1  # the next write the log will hold
         # A read of the row waits for the write to be durable; another row's does not.
         speculation = p.committer.speculation
@@ -223,7 +225,8 @@ def test_an_owner_that_moved_on_after_a_hinted_write_still_answers_it():
         async def close() -> None:
             return None
         p.witnesses = SimpleNamespace(  # type: ignore[assignment]
-            members=SimpleNamespace(addresses=("a:1", "b:2", "c:3")), close=close)
+            members=SimpleNamespace(addresses=("a:1", "b:2", "c:3")), close=close,
+            epoch=set_epoch(p.epoch))
         found = 0
 
         def find(key: bytes) -> RangePartition:

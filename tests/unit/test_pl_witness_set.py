@@ -8,7 +8,14 @@ from collections import Counter
 from common.proto import stream_manager_pb2 as sm_pb
 from partition_layer.keys import KeyRange
 from partition_layer.partition_meta import PartitionMeta, decode_meta, encode_meta
-from partition_layer.witness_set import WitnessSet, pick
+from partition_layer.witness_set import (
+    GENERATION_BITS,
+    WitnessSet,
+    generation,
+    owner_epoch,
+    pick,
+    set_epoch,
+)
 
 
 def nodes(per_domain: int = 3, domains: int = 3, **states: str) -> list[sm_pb.NodeInfo]:
@@ -99,3 +106,14 @@ def test_drops_go_one_call_per_witness_at_a_time_the_rest_batched() -> None:
         assert len(sent) == 6
         await calls.close()
     asyncio.run(scenario())
+
+
+def test_set_epochs_order_every_set_of_a_newer_owner_above_an_older_owners() -> None:
+    """Witnesses fence by set epoch: an owner's later sets rise above its earlier ones, and
+    a newer owner's first set above all of them."""
+    assert set_epoch(5) < set_epoch(5, 1) < set_epoch(5, (1 << GENERATION_BITS) - 1) \
+        < set_epoch(6)
+    for owner, gen in ((1, 0), (5, 3), (1 << 40, (1 << GENERATION_BITS) - 1)):
+        epoch = set_epoch(owner, gen)
+        assert (owner_epoch(epoch), generation(epoch)) == (owner, gen)
+    assert set_epoch(1) > 0  # never the front ends' "no witnesses known"

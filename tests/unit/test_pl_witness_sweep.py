@@ -19,6 +19,7 @@ from partition_layer.operations import token_key as token_row_key
 from partition_layer.payload_crc import payload_crcs
 from partition_layer.rows import EntityToken, Row, encode_row
 from partition_layer.speculation import Speculation
+from partition_layer.witness_set import set_epoch
 from partition_layer.witness_sweep import (
     CLOCK_SKEW_S,
     condemned_until_s,
@@ -71,6 +72,9 @@ def test_entity_tokens_expire_no_later_than_the_last_full_sweep_allows() -> None
 
 def test_a_condemned_token_is_never_answered_early_until_forgotten() -> None:
     speculation = Speculation()
+    assert not speculation.may_answer_early(LogAppend("acct", "log", records=(b"x",), token="t",
+                                                      crcs=(0,))), "no set of witnesses"
+    speculation.epoch = set_epoch(3)
     append = LogAppend("acct", "log", records=(b"x",), token="t1", crcs=(0,))
     put = EntityWrite("acct", "group", writes=(Write("put", b"r", b"v"),), token="t2")
     untokened = LogAppend("acct", "log", records=(b"x",), crcs=(0,))

@@ -1,0 +1,104 @@
+"""A witness lost while its owner serves is replaced (issue 32, curp.py step 2,
+partition_layer/witness_repick.py), the way a lost replica is: once the extent node holding
+it is SIGKILLed and the stream manager counts it suspect, the owner moves to a set without it
+under its next set epoch, front ends learn the new set from its answers, writes are answered
+early at it again, and a write so answered survives the owner's SIGKILL with its commit log
+stalled (the recovery reads the set the metadata now names).
+
+Four extent nodes in three fault domains: the partition's set is one node of each, and with
+one node gone the fourth takes its domain's place. The front end's part is played by the
+test, as in test_curp_recovery.py."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import pytest
+
+from common import rpc
+from partition_layer.client import PartitionClient
+from partition_layer.client_requests import put_request
+from partition_layer.rows import etag_of
+from partition_layer.witness_set import generation, owner_epoch
+from tests.support.waiting import wait_for
+from tests.support.witness_calls import hinted, record_at, record_of, session_to
+from tools.local_stamp import LocalStamp
+
+pytestmark = pytest.mark.slow
+
+StampFactory = Callable[..., LocalStamp]
+ACCOUNT = "acct"
+DEADLINE_S = 30.0
+QUICK = {"curp": True, "curp_sweep_interval_ms": 200, "curp_witness_lost_ms": 600}
+
+
+def test_a_lost_witness_is_replaced_and_the_new_set_holds_early_answers(
+        stamp_factory: StampFactory) -> None:
+    stamp = stamp_factory(4, 3, lock_servers=3, partition_managers=1, partition_servers=2,
+                          partition=QUICK)
+    with PartitionClient.from_stamp(str(stamp.data_dir)) as pc:
+        async def scenario() -> None:
+            current, addresses = await pc.aio.partition_map()
+            entry = current.get(1)
+            owner = entry.server
+            session = session_to(addresses[owner])
+            hint = int(time.time() * 1_000_000) << 4
+            try:
+                taught = await session.call(hinted(put_request(
+                    ACCOUNT, "group", "r0", b"v0", None, None, "t0"), hint, 0), 10)
+                assert not taught.error and len(taught.witnesses) == 3, taught
+                first, witnesses = taught.epoch, list(taught.witnesses)
+                # The member in fault domain fd-1 (en-1 or en-4): the other one can take its
+                # place (conftest.stamp_config puts en-i in fd-((i - 1) % 3 + 1)).
+                lost, lost_address = next((r.name, r.address) for r in stamp.extent_nodes()
+                                          if r.address in witnesses
+                                          and r.name in ("en-1", "en-4"))
+                stamp.kill(lost)
+
+                # Writes naming the first set go on; once the owner moved, its answers name
+                # the new one.
+                learned: dict[str, object] = {}
+                tokens = iter(range(1, 1 << 20))
+
+                async def moved() -> bool:
+                    n = next(tokens)
+                    answer = await session.call(hinted(put_request(
+                        ACCOUNT, "group", f"m{n}", b"m", None, None, f"m{n}"), hint + n,
+                        first), 10)
+                    assert not answer.error, answer
+                    if answer.witnesses:
+                        learned.update(epoch=answer.epoch, witnesses=list(answer.witnesses))
+                    return bool(learned)
+                await wait_for(moved, DEADLINE_S, f"partition 1 to leave witness {lost}")
+                epoch, now_witnesses = learned["epoch"], learned["witnesses"]
+                assert isinstance(epoch, int) and isinstance(now_witnesses, list)
+                assert owner_epoch(epoch) == owner_epoch(first) and generation(epoch) == 1
+                assert lost_address not in now_witnesses and len(now_witnesses) == 3
+
+                # Answered early at the new set, its commit log stalled: held by the new set
+                # alone when the owner dies.
+                await asyncio.to_thread(rpc.arm_remote, addresses[owner],
+                                        "ps.commit.before_append=delay:60000")
+                early = hinted(put_request(ACCOUNT, "group", "r1", b"early", None, None,
+                                           "t1"), hint + (1 << 20), epoch)
+                assert await record_at(now_witnesses, entry.id,
+                                       record_of(early, "t1", epoch)) == ["ACCEPTED"] * 3
+                answer = await session.call(early, 10)
+                assert not answer.error and answer.speculative, answer
+            finally:
+                await session.close()
+
+            stamp.kill(owner)
+            survivor = next(r.name for r in stamp.partition_servers() if r.name != owner)
+
+            async def reloaded() -> bool:
+                current, _ = await pc.aio.partition_map()
+                return current.get(1).server == survivor
+            await wait_for(reloaded, DEADLINE_S, f"partition 1 to move to {survivor}")
+            value, etag = await asyncio.wait_for(pc.aio.get(ACCOUNT, "group", "r1"),
+                                                 DEADLINE_S)
+            assert (value, etag) == (b"early", etag_of(hint + (1 << 20)))
+
+        pc.run(scenario())  # on the client's own loop, as its sessions are
