@@ -47,7 +47,7 @@ from partition_layer.run_cache import IndexCache, Run
 from partition_layer.runs import RunInfo, RunWriter
 from partition_layer.size_split import run_bytes_in_view
 from partition_layer.witness_set import WitnessSet
-from partition_layer.witness_sweep import tokens_expire_before_ms
+from partition_layer.witness_sweep import token_cutoffs
 from stream_layer.client import AsyncStream
 from stream_layer.framing import Location
 
@@ -319,12 +319,12 @@ class Checkpointer:
         writer = RunWriter(p.streams["row"].append, run_id=run_id,
                            block_bytes_target=p.limits.data_block_bytes)
         count = 0
-        # Entity tokens past retries, and past the witnesses' last full sweep: a witness
-        # that still holds a record may not outlive its token (witness_sweep.py).
-        expired = tokens_expire_before_ms(
-            time.time(), p.witnesses.swept_at if p.witnesses is not None else None)
+        # Entity tokens past retries, and trimmed logs' tokens, only where no witness can
+        # still hold their write's record (witness_sweep.py: a recovery would execute it).
+        expired, trimmed_kept_above = token_cutoffs(p.witnesses, time.time())
         async for key, encoded in merge(sources, drop_tombstones=drop_tombstones,
-                                        tokens_expire_before_ms=expired):
+                                        tokens_expire_before_ms=expired,
+                                        trimmed_tokens_kept_above=trimmed_kept_above):
             await writer.add(key, encoded)
             count += 1
             if count % ROWS_PER_YIELD == 0:

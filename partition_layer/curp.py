@@ -72,8 +72,9 @@ plan; each step names where it lives once built):
    records held a while, drops those whose write is durable, and those whose write it never
    executed once it has *condemned* their token (the committer answers such a write only
    when durable from then on, so no acknowledgement rests on a record that is gone). Entity
-   tokens expire only once older than the TTL at the last sweep that reached every witness,
-   so a witness out of reach keeps its records' tokens too. A witness refuses records whose
+   tokens expire, and a trimmed log's token rows go, only once older than the TTL at the last
+   sweep that reached every witness, so a witness out of reach keeps its records' tokens
+   too (a recovery would otherwise execute a leftover again). A witness refuses records whose
    deadline passed by its own clock (only the sync path follows), and is full per node: one
    hot partition can push others to the sync path.
 7. **Recovery** (witness_replay.py): a loading owner fences the witnesses its newest metadata
@@ -98,9 +99,7 @@ plan; each step names where it lives once built):
    newest set: a witness of an older set that a recovery's clear missed holds the id's
    records too. Best effort: a node that fails the call is logged and keeps them.
 
-**What is not built, so CURP stays off by default**: an append's token row dropped by a trim
-of its log (merge.py) within seconds of the append, its drop lost and the owner killed before
-the sweep came: a recovery would append it again; a node down or cut off when a split or merge
+**What is not built, so CURP stays off by default**: a node down or cut off when a split or merge
 publishes keeps its parents' records (nothing retries its DropPartition); a set that could not
 be fenced at load (a member silent) leaves the partition without witnesses until it is loaded
 again.

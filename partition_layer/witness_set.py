@@ -113,6 +113,7 @@ class OwnerCalls:
         self._dropper: asyncio.Task[None] | None = None
         # Set by the owner's sweep of this set (witness_sweep.py), which runs among `tasks`.
         self.swept_at: float | None = None
+        self.safe_versions: Any = None  # witness_sweep.SafeVersions
         self.tasks: set[asyncio.Task[None]] = set()
 
     def _stub(self, address: str) -> wpb_grpc.WitnessStub:

@@ -33,7 +33,9 @@ Contracts:
   (`tokens_expire_before_ms`, checkpoint.py): a witness that stops answering stops the
   expiry rather than keep a record whose token is gone. (The TTL is already far past any
   client's retry window, so a record of a token that old landed, and was swept, long
-  before.)
+  before.) Likewise a trimmed log's token rows stay until as old (`SafeVersions`, by the
+  row versions, which rise in commit order): without its token row, a recovery would
+  append a leftover record's records again. `token_cutoffs` gives a checkpoint both.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Collection
 from typing import TYPE_CHECKING, Any
 
@@ -97,6 +100,40 @@ def tokens_expire_before_ms(now_s: float, swept_at_s: float | None) -> int:
     return int(upto_s * 1000) - ENTITY_TOKEN_TTL_MS
 
 
+class SafeVersions:
+    """Up to which row version a trimmed log's token rows may go (module contract): an
+    append's token row has no date, but row versions rise in commit order, so the version
+    floor sampled at a time dates every row at or below it. A sample taken at least
+    ENTITY_TOKEN_TTL_MS before the last full sweep is safe, as an entity token that old
+    would be; so is the floor when the set was fenced and cleared (it held nothing then)."""
+
+    SAMPLES_MAX = 4096  # past it the oldest go unused: the bound only stays lower
+
+    def __init__(self, floor: int) -> None:
+        self.safe = floor
+        self._samples: deque[tuple[float, int]] = deque()
+
+    def sample(self, at_s: float, floor: int) -> None:
+        if len(self._samples) >= self.SAMPLES_MAX:
+            self._samples.popleft()
+        self._samples.append((at_s, floor))
+
+    def safe_upto(self, swept_at_s: float) -> int:
+        upto_s = swept_at_s - ENTITY_TOKEN_TTL_MS / 1000
+        while self._samples and self._samples[0][0] <= upto_s:
+            self.safe = max(self.safe, self._samples.popleft()[1])
+        return self.safe
+
+
+def token_cutoffs(calls: OwnerCalls | None, now_s: float) -> tuple[int, int | None]:
+    """What a checkpoint's merge may drop of token rows: entity tokens written before the
+    first (ms), trimmed logs' token rows of a version up to the second (None: any)."""
+    if calls is None or calls.swept_at is None:
+        return tokens_expire_before_ms(now_s, None), None
+    return (tokens_expire_before_ms(now_s, calls.swept_at),
+            calls.safe_versions.safe_upto(calls.swept_at))
+
+
 class Sweeper:
     """The sweep of one owner's witness set (module contract)."""
 
@@ -107,6 +144,7 @@ class Sweeper:
         self.lost = lost
         self._silent_since: dict[str, float] = {}  # address -> monotonic s
         calls.swept_at = time.time()  # the set was fenced and cleared just now
+        calls.safe_versions = SafeVersions(p.version_floor)
         self.rounds = 0
         self.swept = 0  # records dropped by the sweep
         self._failing = False  # the last round missed a witness (logged once)
@@ -132,6 +170,7 @@ class Sweeper:
     async def sweep(self) -> bool:
         """One round; whether every witness answered every call."""
         started = time.time()
+        self.calls.safe_versions.sample(started, self.p.version_floor)
         request = wpb.ListRequest(partition_id=self.p.id, epoch=self.calls.epoch,
                                   older_than_ms=self.p.limits.curp_sweep_age_ms)
         answers = await self._each("List", request)

@@ -14,14 +14,15 @@ from common.proto import witness_pb2 as wpb
 from partition_layer.checkpoint import Checkpointer
 from partition_layer.client_requests import put_request
 from partition_layer.curp import footprint_of
-from partition_layer.operations import ENTITY_TOKEN_TTL_MS, EntityWrite, LogAppend, Write
+from partition_layer.operations import ENTITY_TOKEN_TTL_MS, EntityWrite, LogAppend, Write, meta_key
 from partition_layer.operations import token_key as token_row_key
 from partition_layer.payload_crc import payload_crcs
-from partition_layer.rows import EntityToken, Row, encode_row
+from partition_layer.rows import EntityToken, LogMeta, Row, TokenEntry, encode_row
 from partition_layer.speculation import Speculation
 from partition_layer.witness_set import set_epoch
 from partition_layer.witness_sweep import (
     CLOCK_SKEW_S,
+    SafeVersions,
     condemned_until_s,
     token_key_of,
     tokens_expire_before_ms,
@@ -116,6 +117,41 @@ def test_a_checkpoint_keeps_entity_tokens_a_witness_out_of_reach_may_still_need(
                     if await site.readers[0].get(key) is not None] if site.readers else []
         return asyncio.run(scenario())
 
-    swept = SimpleNamespace(swept_at=now_s - 30)  # the last full sweep, 30 s ago
+    swept = SimpleNamespace(swept_at=now_s - 30, safe_versions=SafeVersions(0))
     assert tokens_after_a_checkpoint(swept) == [token_row_key("acct", "g", "newer")]
+    assert tokens_after_a_checkpoint(None) == []
+
+
+def test_safe_versions_date_rows_by_the_floor_sampled_a_ttl_before_the_last_full_sweep() -> None:
+    ttl_s = ENTITY_TOKEN_TTL_MS / 1000
+    versions = SafeVersions(floor=10)  # the set fenced and cleared with the floor at 10
+    versions.sample(100.0, 20)
+    versions.sample(200.0, 30)
+    assert versions.safe_upto(swept_at_s=100.0 + ttl_s - 1) == 10
+    assert versions.safe_upto(swept_at_s=100.0 + ttl_s) == 20
+    assert versions.safe_upto(swept_at_s=150.0 + ttl_s) == 20  # never lower again
+    assert versions.safe_upto(swept_at_s=500.0 + ttl_s) == 30
+
+
+def test_a_checkpoint_keeps_a_trimmed_logs_tokens_a_witness_may_still_need() -> None:
+    """A log trimmed past two appends' records: their token rows go at the checkpoint,
+    but, with witnesses, not the one written after the last safe version (a leftover record
+    of its append would be appended again by a recovery without it)."""
+    def tokens_after_a_checkpoint(witnesses: object) -> list[str]:
+        site = MemorySite(PartitionLimits())
+        site.witnesses = witnesses  # type: ignore[assignment]
+        site.memtable.put(meta_key("acct", "log"),
+                          encode_row(Row(9, value=LogMeta(2, 2, False).encode())))
+        for token, version, seq in (("old", 5, 0), ("newer", 8, 1)):
+            site.memtable.put(token_row_key("acct", "log", token),
+                              encode_row(Row(version, value=TokenEntry(seq, 1).encode())))
+
+        async def scenario() -> list[str]:
+            await Checkpointer(site).checkpoint_now()  # type: ignore[arg-type]
+            return [t for t in ("old", "newer") if site.readers and await site.readers[0].get(
+                token_row_key("acct", "log", t)) is not None]
+        return asyncio.run(scenario())
+
+    swept = SimpleNamespace(swept_at=time.time(), safe_versions=SafeVersions(6))
+    assert tokens_after_a_checkpoint(swept) == ["newer"]
     assert tokens_after_a_checkpoint(None) == []
