@@ -76,15 +76,25 @@ class SenderClock:
         self._previous_gap_ms: int | None = None  # and in the one before
 
     def check(self, request: pb.Request, now_s: float) -> None:
-        """For a request whose deadline a front end set (`stamp`)."""
-        if request.deadline_ms:
+        """For a request whose deadline a front end set (`stamp`). One with a deadline and
+        no timeout (a front end's own follow-up of an earlier request, such as CURP's
+        SyncOp) cannot say when it was taken up: it is judged by what the others taught,
+        and teaches nothing (taken as sent at its deadline, it would make every later
+        request look late by a whole timeout)."""
+        if not request.deadline_ms:
+            return
+        if request.timeout_ms:
             self.check_times(request.deadline_ms - request.timeout_ms, request.deadline_ms,
                              now_s)
+        elif self._gap_ms is not None or self._previous_gap_ms is not None:
+            self._judge(self._offset_ms(), request.deadline_ms, now_s)
 
     def check_times(self, sent_ms: int, deadline_ms: int, now_s: float) -> None:
         """For a request the sender took up at `sent_ms` with a deadline at `deadline_ms`,
         both by its clock, taken up here at `now_s`."""
-        offset_ms = self._learn(sent_ms, now_s)
+        self._judge(self._learn(sent_ms, now_s), deadline_ms, now_s)
+
+    def _judge(self, offset_ms: int, deadline_ms: int, now_s: float) -> None:
         late_ms = int(now_s * 1000) - offset_ms - deadline_ms
         if late_ms > SLACK_MS:
             raise DeadlineExceeded(f"{self.where}: dropped, its caller's deadline passed "
@@ -99,5 +109,9 @@ class SenderClock:
         gap_ms = int(now_s * 1000) - sent_ms
         if self._gap_ms is None or gap_ms < self._gap_ms:
             self._gap_ms = gap_ms
-        return self._gap_ms if self._previous_gap_ms is None else min(self._gap_ms,
-                                                                        self._previous_gap_ms)
+        return self._offset_ms()
+
+    def _offset_ms(self) -> int:
+        """The smallest gap of the two windows (at least one seen)."""
+        gaps = [g for g in (self._gap_ms, self._previous_gap_ms) if g is not None]
+        return min(gaps)

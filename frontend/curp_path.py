@@ -494,8 +494,10 @@ class _FastWrite:
         self.answered = True  # from now on only the sync's outcome answers
         self.response = response
         request = self.request
+        # The write's deadline and timeout both: (deadline - timeout) dates when this front
+        # end took it up, as the owner's SenderClock reads every request it is sent.
         sync = pb.Request(account=request.account, pname=request.pname,
-                          deadline_ms=request.deadline_ms,
+                          deadline_ms=request.deadline_ms, timeout_ms=request.timeout_ms,
                           sync=pb.SyncOp(epoch=response.epoch, lsn=response.lsn))
         self.session.send(sync, self.path.client.attempts.timeout_s(0, 0), 64, _Sync(self))
 

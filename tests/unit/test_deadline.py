@@ -66,3 +66,19 @@ def test_the_offset_follows_a_clock_that_is_slewed(rate: float) -> None:
     for second in range(3600):
         here_s = NOW_S + second
         sender.check(taken_up(here_s + second * rate, 750), here_s + 0.002)
+
+
+def test_a_request_with_a_deadline_and_no_timeout_teaches_the_offset_nothing() -> None:
+    """A front end's follow-up (CURP's SyncOp) carrying only an earlier request's deadline:
+    taken as sent at that deadline, it taught an offset 790 ms off, and every later request
+    of the stream with a shorter wait than that was dropped as late on arrival. It is
+    judged by what the others taught, and teaches nothing."""
+    sender = deadline.SenderClock("partition server")
+    sender.check(pb.Request(deadline_ms=int((NOW_S + 0.8) * 1000)), NOW_S)  # nothing known
+    sender.check(taken_up(NOW_S, 800), NOW_S + 0.002)
+    sender.check(pb.Request(deadline_ms=int((NOW_S + 0.8) * 1000)), NOW_S + 0.01)
+    for step in range(1, 50):  # fresh requests with a short wait, 2 ms on the way
+        here_s = NOW_S + step * 0.01
+        sender.check(taken_up(here_s, 200), here_s + 0.002)
+    with pytest.raises(DeadlineExceeded, match="passed"):  # a follow-up past its deadline
+        sender.check(pb.Request(deadline_ms=int(NOW_S * 1000)), NOW_S + 1.0)

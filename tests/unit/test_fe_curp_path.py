@@ -300,6 +300,11 @@ def test_one_conflict_asks_the_owner_to_sync_and_answers_after() -> None:
         [(sync, waiter)] = stamp.client.owner.syncs()
         assert (sync.sync.epoch, sync.sync.lsn, sync.account, sync.pname) == (
             4, 3, "acme", "users")
+        # The write's deadline and timeout both: the owner's SenderClock dates every
+        # request by (deadline - timeout), and a deadline alone taught it a wrong offset.
+        (write, _), = [(r, w) for r, w in stamp.client.owner.sent if not r.HasField("sync")]
+        assert (sync.deadline_ms, sync.timeout_ms) == (write.deadline_ms, write.timeout_ms)
+        assert sync.timeout_ms > 0
         assert 5 not in stamp.answers  # not before the sync
         waiter.set_result(pb.Response(id=sync.id))
         answer = stamp.answers[5]
