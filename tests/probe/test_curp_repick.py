@@ -1,9 +1,9 @@
 """A witness lost while its owner serves is replaced (issue 32, curp.py step 2,
-partition_layer/witness_repick.py), the way a lost replica is: once the extent node holding
-it is SIGKILLed and the stream manager counts it suspect, the owner moves to a set without it
-under its next set epoch, front ends learn the new set from its answers, writes are answered
-early at it again, and a write so answered survives the owner's SIGKILL with its commit log
-stalled (the recovery reads the set the metadata now names).
+partition_layer/witness_repick.py), the way a lost replica is: once the extent node holding it
+is SIGKILLed, or cut off from every peer, and the stream manager counts it suspect, the owner
+moves to a set without it under its next set epoch, front ends learn the new set from its
+answers, writes are answered early at it again, and a write so answered survives the owner's
+SIGKILL with its commit log stalled (the recovery reads the set the metadata now names).
 
 Four extent nodes in three fault domains: the partition's set is one node of each, and with
 one node gone the fourth takes its domain's place. The front end's part is played by the
@@ -24,6 +24,7 @@ from partition_layer.rows import etag_of
 from partition_layer.witness_set import generation, owner_epoch
 from tests.support.waiting import wait_for
 from tests.support.witness_calls import hinted, record_at, record_of, session_to
+from tools import cmd_isolate
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow
@@ -34,8 +35,9 @@ DEADLINE_S = 30.0
 QUICK = {"curp": True, "curp_sweep_interval_ms": 200, "curp_witness_lost_ms": 600}
 
 
+@pytest.mark.parametrize("fault", ["killed", "cut off"])
 def test_a_lost_witness_is_replaced_and_the_new_set_holds_early_answers(
-        stamp_factory: StampFactory) -> None:
+        stamp_factory: StampFactory, fault: str) -> None:
     stamp = stamp_factory(4, 3, lock_servers=3, partition_managers=1, partition_servers=2,
                           partition=QUICK)
     with PartitionClient.from_stamp(str(stamp.data_dir)) as pc:
@@ -55,7 +57,10 @@ def test_a_lost_witness_is_replaced_and_the_new_set_holds_early_answers(
                 lost, lost_address = next((r.name, r.address) for r in stamp.extent_nodes()
                                           if r.address in witnesses
                                           and r.name in ("en-1", "en-4"))
-                stamp.kill(lost)
+                if fault == "killed":
+                    stamp.kill(lost)
+                else:
+                    cmd_isolate.isolate(stamp, lost)
 
                 # Writes naming the first set go on; once the owner moved, its answers name
                 # the new one.
