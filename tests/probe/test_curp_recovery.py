@@ -155,3 +155,54 @@ def test_an_early_answer_held_by_the_witnesses_survives_the_owners_sigkill(
             await wait_for(dropped, DEADLINE_S, "the witnesses to drop a durable write's record")
 
         pc.run(scenario())  # on the client's own loop, as its sessions are
+
+
+def test_a_read_racing_an_unsynced_write_never_sees_it_vanish(
+        stamp_factory: StampFactory) -> None:
+    """A write the owner answered early but that no witness holds (its front end never got
+    the acceptances: in doubt), the owner's commit log stalled: a get of its row waits for
+    the write's sync — answered now, it could give neither the new value (which may vanish)
+    nor the old one (stale, had the write been acknowledged) — and when the owner is
+    SIGKILLed the write vanishes, no reader having seen it (DESIGN §8 invariant 7, curp.py
+    step 5)."""
+    stamp = stamp_factory(3, 3, lock_servers=3, partition_managers=1, partition_servers=2,
+                          partition={"curp": True})
+    with PartitionClient.from_stamp(str(stamp.data_dir)) as pc:
+        async def scenario() -> None:
+            await pc.aio.put(ACCOUNT, "group", "r1", b"before")
+            current, addresses = await pc.aio.partition_map()
+            owner = current.get(1).server
+            session = session_to(addresses[owner])
+            try:
+                hint = int(time.time() * 1_000_000) << 4
+                taught = await session.call(hinted(put_request(
+                    ACCOUNT, "group", "r0", b"v0", None, None, "t0"), hint, 0), 10)
+                epoch = taught.epoch
+                await asyncio.to_thread(rpc.arm_remote, addresses[owner],
+                                        "ps.commit.before_append=delay:60000")
+                unheld = hinted(put_request(ACCOUNT, "group", "r1", b"vanishes", None, None,
+                                            "t1"), hint + 1, epoch)
+                answer = await session.call(unheld, 10)
+                assert not answer.error and answer.speculative, answer
+                read = asyncio.ensure_future(session.call(pb.Request(
+                    account=ACCOUNT, pname="group", get=pb.GetOp(row=b"r1")), 30))
+                done, _ = await asyncio.wait([read], timeout=1.0)
+                assert not done, f"a read answered around an unsynced write: {read.result()}"
+                stamp.kill(owner)
+                try:
+                    seen = await read
+                    assert seen.error, f"a read saw a write that vanished: {seen}"
+                except Exception as exc:  # the stream broke with its server: no answer
+                    assert "vanishes" not in str(exc)
+            finally:
+                await session.close()
+            survivor = next(r.name for r in stamp.partition_servers() if r.name != owner)
+
+            async def moved() -> bool:
+                current, _ = await pc.aio.partition_map()
+                return current.get(1).server == survivor
+            await wait_for(moved, DEADLINE_S, f"partition 1 to move to {survivor}")
+            value, _ = await asyncio.wait_for(pc.aio.get(ACCOUNT, "group", "r1"), DEADLINE_S)
+            assert value == b"before"
+
+        pc.run(scenario())  # on the client's own loop, as its sessions are
