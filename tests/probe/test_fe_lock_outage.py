@@ -1,8 +1,12 @@
 """The request path without the lock service (issue 29), on real processes: every lock
 service replica is frozen (SIGSTOP) for FREEZE_S, longer than the front end's key cache TTL
-(5 s); the SDK's appends, puts and gets of an account the front end has seen keep working
-throughout (frontend/auth.py keeps the keys it holds while the store does not answer). Once
-thawed, a rotated key stops working within ROTATION_BOUND_S.
+(CACHE_TTL_MS); the SDK's appends, puts and gets of an account the front end has seen keep
+working throughout (frontend/auth.py keeps the keys it holds while the store does not
+answer). Once thawed, a rotated key stops working within ROTATION_BOUND_S.
+
+This stamp's key cache TTL is 2.5 s, half the default, and the freeze 6 s, not 12: the freeze
+still outlasts the TTL more than twice over, so the keys expire, and their refresh finds the
+lock service frozen, twice during it, as before. Every second of the freeze is the suite's.
 
 Scope: the partition layer's leases live in the lock service too (2 s by default), and a
 partition server that cannot renew them stops serving (DESIGN §8 invariants 3 and 7) — rightly.
@@ -30,7 +34,8 @@ from tools.local_stamp import LocalStamp
 # serial: its bounds are timings (or it freezes processes); `make test` runs it alone.
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
-FREEZE_S = 12.0  # over twice the key cache's TTL (FrontEndLimits.account_cache_ttl_ms)
+CACHE_TTL_MS = 2500  # the front end's key cache TTL (FrontEndLimits.account_cache_ttl_ms)
+FREEZE_S = 6.0  # over twice the key cache's TTL
 ROTATION_BOUND_S = 10.0  # the issue's bound, once the lock service answers again
 CALL_TIMEOUT_S = 5.0  # one SDK call, retries included: a refused or stuck call fails in it
 LEASES_MS = {"partition_lease_ttl_ms": 30_000, "server_session_ttl_ms": 30_000,
@@ -40,8 +45,9 @@ LEASES_MS = {"partition_lease_ttl_ms": 30_000, "server_session_ttl_ms": 30_000,
 @pytest.fixture(scope="module")
 def stamp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStamp]:
     with module_stamp(tmp_path_factory, "fe-lock-outage", partition=LEASES_MS,
-                      extent_nodes=3, stream_managers=1, lock_servers=3,
-                      partition_managers=1, partition_servers=1, front_ends=1) as local:
+                      front_end={"account_cache_ttl_ms": CACHE_TTL_MS}, extent_nodes=3,
+                      stream_managers=1, lock_servers=3, partition_managers=1,
+                      partition_servers=1, front_ends=1) as local:
         yield local
 
 

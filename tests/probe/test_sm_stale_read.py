@@ -25,8 +25,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 # Long enough for an election (0.8-1.6 s of silence, then a vote) and a change, several
 # times over: the test runs alone (serial). Every second of it is the suite's: the old
-# leader answers only once it thaws.
-FROZEN_MS = 12_000
+# leader answers only once it thaws. 8 s (12 s before): the election gets half of it, 4 s,
+# 2.5 times its longest silence, and the test fails, not passes, if the freeze ends too soon
+# (the stalled create must still be pending after the survivors' change).
+FROZEN_MS = 8_000
 
 
 def test_a_frozen_leader_does_not_answer_reads_from_stale_state(
