@@ -23,7 +23,8 @@ plan; each step names where it lives once built):
    (silent to its sweep, and suspect or dead at the stream manager) is replaced the way a
    lost replica is — the owner stops answering early, waits until every early answer is
    durable, fences and clears a new set under its next set epoch and names it
-   (witness_repick.py); front ends learn it from the answers.
+   (witness_repick.py); front ends learn it from the answers. An owner that could fence no
+   set at load serves without one (the sync path) and tries again every sweep interval.
 3. **Fast path** (front end): a write with a footprint (an append or entity write needs its
    token, by which recovery deduplicates it) goes to the owner and to the three witnesses at
    once. The owner executes it (decides it in the committer against the rows and the blocks in
@@ -100,9 +101,7 @@ plan; each step names where it lives once built):
    records too. Best effort: a node that fails the call is logged and keeps them.
 
 **What is not built, so CURP stays off by default**: a node down or cut off when a split or merge
-publishes keeps its parents' records (nothing retries its DropPartition); a set that could not
-be fenced at load (a member silent) leaves the partition without witnesses until it is loaded
-again.
+publishes keeps its parents' records (nothing retries its DropPartition).
 
 What commutes (the issue's list): appends to different logs; puts and deletes of different
 rows; conditional operations and batches by the rows they touch; trims and seals by the log

@@ -117,12 +117,14 @@ class RangePartition(States):
         self._warming: asyncio.Task[None] | None = None
         # CURP (curp.py, witness_replay.py): how this server reaches witnesses (set by it),
         # the records the witnesses of the newest metadata held (fenced at load, executed
-        # while `recovering`), and this owner's own witnesses once recorded.
+        # while `recovering`), this owner's own witnesses once recorded, and the search for
+        # a set when none answered at load (witness_repick.pick_later).
         self.witness_channels: rpc.ChannelCache | None = None
         self.witnessed: list[wpb.WitnessRecord] = []
         self.fenced_witnesses: OwnerCalls | None = None
         self.recovering = False
         self.witnesses: OwnerCalls | None = None
+        self.curp_tasks: set[asyncio.Task[None]] = set()
 
     # ---- load -------------------------------------------------------------------------------
 
@@ -370,6 +372,9 @@ class RangePartition(States):
         await self.checkpointer.closed()
         if self._warming is not None:
             await asyncio.gather(self._warming, return_exceptions=True)
+        for task in self.curp_tasks:
+            task.cancel()
+        await asyncio.gather(*self.curp_tasks, return_exceptions=True)
         for calls in (self.witnesses, self.fenced_witnesses):
             if calls is not None:
                 await calls.close()

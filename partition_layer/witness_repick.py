@@ -10,6 +10,10 @@ Contracts:
 - `serve_with(p, calls)`: from now on `p` answers early the writes recorded at `calls`
   (Speculation.epoch), has them drop durable writes' records, and sweeps them
   (witness_sweep.py), which calls `repick` when a member stays silent.
+- `pick_later(p)`: started when CURP is on and no set could be fenced at load (a member
+  silent, fewer than three fault domains): every sweep interval it tries again with the
+  owner's next set epoch, and once one is fenced and cleared, names it and serves with it.
+  Nothing was answered early before (Speculation.epoch 0), so nothing rests on a set yet.
 - `repick(p, old, silent)`: a member of `old` has not answered the sweep for a while. If the
   stream manager's nodes now give a set without the silent members, the owner moves to it,
   the way a lost replica is replaced, in this order:
@@ -26,6 +30,7 @@ Contracts:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Collection
 from typing import TYPE_CHECKING
@@ -47,8 +52,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-async def fenced_set(p: RangePartition, epoch: int) -> OwnerCalls | None:
-    """The module's `fenced_set`."""
+async def fenced_set(p: RangePartition, epoch: int, quiet: bool = False
+                     ) -> OwnerCalls | None:
+    """The module's `fenced_set` (`quiet`: a failure is logged at debug level)."""
     assert p.witness_channels is not None
     # Front ends send curp_epoch 0 for "no witnesses known": a set's never is (its owner's
     # is a lease token), or a write recorded nowhere could be answered early.
@@ -61,8 +67,8 @@ async def fenced_set(p: RangePartition, epoch: int) -> OwnerCalls | None:
         await calls.fence(every=True)
         await calls.clear(every=True)
     except Unavailable as exc:
-        log.warning("partition %d: no witnesses (%s): every write takes the sync path", p.id,
-                    exc)
+        log.log(logging.DEBUG if quiet else logging.WARNING,
+                "partition %d: no witnesses (%s): every write takes the sync path", p.id, exc)
         await calls.close()
         return None
     return calls
@@ -75,6 +81,33 @@ def serve_with(p: RangePartition, calls: OwnerCalls) -> None:
     speculation.drop = calls.drop
     speculation.epoch = calls.epoch
     Sweeper(p, calls, lambda silent: repick(p, calls, silent)).start()
+
+
+def pick_later(p: RangePartition) -> None:
+    """The module's `pick_later`."""
+    p.curp_tasks.add(asyncio.get_running_loop().create_task(_pick_later(p)))
+
+
+async def _pick_later(p: RangePartition) -> None:
+    epoch = set_epoch(p.epoch, 1)  # the load's own attempt may have fenced some members
+    while not p.gone() and p.witnesses is None:
+        await asyncio.sleep(p.limits.curp_sweep_interval_ms / 1000)
+        if p.gone() or not p.lease_valid():
+            continue
+        try:
+            calls = await fenced_set(p, epoch, quiet=True)
+            if calls is None:
+                continue
+            if p.gone() or not p.lease_valid():
+                await calls.close()
+                continue
+            await p.checkpointer.record_witnesses(calls.members)
+        except StampError as exc:  # the stream manager unreachable, the meta append failed
+            log.warning("partition %d: naming witnesses failed: %s", p.id, exc)
+            continue
+        serve_with(p, calls)
+        log.info("partition %d: witnesses at last: %s (set epoch %d)", p.id,
+                 list(calls.members.addresses), epoch)
 
 
 async def repick(p: RangePartition, old: OwnerCalls, silent: Collection[str]) -> bool:

@@ -33,7 +33,7 @@ from common.errors import Unavailable
 from common.proto import partition_pb2 as pb
 from partition_layer.requests import handle, route_key
 from partition_layer.speculation import replaying
-from partition_layer.witness_repick import fenced_set, serve_with
+from partition_layer.witness_repick import fenced_set, pick_later, serve_with
 from partition_layer.witness_set import set_epoch
 
 if TYPE_CHECKING:
@@ -66,6 +66,8 @@ async def recover(p: RangePartition) -> None:
             await p.fenced_witnesses.clear()
     if own is not None:
         serve_with(p, own)
+    elif p.limits.curp:
+        pick_later(p)
     p.recovering = False
     if executed or own is not None:
         log.info("partition %d: %d writes executed from its witnesses; its own: %s", p.id,

@@ -18,6 +18,7 @@ from collections.abc import Callable
 import pytest
 
 from common import rpc
+from common.proto import partition_pb2 as pb
 from partition_layer.client import PartitionClient
 from partition_layer.client_requests import put_request
 from partition_layer.rows import etag_of
@@ -105,5 +106,71 @@ def test_a_lost_witness_is_replaced_and_the_new_set_holds_early_answers(
             value, etag = await asyncio.wait_for(pc.aio.get(ACCOUNT, "group", "r1"),
                                                  DEADLINE_S)
             assert (value, etag) == (b"early", etag_of(hint + (1 << 20)))
+
+        pc.run(scenario())  # on the client's own loop, as its sessions are
+
+
+def test_a_set_that_cannot_be_fenced_at_load_is_picked_once_it_can(
+        stamp_factory: StampFactory) -> None:
+    """A member of the partition's set is cut off from the partition servers (the stream
+    manager still counts it alive): the next owner's load fences the named set (two answer,
+    enough) but cannot fence a set of its own, so it serves with none, every write on the
+    sync path; once the member is healed it picks, names and uses a set, and answers early
+    again."""
+    stamp = stamp_factory(3, 3, lock_servers=3, partition_managers=1, partition_servers=2,
+                          partition=QUICK)
+    with PartitionClient.from_stamp(str(stamp.data_dir)) as pc:
+        async def scenario() -> None:
+            current, addresses = await pc.aio.partition_map()
+            entry = current.get(1)
+            owner = entry.server
+            survivor = next(r.name for r in stamp.partition_servers() if r.name != owner)
+            hint = int(time.time() * 1_000_000) << 4
+            session = session_to(addresses[owner])
+            try:
+                taught = await session.call(hinted(put_request(
+                    ACCOUNT, "group", "r0", b"v0", None, None, "t0"), hint, 0), 10)
+                first, witnesses = taught.epoch, list(taught.witnesses)
+                assert len(witnesses) == 3, taught
+            finally:
+                await session.close()
+            cut = next(r.name for r in stamp.extent_nodes() if r.address == witnesses[0])
+            cmd_isolate.isolate(stamp, cut, [owner, survivor])
+            stamp.kill(owner)
+
+            async def reloaded() -> bool:
+                current, _ = await pc.aio.partition_map()
+                return current.get(1).server == survivor
+            await wait_for(reloaded, DEADLINE_S, f"partition 1 to move to {survivor}")
+            _, addresses = await pc.aio.partition_map()
+            session = session_to(addresses[survivor])
+            tokens = iter(range(1, 1 << 20))
+
+            async def taught_now() -> pb.Response:
+                n = next(tokens)
+                answer = await session.call(hinted(put_request(
+                    ACCOUNT, "group", f"m{n}", b"m", None, None, f"m{n}"), hint + n, first), 10)
+                assert not answer.error, answer
+                return answer
+            try:
+                assert not (await taught_now()).witnesses, "a set fenced with a member cut off"
+                cmd_isolate.heal(stamp, cut)
+                learned: list[pb.Response] = []
+
+                async def has_set() -> bool:
+                    answer = await taught_now()
+                    learned.append(answer)
+                    return bool(answer.witnesses)
+                await wait_for(has_set, DEADLINE_S, "the owner to pick a set once it can")
+                epoch, now_witnesses = learned[-1].epoch, list(learned[-1].witnesses)
+                assert owner_epoch(epoch) > owner_epoch(first) and generation(epoch) == 1
+                fast = hinted(put_request(ACCOUNT, "group", "r1", b"v1", None, None, "t1"),
+                              hint + (1 << 20), epoch)
+                assert await record_at(now_witnesses, entry.id,
+                                       record_of(fast, "t1", epoch)) == ["ACCEPTED"] * 3
+                answer = await session.call(fast, 10)
+                assert not answer.error and answer.speculative, answer
+            finally:
+                await session.close()
 
         pc.run(scenario())  # on the client's own loop, as its sessions are
