@@ -70,6 +70,7 @@ WITNESSES = 3  # an owner's witnesses, in three fault domains (curp.py step 2)
 # Errors that say "not executed": after records went out, not a definite refusal.
 NOT_EXECUTED = frozenset({NotOwner.__name__, Throttled.__name__, DeadlineExceeded.__name__})
 ACCEPTED = wpb.Verdict.Value("ACCEPTED")
+CONFLICT = wpb.Verdict.Value("CONFLICT")
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,11 @@ class CurpSettings:
     # appended to in a loop so costs what it costs without CURP (`RecentKeys`); noting only
     # the fast writes let every other write of such a loop try the fast path and fail.
     recent_key_ms: int = 10
+    # ... and one a witness refused as conflicting, this much longer: its owner drops a
+    # record only after the block is durable and a Drop went round, which under load
+    # takes longer than a writer takes to come back (32 appenders of 100 records made a
+    # conflict and a sync of most of their writes).
+    conflict_hold_ms: int = 250
     recent_keys_max: int = 65_536
 
 
@@ -142,11 +148,14 @@ class RecentKeys:
         since = self.now() - self.window_s
         return any(self._at.get(key, -math.inf) > since for key in keys)
 
-    def note(self, keys: Iterable[bytes]) -> None:
-        now = self.now()
+    def note(self, keys: Iterable[bytes], hold_s: float = 0.0) -> None:
+        """`keys` written now; `hold_s`: and count them as written that much later."""
+        at = self.now() + hold_s
         for key in keys:
-            self._at.pop(key, None)  # to the end: the dict stays in time order
-            self._at[key] = now
+            if self._at.get(key, -math.inf) > at:
+                continue  # held longer already
+            self._at.pop(key, None)  # to the end: the dict stays in (near) time order
+            self._at[key] = at
         if len(self._at) > self.held_max:
             for key in list(itertools.islice(self._at, len(self._at) // 2)):
                 del self._at[key]
@@ -351,7 +360,7 @@ class _FastWrite:
     """One fast write: the session's Waiter for the owner's answer, the waiter of its
     witnesses' verdicts, and its timer's callback — no task or future of its own."""
 
-    __slots__ = ("_owner_done", "accepted", "answered", "epoch", "expected", "nbytes",
+    __slots__ = ("_owner_done", "accepted", "answered", "epoch", "expected", "footprint", "nbytes",
                  "partition_id", "path", "refused", "reply", "request", "response",
                  "sdk_id", "session", "timed_out", "timer")
 
@@ -365,6 +374,7 @@ class _FastWrite:
         self.partition_id = partition_id
         self.session = session
         self.epoch = 0  # of the records sent; 0: none went out
+        self.footprint: Footprint | None = None
         self.expected = 0
         self.accepted = 0
         self.refused = False
@@ -387,6 +397,7 @@ class _FastWrite:
         for address in witnesses.addresses:
             calls.record(address, self.partition_id, record, self)
         self.epoch = witnesses.epoch
+        self.footprint = footprint
         self.expected = len(witnesses.addresses)
         self.path.counters.records_sent += self.expected
         self.timer = asyncio.get_running_loop().call_later(self.path.timeout_s, self.timeout)
@@ -459,6 +470,10 @@ class _FastWrite:
             self.accepted += 1
         else:
             self.refused = True
+            if verdict == CONFLICT and self.footprint is not None:
+                path = self.path
+                path.recent.note(self.footprint.exclusive,
+                                 hold_s=path.settings.conflict_hold_ms / 1000)
         self._decide()
 
     def timeout(self) -> None:

@@ -642,3 +642,30 @@ def test_a_key_recorded_moments_ago_takes_the_plain_path() -> None:
         await settle()
         assert stamp.fe.curp.counters.records_sent == 9
     asyncio.run(scenario())
+
+
+def test_a_key_a_witness_refused_as_conflicting_keeps_the_plain_path_a_while() -> None:
+    """Its record is still held where the owner's drop has not come yet: under load longer
+    than the writer takes to come back, so each of its next writes would conflict and sync
+    too. Past `conflict_hold_ms` the key tries the fast path again."""
+    async def scenario() -> None:
+        stamp = Stamp(recent_key_ms=10)
+        await stamp.warm()
+        stamp.learn()
+        stamp.start(stamp.request(put_op(b"a"), token="t1", sdk_id=1))
+        await settle()
+        stamp.witnesses["en-1:1"].answer(CONFLICT)
+        await settle()
+        assert stamp.fe.curp.counters.records_sent == 3
+        stamp.clock.advance(0.1)  # past recent_key_ms, within the hold
+        stamp.start(stamp.request(put_op(b"a"), token="t2", sdk_id=2))
+        stamp.start(stamp.request(put_op(b"b"), token="t3", sdk_id=3))  # another key: fast
+        await settle()
+        assert stamp.fe.curp.counters.records_sent == 6
+        sent = {r.token: r for r, _ in stamp.client.owner.sent}
+        assert not sent["t2"].version_hint and sent["t3"].version_hint
+        stamp.clock.advance(CurpSettings().conflict_hold_ms / 1000)
+        stamp.start(stamp.request(put_op(b"a"), token="t4", sdk_id=4))
+        await settle()
+        assert stamp.fe.curp.counters.records_sent == 9
+    asyncio.run(scenario())
