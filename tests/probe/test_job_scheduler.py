@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from common import process
+from common.config import StreamManagerLimits
 from common.proto import partition_pb2 as pb
 from spark.driver import past_runs
 from spark.job_process import descendants
@@ -47,15 +48,22 @@ RECORD_BYTES = 80 * KiB  # above partition.blob_value_bytes_min: each value in b
 RECORDS = 24
 COLD = "cold"
 DONE_S = 150.0
+# The stream manager's default heartbeat, not test stamps' quick commits (SM_QUICK_COMMITS in
+# tests/conftest.py): with them this test failed twice in two runs alone (once no abandoned
+# run was recorded; once `stamp job schedule` showed no last success of a run the run store
+# held as ok), and passed with the default. Kept as it was until that is understood.
+SM_DEFAULT_HEARTBEAT = {"raft_heartbeat_interval_ms":
+                        StreamManagerLimits().raft_heartbeat_interval_ms}
 
 
 @pytest.fixture
 def stamp(tmp_path: Path) -> Iterator[LocalStamp]:
     """6 ENs (RS 3+2 needs 5), 1 SM, 1 lock replica, 1 PS, 2 job schedulers."""
     config = stamp_config(6, 1, extent_node=EXTENTS, lock_servers=1, partition_servers=1,
-                          job_schedulers=2)
+                          stream_manager=SM_DEFAULT_HEARTBEAT, job_schedulers=2)
     path = tmp_path / "stamp.toml"
-    path.write_text(config_toml(extent_node=EXTENTS, jobs=JOBS))
+    path.write_text(config_toml(extent_node=EXTENTS, stream_manager=SM_DEFAULT_HEARTBEAT,
+                                jobs=JOBS))
     local = LocalStamp(tmp_path / "stamp", config, str(path))
     try:
         local.up()
