@@ -59,7 +59,7 @@ async def fenced_set(p: RangePartition, epoch: int, quiet: bool = False
     # Front ends send curp_epoch 0 for "no witnesses known": a set's never is (its owner's
     # is a lease token), or a write recorded nowhere could be answered early.
     assert epoch > 0 and p.epoch > 0, (epoch, p.epoch)
-    addresses = pick(await p.client.sm.list_nodes(), p.id)
+    addresses = pick(await p.client.sm.list_nodes(), p.id, log_replicas(p))
     if addresses is None:
         return None
     calls = OwnerCalls(p.witness_channels, WitnessSet(epoch, addresses), p.id, epoch)
@@ -72,6 +72,12 @@ async def fenced_set(p: RangePartition, epoch: int, quiet: bool = False
         await calls.close()
         return None
     return calls
+
+
+def log_replicas(p: RangePartition) -> frozenset[str]:
+    """The nodes of its commit log's last extent, which witnesses are picked away from."""
+    extents = p.streams["log"].extents if "log" in p.streams else []
+    return frozenset(extents[-1].addresses) if extents else frozenset()
 
 
 def serve_with(p: RangePartition, calls: OwnerCalls) -> None:
@@ -114,7 +120,7 @@ async def repick(p: RangePartition, old: OwnerCalls, silent: Collection[str]) ->
     """The module's `repick`."""
     if p.witnesses is not old or p.gone():
         return False
-    addresses = pick(await p.client.sm.list_nodes(), p.id)
+    addresses = pick(await p.client.sm.list_nodes(), p.id, log_replicas(p))
     if addresses is None or not set(addresses).isdisjoint(silent):
         log.debug("partition %d: witnesses %s silent, and no set without them yet: %s",
                   p.id, sorted(silent), addresses)

@@ -3,11 +3,11 @@ three extent nodes an owner picks, how the set is kept in the partition's metada
 the owner's calls to them (fence, clear, drop).
 
 Contracts:
-- `pick(nodes, partition_id)`: three live, unsuspected nodes in three different fault
-  domains, or None when the stamp has fewer such domains (the partition then has no
+- `pick(nodes, partition_id, avoid)`: three live, unsuspected nodes in three different
+  fault domains, or None when the stamp has fewer such domains (the partition then has no
   witnesses: every write takes the sync path). Spread by partition id: the domains are
-  rotated by it, and within each domain a node is chosen by it, so partitions land on
-  different nodes. Pure.
+  rotated by it, and within each domain a node is chosen by it — among those not in
+  `avoid` where the domain has any — so partitions land on different nodes. Pure.
 - `WitnessSet` is what a metadata record keeps: the set's epoch (`set_epoch`: the owner's
   and which of its sets; the epoch front ends name in `Request.curp_epoch`, and witnesses
   fence by) and the nodes' addresses.
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -83,8 +83,11 @@ class WitnessSet:
         return cls(int(d["epoch"]), tuple(str(a) for a in d["addresses"]))
 
 
-def pick(nodes: Iterable[Node], partition_id: int) -> tuple[str, ...] | None:
-    """Three witnesses for `partition_id` (module contract)."""
+def pick(nodes: Iterable[Node], partition_id: int, avoid: Collection[str] = ()
+         ) -> tuple[str, ...] | None:
+    """Three witnesses for `partition_id` (module contract), in each domain among the nodes
+    not in `avoid` if it has any (the partition's commit-log replicas: a node that is both
+    handles each fast write twice at once, its record and the block's append)."""
     domains: dict[str, list[Node]] = {}
     for node in nodes:
         if node.state == "alive" and not node.suspect:
@@ -96,6 +99,7 @@ def pick(nodes: Iterable[Node], partition_id: int) -> tuple[str, ...] | None:
     chosen = []
     for i in range(WITNESSES):
         members = sorted(domains[names[(start + i) % len(names)]], key=lambda n: n.name)
+        members = [n for n in members if n.address not in avoid] or members
         chosen.append(members[(partition_id // len(names)) % len(members)].address)
     return tuple(chosen)
 

@@ -59,6 +59,19 @@ def test_dead_and_suspect_nodes_are_left_out_and_two_domains_are_not_enough():
     assert not {"127.0.0.1:9001", "127.0.0.1:9004"} & set(chosen)
 
 
+def test_witnesses_are_picked_away_from_the_commit_logs_replicas_where_a_domain_can():
+    """A node that is both a witness and a replica of the partition's commit log handles
+    each fast write twice at once: each domain gives another node if it has one."""
+    every = nodes()
+    replicas = {"127.0.0.1:9001", "127.0.0.1:9002", "127.0.0.1:9003"}  # en-1..3: fd-1..3
+    for partition_id in range(1, 20):
+        chosen = pick(every, partition_id, avoid=replicas)
+        assert chosen is not None and replicas.isdisjoint(chosen)
+        assert sorted(domain_of(a, every) for a in chosen) == ["fd-1", "fd-2", "fd-3"]
+    one_per_domain = nodes(per_domain=1)
+    assert set(pick(one_per_domain, 4, avoid=replicas) or ()) == replicas  # no other node
+
+
 def test_a_metadata_record_keeps_the_set_and_older_records_have_none():
     bare = PartitionMeta(partition_id=7, key_range=KeyRange(b"", None))
     assert decode_meta(encode_meta(bare)).witnesses is None
