@@ -11,6 +11,12 @@ enough) and executes what they hold. Afterwards every acknowledged write is ther
 append at its sequence number, each row with its value and the ETag its writer was given —
 and so is everything any read saw (§8 invariant 7).
 
+Two more: writes answered early with the owner's commit log stalled (held by the witnesses
+alone) survive its SIGKILL with a witness frozen or killed — the recovery executes them from
+the two live ones; and a witness frozen or cut off while the owner serves is replaced
+(witness_repick.py) under the load, fast writes come back at the new set, and writes answered
+early there survive the owner's SIGKILL.
+
 The witnesses are those the partition's newest metadata record names (tests/support/
 curp_load.py `witnesses_of`): the set the next owner fences, whatever a front end learned.
 Four extent nodes in three fault domains: with one node down, new extents still find three
@@ -33,6 +39,7 @@ import pytest
 from common import rpc
 from common.process import LOG_FILE
 from partition_layer.client import PartitionClient
+from partition_layer.witness_set import WitnessSet
 from tests.support.curp_load import (
     CurpLoad,
     curp_answers,
@@ -40,6 +47,8 @@ from tests.support.curp_load import (
     wait_fast,
     witnesses_of,
 )
+from tests.support.waiting import wait_until
+from tools import cmd_isolate
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow
@@ -61,13 +70,18 @@ WITNESS_WAIT_MS = 250
 UNSYNCED_FAST = 2  # writes acknowledged early with the owner's commit log stalled
 # What a partition server logs once it executed a loaded partition's witnessed writes
 # (partition_layer/witness_replay.py).
+# The owner's sweep every 200 ms, a witness silent 600 ms lost (4 s by default): replaced as
+# soon as the stream manager counts it suspect (witness_repick.py).
+QUICK_REPICK = {"curp_sweep_interval_ms": 200, "curp_witness_lost_ms": 600}
 EXECUTED = re.compile(rf"partition {PARTITION}: (\d+) writes executed from its witnesses")
 
 
 @pytest.fixture
-def stamp(stamp_factory: StampFactory) -> LocalStamp:
+def stamp(stamp_factory: StampFactory, request: pytest.FixtureRequest) -> LocalStamp:
+    """The stamp; a test may give partition limits of its own (indirect parametrization)."""
+    partition = {"curp": True, **getattr(request, "param", {})}
     return stamp_factory(4, 3, lock_servers=3, partition_managers=1, partition_servers=2,
-                         front_ends=1, partition={"curp": True},
+                         front_ends=1, partition=partition,
                          front_end={"curp": True, "curp_witness_timeout_ms": WITNESS_WAIT_MS})
 
 
@@ -147,8 +161,7 @@ def check_everything_there(stamp: LocalStamp, load: CurpLoad) -> None:
 def test_a_frozen_witness_loses_nothing_acknowledged_across_the_owners_sigkill(
         stamp: LocalStamp, load: CurpLoad, seed: int) -> None:
     """Frozen: writes go on (sync path), the commit log leaves the node; the owner killed
-    with it still frozen, the next one fences the two others; thawed, writes go on (fast
-    ones too if the new owner could name a full set)."""
+    with it still frozen, the next one fences the two others; thawed, fast writes again."""
     name, pid = victim_witness(stamp, seed)
     os.kill(pid, signal.SIGSTOP)
     try:
@@ -158,14 +171,14 @@ def test_a_frozen_witness_loses_nothing_acknowledged_across_the_owners_sigkill(
     finally:
         os.kill(pid, signal.SIGCONT)
     load.wait_acked(PHASE_WRITES, PHASE_TIMEOUT_S, f"after the witness {name} thawed")
-    named = witnesses_of(stamp, PARTITION)
-    print(f"witnesses now {named}")
-    if named is not None:
-        # The new owner named a set only once every member answered its fence (the victim,
-        # frozen then, is not in it): the front end records there as soon as it learns it.
-        wait_fast(stamp, 1, PHASE_TIMEOUT_S, f"a fast write at the new owner's witnesses {named}")
-    # (None: the victim was among the nodes picked while frozen, so the new owner has no
-    # witnesses and every write takes the sync path until the partition loads again.)
+    # The new owner named a set at load if three answered its fence; else it tries again
+    # every sweep (witness_repick.pick_later) and, the node thawed, names one. The front end
+    # learns it from an answer, and records at the victim again once it holds it suspect no
+    # more (witness_suspect_ms after its last failed call).
+    started = time.monotonic()
+    wait_fast(stamp, 1, PHASE_TIMEOUT_S, f"a fast write after the witness {name} thawed")
+    print(f"fast again {time.monotonic() - started:.1f} s after the thaw's writes; witnesses "
+          f"now {witnesses_of(stamp, PARTITION)}")
     load.stop()
     check_everything_there(stamp, load)
 
@@ -227,3 +240,55 @@ def test_fast_writes_unsynced_at_the_owners_death_are_recovered_from_the_live_wi
     executed = executed_from_witnesses(stamp)
     assert executed > 0, "the new owner executed no write from its witnesses"
     check_everything_there(stamp, load)
+
+
+@pytest.mark.parametrize("stamp", [QUICK_REPICK], indirect=True)
+@pytest.mark.parametrize("fault", ["frozen", "cut off"])
+def test_a_witness_lost_while_the_owner_serves_is_replaced_under_load(
+        stamp: LocalStamp, load: CurpLoad, fault: str) -> None:
+    """The owner replaces a frozen or cut-off witness while the writers run (witness_repick:
+    every early answer durable first, then the new set named); fast writes come back at the
+    new set with the node still lost; then, its commit log stalled, writes answered early at
+    the new set alone survive the owner's SIGKILL (the recovery fences the set the metadata
+    names now)."""
+    first = witnesses_of(stamp, PARTITION)
+    assert first is not None
+    name = replaceable(stamp, first.addresses)
+    print(f"witnesses {[stamp.name_of(a) for a in first.addresses]}: the victim {name}")
+    pid = stamp.record(name).pid
+    if fault == "frozen":
+        os.kill(pid, signal.SIGSTOP)
+    else:
+        cmd_isolate.isolate(stamp, name)
+    try:
+        replaced = wait_until(lambda: moved_on(stamp, stamp.address(name)), PHASE_TIMEOUT_S,
+                              f"partition {PARTITION} to name a set without {name}")
+        print(f"replaced by {[stamp.name_of(a) for a in replaced.addresses]}")
+        wait_fast(stamp, WRITERS, PHASE_TIMEOUT_S, f"fast writes at the set without {name}")
+        rpc.arm_remote(stamp.address(owner_of(stamp)), "ps.commit.before_append=delay:60000")
+        wait_fast(stamp, UNSYNCED_FAST, PHASE_TIMEOUT_S,
+                  "writes acknowledged early at the new set, the commit log stalled")
+        kill_owner_and_go_on(stamp, load, f"the witness {name} {fault}")
+    finally:
+        if fault == "frozen":
+            os.kill(pid, signal.SIGCONT)
+        else:
+            cmd_isolate.heal(stamp, name)
+    load.wait_acked(PHASE_WRITES, PHASE_TIMEOUT_S, f"with the witness {name} back")
+    load.stop()
+    check_everything_there(stamp, load)
+
+
+def replaceable(stamp: LocalStamp, witnesses: tuple[str, ...]) -> str:
+    """The member of `witnesses` whose fault domain has another extent node (fd-1: en-1 and
+    en-4), which can take its place: the name."""
+    domains = {spec.name: spec.fault_domain for spec in stamp.config.extent_nodes}
+    names = [stamp.name_of(address) for address in witnesses]
+    return next(name for name in names
+                if sum(domain == domains[name] for domain in domains.values()) > 1)
+
+
+def moved_on(stamp: LocalStamp, lost: str) -> WitnessSet | None:
+    """The set the partition's metadata names, once it is one without `lost`."""
+    named = witnesses_of(stamp, PARTITION)
+    return named if named is not None and lost not in named.addresses else None
