@@ -94,6 +94,13 @@ class SenderClock:
         both by its clock, taken up here at `now_s`."""
         self._judge(self._learn(sent_ms, now_s), deadline_ms, now_s)
 
+    def skewed(self, bound_s: float) -> bool:
+        """Whether the sender's clock is off this one's by more than `bound_s`, as far as
+        the requests so far tell (the offset, network delay included; none learnt: no)."""
+        if self._gap_ms is None and self._previous_gap_ms is None:
+            return False
+        return abs(self._offset_ms()) > bound_s * 1000
+
     def _judge(self, offset_ms: int, deadline_ms: int, now_s: float) -> None:
         late_ms = int(now_s * 1000) - offset_ms - deadline_ms
         if late_ms > SLACK_MS:

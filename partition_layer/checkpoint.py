@@ -36,6 +36,7 @@ from typing import Any, Protocol
 
 from common import faults
 from common.config import PartitionLimits
+from common.errors import PreconditionFailed
 from partition_layer import keys
 from partition_layer.cache import LruCache
 from partition_layer.extent_needs import WritePins
@@ -109,6 +110,7 @@ class CheckpointSite(Protocol):
     shipper: Any  # inter-stamp replication's GeoShipper (issue 30), or None: no shipping
     version_floor: int  # the highest row version applied (partition_meta.py)
     witnesses: Any  # its CURP witnesses' OwnerCalls (their `swept_at`), or None: it has none
+    recovering: bool  # executing the records of its last owner's witnesses (CURP)
 
     async def drain_commits(self) -> None:
         """Hold new commit-log blocks back until those in flight have finished."""
@@ -210,12 +212,18 @@ class Checkpointer:
         if self._first is not None:
             await asyncio.shield(self._first)  # raises if it failed: nothing is published
 
-    async def record_witnesses(self, witnesses: WitnessSet | None) -> None:
+    async def record_witnesses(self, witnesses: WitnessSet | None,
+                               still: Callable[[], bool] | None = None) -> None:
         """Append a metadata record naming `witnesses` (CURP, partition_meta.py), in turn
-        with the checkpoints' and merges' records, so none of theirs drops the set."""
+        with the checkpoints' and merges' records, so none of theirs drops the set.
+        PreconditionFailed, nothing appended, unless `still()` holds once it is its turn: a
+        split or merge checkpoints under the lock after it stopped admitting, and its intent
+        must be the record after that one (witness_repick.py passes "still serving")."""
         p = self.p
         await self._first_published()
         async with self._meta_lock:
+            if still is not None and not still():
+                raise PreconditionFailed(f"partition {p.id}: no witness set is named now")
             assert p.meta is not None
             meta = dataclasses.replace(p.meta, witnesses=witnesses)
             await p.streams["meta"].append([encode_meta(meta)])
@@ -321,7 +329,7 @@ class Checkpointer:
         count = 0
         # Entity tokens past retries, and trimmed logs' tokens, only where no witness can
         # still hold their write's record (witness_sweep.py: a recovery would execute it).
-        expired, trimmed_kept_above = token_cutoffs(p.witnesses, time.time())
+        expired, trimmed_kept_above = token_cutoffs(p.witnesses, time.time(), p.recovering)
         async for key, encoded in merge(sources, drop_tombstones=drop_tombstones,
                                         tokens_expire_before_ms=expired,
                                         trimmed_tokens_kept_above=trimmed_kept_above):

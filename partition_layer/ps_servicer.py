@@ -26,6 +26,7 @@ from partition_layer.requests import answered, error_response, route_key, start_
 from partition_layer.scan_stream import serve as serve_scan
 from partition_layer.server import PartitionServer
 from partition_layer.speculation import Speculative
+from partition_layer.witness_sweep import CLOCK_SKEW_S
 
 SUBSCRIBE_RECHECK_S = 1.0
 RESPONSES_PER_MESSAGE_MAX = 4096
@@ -114,6 +115,11 @@ class PartitionServicer(pb_grpc.PartitionServerServicer):
                                 # Taken up after its caller gave up (this server was frozen,
                                 # say): dropped, not done (common/deadline.py).
                                 sender.check(request, time.time())
+                                if request.version_hint and sender.skewed(CLOCK_SKEW_S):
+                                    # Its owner's sweep trusts the front end's deadlines
+                                    # within CLOCK_SKEW_S (witness_sweep.py): a front end
+                                    # further off gets no early answer.
+                                    request.version_hint = 0
                                 if start_small_append(request, self.server.find, limits,
                                                       partial(appended, request.id, clock())):
                                     appends_open += 1

@@ -44,6 +44,7 @@ GENERATION_BITS = 16
 CALL_TIMEOUT_S = 2.0
 MESSAGE_BYTES_MAX = 64 << 20  # a Fence answers a whole partition's records
 DROP_TOKENS_MAX = 1024  # per Drop call (the witnesses' ExtentNodeLimits.witness_call_records_max)
+DROPPING_MAX = 64 * DROP_TOKENS_MAX  # tokens waiting per witness (OwnerCalls.drop)
 
 
 def set_epoch(owner: int, generation: int = 0) -> int:
@@ -113,10 +114,14 @@ class OwnerCalls:
         self.members = witnesses
         self.partition_id = partition_id
         self.epoch = epoch
-        self._dropping: list[bytes] = []  # tokens to drop, not yet sent (`drop`)
-        self._dropper: asyncio.Task[None] | None = None
-        # Set by the owner's sweep of this set (witness_sweep.py), which runs among `tasks`.
+        # Per witness: tokens to drop, not yet sent (`drop`), and the task sending them.
+        self._dropping: dict[str, list[bytes]] = {a: [] for a in witnesses.addresses}
+        self._droppers: dict[str, asyncio.Task[None]] = {}
+        # Set by the owner's sweep of this set (witness_sweep.py), which runs among `tasks`;
+        # `abandoned` once a newer set was fenced over some of its members (its List and
+        # Drop see nothing there any more: witness_repick.py).
         self.swept_at: float | None = None
+        self.abandoned = False
         self.safe_versions: Any = None  # witness_sweep.SafeVersions
         self.tasks: set[asyncio.Task[None]] = set()
 
@@ -156,23 +161,31 @@ class OwnerCalls:
         return got
 
     def drop(self, tokens: Sequence[bytes]) -> None:
-        """Queue `tokens` for dropping. One Drop per witness is in flight at a time: what
-        blocks make durable meanwhile goes in the next one (a Drop per block and witness
-        would be three RPCs for every block)."""
-        self._dropping += tokens
-        if self._dropper is None and self._dropping:
-            self._dropper = asyncio.get_running_loop().create_task(self._drop_queued())
+        """Queue `tokens` for dropping. One Drop per witness is in flight at a time, each
+        witness on its own (a slow one holds up no other's): what blocks make durable
+        meanwhile goes in the next one (a Drop per block and witness would be three RPCs for
+        every block). At most DROPPING_MAX wait per witness, the oldest given up past it:
+        the owner's sweep drops what these miss."""
+        if not tokens:
+            return
+        for address, queue in self._dropping.items():
+            queue += tokens
+            if len(queue) > DROPPING_MAX:
+                del queue[:len(queue) - DROPPING_MAX]
+            if address not in self._droppers:
+                self._droppers[address] = asyncio.get_running_loop().create_task(
+                    self._drop_queued(address))
 
-    async def _drop_queued(self) -> None:
+    async def _drop_queued(self, address: str) -> None:
+        queue = self._dropping[address]
         try:
-            while self._dropping:
-                tokens = self._dropping[:DROP_TOKENS_MAX]
-                del self._dropping[:DROP_TOKENS_MAX]
-                request = wpb.DropRequest(partition_id=self.partition_id, epoch=self.epoch,
-                                          tokens=tokens)
-                await asyncio.gather(*(self._drop(a, request) for a in self.members.addresses))
+            while queue:
+                tokens = queue[:DROP_TOKENS_MAX]
+                del queue[:DROP_TOKENS_MAX]
+                await self._drop(address, wpb.DropRequest(
+                    partition_id=self.partition_id, epoch=self.epoch, tokens=tokens))
         finally:
-            self._dropper = None
+            del self._droppers[address]
 
     async def _drop(self, address: str, request: wpb.DropRequest) -> None:
         try:
@@ -182,8 +195,8 @@ class OwnerCalls:
 
     async def close(self) -> None:
         """Its drops and sweep end (but the task calling this, a sweep that moved on)."""
-        tasks = [task for task in (*self.tasks, self._dropper)
-                 if task is not None and task is not asyncio.current_task()]
+        tasks = [task for task in (*self.tasks, *self._droppers.values())
+                 if task is not asyncio.current_task()]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -20,8 +20,10 @@ Contracts:
     so a write decided meanwhile is seen in flight instead.
   A record whose write is in flight stays: its drop follows its durability.
   A witness silent (no List answered) for `limits.curp_witness_lost_ms` is reported to
-  `lost(silent addresses)`, which replaces the set if it can (witness_repick.repick); the
-  sweep ends once `p` serves with another set.
+  `lost(silent addresses)`, which replaces the set if it can (witness_repick.repick), and
+  so is every round once the set is `abandoned` (a newer set was fenced over it: its List
+  sees nothing, so no round of it counts); the sweep ends once `p` serves with another set.
+  A round's drops are durable when answered.
 - A condemned token is remembered until its record's deadline (the front end's clock, which
   stops waiting for an answer then) has passed on the owner's clock by CLOCK_SKEW_S; after
   that an early answer could be acknowledged by no one.
@@ -125,9 +127,14 @@ class SafeVersions:
         return self.safe
 
 
-def token_cutoffs(calls: OwnerCalls | None, now_s: float) -> tuple[int, int | None]:
+def token_cutoffs(calls: OwnerCalls | None, now_s: float, recovering: bool = False
+                  ) -> tuple[int, int | None]:
     """What a checkpoint's merge may drop of token rows: entity tokens written before the
-    first (ms), trimmed logs' token rows of a version up to the second (None: any)."""
+    first (ms), trimmed logs' token rows of a version up to the second (None: any). None
+    while the partition recovers: the records it is executing may be leftovers its last
+    owner kept those rows for (a witness out of its sweep's reach)."""
+    if recovering:
+        return 0, -1
     if calls is None or calls.swept_at is None:
         return tokens_expire_before_ms(now_s, None), None
     return (tokens_expire_before_ms(now_s, calls.swept_at),
@@ -161,11 +168,13 @@ class Sweeper:
             try:
                 await self.sweep()
                 silent = self._silent(time.monotonic())
-                if silent:
+                if silent or self.calls.abandoned:
                     await self.lost(silent)
             except StampError as exc:  # the stream manager unreachable, a checkpoint read
                 log.warning("partition %d: the sweep of its witnesses failed: %s", self.p.id,
                             exc)
+            except Exception:  # a bug: logged, and the sweep goes on (it guards the expiry)
+                log.exception("partition %d: the sweep of its witnesses failed", self.p.id)
 
     async def sweep(self) -> bool:
         """One round; whether every witness answered every call."""
@@ -188,12 +197,12 @@ class Sweeper:
         gone = [token for token, record in records.items() if await self.judge(record)]
         for at in range(0, len(gone), DROP_TOKENS_MAX):
             drop = wpb.DropRequest(partition_id=self.p.id, epoch=self.calls.epoch,
-                                   tokens=gone[at:at + DROP_TOKENS_MAX])
+                                   tokens=gone[at:at + DROP_TOKENS_MAX], durable=True)
             full &= all(answer is not None for answer in await self._each("Drop", drop))
         self.p.committer.speculation.forget_condemned(time.time())
         self.rounds += 1
         self.swept += len(gone)
-        if full:
+        if full and not self.calls.abandoned:  # an abandoned set's List sees nothing
             self.calls.swept_at = started
         if full == self._failing:
             self._failing = not full

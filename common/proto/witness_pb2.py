@@ -24,15 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x63ommon/proto/witness.proto\x12\rstamp.witness\"v\n\rWitnessRecord\x12\r\n\x05token\x18\x01 \x01(\x0c\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x11\n\texclusive\x18\x03 \x03(\x0c\x12\x0e\n\x06shared\x18\x04 \x03(\x0c\x12\x0f\n\x07payload\x18\x05 \x01(\x0c\x12\x13\n\x0b\x64\x65\x61\x64line_ms\x18\x06 \x01(\x04\"`\n\rRecordRequest\x12\x14\n\x0cpartition_id\x18\x01 \x01(\x04\x12-\n\x07records\x18\x02 \x03(\x0b\x32\x1c.stamp.witness.WitnessRecord\x12\n\n\x02id\x18\x03 \x01(\x04\"c\n\x0bRecordReply\x12(\n\x08verdicts\x18\x01 \x03(\x0e\x32\x16.stamp.witness.Verdict\x12\n\n\x02id\x18\x02 \x01(\x04\x12\r\n\x05\x65rror\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\"@\n\x0eRecordRequests\x12.\n\x08requests\x18\x01 \x03(\x0b\x32\x1c.stamp.witness.RecordRequest\"<\n\rRecordReplies\x12+\n\x07replies\x18\x01 \x03(\x0b\x32\x1a.stamp.witness.RecordReply\"B\n\x0b\x44ropRequest\x12\x14\n\x0cpartition_id\x18\x01 \x01(\x04\x12\x0e\n\x06tokens\x18\x02 \x03(\x0c\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\"\x1c\n\tDropReply\x12\x0f\n\x07\x64ropped\x18\x01 \x01(\r\"I\n\x0bListRequest\x12\x14\n\x0cpartition_id\x18\x01 \x01(\x04\x12\x15\n\rolder_than_ms\x18\x02 \x01(\r\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\":\n\tListReply\x12-\n\x07records\x18\x01 \x03(\x0b\x32\x1c.stamp.witness.WitnessRecord\"3\n\x0c\x46\x65nceRequest\x12\x14\n\x0cpartition_id\x18\x01 \x01(\x04\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\";\n\nFenceReply\x12-\n\x07records\x18\x01 \x03(\x0b\x32\x1c.stamp.witness.WitnessRecord\"3\n\x0c\x43learRequest\x12\x14\n\x0cpartition_id\x18\x01 \x01(\x04\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\"\x0c\n\nClearReply\",\n\x14\x44ropPartitionRequest\x12\x14\n\x0cpartition_id\x18\x01 \x01(\x04\"\x14\n\x12\x44ropPartitionReply\"\x0f\n\rStatusRequest\"A\n\x0bStatusReply\x12\x0f\n\x07records\x18\x01 \x01(\x04\x12\r\n\x05\x62ytes\x18\x02 \x01(\x04\x12\x12\n\npartitions\x18\x03 \x01(\r*H\n\x07Verdict\x12\x0c\n\x08\x41\x43\x43\x45PTED\x10\x00\x12\x0c\n\x08\x43ONFLICT\x10\x01\x12\n\n\x06\x46\x45NCED\x10\x02\x12\x08\n\x04\x46ULL\x10\x03\x12\x0b\n\x07\x45XPIRED\x10\x04\x32\xb9\x04\n\x07Witness\x12\x42\n\x06Record\x12\x1c.stamp.witness.RecordRequest\x1a\x1a.stamp.witness.RecordReply\x12O\n\x0cRecordStream\x12\x1d.stamp.witness.RecordRequests\x1a\x1c.stamp.witness.RecordReplies(\x01\x30\x01\x12<\n\x04\x44rop\x12\x1a.stamp.witness.DropRequest\x1a\x18.stamp.witness.DropReply\x12<\n\x04List\x12\x1a.stamp.witness.ListRequest\x1a\x18.stamp.witness.ListReply\x12?\n\x05\x46\x65nce\x12\x1b.stamp.witness.FenceRequest\x1a\x19.stamp.witness.FenceReply\x12?\n\x05\x43lear\x12\x1b.stamp.witness.ClearRequest\x1a\x19.stamp.witness.ClearReply\x12W\n\rDropPartition\x12#.stamp.witness.DropPartitionRequest\x1a!.stamp.witness.DropPartitionReply\x12\x42\n\x06Status\x12\x1c.stamp.witness.StatusRequest\x1a\x1a.stamp.witness.StatusReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x63ommon/proto/witness.proto\x12\rstamp.witness\"v\n\rWitnessRecord\x12\r\n\x05token\x18\x01 \x01(\x0c\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x11\n\texclusive\x18\x03 \x03(\x0c\x12\x0e\n\x06shared\x18\x04 \x03(\x0c\x12\x0f\n\x07payload\x18\x05 \x01(\x0c\x12\x13\n\x0b\x64\x65\x61\x64line_ms\x18\x06 \x01(\x04\"`\n\rRecordRequest\x12\x14\n\x0cpartition_id\x18\x01 \x01(\x04\x12-\n\x07records\x18\x02 \x03(\x0b\x32\x1c.stamp.witness.WitnessRecord\x12\n\n\x02id\x18\x03 \x01(\x04\"c\n\x0bRecordReply\x12(\n\x08verdicts\x18\x01 \x03(\x0e\x32\x16.stamp.witness.Verdict\x12\n\n\x02id\x18\x02 \x01(\x04\x12\r\n\x05\x65rror\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\"@\n\x0eRecordRequests\x12.\n\x08requests\x18\x01 \x03(\x0b\x32\x1c.stamp.witness.RecordRequest\"<\n\rRecordReplies\x12+\n\x07replies\x18\x01 \x03(\x0b\x32\x1a.stamp.witness.RecordReply\"S\n\x0b\x44ropRequest\x12\x14\n\x0cpartition_id\x18\x01 \x01(\x04\x12\x0e\n\x06tokens\x18\x02 \x03(\x0c\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\x12\x0f\n\x07\x64urable\x18\x04 \x01(\x08\"\x1c\n\tDropReply\x12\x0f\n\x07\x64ropped\x18\x01 \x01(\r\"I\n\x0bListRequest\x12\x14\n\x0cpartition_id\x18\x01 \x01(\x04\x12\x15\n\rolder_than_ms\x18\x02 \x01(\r\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\":\n\tListReply\x12-\n\x07records\x18\x01 \x03(\x0b\x32\x1c.stamp.witness.WitnessRecord\"3\n\x0c\x46\x65nceRequest\x12\x14\n\x0cpartition_id\x18\x01 \x01(\x04\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\";\n\nFenceReply\x12-\n\x07records\x18\x01 \x03(\x0b\x32\x1c.stamp.witness.WitnessRecord\"3\n\x0c\x43learRequest\x12\x14\n\x0cpartition_id\x18\x01 \x01(\x04\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\"\x0c\n\nClearReply\",\n\x14\x44ropPartitionRequest\x12\x14\n\x0cpartition_id\x18\x01 \x01(\x04\"\x14\n\x12\x44ropPartitionReply\"\x0f\n\rStatusRequest\"A\n\x0bStatusReply\x12\x0f\n\x07records\x18\x01 \x01(\x04\x12\r\n\x05\x62ytes\x18\x02 \x01(\x04\x12\x12\n\npartitions\x18\x03 \x01(\r*H\n\x07Verdict\x12\x0c\n\x08\x41\x43\x43\x45PTED\x10\x00\x12\x0c\n\x08\x43ONFLICT\x10\x01\x12\n\n\x06\x46\x45NCED\x10\x02\x12\x08\n\x04\x46ULL\x10\x03\x12\x0b\n\x07\x45XPIRED\x10\x04\x32\xb9\x04\n\x07Witness\x12\x42\n\x06Record\x12\x1c.stamp.witness.RecordRequest\x1a\x1a.stamp.witness.RecordReply\x12O\n\x0cRecordStream\x12\x1d.stamp.witness.RecordRequests\x1a\x1c.stamp.witness.RecordReplies(\x01\x30\x01\x12<\n\x04\x44rop\x12\x1a.stamp.witness.DropRequest\x1a\x18.stamp.witness.DropReply\x12<\n\x04List\x12\x1a.stamp.witness.ListRequest\x1a\x18.stamp.witness.ListReply\x12?\n\x05\x46\x65nce\x12\x1b.stamp.witness.FenceRequest\x1a\x19.stamp.witness.FenceReply\x12?\n\x05\x43lear\x12\x1b.stamp.witness.ClearRequest\x1a\x19.stamp.witness.ClearReply\x12W\n\rDropPartition\x12#.stamp.witness.DropPartitionRequest\x1a!.stamp.witness.DropPartitionReply\x12\x42\n\x06Status\x12\x1c.stamp.witness.StatusRequest\x1a\x1a.stamp.witness.StatusReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'common.proto.witness_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_VERDICT']._serialized_start=1058
-  _globals['_VERDICT']._serialized_end=1130
+  _globals['_VERDICT']._serialized_start=1075
+  _globals['_VERDICT']._serialized_end=1147
   _globals['_WITNESSRECORD']._serialized_start=45
   _globals['_WITNESSRECORD']._serialized_end=163
   _globals['_RECORDREQUEST']._serialized_start=165
@@ -44,29 +44,29 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RECORDREPLIES']._serialized_start=430
   _globals['_RECORDREPLIES']._serialized_end=490
   _globals['_DROPREQUEST']._serialized_start=492
-  _globals['_DROPREQUEST']._serialized_end=558
-  _globals['_DROPREPLY']._serialized_start=560
-  _globals['_DROPREPLY']._serialized_end=588
-  _globals['_LISTREQUEST']._serialized_start=590
-  _globals['_LISTREQUEST']._serialized_end=663
-  _globals['_LISTREPLY']._serialized_start=665
-  _globals['_LISTREPLY']._serialized_end=723
-  _globals['_FENCEREQUEST']._serialized_start=725
-  _globals['_FENCEREQUEST']._serialized_end=776
-  _globals['_FENCEREPLY']._serialized_start=778
-  _globals['_FENCEREPLY']._serialized_end=837
-  _globals['_CLEARREQUEST']._serialized_start=839
-  _globals['_CLEARREQUEST']._serialized_end=890
-  _globals['_CLEARREPLY']._serialized_start=892
-  _globals['_CLEARREPLY']._serialized_end=904
-  _globals['_DROPPARTITIONREQUEST']._serialized_start=906
-  _globals['_DROPPARTITIONREQUEST']._serialized_end=950
-  _globals['_DROPPARTITIONREPLY']._serialized_start=952
-  _globals['_DROPPARTITIONREPLY']._serialized_end=972
-  _globals['_STATUSREQUEST']._serialized_start=974
-  _globals['_STATUSREQUEST']._serialized_end=989
-  _globals['_STATUSREPLY']._serialized_start=991
-  _globals['_STATUSREPLY']._serialized_end=1056
-  _globals['_WITNESS']._serialized_start=1133
-  _globals['_WITNESS']._serialized_end=1702
+  _globals['_DROPREQUEST']._serialized_end=575
+  _globals['_DROPREPLY']._serialized_start=577
+  _globals['_DROPREPLY']._serialized_end=605
+  _globals['_LISTREQUEST']._serialized_start=607
+  _globals['_LISTREQUEST']._serialized_end=680
+  _globals['_LISTREPLY']._serialized_start=682
+  _globals['_LISTREPLY']._serialized_end=740
+  _globals['_FENCEREQUEST']._serialized_start=742
+  _globals['_FENCEREQUEST']._serialized_end=793
+  _globals['_FENCEREPLY']._serialized_start=795
+  _globals['_FENCEREPLY']._serialized_end=854
+  _globals['_CLEARREQUEST']._serialized_start=856
+  _globals['_CLEARREQUEST']._serialized_end=907
+  _globals['_CLEARREPLY']._serialized_start=909
+  _globals['_CLEARREPLY']._serialized_end=921
+  _globals['_DROPPARTITIONREQUEST']._serialized_start=923
+  _globals['_DROPPARTITIONREQUEST']._serialized_end=967
+  _globals['_DROPPARTITIONREPLY']._serialized_start=969
+  _globals['_DROPPARTITIONREPLY']._serialized_end=989
+  _globals['_STATUSREQUEST']._serialized_start=991
+  _globals['_STATUSREQUEST']._serialized_end=1006
+  _globals['_STATUSREPLY']._serialized_start=1008
+  _globals['_STATUSREPLY']._serialized_end=1073
+  _globals['_WITNESS']._serialized_start=1150
+  _globals['_WITNESS']._serialized_end=1719
 # @@protoc_insertion_point(module_scope)

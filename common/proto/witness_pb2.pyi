@@ -71,14 +71,16 @@ class RecordReplies(_message.Message):
     def __init__(self, replies: _Optional[_Iterable[_Union[RecordReply, _Mapping]]] = ...) -> None: ...
 
 class DropRequest(_message.Message):
-    __slots__ = ("partition_id", "tokens", "epoch")
+    __slots__ = ("partition_id", "tokens", "epoch", "durable")
     PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
+    DURABLE_FIELD_NUMBER: _ClassVar[int]
     partition_id: int
     tokens: _containers.RepeatedScalarFieldContainer[bytes]
     epoch: int
-    def __init__(self, partition_id: _Optional[int] = ..., tokens: _Optional[_Iterable[bytes]] = ..., epoch: _Optional[int] = ...) -> None: ...
+    durable: bool
+    def __init__(self, partition_id: _Optional[int] = ..., tokens: _Optional[_Iterable[bytes]] = ..., epoch: _Optional[int] = ..., durable: _Optional[bool] = ...) -> None: ...
 
 class DropReply(_message.Message):
     __slots__ = ("dropped",)

@@ -319,6 +319,13 @@ class WitnessStore:
                                                                        self._submit_gc)
         return sum(len(entry.tokens) for entry in entries if isinstance(entry, Released))
 
+    async def gc_durable(self, partition: int, tokens: Iterable[bytes], *, epoch: int) -> int:
+        """`gc`, answered once durable (the owner's sweep counts a round only then: a drop a
+        restart forgets would bring back a record whose token may expire meanwhile)."""
+        dropped = self.gc(partition, tokens, epoch=epoch)
+        await self._durable()
+        return dropped
+
     def list(self, partition: int, older_than_ms: int, *, epoch: int) -> list[Record]:
         """The partition's records of `epoch` or older held at least `older_than_ms` by the
         store's clock (held since the last restart at most), in acceptance order; none below

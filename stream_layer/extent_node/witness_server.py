@@ -103,7 +103,11 @@ class WitnessServicer(pb_grpc.WitnessServicer):
     @rpc.rpc_errors
     async def Drop(self, request: pb.DropRequest, context: aio.ServicerContext) -> pb.DropReply:
         _check_count("tokens", len(request.tokens), self.limits.call_records_max)
-        dropped = self.store.gc(request.partition_id, request.tokens, epoch=request.epoch)
+        if request.durable:
+            dropped = await self.store.gc_durable(request.partition_id, request.tokens,
+                                                  epoch=request.epoch)
+        else:
+            dropped = self.store.gc(request.partition_id, request.tokens, epoch=request.epoch)
         return pb.DropReply(dropped=dropped)
 
     @rpc.rpc_errors

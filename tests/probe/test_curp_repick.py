@@ -36,7 +36,8 @@ DEADLINE_S = 30.0
 QUICK = {"curp": True, "curp_sweep_interval_ms": 200, "curp_witness_lost_ms": 600}
 
 
-@pytest.mark.parametrize("fault", ["killed", "cut off"])
+# Cut off, or frozen, under SDK load: tests/probe/test_curp_witness_faults.py.
+@pytest.mark.parametrize("fault", ["killed"])
 def test_a_lost_witness_is_replaced_and_the_new_set_holds_early_answers(
         stamp_factory: StampFactory, fault: str) -> None:
     stamp = stamp_factory(4, 3, lock_servers=3, partition_managers=1, partition_servers=2,

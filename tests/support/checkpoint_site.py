@@ -31,6 +31,7 @@ class MemorySite:
         self.applied_lsn, self.last_commit, self.log_bytes = 0, None, 0
         self.shipper = None  # no inter-stamp replication here
         self.witnesses = None  # no CURP witnesses: entity tokens expire by their TTL alone
+        self.recovering = False
         self.version_floor = 0
         self.commits: list[str] = []
         self.stopped_for: list[str] = []

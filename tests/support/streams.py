@@ -40,6 +40,11 @@ class FakeStream:
             locations.append(loc)
         return locations
 
+    @property
+    def extents(self) -> list:
+        """As AsyncStream.extents: this stream's one extent has no replica addresses."""
+        return []
+
     def stalled_s(self, start: float, end: float) -> float:
         return 0.0  # in memory: no extent ever fails
 

@@ -82,3 +82,13 @@ def test_a_request_with_a_deadline_and_no_timeout_teaches_the_offset_nothing() -
         sender.check(taken_up(here_s, 200), here_s + 0.002)
     with pytest.raises(DeadlineExceeded, match="passed"):  # a follow-up past its deadline
         sender.check(pb.Request(deadline_ms=int(NOW_S * 1000)), NOW_S + 1.0)
+
+
+def test_a_sender_is_skewed_past_a_bound_by_what_its_requests_teach() -> None:
+    sender = deadline.SenderClock("partition server")
+    assert not sender.skewed(10.0)  # nothing learnt
+    sender.check(taken_up(NOW_S - 30.0, 800), NOW_S + 0.002)  # its clock 30 s behind
+    assert sender.skewed(10.0) and not sender.skewed(60.0)
+    close = deadline.SenderClock("partition server")
+    close.check(taken_up(NOW_S + 1.0, 800), NOW_S + 0.002)
+    assert not close.skewed(10.0)

@@ -34,7 +34,8 @@ def test_a_run_write_lets_other_tasks_run_between_rows() -> None:
     stream = FakeStream()
     partition = SimpleNamespace(meta=PartitionMeta(1, KeyRange(b"", None)),
                                 range=KeyRange(b"", None), streams={"row": stream},
-                                limits=PartitionLimits(), indexes=None, witnesses=None)
+                                limits=PartitionLimits(), indexes=None, witnesses=None,
+                                recovering=False)
 
     async def scenario() -> tuple[int, int]:
         turns = 0

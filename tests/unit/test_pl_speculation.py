@@ -262,3 +262,53 @@ def test_a_read_that_waited_for_an_early_write_answers_only_if_still_the_owner()
         log.release()
         assert (await answered_within(get)).error == "NotOwner"
     run(scenario)
+
+
+def test_a_condemned_write_or_one_without_a_set_is_answered_only_when_durable():
+    """The owner's sweep took a write's records (witness_sweep.py): the committer answers it
+    only once durable, never early; nor anything while the owner has no set in use (one
+    being replaced: witness_repick.py)."""
+    async def scenario(p: RangePartition) -> None:
+        await p.committer.submit(put(b"r0", "t0"), 64)
+        speculation = p.committer.speculation
+        log = HeldLog(p)
+        condemned = put(b"r1", "t1")
+        speculation.condemn(condemned.token_key, until_s=1e12)
+        swept = p.committer.submit_nowait(condemned, 64, HINT)
+        assert await unanswered(swept)
+        speculation.epoch = 0  # no set in use
+        unset = p.committer.submit_nowait(put(b"r2", "t2"), 64, HINT + 1)
+        assert await unanswered(unset)
+        log.release()
+        assert not isinstance(await answered_within(swept), Speculative)
+        assert not isinstance(await answered_within(unset), Speculative)
+    run(scenario)
+
+
+def test_a_request_names_the_sets_epoch_and_a_sync_the_owners():
+    """Front ends name the epoch of the set they recorded at (witness_set.set_epoch), not
+    the owner's: only that one is answered early, another is taught the set; a SyncOp naming
+    any set of this owner waits, one naming an older owner's is refused."""
+    async def scenario(p: RangePartition) -> None:
+        from types import SimpleNamespace
+
+        from common.proto import partition_pb2 as pb
+        from partition_layer import requests
+        from partition_layer.client_requests import put_request
+
+        async def close() -> None:
+            return None
+        epoch = set_epoch(p.epoch, 2)
+        p.witnesses = SimpleNamespace(  # type: ignore[assignment]
+            members=SimpleNamespace(addresses=("a:1", "b:2", "c:3")), close=close, epoch=epoch)
+        request = put_request("acct", "group", "r1", b"v", None, None, "t1")
+        request.version_hint, request.curp_epoch = HINT, epoch
+        assert requests._curp_hint(request, p) == HINT
+        assert not requests._teaches(request, p)
+        for other in (p.epoch, set_epoch(p.epoch, 1), 0):
+            request.curp_epoch = other
+            assert requests._curp_hint(request, p) == 0 and requests._teaches(request, p)
+        await requests._sync(pb.SyncOp(epoch=set_epoch(p.epoch, 1), lsn=0), p)
+        with pytest.raises(Unavailable, match="is gone"):
+            await requests._sync(pb.SyncOp(epoch=set_epoch(p.epoch - 1, 5), lsn=0), p)
+    run(scenario)

@@ -24,6 +24,7 @@ from partition_layer.witness_sweep import (
     CLOCK_SKEW_S,
     SafeVersions,
     condemned_until_s,
+    token_cutoffs,
     token_key_of,
     tokens_expire_before_ms,
 )
@@ -155,3 +156,13 @@ def test_a_checkpoint_keeps_a_trimmed_logs_tokens_a_witness_may_still_need() -> 
     swept = SimpleNamespace(swept_at=time.time(), safe_versions=SafeVersions(6))
     assert tokens_after_a_checkpoint(swept) == ["newer"]
     assert tokens_after_a_checkpoint(None) == []
+
+
+def test_no_token_row_goes_while_the_partition_recovers() -> None:
+    """The records a recovery executes may be leftovers its last owner kept their token rows
+    for: while it recovers, no checkpoint drops one, whatever the TTL says."""
+    swept = SimpleNamespace(swept_at=time.time(), safe_versions=SafeVersions(10 ** 9))
+    assert token_cutoffs(swept, time.time(), recovering=True) == (0, -1)
+    assert token_cutoffs(None, time.time(), recovering=True) == (0, -1)
+    expire_ms, kept_above = token_cutoffs(swept, time.time())
+    assert expire_ms > 0 and kept_above == 10 ** 9

@@ -180,6 +180,21 @@ def test_gc_is_gone_after_a_restart_once_persisted(tmp_path: Path) -> None:
     assert [r.token for _, r in snapshot.records] == [b"b"]
 
 
+def test_a_durable_gc_returns_once_its_entry_is_synced(tmp_path: Path) -> None:
+    """The owner's sweep counts a round only once its drops are durable (a drop a restart
+    forgot would bring a record back after its token may have expired)."""
+    async def body(store: WitnessStore) -> None:
+        await store.record(1, [rec("a", "k1"), rec("b", "k2")])
+        synced = store.journal.records
+        assert await store.gc_durable(1, [b"a"], epoch=1) == 1
+        assert store.journal.records == synced + 1
+        store.gc(1, [b"b"], epoch=1)  # the owner's drop after a block: held back
+        assert store.journal.records == synced + 1
+        await store.flush()
+    run(tmp_path, body)
+    assert not reopened(tmp_path).records
+
+
 def test_a_deposed_owners_drop_persists_nothing_and_keeps_the_new_owners_record(
         tmp_path: Path) -> None:
     async def body(store: WitnessStore) -> None:
