@@ -121,6 +121,46 @@ def test_drops_go_one_call_per_witness_at_a_time_the_rest_batched() -> None:
     asyncio.run(scenario())
 
 
+def test_a_slow_witness_holds_up_no_other_witness_drops() -> None:
+    """One witness frozen with a Drop in flight: the others go on dropping every block's
+    records as they come (found by the witness-fault probes: a frozen witness held the
+    two live ones' drops up for its whole call timeout, per round)."""
+    import asyncio
+
+    from common.proto import witness_pb2 as wpb
+    from partition_layer.witness_set import OwnerCalls
+
+    async def scenario() -> None:
+        frozen = asyncio.Event()
+        sent: list[tuple[str, list[bytes]]] = []
+
+        class Stub:
+            def __init__(self, address: str) -> None:
+                self.address = address
+
+            async def Drop(self, request: wpb.DropRequest, timeout: float) -> wpb.DropReply:
+                sent.append((self.address, list(request.tokens)))
+                if self.address == "c:3":
+                    await frozen.wait()
+                return wpb.DropReply(dropped=len(request.tokens))
+
+        calls = OwnerCalls(None, WitnessSet(3, ("a:1", "b:2", "c:3")), 7, 3)  # type: ignore[arg-type]
+        calls._stub = Stub  # type: ignore[method-assign]
+        for token in (b"t1", b"t2", b"t3"):
+            calls.drop([token])
+            for _ in range(5):
+                await asyncio.sleep(0)
+        assert [t for a, t in sent if a == "a:1"] == [[b"t1"], [b"t2"], [b"t3"]]
+        assert [t for a, t in sent if a == "b:2"] == [[b"t1"], [b"t2"], [b"t3"]]
+        assert [t for a, t in sent if a == "c:3"] == [[b"t1"]]  # the rest wait for it
+        frozen.set()
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert [t for a, t in sent if a == "c:3"] == [[b"t1"], [b"t2", b"t3"]]
+        await calls.close()
+    asyncio.run(scenario())
+
+
 def test_set_epochs_order_every_set_of_a_newer_owner_above_an_older_owners() -> None:
     """Witnesses fence by set epoch: an owner's later sets rise above its earlier ones, and
     a newer owner's first set above all of them."""
