@@ -73,6 +73,12 @@ def test_writes_acknowledged_early_survive_the_owners_sigkill(
         with PartitionClient.from_stamp(str(stamp.data_dir)) as pc:
             current, addresses = pc.partition_map()
             owner = current.get(1).server
+            # Fast writes flowing right now: a front end that just saw a witness call fail
+            # keeps records off its witnesses for a while, and the stalled log takes only
+            # the few blocks its pipeline holds (found by the witness-fault probes).
+            flowing = fast_acks(stamp)
+            wait_until(lambda: fast_acks(stamp) >= flowing + 3, TIMEOUT_S,
+                       "fast writes flowing before the stall")
             # Its commit log stalls: writes answered early from now on are on the
             # witnesses alone when the owner dies.
             rpc.arm_remote(addresses[owner], "ps.commit.before_append=delay:60000")
