@@ -18,62 +18,26 @@ import pytest
 
 from common import rpc
 from common.proto import partition_pb2 as pb
-from common.proto import partition_pb2_grpc as pb_grpc
-from common.proto import witness_pb2 as wpb
-from common.proto import witness_pb2_grpc as wpb_grpc
 from partition_layer.client import PartitionClient
 from partition_layer.client_requests import put_request
-from partition_layer.curp import footprint_of
 from partition_layer.payload_crc import payload_crcs
 from partition_layer.rows import etag_of
-from partition_layer.session import CallSession
 from tests.support.waiting import wait_for
+from tests.support.witness_calls import (
+    held,
+    hinted,
+    record_at,
+    record_of,
+    session_to,
+    until_owned_by,
+)
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow
 
 StampFactory = Callable[..., LocalStamp]
 ACCOUNT = "acct"
-MESSAGE_BYTES_MAX = 16 << 20
 DEADLINE_S = 30.0
-
-
-def hinted(request: pb.Request, hint: int, epoch: int) -> pb.Request:
-    request.version_hint, request.curp_epoch = hint, epoch
-    return request
-
-
-def record_of(request: pb.Request, token: str, epoch: int) -> wpb.WitnessRecord:
-    footprint = footprint_of(request)
-    assert footprint is not None
-    return wpb.WitnessRecord(token=token.encode(), epoch=epoch,
-                             exclusive=sorted(footprint.exclusive),
-                             shared=sorted(footprint.shared),
-                             payload=request.SerializeToString())
-
-
-async def record_at(witnesses: list[str], partition_id: int,
-                    record: wpb.WitnessRecord) -> list[str]:
-    verdicts = []
-    for address in witnesses:
-        async with rpc.aio_channel(address, MESSAGE_BYTES_MAX) as channel:
-            reply = await wpb_grpc.WitnessStub(channel).Record(
-                wpb.RecordRequest(partition_id=partition_id, records=[record]), timeout=10)
-        verdicts += [wpb.Verdict.Name(v) for v in reply.verdicts]
-    return verdicts
-
-
-async def held(address: str, partition_id: int, epoch: int) -> list[bytes]:
-    """The tokens a witness holds for the partition (its List, as the owner sees it)."""
-    async with rpc.aio_channel(address, MESSAGE_BYTES_MAX) as channel:
-        reply = await wpb_grpc.WitnessStub(channel).List(
-            wpb.ListRequest(partition_id=partition_id, epoch=epoch), timeout=10)
-    return [record.token for record in reply.records]
-
-
-def session_to(address: str) -> CallSession:
-    return CallSession(address, lambda: pb_grpc.PartitionServerStub(
-        rpc.aio_channel(address, MESSAGE_BYTES_MAX)))
 
 
 def test_an_early_answer_held_by_the_witnesses_survives_the_owners_sigkill(
@@ -121,10 +85,7 @@ def test_an_early_answer_held_by_the_witnesses_survives_the_owners_sigkill(
             stamp.kill(owner)
             survivor = next(r.name for r in stamp.partition_servers() if r.name != owner)
 
-            async def moved() -> bool:
-                current, _ = await pc.aio.partition_map()
-                return current.get(1).server == survivor
-            await wait_for(moved, DEADLINE_S, f"partition 1 to move to {survivor}")
+            await until_owned_by(pc, survivor, DEADLINE_S)
             value, etag = await asyncio.wait_for(pc.aio.get(ACCOUNT, "group", "r2"),
                                                  DEADLINE_S)
             assert (value, etag) == (b"early", etag_of(hint)), \
@@ -150,7 +111,7 @@ def test_an_early_answer_held_by_the_witnesses_survives_the_owners_sigkill(
                 await session.close()
 
             async def dropped() -> bool:
-                tokens = [await held(a, entry.id, again.epoch) for a in again.witnesses]
+                tokens = [await held(a, entry.id) for a in again.witnesses]
                 return not any(tokens)
             await wait_for(dropped, DEADLINE_S, "the witnesses to drop a durable write's record")
 
@@ -198,10 +159,7 @@ def test_a_read_racing_an_unsynced_write_never_sees_it_vanish(
                 await session.close()
             survivor = next(r.name for r in stamp.partition_servers() if r.name != owner)
 
-            async def moved() -> bool:
-                current, _ = await pc.aio.partition_map()
-                return current.get(1).server == survivor
-            await wait_for(moved, DEADLINE_S, f"partition 1 to move to {survivor}")
+            await until_owned_by(pc, survivor, DEADLINE_S)
             value, _ = await asyncio.wait_for(pc.aio.get(ACCOUNT, "group", "r1"), DEADLINE_S)
             assert value == b"before"
 

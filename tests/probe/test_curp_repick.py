@@ -24,7 +24,13 @@ from partition_layer.client_requests import put_request
 from partition_layer.rows import etag_of
 from partition_layer.witness_set import generation, owner_epoch
 from tests.support.waiting import wait_for
-from tests.support.witness_calls import hinted, record_at, record_of, session_to
+from tests.support.witness_calls import (
+    hinted,
+    record_at,
+    record_of,
+    session_to,
+    until_owned_by,
+)
 from tools import cmd_isolate
 from tools.local_stamp import LocalStamp
 
@@ -100,10 +106,7 @@ def test_a_lost_witness_is_replaced_and_the_new_set_holds_early_answers(
             stamp.kill(owner)
             survivor = next(r.name for r in stamp.partition_servers() if r.name != owner)
 
-            async def reloaded() -> bool:
-                current, _ = await pc.aio.partition_map()
-                return current.get(1).server == survivor
-            await wait_for(reloaded, DEADLINE_S, f"partition 1 to move to {survivor}")
+            await until_owned_by(pc, survivor, DEADLINE_S)
             value, etag = await asyncio.wait_for(pc.aio.get(ACCOUNT, "group", "r1"),
                                                  DEADLINE_S)
             assert (value, etag) == (b"early", etag_of(hint + (1 << 20)))
@@ -139,10 +142,7 @@ def test_a_set_that_cannot_be_fenced_at_load_is_picked_once_it_can(
             cmd_isolate.isolate(stamp, cut, [owner, survivor])
             stamp.kill(owner)
 
-            async def reloaded() -> bool:
-                current, _ = await pc.aio.partition_map()
-                return current.get(1).server == survivor
-            await wait_for(reloaded, DEADLINE_S, f"partition 1 to move to {survivor}")
+            await until_owned_by(pc, survivor, DEADLINE_S)
             _, addresses = await pc.aio.partition_map()
             session = session_to(addresses[survivor])
             tokens = iter(range(1, 1 << 20))

@@ -13,65 +13,20 @@ from collections.abc import Callable
 
 import pytest
 
-from common import rpc
 from common.proto import partition_pb2 as pb
-from common.proto import partition_pb2_grpc as pb_grpc
-from common.proto import witness_pb2 as wpb
-from common.proto import witness_pb2_grpc as wpb_grpc
 from partition_layer.client import PartitionClient
 from partition_layer.client_requests import put_request
-from partition_layer.curp import footprint_of
 from partition_layer.payload_crc import payload_crcs
-from partition_layer.session import CallSession
 from tests.support.waiting import wait_for
+from tests.support.witness_calls import dated, held, hinted, record_at, record_of, session_to
 from tools.local_stamp import LocalStamp
 
 pytestmark = pytest.mark.slow
 
 StampFactory = Callable[..., LocalStamp]
 ACCOUNT = "acct"
-MESSAGE_BYTES_MAX = 16 << 20
 DEADLINE_S = 30.0
 SWEEP = {"curp": True, "curp_sweep_interval_ms": 200, "curp_sweep_age_ms": 300}
-
-
-def hinted(request: pb.Request, hint: int, epoch: int) -> pb.Request:
-    request.version_hint, request.curp_epoch = hint, epoch
-    request.timeout_ms = 10_000
-    request.deadline_ms = int(time.time() * 1000) + request.timeout_ms
-    return request
-
-
-def record_of(request: pb.Request, token: str, epoch: int) -> wpb.WitnessRecord:
-    footprint = footprint_of(request)
-    assert footprint is not None
-    return wpb.WitnessRecord(token=token.encode(), epoch=epoch,
-                             exclusive=sorted(footprint.exclusive),
-                             shared=sorted(footprint.shared),
-                             payload=request.SerializeToString(),
-                             deadline_ms=request.deadline_ms)
-
-
-async def record_at(witnesses: list[str], partition_id: int,
-                    record: wpb.WitnessRecord) -> list[str]:
-    verdicts = []
-    for address in witnesses:
-        async with rpc.aio_channel(address, MESSAGE_BYTES_MAX) as channel:
-            reply = await wpb_grpc.WitnessStub(channel).Record(
-                wpb.RecordRequest(partition_id=partition_id, records=[record]), timeout=10)
-        verdicts += [wpb.Verdict.Name(v) for v in reply.verdicts]
-    return verdicts
-
-
-async def held(witnesses: list[str], partition_id: int, epoch: int) -> set[bytes]:
-    """The tokens any of the witnesses holds for the partition."""
-    tokens: set[bytes] = set()
-    for address in witnesses:
-        async with rpc.aio_channel(address, MESSAGE_BYTES_MAX) as channel:
-            reply = await wpb_grpc.WitnessStub(channel).List(
-                wpb.ListRequest(partition_id=partition_id, epoch=epoch), timeout=10)
-        tokens |= {record.token for record in reply.records}
-    return tokens
 
 
 def append_request(log: str, data: bytes, token: str) -> pb.Request:
@@ -88,30 +43,29 @@ def test_the_sweep_drops_leftovers_and_never_answers_a_swept_write_early(
             current, addresses = await pc.aio.partition_map()
             entry = current.get(1)
             address = addresses[entry.server]
-            session = CallSession(address, lambda: pb_grpc.PartitionServerStub(
-                rpc.aio_channel(address, MESSAGE_BYTES_MAX)))
+            session = session_to(address)
             try:
                 hint = int(time.time() * 1_000_000) << 4
-                learn = await session.call(hinted(put_request(
-                    ACCOUNT, "group", "r0", b"v0", None, None, "t0"), hint, 0), 10)
+                learn = await session.call(dated(hinted(put_request(
+                    ACCOUNT, "group", "r0", b"v0", None, None, "t0"), hint, 0)), 10)
                 assert not learn.error and len(learn.witnesses) == 3, learn
                 epoch, witnesses = learn.epoch, list(learn.witnesses)
 
                 # A leftover: the write is durable (its answer synced: no epoch named) and
                 # its record lands only afterwards, after any drop.
-                late = hinted(put_request(ACCOUNT, "group", "r1", b"v1", None, None, "t1"),
-                              hint + 1, 0)
+                late = dated(hinted(put_request(ACCOUNT, "group", "r1", b"v1", None, None,
+                                                "t1"), hint + 1, 0))
                 answer = await session.call(late, 10)
                 assert not answer.error and not answer.speculative, answer
                 assert await record_at(witnesses, entry.id,
                                        record_of(late, "t1", epoch)) == ["ACCEPTED"] * 3
                 # In doubt: recorded, never sent to the owner (yet).
-                lost = hinted(append_request("log", b"lost", "t2"), hint + 2, epoch)
+                lost = dated(hinted(append_request("log", b"lost", "t2"), hint + 2, epoch))
                 assert await record_at(witnesses, entry.id,
                                        record_of(lost, "t2", epoch)) == ["ACCEPTED"] * 3
 
                 async def swept() -> bool:
-                    return not await held(witnesses, entry.id, epoch)
+                    return not any([await held(a, entry.id) for a in witnesses])
                 await wait_for(swept, DEADLINE_S, "the sweep to drop both records")
 
                 # The lost write arrives now: executed, but not answered early (its records
@@ -120,7 +74,7 @@ def test_the_sweep_drops_leftovers_and_never_answers_a_swept_write_early(
                 assert not answer.error and not answer.speculative, answer
                 assert answer.first_seq == 0
                 # A write of its own, recorded and hinted as ever, is still answered early.
-                fresh = hinted(append_request("log", b"fresh", "t3"), hint + 3, epoch)
+                fresh = dated(hinted(append_request("log", b"fresh", "t3"), hint + 3, epoch))
                 assert await record_at(witnesses, entry.id,
                                        record_of(fresh, "t3", epoch)) == ["ACCEPTED"] * 3
                 answer = await session.call(fresh, 10)
