@@ -66,6 +66,16 @@ def test_gc_sweeps_orphans_after_the_grace_and_never_live_or_shared_extents(
     async def make_orphans() -> tuple[dict[str, Acked], set[int], int, str]:
         client = client_for(stamp)
         written = {"a": await write(client, "a", rng, 40)}
+        # Stream "b" is made of two of its sealed extents, and 40 blocks of 100 or 9000
+        # bytes can all fit in one (STAMP_SEED=3616822233 wrote 93,000 bytes): more, until
+        # there are two.
+        tail = await client.open_stream("a")
+        for _ in range(64):
+            extents = (await client.sm.open_stream("a")).extents
+            if sum(e.state == "sealed" for e in extents) >= 2:
+                break
+            block = rng.randbytes(9000)
+            written["a"].append(((await tail.append([block]))[0], block))
         doomed = await write(client, "doomed", rng, 30)
         doomed_extents = {loc.extent_id for loc, _ in doomed}
         await client.sm.delete_stream("doomed")

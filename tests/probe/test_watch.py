@@ -23,6 +23,7 @@ from stampsdk import Client
 
 from common import health
 from tests.conftest import module_stamp
+from tests.support.waiting import wait_until
 from tools import dashboard
 from tools.cmd_isolate import heal, isolate
 from tools.cmd_stamp import status_rows
@@ -104,10 +105,15 @@ def test_every_process_serves_its_metrics_and_answers_health(stamp: LocalStamp) 
     board = json.loads((stamp.data_dir / dashboard.DASHBOARD_FILE).read_text())
     exported = {name for samples in scraped.values() if samples for name in samples.by_name}
     assert dashboard.metric_names(dashboard.queries(board)) - exported == set()
-    # Health: every process serving, as `stamp status --json` reports it.
-    status = json.loads(cli(stamp, "status", "--json").stdout)
-    assert {p["name"]: p["health"] for p in status["processes"]} == {
-        name: health.SERVING for name in stamp.records}
+    # Health: every process serving, as `stamp status --json` reports it. A server starts
+    # NOT_SERVING and checks itself every watch.health_check_interval_ms (1 s): a stamp that
+    # came up quickly may be asked before a stream manager's first check saw its leader.
+    every = {name: health.SERVING for name in stamp.records}
+
+    def healths() -> dict[str, str]:
+        status = json.loads(cli(stamp, "status", "--json").stdout)
+        return {p["name"]: p["health"] for p in status["processes"]}
+    wait_until(lambda: healths() == every, 10.0, "every process to report SERVING")
 
 
 def test_a_front_end_cut_off_from_the_lock_service_is_not_serving_until_healed(
