@@ -19,10 +19,12 @@ Contracts:
 - `wrote(keys, lsn)` notes the rows an early answer wrote; `durable(lsn, pendings)` (a block
   applied, `lsn` its last write's, None if it wrote nothing) forgets those the commit log now
   holds, wakes every wait for them, and tells the owner's witnesses (`drop`, once it has
-  some) to drop the records of the block's appends and entity writes — hinted or not: a
-  front end's retry of a fast write goes without its hint, and its records are there all
-  the same (curp.py step 6; a seal's record, named by its front end alone, waits for the
-  owner's sweep).
+  some) to drop the records of the block's hinted appends and entity writes (those whose
+  front end recorded them at this owner's set). Not the others: a write on the plain path
+  has no record, and dropping every write's token cost three Drop calls a block that made
+  a stamp with CURP on slower on its plain path too; a front end's retry of a fast write,
+  which goes without its hint, leaves its records to the owner's sweep (witness_sweep.py,
+  curp.py step 6).
 - `condemn(token_key, until_s)`: the owner's sweep took that write's records from the
   witnesses (witness_sweep.py): until wall time `until_s` it may not be answered early
   (`may_answer_early`), only once durable; `forget_condemned(now_s)` forgets those past.
@@ -136,7 +138,7 @@ class Speculation:
         if lsn is not None:
             self.applied_through(lsn)
         if self.drop is not None:
-            tokens = [p.op.token.encode() for p in pendings if not p.recovered
+            tokens = [p.op.token.encode() for p in pendings if p.hint and not p.recovered
                       and isinstance(p.op, LogAppend | EntityWrite) and p.op.token]
             if tokens:
                 self.drop(tokens)
