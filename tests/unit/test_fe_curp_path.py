@@ -669,3 +669,22 @@ def test_a_key_a_witness_refused_as_conflicting_keeps_the_plain_path_a_while() -
         await settle()
         assert stamp.fe.curp.counters.records_sent == 9
     asyncio.run(scenario())
+
+
+def test_a_write_over_fast_bytes_max_takes_the_plain_path() -> None:
+    """Three witnesses would journal it once more each: past a size the round trip saved
+    costs less than shipping it three more times."""
+    async def scenario() -> None:
+        stamp = Stamp()
+        await stamp.warm()
+        stamp.learn()
+        big = b"v" * (CurpSettings().fast_bytes_max + 1)
+        stamp.start(stamp.request({"put": pb.PutOp(row=b"big", value=big,
+                                                   value_crc=payload_crcs([big])[0])},
+                                  token="t1", sdk_id=1))
+        stamp.start(stamp.request(put_op(b"small"), token="t2", sdk_id=2))
+        await settle()
+        sent = {r.token: r for r, _ in stamp.client.owner.sent}
+        assert not sent["t1"].version_hint and sent["t2"].version_hint
+        assert stamp.fe.curp.counters.records_sent == 3
+    asyncio.run(scenario())
