@@ -86,7 +86,7 @@ async def fenced_set(p: RangePartition, epoch: int, quiet: bool = False,
 
 def log_replicas(p: RangePartition) -> frozenset[str]:
     """The nodes of its commit log's last extent, which witnesses are picked away from."""
-    extents = p.streams["log"].extents if "log" in p.streams else []
+    extents = p.streams["log"].extents
     return frozenset(extents[-1].addresses) if extents else frozenset()
 
 

@@ -152,8 +152,6 @@ class Sweeper:
         self._silent_since: dict[str, float] = {}  # address -> monotonic s
         calls.swept_at = time.time()  # the set was fenced and cleared just now
         calls.safe_versions = SafeVersions(p.version_floor)
-        self.rounds = 0
-        self.swept = 0  # records dropped by the sweep
         self._failing = False  # the last round missed a witness (logged once)
 
     def start(self) -> None:
@@ -200,8 +198,6 @@ class Sweeper:
                                    tokens=gone[at:at + DROP_TOKENS_MAX], durable=True)
             full &= all(answer is not None for answer in await self._each("Drop", drop))
         self.p.committer.speculation.forget_condemned(time.time())
-        self.rounds += 1
-        self.swept += len(gone)
         if full and not self.calls.abandoned:  # an abandoned set's List sees nothing
             self.calls.swept_at = started
         if full == self._failing:

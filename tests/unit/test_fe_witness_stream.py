@@ -18,6 +18,7 @@ from common.proto import witness_pb2_grpc as wpb_grpc
 from frontend.witness_stream import StreamedWitness
 from stream_layer.extent_node.witness import WitnessStore
 from stream_layer.extent_node.witness_server import WitnessServicer
+from tests.support.waiting import wait_for
 
 ACCEPTED = wpb.Verdict.Value("ACCEPTED")
 CONFLICT = wpb.Verdict.Value("CONFLICT")
@@ -75,14 +76,10 @@ def test_a_lost_stream_fails_its_calls_and_the_next_call_opens_another(
             with pytest.raises(Unavailable):
                 await witness.Record(request(1, b"b", b"k2"), 5.0)
             store, server, _ = await serving(tmp_path / "two", port)
-            reply = None
-            for _ in range(100):  # the channel reconnects on its own schedule
-                try:
-                    reply = await witness.Record(request(1, b"c", b"k3"), 5.0)
-                    break
-                except Unavailable:
-                    await asyncio.sleep(0.05)
-            assert reply is not None and reply.verdicts == [ACCEPTED]
+            # The channel reconnects on its own schedule: Unavailable until it has.
+            reply = await wait_for(lambda: witness.Record(request(1, b"c", b"k3"), 5.0), 5.0,
+                                   "a call on a new stream to the witness back")
+            assert reply.verdicts == [ACCEPTED]
         finally:
             await witness.close()
             await channel.close()

@@ -4,6 +4,7 @@ picks, and the set as a metadata record keeps it."""
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 from common.proto import stream_manager_pb2 as sm_pb
 from partition_layer.keys import KeyRange
@@ -81,29 +82,38 @@ def test_a_metadata_record_keeps_the_set_and_older_records_have_none():
     assert decode_meta(encode_meta(named)) == named
 
 
+def dropping_calls(sent: list[tuple[str, list[bytes]]], gates: dict[str, Any]) -> Any:
+    """An OwnerCalls of witnesses a:1, b:2 and c:3 whose Drop notes (address, tokens) in
+    `sent` and answers once the address's gate (an asyncio.Event, if it has one) is set."""
+    from common.proto import witness_pb2 as wpb
+    from partition_layer.witness_set import OwnerCalls
+
+    class Stub:
+        def __init__(self, address: str) -> None:
+            self.address = address
+
+        async def Drop(self, request: wpb.DropRequest, timeout: float) -> wpb.DropReply:
+            sent.append((self.address, list(request.tokens)))
+            if self.address in gates:
+                await gates[self.address].wait()
+            return wpb.DropReply(dropped=len(request.tokens))
+
+    calls = OwnerCalls(None, WitnessSet(3, ("a:1", "b:2", "c:3")), 7, 3)  # type: ignore[arg-type]
+    calls._stub = Stub  # type: ignore[method-assign]
+    return calls
+
+
 def test_drops_go_one_call_per_witness_at_a_time_the_rest_batched() -> None:
     """An owner drops the records of every block it syncs: while a Drop is in flight, what
     the next blocks made durable waits and goes in one call, not one call per block."""
     import asyncio
 
-    from common.proto import witness_pb2 as wpb
-    from partition_layer.witness_set import OwnerCalls
 
     async def scenario() -> None:
         gate = asyncio.Event()
         sent: list[tuple[str, list[bytes]]] = []
 
-        class Stub:
-            def __init__(self, address: str) -> None:
-                self.address = address
-
-            async def Drop(self, request: wpb.DropRequest, timeout: float) -> wpb.DropReply:
-                sent.append((self.address, list(request.tokens)))
-                await gate.wait()
-                return wpb.DropReply(dropped=len(request.tokens))
-
-        calls = OwnerCalls(None, WitnessSet(3, ("a:1", "b:2", "c:3")), 7, 3)  # type: ignore[arg-type]
-        calls._stub = Stub  # type: ignore[method-assign]
+        calls = dropping_calls(sent, {"a:1": gate, "b:2": gate, "c:3": gate})
         calls.drop([b"t1"])
         await asyncio.sleep(0)
         calls.drop([b"t2"])
@@ -127,25 +137,12 @@ def test_a_slow_witness_holds_up_no_other_witness_drops() -> None:
     two live ones' drops up for its whole call timeout, per round)."""
     import asyncio
 
-    from common.proto import witness_pb2 as wpb
-    from partition_layer.witness_set import OwnerCalls
 
     async def scenario() -> None:
         frozen = asyncio.Event()
         sent: list[tuple[str, list[bytes]]] = []
 
-        class Stub:
-            def __init__(self, address: str) -> None:
-                self.address = address
-
-            async def Drop(self, request: wpb.DropRequest, timeout: float) -> wpb.DropReply:
-                sent.append((self.address, list(request.tokens)))
-                if self.address == "c:3":
-                    await frozen.wait()
-                return wpb.DropReply(dropped=len(request.tokens))
-
-        calls = OwnerCalls(None, WitnessSet(3, ("a:1", "b:2", "c:3")), 7, 3)  # type: ignore[arg-type]
-        calls._stub = Stub  # type: ignore[method-assign]
+        calls = dropping_calls(sent, {"c:3": frozen})
         for token in (b"t1", b"t2", b"t3"):
             calls.drop([token])
             for _ in range(5):
