@@ -22,7 +22,10 @@ from tools.chaos.extents import read_whole_log
 from tools.local_stamp import LocalStamp
 from tools.scrape import scrape
 
-pytestmark = pytest.mark.slow
+# Serial (run alone by make test): with a second stamp's test beside it, witnesses' verdicts
+# missed even a 250 ms wait often enough that no write was acknowledged early once the log
+# stalled (twice in three make test runs); alone it never failed.
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 StampFactory = Callable[..., LocalStamp]
 WRITERS = 8
